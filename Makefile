@@ -1,0 +1,122 @@
+# Sagüin — build, test, lint and cross-compile entry points.
+#
+#   make build            release build for the host
+#   make run              run the broker on config/saguin.yaml
+#   make test             whole test suite on the host (unit + integration)
+#   make lint             rustfmt check + clippy with warnings denied
+#   make test-cross       library tests for armv7 and aarch64, run under qemu-user
+#   make release-armv7    stripped release binary for armv7-unknown-linux-gnueabihf
+#   make release-aarch64  stripped release binary for aarch64-unknown-linux-gnu
+#
+# Cross-compilation uses the Debian cross toolchains and qemu-user
+# (apt: gcc-arm-linux-gnueabihf gcc-aarch64-linux-gnu libc6-dev-armhf-cross
+# libc6-dev-arm64-cross qemu-user; rustup target add for both targets);
+# `.ci/run` installs all of it. Linkers and runners are passed to cargo through
+# environment variables, so no .cargo/config.toml is needed. Every variable
+# below can be overridden from the command line or the environment.
+# Users with Docker can use `cross` instead; see Cross.toml.
+
+SHELL := bash
+.SHELLFLAGS := -eu -o pipefail -c
+.DEFAULT_GOAL := build
+MAKEFLAGS += --no-print-directory
+
+CARGO  ?= cargo
+CONFIG ?= config/saguin.yaml
+BIN    ?= saguin
+
+ARMV7_TARGET   := armv7-unknown-linux-gnueabihf
+AARCH64_TARGET := aarch64-unknown-linux-gnu
+ARMV7_PREFIX   ?= arm-linux-gnueabihf
+AARCH64_PREFIX ?= aarch64-linux-gnu
+
+# Where cargo puts its output; follows CARGO_TARGET_DIR if set.
+TARGET_DIR ?= $(or $(CARGO_TARGET_DIR),target)
+
+# Linkers and qemu runners for cargo (`cargo test --target ...` runs the test
+# binaries through the runner).
+export CARGO_TARGET_ARMV7_UNKNOWN_LINUX_GNUEABIHF_LINKER ?= $(ARMV7_PREFIX)-gcc
+export CARGO_TARGET_ARMV7_UNKNOWN_LINUX_GNUEABIHF_RUNNER ?= qemu-arm -L /usr/$(ARMV7_PREFIX)
+export CARGO_TARGET_AARCH64_UNKNOWN_LINUX_GNU_LINKER ?= $(AARCH64_PREFIX)-gcc
+export CARGO_TARGET_AARCH64_UNKNOWN_LINUX_GNU_RUNNER ?= qemu-aarch64 -L /usr/$(AARCH64_PREFIX)
+# For build scripts that compile C through the `cc` crate (none of today's
+# dependencies do, but a future one might): it reads CC_<target>/AR_<target>.
+export CC_armv7_unknown_linux_gnueabihf ?= $(ARMV7_PREFIX)-gcc
+export AR_armv7_unknown_linux_gnueabihf ?= $(ARMV7_PREFIX)-ar
+export CC_aarch64_unknown_linux_gnu ?= $(AARCH64_PREFIX)-gcc
+export AR_aarch64_unknown_linux_gnu ?= $(AARCH64_PREFIX)-ar
+
+.PHONY: build run test lint test-cross test-armv7 test-aarch64 \
+        release-armv7 release-aarch64 help
+
+help:
+	@sed -n 's/^#   make /  make /p' $(firstword $(MAKEFILE_LIST))
+
+build:
+	$(CARGO) build --release
+
+run:
+	$(CARGO) run --release -- --config $(CONFIG)
+
+test:
+	$(CARGO) test
+
+lint:
+	$(CARGO) fmt --check
+	$(CARGO) clippy --all-targets -- -D warnings
+
+# ---------------------------------------------------------------------------
+# Cross targets.
+#
+# $(call cross-tools,<name>,<target>,<prefix>,<qemu>) fails early, with a hint,
+# when the toolchain pieces are missing.
+define cross-tools
+	@missing=""; \
+	for t in $(3)-gcc $(4); do command -v $$t >/dev/null 2>&1 || missing="$$missing $$t"; done; \
+	[ -d /usr/$(3)/lib ] || missing="$$missing /usr/$(3)/lib"; \
+	rustup target list --installed 2>/dev/null | grep -qx '$(2)' || missing="$$missing rust-std($(2))"; \
+	if [ -n "$$missing" ]; then \
+	  echo "$(1): missing:$$missing" >&2; \
+	  echo "$(1): run 'bash .ci/run' once, or install gcc-$(3) libc6-dev-*-cross qemu-user and 'rustup target add $(2)'" >&2; \
+	  exit 1; \
+	fi
+endef
+
+# $(call cross-test,<name>,<target>,<prefix>,<qemu>): run the library's tests for
+# <target> under qemu, print "<name>: N passed", fail if no test ran.
+define cross-test
+	$(call cross-tools,$(1),$(2),$(3),$(4))
+	@log=$(TARGET_DIR)/test-cross-$(1).log; mkdir -p $(TARGET_DIR); \
+	echo "== $(1): $(CARGO) test --lib --target $(2) (runner: $(4))"; \
+	$(CARGO) test --lib --target $(2) 2>&1 | tee $$log; \
+	passed=$$(sed -n 's/^test result: .* \([0-9][0-9]*\) passed;.*/\1/p' $$log | awk '{s+=$$1} END {print s+0}'); \
+	echo "$(1): $$passed passed"; \
+	if [ "$$passed" -eq 0 ]; then echo "$(1): no test ran under $(4)" >&2; exit 1; fi
+endef
+
+# $(call cross-release,<name>,<target>,<prefix>): stripped release binary for
+# <target>; print its path, size and that it really is stripped.
+define cross-release
+	$(call cross-tools,$(1),$(2),$(3),)
+	$(CARGO) build --release --target $(2) --bin $(BIN)
+	@bin=$(TARGET_DIR)/$(2)/release/$(BIN); \
+	bytes=$$(stat -c %s $$bin); \
+	if $(3)-readelf -S $$bin | grep -q '\.symtab'; then strip=NO; else strip=yes; fi; \
+	echo "$$bin"; \
+	echo "$(1): $(BIN) $$bytes bytes ($$(awk -v b=$$bytes 'BEGIN {printf "%.2f", b/1048576}') MiB), stripped: $$strip"; \
+	[ $$strip = yes ] || { echo "$(1): binary still has a symbol table" >&2; exit 1; }
+endef
+
+test-cross: test-armv7 test-aarch64
+
+test-armv7:
+	$(call cross-test,armv7,$(ARMV7_TARGET),$(ARMV7_PREFIX),qemu-arm)
+
+test-aarch64:
+	$(call cross-test,aarch64,$(AARCH64_TARGET),$(AARCH64_PREFIX),qemu-aarch64)
+
+release-armv7:
+	$(call cross-release,armv7,$(ARMV7_TARGET),$(ARMV7_PREFIX))
+
+release-aarch64:
+	$(call cross-release,aarch64,$(AARCH64_TARGET),$(AARCH64_PREFIX))

@@ -1,0 +1,360 @@
+//! CONNECT: admission, session ownership, and every way a session ends.
+
+use super::session::{Message, OutboundStage, Session};
+use super::{Active, Broker, Key, Transport, TOPIC_ALIAS_MAXIMUM};
+use crate::codec::{
+    topic, Connack, Connect, DecodeError, Disconnect, Packet, Properties, ProtocolVersion, PubAck, ReasonCode,
+    Will,
+};
+
+/// Why a CONNECT is refused: the code for its CONNACK and what to log.
+type Refusal = (ReasonCode, &'static str);
+
+fn has_control_character(text: &str) -> bool {
+    text.chars().any(|c| matches!(c, '\u{0001}'..='\u{001F}' | '\u{007F}'..='\u{009F}'))
+}
+
+fn has_reserved_user_property(properties: &Properties) -> bool {
+    properties.user_properties.iter().any(|(name, _)| name.starts_with("saguin-"))
+}
+
+impl Broker {
+    pub(crate) fn handle_connect(&mut self, conn: Key, connect: Connect, now_ms: u64, out: &mut impl Transport) {
+        // Every check that can refuse a CONNECT runs before its session is
+        // looked at, so a refused CONNECT changes nothing.
+        if let Err((code, reason)) = self.admit_connect(&connect) {
+            log::warn!("refusing CONNECT from client id {:?}: {reason}", connect.client_id);
+            let problem_information = connect.properties.request_problem_information != Some(0);
+            self.send_connack_refusal(conn, connect.protocol_version, code, reason, problem_information, out);
+            self.close_silently(conn, now_ms, out);
+            return;
+        }
+        let version = connect.protocol_version;
+        let client_id = if connect.client_id.is_empty() {
+            self.next_assigned_client_id()
+        } else {
+            connect.client_id.clone()
+        };
+        let assigned = connect.client_id.is_empty();
+
+        let requested_expiry_s = match version {
+            ProtocolVersion::V5 => connect.properties.session_expiry_interval_s.unwrap_or(0),
+            // A 3.1.1 session kept past its connection never expires by
+            // MQTT's rules; the broker's ceiling still applies.
+            ProtocolVersion::V311 if connect.clean_start => 0,
+            ProtocolVersion::V311 => u32::MAX,
+        };
+        let granted_expiry_s = requested_expiry_s.min(self.settings.max_session_expiry_s);
+
+        let (keep_alive_s, server_keep_alive_s) = match (version, self.settings.max_keepalive_s) {
+            (ProtocolVersion::V5, Some(max_s)) if connect.keep_alive_s == 0 || connect.keep_alive_s > max_s => {
+                (max_s, Some(max_s))
+            }
+            _ => (connect.keep_alive_s, None),
+        };
+
+        let session_key = self.claim_session(&client_id, connect.clean_start, granted_expiry_s, now_ms, out);
+        let session = self.sessions.get_mut(session_key).expect("claimed above");
+        let session_present = !session.is_new;
+        session.is_new = false;
+        session.connection = Some(conn);
+        session.expires_at_ms = None;
+        session.expiry_interval_s = granted_expiry_s;
+        // A Will waiting from the previous connection is cancelled by this one.
+        session.pending_will = None;
+
+        let properties = &connect.properties;
+        let active = Active {
+            version,
+            session: session_key,
+            keep_alive_s,
+            client_max_packet_size: properties.maximum_packet_size.unwrap_or(u32::MAX),
+            client_receive_maximum: properties.receive_maximum.unwrap_or(u16::MAX),
+            topic_aliases: Default::default(),
+            problem_information: properties.request_problem_information != Some(0),
+            connect_expiry_s: granted_expiry_s,
+            will: connect.will,
+        };
+        let connection = self.connections.get_mut(conn).expect("the caller checked the connection");
+        connection.active = Some(active);
+
+        let mut connack = Connack { session_present, reason_code: ReasonCode::SUCCESS, properties: Properties::default() };
+        if version == ProtocolVersion::V5 {
+            let p = &mut connack.properties;
+            p.topic_alias_maximum = Some(TOPIC_ALIAS_MAXIMUM);
+            p.maximum_packet_size = Some(self.settings.max_message_size_bytes);
+            // No retained store yet: a client is told so rather than having
+            // its retained publishes silently kept as ordinary ones.
+            p.retain_available = Some(0);
+            // Shared subscriptions are not offered yet.
+            p.shared_subscription_available = Some(0);
+            if requested_expiry_s != granted_expiry_s {
+                p.session_expiry_interval_s = Some(granted_expiry_s);
+            }
+            p.server_keep_alive_s = server_keep_alive_s;
+            if assigned {
+                p.assigned_client_identifier = Some(client_id.clone());
+            }
+        }
+        out.send(conn, version, &Packet::Connack(connack), false);
+        log::info!("client {client_id} connected (MQTT {}, session present: {session_present})", match version {
+            ProtocolVersion::V311 => "3.1.1",
+            ProtocolVersion::V5 => "5",
+        });
+        if session_present {
+            self.resend_inflight(conn, session_key, out);
+        }
+        self.pump(session_key, now_ms, out);
+    }
+
+    /// Every reason a CONNECT may be refused, in the order they are asked.
+    fn admit_connect(&self, connect: &Connect) -> Result<(), Refusal> {
+        let settings = &self.settings;
+        if connect.protocol_version == ProtocolVersion::V311 && settings.min_protocol_version == ProtocolVersion::V5 {
+            return Err((ReasonCode::UNSUPPORTED_PROTOCOL_VERSION, "this broker admits MQTT 5 clients only"));
+        }
+        if connect.properties.authentication_method.is_some() {
+            return Err((ReasonCode::BAD_AUTHENTICATION_METHOD, "no enhanced authentication method is offered"));
+        }
+        let client_id = &connect.client_id;
+        if client_id.len() > settings.max_client_id_length as usize {
+            return Err((ReasonCode::CLIENT_IDENTIFIER_NOT_VALID, "client id longer than limits.max_client_id_length"));
+        }
+        if client_id.is_empty() && !connect.clean_start {
+            return Err((ReasonCode::CLIENT_IDENTIFIER_NOT_VALID, "a session kept past its connection needs a client id"));
+        }
+        if has_control_character(client_id) {
+            return Err((ReasonCode::CLIENT_IDENTIFIER_NOT_VALID, "client id holds a control character"));
+        }
+        if connect.username.as_deref().is_some_and(has_control_character) {
+            return Err((ReasonCode::BAD_USER_NAME_OR_PASSWORD, "user name holds a control character"));
+        }
+        if has_reserved_user_property(&connect.properties) {
+            return Err((ReasonCode::IMPLEMENTATION_SPECIFIC_ERROR, "saguin- User Properties are reserved"));
+        }
+        if let Some(will) = &connect.will {
+            self.admit_will(will)?;
+        }
+        Ok(())
+    }
+
+    /// A Will is held to the rules a publish to its topic would meet, since
+    /// a Will that could never be delivered is better refused now.
+    fn admit_will(&self, will: &Will) -> Result<(), Refusal> {
+        if !topic::is_valid_topic_name(&will.topic) {
+            return Err((ReasonCode::TOPIC_NAME_INVALID, "Will topic holds a wildcard or is empty"));
+        }
+        if let Err((code, reason)) = self.admit_topic(&will.topic) {
+            let code = if code == ReasonCode::NOT_AUTHORIZED { ReasonCode::TOPIC_NAME_INVALID } else { code };
+            return Err((code, reason));
+        }
+        if will.retain {
+            return Err((ReasonCode::RETAIN_NOT_SUPPORTED, "retained messages are not available on this broker"));
+        }
+        if has_reserved_user_property(&will.properties) {
+            return Err((ReasonCode::IMPLEMENTATION_SPECIFIC_ERROR, "saguin- User Properties are reserved"));
+        }
+        Ok(())
+    }
+
+    fn send_connack_refusal(
+        &mut self,
+        conn: Key,
+        version: ProtocolVersion,
+        code: ReasonCode,
+        reason: &str,
+        problem_information: bool,
+        out: &mut impl Transport,
+    ) {
+        let mut properties = Properties::default();
+        if version == ProtocolVersion::V5 && problem_information {
+            properties.reason_string = Some(reason.to_string());
+        }
+        let packet = Packet::Connack(Connack { session_present: false, reason_code: code, properties });
+        out.send(conn, version, &packet, false);
+    }
+
+    /// Answers a CONNECT that could not be read: with the code the reading
+    /// stopped on once it declared MQTT 5, with 3.1.1's "unacceptable
+    /// protocol version" for a version this broker does not speak, and
+    /// with nothing otherwise, since 3.1.1 has no code for the rest.
+    pub(crate) fn refuse_connect(
+        &mut self,
+        conn: Key,
+        error: DecodeError,
+        connect_version: Option<ProtocolVersion>,
+        out: &mut impl Transport,
+    ) {
+        log::debug!("refusing an unreadable CONNECT: {error}");
+        if error.code == ReasonCode::UNSUPPORTED_PROTOCOL_VERSION {
+            self.send_connack_refusal(conn, ProtocolVersion::V311, error.code, error.reason, false, out);
+        } else if connect_version == Some(ProtocolVersion::V5) {
+            self.send_connack_refusal(conn, ProtocolVersion::V5, error.code, error.reason, true, out);
+        }
+        self.close_silently(conn, 0, out);
+    }
+
+    /// Finds or makes the session `client_id` connects to. A connection
+    /// holding it is taken over; a Clean Start ends what was kept.
+    fn claim_session(
+        &mut self,
+        client_id: &str,
+        clean_start: bool,
+        expiry_interval_s: u32,
+        now_ms: u64,
+        out: &mut impl Transport,
+    ) -> Key {
+        if let Some(&existing) = self.sessions_by_client_id.get(client_id) {
+            let owner = self.sessions.get(existing).and_then(|s| s.connection);
+            if let Some(old_conn) = owner {
+                self.take_over(old_conn, now_ms, out);
+            }
+            // Taking over may have ended a session that ends with its connection.
+            if self.sessions.contains(existing) {
+                let expired = self.sessions.get(existing).and_then(|s| s.expires_at_ms).is_some_and(|at| at <= now_ms);
+                if clean_start || expired {
+                    self.end_session(existing, now_ms, out);
+                } else {
+                    return existing;
+                }
+            }
+        }
+        let key = self
+            .sessions
+            .insert_with(|_| Session::new(client_id, expiry_interval_s))
+            .expect("the session table is bounded far above its use");
+        self.sessions_by_client_id.insert(client_id.into(), key);
+        key
+    }
+
+    /// Disconnects the connection that held a session another CONNECT now
+    /// claims. Its Will goes out only if it carries no delay.
+    fn take_over(&mut self, old_conn: Key, now_ms: u64, out: &mut impl Transport) {
+        if let Some(active) = self.connections.get_mut(old_conn).and_then(|c| c.active.as_mut()) {
+            let delayed = active.will.as_ref().is_some_and(|w| w.properties.will_delay_interval_s.unwrap_or(0) > 0);
+            if delayed {
+                active.will = None;
+            }
+        }
+        let reason = (ReasonCode::SESSION_TAKEN_OVER, "another connection took over this client id");
+        self.end_connection(old_conn, Some(reason), true, now_ms, out);
+    }
+
+    /// Sends again what a resumed session had on the wire: PUBLISH with DUP
+    /// where no answer came, PUBREL where PUBREC came and PUBCOMP did not.
+    fn resend_inflight(&mut self, conn: Key, session_key: Key, out: &mut impl Transport) {
+        let Some(version) = self.version(conn) else { return };
+        let Some(session) = self.sessions.get(session_key) else { return };
+        for (&packet_id, inflight) in &session.inflight {
+            let packet = match inflight.stage {
+                OutboundStage::Published => {
+                    let mut publish = super::delivery::outgoing_publish(&inflight.delivery, Some(packet_id), None);
+                    publish.dup = true;
+                    Packet::Publish(publish)
+                }
+                OutboundStage::Released => Packet::Pubrel(PubAck { packet_id, ..PubAck::default() }),
+            };
+            out.send(conn, version, &packet, false);
+        }
+    }
+
+    pub(crate) fn handle_disconnect(&mut self, conn: Key, disconnect: Disconnect, now_ms: u64, out: &mut impl Transport) {
+        let Some(active) = self.connections.get(conn).and_then(|c| c.active.as_ref()) else { return };
+        if let Some(expiry_s) = disconnect.properties.session_expiry_interval_s {
+            if active.connect_expiry_s == 0 && expiry_s != 0 {
+                // MQTT forbids reviving a session its CONNECT said ends.
+                let reason = (ReasonCode::PROTOCOL_ERROR, "session expiry set on DISCONNECT after 0 at CONNECT");
+                self.end_connection(conn, Some(reason), true, now_ms, out);
+                return;
+            }
+            let granted_s = expiry_s.min(self.settings.max_session_expiry_s);
+            if let Some(session) = self.sessions.get_mut(active.session) {
+                session.expiry_interval_s = granted_s;
+            }
+        }
+        let publish_will = disconnect.reason_code == ReasonCode::DISCONNECT_WITH_WILL;
+        self.end_connection(conn, None, publish_will, now_ms, out);
+    }
+
+    /// Parts a session from the connection that ended: it is kept for its
+    /// expiry, or ended now, and the connection's Will is published, held
+    /// for its delay, or dropped.
+    pub(crate) fn detach_session(&mut self, active: Active, publish_will: bool, now_ms: u64, out: &mut impl Transport) {
+        let session_key = active.session;
+        let will = if publish_will { active.will } else { None };
+        let Some(session) = self.sessions.get_mut(session_key) else { return };
+        session.connection = None;
+        log::info!("client {} disconnected", session.client_id);
+        if session.expiry_interval_s == 0 {
+            if let Some(will) = will {
+                self.publish_will(will, now_ms, out);
+            }
+            self.end_session(session_key, now_ms, out);
+            return;
+        }
+        session.expires_at_ms = match session.expiry_interval_s {
+            u32::MAX => None,
+            expiry_s => Some(now_ms + u64::from(expiry_s) * 1000),
+        };
+        if let Some(will) = will {
+            match will.properties.will_delay_interval_s.unwrap_or(0) {
+                0 => self.publish_will(will, now_ms, out),
+                delay_s => session.pending_will = Some((will, now_ms + u64::from(delay_s) * 1000)),
+            }
+        }
+    }
+
+    /// Ends a session whole: its Will first, then its subscriptions, what it
+    /// was owed and what it held.
+    pub(crate) fn end_session(&mut self, session_key: Key, now_ms: u64, out: &mut impl Transport) {
+        let Some(mut session) = self.sessions.remove(session_key) else { return };
+        if let Some((will, _)) = session.pending_will.take() {
+            self.publish_will(will, now_ms, out);
+        }
+        for filter in session.subscriptions.keys() {
+            self.index.remove(filter, session_key);
+        }
+        self.stats.qos2_abandoned += session.held_publishes.len() as u64;
+        if self.sessions_by_client_id.get(&session.client_id) == Some(&session_key) {
+            self.sessions_by_client_id.remove(&session.client_id);
+        }
+    }
+
+    /// Ends sessions whose expiry has passed and publishes Wills whose delay
+    /// has.
+    pub(crate) fn expire_sessions(&mut self, now_ms: u64, out: &mut impl Transport) {
+        let mut expired = Vec::new();
+        let mut due_wills = Vec::new();
+        for (key, session) in self.sessions.iter() {
+            if session.connection.is_none() && session.expires_at_ms.is_some_and(|at| at <= now_ms) {
+                expired.push(key);
+            } else if session.pending_will.as_ref().is_some_and(|(_, due_ms)| *due_ms <= now_ms) {
+                due_wills.push(key);
+            }
+        }
+        for key in due_wills {
+            if let Some((will, _)) = self.sessions.get_mut(key).and_then(|s| s.pending_will.take()) {
+                self.publish_will(will, now_ms, out);
+            }
+        }
+        for key in expired {
+            log::info!("session {} expired", self.sessions.get(key).map(|s| &*s.client_id).unwrap_or("-"));
+            self.end_session(key, now_ms, out);
+        }
+    }
+
+    fn publish_will(&mut self, will: Will, now_ms: u64, out: &mut impl Transport) {
+        let mut properties = will.properties;
+        properties.will_delay_interval_s = None;
+        let message = Message {
+            topic: will.topic.into(),
+            payload: will.payload,
+            qos: will.qos,
+            retain: will.retain,
+            properties,
+            received_at_ms: now_ms,
+            publisher: None,
+        };
+        self.route(message, now_ms, out);
+    }
+}

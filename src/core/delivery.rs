@@ -1,0 +1,156 @@
+//! From an admitted message to the sessions whose filters match it, and
+//! from a session's queue onto its connection's wire.
+
+use std::rc::Rc;
+
+use super::session::{Delivery, InFlight, Message, OutboundStage};
+use super::{Broker, Key, Transport};
+use crate::codec::{encoded_len, Packet, Publish, QoS};
+
+/// The PUBLISH that carries `delivery` to its subscriber. `remaining_expiry_s`
+/// replaces the publisher's Message Expiry Interval with what is left of it.
+pub(crate) fn outgoing_publish(delivery: &Delivery, packet_id: Option<u16>, remaining_expiry_s: Option<u32>) -> Publish {
+    let message = &delivery.message;
+    let mut properties = message.properties.clone();
+    properties.subscription_identifiers = delivery.subscription_ids.clone();
+    if remaining_expiry_s.is_some() {
+        properties.message_expiry_interval_s = remaining_expiry_s;
+    }
+    Publish {
+        dup: false,
+        qos: delivery.qos,
+        retain: delivery.retain,
+        topic: message.topic.to_string(),
+        packet_id,
+        properties,
+        payload: message.payload.clone(),
+    }
+}
+
+impl Broker {
+    /// Hands `message` to every session with a matching subscription: one
+    /// copy per session, at the highest QoS among its matching
+    /// subscriptions (never above the message's), carrying every matching
+    /// Subscription Identifier.
+    pub(crate) fn route(&mut self, message: Message, now_ms: u64, out: &mut impl Transport) {
+        let message = Rc::new(message);
+        let mut matches = std::mem::take(&mut self.match_scratch);
+        matches.clear();
+        self.index.for_each_match(&message.topic, |subscriber| {
+            // No Local: never back to the session that published it.
+            if !(subscriber.options.no_local && message.publisher == Some(subscriber.session)) {
+                matches.push(*subscriber);
+            }
+        });
+        matches.sort_unstable_by_key(|s| s.session);
+        let mut start = 0;
+        while start < matches.len() {
+            let session = matches[start].session;
+            let end = start + matches[start..].iter().take_while(|s| s.session == session).count();
+            let group = &matches[start..end];
+            let granted = group.iter().map(|s| s.options.qos).max().unwrap_or(QoS::AtMostOnce);
+            let retain_as_published = group.iter().any(|s| s.options.retain_as_published);
+            let delivery = Delivery {
+                message: Rc::clone(&message),
+                qos: granted.min(message.qos),
+                retain: retain_as_published && message.retain,
+                subscription_ids: group.iter().filter_map(|s| s.subscription_id).collect(),
+            };
+            self.deliver(session, delivery, now_ms, out);
+            start = end;
+        }
+        self.match_scratch = matches;
+    }
+
+    /// Queues one delivery for one session and sends what its window allows.
+    pub(crate) fn deliver(&mut self, session_key: Key, delivery: Delivery, now_ms: u64, out: &mut impl Transport) {
+        let Some(session) = self.sessions.get_mut(session_key) else { return };
+        if delivery.qos == QoS::AtMostOnce {
+            // QoS 0 is never queued: sent now if there is room, or shed.
+            if let Some(conn) = session.connection {
+                self.send_now(conn, &delivery, None, now_ms, true, out);
+            }
+            return;
+        }
+        let bound = self.settings.session_queue_bytes;
+        let cost = delivery.message.cost_bytes();
+        // Full means the oldest that is not on the wire goes.
+        while session.held_bytes + cost > bound && session.drop_oldest_waiting() {
+            self.stats.session_queue_full += 1;
+        }
+        if session.held_bytes + cost > bound && !session.inflight.is_empty() {
+            // Nothing left that can be given up: this delivery is refused.
+            self.stats.session_queue_full += 1;
+            return;
+        }
+        session.held_bytes += cost;
+        session.waiting.push_back(delivery);
+        self.pump(session_key, now_ms, out);
+    }
+
+    /// Moves waiting deliveries onto the wire while the client's Receive
+    /// Maximum and half of `session_queue_bytes` allow; one is always sent
+    /// when nothing is on the wire, however large.
+    pub(crate) fn pump(&mut self, session_key: Key, now_ms: u64, out: &mut impl Transport) {
+        let Some(session) = self.sessions.get_mut(session_key) else { return };
+        let Some(conn) = session.connection else { return };
+        let Some(active) = self.connections.get(conn).and_then(|c| c.active.as_ref()) else { return };
+        let (version, receive_maximum, max_packet_size) =
+            (active.version, usize::from(active.client_receive_maximum), active.client_max_packet_size);
+        let half_bound = self.settings.session_queue_bytes / 2;
+        while let Some(front) = session.waiting.front() {
+            let cost = front.message.cost_bytes();
+            let on_wire = !session.inflight.is_empty();
+            if session.inflight.len() >= receive_maximum || (on_wire && session.inflight_bytes + cost > half_bound) {
+                break;
+            }
+            let delivery = session.waiting.pop_front().expect("front exists");
+            let Ok(remaining_expiry_s) = delivery.message.remaining_expiry_s(now_ms) else {
+                session.held_bytes -= cost;
+                self.stats.deliveries_expired += 1;
+                continue;
+            };
+            let packet_id = session.allocate_packet_id();
+            let packet = Packet::Publish(outgoing_publish(&delivery, Some(packet_id), remaining_expiry_s));
+            if encoded_len(&packet, version) > max_packet_size as usize {
+                // The client said it cannot take a packet this large.
+                session.held_bytes -= cost;
+                self.stats.deliveries_too_large += 1;
+                continue;
+            }
+            out.send(conn, version, &packet, false);
+            self.stats.deliveries_sent += 1;
+            session.inflight_bytes += cost;
+            session.inflight.insert(packet_id, InFlight { delivery, stage: OutboundStage::Published });
+        }
+    }
+
+    /// Sends a QoS 0 delivery at once, or sheds it when it has expired, is
+    /// too large for the client, or finds the connection's buffer full.
+    fn send_now(
+        &mut self,
+        conn: Key,
+        delivery: &Delivery,
+        packet_id: Option<u16>,
+        now_ms: u64,
+        droppable: bool,
+        out: &mut impl Transport,
+    ) {
+        let Some(active) = self.connections.get(conn).and_then(|c| c.active.as_ref()) else { return };
+        let (version, max_packet_size) = (active.version, active.client_max_packet_size);
+        let Ok(remaining_expiry_s) = delivery.message.remaining_expiry_s(now_ms) else {
+            self.stats.deliveries_expired += 1;
+            return;
+        };
+        let packet = Packet::Publish(outgoing_publish(delivery, packet_id, remaining_expiry_s));
+        if encoded_len(&packet, version) > max_packet_size as usize {
+            self.stats.deliveries_too_large += 1;
+            return;
+        }
+        if out.send(conn, version, &packet, droppable) {
+            self.stats.deliveries_sent += 1;
+        } else {
+            self.stats.deliveries_dropped += 1;
+        }
+    }
+}

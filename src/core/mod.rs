@@ -1,0 +1,429 @@
+//! The broker's rules as a sans-IO state machine.
+//!
+//! The core is fed events - a connection accepted, a packet decoded, a
+//! connection lost, a tick with the current time - and answers through a
+//! [`Transport`]: packets to send and connections to close. It reads no
+//! clock, opens no socket and spawns nothing, so the same code runs under a
+//! deterministic test with simulated time and under the smol shell.
+
+mod connect;
+mod delivery;
+mod inbound;
+pub mod session;
+pub mod slab;
+mod subscribe;
+#[cfg(test)]
+mod tests;
+pub mod topic_index;
+
+use std::collections::HashMap;
+
+use crate::codec::{
+    DecodeError, Disconnect, Packet, Properties, ProtocolVersion, ReasonCode, Will,
+};
+use session::Session;
+use slab::Slab;
+pub use slab::Key;
+use topic_index::{Subscriber, TopicIndex};
+
+/// Topic aliases a client may register with the broker on one connection.
+/// Sixteen bounds the table at sixteen topics per connection.
+pub const TOPIC_ALIAS_MAXIMUM: u16 = 16;
+
+/// How the core's answers leave it. Implemented by the network shell, and by
+/// tests that record what the broker said.
+pub trait Transport {
+    /// Queues `packet` for `conn`. A `droppable` packet (a QoS 0 broadcast)
+    /// may be refused when the connection's outbound buffer is full; the
+    /// return value says whether it was queued. Any other packet is always
+    /// queued.
+    fn send(&mut self, conn: Key, version: ProtocolVersion, packet: &Packet, droppable: bool) -> bool;
+
+    /// Closes `conn` once what was queued for it has been written.
+    fn close(&mut self, conn: Key);
+}
+
+/// The limits the core enforces, taken from the configuration.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Settings {
+    pub max_connections: u32,
+    pub max_message_size_bytes: u32,
+    pub max_connect_size_bytes: u32,
+    pub max_topic_length: u32,
+    pub max_topic_levels: u32,
+    pub max_client_id_length: u32,
+    pub max_header_count: u32,
+    pub max_header_bytes: u32,
+    pub max_subscriptions: u32,
+    pub max_session_expiry_s: u32,
+    pub max_keepalive_s: Option<u16>,
+    pub connect_timeout_ms: u64,
+    pub session_queue_bytes: u64,
+    pub publish_rate_per_s: Option<u32>,
+    pub publish_bytes_per_s: Option<u64>,
+    pub min_protocol_version: ProtocolVersion,
+    /// Exactly-once publishes one client may hold unreleased.
+    pub qos2_max_inflight_per_client: u32,
+    /// How long an unreleased exactly-once publish is held.
+    pub qos2_expires_after_ms: u64,
+}
+
+impl Default for Settings {
+    fn default() -> Settings {
+        Settings {
+            max_connections: 10_000,
+            max_message_size_bytes: 1024 * 1024,
+            max_connect_size_bytes: 100 * 1024,
+            max_topic_length: 1024,
+            max_topic_levels: 200,
+            max_client_id_length: 256,
+            max_header_count: 32,
+            max_header_bytes: 8 * 1024,
+            max_subscriptions: 10_000,
+            max_session_expiry_s: 30 * 24 * 3600,
+            max_keepalive_s: None,
+            connect_timeout_ms: 10_000,
+            session_queue_bytes: 1024 * 1024,
+            publish_rate_per_s: None,
+            publish_bytes_per_s: None,
+            min_protocol_version: ProtocolVersion::V311,
+            qos2_max_inflight_per_client: 20,
+            qos2_expires_after_ms: 5 * 60 * 1000,
+        }
+    }
+}
+
+/// Counters an operator reads to see what the broker refused or dropped.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Stats {
+    pub connections_accepted: u64,
+    pub connections_refused_busy: u64,
+    pub publishes_received: u64,
+    pub publishes_refused: u64,
+    pub publishes_rate_limited: u64,
+    pub deliveries_sent: u64,
+    /// QoS 0 broadcasts shed because the connection's buffer was full.
+    pub deliveries_dropped: u64,
+    /// Deliveries a session gave up or was refused at `session_queue_bytes`.
+    pub session_queue_full: u64,
+    /// Deliveries over the receiving client's Maximum Packet Size.
+    pub deliveries_too_large: u64,
+    /// Deliveries whose Message Expiry Interval ran out before they were sent.
+    pub deliveries_expired: u64,
+    pub qos2_abandoned: u64,
+}
+
+/// A connection that has sent its CONNECT and been accepted.
+pub(crate) struct Active {
+    pub version: ProtocolVersion,
+    pub session: Key,
+    /// The keepalive in force, after any Server Keep Alive; 0 for none.
+    pub keep_alive_s: u16,
+    pub client_max_packet_size: u32,
+    pub client_receive_maximum: u16,
+    pub topic_aliases: [Option<Box<str>>; TOPIC_ALIAS_MAXIMUM as usize],
+    /// False when the client asked not to be sent Reason Strings.
+    pub problem_information: bool,
+    /// The Session Expiry Interval granted at CONNECT.
+    pub connect_expiry_s: u32,
+    pub will: Option<Will>,
+}
+
+pub(crate) struct Connection {
+    pub accepted_at_ms: u64,
+    pub last_received_ms: u64,
+    pub active: Option<Active>,
+}
+
+/// A per-client token bucket for `publish_rate` and `publish_bytes`.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct PublishBudget {
+    pub messages: f64,
+    pub bytes: f64,
+    pub updated_ms: u64,
+}
+
+pub struct Broker {
+    pub(crate) settings: Settings,
+    pub(crate) connections: Slab<Connection>,
+    pub(crate) sessions: Slab<Session>,
+    pub(crate) sessions_by_client_id: HashMap<Box<str>, Key>,
+    pub(crate) index: TopicIndex,
+    pub(crate) stats: Stats,
+    pub(crate) budgets: HashMap<Box<str>, PublishBudget>,
+    next_assigned_id: u64,
+    /// Reused by routing so that a publish allocates no match list.
+    pub(crate) match_scratch: Vec<Subscriber>,
+}
+
+impl Broker {
+    pub fn new(settings: Settings) -> Broker {
+        let max_connections = settings.max_connections as usize;
+        Broker {
+            connections: Slab::with_capacity(max_connections),
+            // Away sessions are bounded by their expiry; the table grows
+            // with use up to a bound far above what a gateway holds.
+            sessions: Slab::growable(u32::MAX as usize),
+            sessions_by_client_id: HashMap::new(),
+            index: TopicIndex::new(),
+            stats: Stats::default(),
+            budgets: HashMap::new(),
+            next_assigned_id: 0,
+            match_scratch: Vec::new(),
+            settings,
+        }
+    }
+
+    pub fn settings(&self) -> &Settings {
+        &self.settings
+    }
+
+    pub fn stats(&self) -> &Stats {
+        &self.stats
+    }
+
+    pub fn connection_count(&self) -> usize {
+        self.connections.len()
+    }
+
+    pub fn session_count(&self) -> usize {
+        self.sessions.len()
+    }
+
+    /// Takes a slot in the connection table for a new socket, or `None`
+    /// when every slot is taken.
+    pub fn accept(&mut self, now_ms: u64) -> Option<Key> {
+        let key = self.connections.insert_with(|_| Connection {
+            accepted_at_ms: now_ms,
+            last_received_ms: now_ms,
+            active: None,
+        });
+        match key {
+            Some(_) => self.stats.connections_accepted += 1,
+            None => self.stats.connections_refused_busy += 1,
+        }
+        key
+    }
+
+    /// The CONNACK that turns away a connection for which no slot is free.
+    pub fn busy_connack() -> Packet {
+        Packet::Connack(crate::codec::Connack {
+            session_present: false,
+            reason_code: ReasonCode::SERVER_BUSY,
+            properties: Properties::default(),
+        })
+    }
+
+    /// The protocol version a connection has settled on, once its CONNECT
+    /// has been accepted; what its later packets are decoded as.
+    pub fn version(&self, conn: Key) -> Option<ProtocolVersion> {
+        self.connections.get(conn)?.active.as_ref().map(|active| active.version)
+    }
+
+    pub fn is_open(&self, conn: Key) -> bool {
+        self.connections.contains(conn)
+    }
+
+    /// The largest packet `conn` may send next: `max_connect_size` until its
+    /// CONNECT is accepted, `max_message_size` after.
+    pub fn inbound_limit_bytes(&self, conn: Key) -> u32 {
+        match self.connections.get(conn) {
+            Some(Connection { active: Some(_), .. }) => self.settings.max_message_size_bytes,
+            _ => self.settings.max_connect_size_bytes,
+        }
+    }
+
+    /// A packet decoded from `conn`.
+    pub fn handle_packet(&mut self, conn: Key, packet: Packet, now_ms: u64, out: &mut impl Transport) {
+        let Some(connection) = self.connections.get_mut(conn) else {
+            return;
+        };
+        connection.last_received_ms = now_ms;
+        if connection.active.is_none() {
+            match packet {
+                Packet::Connect(connect) => self.handle_connect(conn, connect, now_ms, out),
+                // The decoder refuses anything else before CONNECT.
+                _ => self.close_silently(conn, now_ms, out),
+            }
+            return;
+        }
+        match packet {
+            Packet::Publish(publish) => self.handle_publish(conn, publish, now_ms, out),
+            Packet::Puback(ack) => self.handle_puback(conn, ack.packet_id, now_ms, out),
+            Packet::Pubrec(ack) => self.handle_pubrec(conn, ack, now_ms, out),
+            Packet::Pubrel(ack) => self.handle_pubrel(conn, ack.packet_id, now_ms, out),
+            Packet::Pubcomp(ack) => self.handle_pubcomp(conn, ack.packet_id, now_ms, out),
+            Packet::Subscribe(subscribe) => self.handle_subscribe(conn, subscribe, now_ms, out),
+            Packet::Unsubscribe(unsubscribe) => self.handle_unsubscribe(conn, unsubscribe, out),
+            Packet::Pingreq => self.send(conn, &Packet::Pingresp, out),
+            Packet::Disconnect(disconnect) => self.handle_disconnect(conn, disconnect, now_ms, out),
+            Packet::Auth(_) => self.end_connection(
+                conn,
+                Some((ReasonCode::PROTOCOL_ERROR, "no authentication method is in use to re-authenticate with")),
+                true,
+                now_ms,
+                out,
+            ),
+            Packet::Connect(_) => {
+                self.end_connection(conn, Some((ReasonCode::PROTOCOL_ERROR, "a second CONNECT")), true, now_ms, out)
+            }
+            Packet::Connack(_)
+            | Packet::Suback(_)
+            | Packet::Unsuback(_)
+            | Packet::Pingresp => self.end_connection(
+                conn,
+                Some((ReasonCode::PROTOCOL_ERROR, "a packet only a server sends")),
+                true,
+                now_ms,
+                out,
+            ),
+        }
+    }
+
+    /// A packet from `conn` that could not be read. `connect_version` is the
+    /// version a refused CONNECT declared, where it declared one it could.
+    pub fn handle_decode_error(
+        &mut self,
+        conn: Key,
+        error: DecodeError,
+        connect_version: Option<ProtocolVersion>,
+        now_ms: u64,
+        out: &mut impl Transport,
+    ) {
+        let Some(connection) = self.connections.get(conn) else {
+            return;
+        };
+        if connection.active.is_some() {
+            self.end_connection(conn, Some((error.code, error.reason)), true, now_ms, out);
+            return;
+        }
+        self.refuse_connect(conn, error, connect_version, out);
+    }
+
+    /// The socket closed or failed without the broker deciding so.
+    pub fn handle_connection_lost(&mut self, conn: Key, now_ms: u64, out: &mut impl Transport) {
+        if self.connections.contains(conn) {
+            self.end_connection(conn, None, true, now_ms, out);
+        }
+    }
+
+    /// Runs every clock: CONNECT and keepalive deadlines, session expiry,
+    /// delayed Wills, unreleased exactly-once publishes.
+    pub fn tick(&mut self, now_ms: u64, out: &mut impl Transport) {
+        let deadlines: Vec<(Key, u64, u64, Option<u16>)> = self
+            .connections
+            .iter()
+            .map(|(key, c)| (key, c.accepted_at_ms, c.last_received_ms, c.active.as_ref().map(|a| a.keep_alive_s)))
+            .collect();
+        for (conn, accepted_at_ms, last_received_ms, keep_alive_s) in deadlines {
+            match keep_alive_s {
+                None => {
+                    if now_ms.saturating_sub(accepted_at_ms) >= self.settings.connect_timeout_ms {
+                        log::debug!("closing a connection that sent no CONNECT within connect_timeout");
+                        self.close_silently(conn, now_ms, out);
+                    }
+                }
+                Some(0) => {}
+                Some(keep_alive_s) => {
+                    // MQTT allows one and a half keepalives of silence.
+                    let allowed_ms = u64::from(keep_alive_s) * 1500;
+                    if now_ms.saturating_sub(last_received_ms) > allowed_ms {
+                        let reason = (ReasonCode::KEEP_ALIVE_TIMEOUT, "keepalive expired");
+                        self.end_connection(conn, Some(reason), true, now_ms, out);
+                    }
+                }
+            }
+        }
+        self.expire_sessions(now_ms, out);
+        self.expire_held_publishes(now_ms);
+        self.forget_full_budgets(now_ms);
+    }
+
+    /// Says goodbye to every client as the broker stops.
+    pub fn shutdown(&mut self, now_ms: u64, out: &mut impl Transport) {
+        for conn in self.connections.keys() {
+            let active = self.connections.get(conn).and_then(|c| c.active.as_ref()).is_some();
+            if active {
+                self.end_connection(conn, Some((ReasonCode::SERVER_SHUTTING_DOWN, "the broker is stopping")), false, now_ms, out);
+            } else {
+                self.close_silently(conn, now_ms, out);
+            }
+        }
+    }
+
+    fn next_assigned_client_id(&mut self) -> String {
+        loop {
+            self.next_assigned_id += 1;
+            let id = format!("saguin-{:016x}", self.next_assigned_id);
+            if !self.sessions_by_client_id.contains_key(id.as_str()) {
+                return id;
+            }
+        }
+    }
+
+    pub(crate) fn send(&mut self, conn: Key, packet: &Packet, out: &mut impl Transport) {
+        if let Some(version) = self.version(conn) {
+            out.send(conn, version, packet, false);
+        }
+    }
+
+    /// A Reason String for `conn`, unless its client asked for none.
+    pub(crate) fn reason_string(&self, conn: Key, reason: &str) -> Option<String> {
+        let active = self.connections.get(conn)?.active.as_ref()?;
+        (active.problem_information && active.version == ProtocolVersion::V5).then(|| reason.to_string())
+    }
+
+    /// Closes a connection that has no session, writing nothing.
+    pub(crate) fn close_silently(&mut self, conn: Key, _now_ms: u64, out: &mut impl Transport) {
+        if let Some(connection) = self.connections.remove(conn) {
+            debug_assert!(connection.active.is_none());
+            out.close(conn);
+        }
+    }
+
+    /// Ends a connection the broker or the client decided to end: an MQTT 5
+    /// client is told `reason` on a DISCONNECT first. Its session is kept or
+    /// ended as its expiry says, and its Will goes out where `publish_will`.
+    pub(crate) fn end_connection(
+        &mut self,
+        conn: Key,
+        reason: Option<(ReasonCode, &str)>,
+        publish_will: bool,
+        now_ms: u64,
+        out: &mut impl Transport,
+    ) {
+        let Some(connection) = self.connections.get(conn) else {
+            return;
+        };
+        let Some(active) = connection.active.as_ref() else {
+            self.close_silently(conn, now_ms, out);
+            return;
+        };
+        if let Some((code, text)) = reason {
+            if active.version == ProtocolVersion::V5 {
+                let reason_string = self.reason_string(conn, text);
+                let packet = Packet::Disconnect(Disconnect {
+                    reason_code: code,
+                    properties: Properties { reason_string, ..Properties::default() },
+                });
+                out.send(conn, ProtocolVersion::V5, &packet, false);
+            }
+            if code.is_error() {
+                log::info!("disconnecting {}: {} (0x{:02X})", self.client_id_of(conn), text, code.0);
+            }
+        }
+        out.close(conn);
+        let connection = self.connections.remove(conn).expect("checked above");
+        let active = connection.active.expect("checked above");
+        self.detach_session(active, publish_will, now_ms, out);
+    }
+
+    pub(crate) fn client_id_of(&self, conn: Key) -> &str {
+        self.connections
+            .get(conn)
+            .and_then(|c| c.active.as_ref())
+            .and_then(|a| self.sessions.get(a.session))
+            .map(|s| &*s.client_id)
+            .unwrap_or("-")
+    }
+}

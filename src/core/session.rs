@@ -1,0 +1,157 @@
+//! What the broker keeps for a client id between connections.
+
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::rc::Rc;
+
+use super::slab::Key;
+use crate::codec::{Properties, QoS, SubscriptionOptions, Will};
+
+/// An application message as the broker holds it once admitted: shared by
+/// every session it is owed to, never copied per subscriber.
+#[derive(Debug)]
+pub struct Message {
+    pub topic: Box<str>,
+    pub payload: Vec<u8>,
+    pub qos: QoS,
+    pub retain: bool,
+    /// The publisher's properties, less Topic Alias and Subscription
+    /// Identifiers, which belong to one hop.
+    pub properties: Properties,
+    pub received_at_ms: u64,
+    /// The publishing session, for No Local.
+    pub publisher: Option<Key>,
+}
+
+impl Message {
+    /// What holding this message costs a session, for `session_queue_bytes`:
+    /// its bytes plus a fixed estimate of the entry that tracks it.
+    pub fn cost_bytes(&self) -> u64 {
+        const ENTRY_OVERHEAD_BYTES: u64 = 96;
+        let user_properties: usize =
+            self.properties.user_properties.iter().map(|(k, v)| k.len() + v.len() + 4).sum();
+        (self.payload.len() + self.topic.len() + user_properties) as u64 + ENTRY_OVERHEAD_BYTES
+    }
+
+    /// The Message Expiry Interval left after waiting until `now_ms`, or
+    /// `Err(())` once it has run out. `Ok(None)` when the publisher set none.
+    pub fn remaining_expiry_s(&self, now_ms: u64) -> Result<Option<u32>, ()> {
+        let Some(interval_s) = self.properties.message_expiry_interval_s else {
+            return Ok(None);
+        };
+        let waited_s = now_ms.saturating_sub(self.received_at_ms) / 1000;
+        match u64::from(interval_s).checked_sub(waited_s) {
+            Some(left_s) if left_s > 0 => Ok(Some(left_s as u32)),
+            _ => Err(()),
+        }
+    }
+}
+
+/// One message owed to one session, at the QoS and with the identifiers of
+/// the subscriptions that matched it.
+#[derive(Debug, Clone)]
+pub struct Delivery {
+    pub message: Rc<Message>,
+    pub qos: QoS,
+    pub retain: bool,
+    pub subscription_ids: Vec<u32>,
+}
+
+/// Where an outgoing QoS 1 or 2 exchange stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OutboundStage {
+    /// PUBLISH sent, waiting for PUBACK (QoS 1) or PUBREC (QoS 2).
+    Published,
+    /// PUBREL sent, waiting for PUBCOMP.
+    Released,
+}
+
+#[derive(Debug)]
+pub struct InFlight {
+    pub delivery: Delivery,
+    pub stage: OutboundStage,
+}
+
+/// A QoS 2 publish received from the client and not yet released.
+#[derive(Debug)]
+pub struct HeldPublish {
+    pub message: Message,
+    pub received_at_ms: u64,
+}
+
+#[derive(Debug, Clone)]
+pub struct SubscriptionEntry {
+    pub options: SubscriptionOptions,
+    pub subscription_id: Option<u32>,
+}
+
+pub struct Session {
+    pub client_id: Box<str>,
+    /// The connection that owns the session, if it is connected.
+    pub connection: Option<Key>,
+    pub subscriptions: HashMap<Box<str>, SubscriptionEntry>,
+    /// The granted Session Expiry Interval; 0 ends the session with its
+    /// connection, `u32::MAX` never expires it.
+    pub expiry_interval_s: u32,
+    /// Set while the session is away and will expire.
+    pub expires_at_ms: Option<u64>,
+    /// QoS 1 and 2 deliveries on the wire, by packet identifier.
+    pub inflight: BTreeMap<u16, InFlight>,
+    /// QoS 1 and 2 deliveries waiting for window, oldest first.
+    pub waiting: VecDeque<Delivery>,
+    /// What `inflight` and `waiting` cost, against `session_queue_bytes`.
+    pub held_bytes: u64,
+    /// What `inflight` alone costs.
+    pub inflight_bytes: u64,
+    pub next_packet_id: u16,
+    /// Exactly-once publishes received and not yet released, by packet id.
+    pub held_publishes: BTreeMap<u16, HeldPublish>,
+    /// A Will waiting out its delay after its connection ended, and when
+    /// it is due.
+    pub pending_will: Option<(Will, u64)>,
+    /// True until the session's first connection is answered, so that its
+    /// CONNACK says Session Present 0.
+    pub is_new: bool,
+}
+
+impl Session {
+    pub fn new(client_id: &str, expiry_interval_s: u32) -> Session {
+        Session {
+            client_id: client_id.into(),
+            connection: None,
+            subscriptions: HashMap::new(),
+            expiry_interval_s,
+            expires_at_ms: None,
+            inflight: BTreeMap::new(),
+            waiting: VecDeque::new(),
+            held_bytes: 0,
+            inflight_bytes: 0,
+            next_packet_id: 1,
+            held_publishes: BTreeMap::new(),
+            pending_will: None,
+            is_new: true,
+        }
+    }
+
+    /// A packet identifier no outgoing exchange of this session holds.
+    /// The window is bounded well below 65,535, so one is always free.
+    pub fn allocate_packet_id(&mut self) -> u16 {
+        loop {
+            let id = self.next_packet_id;
+            self.next_packet_id = if id == u16::MAX { 1 } else { id + 1 };
+            if !self.inflight.contains_key(&id) {
+                return id;
+            }
+        }
+    }
+
+    /// Drops the oldest waiting delivery; returns false if none waits.
+    pub fn drop_oldest_waiting(&mut self) -> bool {
+        match self.waiting.pop_front() {
+            Some(delivery) => {
+                self.held_bytes -= delivery.message.cost_bytes();
+                true
+            }
+            None => false,
+        }
+    }
+}

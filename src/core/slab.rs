@@ -1,0 +1,143 @@
+//! A table of entries addressed by index and generation.
+//!
+//! The generation makes a stale key harmless: an event for a connection
+//! that has since ended and whose slot was reused finds nothing, instead of
+//! reaching the stranger now in that slot.
+
+/// A key into a [`Slab`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Key {
+    pub index: u32,
+    pub generation: u32,
+}
+
+struct Slot<T> {
+    generation: u32,
+    value: Option<T>,
+}
+
+pub struct Slab<T> {
+    slots: Vec<Slot<T>>,
+    free: Vec<u32>,
+    len: usize,
+    capacity: usize,
+}
+
+impl<T> Slab<T> {
+    /// A table that never holds more than `capacity` entries, its storage
+    /// reserved at once so that it never reallocates.
+    pub fn with_capacity(capacity: usize) -> Slab<T> {
+        assert!(capacity <= u32::MAX as usize);
+        Slab {
+            slots: Vec::with_capacity(capacity),
+            free: Vec::with_capacity(capacity),
+            len: 0,
+            capacity,
+        }
+    }
+
+    /// A table bounded by `capacity` that grows as it fills, for tables
+    /// whose bound is far above what they usually hold.
+    pub fn growable(capacity: usize) -> Slab<T> {
+        assert!(capacity <= u32::MAX as usize);
+        Slab { slots: Vec::new(), free: Vec::new(), len: 0, capacity }
+    }
+
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    pub fn is_full(&self) -> bool {
+        self.len == self.capacity
+    }
+
+    pub fn capacity(&self) -> usize {
+        self.capacity
+    }
+
+    /// Inserts a value built from its own key, or gives it back when full.
+    pub fn insert_with(&mut self, make: impl FnOnce(Key) -> T) -> Option<Key> {
+        if self.is_full() {
+            return None;
+        }
+        let index = match self.free.pop() {
+            Some(index) => index,
+            None => {
+                self.slots.push(Slot { generation: 0, value: None });
+                (self.slots.len() - 1) as u32
+            }
+        };
+        let slot = &mut self.slots[index as usize];
+        debug_assert!(slot.value.is_none());
+        let key = Key { index, generation: slot.generation };
+        slot.value = Some(make(key));
+        self.len += 1;
+        Some(key)
+    }
+
+    pub fn get(&self, key: Key) -> Option<&T> {
+        let slot = self.slots.get(key.index as usize)?;
+        if slot.generation != key.generation {
+            return None;
+        }
+        slot.value.as_ref()
+    }
+
+    pub fn get_mut(&mut self, key: Key) -> Option<&mut T> {
+        let slot = self.slots.get_mut(key.index as usize)?;
+        if slot.generation != key.generation {
+            return None;
+        }
+        slot.value.as_mut()
+    }
+
+    pub fn contains(&self, key: Key) -> bool {
+        self.get(key).is_some()
+    }
+
+    pub fn remove(&mut self, key: Key) -> Option<T> {
+        let slot = self.slots.get_mut(key.index as usize)?;
+        if slot.generation != key.generation {
+            return None;
+        }
+        let value = slot.value.take()?;
+        slot.generation = slot.generation.wrapping_add(1);
+        self.free.push(key.index);
+        self.len -= 1;
+        Some(value)
+    }
+
+    pub fn iter(&self) -> impl Iterator<Item = (Key, &T)> {
+        self.slots.iter().enumerate().filter_map(|(index, slot)| {
+            let key = Key { index: index as u32, generation: slot.generation };
+            slot.value.as_ref().map(|value| (key, value))
+        })
+    }
+
+    pub fn keys(&self) -> Vec<Key> {
+        self.iter().map(|(key, _)| key).collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn refuses_past_capacity_and_reuses_slots() {
+        let mut slab = Slab::with_capacity(2);
+        let a = slab.insert_with(|_| 'a').unwrap();
+        let _b = slab.insert_with(|_| 'b').unwrap();
+        assert!(slab.insert_with(|_| 'c').is_none());
+        assert_eq!(slab.remove(a), Some('a'));
+        let c = slab.insert_with(|_| 'c').unwrap();
+        assert_eq!(c.index, a.index);
+        assert_ne!(c.generation, a.generation);
+        assert_eq!(slab.get(a), None, "a stale key must not reach the new entry");
+        assert_eq!(slab.get(c), Some(&'c'));
+    }
+}

@@ -1,0 +1,11 @@
+//! Sagüin: an MQTT 3.1.1 and 5 broker for edge gateways.
+//!
+//! - [`codec`]: the MQTT 3.1.1 and 5 wire format, pure functions over bytes;
+//! - [`config`]: the YAML configuration and its validation;
+//! - [`core`]: the broker's rules as a sans-IO state machine;
+//! - [`net`]: the smol shell that connects the core to sockets and a clock.
+
+pub mod codec;
+pub mod config;
+pub mod core;
+pub mod net;

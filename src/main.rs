@@ -1,0 +1,80 @@
+//! The `saguin` command: run the broker, or check a configuration.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use saguin::config::{self, Config};
+
+const USAGE: &str = "\
+usage: saguin [--config FILE]      run the broker (the embedded default configuration without --config)
+       saguin --check-config FILE  validate FILE and exit
+       saguin --print-default-config
+       saguin --version";
+
+enum Command {
+    Run(Option<PathBuf>),
+    CheckConfig(PathBuf),
+    PrintDefaultConfig,
+    Version,
+    Help,
+}
+
+fn parse_args(args: &[String]) -> Result<Command, String> {
+    match args {
+        [] => Ok(Command::Run(None)),
+        [flag, path] if flag == "--config" => Ok(Command::Run(Some(path.into()))),
+        [flag, path] if flag == "--check-config" => Ok(Command::CheckConfig(path.into())),
+        [flag] if flag == "--print-default-config" => Ok(Command::PrintDefaultConfig),
+        [flag] if flag == "--version" || flag == "-V" => Ok(Command::Version),
+        [flag] if flag == "--help" || flag == "-h" => Ok(Command::Help),
+        _ => Err(format!("unrecognised arguments: {}", args.join(" "))),
+    }
+}
+
+fn load(path: Option<PathBuf>) -> Result<Config, ExitCode> {
+    match path {
+        None => Ok(config::default_config()),
+        Some(path) => config::load(&path).map_err(|error| {
+            eprintln!("{error}");
+            ExitCode::from(2)
+        }),
+    }
+}
+
+fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let command = match parse_args(&args) {
+        Ok(command) => command,
+        Err(message) => {
+            eprintln!("{message}\n{USAGE}");
+            return ExitCode::from(2);
+        }
+    };
+    match command {
+        Command::Version => println!("saguin {}", env!("CARGO_PKG_VERSION")),
+        Command::Help => println!("{USAGE}"),
+        Command::PrintDefaultConfig => print!("{}", config::DEFAULT_CONFIG_YAML),
+        Command::CheckConfig(path) => {
+            if let Err(code) = load(Some(path.clone())) {
+                return code;
+            }
+            println!("{}: configuration is valid", path.display());
+        }
+        Command::Run(path) => {
+            let config = match load(path) {
+                Ok(config) => config,
+                Err(code) => return code,
+            };
+            let level = config.broker.log_level.to_level_filter();
+            // Logs go to standard output; the init system bounds them.
+            if let Err(error) = simple_logger::SimpleLogger::new().with_level(level).init() {
+                eprintln!("cannot start logging: {error}");
+            }
+            if let Err(error) = saguin::net::run(config) {
+                log::error!("{error}");
+                return ExitCode::FAILURE;
+            }
+        }
+    }
+    ExitCode::SUCCESS
+}

@@ -1,0 +1,207 @@
+//! One client connection: a reader that decodes packets into the core and a
+//! writer that drains the connection's outbox onto the socket.
+
+use std::time::Duration;
+
+use async_net::{Shutdown, TcpStream};
+use smol::future;
+use smol::io::{AsyncReadExt, AsyncWriteExt};
+
+use super::outbox::{reader_may_continue, writable, Outbox};
+use super::SharedRef;
+use crate::codec::{
+    decode_fixed_header, decode_packet, peek_connect_version, DecodeError, PacketType, ProtocolVersion, ReasonCode,
+};
+use crate::core::{Broker, Key};
+
+/// A read buffer starts small, so that an idle connection costs little,
+/// and grows while packets arrive faster than they are read.
+const INITIAL_READ_BYTES: usize = 1024;
+const MAX_IDLE_READ_BYTES: usize = 16 * 1024;
+/// An outbox past this many unwritten bytes pauses reading from its client.
+pub const OUTBOX_PAUSE_BYTES: usize = 256 * 1024;
+
+const TOO_LARGE: DecodeError =
+    DecodeError { code: ReasonCode::PACKET_TOO_LARGE, reason: "packet larger than the maximum packet size" };
+
+/// Serves one accepted connection until it ends.
+pub async fn serve(shared: SharedRef, stream: TcpStream, key: Key, outbox: Outbox, write_timeout_ms: Option<u64>) {
+    let reader = read_loop(shared.clone(), stream.clone(), key, outbox.clone());
+    let writer = write_loop(shared.clone(), stream, key, outbox, write_timeout_ms);
+    future::zip(reader, writer).await;
+    let mut guard = shared.borrow_mut();
+    let shared = &mut *guard;
+    let now_ms = shared.now_ms();
+    shared.broker.handle_connection_lost(key, now_ms, &mut shared.outboxes);
+    shared.outboxes.remove(key);
+}
+
+/// Feeds one decoded packet, or the error that stopped decoding it, to the
+/// core. Returns whether the connection is still open.
+fn dispatch(shared: &SharedRef, key: Key, header: &crate::codec::FixedHeader, body: &[u8]) -> bool {
+    let mut guard = shared.borrow_mut();
+    let shared = &mut *guard;
+    let now_ms = shared.now_ms();
+    let broker: &mut Broker = &mut shared.broker;
+    match decode_packet(header, body, broker.version(key)) {
+        Ok(packet) => broker.handle_packet(key, packet, now_ms, &mut shared.outboxes),
+        Err(error) => {
+            let version = connect_version_hint(header.packet_type, body);
+            broker.handle_decode_error(key, error, version, now_ms, &mut shared.outboxes);
+        }
+    }
+    broker.is_open(key)
+}
+
+fn connect_version_hint(packet_type: u8, body: &[u8]) -> Option<ProtocolVersion> {
+    (packet_type == PacketType::Connect as u8).then(|| peek_connect_version(body)).flatten()
+}
+
+fn fail(shared: &SharedRef, key: Key, error: DecodeError, version: Option<ProtocolVersion>) {
+    let mut guard = shared.borrow_mut();
+    let shared = &mut *guard;
+    let now_ms = shared.now_ms();
+    shared.broker.handle_decode_error(key, error, version, now_ms, &mut shared.outboxes);
+}
+
+async fn read_loop(shared: SharedRef, mut stream: TcpStream, key: Key, outbox: Outbox) {
+    let mut buf: Vec<u8> = Vec::with_capacity(INITIAL_READ_BYTES);
+    loop {
+        // Decode every packet that has fully arrived.
+        let mut consumed = 0;
+        let mut needed = 0;
+        loop {
+            let pending = &buf[consumed..];
+            let header = match decode_fixed_header(pending) {
+                Ok(Some(header)) => header,
+                Ok(None) => break,
+                Err(error) => return fail(&shared, key, error, None),
+            };
+            let limit_bytes = shared.borrow().broker.inbound_limit_bytes(key) as usize;
+            if header.packet_len() > limit_bytes {
+                // Refused on its declared length: the body is never read.
+                let version = connect_version_hint(header.packet_type, &pending[header.header_len..]);
+                return fail(&shared, key, TOO_LARGE, version);
+            }
+            if pending.len() < header.packet_len() {
+                needed = header.packet_len();
+                break;
+            }
+            let body = &pending[header.header_len..header.packet_len()];
+            if !dispatch(&shared, key, &header, body) {
+                return;
+            }
+            consumed += header.packet_len();
+        }
+        buf.drain(..consumed);
+        if buf.is_empty() && buf.capacity() > MAX_IDLE_READ_BYTES {
+            buf = Vec::with_capacity(INITIAL_READ_BYTES);
+        }
+
+        // A client that does not read what it is sent is not read from.
+        if outbox.borrow().bytes.len() > OUTBOX_PAUSE_BYTES {
+            reader_may_continue(&outbox, Some(OUTBOX_PAUSE_BYTES / 2)).await;
+        }
+
+        let filled = buf.len();
+        let room = (needed.saturating_sub(filled)).max(buf.capacity() - filled).max(INITIAL_READ_BYTES);
+        buf.resize(filled + room, 0);
+        let read = future::or(async { Some(stream.read(&mut buf[filled..]).await) }, async {
+            reader_may_continue(&outbox, None).await;
+            None
+        })
+        .await;
+        match read {
+            Some(Ok(n)) if n > 0 => buf.truncate(filled + n),
+            // Closed by the peer, failed, or ended by the broker.
+            _ => {
+                outbox.borrow_mut().mark_dead();
+                return;
+            }
+        }
+    }
+}
+
+async fn write_loop(shared: SharedRef, mut stream: TcpStream, key: Key, outbox: Outbox, write_timeout_ms: Option<u64>) {
+    let mut writing: Vec<u8> = Vec::new();
+    loop {
+        writable(&outbox).await;
+        let closing = {
+            let mut state = outbox.borrow_mut();
+            if state.dead {
+                break;
+            }
+            std::mem::swap(&mut state.bytes, &mut writing);
+            state.wake_reader();
+            state.closing
+        };
+        if !writing.is_empty() {
+            let written = match write_timeout_ms {
+                Some(timeout_ms) => {
+                    let timeout = async {
+                        sleep_ms(timeout_ms).await;
+                        Err(std::io::Error::new(std::io::ErrorKind::TimedOut, "write_timeout"))
+                    };
+                    future::or(stream.write_all(&writing), timeout).await
+                }
+                None => stream.write_all(&writing).await,
+            };
+            writing.clear();
+            if writing.capacity() > OUTBOX_PAUSE_BYTES {
+                writing = Vec::new();
+            }
+            if let Err(error) = written {
+                log::info!("closing a connection whose writes failed: {error}");
+                outbox.borrow_mut().mark_dead();
+                let mut guard = shared.borrow_mut();
+                let shared = &mut *guard;
+                let now_ms = shared.now_ms();
+                shared.broker.handle_connection_lost(key, now_ms, &mut shared.outboxes);
+                break;
+            }
+        }
+        if closing && outbox.borrow().bytes.is_empty() {
+            let _ = stream.shutdown(Shutdown::Both);
+            outbox.borrow_mut().mark_dead();
+            break;
+        }
+    }
+}
+
+async fn sleep_ms(duration_ms: u64) {
+    smol::Timer::after(Duration::from_millis(duration_ms)).await;
+}
+
+/// Answers a socket that found every connection slot taken: once the
+/// opening bytes of its CONNECT say which version it speaks, it is told
+/// Server Busy in that version's words, then closed.
+pub async fn refuse_busy(mut stream: TcpStream, wait_ms: u64) {
+    let mut opening = [0u8; 16];
+    let mut filled = 0;
+    let read_opening = async {
+        while filled < opening.len() {
+            match stream.read(&mut opening[filled..]).await {
+                Ok(0) | Err(_) => break,
+                Ok(n) => filled += n,
+            }
+            if let Ok(Some(header)) = decode_fixed_header(&opening[..filled]) {
+                if filled >= header.header_len + 7 {
+                    break;
+                }
+            }
+        }
+    };
+    future::or(read_opening, sleep_ms(wait_ms)).await;
+    if let Ok(Some(header)) = decode_fixed_header(&opening[..filled]) {
+        if header.packet_type == PacketType::Connect as u8 {
+            let version = peek_connect_version(&opening[header.header_len..filled]).unwrap_or(ProtocolVersion::V311);
+            let mut reply = Vec::new();
+            crate::codec::encode(&Broker::busy_connack(), version, &mut reply);
+            let write = async {
+                let _ = stream.write_all(&reply).await;
+            };
+            future::or(write, sleep_ms(wait_ms)).await;
+        }
+    }
+    let _ = stream.shutdown(Shutdown::Both);
+}

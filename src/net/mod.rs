@@ -1,0 +1,258 @@
+//! The I/O shell around the core: one smol executor thread runs the
+//! listeners, every connection's reader and writer, and the clock.
+
+mod connection;
+mod outbox;
+
+use std::cell::RefCell;
+use std::io;
+use std::rc::Rc;
+use std::time::{Duration, Instant};
+
+use async_net::TcpListener;
+use smol::stream::StreamExt;
+use smol::LocalExecutor;
+
+use crate::codec::ProtocolVersion;
+use crate::config::{Config, MinProtocolVersion};
+use crate::core::{Broker, Settings};
+use outbox::Outboxes;
+
+/// How often the core's clocks (keepalive, connect timeout, expiry) run.
+const TICK_MS: u64 = 100;
+/// How long a stopping broker waits for its goodbyes to be written.
+const SHUTDOWN_FLUSH_MS: u64 = 2_000;
+/// Sockets that arrive with every slot taken and are still answered
+/// Server Busy, at most; past this they are closed at once.
+const OVERFLOW_BUDGET: usize = 32;
+/// How long such a socket may take to send the opening of its CONNECT.
+const OVERFLOW_WAIT_MS: u64 = 100;
+
+/// Everything the executor thread shares. Only that thread touches it, so
+/// a `RefCell` is enough and the core holds no locks.
+pub struct Shared {
+    pub broker: Broker,
+    pub outboxes: Outboxes,
+    started: Instant,
+    overflow_in_use: usize,
+}
+
+pub type SharedRef = Rc<RefCell<Shared>>;
+
+impl Shared {
+    pub fn now_ms(&self) -> u64 {
+        self.started.elapsed().as_millis() as u64
+    }
+}
+
+/// The core's settings from the configuration.
+pub fn settings_from_config(config: &Config) -> Settings {
+    let limits = &config.broker.limits;
+    Settings {
+        max_connections: limits.max_connections,
+        max_message_size_bytes: limits.max_message_size_bytes,
+        max_connect_size_bytes: limits.max_connect_size_bytes,
+        max_topic_length: limits.max_topic_length,
+        max_topic_levels: limits.max_topic_levels,
+        max_client_id_length: limits.max_client_id_length,
+        max_header_count: limits.max_header_count,
+        max_header_bytes: limits.max_header_bytes,
+        max_subscriptions: limits.max_subscriptions,
+        max_session_expiry_s: limits.max_session_expiry_s,
+        max_keepalive_s: limits.max_keepalive_s,
+        connect_timeout_ms: u64::from(limits.connect_timeout_s) * 1000,
+        session_queue_bytes: limits.session_queue_bytes,
+        publish_rate_per_s: limits.publish_rate_per_s,
+        publish_bytes_per_s: limits.publish_bytes_per_s,
+        min_protocol_version: match config.broker.mqtt.min_protocol_version {
+            MinProtocolVersion::V311 => ProtocolVersion::V311,
+            MinProtocolVersion::V5 => ProtocolVersion::V5,
+        },
+        ..Settings::default()
+    }
+}
+
+/// Binds every door, then serves until SIGTERM or SIGINT.
+pub fn run(config: Config) -> io::Result<()> {
+    let executor: &'static LocalExecutor<'static> = Box::leak(Box::new(LocalExecutor::new()));
+    smol::block_on(executor.run(serve(executor, config)))
+}
+
+async fn serve(executor: &'static LocalExecutor<'static>, config: Config) -> io::Result<()> {
+    let settings = settings_from_config(&config);
+    let limits = config.broker.limits.clone();
+    log::info!(
+        "broker {} starting: at most {} connections of up to {} bytes per packet, {} bytes queued per session",
+        config.broker.id,
+        limits.max_connections,
+        limits.max_message_size_bytes,
+        limits.session_queue_bytes
+    );
+    let mut listeners = Vec::new();
+    for door in &config.broker.mqtt.tcp {
+        let listener = TcpListener::bind(door.address.as_str()).await.map_err(|error| {
+            io::Error::new(error.kind(), format!("broker.mqtt.listen.tcp {:?}: cannot listen on {}: {error}", door.name, door.address))
+        })?;
+        // Tests and operators read the bound port here when they asked for port 0.
+        log::info!("listener {} bound to {}", door.name, listener.local_addr()?);
+        listeners.push(listener);
+    }
+    let signals = async_signal::Signals::new([async_signal::Signal::Term, async_signal::Signal::Int])?;
+    let _pid_file = match &config.broker.pid_file {
+        Some(path) => Some(PidFile::write(path)?),
+        None => None,
+    };
+
+    let shared: SharedRef = Rc::new(RefCell::new(Shared {
+        outboxes: Outboxes::new(settings.max_connections as usize, settings.session_queue_bytes as usize),
+        broker: Broker::new(settings),
+        started: Instant::now(),
+        overflow_in_use: 0,
+    }));
+    let mut tasks = Vec::new();
+    for listener in listeners {
+        let accept = accept_loop(executor, shared.clone(), listener, limits.max_connect_rate_per_s, limits.write_timeout_ms, limits.connect_timeout_s);
+        tasks.push(executor.spawn(accept));
+    }
+    tasks.push(executor.spawn(tick_loop(shared.clone())));
+
+    let mut signals = signals;
+    if let Some(Ok(signal)) = signals.next().await {
+        log::info!("received {signal:?}, stopping");
+    }
+    drop(tasks);
+    shutdown(&shared).await;
+    log::info!("stopped");
+    Ok(())
+}
+
+async fn accept_loop(
+    executor: &'static LocalExecutor<'static>,
+    shared: SharedRef,
+    listener: TcpListener,
+    max_connect_rate_per_s: Option<u32>,
+    write_timeout_ms: Option<u64>,
+    connect_timeout_s: u32,
+) {
+    let mut rate = ConnectRate::new(max_connect_rate_per_s);
+    loop {
+        rate.wait_for_token().await;
+        let stream = match listener.accept().await {
+            Ok((stream, _peer)) => stream,
+            Err(error) => {
+                // Out of descriptors, most likely: wait rather than spin.
+                log::warn!("accept failed: {error}");
+                smol::Timer::after(Duration::from_millis(100)).await;
+                continue;
+            }
+        };
+        let _ = stream.set_nodelay(true);
+        let mut guard = shared.borrow_mut();
+        let state = &mut *guard;
+        let now_ms = state.now_ms();
+        match state.broker.accept(now_ms) {
+            Some(key) => {
+                let outbox = state.outboxes.insert(key);
+                executor.spawn(connection::serve(shared.clone(), stream, key, outbox, write_timeout_ms)).detach();
+            }
+            None if state.overflow_in_use < OVERFLOW_BUDGET.min(state.broker.settings().max_connections as usize) => {
+                state.overflow_in_use += 1;
+                let shared = shared.clone();
+                let wait_ms = OVERFLOW_WAIT_MS.min(u64::from(connect_timeout_s) * 1000);
+                executor
+                    .spawn(async move {
+                        connection::refuse_busy(stream, wait_ms).await;
+                        shared.borrow_mut().overflow_in_use -= 1;
+                    })
+                    .detach();
+            }
+            // No place even to say so: closed with nothing read or written.
+            None => drop(stream),
+        }
+    }
+}
+
+async fn tick_loop(shared: SharedRef) {
+    loop {
+        smol::Timer::after(Duration::from_millis(TICK_MS)).await;
+        let mut guard = shared.borrow_mut();
+        let state = &mut *guard;
+        let now_ms = state.now_ms();
+        state.broker.tick(now_ms, &mut state.outboxes);
+    }
+}
+
+/// Tells every client the broker is stopping and waits, briefly, for those
+/// goodbyes to be written.
+async fn shutdown(shared: &SharedRef) {
+    let outboxes: Vec<outbox::Outbox> = {
+        let mut guard = shared.borrow_mut();
+        let state = &mut *guard;
+        let now_ms = state.now_ms();
+        let outboxes = state.outboxes.all().cloned().collect();
+        state.broker.shutdown(now_ms, &mut state.outboxes);
+        outboxes
+    };
+    let flushed = async {
+        for outbox in &outboxes {
+            outbox::reader_may_continue(outbox, None).await;
+            while !outbox.borrow().dead {
+                smol::Timer::after(Duration::from_millis(10)).await;
+            }
+        }
+    };
+    smol::future::or(flushed, async {
+        smol::Timer::after(Duration::from_millis(SHUTDOWN_FLUSH_MS)).await;
+    })
+    .await;
+}
+
+/// `limits.max_connect_rate`: a token bucket holding up to two seconds of
+/// connections. A connection over the rate waits in the kernel's queue.
+struct ConnectRate {
+    per_s: Option<u32>,
+    tokens: f64,
+    updated: Instant,
+}
+
+impl ConnectRate {
+    fn new(per_s: Option<u32>) -> ConnectRate {
+        let tokens = per_s.map_or(0.0, |rate| f64::from(rate) * 2.0);
+        ConnectRate { per_s, tokens, updated: Instant::now() }
+    }
+
+    async fn wait_for_token(&mut self) {
+        let Some(per_s) = self.per_s else { return };
+        let per_s = f64::from(per_s);
+        loop {
+            let elapsed_s = self.updated.elapsed().as_secs_f64();
+            self.updated = Instant::now();
+            self.tokens = (self.tokens + elapsed_s * per_s).min(per_s * 2.0);
+            if self.tokens >= 1.0 {
+                self.tokens -= 1.0;
+                return;
+            }
+            let wait_s = (1.0 - self.tokens) / per_s;
+            smol::Timer::after(Duration::from_secs_f64(wait_s)).await;
+        }
+    }
+}
+
+/// `broker.pid_file`: written once the signal handlers are in place,
+/// removed when the broker stops cleanly.
+struct PidFile(std::path::PathBuf);
+
+impl PidFile {
+    fn write(path: &std::path::Path) -> io::Result<PidFile> {
+        std::fs::write(path, format!("{}\n", std::process::id())).map_err(|error| {
+            io::Error::new(error.kind(), format!("broker.pid_file {}: cannot write it: {error}", path.display()))
+        })?;
+        Ok(PidFile(path.to_path_buf()))
+    }
+}
+
+impl Drop for PidFile {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
+}

@@ -1,0 +1,139 @@
+//! What the core has decided to send to one connection, waiting for that
+//! connection's writer task.
+
+use std::cell::RefCell;
+use std::future::poll_fn;
+use std::rc::Rc;
+use std::task::{Poll, Waker};
+
+use crate::codec::{encode, Packet, ProtocolVersion};
+use crate::core::{Key, Transport};
+
+#[derive(Default)]
+pub struct OutboxState {
+    /// Encoded packets not yet handed to the socket.
+    pub bytes: Vec<u8>,
+    /// The core ended the connection: flush, then close.
+    pub closing: bool,
+    /// The socket is gone; nothing more is written or read.
+    pub dead: bool,
+    writer: Option<Waker>,
+    reader: Option<Waker>,
+}
+
+pub type Outbox = Rc<RefCell<OutboxState>>;
+
+impl OutboxState {
+    fn wake_writer(&mut self) {
+        if let Some(waker) = self.writer.take() {
+            waker.wake();
+        }
+    }
+
+    pub fn wake_reader(&mut self) {
+        if let Some(waker) = self.reader.take() {
+            waker.wake();
+        }
+    }
+
+    pub fn mark_dead(&mut self) {
+        self.dead = true;
+        self.wake_writer();
+        self.wake_reader();
+    }
+}
+
+/// Waits until there is something to write or the connection is closing.
+pub async fn writable(outbox: &Outbox) {
+    poll_fn(|cx| {
+        let mut state = outbox.borrow_mut();
+        if !state.bytes.is_empty() || state.closing || state.dead {
+            Poll::Ready(())
+        } else {
+            state.writer = Some(cx.waker().clone());
+            Poll::Pending
+        }
+    })
+    .await
+}
+
+/// Resolves once the connection is closing or dead, or, with
+/// `drained_below`, once the unwritten bytes fall under that many.
+pub async fn reader_may_continue(outbox: &Outbox, drained_below: Option<usize>) {
+    poll_fn(|cx| {
+        let mut state = outbox.borrow_mut();
+        let drained = drained_below.is_some_and(|limit| state.bytes.len() < limit);
+        if state.closing || state.dead || drained {
+            Poll::Ready(())
+        } else {
+            state.reader = Some(cx.waker().clone());
+            Poll::Pending
+        }
+    })
+    .await
+}
+
+/// The connections' outboxes, indexed as the core's connection table is.
+pub struct Outboxes {
+    entries: Vec<Option<(Key, Outbox)>>,
+    /// Unwritten bytes past which a droppable packet is shed.
+    pub droppable_limit_bytes: usize,
+}
+
+impl Outboxes {
+    pub fn new(max_connections: usize, droppable_limit_bytes: usize) -> Outboxes {
+        let mut entries = Vec::with_capacity(max_connections);
+        entries.resize_with(max_connections, || None);
+        Outboxes { entries, droppable_limit_bytes }
+    }
+
+    pub fn insert(&mut self, key: Key) -> Outbox {
+        let outbox = Outbox::default();
+        self.entries[key.index as usize] = Some((key, Rc::clone(&outbox)));
+        outbox
+    }
+
+    pub fn remove(&mut self, key: Key) {
+        let slot = &mut self.entries[key.index as usize];
+        if slot.as_ref().is_some_and(|(k, _)| *k == key) {
+            *slot = None;
+        }
+    }
+
+    fn get(&self, key: Key) -> Option<&Outbox> {
+        match self.entries.get(key.index as usize)? {
+            Some((k, outbox)) if *k == key => Some(outbox),
+            _ => None,
+        }
+    }
+
+    pub fn all(&self) -> impl Iterator<Item = &Outbox> {
+        self.entries.iter().flatten().map(|(_, outbox)| outbox)
+    }
+}
+
+impl Transport for Outboxes {
+    fn send(&mut self, conn: Key, version: ProtocolVersion, packet: &Packet, droppable: bool) -> bool {
+        let Some(outbox) = self.get(conn) else { return false };
+        let mut state = outbox.borrow_mut();
+        if state.closing || state.dead {
+            return false;
+        }
+        if droppable && state.bytes.len() >= self.droppable_limit_bytes {
+            return false;
+        }
+        encode(packet, version, &mut state.bytes);
+        state.wake_writer();
+        true
+    }
+
+    fn close(&mut self, conn: Key) {
+        if let Some(outbox) = self.get(conn) {
+            let mut state = outbox.borrow_mut();
+            state.closing = true;
+            state.wake_writer();
+            state.wake_reader();
+        }
+        self.remove(conn);
+    }
+}
