@@ -588,6 +588,15 @@ fn whole_number(
     match value {
         Value::Number(n) if n.as_u64().is_some() => n.as_u64().map(Some),
         Value::String(s) if s == "none" => none(f, path, value, rule, allowed),
+        Value::String(s) if !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit()) => {
+            match s.parse::<u64>() {
+                Ok(n) => Some(Some(n)),
+                Err(_) => {
+                    f.value(path, value, format!("too large; {allowed}"));
+                    None
+                }
+            }
+        }
         _ => {
             f.value(path, value, format!("not a whole number; {allowed}"));
             None

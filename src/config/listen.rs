@@ -80,40 +80,61 @@ pub(super) fn parse(f: &mut Findings, path: &str, value: Option<&Value>) -> Opti
             return None;
         }
     };
-    let doors: Vec<Door> = doors.into_iter().collect::<Option<_>>()?;
-    let mut clean = true;
+    // The cross checks run over whatever each door got right, so a door
+    // with a bad address still has its name compared, and the other way
+    // round.
+    let mut clean = doors.iter().all(|d| {
+        d.as_ref()
+            .is_some_and(|d| d.name.is_some() && d.address.is_some())
+    });
+    let doors: Vec<Door> = doors.into_iter().flatten().collect();
     for (j, later) in doors.iter().enumerate() {
         let earlier = &doors[..j];
-        if let Some(first) = earlier.iter().find(|d| d.name == later.name) {
-            f.key(
-                &later.name_path(),
-                format!(
-                    "{:?} is already the name of the door at {} ({:?}); every MQTT door needs a name of its own",
-                    later.name, first.path, first.written
-                ),
-            );
-            clean = false;
+        if let Some(name) = &later.name {
+            if let Some(first) = earlier.iter().find(|d| d.name.as_ref() == Some(name)) {
+                f.key(
+                    &format!("{}.name", later.path),
+                    format!(
+                        "{name:?} is already the name of the door at {}{}; every MQTT door needs a name of its own",
+                        first.path,
+                        first.quoted_address()
+                    ),
+                );
+                clean = false;
+            }
         }
-        if let Some(first) = earlier.iter().find(|d| clashes(&d.address, &later.address)) {
-            f.key(
-                &format!("{}.address", later.path),
-                format!(
-                    "{:?} needs port {}, which the door at {} already takes with {:?}; two doors cannot share a port where the hosts are equal or either is a wildcard, so give one of them another port",
-                    later.written, later.address.port, first.path, first.written
-                ),
-            );
-            clean = false;
+        if let Some((written, address)) = &later.address {
+            let clash = earlier.iter().find(|d| {
+                d.address
+                    .as_ref()
+                    .is_some_and(|(_, other)| clashes(other, address))
+            });
+            if let Some(first) = clash {
+                f.key(
+                    &format!("{}.address", later.path),
+                    format!(
+                        "{written:?} needs port {}, which the door at {}{} already takes; two doors cannot share a port where the hosts are equal or either is a wildcard, so give one of them another port",
+                        address.port,
+                        first.path,
+                        first.quoted_address()
+                    ),
+                );
+                clean = false;
+            }
         }
     }
-    clean.then(|| {
-        doors
-            .into_iter()
-            .map(|d| TcpDoor {
-                name: d.name,
-                address: d.address.bind,
+    if !clean {
+        return None;
+    }
+    doors
+        .into_iter()
+        .map(|d| {
+            Some(TcpDoor {
+                name: d.name?,
+                address: d.address?.1.bind,
             })
-            .collect()
-    })
+        })
+        .collect()
 }
 
 fn default_doors() -> Vec<TcpDoor> {
@@ -124,16 +145,22 @@ fn default_doors() -> Vec<TcpDoor> {
 }
 
 /// A door as read, kept with where it was written for the cross checks.
+/// A part that was refused is `None`, its finding already recorded.
 struct Door {
     path: String,
-    name: String,
-    written: String,
-    address: Address,
+    name: Option<String>,
+    /// The address as written, and as read.
+    address: Option<(String, Address)>,
 }
 
 impl Door {
-    fn name_path(&self) -> String {
-        format!("{}.name", self.path)
+    /// ` ("127.0.0.1:1883")`, or nothing for a door whose address was
+    /// refused.
+    fn quoted_address(&self) -> String {
+        match &self.address {
+            Some((written, _)) => format!(" ({written:?})"),
+            None => String::new(),
+        }
     }
 }
 
@@ -197,11 +224,9 @@ fn door(f: &mut Findings, path: &str, value: &Value, default_name: Option<&str>)
             None
         }
     };
-    let (written, address) = address?;
     Some(Door {
         path: path.to_string(),
-        name: name?,
-        written,
+        name,
         address,
     })
 }

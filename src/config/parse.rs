@@ -113,7 +113,7 @@ pub(super) fn table<'a>(
         Value::Mapping(m) => m,
         other => {
             f.value(
-                path,
+                if path.is_empty() { "the file" } else { path },
                 other,
                 format!(
                     "a block of keys is expected here ({})",

@@ -606,6 +606,11 @@ fn a_decimal_size_unit_is_refused_with_the_binary_one() {
 }
 
 #[test]
+fn a_count_may_be_quoted() {
+    assert_eq!(limits_ok("max_connections: \"64\"").max_connections, 64);
+}
+
+#[test]
 fn a_count_written_as_text_is_refused() {
     let f = limits_refused("max_connections: lots");
     assert_contains(
@@ -633,7 +638,11 @@ fn an_unknown_key_is_refused_by_name() {
     let f = only_finding("broker:\n  id: a\n  colour: blue\n");
     assert_contains(
         &f,
-        &["broker.colour:", "not a key Sagüin takes here", "id, log_level"],
+        &[
+            "broker.colour:",
+            "not a key Sagüin takes here",
+            "id, log_level",
+        ],
     );
 }
 
@@ -714,6 +723,12 @@ fn keys_not_supported_yet_are_refused_as_recognised() {
             ],
         );
     }
+}
+
+#[test]
+fn a_file_that_is_not_a_mapping_is_refused() {
+    let f = only_finding("- broker\n");
+    assert_contains(&f, &["the file (a list):", "block of keys", "broker"]);
 }
 
 #[test]
@@ -832,7 +847,7 @@ fn two_doors_on_one_port_clash() {
         &[
             "broker.mqtt.listen.tcp[1].address:",
             "\"0.0.0.0:1883\" needs port 1883",
-            "broker.mqtt.listen.tcp[0] already takes with \"127.0.0.1:1883\"",
+            "the door at broker.mqtt.listen.tcp[0] (\"127.0.0.1:1883\") already takes",
             "another port",
         ],
     );
@@ -844,6 +859,23 @@ fn doors_on_port_zero_or_on_different_hosts_do_not_clash() {
         "listen:\n  tcp:\n    - name: a\n      address: 0.0.0.0:0\n    - name: b\n      address: 0.0.0.0:0\n    - name: c\n      address: 127.0.0.1:1883\n    - name: d\n      address: 10.0.0.1:1883",
     );
     assert_eq!(got.len(), 4);
+}
+
+#[test]
+fn name_and_port_checks_still_run_beside_a_refused_door() {
+    let all = findings(&mqtt(
+        "listen:\n  tcp:\n    - name: a\n      address: 0.0.0.0:1883\n    - name: b\n      address: nope\n    - name: a\n      address: 127.0.0.1:1883",
+    ));
+    assert_eq!(all.len(), 3, "{all:#?}");
+    assert_contains(&all[0], &["broker.mqtt.listen.tcp[1].address \"nope\":"]);
+    assert_contains(
+        &all[1],
+        &["broker.mqtt.listen.tcp[2].name:", "\"a\" is already"],
+    );
+    assert_contains(
+        &all[2],
+        &["broker.mqtt.listen.tcp[2].address:", "port 1883"],
+    );
 }
 
 #[test]

@@ -37,7 +37,11 @@ pub fn parse_duration_ms(text: &str) -> Result<u64, String> {
     }
     if text.chars().any(char::is_whitespace) {
         let joined: String = text.chars().filter(|c| !c.is_whitespace()).collect();
-        return Err(format!("a duration holds no spaces: write {joined}"));
+        return Err(if parse_duration_ms(&joined).is_ok() {
+            format!("a duration holds no spaces: write {joined}")
+        } else {
+            format!("a duration holds no spaces; {FORM}")
+        });
     }
     if let Some(rest) = text.strip_prefix('-') {
         return Err(format!(
@@ -52,10 +56,13 @@ pub fn parse_duration_ms(text: &str) -> Result<u64, String> {
         return Err(FORM.to_string());
     }
     if rest.starts_with('.') || rest.starts_with(',') {
-        return Err(
-            "a duration is a whole number: write it in a smaller unit, such as 90m rather than 1.5h"
+        return Err(match fraction_hint(text, &DURATION_UNITS) {
+            Some(instead) => {
+                format!("a duration is a whole number: write {instead} rather than {text}")
+            }
+            None => "a duration is a whole number: write it in a smaller unit, such as 90m rather than 1.5h"
                 .to_string(),
-        );
+        });
     }
     if rest.is_empty() {
         return Err(format!(
@@ -128,7 +135,11 @@ pub fn parse_size_bytes(text: &str) -> Result<u64, String> {
     }
     if text.chars().any(char::is_whitespace) {
         let joined: String = text.chars().filter(|c| !c.is_whitespace()).collect();
-        return Err(format!("a size holds no spaces: write {joined}"));
+        return Err(if parse_size_bytes(&joined).is_ok() {
+            format!("a size holds no spaces: write {joined}")
+        } else {
+            format!("a size holds no spaces; {FORM}")
+        });
     }
     if text.starts_with('-') {
         return Err("a size cannot be negative".to_string());
@@ -141,10 +152,11 @@ pub fn parse_size_bytes(text: &str) -> Result<u64, String> {
         return Err(FORM.to_string());
     }
     if rest.starts_with('.') || rest.starts_with(',') {
-        return Err(
-            "a size is a whole number: write it in a smaller unit, such as 1536KiB rather than 1.5MiB"
+        return Err(match fraction_hint(text, &SIZE_UNITS) {
+            Some(instead) => format!("a size is a whole number: write {instead} rather than {text}"),
+            None => "a size is a whole number: write it in a smaller unit, such as 1536KiB rather than 1.5MiB"
                 .to_string(),
-        );
+        });
     }
     let scale = if rest.is_empty() {
         1
@@ -208,6 +220,38 @@ pub fn format_seconds(seconds: u64) -> String {
     format!("{seconds}s")
 }
 
+/// For `2.5s` or `1.5MiB`: the same amount as a whole number of the
+/// largest unit that holds it exactly (`2500ms`, `1536KiB`), if any does.
+fn fraction_hint(text: &str, table: &[(&str, u64)]) -> Option<String> {
+    let (whole, rest) = split_number(text);
+    let (fraction, unit) = split_number(rest.strip_prefix('.')?);
+    let scale = lookup(table, unit)?;
+    let whole = if whole.is_empty() {
+        0
+    } else {
+        parse_whole(whole)?
+    };
+    let (numerator, denominator) = if fraction.is_empty() {
+        (0, 1)
+    } else {
+        let places = u32::try_from(fraction.len()).ok()?;
+        (parse_whole(fraction)?, 10u64.checked_pow(places)?)
+    };
+    let part = numerator.checked_mul(scale)?;
+    if part % denominator != 0 {
+        return None;
+    }
+    let total = whole.checked_mul(scale)?.checked_add(part / denominator)?;
+    if total == 0 {
+        return None;
+    }
+    let (name, unit_scale) = table
+        .iter()
+        .rev()
+        .find(|(_, s)| *s <= scale && total % s == 0)?;
+    Some(format!("{}{name}", total / unit_scale))
+}
+
 /// Splits leading ASCII digits from the rest.
 fn split_number(text: &str) -> (&str, &str) {
     let end = text
@@ -269,7 +313,11 @@ mod tests {
         let cases = [
             ("", "whole number and one unit"),
             ("30", "needs a unit: write 30s"),
-            ("1.5h", "whole number"),
+            ("1.5h", "whole number: write 90m rather than 1.5h"),
+            ("2.5s", "write 2500ms rather than 2.5s"),
+            ("0.25s", "write 250ms"),
+            ("1.0001s", "smaller unit"),
+            ("30 days", "no spaces; a duration is"),
             ("90 m", "no spaces: write 90m"),
             ("-5s", "cannot be negative"),
             ("+5s", "without a sign"),
@@ -312,11 +360,13 @@ mod tests {
     fn malformed_sizes_are_refused_with_a_reason() {
         let cases = [
             ("", "whole number of bytes"),
-            ("1.5MiB", "whole number"),
+            ("1.5MiB", "whole number: write 1536KiB rather than 1.5MiB"),
+            ("0.5KiB", "write 512B"),
+            ("1.3B", "smaller unit"),
             ("1 MiB", "no spaces: write 1MiB"),
             ("-1", "cannot be negative"),
             ("1TiB", "largest unit is GiB"),
-            ("3 bananas", "no spaces"),
+            ("3 bananas", "no spaces; a size is"),
             ("3bananas", "\"bananas\" is not a unit"),
             ("MiB", "whole number of bytes"),
             ("99999999999GiB", "too large"),

@@ -3,29 +3,49 @@
 use super::session::{Message, OutboundStage, Session};
 use super::{Active, Broker, Key, Transport, TOPIC_ALIAS_MAXIMUM};
 use crate::codec::{
-    topic, Connack, Connect, DecodeError, Disconnect, Packet, Properties, ProtocolVersion, PubAck, ReasonCode,
-    Will,
+    topic, Connack, Connect, DecodeError, Disconnect, Packet, Properties, ProtocolVersion, PubAck,
+    ReasonCode, Will,
 };
 
 /// Why a CONNECT is refused: the code for its CONNACK and what to log.
 type Refusal = (ReasonCode, &'static str);
 
 fn has_control_character(text: &str) -> bool {
-    text.chars().any(|c| matches!(c, '\u{0001}'..='\u{001F}' | '\u{007F}'..='\u{009F}'))
+    text.chars()
+        .any(|c| matches!(c, '\u{0001}'..='\u{001F}' | '\u{007F}'..='\u{009F}'))
 }
 
 fn has_reserved_user_property(properties: &Properties) -> bool {
-    properties.user_properties.iter().any(|(name, _)| name.starts_with("saguin-"))
+    properties
+        .user_properties
+        .iter()
+        .any(|(name, _)| name.starts_with("saguin-"))
 }
 
 impl Broker {
-    pub(crate) fn handle_connect(&mut self, conn: Key, connect: Connect, now_ms: u64, out: &mut impl Transport) {
+    pub(crate) fn handle_connect(
+        &mut self,
+        conn: Key,
+        connect: Connect,
+        now_ms: u64,
+        out: &mut impl Transport,
+    ) {
         // Every check that can refuse a CONNECT runs before its session is
         // looked at, so a refused CONNECT changes nothing.
         if let Err((code, reason)) = self.admit_connect(&connect) {
-            log::warn!("refusing CONNECT from client id {:?}: {reason}", connect.client_id);
+            log::warn!(
+                "refusing CONNECT from client id {:?}: {reason}",
+                connect.client_id
+            );
             let problem_information = connect.properties.request_problem_information != Some(0);
-            self.send_connack_refusal(conn, connect.protocol_version, code, reason, problem_information, out);
+            self.send_connack_refusal(
+                conn,
+                connect.protocol_version,
+                code,
+                reason,
+                problem_information,
+                out,
+            );
             self.close_silently(conn, now_ms, out);
             return;
         }
@@ -47,13 +67,21 @@ impl Broker {
         let granted_expiry_s = requested_expiry_s.min(self.settings.max_session_expiry_s);
 
         let (keep_alive_s, server_keep_alive_s) = match (version, self.settings.max_keepalive_s) {
-            (ProtocolVersion::V5, Some(max_s)) if connect.keep_alive_s == 0 || connect.keep_alive_s > max_s => {
+            (ProtocolVersion::V5, Some(max_s))
+                if connect.keep_alive_s == 0 || connect.keep_alive_s > max_s =>
+            {
                 (max_s, Some(max_s))
             }
             _ => (connect.keep_alive_s, None),
         };
 
-        let session_key = self.claim_session(&client_id, connect.clean_start, granted_expiry_s, now_ms, out);
+        let session_key = self.claim_session(
+            &client_id,
+            connect.clean_start,
+            granted_expiry_s,
+            now_ms,
+            out,
+        );
         let session = self.sessions.get_mut(session_key).expect("claimed above");
         let session_present = !session.is_new;
         session.is_new = false;
@@ -75,10 +103,17 @@ impl Broker {
             connect_expiry_s: granted_expiry_s,
             will: connect.will,
         };
-        let connection = self.connections.get_mut(conn).expect("the caller checked the connection");
+        let connection = self
+            .connections
+            .get_mut(conn)
+            .expect("the caller checked the connection");
         connection.active = Some(active);
 
-        let mut connack = Connack { session_present, reason_code: ReasonCode::SUCCESS, properties: Properties::default() };
+        let mut connack = Connack {
+            session_present,
+            reason_code: ReasonCode::SUCCESS,
+            properties: Properties::default(),
+        };
         if version == ProtocolVersion::V5 {
             let p = &mut connack.properties;
             p.topic_alias_maximum = Some(TOPIC_ALIAS_MAXIMUM);
@@ -97,10 +132,13 @@ impl Broker {
             }
         }
         out.send(conn, version, &Packet::Connack(connack), false);
-        log::info!("client {client_id} connected (MQTT {}, session present: {session_present})", match version {
-            ProtocolVersion::V311 => "3.1.1",
-            ProtocolVersion::V5 => "5",
-        });
+        log::info!(
+            "client {client_id} connected (MQTT {}, session present: {session_present})",
+            match version {
+                ProtocolVersion::V311 => "3.1.1",
+                ProtocolVersion::V5 => "5",
+            }
+        );
         if session_present {
             self.resend_inflight(conn, session_key, out);
         }
@@ -110,27 +148,54 @@ impl Broker {
     /// Every reason a CONNECT may be refused, in the order they are asked.
     fn admit_connect(&self, connect: &Connect) -> Result<(), Refusal> {
         let settings = &self.settings;
-        if connect.protocol_version == ProtocolVersion::V311 && settings.min_protocol_version == ProtocolVersion::V5 {
-            return Err((ReasonCode::UNSUPPORTED_PROTOCOL_VERSION, "this broker admits MQTT 5 clients only"));
+        if connect.protocol_version == ProtocolVersion::V311
+            && settings.min_protocol_version == ProtocolVersion::V5
+        {
+            return Err((
+                ReasonCode::UNSUPPORTED_PROTOCOL_VERSION,
+                "this broker admits MQTT 5 clients only",
+            ));
         }
         if connect.properties.authentication_method.is_some() {
-            return Err((ReasonCode::BAD_AUTHENTICATION_METHOD, "no enhanced authentication method is offered"));
+            return Err((
+                ReasonCode::BAD_AUTHENTICATION_METHOD,
+                "no enhanced authentication method is offered",
+            ));
         }
         let client_id = &connect.client_id;
         if client_id.len() > settings.max_client_id_length as usize {
-            return Err((ReasonCode::CLIENT_IDENTIFIER_NOT_VALID, "client id longer than limits.max_client_id_length"));
+            return Err((
+                ReasonCode::CLIENT_IDENTIFIER_NOT_VALID,
+                "client id longer than limits.max_client_id_length",
+            ));
         }
         if client_id.is_empty() && !connect.clean_start {
-            return Err((ReasonCode::CLIENT_IDENTIFIER_NOT_VALID, "a session kept past its connection needs a client id"));
+            return Err((
+                ReasonCode::CLIENT_IDENTIFIER_NOT_VALID,
+                "a session kept past its connection needs a client id",
+            ));
         }
         if has_control_character(client_id) {
-            return Err((ReasonCode::CLIENT_IDENTIFIER_NOT_VALID, "client id holds a control character"));
+            return Err((
+                ReasonCode::CLIENT_IDENTIFIER_NOT_VALID,
+                "client id holds a control character",
+            ));
         }
-        if connect.username.as_deref().is_some_and(has_control_character) {
-            return Err((ReasonCode::BAD_USER_NAME_OR_PASSWORD, "user name holds a control character"));
+        if connect
+            .username
+            .as_deref()
+            .is_some_and(has_control_character)
+        {
+            return Err((
+                ReasonCode::BAD_USER_NAME_OR_PASSWORD,
+                "user name holds a control character",
+            ));
         }
         if has_reserved_user_property(&connect.properties) {
-            return Err((ReasonCode::IMPLEMENTATION_SPECIFIC_ERROR, "saguin- User Properties are reserved"));
+            return Err((
+                ReasonCode::IMPLEMENTATION_SPECIFIC_ERROR,
+                "saguin- User Properties are reserved",
+            ));
         }
         if let Some(will) = &connect.will {
             self.admit_will(will)?;
@@ -142,17 +207,30 @@ impl Broker {
     /// a Will that could never be delivered is better refused now.
     fn admit_will(&self, will: &Will) -> Result<(), Refusal> {
         if !topic::is_valid_topic_name(&will.topic) {
-            return Err((ReasonCode::TOPIC_NAME_INVALID, "Will topic holds a wildcard or is empty"));
+            return Err((
+                ReasonCode::TOPIC_NAME_INVALID,
+                "Will topic holds a wildcard or is empty",
+            ));
         }
         if let Err((code, reason)) = self.admit_topic(&will.topic) {
-            let code = if code == ReasonCode::NOT_AUTHORIZED { ReasonCode::TOPIC_NAME_INVALID } else { code };
+            let code = if code == ReasonCode::NOT_AUTHORIZED {
+                ReasonCode::TOPIC_NAME_INVALID
+            } else {
+                code
+            };
             return Err((code, reason));
         }
         if will.retain {
-            return Err((ReasonCode::RETAIN_NOT_SUPPORTED, "retained messages are not available on this broker"));
+            return Err((
+                ReasonCode::RETAIN_NOT_SUPPORTED,
+                "retained messages are not available on this broker",
+            ));
         }
         if has_reserved_user_property(&will.properties) {
-            return Err((ReasonCode::IMPLEMENTATION_SPECIFIC_ERROR, "saguin- User Properties are reserved"));
+            return Err((
+                ReasonCode::IMPLEMENTATION_SPECIFIC_ERROR,
+                "saguin- User Properties are reserved",
+            ));
         }
         Ok(())
     }
@@ -170,7 +248,11 @@ impl Broker {
         if version == ProtocolVersion::V5 && problem_information {
             properties.reason_string = Some(reason.to_string());
         }
-        let packet = Packet::Connack(Connack { session_present: false, reason_code: code, properties });
+        let packet = Packet::Connack(Connack {
+            session_present: false,
+            reason_code: code,
+            properties,
+        });
         out.send(conn, version, &packet, false);
     }
 
@@ -187,9 +269,23 @@ impl Broker {
     ) {
         log::debug!("refusing an unreadable CONNECT: {error}");
         if error.code == ReasonCode::UNSUPPORTED_PROTOCOL_VERSION {
-            self.send_connack_refusal(conn, ProtocolVersion::V311, error.code, error.reason, false, out);
+            self.send_connack_refusal(
+                conn,
+                ProtocolVersion::V311,
+                error.code,
+                error.reason,
+                false,
+                out,
+            );
         } else if connect_version == Some(ProtocolVersion::V5) {
-            self.send_connack_refusal(conn, ProtocolVersion::V5, error.code, error.reason, true, out);
+            self.send_connack_refusal(
+                conn,
+                ProtocolVersion::V5,
+                error.code,
+                error.reason,
+                true,
+                out,
+            );
         }
         self.close_silently(conn, 0, out);
     }
@@ -211,7 +307,11 @@ impl Broker {
             }
             // Taking over may have ended a session that ends with its connection.
             if self.sessions.contains(existing) {
-                let expired = self.sessions.get(existing).and_then(|s| s.expires_at_ms).is_some_and(|at| at <= now_ms);
+                let expired = self
+                    .sessions
+                    .get(existing)
+                    .and_then(|s| s.expires_at_ms)
+                    .is_some_and(|at| at <= now_ms);
                 if clean_start || expired {
                     self.end_session(existing, now_ms, out);
                 } else {
@@ -230,40 +330,72 @@ impl Broker {
     /// Disconnects the connection that held a session another CONNECT now
     /// claims. Its Will goes out only if it carries no delay.
     fn take_over(&mut self, old_conn: Key, now_ms: u64, out: &mut impl Transport) {
-        if let Some(active) = self.connections.get_mut(old_conn).and_then(|c| c.active.as_mut()) {
-            let delayed = active.will.as_ref().is_some_and(|w| w.properties.will_delay_interval_s.unwrap_or(0) > 0);
+        if let Some(active) = self
+            .connections
+            .get_mut(old_conn)
+            .and_then(|c| c.active.as_mut())
+        {
+            let delayed = active
+                .will
+                .as_ref()
+                .is_some_and(|w| w.properties.will_delay_interval_s.unwrap_or(0) > 0);
             if delayed {
                 active.will = None;
             }
         }
-        let reason = (ReasonCode::SESSION_TAKEN_OVER, "another connection took over this client id");
+        let reason = (
+            ReasonCode::SESSION_TAKEN_OVER,
+            "another connection took over this client id",
+        );
         self.end_connection(old_conn, Some(reason), true, now_ms, out);
     }
 
     /// Sends again what a resumed session had on the wire: PUBLISH with DUP
     /// where no answer came, PUBREL where PUBREC came and PUBCOMP did not.
     fn resend_inflight(&mut self, conn: Key, session_key: Key, out: &mut impl Transport) {
-        let Some(version) = self.version(conn) else { return };
-        let Some(session) = self.sessions.get(session_key) else { return };
+        let Some(version) = self.version(conn) else {
+            return;
+        };
+        let Some(session) = self.sessions.get(session_key) else {
+            return;
+        };
         for (&packet_id, inflight) in &session.inflight {
             let packet = match inflight.stage {
                 OutboundStage::Published => {
-                    let mut publish = super::delivery::outgoing_publish(&inflight.delivery, Some(packet_id), None);
+                    let mut publish = super::delivery::outgoing_publish(
+                        &inflight.delivery,
+                        Some(packet_id),
+                        None,
+                    );
                     publish.dup = true;
                     Packet::Publish(publish)
                 }
-                OutboundStage::Released => Packet::Pubrel(PubAck { packet_id, ..PubAck::default() }),
+                OutboundStage::Released => Packet::Pubrel(PubAck {
+                    packet_id,
+                    ..PubAck::default()
+                }),
             };
             out.send(conn, version, &packet, false);
         }
     }
 
-    pub(crate) fn handle_disconnect(&mut self, conn: Key, disconnect: Disconnect, now_ms: u64, out: &mut impl Transport) {
-        let Some(active) = self.connections.get(conn).and_then(|c| c.active.as_ref()) else { return };
+    pub(crate) fn handle_disconnect(
+        &mut self,
+        conn: Key,
+        disconnect: Disconnect,
+        now_ms: u64,
+        out: &mut impl Transport,
+    ) {
+        let Some(active) = self.connections.get(conn).and_then(|c| c.active.as_ref()) else {
+            return;
+        };
         if let Some(expiry_s) = disconnect.properties.session_expiry_interval_s {
             if active.connect_expiry_s == 0 && expiry_s != 0 {
                 // MQTT forbids reviving a session its CONNECT said ends.
-                let reason = (ReasonCode::PROTOCOL_ERROR, "session expiry set on DISCONNECT after 0 at CONNECT");
+                let reason = (
+                    ReasonCode::PROTOCOL_ERROR,
+                    "session expiry set on DISCONNECT after 0 at CONNECT",
+                );
                 self.end_connection(conn, Some(reason), true, now_ms, out);
                 return;
             }
@@ -279,10 +411,18 @@ impl Broker {
     /// Parts a session from the connection that ended: it is kept for its
     /// expiry, or ended now, and the connection's Will is published, held
     /// for its delay, or dropped.
-    pub(crate) fn detach_session(&mut self, active: Active, publish_will: bool, now_ms: u64, out: &mut impl Transport) {
+    pub(crate) fn detach_session(
+        &mut self,
+        active: Active,
+        publish_will: bool,
+        now_ms: u64,
+        out: &mut impl Transport,
+    ) {
         let session_key = active.session;
         let will = if publish_will { active.will } else { None };
-        let Some(session) = self.sessions.get_mut(session_key) else { return };
+        let Some(session) = self.sessions.get_mut(session_key) else {
+            return;
+        };
         session.connection = None;
         log::info!("client {} disconnected", session.client_id);
         if session.expiry_interval_s == 0 {
@@ -307,7 +447,9 @@ impl Broker {
     /// Ends a session whole: its Will first, then its subscriptions, what it
     /// was owed and what it held.
     pub(crate) fn end_session(&mut self, session_key: Key, now_ms: u64, out: &mut impl Transport) {
-        let Some(mut session) = self.sessions.remove(session_key) else { return };
+        let Some(mut session) = self.sessions.remove(session_key) else {
+            return;
+        };
         if let Some((will, _)) = session.pending_will.take() {
             self.publish_will(will, now_ms, out);
         }
@@ -326,19 +468,31 @@ impl Broker {
         let mut expired = Vec::new();
         let mut due_wills = Vec::new();
         for (key, session) in self.sessions.iter() {
-            if session.connection.is_none() && session.expires_at_ms.is_some_and(|at| at <= now_ms) {
+            if session.connection.is_none() && session.expires_at_ms.is_some_and(|at| at <= now_ms)
+            {
                 expired.push(key);
-            } else if session.pending_will.as_ref().is_some_and(|(_, due_ms)| *due_ms <= now_ms) {
+            } else if session
+                .pending_will
+                .as_ref()
+                .is_some_and(|(_, due_ms)| *due_ms <= now_ms)
+            {
                 due_wills.push(key);
             }
         }
         for key in due_wills {
-            if let Some((will, _)) = self.sessions.get_mut(key).and_then(|s| s.pending_will.take()) {
+            if let Some((will, _)) = self
+                .sessions
+                .get_mut(key)
+                .and_then(|s| s.pending_will.take())
+            {
                 self.publish_will(will, now_ms, out);
             }
         }
         for key in expired {
-            log::info!("session {} expired", self.sessions.get(key).map(|s| &*s.client_id).unwrap_or("-"));
+            log::info!(
+                "session {} expired",
+                self.sessions.get(key).map(|s| &*s.client_id).unwrap_or("-")
+            );
             self.end_session(key, now_ms, out);
         }
     }

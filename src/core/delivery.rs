@@ -9,7 +9,11 @@ use crate::codec::{encoded_len, Packet, Publish, QoS};
 
 /// The PUBLISH that carries `delivery` to its subscriber. `remaining_expiry_s`
 /// replaces the publisher's Message Expiry Interval with what is left of it.
-pub(crate) fn outgoing_publish(delivery: &Delivery, packet_id: Option<u16>, remaining_expiry_s: Option<u32>) -> Publish {
+pub(crate) fn outgoing_publish(
+    delivery: &Delivery,
+    packet_id: Option<u16>,
+    remaining_expiry_s: Option<u32>,
+) -> Publish {
     let message = &delivery.message;
     let mut properties = message.properties.clone();
     properties.subscription_identifiers = delivery.subscription_ids.clone();
@@ -46,9 +50,17 @@ impl Broker {
         let mut start = 0;
         while start < matches.len() {
             let session = matches[start].session;
-            let end = start + matches[start..].iter().take_while(|s| s.session == session).count();
+            let end = start
+                + matches[start..]
+                    .iter()
+                    .take_while(|s| s.session == session)
+                    .count();
             let group = &matches[start..end];
-            let granted = group.iter().map(|s| s.options.qos).max().unwrap_or(QoS::AtMostOnce);
+            let granted = group
+                .iter()
+                .map(|s| s.options.qos)
+                .max()
+                .unwrap_or(QoS::AtMostOnce);
             let retain_as_published = group.iter().any(|s| s.options.retain_as_published);
             let delivery = Delivery {
                 message: Rc::clone(&message),
@@ -63,8 +75,16 @@ impl Broker {
     }
 
     /// Queues one delivery for one session and sends what its window allows.
-    pub(crate) fn deliver(&mut self, session_key: Key, delivery: Delivery, now_ms: u64, out: &mut impl Transport) {
-        let Some(session) = self.sessions.get_mut(session_key) else { return };
+    pub(crate) fn deliver(
+        &mut self,
+        session_key: Key,
+        delivery: Delivery,
+        now_ms: u64,
+        out: &mut impl Transport,
+    ) {
+        let Some(session) = self.sessions.get_mut(session_key) else {
+            return;
+        };
         if delivery.qos == QoS::AtMostOnce {
             // QoS 0 is never queued: sent now if there is room, or shed.
             if let Some(conn) = session.connection {
@@ -92,16 +112,27 @@ impl Broker {
     /// Maximum and half of `session_queue_bytes` allow; one is always sent
     /// when nothing is on the wire, however large.
     pub(crate) fn pump(&mut self, session_key: Key, now_ms: u64, out: &mut impl Transport) {
-        let Some(session) = self.sessions.get_mut(session_key) else { return };
-        let Some(conn) = session.connection else { return };
-        let Some(active) = self.connections.get(conn).and_then(|c| c.active.as_ref()) else { return };
-        let (version, receive_maximum, max_packet_size) =
-            (active.version, usize::from(active.client_receive_maximum), active.client_max_packet_size);
+        let Some(session) = self.sessions.get_mut(session_key) else {
+            return;
+        };
+        let Some(conn) = session.connection else {
+            return;
+        };
+        let Some(active) = self.connections.get(conn).and_then(|c| c.active.as_ref()) else {
+            return;
+        };
+        let (version, receive_maximum, max_packet_size) = (
+            active.version,
+            usize::from(active.client_receive_maximum),
+            active.client_max_packet_size,
+        );
         let half_bound = self.settings.session_queue_bytes / 2;
         while let Some(front) = session.waiting.front() {
             let cost = front.message.cost_bytes();
             let on_wire = !session.inflight.is_empty();
-            if session.inflight.len() >= receive_maximum || (on_wire && session.inflight_bytes + cost > half_bound) {
+            if session.inflight.len() >= receive_maximum
+                || (on_wire && session.inflight_bytes + cost > half_bound)
+            {
                 break;
             }
             let delivery = session.waiting.pop_front().expect("front exists");
@@ -111,7 +142,11 @@ impl Broker {
                 continue;
             };
             let packet_id = session.allocate_packet_id();
-            let packet = Packet::Publish(outgoing_publish(&delivery, Some(packet_id), remaining_expiry_s));
+            let packet = Packet::Publish(outgoing_publish(
+                &delivery,
+                Some(packet_id),
+                remaining_expiry_s,
+            ));
             if encoded_len(&packet, version) > max_packet_size as usize {
                 // The client said it cannot take a packet this large.
                 session.held_bytes -= cost;
@@ -121,7 +156,13 @@ impl Broker {
             out.send(conn, version, &packet, false);
             self.stats.deliveries_sent += 1;
             session.inflight_bytes += cost;
-            session.inflight.insert(packet_id, InFlight { delivery, stage: OutboundStage::Published });
+            session.inflight.insert(
+                packet_id,
+                InFlight {
+                    delivery,
+                    stage: OutboundStage::Published,
+                },
+            );
         }
     }
 
@@ -136,7 +177,9 @@ impl Broker {
         droppable: bool,
         out: &mut impl Transport,
     ) {
-        let Some(active) = self.connections.get(conn).and_then(|c| c.active.as_ref()) else { return };
+        let Some(active) = self.connections.get(conn).and_then(|c| c.active.as_ref()) else {
+            return;
+        };
         let (version, max_packet_size) = (active.version, active.client_max_packet_size);
         let Ok(remaining_expiry_s) = delivery.message.remaining_expiry_s(now_ms) else {
             self.stats.deliveries_expired += 1;

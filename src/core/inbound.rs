@@ -8,7 +8,13 @@ use crate::codec::{Packet, Properties, ProtocolVersion, PubAck, Publish, QoS, Re
 type Refusal = (ReasonCode, &'static str);
 
 impl Broker {
-    pub(crate) fn handle_publish(&mut self, conn: Key, mut publish: Publish, now_ms: u64, out: &mut impl Transport) {
+    pub(crate) fn handle_publish(
+        &mut self,
+        conn: Key,
+        mut publish: Publish,
+        now_ms: u64,
+        out: &mut impl Transport,
+    ) {
         self.stats.publishes_received += 1;
         if let Err((code, reason)) = self.resolve_topic_alias(conn, &mut publish) {
             self.end_connection(conn, Some((code, reason)), true, now_ms, out);
@@ -18,7 +24,10 @@ impl Broker {
             // The CONNACK said Retain Available 0, which makes this a
             // protocol error; a 3.1.1 client cannot be told, so it is closed
             // rather than acknowledged for a value nothing keeps.
-            let reason = (ReasonCode::RETAIN_NOT_SUPPORTED, "retained messages are not available on this broker");
+            let reason = (
+                ReasonCode::RETAIN_NOT_SUPPORTED,
+                "retained messages are not available on this broker",
+            );
             self.end_connection(conn, Some(reason), true, now_ms, out);
             return;
         }
@@ -30,7 +39,9 @@ impl Broker {
             self.refuse_publish(conn, &publish, refusal, now_ms, out);
             return;
         }
-        let Some(active) = self.connections.get(conn).and_then(|c| c.active.as_ref()) else { return };
+        let Some(active) = self.connections.get(conn).and_then(|c| c.active.as_ref()) else {
+            return;
+        };
         let session_key = active.session;
         let packet_id = publish.packet_id.unwrap_or(0);
         let qos = publish.qos;
@@ -39,25 +50,48 @@ impl Broker {
             QoS::AtMostOnce => self.route(message, now_ms, out),
             QoS::AtLeastOnce => {
                 self.route(message, now_ms, out);
-                self.send(conn, &Packet::Puback(PubAck { packet_id, ..PubAck::default() }), out);
+                self.send(
+                    conn,
+                    &Packet::Puback(PubAck {
+                        packet_id,
+                        ..PubAck::default()
+                    }),
+                    out,
+                );
             }
-            QoS::ExactlyOnce => self.hold_exactly_once(conn, session_key, packet_id, message, now_ms, out),
+            QoS::ExactlyOnce => {
+                self.hold_exactly_once(conn, session_key, packet_id, message, now_ms, out)
+            }
         }
     }
 
     /// Replaces a Topic Alias with the topic it stands for, registering a
     /// new one where the publish carries both.
     fn resolve_topic_alias(&mut self, conn: Key, publish: &mut Publish) -> Result<(), Refusal> {
-        let Some(alias) = publish.properties.topic_alias.take() else { return Ok(()) };
+        let Some(alias) = publish.properties.topic_alias.take() else {
+            return Ok(());
+        };
         if alias == 0 || alias > TOPIC_ALIAS_MAXIMUM {
-            return Err((ReasonCode::TOPIC_ALIAS_INVALID, "topic alias above the maximum of 16"));
+            return Err((
+                ReasonCode::TOPIC_ALIAS_INVALID,
+                "topic alias above the maximum of 16",
+            ));
         }
-        let active = self.connections.get_mut(conn).and_then(|c| c.active.as_mut()).expect("an active connection");
+        let active = self
+            .connections
+            .get_mut(conn)
+            .and_then(|c| c.active.as_mut())
+            .expect("an active connection");
         let slot = &mut active.topic_aliases[usize::from(alias - 1)];
         if publish.topic.is_empty() {
             match slot {
                 Some(topic) => publish.topic = topic.to_string(),
-                None => return Err((ReasonCode::PROTOCOL_ERROR, "topic alias not registered on this connection")),
+                None => {
+                    return Err((
+                        ReasonCode::PROTOCOL_ERROR,
+                        "topic alias not registered on this connection",
+                    ))
+                }
             }
         } else if publish.topic.len() <= self.settings.max_topic_length as usize {
             *slot = Some(publish.topic.as_str().into());
@@ -69,19 +103,34 @@ impl Broker {
     /// publishes it.
     pub(crate) fn admit_topic(&self, topic: &str) -> Result<(), Refusal> {
         if topic.len() > self.settings.max_topic_length as usize {
-            return Err((ReasonCode::TOPIC_NAME_INVALID, "topic longer than limits.max_topic_length"));
+            return Err((
+                ReasonCode::TOPIC_NAME_INVALID,
+                "topic longer than limits.max_topic_length",
+            ));
         }
         if crate::codec::topic::level_count(topic) > self.settings.max_topic_levels as usize {
-            return Err((ReasonCode::TOPIC_NAME_INVALID, "topic deeper than limits.max_topic_levels"));
+            return Err((
+                ReasonCode::TOPIC_NAME_INVALID,
+                "topic deeper than limits.max_topic_levels",
+            ));
         }
         if topic.starts_with("$saguin/") || topic == "$saguin" {
-            return Err((ReasonCode::TOPIC_NAME_INVALID, "no topic is defined there in the reserved $saguin/ space"));
+            return Err((
+                ReasonCode::TOPIC_NAME_INVALID,
+                "no topic is defined there in the reserved $saguin/ space",
+            ));
         }
         if topic.starts_with("$share/") {
-            return Err((ReasonCode::TOPIC_NAME_INVALID, "$share/ is a subscription form, not a topic"));
+            return Err((
+                ReasonCode::TOPIC_NAME_INVALID,
+                "$share/ is a subscription form, not a topic",
+            ));
         }
         if topic == "$SYS" || topic.starts_with("$SYS/") {
-            return Err((ReasonCode::NOT_AUTHORIZED, "the $SYS tree is not published to by clients"));
+            return Err((
+                ReasonCode::NOT_AUTHORIZED,
+                "the $SYS tree is not published to by clients",
+            ));
         }
         Ok(())
     }
@@ -89,25 +138,50 @@ impl Broker {
     fn admit_properties(&self, publish: &Publish) -> Result<(), Refusal> {
         let user_properties = &publish.properties.user_properties;
         if user_properties.len() > self.settings.max_header_count as usize {
-            return Err((ReasonCode::QUOTA_EXCEEDED, "more User Properties than limits.max_header_count"));
+            return Err((
+                ReasonCode::QUOTA_EXCEEDED,
+                "more User Properties than limits.max_header_count",
+            ));
         }
         let header_bytes: usize = user_properties.iter().map(|(k, v)| k.len() + v.len()).sum();
         if header_bytes > self.settings.max_header_bytes as usize {
-            return Err((ReasonCode::QUOTA_EXCEEDED, "User Properties larger than limits.max_header_bytes"));
+            return Err((
+                ReasonCode::QUOTA_EXCEEDED,
+                "User Properties larger than limits.max_header_bytes",
+            ));
         }
-        if user_properties.iter().any(|(name, _)| name.starts_with("saguin-")) {
-            return Err((ReasonCode::IMPLEMENTATION_SPECIFIC_ERROR, "saguin- User Properties are reserved"));
+        if user_properties
+            .iter()
+            .any(|(name, _)| name.starts_with("saguin-"))
+        {
+            return Err((
+                ReasonCode::IMPLEMENTATION_SPECIFIC_ERROR,
+                "saguin- User Properties are reserved",
+            ));
         }
-        if publish.properties.payload_format_indicator == Some(1) && std::str::from_utf8(&publish.payload).is_err() {
-            return Err((ReasonCode::PAYLOAD_FORMAT_INVALID, "payload is not UTF-8 as its format indicator says"));
+        if publish.properties.payload_format_indicator == Some(1)
+            && std::str::from_utf8(&publish.payload).is_err()
+        {
+            return Err((
+                ReasonCode::PAYLOAD_FORMAT_INVALID,
+                "payload is not UTF-8 as its format indicator says",
+            ));
         }
         Ok(())
     }
 
     /// Spends the client's `publish_rate` and `publish_bytes` budgets. The
     /// budget is the client id's, so reconnecting does not refill it.
-    fn spend_publish_budget(&mut self, conn: Key, payload_bytes: usize, now_ms: u64) -> Result<(), Refusal> {
-        let (rate, bytes_rate) = (self.settings.publish_rate_per_s, self.settings.publish_bytes_per_s);
+    fn spend_publish_budget(
+        &mut self,
+        conn: Key,
+        payload_bytes: usize,
+        now_ms: u64,
+    ) -> Result<(), Refusal> {
+        let (rate, bytes_rate) = (
+            self.settings.publish_rate_per_s,
+            self.settings.publish_bytes_per_s,
+        );
         if rate.is_none() && bytes_rate.is_none() {
             return Ok(());
         }
@@ -136,7 +210,10 @@ impl Broker {
 
     /// Drops budgets that have refilled: such a client lost nothing.
     pub(crate) fn forget_full_budgets(&mut self, now_ms: u64) {
-        let (rate, bytes_rate) = (self.settings.publish_rate_per_s, self.settings.publish_bytes_per_s);
+        let (rate, bytes_rate) = (
+            self.settings.publish_rate_per_s,
+            self.settings.publish_bytes_per_s,
+        );
         let capacity_messages = rate.map_or(f64::INFINITY, f64::from);
         let capacity_bytes = bytes_rate.map_or(f64::INFINITY, |b| b as f64);
         self.budgets.retain(|_, budget| {
@@ -149,15 +226,34 @@ impl Broker {
     /// A refused publish: MQTT 5 is told why on its PUBACK or PUBREC; a
     /// 3.1.1 client, whose acknowledgement cannot carry a refusal, is closed
     /// rather than told a success; QoS 0 is a counted, logged drop.
-    fn refuse_publish(&mut self, conn: Key, publish: &Publish, (code, reason): Refusal, now_ms: u64, out: &mut impl Transport) {
+    fn refuse_publish(
+        &mut self,
+        conn: Key,
+        publish: &Publish,
+        (code, reason): Refusal,
+        now_ms: u64,
+        out: &mut impl Transport,
+    ) {
         self.stats.publishes_refused += 1;
         if code == ReasonCode::QUOTA_EXCEEDED && reason == "publish rate exceeded" {
-            log::debug!("refusing a publish to {:?} from {}: {reason}", publish.topic, self.client_id_of(conn));
+            log::debug!(
+                "refusing a publish to {:?} from {}: {reason}",
+                publish.topic,
+                self.client_id_of(conn)
+            );
         } else {
-            log::warn!("refusing a publish to {:?} from {}: {reason}", publish.topic, self.client_id_of(conn));
+            log::warn!(
+                "refusing a publish to {:?} from {}: {reason}",
+                publish.topic,
+                self.client_id_of(conn)
+            );
         }
-        let Some(version) = self.version(conn) else { return };
-        let Some(packet_id) = publish.packet_id else { return };
+        let Some(version) = self.version(conn) else {
+            return;
+        };
+        let Some(packet_id) = publish.packet_id else {
+            return;
+        };
         if version == ProtocolVersion::V311 {
             self.end_connection(conn, None, true, now_ms, out);
             return;
@@ -165,9 +261,16 @@ impl Broker {
         let ack = PubAck {
             packet_id,
             reason_code: code,
-            properties: Properties { reason_string: self.reason_string(conn, reason), ..Properties::default() },
+            properties: Properties {
+                reason_string: self.reason_string(conn, reason),
+                ..Properties::default()
+            },
         };
-        let packet = if publish.qos == QoS::ExactlyOnce { Packet::Pubrec(ack) } else { Packet::Puback(ack) };
+        let packet = if publish.qos == QoS::ExactlyOnce {
+            Packet::Pubrec(ack)
+        } else {
+            Packet::Puback(ack)
+        };
         out.send(conn, version, &packet, false);
     }
 
@@ -183,35 +286,68 @@ impl Broker {
         out: &mut impl Transport,
     ) {
         let limit = self.settings.qos2_max_inflight_per_client as usize;
-        let Some(session) = self.sessions.get_mut(session_key) else { return };
-        let mut ack = PubAck { packet_id, ..PubAck::default() };
+        let Some(session) = self.sessions.get_mut(session_key) else {
+            return;
+        };
+        let mut ack = PubAck {
+            packet_id,
+            ..PubAck::default()
+        };
         if !session.held_publishes.contains_key(&packet_id) {
             if session.held_publishes.len() >= limit {
                 ack.reason_code = ReasonCode::QUOTA_EXCEEDED;
-                ack.properties.reason_string =
-                    self.reason_string(conn, "inflight allowance exceeded: broker.qos2.max_inflight_per_client");
+                ack.properties.reason_string = self.reason_string(
+                    conn,
+                    "inflight allowance exceeded: broker.qos2.max_inflight_per_client",
+                );
                 if self.version(conn) == Some(ProtocolVersion::V311) {
                     self.end_connection(conn, None, true, now_ms, out);
                     return;
                 }
             } else {
-                session.held_publishes.insert(packet_id, HeldPublish { message, received_at_ms: now_ms });
+                session.held_publishes.insert(
+                    packet_id,
+                    HeldPublish {
+                        message,
+                        received_at_ms: now_ms,
+                    },
+                );
             }
         }
         self.send(conn, &Packet::Pubrec(ack), out);
     }
 
-    pub(crate) fn handle_pubrel(&mut self, conn: Key, packet_id: u16, now_ms: u64, out: &mut impl Transport) {
-        let Some(session_key) = self.connections.get(conn).and_then(|c| c.active.as_ref()).map(|a| a.session) else {
+    pub(crate) fn handle_pubrel(
+        &mut self,
+        conn: Key,
+        packet_id: u16,
+        now_ms: u64,
+        out: &mut impl Transport,
+    ) {
+        let Some(session_key) = self
+            .connections
+            .get(conn)
+            .and_then(|c| c.active.as_ref())
+            .map(|a| a.session)
+        else {
             return;
         };
-        let held = self.sessions.get_mut(session_key).and_then(|s| s.held_publishes.remove(&packet_id));
-        let mut ack = PubAck { packet_id, ..PubAck::default() };
+        let held = self
+            .sessions
+            .get_mut(session_key)
+            .and_then(|s| s.held_publishes.remove(&packet_id));
+        let mut ack = PubAck {
+            packet_id,
+            ..PubAck::default()
+        };
         match held {
             Some(held) => self.route(held.message, now_ms, out),
             None => {
                 ack.reason_code = ReasonCode::PACKET_IDENTIFIER_NOT_FOUND;
-                ack.properties.reason_string = self.reason_string(conn, "no exactly-once publish is held under this identifier");
+                ack.properties.reason_string = self.reason_string(
+                    conn,
+                    "no exactly-once publish is held under this identifier",
+                );
             }
         }
         self.send(conn, &Packet::Pubcomp(ack), out);
@@ -225,34 +361,87 @@ impl Broker {
         for key in self.sessions.keys() {
             let session = self.sessions.get_mut(key).expect("key just listed");
             let before = session.held_publishes.len();
-            session.held_publishes.retain(|_, held| now_ms.saturating_sub(held.received_at_ms) < expires_after_ms);
+            session
+                .held_publishes
+                .retain(|_, held| now_ms.saturating_sub(held.received_at_ms) < expires_after_ms);
             abandoned += (before - session.held_publishes.len()) as u64;
         }
         self.stats.qos2_abandoned += abandoned;
     }
 
-    pub(crate) fn handle_puback(&mut self, conn: Key, packet_id: u16, now_ms: u64, out: &mut impl Transport) {
-        self.finish_outbound(conn, packet_id, QoS::AtLeastOnce, OutboundStage::Published, now_ms, out);
+    pub(crate) fn handle_puback(
+        &mut self,
+        conn: Key,
+        packet_id: u16,
+        now_ms: u64,
+        out: &mut impl Transport,
+    ) {
+        self.finish_outbound(
+            conn,
+            packet_id,
+            QoS::AtLeastOnce,
+            OutboundStage::Published,
+            now_ms,
+            out,
+        );
     }
 
-    pub(crate) fn handle_pubcomp(&mut self, conn: Key, packet_id: u16, now_ms: u64, out: &mut impl Transport) {
-        self.finish_outbound(conn, packet_id, QoS::ExactlyOnce, OutboundStage::Released, now_ms, out);
+    pub(crate) fn handle_pubcomp(
+        &mut self,
+        conn: Key,
+        packet_id: u16,
+        now_ms: u64,
+        out: &mut impl Transport,
+    ) {
+        self.finish_outbound(
+            conn,
+            packet_id,
+            QoS::ExactlyOnce,
+            OutboundStage::Released,
+            now_ms,
+            out,
+        );
     }
 
-    pub(crate) fn handle_pubrec(&mut self, conn: Key, ack: PubAck, now_ms: u64, out: &mut impl Transport) {
+    pub(crate) fn handle_pubrec(
+        &mut self,
+        conn: Key,
+        ack: PubAck,
+        now_ms: u64,
+        out: &mut impl Transport,
+    ) {
         let packet_id = ack.packet_id;
         if ack.reason_code.is_error() {
             // The client refused the message: the exchange ends here.
-            self.finish_outbound(conn, packet_id, QoS::ExactlyOnce, OutboundStage::Published, now_ms, out);
+            self.finish_outbound(
+                conn,
+                packet_id,
+                QoS::ExactlyOnce,
+                OutboundStage::Published,
+                now_ms,
+                out,
+            );
             return;
         }
-        let Some(session_key) = self.connections.get(conn).and_then(|c| c.active.as_ref()).map(|a| a.session) else {
+        let Some(session_key) = self
+            .connections
+            .get(conn)
+            .and_then(|c| c.active.as_ref())
+            .map(|a| a.session)
+        else {
             return;
         };
-        let Some(session) = self.sessions.get_mut(session_key) else { return };
-        let mut reply = PubAck { packet_id, ..PubAck::default() };
+        let Some(session) = self.sessions.get_mut(session_key) else {
+            return;
+        };
+        let mut reply = PubAck {
+            packet_id,
+            ..PubAck::default()
+        };
         match session.inflight.get_mut(&packet_id) {
-            Some(inflight) if inflight.delivery.qos == QoS::ExactlyOnce => inflight.stage = OutboundStage::Released,
+            Some(inflight) if inflight.delivery.qos == QoS::ExactlyOnce => {
+                inflight.stage = OutboundStage::Released
+            }
             _ => reply.reason_code = ReasonCode::PACKET_IDENTIFIER_NOT_FOUND,
         }
         self.send(conn, &Packet::Pubrel(reply), out);
@@ -269,11 +458,21 @@ impl Broker {
         now_ms: u64,
         out: &mut impl Transport,
     ) {
-        let Some(session_key) = self.connections.get(conn).and_then(|c| c.active.as_ref()).map(|a| a.session) else {
+        let Some(session_key) = self
+            .connections
+            .get(conn)
+            .and_then(|c| c.active.as_ref())
+            .map(|a| a.session)
+        else {
             return;
         };
-        let Some(session) = self.sessions.get_mut(session_key) else { return };
-        let matches = session.inflight.get(&packet_id).is_some_and(|f| f.delivery.qos == qos && f.stage == stage);
+        let Some(session) = self.sessions.get_mut(session_key) else {
+            return;
+        };
+        let matches = session
+            .inflight
+            .get(&packet_id)
+            .is_some_and(|f| f.delivery.qos == qos && f.stage == stage);
         if !matches {
             log::debug!("ignoring an acknowledgement for packet identifier {packet_id}, which nothing awaits");
             return;

@@ -22,8 +22,8 @@ use crate::codec::{
     DecodeError, Disconnect, Packet, Properties, ProtocolVersion, ReasonCode, Will,
 };
 use session::Session;
-use slab::Slab;
 pub use slab::Key;
+use slab::Slab;
 use topic_index::{Subscriber, TopicIndex};
 
 /// Topic aliases a client may register with the broker on one connection.
@@ -37,7 +37,13 @@ pub trait Transport {
     /// may be refused when the connection's outbound buffer is full; the
     /// return value says whether it was queued. Any other packet is always
     /// queued.
-    fn send(&mut self, conn: Key, version: ProtocolVersion, packet: &Packet, droppable: bool) -> bool;
+    fn send(
+        &mut self,
+        conn: Key,
+        version: ProtocolVersion,
+        packet: &Packet,
+        droppable: bool,
+    ) -> bool;
 
     /// Closes `conn` once what was queued for it has been written.
     fn close(&mut self, conn: Key);
@@ -217,7 +223,11 @@ impl Broker {
     /// The protocol version a connection has settled on, once its CONNECT
     /// has been accepted; what its later packets are decoded as.
     pub fn version(&self, conn: Key) -> Option<ProtocolVersion> {
-        self.connections.get(conn)?.active.as_ref().map(|active| active.version)
+        self.connections
+            .get(conn)?
+            .active
+            .as_ref()
+            .map(|active| active.version)
     }
 
     pub fn is_open(&self, conn: Key) -> bool {
@@ -228,13 +238,21 @@ impl Broker {
     /// CONNECT is accepted, `max_message_size` after.
     pub fn inbound_limit_bytes(&self, conn: Key) -> u32 {
         match self.connections.get(conn) {
-            Some(Connection { active: Some(_), .. }) => self.settings.max_message_size_bytes,
+            Some(Connection {
+                active: Some(_), ..
+            }) => self.settings.max_message_size_bytes,
             _ => self.settings.max_connect_size_bytes,
         }
     }
 
     /// A packet decoded from `conn`.
-    pub fn handle_packet(&mut self, conn: Key, packet: Packet, now_ms: u64, out: &mut impl Transport) {
+    pub fn handle_packet(
+        &mut self,
+        conn: Key,
+        packet: Packet,
+        now_ms: u64,
+        out: &mut impl Transport,
+    ) {
         let Some(connection) = self.connections.get_mut(conn) else {
             return;
         };
@@ -259,24 +277,29 @@ impl Broker {
             Packet::Disconnect(disconnect) => self.handle_disconnect(conn, disconnect, now_ms, out),
             Packet::Auth(_) => self.end_connection(
                 conn,
-                Some((ReasonCode::PROTOCOL_ERROR, "no authentication method is in use to re-authenticate with")),
+                Some((
+                    ReasonCode::PROTOCOL_ERROR,
+                    "no authentication method is in use to re-authenticate with",
+                )),
                 true,
                 now_ms,
                 out,
             ),
-            Packet::Connect(_) => {
-                self.end_connection(conn, Some((ReasonCode::PROTOCOL_ERROR, "a second CONNECT")), true, now_ms, out)
-            }
-            Packet::Connack(_)
-            | Packet::Suback(_)
-            | Packet::Unsuback(_)
-            | Packet::Pingresp => self.end_connection(
+            Packet::Connect(_) => self.end_connection(
                 conn,
-                Some((ReasonCode::PROTOCOL_ERROR, "a packet only a server sends")),
+                Some((ReasonCode::PROTOCOL_ERROR, "a second CONNECT")),
                 true,
                 now_ms,
                 out,
             ),
+            Packet::Connack(_) | Packet::Suback(_) | Packet::Unsuback(_) | Packet::Pingresp => self
+                .end_connection(
+                    conn,
+                    Some((ReasonCode::PROTOCOL_ERROR, "a packet only a server sends")),
+                    true,
+                    now_ms,
+                    out,
+                ),
         }
     }
 
@@ -313,13 +336,22 @@ impl Broker {
         let deadlines: Vec<(Key, u64, u64, Option<u16>)> = self
             .connections
             .iter()
-            .map(|(key, c)| (key, c.accepted_at_ms, c.last_received_ms, c.active.as_ref().map(|a| a.keep_alive_s)))
+            .map(|(key, c)| {
+                (
+                    key,
+                    c.accepted_at_ms,
+                    c.last_received_ms,
+                    c.active.as_ref().map(|a| a.keep_alive_s),
+                )
+            })
             .collect();
         for (conn, accepted_at_ms, last_received_ms, keep_alive_s) in deadlines {
             match keep_alive_s {
                 None => {
                     if now_ms.saturating_sub(accepted_at_ms) >= self.settings.connect_timeout_ms {
-                        log::debug!("closing a connection that sent no CONNECT within connect_timeout");
+                        log::debug!(
+                            "closing a connection that sent no CONNECT within connect_timeout"
+                        );
                         self.close_silently(conn, now_ms, out);
                     }
                 }
@@ -342,9 +374,19 @@ impl Broker {
     /// Says goodbye to every client as the broker stops.
     pub fn shutdown(&mut self, now_ms: u64, out: &mut impl Transport) {
         for conn in self.connections.keys() {
-            let active = self.connections.get(conn).and_then(|c| c.active.as_ref()).is_some();
+            let active = self
+                .connections
+                .get(conn)
+                .and_then(|c| c.active.as_ref())
+                .is_some();
             if active {
-                self.end_connection(conn, Some((ReasonCode::SERVER_SHUTTING_DOWN, "the broker is stopping")), false, now_ms, out);
+                self.end_connection(
+                    conn,
+                    Some((ReasonCode::SERVER_SHUTTING_DOWN, "the broker is stopping")),
+                    false,
+                    now_ms,
+                    out,
+                );
             } else {
                 self.close_silently(conn, now_ms, out);
             }
@@ -370,7 +412,8 @@ impl Broker {
     /// A Reason String for `conn`, unless its client asked for none.
     pub(crate) fn reason_string(&self, conn: Key, reason: &str) -> Option<String> {
         let active = self.connections.get(conn)?.active.as_ref()?;
-        (active.problem_information && active.version == ProtocolVersion::V5).then(|| reason.to_string())
+        (active.problem_information && active.version == ProtocolVersion::V5)
+            .then(|| reason.to_string())
     }
 
     /// Closes a connection that has no session, writing nothing.
@@ -404,12 +447,20 @@ impl Broker {
                 let reason_string = self.reason_string(conn, text);
                 let packet = Packet::Disconnect(Disconnect {
                     reason_code: code,
-                    properties: Properties { reason_string, ..Properties::default() },
+                    properties: Properties {
+                        reason_string,
+                        ..Properties::default()
+                    },
                 });
                 out.send(conn, ProtocolVersion::V5, &packet, false);
             }
             if code.is_error() {
-                log::info!("disconnecting {}: {} (0x{:02X})", self.client_id_of(conn), text, code.0);
+                log::info!(
+                    "disconnecting {}: {} (0x{:02X})",
+                    self.client_id_of(conn),
+                    text,
+                    code.0
+                );
             }
         }
         out.close(conn);

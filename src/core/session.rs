@@ -27,8 +27,12 @@ impl Message {
     /// its bytes plus a fixed estimate of the entry that tracks it.
     pub fn cost_bytes(&self) -> u64 {
         const ENTRY_OVERHEAD_BYTES: u64 = 96;
-        let user_properties: usize =
-            self.properties.user_properties.iter().map(|(k, v)| k.len() + v.len() + 4).sum();
+        let user_properties: usize = self
+            .properties
+            .user_properties
+            .iter()
+            .map(|(k, v)| k.len() + v.len() + 4)
+            .sum();
         (self.payload.len() + self.topic.len() + user_properties) as u64 + ENTRY_OVERHEAD_BYTES
     }
 

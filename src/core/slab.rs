@@ -40,7 +40,12 @@ impl<T> Slab<T> {
     /// whose bound is far above what they usually hold.
     pub fn growable(capacity: usize) -> Slab<T> {
         assert!(capacity <= u32::MAX as usize);
-        Slab { slots: Vec::new(), free: Vec::new(), len: 0, capacity }
+        Slab {
+            slots: Vec::new(),
+            free: Vec::new(),
+            len: 0,
+            capacity,
+        }
     }
 
     pub fn len(&self) -> usize {
@@ -67,13 +72,19 @@ impl<T> Slab<T> {
         let index = match self.free.pop() {
             Some(index) => index,
             None => {
-                self.slots.push(Slot { generation: 0, value: None });
+                self.slots.push(Slot {
+                    generation: 0,
+                    value: None,
+                });
                 (self.slots.len() - 1) as u32
             }
         };
         let slot = &mut self.slots[index as usize];
         debug_assert!(slot.value.is_none());
-        let key = Key { index, generation: slot.generation };
+        let key = Key {
+            index,
+            generation: slot.generation,
+        };
         slot.value = Some(make(key));
         self.len += 1;
         Some(key)
@@ -113,7 +124,10 @@ impl<T> Slab<T> {
 
     pub fn iter(&self) -> impl Iterator<Item = (Key, &T)> {
         self.slots.iter().enumerate().filter_map(|(index, slot)| {
-            let key = Key { index: index as u32, generation: slot.generation };
+            let key = Key {
+                index: index as u32,
+                generation: slot.generation,
+            };
             slot.value.as_ref().map(|value| (key, value))
         })
     }
@@ -137,7 +151,11 @@ mod tests {
         let c = slab.insert_with(|_| 'c').unwrap();
         assert_eq!(c.index, a.index);
         assert_ne!(c.generation, a.generation);
-        assert_eq!(slab.get(a), None, "a stale key must not reach the new entry");
+        assert_eq!(
+            slab.get(a),
+            None,
+            "a stale key must not reach the new entry"
+        );
         assert_eq!(slab.get(c), Some(&'c'));
     }
 }

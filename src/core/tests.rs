@@ -3,7 +3,8 @@
 
 use super::*;
 use crate::codec::{
-    Connack, Connect, PubAck, Publish, QoS, RetainHandling, Subscribe, SubscriptionOptions, Unsubscribe,
+    Connack, Connect, PubAck, Publish, QoS, RetainHandling, Subscribe, SubscriptionOptions,
+    Unsubscribe,
 };
 
 #[derive(Default)]
@@ -15,7 +16,13 @@ struct Recorder {
 }
 
 impl Transport for Recorder {
-    fn send(&mut self, conn: Key, _version: ProtocolVersion, packet: &Packet, droppable: bool) -> bool {
+    fn send(
+        &mut self,
+        conn: Key,
+        _version: ProtocolVersion,
+        packet: &Packet,
+        droppable: bool,
+    ) -> bool {
         if droppable && self.full.contains(&conn) {
             return false;
         }
@@ -56,12 +63,22 @@ fn connect_packet(client_id: &str, version: ProtocolVersion) -> Connect {
 }
 
 fn publish_packet(topic: &str, qos: QoS, packet_id: Option<u16>, payload: &[u8]) -> Publish {
-    Publish { qos, topic: topic.into(), packet_id, payload: payload.to_vec(), ..Publish::default() }
+    Publish {
+        qos,
+        topic: topic.into(),
+        packet_id,
+        payload: payload.to_vec(),
+        ..Publish::default()
+    }
 }
 
 impl Harness {
     fn new(settings: Settings) -> Harness {
-        Harness { broker: Broker::new(settings), out: Recorder::default(), now_ms: 1_000 }
+        Harness {
+            broker: Broker::new(settings),
+            out: Recorder::default(),
+            now_ms: 1_000,
+        }
     }
 
     fn open(&mut self) -> Key {
@@ -69,7 +86,8 @@ impl Harness {
     }
 
     fn packet(&mut self, conn: Key, packet: Packet) {
-        self.broker.handle_packet(conn, packet, self.now_ms, &mut self.out);
+        self.broker
+            .handle_packet(conn, packet, self.now_ms, &mut self.out);
     }
 
     fn connect_with(&mut self, connect: Connect) -> (Key, Connack) {
@@ -78,7 +96,9 @@ impl Harness {
         let mut replies = self.out.take(conn);
         let rest = replies.split_off(1.min(replies.len()));
         // What follows the CONNACK stays for the test to read.
-        self.out.sent.extend(rest.into_iter().map(|packet| (conn, packet)));
+        self.out
+            .sent
+            .extend(rest.into_iter().map(|packet| (conn, packet)));
         match replies.first() {
             Some(Packet::Connack(connack)) => (conn, connack.clone()),
             other => panic!("expected a CONNACK, got {other:?}"),
@@ -91,10 +111,20 @@ impl Harness {
         conn
     }
 
-    fn subscribe(&mut self, conn: Key, filter: &str, options: SubscriptionOptions, id: Option<u32>) -> Vec<ReasonCode> {
+    fn subscribe(
+        &mut self,
+        conn: Key,
+        filter: &str,
+        options: SubscriptionOptions,
+        id: Option<u32>,
+    ) -> Vec<ReasonCode> {
         let mut properties = Properties::default();
         properties.subscription_identifiers.extend(id);
-        let subscribe = Subscribe { packet_id: 7, properties, filters: vec![(filter.into(), options)] };
+        let subscribe = Subscribe {
+            packet_id: 7,
+            properties,
+            filters: vec![(filter.into(), options)],
+        };
         self.packet(conn, Packet::Subscribe(subscribe));
         match self.out.take(conn).as_slice() {
             [Packet::Suback(suback)] => suback.reason_codes.clone(),
@@ -109,15 +139,33 @@ impl Harness {
 }
 
 fn qos(qos: QoS) -> SubscriptionOptions {
-    SubscriptionOptions { qos, ..SubscriptionOptions::default() }
+    SubscriptionOptions {
+        qos,
+        ..SubscriptionOptions::default()
+    }
 }
 
 fn publishes(packets: &[Packet]) -> Vec<&Publish> {
-    packets.iter().filter_map(|p| if let Packet::Publish(p) = p { Some(p) } else { None }).collect()
+    packets
+        .iter()
+        .filter_map(|p| {
+            if let Packet::Publish(p) = p {
+                Some(p)
+            } else {
+                None
+            }
+        })
+        .collect()
 }
 
 fn disconnect_code(packets: &[Packet]) -> Option<ReasonCode> {
-    packets.iter().find_map(|p| if let Packet::Disconnect(d) = p { Some(d.reason_code) } else { None })
+    packets.iter().find_map(|p| {
+        if let Packet::Disconnect(d) = p {
+            Some(d.reason_code)
+        } else {
+            None
+        }
+    })
 }
 
 #[test]
@@ -125,10 +173,27 @@ fn qos1_publish_reaches_a_subscriber_and_is_acknowledged() {
     let mut h = Harness::new(Settings::default());
     let subscriber = h.connect("sub", ProtocolVersion::V5);
     let publisher = h.connect("pub", ProtocolVersion::V311);
-    assert_eq!(h.subscribe(subscriber, "sensors/+/temp", qos(QoS::AtLeastOnce), Some(9)), vec![ReasonCode(1)]);
+    assert_eq!(
+        h.subscribe(subscriber, "sensors/+/temp", qos(QoS::AtLeastOnce), Some(9)),
+        vec![ReasonCode(1)]
+    );
 
-    h.packet(publisher, Packet::Publish(publish_packet("sensors/a/temp", QoS::AtLeastOnce, Some(3), b"21.5")));
-    assert_eq!(h.out.take(publisher), vec![Packet::Puback(PubAck { packet_id: 3, ..PubAck::default() })]);
+    h.packet(
+        publisher,
+        Packet::Publish(publish_packet(
+            "sensors/a/temp",
+            QoS::AtLeastOnce,
+            Some(3),
+            b"21.5",
+        )),
+    );
+    assert_eq!(
+        h.out.take(publisher),
+        vec![Packet::Puback(PubAck {
+            packet_id: 3,
+            ..PubAck::default()
+        })]
+    );
     let received = h.out.take(subscriber);
     let delivered = publishes(&received);
     assert_eq!(delivered.len(), 1);
@@ -138,10 +203,24 @@ fn qos1_publish_reaches_a_subscriber_and_is_acknowledged() {
     let packet_id = delivered[0].packet_id.unwrap();
 
     // The delivery stays owed until the subscriber acknowledges it.
-    let session = h.broker.sessions.get(h.broker.sessions_by_client_id["sub"]).unwrap();
+    let session = h
+        .broker
+        .sessions
+        .get(h.broker.sessions_by_client_id["sub"])
+        .unwrap();
     assert_eq!(session.inflight.len(), 1);
-    h.packet(subscriber, Packet::Puback(PubAck { packet_id, ..PubAck::default() }));
-    let session = h.broker.sessions.get(h.broker.sessions_by_client_id["sub"]).unwrap();
+    h.packet(
+        subscriber,
+        Packet::Puback(PubAck {
+            packet_id,
+            ..PubAck::default()
+        }),
+    );
+    let session = h
+        .broker
+        .sessions
+        .get(h.broker.sessions_by_client_id["sub"])
+        .unwrap();
     assert!(session.inflight.is_empty());
     assert_eq!(session.held_bytes, 0);
 }
@@ -152,7 +231,10 @@ fn delivered_qos_is_the_lower_of_message_and_subscription() {
     let subscriber = h.connect("sub", ProtocolVersion::V5);
     let publisher = h.connect("pub", ProtocolVersion::V5);
     h.subscribe(subscriber, "a", qos(QoS::AtMostOnce), None);
-    h.packet(publisher, Packet::Publish(publish_packet("a", QoS::AtLeastOnce, Some(1), b"x")));
+    h.packet(
+        publisher,
+        Packet::Publish(publish_packet("a", QoS::AtLeastOnce, Some(1), b"x")),
+    );
     let received = h.out.take(subscriber);
     assert_eq!(publishes(&received)[0].qos, QoS::AtMostOnce);
     assert_eq!(publishes(&received)[0].packet_id, None);
@@ -165,7 +247,10 @@ fn overlapping_subscriptions_get_one_copy_with_every_identifier() {
     let publisher = h.connect("pub", ProtocolVersion::V5);
     h.subscribe(subscriber, "a/#", qos(QoS::AtMostOnce), Some(1));
     h.subscribe(subscriber, "a/+", qos(QoS::AtLeastOnce), Some(2));
-    h.packet(publisher, Packet::Publish(publish_packet("a/b", QoS::AtLeastOnce, Some(1), b"x")));
+    h.packet(
+        publisher,
+        Packet::Publish(publish_packet("a/b", QoS::AtLeastOnce, Some(1), b"x")),
+    );
     let received = h.out.take(subscriber);
     let delivered = publishes(&received);
     assert_eq!(delivered.len(), 1);
@@ -179,9 +264,15 @@ fn overlapping_subscriptions_get_one_copy_with_every_identifier() {
 fn no_local_keeps_a_publishers_own_messages_from_it() {
     let mut h = Harness::new(Settings::default());
     let client = h.connect("c", ProtocolVersion::V5);
-    let options = SubscriptionOptions { no_local: true, ..qos(QoS::AtMostOnce) };
+    let options = SubscriptionOptions {
+        no_local: true,
+        ..qos(QoS::AtMostOnce)
+    };
     h.subscribe(client, "t", options, None);
-    h.packet(client, Packet::Publish(publish_packet("t", QoS::AtMostOnce, None, b"x")));
+    h.packet(
+        client,
+        Packet::Publish(publish_packet("t", QoS::AtMostOnce, None, b"x")),
+    );
     assert!(publishes(&h.out.take(client)).is_empty());
 }
 
@@ -191,7 +282,10 @@ fn wildcard_filters_do_not_reach_dollar_topics() {
     let subscriber = h.connect("sub", ProtocolVersion::V5);
     let publisher = h.connect("pub", ProtocolVersion::V5);
     h.subscribe(subscriber, "#", qos(QoS::AtMostOnce), None);
-    h.packet(publisher, Packet::Publish(publish_packet("$data/x", QoS::AtMostOnce, None, b"x")));
+    h.packet(
+        publisher,
+        Packet::Publish(publish_packet("$data/x", QoS::AtMostOnce, None, b"x")),
+    );
     assert!(publishes(&h.out.take(subscriber)).is_empty());
 }
 
@@ -201,44 +295,93 @@ fn unsubscribe_stops_delivery_and_reports_unknown_filters() {
     let subscriber = h.connect("sub", ProtocolVersion::V5);
     let publisher = h.connect("pub", ProtocolVersion::V5);
     h.subscribe(subscriber, "t", qos(QoS::AtMostOnce), None);
-    let unsubscribe = Unsubscribe { packet_id: 4, properties: Properties::default(), filters: vec!["t".into(), "u".into()] };
+    let unsubscribe = Unsubscribe {
+        packet_id: 4,
+        properties: Properties::default(),
+        filters: vec!["t".into(), "u".into()],
+    };
     h.packet(subscriber, Packet::Unsubscribe(unsubscribe));
     match h.out.take(subscriber).as_slice() {
         [Packet::Unsuback(unsuback)] => {
-            assert_eq!(unsuback.reason_codes, vec![ReasonCode::SUCCESS, ReasonCode::NO_SUBSCRIPTION_EXISTED])
+            assert_eq!(
+                unsuback.reason_codes,
+                vec![ReasonCode::SUCCESS, ReasonCode::NO_SUBSCRIPTION_EXISTED]
+            )
         }
         other => panic!("expected an UNSUBACK, got {other:?}"),
     }
-    h.packet(publisher, Packet::Publish(publish_packet("t", QoS::AtMostOnce, None, b"x")));
+    h.packet(
+        publisher,
+        Packet::Publish(publish_packet("t", QoS::AtMostOnce, None, b"x")),
+    );
     assert!(publishes(&h.out.take(subscriber)).is_empty());
 }
 
 #[test]
 fn subscribe_refusals_carry_their_codes() {
-    let settings = Settings { max_topic_levels: 3, max_subscriptions: 2, ..Settings::default() };
+    let settings = Settings {
+        max_topic_levels: 3,
+        max_subscriptions: 2,
+        ..Settings::default()
+    };
     let mut h = Harness::new(settings);
     let client = h.connect("c", ProtocolVersion::V5);
-    assert_eq!(h.subscribe(client, "a/b#", qos(QoS::AtMostOnce), None), vec![ReasonCode::TOPIC_FILTER_INVALID]);
-    assert_eq!(h.subscribe(client, "a/b/c/d", qos(QoS::AtMostOnce), None), vec![ReasonCode::TOPIC_FILTER_INVALID]);
-    assert_eq!(h.subscribe(client, "$share/g/t", qos(QoS::AtMostOnce), None), vec![ReasonCode::SHARED_SUBSCRIPTIONS_NOT_SUPPORTED]);
-    assert_eq!(h.subscribe(client, "a", qos(QoS::AtMostOnce), None), vec![ReasonCode(0)]);
-    assert_eq!(h.subscribe(client, "b", qos(QoS::AtLeastOnce), None), vec![ReasonCode(1)]);
-    assert_eq!(h.subscribe(client, "c", qos(QoS::AtMostOnce), None), vec![ReasonCode::QUOTA_EXCEEDED]);
+    assert_eq!(
+        h.subscribe(client, "a/b#", qos(QoS::AtMostOnce), None),
+        vec![ReasonCode::TOPIC_FILTER_INVALID]
+    );
+    assert_eq!(
+        h.subscribe(client, "a/b/c/d", qos(QoS::AtMostOnce), None),
+        vec![ReasonCode::TOPIC_FILTER_INVALID]
+    );
+    assert_eq!(
+        h.subscribe(client, "$share/g/t", qos(QoS::AtMostOnce), None),
+        vec![ReasonCode::SHARED_SUBSCRIPTIONS_NOT_SUPPORTED]
+    );
+    assert_eq!(
+        h.subscribe(client, "a", qos(QoS::AtMostOnce), None),
+        vec![ReasonCode(0)]
+    );
+    assert_eq!(
+        h.subscribe(client, "b", qos(QoS::AtLeastOnce), None),
+        vec![ReasonCode(1)]
+    );
+    assert_eq!(
+        h.subscribe(client, "c", qos(QoS::AtMostOnce), None),
+        vec![ReasonCode::QUOTA_EXCEEDED]
+    );
     // Replacing a filter already held adds nothing, so it is not refused.
-    assert_eq!(h.subscribe(client, "a", qos(QoS::ExactlyOnce), None), vec![ReasonCode(2)]);
+    assert_eq!(
+        h.subscribe(client, "a", qos(QoS::ExactlyOnce), None),
+        vec![ReasonCode(2)]
+    );
 }
 
 #[test]
 fn refused_publishes_are_told_on_mqtt5_and_closed_on_311() {
-    let settings = Settings { max_topic_length: 8, ..Settings::default() };
+    let settings = Settings {
+        max_topic_length: 8,
+        ..Settings::default()
+    };
     let mut h = Harness::new(settings);
     let v5 = h.connect("five", ProtocolVersion::V5);
-    h.packet(v5, Packet::Publish(publish_packet("much/too/long", QoS::AtLeastOnce, Some(5), b"x")));
+    h.packet(
+        v5,
+        Packet::Publish(publish_packet(
+            "much/too/long",
+            QoS::AtLeastOnce,
+            Some(5),
+            b"x",
+        )),
+    );
     match h.out.take(v5).as_slice() {
         [Packet::Puback(ack)] => assert_eq!(ack.reason_code, ReasonCode::TOPIC_NAME_INVALID),
         other => panic!("expected a refusing PUBACK, got {other:?}"),
     }
-    h.packet(v5, Packet::Publish(publish_packet("$SYS/x", QoS::AtLeastOnce, Some(6), b"x")));
+    h.packet(
+        v5,
+        Packet::Publish(publish_packet("$SYS/x", QoS::AtLeastOnce, Some(6), b"x")),
+    );
     match h.out.take(v5).as_slice() {
         [Packet::Puback(ack)] => assert_eq!(ack.reason_code, ReasonCode::NOT_AUTHORIZED),
         other => panic!("expected a refusing PUBACK, got {other:?}"),
@@ -253,8 +396,19 @@ fn refused_publishes_are_told_on_mqtt5_and_closed_on_311() {
     assert!(h.broker.is_open(v5));
 
     let v311 = h.connect("three", ProtocolVersion::V311);
-    h.packet(v311, Packet::Publish(publish_packet("much/too/long", QoS::AtLeastOnce, Some(5), b"x")));
-    assert!(h.out.take(v311).is_empty(), "3.1.1 must not be acknowledged for a refused publish");
+    h.packet(
+        v311,
+        Packet::Publish(publish_packet(
+            "much/too/long",
+            QoS::AtLeastOnce,
+            Some(5),
+            b"x",
+        )),
+    );
+    assert!(
+        h.out.take(v311).is_empty(),
+        "3.1.1 must not be acknowledged for a refused publish"
+    );
     assert!(h.out.closed.contains(&v311));
     assert!(!h.broker.is_open(v311));
 }
@@ -274,23 +428,35 @@ fn topic_aliases_are_resolved_and_bounded() {
     let received = h.out.take(subscriber);
     let delivered = publishes(&received);
     assert_eq!(delivered.len(), 2);
-    assert!(delivered.iter().all(|p| p.topic == "long/topic" && p.properties.topic_alias.is_none()));
+    assert!(delivered
+        .iter()
+        .all(|p| p.topic == "long/topic" && p.properties.topic_alias.is_none()));
 
     let mut unknown = publish_packet("", QoS::AtMostOnce, None, b"3");
     unknown.properties.topic_alias = Some(4);
     h.packet(publisher, Packet::Publish(unknown));
-    assert_eq!(disconnect_code(&h.out.take(publisher)), Some(ReasonCode::PROTOCOL_ERROR));
+    assert_eq!(
+        disconnect_code(&h.out.take(publisher)),
+        Some(ReasonCode::PROTOCOL_ERROR)
+    );
 
     let other = h.connect("other", ProtocolVersion::V5);
     let mut too_high = publish_packet("x", QoS::AtMostOnce, None, b"4");
     too_high.properties.topic_alias = Some(17);
     h.packet(other, Packet::Publish(too_high));
-    assert_eq!(disconnect_code(&h.out.take(other)), Some(ReasonCode::TOPIC_ALIAS_INVALID));
+    assert_eq!(
+        disconnect_code(&h.out.take(other)),
+        Some(ReasonCode::TOPIC_ALIAS_INVALID)
+    );
 }
 
 #[test]
 fn connack_states_what_the_broker_offers() {
-    let settings = Settings { max_session_expiry_s: 100, max_keepalive_s: Some(30), ..Settings::default() };
+    let settings = Settings {
+        max_session_expiry_s: 100,
+        max_keepalive_s: Some(30),
+        ..Settings::default()
+    };
     let mut h = Harness::new(settings);
     let mut connect = connect_packet("", ProtocolVersion::V5);
     connect.properties.session_expiry_interval_s = Some(1000);
@@ -301,29 +467,57 @@ fn connack_states_what_the_broker_offers() {
     assert_eq!(p.maximum_packet_size, Some(1024 * 1024));
     assert_eq!(p.session_expiry_interval_s, Some(100));
     assert_eq!(p.server_keep_alive_s, Some(30));
-    assert!(p.assigned_client_identifier.as_deref().is_some_and(|id| !id.is_empty()));
+    assert!(p
+        .assigned_client_identifier
+        .as_deref()
+        .is_some_and(|id| !id.is_empty()));
     assert_eq!(p.maximum_qos, None, "absent Maximum QoS means 2");
 }
 
 #[test]
 fn connect_refusals() {
-    let settings = Settings { max_client_id_length: 4, min_protocol_version: ProtocolVersion::V5, ..Settings::default() };
+    let settings = Settings {
+        max_client_id_length: 4,
+        min_protocol_version: ProtocolVersion::V5,
+        ..Settings::default()
+    };
     let mut h = Harness::new(settings);
     let cases: Vec<(Connect, ReasonCode)> = vec![
-        (connect_packet("toolong", ProtocolVersion::V5), ReasonCode::CLIENT_IDENTIFIER_NOT_VALID),
-        (Connect { clean_start: false, ..connect_packet("", ProtocolVersion::V5) }, ReasonCode::CLIENT_IDENTIFIER_NOT_VALID),
-        (connect_packet("a\u{7}", ProtocolVersion::V5), ReasonCode::CLIENT_IDENTIFIER_NOT_VALID),
-        (connect_packet("ok", ProtocolVersion::V311), ReasonCode::UNSUPPORTED_PROTOCOL_VERSION),
+        (
+            connect_packet("toolong", ProtocolVersion::V5),
+            ReasonCode::CLIENT_IDENTIFIER_NOT_VALID,
+        ),
         (
             Connect {
-                properties: Properties { authentication_method: Some("SCRAM".into()), ..Properties::default() },
+                clean_start: false,
+                ..connect_packet("", ProtocolVersion::V5)
+            },
+            ReasonCode::CLIENT_IDENTIFIER_NOT_VALID,
+        ),
+        (
+            connect_packet("a\u{7}", ProtocolVersion::V5),
+            ReasonCode::CLIENT_IDENTIFIER_NOT_VALID,
+        ),
+        (
+            connect_packet("ok", ProtocolVersion::V311),
+            ReasonCode::UNSUPPORTED_PROTOCOL_VERSION,
+        ),
+        (
+            Connect {
+                properties: Properties {
+                    authentication_method: Some("SCRAM".into()),
+                    ..Properties::default()
+                },
                 ..connect_packet("ok", ProtocolVersion::V5)
             },
             ReasonCode::BAD_AUTHENTICATION_METHOD,
         ),
         (
             Connect {
-                will: Some(Will { topic: "$saguin/x".into(), ..Will::default() }),
+                will: Some(Will {
+                    topic: "$saguin/x".into(),
+                    ..Will::default()
+                }),
                 ..connect_packet("ok", ProtocolVersion::V5)
             },
             ReasonCode::TOPIC_NAME_INVALID,
@@ -334,23 +528,36 @@ fn connect_refusals() {
         assert_eq!(connack.reason_code, expected, "{connect:?}");
         assert!(!h.broker.is_open(conn));
     }
-    assert_eq!(h.broker.session_count(), 0, "a refused CONNECT creates nothing");
+    assert_eq!(
+        h.broker.session_count(),
+        0,
+        "a refused CONNECT creates nothing"
+    );
 }
 
 #[test]
 fn the_connection_table_is_bounded() {
-    let mut h = Harness::new(Settings { max_connections: 2, ..Settings::default() });
+    let mut h = Harness::new(Settings {
+        max_connections: 2,
+        ..Settings::default()
+    });
     let a = h.open();
     let _b = h.open();
     assert!(h.broker.accept(h.now_ms).is_none());
     assert_eq!(h.broker.stats().connections_refused_busy, 1);
     h.broker.handle_connection_lost(a, h.now_ms, &mut h.out);
-    assert!(h.broker.accept(h.now_ms).is_some(), "a freed slot is reused at once");
+    assert!(
+        h.broker.accept(h.now_ms).is_some(),
+        "a freed slot is reused at once"
+    );
 }
 
 #[test]
 fn a_socket_that_sends_no_connect_is_closed_at_connect_timeout() {
-    let mut h = Harness::new(Settings { connect_timeout_ms: 10_000, ..Settings::default() });
+    let mut h = Harness::new(Settings {
+        connect_timeout_ms: 10_000,
+        ..Settings::default()
+    });
     let conn = h.open();
     h.advance(9_900);
     assert!(h.broker.is_open(conn));
@@ -369,10 +576,16 @@ fn keepalive_allows_one_and_a_half_intervals() {
     h.packet(conn, Packet::Pingreq);
     assert_eq!(h.out.take(conn), vec![Packet::Pingresp]);
     h.advance(15_000);
-    assert!(h.broker.is_open(conn), "15 s of silence is within 1.5 x 10 s");
+    assert!(
+        h.broker.is_open(conn),
+        "15 s of silence is within 1.5 x 10 s"
+    );
     h.advance(100);
     assert!(!h.broker.is_open(conn));
-    assert_eq!(disconnect_code(&h.out.take(conn)), Some(ReasonCode::KEEP_ALIVE_TIMEOUT));
+    assert_eq!(
+        disconnect_code(&h.out.take(conn)),
+        Some(ReasonCode::KEEP_ALIVE_TIMEOUT)
+    );
 }
 
 #[test]
@@ -380,7 +593,10 @@ fn a_second_connection_takes_the_session_over() {
     let mut h = Harness::new(Settings::default());
     let first = h.connect("same", ProtocolVersion::V5);
     let second = h.connect("same", ProtocolVersion::V5);
-    assert_eq!(disconnect_code(&h.out.take(first)), Some(ReasonCode::SESSION_TAKEN_OVER));
+    assert_eq!(
+        disconnect_code(&h.out.take(first)),
+        Some(ReasonCode::SESSION_TAKEN_OVER)
+    );
     assert!(!h.broker.is_open(first));
     assert!(h.broker.is_open(second));
     assert_eq!(h.broker.session_count(), 1);
@@ -398,8 +614,14 @@ fn a_persistent_session_keeps_qos1_messages_while_away() {
     assert!(!h.broker.is_open(subscriber));
 
     let publisher = h.connect("pub", ProtocolVersion::V5);
-    h.packet(publisher, Packet::Publish(publish_packet("t", QoS::AtLeastOnce, Some(1), b"kept")));
-    h.packet(publisher, Packet::Publish(publish_packet("t", QoS::AtMostOnce, None, b"not kept")));
+    h.packet(
+        publisher,
+        Packet::Publish(publish_packet("t", QoS::AtLeastOnce, Some(1), b"kept")),
+    );
+    h.packet(
+        publisher,
+        Packet::Publish(publish_packet("t", QoS::AtMostOnce, None, b"not kept")),
+    );
 
     let (subscriber, connack) = h.connect_with(connect.clone());
     assert!(connack.session_present);
@@ -411,14 +633,21 @@ fn a_persistent_session_keeps_qos1_messages_while_away() {
     // Away past its expiry, the session ends whole.
     h.packet(subscriber, Packet::Disconnect(Disconnect::default()));
     h.advance(61_000);
-    assert_eq!(h.broker.session_count(), 1, "only the publisher's session is left");
+    assert_eq!(
+        h.broker.session_count(),
+        1,
+        "only the publisher's session is left"
+    );
     let (_, connack) = h.connect_with(connect);
     assert!(!connack.session_present);
 }
 
 #[test]
 fn session_queue_bytes_drops_the_oldest_waiting() {
-    let settings = Settings { session_queue_bytes: 1000, ..Settings::default() };
+    let settings = Settings {
+        session_queue_bytes: 1000,
+        ..Settings::default()
+    };
     let mut h = Harness::new(settings);
     let mut connect = connect_packet("slow", ProtocolVersion::V5);
     connect.clean_start = false;
@@ -428,7 +657,10 @@ fn session_queue_bytes_drops_the_oldest_waiting() {
     h.packet(subscriber, Packet::Disconnect(Disconnect::default()));
     let publisher = h.connect("pub", ProtocolVersion::V5);
     for i in 0..20u8 {
-        h.packet(publisher, Packet::Publish(publish_packet("t", QoS::AtLeastOnce, Some(1), &[i; 100])));
+        h.packet(
+            publisher,
+            Packet::Publish(publish_packet("t", QoS::AtLeastOnce, Some(1), &[i; 100])),
+        );
     }
     assert!(h.broker.stats().session_queue_full > 0);
     let (subscriber, _) = h.connect_with(connect);
@@ -440,11 +672,20 @@ fn session_queue_bytes_drops_the_oldest_waiting() {
         if delivered.is_empty() {
             break;
         }
-        assert!(delivered.len() <= 2, "half of 1000 bytes holds two 197-byte deliveries");
+        assert!(
+            delivered.len() <= 2,
+            "half of 1000 bytes holds two 197-byte deliveries"
+        );
         for publish in delivered {
             payloads.push(publish.payload[0]);
             let packet_id = publish.packet_id.unwrap();
-            h.packet(subscriber, Packet::Puback(PubAck { packet_id, ..PubAck::default() }));
+            h.packet(
+                subscriber,
+                Packet::Puback(PubAck {
+                    packet_id,
+                    ..PubAck::default()
+                }),
+            );
         }
     }
     // What survives is the newest, in order: five of 197 bytes fit in 1000.
@@ -460,13 +701,22 @@ fn receive_maximum_bounds_what_is_on_the_wire() {
     h.subscribe(subscriber, "t", qos(QoS::AtLeastOnce), None);
     let publisher = h.connect("pub", ProtocolVersion::V5);
     for i in 0..5u8 {
-        h.packet(publisher, Packet::Publish(publish_packet("t", QoS::AtLeastOnce, Some(1), &[i])));
+        h.packet(
+            publisher,
+            Packet::Publish(publish_packet("t", QoS::AtLeastOnce, Some(1), &[i])),
+        );
     }
     let received = h.out.take(subscriber);
     let first = publishes(&received);
     assert_eq!(first.len(), 2);
     let packet_id = first[0].packet_id.unwrap();
-    h.packet(subscriber, Packet::Puback(PubAck { packet_id, ..PubAck::default() }));
+    h.packet(
+        subscriber,
+        Packet::Puback(PubAck {
+            packet_id,
+            ..PubAck::default()
+        }),
+    );
     let received = h.out.take(subscriber);
     let next = publishes(&received);
     assert_eq!(next.len(), 1);
@@ -480,7 +730,10 @@ fn qos0_is_shed_when_the_connection_buffer_is_full() {
     let publisher = h.connect("pub", ProtocolVersion::V5);
     h.subscribe(subscriber, "t", qos(QoS::AtMostOnce), None);
     h.out.full.push(subscriber);
-    h.packet(publisher, Packet::Publish(publish_packet("t", QoS::AtMostOnce, None, b"x")));
+    h.packet(
+        publisher,
+        Packet::Publish(publish_packet("t", QoS::AtMostOnce, None, b"x")),
+    );
     assert_eq!(h.broker.stats().deliveries_dropped, 1);
 }
 
@@ -492,18 +745,53 @@ fn exactly_once_in_delivers_once_at_pubrel() {
     h.subscribe(subscriber, "t", qos(QoS::AtMostOnce), None);
     let publish = publish_packet("t", QoS::ExactlyOnce, Some(9), b"once");
     h.packet(publisher, Packet::Publish(publish.clone()));
-    h.packet(publisher, Packet::Publish(Publish { dup: true, ..publish }));
+    h.packet(
+        publisher,
+        Packet::Publish(Publish {
+            dup: true,
+            ..publish
+        }),
+    );
     assert_eq!(
         h.out.take(publisher),
-        vec![Packet::Pubrec(PubAck { packet_id: 9, ..PubAck::default() }); 2]
+        vec![
+            Packet::Pubrec(PubAck {
+                packet_id: 9,
+                ..PubAck::default()
+            });
+            2
+        ]
     );
-    assert!(publishes(&h.out.take(subscriber)).is_empty(), "held until PUBREL");
-    h.packet(publisher, Packet::Pubrel(PubAck { packet_id: 9, ..PubAck::default() }));
-    assert_eq!(h.out.take(publisher), vec![Packet::Pubcomp(PubAck { packet_id: 9, ..PubAck::default() })]);
+    assert!(
+        publishes(&h.out.take(subscriber)).is_empty(),
+        "held until PUBREL"
+    );
+    h.packet(
+        publisher,
+        Packet::Pubrel(PubAck {
+            packet_id: 9,
+            ..PubAck::default()
+        }),
+    );
+    assert_eq!(
+        h.out.take(publisher),
+        vec![Packet::Pubcomp(PubAck {
+            packet_id: 9,
+            ..PubAck::default()
+        })]
+    );
     assert_eq!(publishes(&h.out.take(subscriber)).len(), 1);
-    h.packet(publisher, Packet::Pubrel(PubAck { packet_id: 9, ..PubAck::default() }));
+    h.packet(
+        publisher,
+        Packet::Pubrel(PubAck {
+            packet_id: 9,
+            ..PubAck::default()
+        }),
+    );
     match h.out.take(publisher).as_slice() {
-        [Packet::Pubcomp(ack)] => assert_eq!(ack.reason_code, ReasonCode::PACKET_IDENTIFIER_NOT_FOUND),
+        [Packet::Pubcomp(ack)] => {
+            assert_eq!(ack.reason_code, ReasonCode::PACKET_IDENTIFIER_NOT_FOUND)
+        }
         other => panic!("expected PUBCOMP 0x92, got {other:?}"),
     }
 }
@@ -514,9 +802,14 @@ fn a_will_is_published_when_the_connection_drops_and_not_after_a_clean_disconnec
     let watcher = h.connect("watcher", ProtocolVersion::V5);
     h.subscribe(watcher, "status/#", qos(QoS::AtMostOnce), None);
     let mut connect = connect_packet("device", ProtocolVersion::V311);
-    connect.will = Some(Will { topic: "status/device".into(), payload: b"offline".to_vec(), ..Will::default() });
+    connect.will = Some(Will {
+        topic: "status/device".into(),
+        payload: b"offline".to_vec(),
+        ..Will::default()
+    });
     let (device, _) = h.connect_with(connect.clone());
-    h.broker.handle_connection_lost(device, h.now_ms, &mut h.out);
+    h.broker
+        .handle_connection_lost(device, h.now_ms, &mut h.out);
     let received = h.out.take(watcher);
     assert_eq!(publishes(&received).len(), 1);
     assert_eq!(publishes(&received)[0].payload, b"offline");
@@ -533,7 +826,10 @@ fn shutdown_says_goodbye_to_mqtt5_clients() {
     let v311 = h.connect("three", ProtocolVersion::V311);
     let waiting = h.open();
     h.broker.shutdown(h.now_ms, &mut h.out);
-    assert_eq!(disconnect_code(&h.out.take(v5)), Some(ReasonCode::SERVER_SHUTTING_DOWN));
+    assert_eq!(
+        disconnect_code(&h.out.take(v5)),
+        Some(ReasonCode::SERVER_SHUTTING_DOWN)
+    );
     assert!(h.out.take(v311).is_empty());
     for conn in [v5, v311, waiting] {
         assert!(h.out.closed.contains(&conn));
@@ -545,9 +841,18 @@ fn shutdown_says_goodbye_to_mqtt5_clients() {
 fn retain_handling_is_decoded_but_retained_publishes_are_refused_for_now() {
     let mut h = Harness::new(Settings::default());
     let client = h.connect("c", ProtocolVersion::V5);
-    let options = SubscriptionOptions { retain_handling: RetainHandling::DoNotSend, ..qos(QoS::AtMostOnce) };
+    let options = SubscriptionOptions {
+        retain_handling: RetainHandling::DoNotSend,
+        ..qos(QoS::AtMostOnce)
+    };
     assert_eq!(h.subscribe(client, "t", options, None), vec![ReasonCode(0)]);
-    let retained = Publish { retain: true, ..publish_packet("t", QoS::AtMostOnce, None, b"x") };
+    let retained = Publish {
+        retain: true,
+        ..publish_packet("t", QoS::AtMostOnce, None, b"x")
+    };
     h.packet(client, Packet::Publish(retained));
-    assert_eq!(disconnect_code(&h.out.take(client)), Some(ReasonCode::RETAIN_NOT_SUPPORTED));
+    assert_eq!(
+        disconnect_code(&h.out.take(client)),
+        Some(ReasonCode::RETAIN_NOT_SUPPORTED)
+    );
 }

@@ -44,7 +44,10 @@ impl Default for TopicIndex {
 
 impl TopicIndex {
     pub fn new() -> TopicIndex {
-        TopicIndex { nodes: vec![Node::default()], free: Vec::new() }
+        TopicIndex {
+            nodes: vec![Node::default()],
+            free: Vec::new(),
+        }
     }
 
     /// Adds or replaces `session`'s subscription to `filter`. Returns true
@@ -62,7 +65,10 @@ impl TopicIndex {
             };
         }
         let subscribers = &mut self.nodes[node].subscribers;
-        match subscribers.iter_mut().find(|s| s.session == subscriber.session) {
+        match subscribers
+            .iter_mut()
+            .find(|s| s.session == subscriber.session)
+        {
             Some(existing) => {
                 *existing = subscriber;
                 true
@@ -176,11 +182,18 @@ mod tests {
     use super::*;
 
     fn key(index: u32) -> Key {
-        Key { index, generation: 0 }
+        Key {
+            index,
+            generation: 0,
+        }
     }
 
     fn sub(index: u32) -> Subscriber {
-        Subscriber { session: key(index), options: SubscriptionOptions::default(), subscription_id: None }
+        Subscriber {
+            session: key(index),
+            options: SubscriptionOptions::default(),
+            subscription_id: None,
+        }
     }
 
     fn matches(index: &TopicIndex, topic: &str) -> Vec<u32> {

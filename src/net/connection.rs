@@ -10,7 +10,8 @@ use smol::io::{AsyncReadExt, AsyncWriteExt};
 use super::outbox::{reader_may_continue, writable, Outbox};
 use super::SharedRef;
 use crate::codec::{
-    decode_fixed_header, decode_packet, peek_connect_version, DecodeError, PacketType, ProtocolVersion, ReasonCode,
+    decode_fixed_header, decode_packet, peek_connect_version, DecodeError, PacketType,
+    ProtocolVersion, ReasonCode,
 };
 use crate::core::{Broker, Key};
 
@@ -21,18 +22,28 @@ const MAX_IDLE_READ_BYTES: usize = 16 * 1024;
 /// An outbox past this many unwritten bytes pauses reading from its client.
 pub const OUTBOX_PAUSE_BYTES: usize = 256 * 1024;
 
-const TOO_LARGE: DecodeError =
-    DecodeError { code: ReasonCode::PACKET_TOO_LARGE, reason: "packet larger than the maximum packet size" };
+const TOO_LARGE: DecodeError = DecodeError {
+    code: ReasonCode::PACKET_TOO_LARGE,
+    reason: "packet larger than the maximum packet size",
+};
 
 /// Serves one accepted connection until it ends.
-pub async fn serve(shared: SharedRef, stream: TcpStream, key: Key, outbox: Outbox, write_timeout_ms: Option<u64>) {
+pub async fn serve(
+    shared: SharedRef,
+    stream: TcpStream,
+    key: Key,
+    outbox: Outbox,
+    write_timeout_ms: Option<u64>,
+) {
     let reader = read_loop(shared.clone(), stream.clone(), key, outbox.clone());
     let writer = write_loop(shared.clone(), stream, key, outbox, write_timeout_ms);
     future::zip(reader, writer).await;
     let mut guard = shared.borrow_mut();
     let shared = &mut *guard;
     let now_ms = shared.now_ms();
-    shared.broker.handle_connection_lost(key, now_ms, &mut shared.outboxes);
+    shared
+        .broker
+        .handle_connection_lost(key, now_ms, &mut shared.outboxes);
     shared.outboxes.remove(key);
 }
 
@@ -54,14 +65,18 @@ fn dispatch(shared: &SharedRef, key: Key, header: &crate::codec::FixedHeader, bo
 }
 
 fn connect_version_hint(packet_type: u8, body: &[u8]) -> Option<ProtocolVersion> {
-    (packet_type == PacketType::Connect as u8).then(|| peek_connect_version(body)).flatten()
+    (packet_type == PacketType::Connect as u8)
+        .then(|| peek_connect_version(body))
+        .flatten()
 }
 
 fn fail(shared: &SharedRef, key: Key, error: DecodeError, version: Option<ProtocolVersion>) {
     let mut guard = shared.borrow_mut();
     let shared = &mut *guard;
     let now_ms = shared.now_ms();
-    shared.broker.handle_decode_error(key, error, version, now_ms, &mut shared.outboxes);
+    shared
+        .broker
+        .handle_decode_error(key, error, version, now_ms, &mut shared.outboxes);
 }
 
 async fn read_loop(shared: SharedRef, mut stream: TcpStream, key: Key, outbox: Outbox) {
@@ -80,7 +95,8 @@ async fn read_loop(shared: SharedRef, mut stream: TcpStream, key: Key, outbox: O
             let limit_bytes = shared.borrow().broker.inbound_limit_bytes(key) as usize;
             if header.packet_len() > limit_bytes {
                 // Refused on its declared length: the body is never read.
-                let version = connect_version_hint(header.packet_type, &pending[header.header_len..]);
+                let version =
+                    connect_version_hint(header.packet_type, &pending[header.header_len..]);
                 return fail(&shared, key, TOO_LARGE, version);
             }
             if pending.len() < header.packet_len() {
@@ -104,17 +120,24 @@ async fn read_loop(shared: SharedRef, mut stream: TcpStream, key: Key, outbox: O
         }
 
         let filled = buf.len();
-        let room = (needed.saturating_sub(filled)).max(buf.capacity() - filled).max(INITIAL_READ_BYTES);
+        let room = (needed.saturating_sub(filled))
+            .max(buf.capacity() - filled)
+            .max(INITIAL_READ_BYTES);
         buf.resize(filled + room, 0);
-        let read = future::or(async { Some(stream.read(&mut buf[filled..]).await) }, async {
-            reader_may_continue(&outbox, None).await;
-            None
-        })
+        let read = future::or(
+            async { Some(stream.read(&mut buf[filled..]).await) },
+            async {
+                reader_may_continue(&outbox, None).await;
+                None
+            },
+        )
         .await;
         match read {
             Some(Ok(n)) if n > 0 => buf.truncate(filled + n),
-            // Closed by the peer, failed, or ended by the broker.
-            _ => {
+            // Ended by the broker: the writer flushes what is left, then closes.
+            None => return,
+            // Closed by the peer, or failed: nothing more can be written.
+            Some(_) => {
                 outbox.borrow_mut().mark_dead();
                 return;
             }
@@ -122,7 +145,13 @@ async fn read_loop(shared: SharedRef, mut stream: TcpStream, key: Key, outbox: O
     }
 }
 
-async fn write_loop(shared: SharedRef, mut stream: TcpStream, key: Key, outbox: Outbox, write_timeout_ms: Option<u64>) {
+async fn write_loop(
+    shared: SharedRef,
+    mut stream: TcpStream,
+    key: Key,
+    outbox: Outbox,
+    write_timeout_ms: Option<u64>,
+) {
     let mut writing: Vec<u8> = Vec::new();
     loop {
         writable(&outbox).await;
@@ -140,7 +169,10 @@ async fn write_loop(shared: SharedRef, mut stream: TcpStream, key: Key, outbox: 
                 Some(timeout_ms) => {
                     let timeout = async {
                         sleep_ms(timeout_ms).await;
-                        Err(std::io::Error::new(std::io::ErrorKind::TimedOut, "write_timeout"))
+                        Err(std::io::Error::new(
+                            std::io::ErrorKind::TimedOut,
+                            "write_timeout",
+                        ))
                     };
                     future::or(stream.write_all(&writing), timeout).await
                 }
@@ -156,7 +188,9 @@ async fn write_loop(shared: SharedRef, mut stream: TcpStream, key: Key, outbox: 
                 let mut guard = shared.borrow_mut();
                 let shared = &mut *guard;
                 let now_ms = shared.now_ms();
-                shared.broker.handle_connection_lost(key, now_ms, &mut shared.outboxes);
+                shared
+                    .broker
+                    .handle_connection_lost(key, now_ms, &mut shared.outboxes);
                 break;
             }
         }
@@ -194,7 +228,8 @@ pub async fn refuse_busy(mut stream: TcpStream, wait_ms: u64) {
     future::or(read_opening, sleep_ms(wait_ms)).await;
     if let Ok(Some(header)) = decode_fixed_header(&opening[..filled]) {
         if header.packet_type == PacketType::Connect as u8 {
-            let version = peek_connect_version(&opening[header.header_len..filled]).unwrap_or(ProtocolVersion::V311);
+            let version = peek_connect_version(&opening[header.header_len..filled])
+                .unwrap_or(ProtocolVersion::V311);
             let mut reply = Vec::new();
             crate::codec::encode(&Broker::busy_connack(), version, &mut reply);
             let write = async {

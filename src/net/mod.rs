@@ -90,28 +90,47 @@ async fn serve(executor: &'static LocalExecutor<'static>, config: Config) -> io:
     );
     let mut listeners = Vec::new();
     for door in &config.broker.mqtt.tcp {
-        let listener = TcpListener::bind(door.address.as_str()).await.map_err(|error| {
-            io::Error::new(error.kind(), format!("broker.mqtt.listen.tcp {:?}: cannot listen on {}: {error}", door.name, door.address))
-        })?;
+        let listener = TcpListener::bind(door.address.as_str())
+            .await
+            .map_err(|error| {
+                io::Error::new(
+                    error.kind(),
+                    format!(
+                        "broker.mqtt.listen.tcp {:?}: cannot listen on {}: {error}",
+                        door.name, door.address
+                    ),
+                )
+            })?;
         // Tests and operators read the bound port here when they asked for port 0.
         log::info!("listener {} bound to {}", door.name, listener.local_addr()?);
         listeners.push(listener);
     }
-    let signals = async_signal::Signals::new([async_signal::Signal::Term, async_signal::Signal::Int])?;
+    let signals =
+        async_signal::Signals::new([async_signal::Signal::Term, async_signal::Signal::Int])?;
     let _pid_file = match &config.broker.pid_file {
         Some(path) => Some(PidFile::write(path)?),
         None => None,
     };
 
     let shared: SharedRef = Rc::new(RefCell::new(Shared {
-        outboxes: Outboxes::new(settings.max_connections as usize, settings.session_queue_bytes as usize),
+        outboxes: Outboxes::new(
+            settings.max_connections as usize,
+            settings.session_queue_bytes as usize,
+        ),
         broker: Broker::new(settings),
         started: Instant::now(),
         overflow_in_use: 0,
     }));
     let mut tasks = Vec::new();
     for listener in listeners {
-        let accept = accept_loop(executor, shared.clone(), listener, limits.max_connect_rate_per_s, limits.write_timeout_ms, limits.connect_timeout_s);
+        let accept = accept_loop(
+            executor,
+            shared.clone(),
+            listener,
+            limits.max_connect_rate_per_s,
+            limits.write_timeout_ms,
+            limits.connect_timeout_s,
+        );
         tasks.push(executor.spawn(accept));
     }
     tasks.push(executor.spawn(tick_loop(shared.clone())));
@@ -153,9 +172,19 @@ async fn accept_loop(
         match state.broker.accept(now_ms) {
             Some(key) => {
                 let outbox = state.outboxes.insert(key);
-                executor.spawn(connection::serve(shared.clone(), stream, key, outbox, write_timeout_ms)).detach();
+                executor
+                    .spawn(connection::serve(
+                        shared.clone(),
+                        stream,
+                        key,
+                        outbox,
+                        write_timeout_ms,
+                    ))
+                    .detach();
             }
-            None if state.overflow_in_use < OVERFLOW_BUDGET.min(state.broker.settings().max_connections as usize) => {
+            None if state.overflow_in_use
+                < OVERFLOW_BUDGET.min(state.broker.settings().max_connections as usize) =>
+            {
                 state.overflow_in_use += 1;
                 let shared = shared.clone();
                 let wait_ms = OVERFLOW_WAIT_MS.min(u64::from(connect_timeout_s) * 1000);
@@ -218,7 +247,11 @@ struct ConnectRate {
 impl ConnectRate {
     fn new(per_s: Option<u32>) -> ConnectRate {
         let tokens = per_s.map_or(0.0, |rate| f64::from(rate) * 2.0);
-        ConnectRate { per_s, tokens, updated: Instant::now() }
+        ConnectRate {
+            per_s,
+            tokens,
+            updated: Instant::now(),
+        }
     }
 
     async fn wait_for_token(&mut self) {
@@ -245,7 +278,13 @@ struct PidFile(std::path::PathBuf);
 impl PidFile {
     fn write(path: &std::path::Path) -> io::Result<PidFile> {
         std::fs::write(path, format!("{}\n", std::process::id())).map_err(|error| {
-            io::Error::new(error.kind(), format!("broker.pid_file {}: cannot write it: {error}", path.display()))
+            io::Error::new(
+                error.kind(),
+                format!(
+                    "broker.pid_file {}: cannot write it: {error}",
+                    path.display()
+                ),
+            )
         })?;
         Ok(PidFile(path.to_path_buf()))
     }

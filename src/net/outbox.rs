@@ -84,7 +84,10 @@ impl Outboxes {
     pub fn new(max_connections: usize, droppable_limit_bytes: usize) -> Outboxes {
         let mut entries = Vec::with_capacity(max_connections);
         entries.resize_with(max_connections, || None);
-        Outboxes { entries, droppable_limit_bytes }
+        Outboxes {
+            entries,
+            droppable_limit_bytes,
+        }
     }
 
     pub fn insert(&mut self, key: Key) -> Outbox {
@@ -113,8 +116,16 @@ impl Outboxes {
 }
 
 impl Transport for Outboxes {
-    fn send(&mut self, conn: Key, version: ProtocolVersion, packet: &Packet, droppable: bool) -> bool {
-        let Some(outbox) = self.get(conn) else { return false };
+    fn send(
+        &mut self,
+        conn: Key,
+        version: ProtocolVersion,
+        packet: &Packet,
+        droppable: bool,
+    ) -> bool {
+        let Some(outbox) = self.get(conn) else {
+            return false;
+        };
         let mut state = outbox.borrow_mut();
         if state.closing || state.dead {
             return false;

@@ -1,0 +1,311 @@
+//! What the integration tests share: the real broker binary on a port the
+//! kernel picked, a temporary directory per test, and a small MQTT client
+//! built on the crate's own codec for packets a stock client will not send.
+
+#![allow(dead_code)]
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::mpsc::{self, Receiver};
+use std::time::{Duration, Instant};
+
+use saguin::codec::{
+    decode_fixed_header, decode_packet, encode, Connect, Packet, Properties, ProtocolVersion,
+};
+
+/// How long any wait in a test may take before the test fails. Generous,
+/// because the armv7 and aarch64 runs are emulated; a passing test never
+/// waits this long.
+pub const WAIT: Duration = Duration::from_secs(20);
+
+/// A directory removed when the test ends.
+pub struct TempDir(PathBuf);
+
+impl TempDir {
+    pub fn new(label: &str) -> TempDir {
+        static COUNTER: AtomicU32 = AtomicU32::new(0);
+        let unique = COUNTER.fetch_add(1, Ordering::SeqCst);
+        let path = std::env::temp_dir().join(format!(
+            "saguin-test-{label}-{}-{unique}",
+            std::process::id()
+        ));
+        let _ = std::fs::remove_dir_all(&path);
+        std::fs::create_dir_all(&path).expect("create a temporary directory");
+        TempDir(path)
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// The broker binary, running on a configuration of the test's own.
+pub struct BrokerProcess {
+    child: Child,
+    pub port: u16,
+    pub dir: TempDir,
+    log: Receiver<String>,
+    pub log_lines: Vec<String>,
+}
+
+impl BrokerProcess {
+    /// Starts the broker with `extra_broker_yaml` inserted under `broker:`
+    /// (indented by two spaces), listening on a port the kernel picks.
+    pub fn start(extra_broker_yaml: &str) -> BrokerProcess {
+        let dir = TempDir::new("broker");
+        let config = format!(
+            "broker:\n  id: test\n  log_level: debug\n  mqtt:\n    listen:\n      tcp:\n        address: 127.0.0.1:0\n{extra_broker_yaml}"
+        );
+        let config_path = dir.path().join("saguin.yaml");
+        std::fs::write(&config_path, config).unwrap();
+        let mut child = Command::new(env!("CARGO_BIN_EXE_saguin"))
+            .arg("--config")
+            .arg(&config_path)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("start the broker");
+        let log = forward_lines(child.stdout.take().unwrap(), child.stderr.take().unwrap());
+        let mut broker = BrokerProcess {
+            child,
+            port: 0,
+            dir,
+            log,
+            log_lines: Vec::new(),
+        };
+        let line = broker.wait_for_log("bound to");
+        broker.port = line
+            .rsplit(':')
+            .next()
+            .unwrap()
+            .trim()
+            .parse()
+            .expect("a port in the listener line");
+        broker
+    }
+
+    /// Waits for a log line containing `needle` and returns it.
+    pub fn wait_for_log(&mut self, needle: &str) -> String {
+        if let Some(line) = self.log_lines.iter().find(|l| l.contains(needle)) {
+            return line.clone();
+        }
+        let deadline = Instant::now() + WAIT;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match self.log.recv_timeout(left) {
+                Ok(line) => {
+                    self.log_lines.push(line.clone());
+                    if line.contains(needle) {
+                        return line;
+                    }
+                }
+                Err(_) => panic!(
+                    "no log line containing {needle:?}; log so far:\n{}",
+                    self.log_lines.join("\n")
+                ),
+            }
+        }
+    }
+
+    pub fn address(&self) -> String {
+        format!("127.0.0.1:{}", self.port)
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// Sends SIGTERM and waits for the process to exit.
+    pub fn terminate(&mut self) -> std::process::ExitStatus {
+        let _ = Command::new("kill")
+            .arg("-TERM")
+            .arg(self.child.id().to_string())
+            .status();
+        let deadline = Instant::now() + WAIT;
+        loop {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                return status;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "the broker did not stop after SIGTERM"
+            );
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+}
+
+impl Drop for BrokerProcess {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn forward_lines(
+    stdout: impl Read + Send + 'static,
+    stderr: impl Read + Send + 'static,
+) -> Receiver<String> {
+    let (sender, receiver) = mpsc::channel();
+    let err_sender = sender.clone();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+            let _ = sender.send(line);
+        }
+    });
+    std::thread::spawn(move || {
+        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+            let _ = err_sender.send(line);
+        }
+    });
+    receiver
+}
+
+/// What a raw client read from the broker.
+#[derive(Debug, PartialEq)]
+pub enum Received {
+    Packet(Packet),
+    /// The broker closed the connection.
+    Closed,
+}
+
+/// A minimal MQTT client over a blocking socket, for exact packets.
+pub struct RawClient {
+    stream: TcpStream,
+    buf: Vec<u8>,
+    pub version: ProtocolVersion,
+}
+
+impl RawClient {
+    pub fn open(address: &str, version: ProtocolVersion) -> RawClient {
+        let stream = TcpStream::connect(address).expect("connect to the broker");
+        stream.set_nodelay(true).unwrap();
+        RawClient {
+            stream,
+            buf: Vec::new(),
+            version,
+        }
+    }
+
+    /// Opens a connection and completes a CONNECT with a clean session.
+    pub fn connect(address: &str, version: ProtocolVersion, client_id: &str) -> RawClient {
+        let mut client = RawClient::open(address, version);
+        client.send(&Packet::Connect(connect_packet(version, client_id)));
+        match client.recv() {
+            Received::Packet(Packet::Connack(connack)) => {
+                assert_eq!(connack.reason_code.0, 0, "CONNACK refused: {connack:?}")
+            }
+            other => panic!("expected a CONNACK, got {other:?}"),
+        }
+        client
+    }
+
+    pub fn send(&mut self, packet: &Packet) {
+        let mut bytes = Vec::new();
+        encode(packet, self.version, &mut bytes);
+        self.send_bytes(&bytes);
+    }
+
+    pub fn send_bytes(&mut self, bytes: &[u8]) {
+        // The broker may close first; a failed write shows up in recv.
+        let _ = self.stream.write_all(bytes);
+    }
+
+    /// The next packet, or `Closed`; panics if nothing comes within `WAIT`.
+    pub fn recv(&mut self) -> Received {
+        self.recv_within(WAIT)
+            .unwrap_or_else(|| panic!("nothing received within {WAIT:?}"))
+    }
+
+    /// The next packet or `Closed` within `timeout`, or `None`.
+    pub fn recv_within(&mut self, timeout: Duration) -> Option<Received> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            if let Ok(Some(header)) = decode_fixed_header(&self.buf) {
+                if self.buf.len() >= header.packet_len() {
+                    let body = self.buf[header.header_len..header.packet_len()].to_vec();
+                    self.buf.drain(..header.packet_len());
+                    let packet = decode_packet(&header, &body, Some(self.version))
+                        .expect("the broker sent a valid packet");
+                    return Some(Received::Packet(packet));
+                }
+            }
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return None;
+            }
+            self.stream.set_read_timeout(Some(left)).unwrap();
+            let mut chunk = [0u8; 4096];
+            match self.stream.read(&mut chunk) {
+                Ok(0) => return Some(Received::Closed),
+                Ok(n) => self.buf.extend_from_slice(&chunk[..n]),
+                Err(e)
+                    if matches!(
+                        e.kind(),
+                        std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                    ) =>
+                {
+                    return None
+                }
+                Err(_) => return Some(Received::Closed),
+            }
+        }
+    }
+
+    /// Reads until the broker closes the connection, returning what came
+    /// before the close.
+    pub fn recv_until_closed(&mut self) -> Vec<Packet> {
+        let mut packets = Vec::new();
+        loop {
+            match self.recv() {
+                Received::Packet(packet) => packets.push(packet),
+                Received::Closed => return packets,
+            }
+        }
+    }
+
+    /// A PINGREQ answered by a PINGRESP: the connection is alive and served.
+    pub fn assert_alive(&mut self) {
+        self.send(&Packet::Pingreq);
+        assert_eq!(self.recv(), Received::Packet(Packet::Pingresp));
+    }
+}
+
+pub fn connect_packet(version: ProtocolVersion, client_id: &str) -> Connect {
+    Connect {
+        protocol_version: version,
+        clean_start: true,
+        keep_alive_s: 60,
+        client_id: client_id.into(),
+        will: None,
+        username: None,
+        password: None,
+        properties: Properties::default(),
+    }
+}
+
+/// True when the mosquitto command-line clients are installed. When they are
+/// not, says so loudly: the test that needed them did not run.
+pub fn have_mosquitto_clients(test: &str) -> bool {
+    let found = ["mosquitto_pub", "mosquitto_sub"].iter().all(|tool| {
+        Command::new(tool)
+            .arg("--help")
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .is_ok()
+    });
+    if !found {
+        eprintln!("\n*** SKIPPED {test}: mosquitto_pub/mosquitto_sub are not installed (apt-get install mosquitto-clients) ***\n");
+    }
+    found
+}
