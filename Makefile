@@ -89,8 +89,9 @@ define cross-test
 	@log=$(TARGET_DIR)/test-cross-$(1).log; mkdir -p $(TARGET_DIR); \
 	echo "== $(1): $(CARGO) test --lib --target $(2) (runner: $(4))"; \
 	$(CARGO) test --lib --target $(2) 2>&1 | tee $$log; \
-	passed=$$(sed -n 's/^test result: .* \([0-9][0-9]*\) passed;.*/\1/p' $$log | awk '{s+=$$1} END {print s+0}'); \
-	echo "$(1): $$passed passed"; \
+	count() { sed -n "s/^test result: .* \([0-9][0-9]*\) $$1;.*/\1/p" $$log | awk '{s+=$$1} END {print s+0}'; }; \
+	passed=$$(count passed); ignored=$$(count ignored); \
+	echo "$(1): $$passed passed, $$ignored ignored ($(2), under $(4))"; \
 	if [ "$$passed" -eq 0 ]; then echo "$(1): no test ran under $(4)" >&2; exit 1; fi
 endef
 

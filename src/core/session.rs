@@ -37,18 +37,23 @@ impl Message {
     }
 
     /// The Message Expiry Interval left after waiting until `now_ms`, or
-    /// `Err(())` once it has run out. `Ok(None)` when the publisher set none.
-    pub fn remaining_expiry_s(&self, now_ms: u64) -> Result<Option<u32>, ()> {
+    /// `Err(Expired)` once it has run out. `Ok(None)` when the publisher set
+    /// none.
+    pub fn remaining_expiry_s(&self, now_ms: u64) -> Result<Option<u32>, Expired> {
         let Some(interval_s) = self.properties.message_expiry_interval_s else {
             return Ok(None);
         };
         let waited_s = now_ms.saturating_sub(self.received_at_ms) / 1000;
         match u64::from(interval_s).checked_sub(waited_s) {
             Some(left_s) if left_s > 0 => Ok(Some(left_s as u32)),
-            _ => Err(()),
+            _ => Err(Expired),
         }
     }
 }
+
+/// A message whose Message Expiry Interval has run out.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Expired;
 
 /// One message owed to one session, at the QoS and with the identifiers of
 /// the subscriptions that matched it.

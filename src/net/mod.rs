@@ -72,6 +72,20 @@ pub fn settings_from_config(config: &Config) -> Settings {
     }
 }
 
+/// What one connection may hold at worst: a packet being read, its outbox
+/// up to the point reading pauses plus one packet, its session's queued
+/// deliveries, and its topic aliases.
+pub fn worst_case_connection_bytes(settings: &Settings) -> u64 {
+    let max_packet = u64::from(settings.max_message_size_bytes);
+    let aliases =
+        u64::from(crate::core::TOPIC_ALIAS_MAXIMUM) * u64::from(settings.max_topic_length);
+    max_packet
+        + connection::OUTBOX_PAUSE_BYTES as u64
+        + max_packet
+        + settings.session_queue_bytes
+        + aliases
+}
+
 /// Binds every door, then serves until SIGTERM or SIGINT.
 pub fn run(config: Config) -> io::Result<()> {
     let executor: &'static LocalExecutor<'static> = Box::leak(Box::new(LocalExecutor::new()));
@@ -81,12 +95,16 @@ pub fn run(config: Config) -> io::Result<()> {
 async fn serve(executor: &'static LocalExecutor<'static>, config: Config) -> io::Result<()> {
     let settings = settings_from_config(&config);
     let limits = config.broker.limits.clone();
+    let per_connection_bytes = worst_case_connection_bytes(&settings);
     log::info!(
-        "broker {} starting: at most {} connections of up to {} bytes per packet, {} bytes queued per session",
+        "broker {} starting: at most {} connections, each holding at most {} bytes of buffers and queued \
+         deliveries, {} bytes in all (subscriptions come on top: at most {} filters of {} levels per client)",
         config.broker.id,
         limits.max_connections,
-        limits.max_message_size_bytes,
-        limits.session_queue_bytes
+        per_connection_bytes,
+        per_connection_bytes.saturating_mul(u64::from(limits.max_connections)),
+        limits.max_subscriptions,
+        limits.max_topic_levels
     );
     let mut listeners = Vec::new();
     for door in &config.broker.mqtt.tcp {

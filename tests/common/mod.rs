@@ -172,6 +172,7 @@ fn forward_lines(
 
 /// What a raw client read from the broker.
 #[derive(Debug, PartialEq)]
+#[allow(clippy::large_enum_variant)]
 pub enum Received {
     Packet(Packet),
     /// The broker closed the connection.
