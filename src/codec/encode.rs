@@ -62,7 +62,10 @@ fn body_len(packet: &Packet, version: ProtocolVersion) -> usize {
 fn first_byte(packet: &Packet) -> u8 {
     let flags = match packet {
         Packet::Publish(publish) => {
-            u8::from(publish.dup) << 3 | (publish.qos as u8) << 1 | u8::from(publish.retain)
+            // DUP on QoS 0 is a protocol error (MQTT-3.3.1-2): a message
+            // downgraded to QoS 0 loses it here.
+            let dup = publish.dup && publish.qos != QoS::AtMostOnce;
+            u8::from(dup) << 3 | (publish.qos as u8) << 1 | u8::from(publish.retain)
         }
         Packet::Pubrel(_) | Packet::Subscribe(_) | Packet::Unsubscribe(_) => 0b0010,
         _ => 0,

@@ -737,6 +737,16 @@ fn encoder_leaves_out_properties_the_packet_may_not_carry() {
     );
 }
 
+#[test]
+fn dup_is_dropped_from_a_qos_0_publish() {
+    let publish = Packet::Publish(Publish {
+        dup: true,
+        topic: "t".into(),
+        ..Publish::default()
+    });
+    assert_eq!(to_bytes(&publish, V5)[0], 0x30);
+}
+
 // ---- golden vectors, written from the spec's layouts ----
 
 #[rustfmt::skip]

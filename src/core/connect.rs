@@ -1,6 +1,9 @@
 //! CONNECT: admission, session ownership, and every way a session ends.
 
-use super::session::{Message, OutboundStage, Session};
+use std::rc::Rc;
+
+use super::session::{Delivery, Message, OutboundStage, Session};
+use super::topic_index::Target;
 use super::{Active, Broker, Key, Transport, TOPIC_ALIAS_MAXIMUM};
 use crate::codec::{
     topic, Connack, Connect, DecodeError, Disconnect, Packet, Properties, ProtocolVersion, PubAck,
@@ -118,11 +121,11 @@ impl Broker {
             let p = &mut connack.properties;
             p.topic_alias_maximum = Some(TOPIC_ALIAS_MAXIMUM);
             p.maximum_packet_size = Some(self.settings.max_message_size_bytes);
-            // No retained store yet: a client is told so rather than having
-            // its retained publishes silently kept as ordinary ones.
-            p.retain_available = Some(0);
-            // Shared subscriptions are not offered yet.
-            p.shared_subscription_available = Some(0);
+            // Retain Available, Shared Subscription Available and Maximum
+            // QoS are left out: absent, MQTT reads them as offered in full.
+            if self.settings.receive_maximum != u16::MAX {
+                p.receive_maximum = Some(self.settings.receive_maximum);
+            }
             if requested_expiry_s != granted_expiry_s {
                 p.session_expiry_interval_s = Some(granted_expiry_s);
             }
@@ -143,6 +146,7 @@ impl Broker {
             self.resend_inflight(conn, session_key, out);
         }
         self.pump(session_key, now_ms, out);
+        self.drain_groups_of(session_key, now_ms, out);
     }
 
     /// Every reason a CONNECT may be refused, in the order they are asked.
@@ -219,18 +223,6 @@ impl Broker {
                 code
             };
             return Err((code, reason));
-        }
-        if will.retain {
-            return Err((
-                ReasonCode::RETAIN_NOT_SUPPORTED,
-                "retained messages are not available on this broker",
-            ));
-        }
-        if has_reserved_user_property(&will.properties) {
-            return Err((
-                ReasonCode::IMPLEMENTATION_SPECIFIC_ERROR,
-                "saguin- User Properties are reserved",
-            ));
         }
         Ok(())
     }
@@ -424,10 +416,11 @@ impl Broker {
             return;
         };
         session.connection = None;
-        log::info!("client {} disconnected", session.client_id);
+        let client_id = Rc::clone(&session.client_id);
+        log::info!("client {client_id} disconnected");
         if session.expiry_interval_s == 0 {
             if let Some(will) = will {
-                self.publish_will(will, now_ms, out);
+                self.publish_will(will, client_id, now_ms, out);
             }
             self.end_session(session_key, now_ms, out);
             return;
@@ -438,28 +431,46 @@ impl Broker {
         };
         if let Some(will) = will {
             match will.properties.will_delay_interval_s.unwrap_or(0) {
-                0 => self.publish_will(will, now_ms, out),
+                0 => self.publish_will(will, client_id, now_ms, out),
+                // A delay longer than the session is cut short by its end,
+                // which publishes a waiting Will first.
                 delay_s => session.pending_will = Some((will, now_ms + u64::from(delay_s) * 1000)),
             }
         }
     }
 
-    /// Ends a session whole: its Will first, then its subscriptions, what it
-    /// was owed and what it held.
+    /// Ends a session whole: its Will first, then its subscriptions and
+    /// group memberships, what it was owed and what it held.
     pub(crate) fn end_session(&mut self, session_key: Key, now_ms: u64, out: &mut impl Transport) {
         let Some(mut session) = self.sessions.remove(session_key) else {
             return;
         };
-        if let Some((will, _)) = session.pending_will.take() {
-            self.publish_will(will, now_ms, out);
+        if self.sessions_by_client_id.get(&*session.client_id) == Some(&session_key) {
+            self.sessions_by_client_id.remove(&*session.client_id);
         }
-        for filter in session.subscriptions.keys() {
-            self.index.remove(filter, session_key);
+        if let Some((will, _)) = session.pending_will.take() {
+            self.publish_will(will, Rc::clone(&session.client_id), now_ms, out);
+        }
+        for (filter, entry) in &session.subscriptions {
+            match entry.group {
+                Some(group) => self.leave_group(group, session_key),
+                None => {
+                    self.index.remove(filter, Target::Session(session_key));
+                }
+            }
         }
         self.stats.qos2_abandoned += session.held_publishes.len() as u64;
-        if self.sessions_by_client_id.get(&session.client_id) == Some(&session_key) {
-            self.sessions_by_client_id.remove(&session.client_id);
-        }
+        // What a shared group handed this session and it did not finish
+        // goes back to the group.
+        let unfinished: Vec<Delivery> = session
+            .inflight
+            .into_values()
+            .filter(|f| f.stage == OutboundStage::Published)
+            .map(|f| f.delivery)
+            .chain(session.waiting)
+            .filter(|d| d.group.is_some())
+            .collect();
+        self.return_to_groups(unfinished, now_ms, out);
     }
 
     /// Ends sessions whose expiry has passed and publishes Wills whose delay
@@ -480,12 +491,11 @@ impl Broker {
             }
         }
         for key in due_wills {
-            if let Some((will, _)) = self
-                .sessions
-                .get_mut(key)
-                .and_then(|s| s.pending_will.take())
-            {
-                self.publish_will(will, now_ms, out);
+            if let Some(session) = self.sessions.get_mut(key) {
+                if let Some((will, _)) = session.pending_will.take() {
+                    let client_id = Rc::clone(&session.client_id);
+                    self.publish_will(will, client_id, now_ms, out);
+                }
             }
         }
         for key in expired {
@@ -497,9 +507,21 @@ impl Broker {
         }
     }
 
-    fn publish_will(&mut self, will: Will, now_ms: u64, out: &mut impl Transport) {
+    /// A Will goes through the same path as any publish, as published by
+    /// the client that armed it. One the retained store has no room for is
+    /// logged: nobody is left to tell.
+    fn publish_will(
+        &mut self,
+        will: Will,
+        client_id: Rc<str>,
+        now_ms: u64,
+        out: &mut impl Transport,
+    ) {
         let mut properties = will.properties;
         properties.will_delay_interval_s = None;
+        properties
+            .user_properties
+            .retain(|(name, _)| !name.starts_with("saguin-") || name == "saguin-id");
         let message = Message {
             topic: will.topic.into(),
             payload: will.payload,
@@ -507,8 +529,10 @@ impl Broker {
             retain: will.retain,
             properties,
             received_at_ms: now_ms,
-            publisher: None,
+            publisher: Some(Rc::clone(&client_id)),
         };
-        self.route(message, now_ms, out);
+        if let Err((_, reason)) = self.accept_message(message, now_ms, out) {
+            log::warn!("the Will of {client_id} was not published: {reason}");
+        }
     }
 }

@@ -4,6 +4,7 @@
 use std::rc::Rc;
 
 use super::session::{Delivery, InFlight, Message, OutboundStage};
+use super::topic_index::{Subscriber, Target};
 use super::{Broker, Key, Transport};
 use crate::codec::{encoded_len, Packet, Publish, QoS};
 
@@ -31,44 +32,63 @@ pub(crate) fn outgoing_publish(
     }
 }
 
+/// One delivery for all of one session's subscriptions that matched.
+fn merge_subscriptions(matched: &[Subscriber], message: &Rc<Message>) -> Delivery {
+    let granted = matched
+        .iter()
+        .map(|s| s.options.qos)
+        .max()
+        .unwrap_or(QoS::AtMostOnce);
+    // RETAIN is kept where any matching subscription asked for Retain As
+    // Published, so the answer does not depend on their order.
+    let retain_as_published = matched.iter().any(|s| s.options.retain_as_published);
+    Delivery {
+        message: Rc::clone(message),
+        qos: granted.min(message.qos),
+        retain: retain_as_published && message.retain,
+        subscription_ids: matched.iter().filter_map(|s| s.subscription_id).collect(),
+        group: None,
+    }
+}
+
 impl Broker {
     /// Hands `message` to every session with a matching subscription: one
     /// copy per session, at the highest QoS among its matching
     /// subscriptions (never above the message's), carrying every matching
-    /// Subscription Identifier.
-    pub(crate) fn route(&mut self, message: Message, now_ms: u64, out: &mut impl Transport) {
-        let message = Rc::new(message);
+    /// Subscription Identifier; and to one member of each matching shared
+    /// group.
+    pub(crate) fn route(&mut self, message: Rc<Message>, now_ms: u64, out: &mut impl Transport) {
         let mut matches = std::mem::take(&mut self.match_scratch);
         matches.clear();
-        self.index.for_each_match(&message.topic, |subscriber| {
-            // No Local: never back to the session that published it.
-            if !(subscriber.options.no_local && message.publisher == Some(subscriber.session)) {
-                matches.push(*subscriber);
-            }
-        });
-        matches.sort_unstable_by_key(|s| s.session);
+        self.index
+            .for_each_match(&message.topic, |subscriber| matches.push(*subscriber));
+        // No Local is read off each subscription, against the publisher's
+        // client id.
+        if let Some(publisher) = &message.publisher {
+            let sessions = &self.sessions;
+            matches.retain(|s| match s.target {
+                Target::Session(key) if s.options.no_local => sessions
+                    .get(key)
+                    .is_none_or(|session| session.client_id != *publisher),
+                _ => true,
+            });
+        }
+        matches.sort_unstable_by_key(|s| s.target);
         let mut start = 0;
         while start < matches.len() {
-            let session = matches[start].session;
+            let target = matches[start].target;
             let end = start
                 + matches[start..]
                     .iter()
-                    .take_while(|s| s.session == session)
+                    .take_while(|s| s.target == target)
                     .count();
-            let group = &matches[start..end];
-            let granted = group
-                .iter()
-                .map(|s| s.options.qos)
-                .max()
-                .unwrap_or(QoS::AtMostOnce);
-            let retain_as_published = group.iter().any(|s| s.options.retain_as_published);
-            let delivery = Delivery {
-                message: Rc::clone(&message),
-                qos: granted.min(message.qos),
-                retain: retain_as_published && message.retain,
-                subscription_ids: group.iter().filter_map(|s| s.subscription_id).collect(),
-            };
-            self.deliver(session, delivery, now_ms, out);
+            match target {
+                Target::Group(group) => self.route_to_group(group, &message, now_ms, out),
+                Target::Session(session) => {
+                    let delivery = merge_subscriptions(&matches[start..end], &message);
+                    self.deliver(session, delivery, now_ms, out);
+                }
+            }
             start = end;
         }
         self.match_scratch = matches;

@@ -1,11 +1,17 @@
 //! A client's PUBLISH on its way in, and the acknowledgements it sends for
 //! what the broker delivered to it.
 
+use std::rc::Rc;
+
 use super::session::{HeldPublish, Message, OutboundStage};
 use super::{Broker, Key, PublishBudget, Transport, TOPIC_ALIAS_MAXIMUM};
 use crate::codec::{Packet, Properties, ProtocolVersion, PubAck, Publish, QoS, ReasonCode};
 
 type Refusal = (ReasonCode, &'static str);
+
+/// Kept apart from the other 0x97 refusals: a client held to its rate is
+/// logged at debug, since it may produce one refusal per publish.
+const RATE_EXCEEDED: &str = "publish rate exceeded";
 
 impl Broker {
     pub(crate) fn handle_publish(
@@ -20,49 +26,60 @@ impl Broker {
             self.end_connection(conn, Some((code, reason)), true, now_ms, out);
             return;
         }
-        if publish.retain {
-            // The CONNACK said Retain Available 0, which makes this a
-            // protocol error; a 3.1.1 client cannot be told, so it is closed
-            // rather than acknowledged for a value nothing keeps.
-            let reason = (
-                ReasonCode::RETAIN_NOT_SUPPORTED,
-                "retained messages are not available on this broker",
-            );
-            self.end_connection(conn, Some(reason), true, now_ms, out);
-            return;
-        }
+        let (qos, packet_id) = (publish.qos, publish.packet_id);
         let admitted = self
             .admit_topic(&publish.topic)
             .and_then(|()| self.admit_properties(&publish))
             .and_then(|()| self.spend_publish_budget(conn, publish.payload.len(), now_ms));
         if let Err(refusal) = admitted {
-            self.refuse_publish(conn, &publish, refusal, now_ms, out);
+            self.refuse_publish(conn, &publish.topic, qos, packet_id, refusal, now_ms, out);
             return;
         }
         let Some(active) = self.connections.get(conn).and_then(|c| c.active.as_ref()) else {
             return;
         };
         let session_key = active.session;
-        let packet_id = publish.packet_id.unwrap_or(0);
-        let qos = publish.qos;
-        let message = message_from_publish(publish, session_key, now_ms);
-        match qos {
-            QoS::AtMostOnce => self.route(message, now_ms, out),
-            QoS::AtLeastOnce => {
-                self.route(message, now_ms, out);
-                self.send(
-                    conn,
-                    &Packet::Puback(PubAck {
+        let client_id = self
+            .sessions
+            .get(session_key)
+            .map(|s| Rc::clone(&s.client_id));
+        let message = message_from_publish(publish, client_id, now_ms);
+        if qos == QoS::ExactlyOnce {
+            let packet_id = packet_id.unwrap_or(0);
+            self.hold_exactly_once(conn, session_key, packet_id, message, now_ms, out);
+            return;
+        }
+        let topic = message.topic.clone();
+        match self.accept_message(message, now_ms, out) {
+            Ok(()) => {
+                if let Some(packet_id) = packet_id {
+                    let ack = PubAck {
                         packet_id,
                         ..PubAck::default()
-                    }),
-                    out,
-                );
+                    };
+                    self.send(conn, &Packet::Puback(ack), out);
+                }
             }
-            QoS::ExactlyOnce => {
-                self.hold_exactly_once(conn, session_key, packet_id, message, now_ms, out)
-            }
+            Err(refusal) => self.refuse_publish(conn, &topic, qos, packet_id, refusal, now_ms, out),
         }
+    }
+
+    /// The one path every admitted message takes, whoever published it: a
+    /// retained value is stored first, and a store with no room refuses the
+    /// whole publish rather than deliver what it cannot keep.
+    pub(crate) fn accept_message(
+        &mut self,
+        message: Message,
+        now_ms: u64,
+        out: &mut impl Transport,
+    ) -> Result<(), Refusal> {
+        let message = Rc::new(message);
+        if message.retain && self.retained.set(Rc::clone(&message)).is_err() {
+            self.stats.retained_refused += 1;
+            return Err((ReasonCode::QUOTA_EXCEEDED, "the retained store is full"));
+        }
+        self.route(message, now_ms, out);
+        Ok(())
     }
 
     /// Replaces a Topic Alias with the topic it stands for, registering a
@@ -150,15 +167,6 @@ impl Broker {
                 "User Properties larger than limits.max_header_bytes",
             ));
         }
-        if user_properties
-            .iter()
-            .any(|(name, _)| name.starts_with("saguin-"))
-        {
-            return Err((
-                ReasonCode::IMPLEMENTATION_SPECIFIC_ERROR,
-                "saguin- User Properties are reserved",
-            ));
-        }
         if publish.properties.payload_format_indicator == Some(1)
             && std::str::from_utf8(&publish.payload).is_err()
         {
@@ -201,7 +209,7 @@ impl Broker {
         // deficit, so the byte rate never becomes a ban on large messages.
         if budget.messages < 1.0 || budget.bytes <= 0.0 {
             self.stats.publishes_rate_limited += 1;
-            return Err((ReasonCode::QUOTA_EXCEEDED, "publish rate exceeded"));
+            return Err((ReasonCode::QUOTA_EXCEEDED, RATE_EXCEEDED));
         }
         budget.messages -= 1.0;
         budget.bytes -= payload_bytes as f64;
@@ -226,32 +234,28 @@ impl Broker {
     /// A refused publish: MQTT 5 is told why on its PUBACK or PUBREC; a
     /// 3.1.1 client, whose acknowledgement cannot carry a refusal, is closed
     /// rather than told a success; QoS 0 is a counted, logged drop.
+    #[allow(clippy::too_many_arguments)]
     fn refuse_publish(
         &mut self,
         conn: Key,
-        publish: &Publish,
+        topic: &str,
+        qos: QoS,
+        packet_id: Option<u16>,
         (code, reason): Refusal,
         now_ms: u64,
         out: &mut impl Transport,
     ) {
         self.stats.publishes_refused += 1;
-        if code == ReasonCode::QUOTA_EXCEEDED && reason == "publish rate exceeded" {
-            log::debug!(
-                "refusing a publish to {:?} from {}: {reason}",
-                publish.topic,
-                self.client_id_of(conn)
-            );
+        let client_id = self.client_id_of(conn);
+        if code == ReasonCode::QUOTA_EXCEEDED && reason == RATE_EXCEEDED {
+            log::debug!("refusing a publish to {topic:?} from {client_id}: {reason}");
         } else {
-            log::warn!(
-                "refusing a publish to {:?} from {}: {reason}",
-                publish.topic,
-                self.client_id_of(conn)
-            );
+            log::warn!("refusing a publish to {topic:?} from {client_id}: {reason}");
         }
         let Some(version) = self.version(conn) else {
             return;
         };
-        let Some(packet_id) = publish.packet_id else {
+        let Some(packet_id) = packet_id else {
             return;
         };
         if version == ProtocolVersion::V311 {
@@ -266,10 +270,9 @@ impl Broker {
                 ..Properties::default()
             },
         };
-        let packet = if publish.qos == QoS::ExactlyOnce {
-            Packet::Pubrec(ack)
-        } else {
-            Packet::Puback(ack)
+        let packet = match qos {
+            QoS::ExactlyOnce => Packet::Pubrec(ack),
+            _ => Packet::Puback(ack),
         };
         out.send(conn, version, &packet, false);
     }
@@ -286,34 +289,62 @@ impl Broker {
         out: &mut impl Transport,
     ) {
         let limit = self.settings.qos2_max_inflight_per_client as usize;
+        let receive_maximum = usize::from(self.settings.receive_maximum);
+        let retained_room = !message.retain || self.retained.has_room_for(&message);
         let Some(session) = self.sessions.get_mut(session_key) else {
             return;
         };
-        let mut ack = PubAck {
+        if session.held_publishes.contains_key(&packet_id) {
+            // A re-sent PUBLISH of an exchange already held: answered
+            // again, delivered once.
+            let ack = PubAck {
+                packet_id,
+                ..PubAck::default()
+            };
+            self.send(conn, &Packet::Pubrec(ack), out);
+            return;
+        }
+        if session.held_publishes.len() >= receive_maximum {
+            let reason = (
+                ReasonCode::RECEIVE_MAXIMUM_EXCEEDED,
+                "more unfinished QoS 2 exchanges than Receive Maximum",
+            );
+            self.end_connection(conn, Some(reason), true, now_ms, out);
+            return;
+        }
+        let refusal = if session.held_publishes.len() >= limit {
+            Some((
+                ReasonCode::QUOTA_EXCEEDED,
+                "inflight allowance exceeded: broker.qos2.max_inflight_per_client",
+            ))
+        } else if !retained_room {
+            Some((ReasonCode::QUOTA_EXCEEDED, "the retained store is full"))
+        } else {
+            None
+        };
+        if let Some(refusal) = refusal {
+            // Refused before ownership is taken: nothing is held.
+            let topic = message.topic.clone();
+            self.refuse_publish(
+                conn,
+                &topic,
+                QoS::ExactlyOnce,
+                Some(packet_id),
+                refusal,
+                now_ms,
+                out,
+            );
+            return;
+        }
+        let held = HeldPublish {
+            message,
+            received_at_ms: now_ms,
+        };
+        session.held_publishes.insert(packet_id, held);
+        let ack = PubAck {
             packet_id,
             ..PubAck::default()
         };
-        if !session.held_publishes.contains_key(&packet_id) {
-            if session.held_publishes.len() >= limit {
-                ack.reason_code = ReasonCode::QUOTA_EXCEEDED;
-                ack.properties.reason_string = self.reason_string(
-                    conn,
-                    "inflight allowance exceeded: broker.qos2.max_inflight_per_client",
-                );
-                if self.version(conn) == Some(ProtocolVersion::V311) {
-                    self.end_connection(conn, None, true, now_ms, out);
-                    return;
-                }
-            } else {
-                session.held_publishes.insert(
-                    packet_id,
-                    HeldPublish {
-                        message,
-                        received_at_ms: now_ms,
-                    },
-                );
-            }
-        }
         self.send(conn, &Packet::Pubrec(ack), out);
     }
 
@@ -336,20 +367,37 @@ impl Broker {
             .sessions
             .get_mut(session_key)
             .and_then(|s| s.held_publishes.remove(&packet_id));
-        let mut ack = PubAck {
+        let Some(held) = held else {
+            let reason = self.reason_string(
+                conn,
+                "no exactly-once publish is held under this identifier",
+            );
+            let mut ack = PubAck {
+                packet_id,
+                reason_code: ReasonCode::PACKET_IDENTIFIER_NOT_FOUND,
+                ..PubAck::default()
+            };
+            ack.properties.reason_string = reason;
+            self.send(conn, &Packet::Pubcomp(ack), out);
+            return;
+        };
+        let retained_room = !held.message.retain || self.retained.has_room_for(&held.message);
+        if !retained_room {
+            // The store filled since the PUBREC: the message stays held and
+            // a PUBREL on the next connection completes it once there is room.
+            if let Some(session) = self.sessions.get_mut(session_key) {
+                session.held_publishes.insert(packet_id, held);
+            }
+            let reason = (ReasonCode::QUOTA_EXCEEDED, "the retained store is full");
+            self.end_connection(conn, Some(reason), true, now_ms, out);
+            return;
+        }
+        let accepted = self.accept_message(held.message, now_ms, out);
+        debug_assert!(accepted.is_ok(), "room was checked above");
+        let ack = PubAck {
             packet_id,
             ..PubAck::default()
         };
-        match held {
-            Some(held) => self.route(held.message, now_ms, out),
-            None => {
-                ack.reason_code = ReasonCode::PACKET_IDENTIFIER_NOT_FOUND;
-                ack.properties.reason_string = self.reason_string(
-                    conn,
-                    "no exactly-once publish is held under this identifier",
-                );
-            }
-        }
         self.send(conn, &Packet::Pubcomp(ack), out);
     }
 
@@ -482,13 +530,19 @@ impl Broker {
         session.inflight_bytes -= cost;
         session.held_bytes -= cost;
         self.pump(session_key, now_ms, out);
+        self.drain_groups_of(session_key, now_ms, out);
     }
 }
 
-fn message_from_publish(publish: Publish, publisher: Key, now_ms: u64) -> Message {
+/// The message a publish becomes. `saguin-` User Properties are the
+/// broker's own: a publisher's are stripped, all but its own `saguin-id`.
+fn message_from_publish(publish: Publish, publisher: Option<Rc<str>>, now_ms: u64) -> Message {
     let mut properties = publish.properties;
     properties.topic_alias = None;
     properties.subscription_identifiers.clear();
+    properties
+        .user_properties
+        .retain(|(name, _)| !name.starts_with("saguin-") || name == "saguin-id");
     Message {
         topic: publish.topic.into(),
         payload: publish.payload,
@@ -496,6 +550,6 @@ fn message_from_publish(publish: Publish, publisher: Key, now_ms: u64) -> Messag
         retain: publish.retain,
         properties,
         received_at_ms: now_ms,
-        publisher: Some(publisher),
+        publisher,
     }
 }

@@ -9,7 +9,9 @@
 mod connect;
 mod delivery;
 mod inbound;
+pub mod retained;
 pub mod session;
+mod shared;
 pub mod slab;
 mod subscribe;
 #[cfg(test)]
@@ -72,6 +74,14 @@ pub struct Settings {
     pub qos2_max_inflight_per_client: u32,
     /// How long an unreleased exactly-once publish is held.
     pub qos2_expires_after_ms: u64,
+    /// The retained store's bound, until it lives on a storage provider.
+    pub retained_max_bytes: u64,
+    /// Unfinished inbound QoS 2 exchanges the CONNACK allows a client;
+    /// 65,535 is MQTT's default and is not sent.
+    pub receive_maximum: u16,
+    /// How long a shared group's backlog keeps a message; `None` for as
+    /// long as a member could collect it.
+    pub share_expires_after_ms: Option<u64>,
 }
 
 impl Default for Settings {
@@ -95,6 +105,9 @@ impl Default for Settings {
             min_protocol_version: ProtocolVersion::V311,
             qos2_max_inflight_per_client: 20,
             qos2_expires_after_ms: 5 * 60 * 1000,
+            retained_max_bytes: 8 * 1024 * 1024,
+            receive_maximum: u16::MAX,
+            share_expires_after_ms: None,
         }
     }
 }
@@ -117,6 +130,12 @@ pub struct Stats {
     /// Deliveries whose Message Expiry Interval ran out before they were sent.
     pub deliveries_expired: u64,
     pub qos2_abandoned: u64,
+    /// Shared-group messages no member could take and none could hold.
+    pub shared_dropped: u64,
+    /// Messages a shared group's backlog gave up at its bound or its end.
+    pub shared_backlog_dropped: u64,
+    /// Retained publishes refused because the retained store was full.
+    pub retained_refused: u64,
 }
 
 /// A connection that has sent its CONNECT and been accepted.
@@ -157,6 +176,9 @@ pub struct Broker {
     pub(crate) index: TopicIndex,
     pub(crate) stats: Stats,
     pub(crate) budgets: HashMap<Box<str>, PublishBudget>,
+    pub(crate) retained: retained::RetainedStore,
+    pub(crate) groups: Slab<shared::SharedGroup>,
+    pub(crate) groups_by_name: HashMap<(Box<str>, Box<str>), Key>,
     next_assigned_id: u64,
     /// Reused by routing so that a publish allocates no match list.
     pub(crate) match_scratch: Vec<Subscriber>,
@@ -174,6 +196,9 @@ impl Broker {
             index: TopicIndex::new(),
             stats: Stats::default(),
             budgets: HashMap::new(),
+            retained: retained::RetainedStore::new(settings.retained_max_bytes),
+            groups: Slab::growable(u32::MAX as usize),
+            groups_by_name: HashMap::new(),
             next_assigned_id: 0,
             match_scratch: Vec::new(),
             settings,
@@ -369,6 +394,8 @@ impl Broker {
         self.expire_sessions(now_ms, out);
         self.expire_held_publishes(now_ms);
         self.forget_full_budgets(now_ms);
+        self.retained.expire(now_ms);
+        self.expire_group_backlogs(now_ms);
     }
 
     /// Says goodbye to every client as the broker stops.

@@ -18,8 +18,8 @@ pub struct Message {
     /// Identifiers, which belong to one hop.
     pub properties: Properties,
     pub received_at_ms: u64,
-    /// The publishing session, for No Local.
-    pub publisher: Option<Key>,
+    /// The publishing client id, for No Local. Never sent to a subscriber.
+    pub publisher: Option<Rc<str>>,
 }
 
 impl Message {
@@ -63,6 +63,8 @@ pub struct Delivery {
     pub qos: QoS,
     pub retain: bool,
     pub subscription_ids: Vec<u32>,
+    /// The shared group that handed it to this session, if one did.
+    pub group: Option<Key>,
 }
 
 /// Where an outgoing QoS 1 or 2 exchange stands.
@@ -91,10 +93,12 @@ pub struct HeldPublish {
 pub struct SubscriptionEntry {
     pub options: SubscriptionOptions,
     pub subscription_id: Option<u32>,
+    /// The shared group this subscription made the session a member of.
+    pub group: Option<Key>,
 }
 
 pub struct Session {
-    pub client_id: Box<str>,
+    pub client_id: Rc<str>,
     /// The connection that owns the session, if it is connected.
     pub connection: Option<Key>,
     pub subscriptions: HashMap<Box<str>, SubscriptionEntry>,

@@ -1,29 +1,71 @@
 //! SUBSCRIBE and UNSUBSCRIBE.
 
-use super::session::SubscriptionEntry;
-use super::topic_index::Subscriber;
+use std::rc::Rc;
+
+use super::session::{Delivery, SubscriptionEntry};
+use super::shared::Member;
+use super::topic_index::{Subscriber, Target};
 use super::{Broker, Key, Transport};
 use crate::codec::{
-    topic, Packet, Properties, QoS, ReasonCode, Suback, Subscribe, SubscriptionOptions, Unsuback,
-    Unsubscribe,
+    topic, Packet, Properties, QoS, ReasonCode, RetainHandling, Suback, Subscribe,
+    SubscriptionOptions, Unsuback, Unsubscribe,
 };
+
+type Refusal = (ReasonCode, &'static str);
+
+/// The `saguin-` User Properties a SUBSCRIBE may carry: they ask something
+/// of a channel, and a broadcast topic has nothing to give them.
+const READ_ON_SUBSCRIBE: [&str; 2] = ["saguin-filter", "saguin-deletions"];
+
+/// What a filter asks for once its form is understood.
+#[derive(Clone, Copy)]
+enum Form<'a> {
+    Plain(&'a str),
+    Shared {
+        share_name: &'a str,
+        filter: &'a str,
+    },
+}
 
 impl Broker {
     pub(crate) fn handle_subscribe(
         &mut self,
         conn: Key,
         subscribe: Subscribe,
-        _now_ms: u64,
+        now_ms: u64,
         out: &mut impl Transport,
     ) {
-        let Some(session_key) = self
-            .connections
-            .get(conn)
-            .and_then(|c| c.active.as_ref())
-            .map(|a| a.session)
-        else {
+        let Some(session_key) = self.session_of(conn) else {
             return;
         };
+        // No Local on a shared subscription is a protocol error, not a
+        // refusal (MQTT-3.8.3-4).
+        let shared_no_local = subscribe
+            .filters
+            .iter()
+            .any(|(filter, options)| options.no_local && filter.starts_with("$share/"));
+        if shared_no_local {
+            let reason = (
+                ReasonCode::PROTOCOL_ERROR,
+                "No Local on a shared subscription",
+            );
+            self.end_connection(conn, Some(reason), true, now_ms, out);
+            return;
+        }
+        let unread = subscribe
+            .properties
+            .user_properties
+            .iter()
+            .find(|(name, _)| {
+                name.starts_with("saguin-") && !READ_ON_SUBSCRIBE.contains(&name.as_str())
+            });
+        let packet_refusal: Option<Refusal> = unread.map(|_| {
+            (
+                ReasonCode::IMPLEMENTATION_SPECIFIC_ERROR,
+                "a saguin- User Property this broker does not read",
+            )
+        });
+
         let subscription_id = subscribe
             .properties
             .subscription_identifiers
@@ -31,11 +73,27 @@ impl Broker {
             .copied();
         let mut reason_codes = Vec::with_capacity(subscribe.filters.len());
         let mut first_refusal = None;
+        let mut retained_passes = Vec::new();
         for (filter, options) in &subscribe.filters {
-            let code = match self.admit_filter(session_key, filter) {
-                Ok(()) => {
-                    self.subscribe_one(session_key, filter, *options, subscription_id);
-                    ReasonCode(options.qos as u8)
+            let admitted = match packet_refusal {
+                Some(refusal) => Err(refusal),
+                None => self.admit_filter(session_key, filter),
+            };
+            let code = match admitted {
+                Ok(form) => {
+                    let existed =
+                        self.subscribe_one(session_key, filter, form, *options, subscription_id);
+                    if let Form::Plain(filter) = form {
+                        let wanted = match options.retain_handling {
+                            RetainHandling::SendAlways => true,
+                            RetainHandling::SendIfNew => !existed,
+                            RetainHandling::DoNotSend => false,
+                        };
+                        if wanted {
+                            retained_passes.push((filter.to_string(), *options));
+                        }
+                    }
+                    ReasonCode(options.qos.min(QoS::ExactlyOnce) as u8)
                 }
                 Err((code, reason)) => {
                     log::warn!(
@@ -58,32 +116,65 @@ impl Broker {
             reason_codes,
         };
         self.send(conn, &Packet::Suback(suback), out);
+        // Retained values follow the SUBACK, flagged as retained.
+        for (filter, options) in retained_passes {
+            self.send_retained(session_key, &filter, options, subscription_id, now_ms, out);
+        }
+        self.drain_groups_of(session_key, now_ms, out);
     }
 
-    fn admit_filter(
-        &self,
-        session_key: Key,
-        filter: &str,
-    ) -> Result<(), (ReasonCode, &'static str)> {
-        if filter.starts_with("$share/") {
+    pub(crate) fn session_of(&self, conn: Key) -> Option<Key> {
+        self.connections
+            .get(conn)?
+            .active
+            .as_ref()
+            .map(|a| a.session)
+    }
+
+    fn admit_filter<'a>(&self, session_key: Key, filter: &'a str) -> Result<Form<'a>, Refusal> {
+        let form = if filter.starts_with("$share/") {
+            match topic::parse_shared(filter) {
+                Some(Ok(shared)) => Form::Shared {
+                    share_name: shared.share_name,
+                    filter: shared.filter,
+                },
+                _ => {
+                    return Err((
+                        ReasonCode::TOPIC_FILTER_INVALID,
+                        "a shared subscription is $share/<name>/<filter>",
+                    ))
+                }
+            }
+        } else if filter.len() >= 6 && filter[..6].eq_ignore_ascii_case("$share") {
             return Err((
-                ReasonCode::SHARED_SUBSCRIPTIONS_NOT_SUPPORTED,
-                "shared subscriptions are not offered yet",
+                ReasonCode::TOPIC_FILTER_INVALID,
+                "$share is written in lower case",
             ));
-        }
-        if !topic::is_valid_topic_filter(filter) {
+        } else {
+            Form::Plain(filter)
+        };
+        let inner = match form {
+            Form::Plain(f) | Form::Shared { filter: f, .. } => f,
+        };
+        if !topic::is_valid_topic_filter(inner) {
             return Err((
                 ReasonCode::TOPIC_FILTER_INVALID,
                 "a wildcard takes less than a whole level",
             ));
         }
-        if topic::level_count(filter) > self.settings.max_topic_levels as usize {
+        if topic::level_count(inner) > self.settings.max_topic_levels as usize {
             return Err((
                 ReasonCode::TOPIC_FILTER_INVALID,
                 "filter deeper than limits.max_topic_levels",
             ));
         }
-        if filter.starts_with("$saguin/") || filter == "$saguin" {
+        if inner == "$SYS" || inner.starts_with("$SYS/") {
+            return Err((
+                ReasonCode::NOT_AUTHORIZED,
+                "this broker publishes nothing under $SYS",
+            ));
+        }
+        if inner == "$saguin" || inner.starts_with("$saguin/") {
             return Err((
                 ReasonCode::TOPIC_FILTER_INVALID,
                 "nothing is delivered on that $saguin/ topic",
@@ -100,40 +191,84 @@ impl Broker {
                 "more filters than limits.max_subscriptions",
             ));
         }
-        Ok(())
+        Ok(form)
     }
 
+    /// Adds or replaces one subscription. Returns whether the session
+    /// already held this filter.
     fn subscribe_one(
+        &mut self,
+        session_key: Key,
+        filter: &str,
+        form: Form<'_>,
+        options: SubscriptionOptions,
+        subscription_id: Option<u32>,
+    ) -> bool {
+        let options = SubscriptionOptions {
+            qos: options.qos.min(QoS::ExactlyOnce),
+            ..options
+        };
+        let group = match form {
+            Form::Plain(plain) => {
+                let subscriber = Subscriber {
+                    target: Target::Session(session_key),
+                    options,
+                    subscription_id,
+                };
+                self.index.insert(plain, subscriber);
+                None
+            }
+            Form::Shared { share_name, filter } => {
+                let member = Member {
+                    session: session_key,
+                    options,
+                    subscription_id,
+                };
+                Some(self.join_group(share_name, filter, member))
+            }
+        };
+        let session = self
+            .sessions
+            .get_mut(session_key)
+            .expect("an active connection's session");
+        let entry = SubscriptionEntry {
+            options,
+            subscription_id,
+            group,
+        };
+        session.subscriptions.insert(filter.into(), entry).is_some()
+    }
+
+    /// Sends the retained values `filter` reaches, with RETAIN set.
+    fn send_retained(
         &mut self,
         session_key: Key,
         filter: &str,
         options: SubscriptionOptions,
         subscription_id: Option<u32>,
+        now_ms: u64,
+        out: &mut impl Transport,
     ) {
-        // Delivery is never above QoS 2, and the index keeps what was granted.
-        let options = SubscriptionOptions {
-            qos: options.qos.min(QoS::ExactlyOnce),
-            ..options
-        };
-        self.index.insert(
-            filter,
-            Subscriber {
-                session: session_key,
-                options,
-                subscription_id,
-            },
-        );
-        let session = self
+        let client_id = self
             .sessions
-            .get_mut(session_key)
-            .expect("an active connection's session");
-        session.subscriptions.insert(
-            filter.into(),
-            SubscriptionEntry {
-                options,
-                subscription_id,
-            },
-        );
+            .get(session_key)
+            .map(|s| Rc::clone(&s.client_id));
+        let values: Vec<_> = self
+            .retained
+            .matching(filter, now_ms)
+            .filter(|m| !(options.no_local && m.publisher == client_id))
+            .cloned()
+            .collect();
+        for message in values {
+            let delivery = Delivery {
+                qos: message.qos.min(options.qos),
+                retain: true,
+                subscription_ids: subscription_id.into_iter().collect(),
+                group: None,
+                message,
+            };
+            self.deliver(session_key, delivery, now_ms, out);
+        }
     }
 
     pub(crate) fn handle_unsubscribe(
@@ -142,33 +277,56 @@ impl Broker {
         unsubscribe: Unsubscribe,
         out: &mut impl Transport,
     ) {
-        let Some(session_key) = self
-            .connections
-            .get(conn)
-            .and_then(|c| c.active.as_ref())
-            .map(|a| a.session)
-        else {
+        let Some(session_key) = self.session_of(conn) else {
             return;
         };
-        let session = self
-            .sessions
-            .get_mut(session_key)
-            .expect("an active connection's session");
         let mut reason_codes = Vec::with_capacity(unsubscribe.filters.len());
         for filter in &unsubscribe.filters {
-            let existed = session.subscriptions.remove(filter.as_str()).is_some();
-            if existed {
-                self.index.remove(filter, session_key);
+            let session = self
+                .sessions
+                .get_mut(session_key)
+                .expect("an active connection's session");
+            let code = match session.subscriptions.remove(filter.as_str()) {
+                None => ReasonCode::NO_SUBSCRIPTION_EXISTED,
+                Some(entry) => {
+                    match entry.group {
+                        Some(group) => self.leave_group(group, session_key),
+                        None => {
+                            self.index.remove(filter, Target::Session(session_key));
+                        }
+                    }
+                    ReasonCode::SUCCESS
+                }
+            };
+            reason_codes.push(code);
+        }
+        // The unsubscribe happens whatever it carries; a `saguin-` property
+        // the broker does not read is named back to a client that asked
+        // for problem information.
+        let mut properties = Properties::default();
+        let unread = unsubscribe
+            .properties
+            .user_properties
+            .iter()
+            .find(|(name, _)| name.starts_with("saguin-"));
+        if let Some((name, _)) = unread {
+            log::warn!(
+                "{} sent an UNSUBSCRIBE with {name}, which this broker does not read",
+                self.client_id_of(conn)
+            );
+            if self.reason_string(conn, "").is_some() {
+                // The client's own name is not echoed: what the broker
+                // writes under the prefix is only its own.
+                let note =
+                    "the UNSUBSCRIBE carried a saguin- User Property this broker does not read";
+                properties
+                    .user_properties
+                    .push(("saguin-unread".into(), note.into()));
             }
-            reason_codes.push(if existed {
-                ReasonCode::SUCCESS
-            } else {
-                ReasonCode::NO_SUBSCRIPTION_EXISTED
-            });
         }
         let unsuback = Unsuback {
             packet_id: unsubscribe.packet_id,
-            properties: Properties::default(),
+            properties,
             reason_codes,
         };
         self.send(conn, &Packet::Unsuback(unsuback), out);

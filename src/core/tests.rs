@@ -126,9 +126,15 @@ impl Harness {
             filters: vec![(filter.into(), options)],
         };
         self.packet(conn, Packet::Subscribe(subscribe));
-        match self.out.take(conn).as_slice() {
+        let mut replies = self.out.take(conn);
+        let rest = replies.split_off(1.min(replies.len()));
+        // What follows the SUBACK (retained values) stays for the test.
+        self.out
+            .sent
+            .extend(rest.into_iter().map(|packet| (conn, packet)));
+        match replies.as_slice() {
             [Packet::Suback(suback)] => suback.reason_codes.clone(),
-            other => panic!("expected one SUBACK, got {other:?}"),
+            other => panic!("expected a SUBACK first, got {other:?}"),
         }
     }
 
@@ -335,8 +341,16 @@ fn subscribe_refusals_carry_their_codes() {
         vec![ReasonCode::TOPIC_FILTER_INVALID]
     );
     assert_eq!(
-        h.subscribe(client, "$share/g/t", qos(QoS::AtMostOnce), None),
-        vec![ReasonCode::SHARED_SUBSCRIPTIONS_NOT_SUPPORTED]
+        h.subscribe(client, "$share//t", qos(QoS::AtMostOnce), None),
+        vec![ReasonCode::TOPIC_FILTER_INVALID]
+    );
+    assert_eq!(
+        h.subscribe(client, "$SHARE/g/t", qos(QoS::AtMostOnce), None),
+        vec![ReasonCode::TOPIC_FILTER_INVALID]
+    );
+    assert_eq!(
+        h.subscribe(client, "$SYS/#", qos(QoS::AtMostOnce), None),
+        vec![ReasonCode::NOT_AUTHORIZED]
     );
     assert_eq!(
         h.subscribe(client, "a", qos(QoS::AtMostOnce), None),
@@ -837,22 +851,518 @@ fn shutdown_says_goodbye_to_mqtt5_clients() {
     assert_eq!(h.broker.connection_count(), 0);
 }
 
+fn retained(topic: &str, payload: &[u8]) -> Publish {
+    Publish {
+        retain: true,
+        ..publish_packet(topic, QoS::AtLeastOnce, Some(1), payload)
+    }
+}
+
+fn subscribe_with(
+    h: &mut Harness,
+    conn: Key,
+    filter: &str,
+    options: SubscriptionOptions,
+) -> Vec<Packet> {
+    h.subscribe(conn, filter, options, None);
+    h.out.take(conn)
+}
+
 #[test]
-fn retain_handling_is_decoded_but_retained_publishes_are_refused_for_now() {
+fn retained_values_follow_the_suback_and_retain_handling_decides_when() {
+    let mut h = Harness::new(Settings::default());
+    let publisher = h.connect("pub", ProtocolVersion::V5);
+    h.packet(publisher, Packet::Publish(retained("home/a", b"on")));
+    h.packet(publisher, Packet::Publish(retained("home/b", b"off")));
+    h.packet(publisher, Packet::Publish(retained("home/b", b"")));
+    h.out.take(publisher);
+
+    let subscriber = h.connect("sub", ProtocolVersion::V5);
+    // `subscribe` reads the SUBACK first: the retained value comes after it.
+    let after = subscribe_with(&mut h, subscriber, "home/+", qos(QoS::AtLeastOnce));
+    let values = publishes(&after);
+    assert_eq!(values.len(), 1, "an empty payload deleted home/b");
+    assert!(values[0].retain && values[0].payload == b"on");
+
+    let send_if_new = SubscriptionOptions {
+        retain_handling: RetainHandling::SendIfNew,
+        ..qos(QoS::AtLeastOnce)
+    };
+    assert!(publishes(&subscribe_with(&mut h, subscriber, "home/+", send_if_new)).is_empty());
+    assert_eq!(
+        publishes(&subscribe_with(&mut h, subscriber, "home/#", send_if_new)).len(),
+        1
+    );
+    let never = SubscriptionOptions {
+        retain_handling: RetainHandling::DoNotSend,
+        ..qos(QoS::AtLeastOnce)
+    };
+    assert!(publishes(&subscribe_with(&mut h, subscriber, "+/a", never)).is_empty());
+}
+
+#[test]
+fn a_live_retained_publish_keeps_retain_only_for_retain_as_published() {
+    let mut h = Harness::new(Settings::default());
+    let plain = h.connect("plain", ProtocolVersion::V5);
+    let rap = h.connect("rap", ProtocolVersion::V5);
+    h.subscribe(plain, "t", qos(QoS::AtMostOnce), None);
+    let options = SubscriptionOptions {
+        retain_as_published: true,
+        ..qos(QoS::AtMostOnce)
+    };
+    h.subscribe(rap, "t", options, None);
+    let publisher = h.connect("pub", ProtocolVersion::V5);
+    h.packet(publisher, Packet::Publish(retained("t", b"v")));
+    assert!(!publishes(&h.out.take(plain))[0].retain);
+    assert!(publishes(&h.out.take(rap))[0].retain);
+}
+
+#[test]
+fn a_full_retained_store_refuses_and_keeps_what_it_holds() {
+    let settings = Settings {
+        retained_max_bytes: 300,
+        ..Settings::default()
+    };
+    let mut h = Harness::new(settings);
+    let publisher = h.connect("pub", ProtocolVersion::V5);
+    h.packet(publisher, Packet::Publish(retained("a", &[1; 150])));
+    assert_eq!(
+        h.out.take(publisher),
+        vec![Packet::Puback(PubAck {
+            packet_id: 1,
+            ..PubAck::default()
+        })]
+    );
+    h.packet(publisher, Packet::Publish(retained("b", &[2; 150])));
+    match h.out.take(publisher).as_slice() {
+        [Packet::Puback(ack)] => assert_eq!(ack.reason_code, ReasonCode::QUOTA_EXCEEDED),
+        other => panic!("expected PUBACK 0x97, got {other:?}"),
+    }
+    let subscriber = h.connect("sub", ProtocolVersion::V5);
+    let values = subscribe_with(&mut h, subscriber, "#", qos(QoS::AtMostOnce));
+    assert_eq!(publishes(&values).len(), 1);
+    assert_eq!(publishes(&values)[0].payload, vec![1; 150]);
+}
+
+#[test]
+fn a_retained_value_past_its_expiry_is_not_served() {
+    let mut h = Harness::new(Settings::default());
+    let publisher = h.connect("pub", ProtocolVersion::V5);
+    let mut publish = retained("t", b"v");
+    publish.properties.message_expiry_interval_s = Some(10);
+    h.packet(publisher, Packet::Publish(publish));
+    h.advance(4_000);
+    let subscriber = h.connect("sub", ProtocolVersion::V5);
+    let values = subscribe_with(&mut h, subscriber, "t", qos(QoS::AtMostOnce));
+    assert_eq!(
+        publishes(&values)[0].properties.message_expiry_interval_s,
+        Some(6)
+    );
+    h.advance(6_000);
+    let late = h.connect("late", ProtocolVersion::V5);
+    assert!(publishes(&subscribe_with(&mut h, late, "t", qos(QoS::AtMostOnce))).is_empty());
+}
+
+#[test]
+fn shared_groups_take_turns_and_never_get_retained_values() {
+    let mut h = Harness::new(Settings::default());
+    let publisher = h.connect("pub", ProtocolVersion::V5);
+    h.packet(publisher, Packet::Publish(retained("jobs/x", b"old")));
+    h.out.take(publisher);
+    let a = h.connect("a", ProtocolVersion::V5);
+    let b = h.connect("b", ProtocolVersion::V5);
+    assert!(publishes(&subscribe_with(
+        &mut h,
+        a,
+        "$share/g/jobs/+",
+        qos(QoS::AtMostOnce)
+    ))
+    .is_empty());
+    assert!(publishes(&subscribe_with(
+        &mut h,
+        b,
+        "$share/g/jobs/+",
+        qos(QoS::AtMostOnce)
+    ))
+    .is_empty());
+    for i in 0..4u8 {
+        h.packet(
+            publisher,
+            Packet::Publish(publish_packet("jobs/x", QoS::AtMostOnce, None, &[i])),
+        );
+    }
+    let to_a: Vec<u8> = publishes(&h.out.take(a))
+        .iter()
+        .map(|p| p.payload[0])
+        .collect();
+    let to_b: Vec<u8> = publishes(&h.out.take(b))
+        .iter()
+        .map(|p| p.payload[0])
+        .collect();
+    assert_eq!(
+        to_a.len() + to_b.len(),
+        4,
+        "each message to exactly one member"
+    );
+    assert_eq!(to_a.len(), 2, "members take turns");
+}
+
+#[test]
+fn a_shared_group_skips_a_member_with_no_room_and_holds_what_none_can_take() {
+    let mut h = Harness::new(Settings::default());
+    let mut narrow = connect_packet("narrow", ProtocolVersion::V5);
+    narrow.properties.receive_maximum = Some(1);
+    let (a, _) = h.connect_with(narrow.clone());
+    h.subscribe(a, "$share/g/t", qos(QoS::AtLeastOnce), None);
+    let publisher = h.connect("pub", ProtocolVersion::V5);
+    for i in 0..3u8 {
+        h.packet(
+            publisher,
+            Packet::Publish(publish_packet("t", QoS::AtLeastOnce, Some(1), &[i])),
+        );
+    }
+    let first = h.out.take(a);
+    assert_eq!(
+        publishes(&first).len(),
+        1,
+        "one in flight; the rest wait in the group"
+    );
+    let packet_id = publishes(&first)[0].packet_id.unwrap();
+    h.packet(
+        a,
+        Packet::Puback(PubAck {
+            packet_id,
+            ..PubAck::default()
+        }),
+    );
+    let next = h.out.take(a);
+    assert_eq!(
+        publishes(&next)[0].payload,
+        vec![1],
+        "the backlog drains in order"
+    );
+
+    // A member that ends with a QoS 1 delivery unfinished gives it back.
+    let mut other = connect_packet("other", ProtocolVersion::V5);
+    other.properties.receive_maximum = Some(1);
+    let (b, _) = h.connect_with(other);
+    h.subscribe(b, "$share/g/t", qos(QoS::AtLeastOnce), None);
+    let joined = h.out.take(b);
+    assert_eq!(
+        publishes(&joined)[0].payload,
+        vec![2],
+        "a joining member drains the backlog"
+    );
+    h.broker.handle_connection_lost(a, h.now_ms, &mut h.out);
+    assert!(
+        publishes(&h.out.take(b)).is_empty(),
+        "b has no room until it answers"
+    );
+    let packet_id = publishes(&joined)[0].packet_id.unwrap();
+    h.packet(
+        b,
+        Packet::Puback(PubAck {
+            packet_id,
+            ..PubAck::default()
+        }),
+    );
+    let redelivered: Vec<u8> = publishes(&h.out.take(b))
+        .iter()
+        .map(|p| p.payload[0])
+        .collect();
+    assert_eq!(
+        redelivered,
+        vec![1],
+        "a's unfinished delivery went back to the group"
+    );
+}
+
+#[test]
+fn no_local_on_a_shared_subscription_is_a_protocol_error() {
     let mut h = Harness::new(Settings::default());
     let client = h.connect("c", ProtocolVersion::V5);
     let options = SubscriptionOptions {
-        retain_handling: RetainHandling::DoNotSend,
+        no_local: true,
         ..qos(QoS::AtMostOnce)
     };
-    assert_eq!(h.subscribe(client, "t", options, None), vec![ReasonCode(0)]);
-    let retained = Publish {
-        retain: true,
-        ..publish_packet("t", QoS::AtMostOnce, None, b"x")
+    let subscribe = Subscribe {
+        packet_id: 1,
+        properties: Properties::default(),
+        filters: vec![("$share/g/t".into(), options)],
     };
-    h.packet(client, Packet::Publish(retained));
+    h.packet(client, Packet::Subscribe(subscribe));
     assert_eq!(
         disconnect_code(&h.out.take(client)),
-        Some(ReasonCode::RETAIN_NOT_SUPPORTED)
+        Some(ReasonCode::PROTOCOL_ERROR)
     );
+}
+
+#[test]
+fn saguin_properties_are_stripped_from_publishes_and_refused_on_subscribe() {
+    let mut h = Harness::new(Settings::default());
+    let subscriber = h.connect("sub", ProtocolVersion::V5);
+    h.subscribe(subscriber, "t", qos(QoS::AtMostOnce), None);
+    let publisher = h.connect("pub", ProtocolVersion::V5);
+    let mut publish = publish_packet("t", QoS::AtMostOnce, None, b"x");
+    publish.properties.user_properties = vec![
+        ("saguin-offset".into(), "7".into()),
+        ("saguin-id".into(), "mine".into()),
+        ("app".into(), "kept".into()),
+    ];
+    h.packet(publisher, Packet::Publish(publish));
+    let received = h.out.take(subscriber);
+    assert_eq!(
+        publishes(&received)[0].properties.user_properties,
+        vec![
+            ("saguin-id".to_string(), "mine".to_string()),
+            ("app".to_string(), "kept".to_string())
+        ]
+    );
+
+    let mut properties = Properties::default();
+    properties
+        .user_properties
+        .push(("saguin-slice".into(), "1/2".into()));
+    let subscribe = Subscribe {
+        packet_id: 2,
+        properties,
+        filters: vec![
+            ("a".into(), qos(QoS::AtMostOnce)),
+            ("b".into(), qos(QoS::AtMostOnce)),
+        ],
+    };
+    h.packet(subscriber, Packet::Subscribe(subscribe));
+    match h.out.take(subscriber).as_slice() {
+        [Packet::Suback(suback)] => assert_eq!(
+            suback.reason_codes,
+            vec![ReasonCode::IMPLEMENTATION_SPECIFIC_ERROR; 2]
+        ),
+        other => panic!("expected a SUBACK, got {other:?}"),
+    }
+
+    let mut properties = Properties::default();
+    properties
+        .user_properties
+        .push(("saguin-slice".into(), "1/2".into()));
+    let unsubscribe = Unsubscribe {
+        packet_id: 3,
+        properties,
+        filters: vec!["t".into()],
+    };
+    h.packet(subscriber, Packet::Unsubscribe(unsubscribe));
+    match h.out.take(subscriber).as_slice() {
+        [Packet::Unsuback(unsuback)] => {
+            assert_eq!(
+                unsuback.reason_codes,
+                vec![ReasonCode::SUCCESS],
+                "the unsubscribe still happens"
+            );
+            assert_eq!(unsuback.properties.user_properties[0].0, "saguin-unread");
+        }
+        other => panic!("expected an UNSUBACK, got {other:?}"),
+    }
+}
+
+#[test]
+fn unfinished_qos2_past_receive_maximum_is_disconnected() {
+    let settings = Settings {
+        receive_maximum: 2,
+        ..Settings::default()
+    };
+    let mut h = Harness::new(settings);
+    let (publisher, connack) = h.connect_with(connect_packet("pub", ProtocolVersion::V5));
+    assert_eq!(connack.properties.receive_maximum, Some(2));
+    for id in 1..=3u16 {
+        h.packet(
+            publisher,
+            Packet::Publish(publish_packet("t", QoS::ExactlyOnce, Some(id), b"x")),
+        );
+    }
+    assert_eq!(
+        disconnect_code(&h.out.take(publisher)),
+        Some(ReasonCode::RECEIVE_MAXIMUM_EXCEEDED)
+    );
+}
+
+#[test]
+fn unreleased_qos2_past_the_allowance_is_refused_on_pubrec_and_expires() {
+    let settings = Settings {
+        qos2_max_inflight_per_client: 1,
+        qos2_expires_after_ms: 5_000,
+        ..Settings::default()
+    };
+    let mut h = Harness::new(settings);
+    let publisher = h.connect("pub", ProtocolVersion::V5);
+    h.packet(
+        publisher,
+        Packet::Publish(publish_packet("t", QoS::ExactlyOnce, Some(1), b"x")),
+    );
+    h.packet(
+        publisher,
+        Packet::Publish(publish_packet("t", QoS::ExactlyOnce, Some(2), b"y")),
+    );
+    let codes: Vec<ReasonCode> = h
+        .out
+        .take(publisher)
+        .iter()
+        .filter_map(|p| {
+            if let Packet::Pubrec(ack) = p {
+                Some(ack.reason_code)
+            } else {
+                None
+            }
+        })
+        .collect();
+    assert_eq!(codes, vec![ReasonCode::SUCCESS, ReasonCode::QUOTA_EXCEEDED]);
+    assert!(
+        h.broker.is_open(publisher),
+        "inside a bound, not misbehaving"
+    );
+    h.advance(5_100);
+    h.packet(
+        publisher,
+        Packet::Pubrel(PubAck {
+            packet_id: 1,
+            ..PubAck::default()
+        }),
+    );
+    match h.out.take(publisher).as_slice() {
+        [Packet::Pubcomp(ack)] => {
+            assert_eq!(ack.reason_code, ReasonCode::PACKET_IDENTIFIER_NOT_FOUND)
+        }
+        other => panic!("expected PUBCOMP 0x92, got {other:?}"),
+    }
+    assert_eq!(h.broker.stats().qos2_abandoned, 1);
+}
+
+#[test]
+fn exactly_once_out_resumes_with_pubrel_and_dup() {
+    let mut h = Harness::new(Settings::default());
+    let mut connect = connect_packet("q2", ProtocolVersion::V5);
+    connect.clean_start = false;
+    connect.properties.session_expiry_interval_s = Some(60);
+    let (subscriber, _) = h.connect_with(connect.clone());
+    h.subscribe(subscriber, "t", qos(QoS::ExactlyOnce), None);
+    let publisher = h.connect("pub", ProtocolVersion::V5);
+    for (id, payload) in [(1u16, b"a"), (2, b"b")] {
+        h.packet(
+            publisher,
+            Packet::Publish(publish_packet("t", QoS::ExactlyOnce, Some(id), payload)),
+        );
+        h.packet(
+            publisher,
+            Packet::Pubrel(PubAck {
+                packet_id: id,
+                ..PubAck::default()
+            }),
+        );
+    }
+    let received = h.out.take(subscriber);
+    let ids: Vec<u16> = publishes(&received)
+        .iter()
+        .map(|p| p.packet_id.unwrap())
+        .collect();
+    assert_eq!(ids.len(), 2);
+    // The first reaches PUBREC; the second is never answered.
+    h.packet(
+        subscriber,
+        Packet::Pubrec(PubAck {
+            packet_id: ids[0],
+            ..PubAck::default()
+        }),
+    );
+    assert_eq!(
+        h.out.take(subscriber),
+        vec![Packet::Pubrel(PubAck {
+            packet_id: ids[0],
+            ..PubAck::default()
+        })]
+    );
+    h.broker
+        .handle_connection_lost(subscriber, h.now_ms, &mut h.out);
+
+    let (subscriber, connack) = h.connect_with(connect);
+    assert!(connack.session_present);
+    let resent = h.out.take(subscriber);
+    assert_eq!(resent.len(), 2);
+    assert_eq!(
+        resent[0],
+        Packet::Pubrel(PubAck {
+            packet_id: ids[0],
+            ..PubAck::default()
+        })
+    );
+    match &resent[1] {
+        Packet::Publish(p) => assert!(p.dup && p.packet_id == Some(ids[1]) && p.payload == b"b"),
+        other => panic!("expected the PUBLISH again with DUP, got {other:?}"),
+    }
+    h.packet(
+        subscriber,
+        Packet::Pubcomp(PubAck {
+            packet_id: ids[0],
+            ..PubAck::default()
+        }),
+    );
+    let session = h
+        .broker
+        .sessions
+        .get(h.broker.sessions_by_client_id["q2"])
+        .unwrap();
+    assert_eq!(session.inflight.len(), 1);
+}
+
+#[test]
+fn a_will_waits_out_its_delay_and_a_resumed_session_cancels_it() {
+    let mut h = Harness::new(Settings::default());
+    let watcher = h.connect("watcher", ProtocolVersion::V5);
+    h.subscribe(watcher, "status", qos(QoS::AtMostOnce), None);
+    let mut connect = connect_packet("device", ProtocolVersion::V5);
+    connect.clean_start = false;
+    connect.properties.session_expiry_interval_s = Some(100);
+    let mut will = Will {
+        topic: "status".into(),
+        payload: b"gone".to_vec(),
+        ..Will::default()
+    };
+    will.properties.will_delay_interval_s = Some(10);
+    connect.will = Some(will);
+
+    let (device, _) = h.connect_with(connect.clone());
+    h.broker
+        .handle_connection_lost(device, h.now_ms, &mut h.out);
+    h.advance(5_000);
+    let (device, _) = h.connect_with(connect.clone());
+    h.advance(10_000);
+    assert!(
+        publishes(&h.out.take(watcher)).is_empty(),
+        "resuming cancelled the waiting Will"
+    );
+
+    h.broker
+        .handle_connection_lost(device, h.now_ms, &mut h.out);
+    h.advance(9_900);
+    assert!(publishes(&h.out.take(watcher)).is_empty());
+    h.advance(200);
+    assert_eq!(publishes(&h.out.take(watcher)).len(), 1);
+}
+
+#[test]
+fn disconnect_with_will_publishes_it_and_a_retained_will_is_kept() {
+    let mut h = Harness::new(Settings::default());
+    let mut connect = connect_packet("device", ProtocolVersion::V5);
+    connect.will = Some(Will {
+        topic: "status".into(),
+        payload: b"bye".to_vec(),
+        retain: true,
+        ..Will::default()
+    });
+    let (device, _) = h.connect_with(connect);
+    let with_will = Disconnect {
+        reason_code: ReasonCode::DISCONNECT_WITH_WILL,
+        ..Disconnect::default()
+    };
+    h.packet(device, Packet::Disconnect(with_will));
+    let later = h.connect("later", ProtocolVersion::V5);
+    let values = subscribe_with(&mut h, later, "status", qos(QoS::AtMostOnce));
+    assert_eq!(publishes(&values)[0].payload, b"bye");
 }

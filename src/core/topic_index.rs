@@ -9,10 +9,19 @@ use std::collections::HashMap;
 use super::slab::Key;
 use crate::codec::SubscriptionOptions;
 
-/// One subscription as the index keeps it.
+/// Who a subscription delivers to: one session, or a shared group that
+/// hands each message to one of its members.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Target {
+    Session(Key),
+    Group(Key),
+}
+
+/// One subscription as the index keeps it. A group's entry carries no
+/// options: each member's own are kept with the group.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Subscriber {
-    pub session: Key,
+    pub target: Target,
     pub options: SubscriptionOptions,
     pub subscription_id: Option<u32>,
 }
@@ -50,8 +59,8 @@ impl TopicIndex {
         }
     }
 
-    /// Adds or replaces `session`'s subscription to `filter`. Returns true
-    /// when the session already held this filter.
+    /// Adds or replaces the target's subscription to `filter`. Returns true
+    /// when the target already held this filter.
     pub fn insert(&mut self, filter: &str, subscriber: Subscriber) -> bool {
         let mut node = ROOT;
         for level in filter.split('/') {
@@ -67,7 +76,7 @@ impl TopicIndex {
         let subscribers = &mut self.nodes[node].subscribers;
         match subscribers
             .iter_mut()
-            .find(|s| s.session == subscriber.session)
+            .find(|s| s.target == subscriber.target)
         {
             Some(existing) => {
                 *existing = subscriber;
@@ -80,8 +89,8 @@ impl TopicIndex {
         }
     }
 
-    /// Removes `session`'s subscription to `filter`; true if it existed.
-    pub fn remove(&mut self, filter: &str, session: Key) -> bool {
+    /// Removes the target's subscription to `filter`; true if it existed.
+    pub fn remove(&mut self, filter: &str, target: Target) -> bool {
         let mut path = Vec::with_capacity(8);
         let mut node = ROOT;
         for level in filter.split('/') {
@@ -94,7 +103,7 @@ impl TopicIndex {
             }
         }
         let subscribers = &mut self.nodes[node].subscribers;
-        let Some(position) = subscribers.iter().position(|s| s.session == session) else {
+        let Some(position) = subscribers.iter().position(|s| s.target == target) else {
             return false;
         };
         subscribers.swap_remove(position);
@@ -181,16 +190,16 @@ impl TopicIndex {
 mod tests {
     use super::*;
 
-    fn key(index: u32) -> Key {
-        Key {
+    fn key(index: u32) -> Target {
+        Target::Session(Key {
             index,
             generation: 0,
-        }
+        })
     }
 
     fn sub(index: u32) -> Subscriber {
         Subscriber {
-            session: key(index),
+            target: key(index),
             options: SubscriptionOptions::default(),
             subscription_id: None,
         }
@@ -198,7 +207,9 @@ mod tests {
 
     fn matches(index: &TopicIndex, topic: &str) -> Vec<u32> {
         let mut found = Vec::new();
-        index.for_each_match(topic, |s| found.push(s.session.index));
+        index.for_each_match(topic, |s| match s.target {
+            Target::Session(key) | Target::Group(key) => found.push(key.index),
+        });
         found.sort();
         found
     }
