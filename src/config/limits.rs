@@ -122,7 +122,7 @@ const KEYS: Keys = Keys {
 
 /// Whether a key takes the word `none`, and if not, why not.
 #[derive(Clone, Copy)]
-enum NoneRule {
+pub(super) enum NoneRule {
     Allowed,
     Refused(&'static str),
 }
@@ -284,15 +284,15 @@ pub(super) fn parse(f: &mut Findings, path: &str, value: Option<&Value>) -> Opti
 }
 
 /// The range and the reasons for a key holding a plain count.
-struct CountRule {
-    min: u64,
-    max: u64,
-    allowed: &'static str,
-    below: &'static str,
-    none: &'static str,
+pub(super) struct CountRule {
+    pub(super) min: u64,
+    pub(super) max: u64,
+    pub(super) allowed: &'static str,
+    pub(super) below: &'static str,
+    pub(super) none: &'static str,
 }
 
-fn count_key(
+pub(super) fn count_key(
     f: &mut Findings,
     (path, value): (String, Option<&Value>),
     default: u32,
@@ -645,7 +645,7 @@ fn size(
 }
 
 /// Reads a duration in milliseconds; `Some(None)` is `none`.
-fn duration_ms(
+pub(super) fn duration_ms(
     f: &mut Findings,
     path: &str,
     value: &Value,
@@ -705,7 +705,7 @@ fn none(
 /// Refuses a duration that is not a whole number of seconds, for a key
 /// held in whole seconds: the fraction would be lost, and a sub-second
 /// value would become 0, which means something else entirely.
-fn whole_seconds(f: &mut Findings, path: &str, value: &Value, ms: u64) -> Option<u64> {
+pub(super) fn whole_seconds(f: &mut Findings, path: &str, value: &Value, ms: u64) -> Option<u64> {
     if ms % MS_PER_S == 0 {
         return Some(ms / MS_PER_S);
     }

@@ -11,6 +11,7 @@
 //! in memory, [`default_config`] for the file shipped in
 //! `config/saguin.yaml`.
 
+mod exchanges;
 mod limits;
 mod listen;
 mod parse;
@@ -22,6 +23,7 @@ mod tests;
 use std::fmt;
 use std::path::{Path, PathBuf};
 
+pub use exchanges::{Qos2Config, ShareConfig};
 pub use limits::Limits;
 pub use units::{format_seconds, format_size, parse_duration_ms, parse_size_bytes};
 
@@ -52,6 +54,10 @@ pub struct BrokerConfig {
     pub mqtt: MqttConfig,
     /// `broker.limits`.
     pub limits: Limits,
+    /// `broker.qos2`.
+    pub qos2: Qos2Config,
+    /// `broker.share`.
+    pub share: ShareConfig,
 }
 
 /// `broker.log_level`: how much the broker says.

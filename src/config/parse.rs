@@ -206,15 +206,16 @@ const ROOT_KEYS: Keys = Keys {
 };
 
 const BROKER_KEYS: Keys = Keys {
-    supported: &["id", "log_level", "pid_file", "mqtt", "limits"],
-    not_yet: &[
-        "storage",
-        "retained",
-        "session",
+    supported: &[
+        "id",
+        "log_level",
+        "pid_file",
+        "mqtt",
+        "limits",
         "qos2",
         "share",
-        "operations",
     ],
+    not_yet: &["storage", "retained", "session", "operations"],
 };
 
 const MQTT_KEYS: Keys = Keys {
@@ -249,12 +250,16 @@ fn broker(f: &mut Findings, value: &Value) -> Option<BrokerConfig> {
     let pid_file = pid_file(f, t.get("pid_file"));
     let mqtt = mqtt(f, t.get("mqtt"));
     let limits = limits::parse(f, "broker.limits", t.get("limits"));
+    let qos2 = super::exchanges::qos2(f, t.get("qos2"));
+    let share = super::exchanges::share(f, t.get("share"));
     Some(BrokerConfig {
         id: id?,
         log_level: log_level?,
         pid_file: pid_file?,
         mqtt: mqtt?,
         limits: limits?,
+        qos2: qos2?,
+        share: share?,
     })
 }
 

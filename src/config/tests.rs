@@ -679,14 +679,6 @@ fn keys_not_supported_yet_are_refused_as_recognised() {
             "broker:\n  id: a\n  session:\n    storage: x\n",
             "broker.session:",
         ),
-        (
-            "broker:\n  id: a\n  qos2:\n    expires_after: 5m\n",
-            "broker.qos2:",
-        ),
-        (
-            "broker:\n  id: a\n  share:\n    expires_after: 1h\n",
-            "broker.share:",
-        ),
         ("broker:\n  id: a\n  operations: {}\n", "broker.operations:"),
         (
             "broker:\n  id: a\nchannels:\n  x:\n    type: append\n",

@@ -68,6 +68,13 @@ pub fn settings_from_config(config: &Config) -> Settings {
             MinProtocolVersion::V311 => ProtocolVersion::V311,
             MinProtocolVersion::V5 => ProtocolVersion::V5,
         },
+        qos2_max_inflight_per_client: config.broker.qos2.max_inflight_per_client,
+        qos2_expires_after_ms: u64::from(config.broker.qos2.expires_after_s) * 1000,
+        share_expires_after_ms: config
+            .broker
+            .share
+            .expires_after_s
+            .map(|s| u64::from(s) * 1000),
         ..Settings::default()
     }
 }
