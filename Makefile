@@ -58,12 +58,16 @@ build:
 run:
 	$(CARGO) run --release -- --config $(CONFIG)
 
+# --no-fail-fast: run every test binary and report all failures, not just the first.
 test:
-	$(CARGO) test
+	$(CARGO) test --no-fail-fast
 
+# Both checks always run; the target fails if either does.
 lint:
-	$(CARGO) fmt --check
-	$(CARGO) clippy --all-targets -- -D warnings
+	@rc=0; \
+	echo "$(CARGO) fmt --check"; $(CARGO) fmt --check || rc=1; \
+	echo "$(CARGO) clippy --all-targets -- -D warnings"; $(CARGO) clippy --all-targets -- -D warnings || rc=1; \
+	exit $$rc
 
 # ---------------------------------------------------------------------------
 # Cross targets.

@@ -241,12 +241,15 @@ impl RawClient {
                 }
             }
             let left = deadline.saturating_duration_since(Instant::now());
-            if left.is_zero() {
-                return None;
+            // A zero timeout reads only what the socket already holds.
+            self.stream.set_nonblocking(left.is_zero()).unwrap();
+            if !left.is_zero() {
+                self.stream.set_read_timeout(Some(left)).unwrap();
             }
-            self.stream.set_read_timeout(Some(left)).unwrap();
             let mut chunk = [0u8; 4096];
-            match self.stream.read(&mut chunk) {
+            let read = self.stream.read(&mut chunk);
+            self.stream.set_nonblocking(false).unwrap();
+            match read {
                 Ok(0) => return Some(Received::Closed),
                 Ok(n) => self.buf.extend_from_slice(&chunk[..n]),
                 Err(e)
