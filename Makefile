@@ -3,6 +3,7 @@
 #   make build            release build for the host
 #   make run              run the broker on config/saguin.yaml
 #   make test             whole test suite on the host (unit + integration)
+#   make test-interop     paho-mqtt interoperability tests (Python, pytest)
 #   make lint             rustfmt check + clippy with warnings denied
 #   make test-cross       library tests for armv7 and aarch64, run under qemu-user
 #   make release-armv7    stripped release binary for armv7-unknown-linux-gnueabihf
@@ -46,7 +47,7 @@ export AR_armv7_unknown_linux_gnueabihf ?= $(ARMV7_PREFIX)-ar
 export CC_aarch64_unknown_linux_gnu ?= $(AARCH64_PREFIX)-gcc
 export AR_aarch64_unknown_linux_gnu ?= $(AARCH64_PREFIX)-ar
 
-.PHONY: build run test lint test-cross test-armv7 test-aarch64 \
+.PHONY: build run test test-interop lint test-cross test-armv7 test-aarch64 \
         release-armv7 release-aarch64 help
 
 help:
@@ -61,6 +62,12 @@ run:
 # --no-fail-fast: run every test binary and report all failures, not just the first.
 test:
 	$(CARGO) test --no-fail-fast
+
+# Interoperability tests: the real broker binary driven by the paho-mqtt
+# Python client (pip install paho-mqtt pytest). Uses target/debug/saguin.
+test-interop:
+	$(CARGO) build --bin $(BIN)
+	PYTHONDONTWRITEBYTECODE=1 python3 -m pytest -q -p no:cacheprovider tests/interop
 
 # Both checks always run; the target fails if either does.
 lint:

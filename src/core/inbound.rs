@@ -22,6 +22,15 @@ impl Broker {
         out: &mut impl Transport,
     ) {
         self.stats.publishes_received += 1;
+        if !publish.properties.subscription_identifiers.is_empty() {
+            // Only a server sets one (MQTT-3.3.4-6).
+            let reason = (
+                ReasonCode::PROTOCOL_ERROR,
+                "a client's PUBLISH carried a Subscription Identifier",
+            );
+            self.end_connection(conn, Some(reason), true, now_ms, out);
+            return;
+        }
         if let Err((code, reason)) = self.resolve_topic_alias(conn, &mut publish) {
             self.end_connection(conn, Some((code, reason)), true, now_ms, out);
             return;

@@ -1366,3 +1366,16 @@ fn disconnect_with_will_publishes_it_and_a_retained_will_is_kept() {
     let values = subscribe_with(&mut h, later, "status", qos(QoS::AtMostOnce));
     assert_eq!(publishes(&values)[0].payload, b"bye");
 }
+
+#[test]
+fn a_client_publish_may_not_carry_a_subscription_identifier() {
+    let mut h = Harness::new(Settings::default());
+    let client = h.connect("c", ProtocolVersion::V5);
+    let mut publish = publish_packet("t", QoS::AtMostOnce, None, b"x");
+    publish.properties.subscription_identifiers.push(3);
+    h.packet(client, Packet::Publish(publish));
+    assert_eq!(
+        disconnect_code(&h.out.take(client)),
+        Some(ReasonCode::PROTOCOL_ERROR)
+    );
+}
