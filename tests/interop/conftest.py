@@ -2,7 +2,7 @@
 
 Every test gets its own broker process on a port the kernel picks, with its
 configuration in the test's own temporary directory, so tests can run in
-parallel. Waits are on conditions (queues and events fed by paho callbacks,
+parallel. Waits are on conditions (queues and conditions fed by paho callbacks,
 or lines of the broker's log), never on a bare sleep, and each gives up after
 `WAIT` seconds so a failure is quick.
 """
