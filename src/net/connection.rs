@@ -165,19 +165,7 @@ async fn write_loop(
             state.closing
         };
         if !writing.is_empty() {
-            let written = match write_timeout_ms {
-                Some(timeout_ms) => {
-                    let timeout = async {
-                        sleep_ms(timeout_ms).await;
-                        Err(std::io::Error::new(
-                            std::io::ErrorKind::TimedOut,
-                            "write_timeout",
-                        ))
-                    };
-                    future::or(stream.write_all(&writing), timeout).await
-                }
-                None => stream.write_all(&writing).await,
-            };
+            let written = write_all_within(&mut stream, &writing, write_timeout_ms).await;
             writing.clear();
             if writing.capacity() > OUTBOX_PAUSE_BYTES {
                 writing = Vec::new();
@@ -200,6 +188,31 @@ async fn write_loop(
             break;
         }
     }
+}
+
+/// Writes all of `bytes`, failing if the socket takes none of it for
+/// `timeout_ms`. Most writes complete at once, so the deadline's timer is
+/// armed only for one that has to wait: a timer costs the reactor work.
+async fn write_all_within(
+    stream: &mut TcpStream,
+    bytes: &[u8],
+    timeout_ms: Option<u64>,
+) -> std::io::Result<()> {
+    let mut write = std::pin::pin!(stream.write_all(bytes));
+    if let Some(result) = future::poll_once(&mut write).await {
+        return result;
+    }
+    let Some(timeout_ms) = timeout_ms else {
+        return write.await;
+    };
+    let deadline = async {
+        sleep_ms(timeout_ms).await;
+        Err(std::io::Error::new(
+            std::io::ErrorKind::TimedOut,
+            "write_timeout",
+        ))
+    };
+    future::or(write, deadline).await
 }
 
 async fn sleep_ms(duration_ms: u64) {
