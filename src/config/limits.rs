@@ -578,7 +578,7 @@ fn session_queue_bytes(
 }
 
 /// Reads a whole number, or `none` under `rule`. `Some(None)` is `none`.
-fn whole_number(
+pub(super) fn whole_number(
     f: &mut Findings,
     path: &str,
     value: &Value,
@@ -606,7 +606,7 @@ fn whole_number(
 
 /// Reads a size: a bare whole number of bytes, or text such as `512KiB`;
 /// `Some(None)` is `none`.
-fn size(
+pub(super) fn size(
     f: &mut Findings,
     path: &str,
     value: &Value,
@@ -706,7 +706,7 @@ fn none(
 /// held in whole seconds: the fraction would be lost, and a sub-second
 /// value would become 0, which means something else entirely.
 pub(super) fn whole_seconds(f: &mut Findings, path: &str, value: &Value, ms: u64) -> Option<u64> {
-    if ms % MS_PER_S == 0 {
+    if ms.is_multiple_of(MS_PER_S) {
         return Some(ms / MS_PER_S);
     }
     let down = ms / MS_PER_S;

@@ -15,6 +15,7 @@ mod exchanges;
 mod limits;
 mod listen;
 mod parse;
+mod storage;
 mod units;
 
 #[cfg(test)]
@@ -25,6 +26,10 @@ use std::path::{Path, PathBuf};
 
 pub use exchanges::{Qos2Config, ShareConfig};
 pub use limits::Limits;
+pub use storage::{
+    reserve_bytes, CommitPolicy, ProviderConfig, ProviderKind, StorageConfig,
+    MAX_PUBLISH_COMMIT_INTERVAL_MS,
+};
 pub use units::{format_seconds, format_size, parse_duration_ms, parse_size_bytes};
 
 /// The configuration shipped with the broker, used when none is given.
@@ -58,6 +63,9 @@ pub struct BrokerConfig {
     pub qos2: Qos2Config,
     /// `broker.share`.
     pub share: ShareConfig,
+    /// `broker.storage`: `None` when the block is absent, which is valid
+    /// while no channel needs a provider; written, it is complete.
+    pub storage: Option<StorageConfig>,
 }
 
 /// `broker.log_level`: how much the broker says.

@@ -214,8 +214,9 @@ const BROKER_KEYS: Keys = Keys {
         "limits",
         "qos2",
         "share",
+        "storage",
     ],
-    not_yet: &["storage", "retained", "session", "operations"],
+    not_yet: &["retained", "session", "operations"],
 };
 
 const MQTT_KEYS: Keys = Keys {
@@ -252,6 +253,7 @@ fn broker(f: &mut Findings, value: &Value) -> Option<BrokerConfig> {
     let limits = limits::parse(f, "broker.limits", t.get("limits"));
     let qos2 = super::exchanges::qos2(f, t.get("qos2"));
     let share = super::exchanges::share(f, t.get("share"));
+    let storage = super::storage::parse(f, t.get("storage"), limits.as_ref());
     Some(BrokerConfig {
         id: id?,
         log_level: log_level?,
@@ -260,6 +262,7 @@ fn broker(f: &mut Findings, value: &Value) -> Option<BrokerConfig> {
         limits: limits?,
         qos2: qos2?,
         share: share?,
+        storage: storage?,
     })
 }
 

@@ -668,10 +668,6 @@ fn an_unknown_top_level_key_is_refused() {
 fn keys_not_supported_yet_are_refused_as_recognised() {
     let cases = [
         (
-            "broker:\n  id: a\n  storage:\n    default: local\n",
-            "broker.storage:",
-        ),
-        (
             "broker:\n  id: a\n  retained:\n    storage: x\n",
             "broker.retained:",
         ),

@@ -198,7 +198,7 @@ fn size_unit_hint(digits: &str, unit: &str) -> String {
 /// unit divides it exactly, otherwise a plain count of bytes.
 pub fn format_size(bytes: u64) -> String {
     for (unit, scale) in SIZE_UNITS.iter().rev() {
-        if *scale > 1 && bytes >= *scale && bytes % scale == 0 {
+        if *scale > 1 && bytes >= *scale && bytes.is_multiple_of(*scale) {
             return format!("{}{unit} ({bytes} bytes)", bytes / scale);
         }
     }
@@ -213,7 +213,7 @@ pub fn format_size(bytes: u64) -> String {
 pub fn format_seconds(seconds: u64) -> String {
     for (unit, scale_ms) in DURATION_UNITS.iter().rev() {
         let scale = scale_ms / MS_PER_S;
-        if scale >= 1 && seconds >= scale && seconds % scale == 0 {
+        if scale >= 1 && seconds >= scale && seconds.is_multiple_of(scale) {
             return format!("{}{unit}", seconds / scale);
         }
     }

@@ -1,0 +1,104 @@
+//! Why a provider could not do what it was asked. A refusal the broker
+//! answers with 0x97 is not an error: it is a [`super::Refusal`] in the
+//! write's outcome. An error is a failure to store (0x83 on a PUBACK), a
+//! provider that cannot be opened, or a write the store cannot take.
+
+use std::fmt;
+use std::io;
+use std::path::PathBuf;
+
+#[derive(Debug)]
+pub enum StoreError {
+    /// A file operation failed.
+    Io {
+        path: PathBuf,
+        action: &'static str,
+        source: io::Error,
+    },
+    /// The redb engine refused or failed.
+    Database {
+        path: PathBuf,
+        action: &'static str,
+        detail: String,
+    },
+    /// Another broker holds the provider.
+    Locked {
+        provider: String,
+        lock_path: PathBuf,
+    },
+    /// A file is damaged, truncated, or in a format this build does not read.
+    Format { path: PathBuf, detail: String },
+    /// A write the store cannot take whatever its state (a name too long,
+    /// a field past its ceiling). The whole batch is refused.
+    Invalid(String),
+    /// Several files failed, as a snapshot at shutdown reports them: every
+    /// failure, not only the first.
+    Several(Vec<StoreError>),
+    /// The storage thread has stopped.
+    Stopped,
+}
+
+impl StoreError {
+    pub(crate) fn io(path: impl Into<PathBuf>, action: &'static str, source: io::Error) -> Self {
+        StoreError::Io {
+            path: path.into(),
+            action,
+            source,
+        }
+    }
+
+    pub(crate) fn format(path: impl Into<PathBuf>, detail: impl Into<String>) -> Self {
+        StoreError::Format {
+            path: path.into(),
+            detail: detail.into(),
+        }
+    }
+}
+
+impl fmt::Display for StoreError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            StoreError::Io {
+                path,
+                action,
+                source,
+            } => write!(f, "storage {}: cannot {action}: {source}", path.display()),
+            StoreError::Database {
+                path,
+                action,
+                detail,
+            } => write!(f, "storage {}: cannot {action}: {detail}", path.display()),
+            StoreError::Locked {
+                provider,
+                lock_path,
+            } => write!(
+                f,
+                "storage provider {provider} is held by another running broker: {} is locked; stop that broker, or give this one a provider of its own",
+                lock_path.display()
+            ),
+            StoreError::Format { path, detail } => {
+                write!(f, "storage {}: {detail}", path.display())
+            }
+            StoreError::Invalid(why) => write!(f, "storage refused a write: {why}"),
+            StoreError::Several(all) => {
+                for (i, e) in all.iter().enumerate() {
+                    if i > 0 {
+                        f.write_str("; ")?;
+                    }
+                    write!(f, "{e}")?;
+                }
+                Ok(())
+            }
+            StoreError::Stopped => f.write_str("the storage thread has stopped"),
+        }
+    }
+}
+
+impl std::error::Error for StoreError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            StoreError::Io { source, .. } => Some(source),
+            _ => None,
+        }
+    }
+}

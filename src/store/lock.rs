@@ -1,0 +1,39 @@
+//! One broker at a time per provider: a lock file beside what it guards,
+//! taken before the guarded files are touched and held for as long as the
+//! provider is open. The kernel drops the lock when the process ends, so a
+//! killed broker leaves nothing to clean up; the file itself is left in
+//! place, because removing it under a running broker would defeat it.
+
+use std::fs::{File, OpenOptions, TryLockError};
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::Path;
+
+use super::error::StoreError;
+
+#[derive(Debug)]
+pub(crate) struct LockFile {
+    // Held, never read: closing it is what releases the lock.
+    _file: File,
+}
+
+impl LockFile {
+    /// Takes the lock at `path` for `provider`, or says who cannot.
+    pub(crate) fn acquire(path: &Path, provider: &str) -> Result<LockFile, StoreError> {
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .mode(0o600)
+            .open(path)
+            .map_err(|e| StoreError::io(path, "open the lock file", e))?;
+        match file.try_lock() {
+            Ok(()) => Ok(LockFile { _file: file }),
+            Err(TryLockError::WouldBlock) => Err(StoreError::Locked {
+                provider: provider.to_string(),
+                lock_path: path.to_path_buf(),
+            }),
+            Err(TryLockError::Error(e)) => Err(StoreError::io(path, "lock the lock file", e)),
+        }
+    }
+}

@@ -1,0 +1,104 @@
+//! Storage providers: where a channel's records, its counters and its
+//! consumers' positions are kept, behind one synchronous trait that runs
+//! on the storage thread.
+//!
+//! - [`RedbProvider`] (`type: redb`): one redb file, every batch one
+//!   fsynced write transaction; survives a crash and a power cut whole.
+//! - [`MemoryProvider`] (`type: memory`): everything in memory, written to
+//!   a snapshot at a graceful shutdown and loaded at the next start;
+//!   survives exactly that (invariant 14).
+//! - [`StorageThread`]: owns one provider on a thread of its own and
+//!   collects the writes that arrive while a commit runs into the next
+//!   one (group commit), so the executor never waits on a disk.
+//!
+//! Both providers keep `next` and `floor` as stored values (invariants 1
+//! and 9), count bytes with one function, and hold back a reserve that
+//! appends may not use and relieving writes may. `rfcs/0003-storage.md`
+//! has the formats and the reasoning.
+
+mod apply;
+pub mod bench;
+mod budget;
+mod checksum;
+mod encoding;
+mod error;
+mod lock;
+mod memory;
+mod message_id;
+mod open;
+mod redb;
+mod snapshot;
+mod types;
+mod validate;
+mod writer;
+
+#[cfg(test)]
+mod conformance;
+#[cfg(test)]
+mod writer_tests;
+
+pub use self::redb::{RedbProvider, REDB_CACHE_BYTES, REDB_FORMAT_VERSION};
+pub use error::StoreError;
+pub use memory::MemoryProvider;
+pub use message_id::{MessageId, MessageIdGenerator, MAX_MESSAGE_ID_TEXT_BYTES};
+pub use open::open_provider;
+pub use snapshot::snapshot_file_name;
+pub use types::{
+    ChannelState, Message, Outcome, Read, ReadBatch, ReadLimit, Record, Refusal, TrimRule, Trimmed,
+    Usage, Write, POSITION_OVERHEAD_BYTES, RECORD_OVERHEAD_BYTES,
+};
+pub use validate::{
+    check_channel_name, MAX_BATCH_WRITES, MAX_CHANNEL_NAME_BYTES, MAX_PAYLOAD_BYTES,
+    MAX_READER_BYTES, MAX_STRING_BYTES, MAX_TRIM_RECORDS, MAX_USER_PROPERTIES,
+};
+pub use writer::{
+    Answer, CommitStats, Completion, StorageHandle, StorageThread, SubmitError, Ticket,
+    COLLECT_MAX_RECORDS, MAX_REQUEST_WRITES,
+};
+
+/// A storage provider. Synchronous, and used from one thread at a time:
+/// the storage thread owns it, so reads never interleave with a commit.
+///
+/// Reads and writes name a channel by its configured name; a channel
+/// nothing has been written to reads as empty with every counter at 0.
+pub trait Provider: Send {
+    /// The provider's configured name.
+    fn name(&self) -> &str;
+
+    /// The byte bound, its reserve and what is counted against it.
+    fn usage(&self) -> Usage;
+
+    /// A channel's counters, from memory: loaded at open and advanced only
+    /// by committed batches, so this never fails.
+    fn channel(&self, channel: &str) -> ChannelState;
+
+    /// Every channel this provider holds anything for, by name.
+    fn channels(&self) -> Vec<(String, ChannelState)>;
+
+    /// Applies `writes` in order, atomically: either every write's outcome
+    /// stands, or the call fails and nothing changed (no record, no
+    /// position, no counter, no offset consumed). A [`Refusal`] is an
+    /// outcome, not a failure: the rest of the batch still commits. On
+    /// redb, the batch is on disk (fsynced) when this returns `Ok`.
+    fn commit(&mut self, writes: &[Write]) -> Result<Vec<Outcome>, StoreError>;
+
+    /// Up to `limit` records from `from_offset` on, with the floor and next
+    /// from the same moment. Below the floor is refused, never served with
+    /// the oldest survivor (invariant 1).
+    fn read(&self, channel: &str, from_offset: u64, limit: ReadLimit) -> Result<Read, StoreError>;
+
+    /// A reader's stored position on a channel.
+    fn position(&self, channel: &str, reader: &str) -> Result<Option<u64>, StoreError>;
+
+    /// The lowest stored position on a channel, for the catalogue.
+    fn lowest_position(&self, channel: &str) -> Result<Option<u64>, StoreError>;
+
+    /// The earliest offset whose receipt time is at or after `at_ms`, for a
+    /// seek by time. Every record is considered, because receipt times can
+    /// run backwards when the clock is stepped.
+    fn first_at_or_after(&self, channel: &str, at_ms: u64) -> Result<Option<u64>, StoreError>;
+
+    /// A graceful close: a memory provider writes its snapshot, a redb
+    /// provider closes its file; both then release their lock.
+    fn close(self: Box<Self>) -> Result<(), StoreError>;
+}

@@ -1,0 +1,701 @@
+//! `type: redb`: one redb file per provider, every commit a write
+//! transaction with `Durability::Immediate`, so a record is on disk
+//! (fsynced) before its publisher is told anything, and a power cut loses
+//! nothing that was acknowledged.
+//!
+//! Tables:
+//!
+//! | table | key | value |
+//! |---|---|---|
+//! | `meta` | `&str` | format version, who created the file and when, the next channel id |
+//! | `channels` | channel name | channel id (`u32`) and its [`ChannelState`] |
+//! | `records` | (channel id, offset) | the encoded message |
+//! | `positions` | (channel id, reader) | the reader's offset |
+//!
+//! Channel ids keep a channel's name out of every record key. Counters are
+//! loaded once at open and kept in memory beside the file: the provider is
+//! the only writer, and it updates them only from transactions that
+//! committed.
+
+use std::collections::HashMap;
+use std::ffi::OsString;
+use std::fmt::Display;
+use std::fs::OpenOptions;
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::{Path, PathBuf};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use ::redb::{
+    Builder, Database, Durability, ReadableDatabase, ReadableTable, Table, TableDefinition,
+};
+
+use super::apply::{apply_batch, RecordHead, Tables};
+use super::budget::Budget;
+use super::encoding::{
+    decode_channel_state, encode_channel_state, message_bytes, message_from_bytes, message_header,
+    Decoder, Encoder, CHANNEL_STATE_BYTES,
+};
+use super::error::StoreError;
+use super::lock::LockFile;
+use super::memory::empty_read;
+use super::types::{
+    ChannelState, Message, Outcome, Read, ReadBatch, ReadLimit, Record, Usage, Write,
+};
+use super::validate::check_writes;
+use super::Provider;
+
+/// The file layout this build writes and reads.
+pub const REDB_FORMAT_VERSION: u32 = 1;
+
+/// redb's page cache. Its default is 1GiB, which is more than some of the
+/// gateways this runs on have, and on 32-bit ARM a third of the address
+/// space; a few MiB holds the hot end of every channel.
+pub const REDB_CACHE_BYTES: usize = 8 << 20;
+
+const META: TableDefinition<&str, &[u8]> = TableDefinition::new("meta");
+const CHANNELS: TableDefinition<&str, &[u8]> = TableDefinition::new("channels");
+const RECORDS: TableDefinition<(u32, u64), &[u8]> = TableDefinition::new("records");
+const POSITIONS: TableDefinition<(u32, &str), u64> = TableDefinition::new("positions");
+
+const META_FORMAT_VERSION: &str = "format_version";
+const META_CREATED_BY: &str = "created_by";
+const META_CREATED_AT_MS: &str = "created_at_ms";
+const META_NEXT_CHANNEL_ID: &str = "next_channel_id";
+
+/// A channel's id and counters, as the cache and a batch hold them.
+#[derive(Clone, Copy, Debug)]
+struct ChannelEntry {
+    id: u32,
+    state: ChannelState,
+}
+
+pub struct RedbProvider {
+    name: String,
+    path: PathBuf,
+    // Declared before the lock, so an unclean drop closes the file before
+    // another broker may take it.
+    db: Database,
+    budget: Budget,
+    channels: HashMap<String, ChannelEntry>,
+    next_channel_id: u32,
+    _lock: LockFile,
+    /// Tests make a commit fail after its writes are in the transaction.
+    #[cfg(test)]
+    pub(crate) fail_next_commit: bool,
+}
+
+/// Turns any redb error into one naming the file and what was being done.
+fn db_error<'p, E: Display>(
+    path: &'p Path,
+    action: &'static str,
+) -> impl FnOnce(E) -> StoreError + use<'p, E> {
+    move |e| StoreError::Database {
+        path: path.to_path_buf(),
+        action,
+        detail: e.to_string(),
+    }
+}
+
+fn lock_path_for(file_path: &Path) -> PathBuf {
+    let mut name = OsString::from(file_path.as_os_str());
+    name.push(".lock");
+    PathBuf::from(name)
+}
+
+fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+}
+
+/// Makes the file's directory entry durable: a commit syncs the file's
+/// contents, and without this a new provider's first records could survive
+/// a power cut under no name at all.
+fn sync_parent(file_path: &Path) -> Result<(), StoreError> {
+    let dir = match file_path.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d,
+        _ => Path::new("."),
+    };
+    std::fs::File::open(dir)
+        .and_then(|d| d.sync_all())
+        .map_err(|e| StoreError::io(dir, "sync the directory holding the redb file", e))
+}
+
+fn encode_entry(entry: &ChannelEntry) -> Vec<u8> {
+    let mut e = Encoder::with_capacity(4 + CHANNEL_STATE_BYTES);
+    e.u32(entry.id);
+    encode_channel_state(&entry.state, &mut e);
+    e.buf
+}
+
+fn decode_entry(path: &Path, name: &str, bytes: &[u8]) -> Result<ChannelEntry, StoreError> {
+    let mut d = Decoder::new(bytes);
+    let decoded = d
+        .u32("the channel id")
+        .and_then(|id| Ok((id, decode_channel_state(&mut d)?)))
+        .and_then(|pair| d.finish("the channel row").map(|()| pair));
+    match decoded {
+        Ok((id, state)) => Ok(ChannelEntry { id, state }),
+        Err(e) => Err(StoreError::format(
+            path,
+            format!("the row of channel {name:?} is damaged: {}", e.0),
+        )),
+    }
+}
+
+impl RedbProvider {
+    /// Opens (creating if absent) the provider's file. The lock
+    /// `<file_path>.lock` is taken first, so a broker that may not have the
+    /// provider never touches its file; then the file's format is checked,
+    /// and every channel's counters are loaded.
+    ///
+    /// The parent directory must exist: a typo in `file_path` is reported,
+    /// not turned into a new tree of directories.
+    pub fn open(
+        name: &str,
+        file_path: &Path,
+        max_bytes: u64,
+        reserve_bytes: u64,
+    ) -> Result<RedbProvider, StoreError> {
+        let lock = LockFile::acquire(&lock_path_for(file_path), name)?;
+        // Created here so that it is 0600 whatever the umask: it holds
+        // whatever the applications published.
+        OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .mode(0o600)
+            .open(file_path)
+            .map_err(|e| StoreError::io(file_path, "create the redb file", e))?;
+        let db = Builder::new()
+            .set_cache_size(REDB_CACHE_BYTES)
+            // A file altered outside redb is reported as corrupt instead of
+            // trusted: the price is a read of the whole file at each start.
+            .set_check_integrity_on_open(true)
+            .create(file_path)
+            .map_err(db_error(file_path, "open the redb file"))?;
+        let next_channel_id = check_format(&db, file_path)?;
+        sync_parent(file_path)?;
+        let channels = load_channels(&db, file_path)?;
+        let mut budget = Budget::new(max_bytes, reserve_bytes);
+        budget.used_bytes = channels
+            .values()
+            .map(|c| c.state.record_bytes + c.state.position_bytes)
+            .sum();
+        Ok(RedbProvider {
+            name: name.to_string(),
+            path: file_path.to_path_buf(),
+            db,
+            budget,
+            channels,
+            next_channel_id,
+            _lock: lock,
+            #[cfg(test)]
+            fail_next_commit: false,
+        })
+    }
+
+    pub fn file_path(&self) -> &Path {
+        &self.path
+    }
+}
+
+/// Creates the tables and states the version in one transaction on a new
+/// file, so a file never has one without the other; on an existing one,
+/// refuses a version this build does not read, or tables with no version.
+/// Returns the next channel id.
+fn check_format(db: &Database, path: &Path) -> Result<u32, StoreError> {
+    let txn = db
+        .begin_write()
+        .map_err(db_error(path, "begin a transaction"))?;
+    let existing: Vec<String> = txn
+        .list_tables()
+        .map_err(db_error(path, "list the tables"))?
+        .map(|t| ::redb::TableHandle::name(&t).to_string())
+        .collect();
+    let next_channel_id;
+    {
+        let mut meta = txn
+            .open_table(META)
+            .map_err(db_error(path, "open the meta table"))?;
+        let read = |meta: &Table<&str, &[u8]>, key: &str| -> Result<Option<Vec<u8>>, StoreError> {
+            Ok(meta
+                .get(key)
+                .map_err(db_error(path, "read the meta table"))?
+                .map(|v| v.value().to_vec()))
+        };
+        match read(&meta, META_FORMAT_VERSION)? {
+            Some(v) => {
+                let version = <[u8; 4]>::try_from(v.as_slice())
+                    .ok()
+                    .map(u32::from_le_bytes);
+                if version != Some(REDB_FORMAT_VERSION) {
+                    let by = read(&meta, META_CREATED_BY)?
+                        .map(|b| String::from_utf8_lossy(&b).into_owned())
+                        .unwrap_or_else(|| "an unknown build".into());
+                    let shown = version.map_or_else(|| format!("{v:?}"), |n| n.to_string());
+                    return Err(StoreError::format(
+                        path,
+                        format!("redb provider format {shown} (created by {by}); this broker reads format {REDB_FORMAT_VERSION} only"),
+                    ));
+                }
+                next_channel_id = match read(&meta, META_NEXT_CHANNEL_ID)? {
+                    Some(b) => <[u8; 4]>::try_from(b.as_slice())
+                        .map(u32::from_le_bytes)
+                        .map_err(|_| StoreError::format(path, "the next channel id is damaged"))?,
+                    None => 0,
+                };
+            }
+            None if !existing.is_empty() => {
+                return Err(StoreError::format(
+                    path,
+                    format!("a redb file with tables ({}) and no Sagüin format version: not a Sagüin provider, and it is not adopted", existing.join(", ")),
+                ));
+            }
+            None => {
+                let by = concat!("saguin ", env!("CARGO_PKG_VERSION"));
+                let insert = |meta: &mut Table<&str, &[u8]>, key: &str, value: &[u8]| {
+                    meta.insert(key, value)
+                        .map(drop)
+                        .map_err(db_error(path, "write the meta table"))
+                };
+                insert(
+                    &mut meta,
+                    META_FORMAT_VERSION,
+                    &REDB_FORMAT_VERSION.to_le_bytes(),
+                )?;
+                insert(&mut meta, META_CREATED_BY, by.as_bytes())?;
+                insert(&mut meta, META_CREATED_AT_MS, &now_ms().to_le_bytes())?;
+                insert(&mut meta, META_NEXT_CHANNEL_ID, &0u32.to_le_bytes())?;
+                next_channel_id = 0;
+            }
+        }
+    }
+    txn.open_table(CHANNELS)
+        .map_err(db_error(path, "create the channels table"))?;
+    txn.open_table(RECORDS)
+        .map_err(db_error(path, "create the records table"))?;
+    txn.open_table(POSITIONS)
+        .map_err(db_error(path, "create the positions table"))?;
+    txn.commit()
+        .map_err(db_error(path, "commit the format version"))?;
+    Ok(next_channel_id)
+}
+
+fn load_channels(db: &Database, path: &Path) -> Result<HashMap<String, ChannelEntry>, StoreError> {
+    let txn = db
+        .begin_read()
+        .map_err(db_error(path, "begin a read transaction"))?;
+    let table = txn
+        .open_table(CHANNELS)
+        .map_err(db_error(path, "open the channels table"))?;
+    let mut channels = HashMap::new();
+    for row in table
+        .iter()
+        .map_err(db_error(path, "read the channels table"))?
+    {
+        let (k, v) = row.map_err(db_error(path, "read the channels table"))?;
+        let name = k.value().to_string();
+        let entry = decode_entry(path, &name, v.value())?;
+        channels.insert(name, entry);
+    }
+    Ok(channels)
+}
+
+/// The tables inside one write transaction, with the channels this batch
+/// has touched staged beside the committed cache.
+struct RedbTables<'a, 't> {
+    path: &'a Path,
+    records: Table<'t, (u32, u64), &'static [u8]>,
+    positions: Table<'t, (u32, &'static str), u64>,
+    committed: &'a HashMap<String, ChannelEntry>,
+    staged: HashMap<String, ChannelEntry>,
+    next_channel_id: u32,
+}
+
+impl RedbTables<'_, '_> {
+    fn lookup(&self, channel: &str) -> Option<ChannelEntry> {
+        self.staged
+            .get(channel)
+            .or_else(|| self.committed.get(channel))
+            .copied()
+    }
+
+    /// The channel's id, assigning one to a channel this file has never
+    /// held.
+    fn id_for(&mut self, channel: &str) -> Result<u32, StoreError> {
+        if let Some(entry) = self.lookup(channel) {
+            return Ok(entry.id);
+        }
+        let id = self.next_channel_id;
+        self.next_channel_id = id.checked_add(1).ok_or_else(|| {
+            StoreError::Invalid("this provider has used every channel id".to_string())
+        })?;
+        self.staged.insert(
+            channel.to_string(),
+            ChannelEntry {
+                id,
+                state: ChannelState::default(),
+            },
+        );
+        Ok(id)
+    }
+}
+
+impl Tables for RedbTables<'_, '_> {
+    fn state(&mut self, channel: &str) -> Result<ChannelState, StoreError> {
+        Ok(self.lookup(channel).map(|e| e.state).unwrap_or_default())
+    }
+
+    fn set_state(&mut self, channel: &str, state: ChannelState) -> Result<(), StoreError> {
+        let id = self.id_for(channel)?;
+        self.staged
+            .insert(channel.to_string(), ChannelEntry { id, state });
+        Ok(())
+    }
+
+    fn insert_record(
+        &mut self,
+        channel: &str,
+        offset: u64,
+        message: &Message,
+    ) -> Result<(), StoreError> {
+        let id = self.id_for(channel)?;
+        let bytes = message_bytes(message);
+        let previous = self
+            .records
+            .insert((id, offset), bytes.as_slice())
+            .map_err(db_error(self.path, "write a record"))?;
+        if previous.is_some() {
+            // The counters and the records disagree: storing over a record
+            // would reuse an offset (invariant 9), so the batch fails.
+            return Err(StoreError::format(
+                self.path,
+                format!("channel {channel:?} already holds offset {offset}, at or past its next: the file is damaged"),
+            ));
+        }
+        Ok(())
+    }
+
+    fn oldest(&mut self, channel: &str, limit: usize) -> Result<Vec<RecordHead>, StoreError> {
+        let Some(entry) = self.lookup(channel) else {
+            return Ok(Vec::new());
+        };
+        let mut heads = Vec::with_capacity(limit.min(1024));
+        let range = self
+            .records
+            .range((entry.id, 0)..=(entry.id, u64::MAX))
+            .map_err(db_error(self.path, "read records"))?;
+        for row in range.take(limit) {
+            let (k, v) = row.map_err(db_error(self.path, "read a record"))?;
+            let (received_at_ms, size_bytes) =
+                message_header(v.value()).map_err(|e| StoreError::format(self.path, e.0))?;
+            heads.push(RecordHead {
+                offset: k.value().1,
+                received_at_ms,
+                size_bytes,
+            });
+        }
+        Ok(heads)
+    }
+
+    fn remove_records(&mut self, channel: &str, offsets: &[u64]) -> Result<(), StoreError> {
+        let Some(entry) = self.lookup(channel) else {
+            return Ok(());
+        };
+        for &offset in offsets {
+            self.records
+                .remove((entry.id, offset))
+                .map_err(db_error(self.path, "remove a record"))?;
+        }
+        Ok(())
+    }
+
+    fn position(&mut self, channel: &str, reader: &str) -> Result<Option<u64>, StoreError> {
+        let Some(entry) = self.lookup(channel) else {
+            return Ok(None);
+        };
+        Ok(self
+            .positions
+            .get((entry.id, reader))
+            .map_err(db_error(self.path, "read a position"))?
+            .map(|v| v.value()))
+    }
+
+    fn set_position(&mut self, channel: &str, reader: &str, offset: u64) -> Result<(), StoreError> {
+        let id = self.id_for(channel)?;
+        self.positions
+            .insert((id, reader), offset)
+            .map_err(db_error(self.path, "write a position"))?;
+        Ok(())
+    }
+
+    fn remove_position(&mut self, channel: &str, reader: &str) -> Result<bool, StoreError> {
+        let Some(entry) = self.lookup(channel) else {
+            return Ok(false);
+        };
+        Ok(self
+            .positions
+            .remove((entry.id, reader))
+            .map_err(db_error(self.path, "remove a position"))?
+            .is_some())
+    }
+}
+
+impl Provider for RedbProvider {
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn usage(&self) -> Usage {
+        self.budget.usage()
+    }
+
+    fn channel(&self, channel: &str) -> ChannelState {
+        self.channels
+            .get(channel)
+            .map(|e| e.state)
+            .unwrap_or_default()
+    }
+
+    fn channels(&self) -> Vec<(String, ChannelState)> {
+        let mut all: Vec<_> = self
+            .channels
+            .iter()
+            .map(|(name, e)| (name.clone(), e.state))
+            .collect();
+        all.sort_by(|a, b| a.0.cmp(&b.0));
+        all
+    }
+
+    /// One write transaction for the whole batch, committed with
+    /// `Durability::Immediate`. The counters in memory change only once the
+    /// commit has returned; a failure anywhere drops the transaction, which
+    /// redb rolls back, and leaves the provider exactly as it was.
+    fn commit(&mut self, writes: &[Write]) -> Result<Vec<Outcome>, StoreError> {
+        check_writes(writes)?;
+        let path = self.path.as_path();
+        let mut txn = self
+            .db
+            .begin_write()
+            .map_err(db_error(path, "begin a transaction"))?;
+        txn.set_durability(Durability::Immediate)
+            .map_err(db_error(path, "ask for a durable commit"))?;
+        let mut budget = self.budget;
+        let (outcomes, staged, next_channel_id) = {
+            let mut tables = RedbTables {
+                path,
+                records: txn
+                    .open_table(RECORDS)
+                    .map_err(db_error(path, "open the records table"))?,
+                positions: txn
+                    .open_table(POSITIONS)
+                    .map_err(db_error(path, "open the positions table"))?,
+                committed: &self.channels,
+                staged: HashMap::new(),
+                next_channel_id: self.next_channel_id,
+            };
+            let outcomes = apply_batch(&mut tables, &mut budget, writes)?;
+            (outcomes, tables.staged, tables.next_channel_id)
+        };
+        {
+            // Each touched channel's row is written once for the batch.
+            let mut rows = txn
+                .open_table(CHANNELS)
+                .map_err(db_error(path, "open the channels table"))?;
+            for (name, entry) in &staged {
+                rows.insert(name.as_str(), encode_entry(entry).as_slice())
+                    .map_err(db_error(path, "write a channel's counters"))?;
+            }
+        }
+        if next_channel_id != self.next_channel_id {
+            let mut meta = txn
+                .open_table(META)
+                .map_err(db_error(path, "open the meta table"))?;
+            meta.insert(
+                META_NEXT_CHANNEL_ID,
+                next_channel_id.to_le_bytes().as_slice(),
+            )
+            .map_err(db_error(path, "write the next channel id"))?;
+        }
+        #[cfg(test)]
+        if std::mem::take(&mut self.fail_next_commit) {
+            return Err(StoreError::Invalid("a failure injected by a test".into()));
+        }
+        txn.commit().map_err(db_error(path, "commit"))?;
+        self.channels.extend(staged);
+        self.next_channel_id = next_channel_id;
+        self.budget = budget;
+        Ok(outcomes)
+    }
+
+    /// Reads run on the storage thread between commits, so the counters in
+    /// memory are exactly what is committed, and the records come from one
+    /// read transaction.
+    fn read(&self, channel: &str, from_offset: u64, limit: ReadLimit) -> Result<Read, StoreError> {
+        let Some(entry) = self.channels.get(channel) else {
+            return Ok(empty_read(ChannelState::default(), from_offset));
+        };
+        let s = entry.state;
+        if from_offset < s.floor || from_offset >= s.next {
+            return Ok(empty_read(s, from_offset));
+        }
+        let path = self.path.as_path();
+        let txn = self
+            .db
+            .begin_read()
+            .map_err(db_error(path, "begin a read transaction"))?;
+        let table = txn
+            .open_table(RECORDS)
+            .map_err(db_error(path, "open the records table"))?;
+        let mut records = Vec::new();
+        let mut bytes = 0u64;
+        let range = table
+            .range((entry.id, from_offset)..=(entry.id, u64::MAX))
+            .map_err(db_error(path, "read records"))?;
+        for row in range {
+            if records.len() as u64 >= u64::from(limit.max_records) {
+                break;
+            }
+            let (k, v) = row.map_err(db_error(path, "read a record"))?;
+            let value = v.value();
+            let (_, size) = message_header(value).map_err(|e| StoreError::format(path, e.0))?;
+            if !records.is_empty() && bytes.saturating_add(size) > limit.max_bytes {
+                break;
+            }
+            bytes += size;
+            let message = message_from_bytes(value).map_err(|e| {
+                StoreError::format(
+                    path,
+                    format!(
+                        "record {} of channel {channel:?} is damaged: {}",
+                        k.value().1,
+                        e.0
+                    ),
+                )
+            })?;
+            records.push(Record {
+                offset: k.value().1,
+                message,
+            });
+        }
+        Ok(Read::Records(ReadBatch {
+            floor: s.floor,
+            next: s.next,
+            records,
+        }))
+    }
+
+    fn position(&self, channel: &str, reader: &str) -> Result<Option<u64>, StoreError> {
+        let Some(entry) = self.channels.get(channel) else {
+            return Ok(None);
+        };
+        let path = self.path.as_path();
+        let txn = self
+            .db
+            .begin_read()
+            .map_err(db_error(path, "begin a read transaction"))?;
+        let table = txn
+            .open_table(POSITIONS)
+            .map_err(db_error(path, "open the positions table"))?;
+        Ok(table
+            .get((entry.id, reader))
+            .map_err(db_error(path, "read a position"))?
+            .map(|v| v.value()))
+    }
+
+    fn lowest_position(&self, channel: &str) -> Result<Option<u64>, StoreError> {
+        let Some(entry) = self.channels.get(channel) else {
+            return Ok(None);
+        };
+        let path = self.path.as_path();
+        let txn = self
+            .db
+            .begin_read()
+            .map_err(db_error(path, "begin a read transaction"))?;
+        let table = txn
+            .open_table(POSITIONS)
+            .map_err(db_error(path, "open the positions table"))?;
+        let mut lowest: Option<u64> = None;
+        for row in table
+            .range((entry.id, "")..)
+            .map_err(db_error(path, "read positions"))?
+        {
+            let (k, v) = row.map_err(db_error(path, "read a position"))?;
+            if k.value().0 != entry.id {
+                break;
+            }
+            let offset = v.value();
+            lowest = Some(lowest.map_or(offset, |l| l.min(offset)));
+        }
+        Ok(lowest)
+    }
+
+    fn first_at_or_after(&self, channel: &str, at_ms: u64) -> Result<Option<u64>, StoreError> {
+        let Some(entry) = self.channels.get(channel) else {
+            return Ok(None);
+        };
+        let path = self.path.as_path();
+        let txn = self
+            .db
+            .begin_read()
+            .map_err(db_error(path, "begin a read transaction"))?;
+        let table = txn
+            .open_table(RECORDS)
+            .map_err(db_error(path, "open the records table"))?;
+        // Every candidate is looked at rather than bisected: receipt times
+        // run backwards when the clock is stepped.
+        for row in table
+            .range((entry.id, 0)..=(entry.id, u64::MAX))
+            .map_err(db_error(path, "read records"))?
+        {
+            let (k, v) = row.map_err(db_error(path, "read a record"))?;
+            let (received_at_ms, _) =
+                message_header(v.value()).map_err(|e| StoreError::format(path, e.0))?;
+            if received_at_ms >= at_ms {
+                return Ok(Some(k.value().1));
+            }
+        }
+        Ok(None)
+    }
+
+    fn close(self: Box<Self>) -> Result<(), StoreError> {
+        let RedbProvider {
+            path, db, _lock, ..
+        } = *self;
+        db.close().map_err(db_error(&path, "close the redb file"))?;
+        drop(_lock);
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+pub(crate) mod test_support {
+    use super::*;
+
+    /// Writes a channel's counters straight into a closed provider's file,
+    /// to stand a channel up at an offset no test could append its way to.
+    pub(crate) fn seed_channel(file_path: &Path, channel: &str, state: ChannelState) {
+        let db = Database::create(file_path).expect("open the file to seed");
+        let txn = db.begin_write().expect("begin");
+        let id;
+        {
+            let mut meta = txn.open_table(META).expect("meta");
+            id = meta
+                .get(META_NEXT_CHANNEL_ID)
+                .expect("read")
+                .map_or(0, |v| {
+                    u32::from_le_bytes(v.value().try_into().expect("u32"))
+                });
+            meta.insert(META_NEXT_CHANNEL_ID, (id + 1).to_le_bytes().as_slice())
+                .expect("write");
+            let mut rows = txn.open_table(CHANNELS).expect("channels");
+            rows.insert(
+                channel,
+                encode_entry(&ChannelEntry { id, state }).as_slice(),
+            )
+            .expect("write");
+        }
+        txn.commit().expect("commit");
+    }
+}

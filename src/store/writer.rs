@@ -1,0 +1,514 @@
+//! The storage thread: owns one provider, takes requests from a bounded
+//! queue, and answers each through a completion hook, so the executor
+//! submits without blocking and learns the outcome without polling a disk.
+//!
+//! **Group commit.** The writes that arrive while a commit runs wait in the
+//! queue and form the next batch, committed in one transaction - so a
+//! provider's durable throughput is fsyncs per second times batch size,
+//! not one fsync per message. How a batch closes is the provider's
+//! [`CommitPolicy`]:
+//!
+//! - `Collect` (the keys absent): whatever is queued joins, up to
+//!   [`COLLECT_MAX_RECORDS`] publishes; nothing waits for company.
+//! - `PerPublish` (`publish_commit_interval: none`): every request is its
+//!   own transaction.
+//! - `Interval`: a batch holding a publish waits for more, closing at
+//!   `max_records` publishes or `interval_ms` after it opened, whichever
+//!   comes first. A batch holding no publish never waits.
+//!
+//! Reads are served as they arrive, between commits and while a batch
+//! waits for company, so a reader never waits out an interval. A read sees
+//! every commit whose completion was delivered before it was submitted.
+//!
+//! A completion is delivered only after the commit holding its writes has
+//! returned (invariant 18). When a batch fails, its requests are committed
+//! again one by one, so one request's failure is not its neighbours'.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::mpsc::{self, Receiver, RecvTimeoutError, SyncSender, TryRecvError, TrySendError};
+use std::sync::Arc;
+use std::thread::{self, JoinHandle};
+use std::time::{Duration, Instant};
+
+use super::error::StoreError;
+use super::types::{Outcome, Read, ReadLimit, Write};
+use super::validate::MAX_BATCH_WRITES;
+use super::Provider;
+use crate::config::CommitPolicy;
+
+/// The most publishes a batch collects when no interval is set.
+pub const COLLECT_MAX_RECORDS: u32 = 256;
+
+/// The most writes one request may carry.
+pub const MAX_REQUEST_WRITES: usize = 1_024;
+
+/// The caller's name for a request, handed back with its completion.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Ticket(pub u64);
+
+/// What a request came to.
+#[derive(Debug)]
+pub enum Answer {
+    /// One outcome per write, in order; `Err` means none of the writes was
+    /// stored.
+    Committed(Result<Vec<Outcome>, StoreError>),
+    Read(Result<Read, StoreError>),
+    Position(Result<Option<u64>, StoreError>),
+}
+
+#[derive(Debug)]
+pub struct Completion {
+    pub ticket: Ticket,
+    pub answer: Answer,
+}
+
+/// Why a request was not queued. Nothing was stored.
+#[derive(Debug, PartialEq, Eq)]
+pub enum SubmitError {
+    /// The queue is at its bound: the storage thread is behind. The caller
+    /// answers as for a full store, or waits for a completion and tries
+    /// again; the submit itself never blocks.
+    Busy,
+    /// More than [`MAX_REQUEST_WRITES`] writes in one request.
+    TooLarge,
+    /// The storage thread has stopped.
+    Stopped,
+}
+
+enum Request {
+    Commit {
+        ticket: Ticket,
+        writes: Vec<Write>,
+    },
+    Read {
+        ticket: Ticket,
+        channel: String,
+        from_offset: u64,
+        limit: ReadLimit,
+    },
+    Position {
+        ticket: Ticket,
+        channel: String,
+        reader: String,
+    },
+    Shutdown,
+}
+
+/// How the storage thread has been committing: what a metrics scrape or a
+/// benchmark reads.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct CommitStats {
+    /// Transactions committed, retries included.
+    pub commits: u64,
+    /// Requests answered through a commit.
+    pub requests: u64,
+    /// Records appended.
+    pub records: u64,
+    /// Batches that closed because they reached their record count.
+    pub closed_by_records: u64,
+    /// Batches that closed because their interval ran out.
+    pub closed_by_interval: u64,
+    /// Batches that failed as a whole and were retried request by request.
+    pub failed_batches: u64,
+}
+
+#[derive(Default)]
+struct Counters {
+    commits: AtomicU64,
+    requests: AtomicU64,
+    records: AtomicU64,
+    closed_by_records: AtomicU64,
+    closed_by_interval: AtomicU64,
+    failed_batches: AtomicU64,
+}
+
+impl Counters {
+    fn add(counter: &AtomicU64, n: u64) {
+        counter.fetch_add(n, Ordering::Relaxed);
+    }
+
+    fn snapshot(&self) -> CommitStats {
+        let get = |c: &AtomicU64| c.load(Ordering::Relaxed);
+        CommitStats {
+            commits: get(&self.commits),
+            requests: get(&self.requests),
+            records: get(&self.records),
+            closed_by_records: get(&self.closed_by_records),
+            closed_by_interval: get(&self.closed_by_interval),
+            failed_batches: get(&self.failed_batches),
+        }
+    }
+}
+
+/// Submits requests to a storage thread; cheap to clone, one per task.
+#[derive(Clone)]
+pub struct StorageHandle {
+    tx: SyncSender<Request>,
+}
+
+impl StorageHandle {
+    fn submit(&self, request: Request) -> Result<(), SubmitError> {
+        self.tx.try_send(request).map_err(|e| match e {
+            TrySendError::Full(_) => SubmitError::Busy,
+            TrySendError::Disconnected(_) => SubmitError::Stopped,
+        })
+    }
+
+    /// Queues `writes` to be committed together, atomically. Never blocks.
+    pub fn try_commit(&self, ticket: Ticket, writes: Vec<Write>) -> Result<(), SubmitError> {
+        if writes.len() > MAX_REQUEST_WRITES {
+            return Err(SubmitError::TooLarge);
+        }
+        self.submit(Request::Commit { ticket, writes })
+    }
+
+    /// Queues a bounded read. Never blocks.
+    pub fn try_read(
+        &self,
+        ticket: Ticket,
+        channel: String,
+        from_offset: u64,
+        limit: ReadLimit,
+    ) -> Result<(), SubmitError> {
+        self.submit(Request::Read {
+            ticket,
+            channel,
+            from_offset,
+            limit,
+        })
+    }
+
+    /// Queues a lookup of a reader's stored position. Never blocks.
+    pub fn try_position(
+        &self,
+        ticket: Ticket,
+        channel: String,
+        reader: String,
+    ) -> Result<(), SubmitError> {
+        self.submit(Request::Position {
+            ticket,
+            channel,
+            reader,
+        })
+    }
+}
+
+/// A running storage thread.
+pub struct StorageThread {
+    handle: StorageHandle,
+    counters: Arc<Counters>,
+    join: JoinHandle<Result<(), StoreError>>,
+}
+
+impl StorageThread {
+    /// Moves `provider` onto a thread of its own. At most `queue_capacity`
+    /// requests wait at once (a submit past it is [`SubmitError::Busy`]);
+    /// the broker sizes it from `limits.max_connections`, since a
+    /// connection has at most a few requests outstanding.
+    ///
+    /// `deliver` runs on the storage thread once per request, after the
+    /// commit holding it returned. It must not block: hand the completion
+    /// to a channel (an `async-channel`/`smol::channel` sender's
+    /// `try_send` on an unbounded channel, or a `std::sync::mpsc` sender
+    /// plus a waker), and the number in flight is bounded by the queue.
+    pub fn spawn(
+        provider: Box<dyn Provider>,
+        policy: CommitPolicy,
+        queue_capacity: usize,
+        deliver: impl FnMut(Completion) + Send + 'static,
+    ) -> Result<StorageThread, StoreError> {
+        let (tx, rx) = mpsc::sync_channel(queue_capacity.max(1));
+        let counters = Arc::new(Counters::default());
+        let thread_counters = Arc::clone(&counters);
+        let name = format!("saguin-storage-{}", provider.name());
+        let join = thread::Builder::new()
+            .name(name.clone())
+            .spawn(move || {
+                let worker = Worker {
+                    provider,
+                    rx,
+                    policy,
+                    deliver: Box::new(deliver),
+                    counters: thread_counters,
+                    carried: None,
+                    stopping: false,
+                };
+                worker.run()
+            })
+            .map_err(|e| StoreError::io(name, "start the storage thread", e))?;
+        Ok(StorageThread {
+            handle: StorageHandle { tx },
+            counters,
+            join,
+        })
+    }
+
+    pub fn handle(&self) -> StorageHandle {
+        self.handle.clone()
+    }
+
+    pub fn stats(&self) -> CommitStats {
+        self.counters.snapshot()
+    }
+
+    /// Finishes what is queued ahead of the request to stop, answers
+    /// anything behind it with [`StoreError::Stopped`], closes the provider
+    /// (a memory provider writes its snapshot here) and returns how that
+    /// went. Blocks until then: call it from the shell's shutdown path, not
+    /// from the executor.
+    pub fn shutdown(self) -> Result<(), StoreError> {
+        // A blocking send: the queue may be full, and shutdown waits its turn.
+        let _ = self.handle.tx.send(Request::Shutdown);
+        drop(self.handle);
+        match self.join.join() {
+            Ok(result) => result,
+            Err(_) => Err(StoreError::Stopped),
+        }
+    }
+}
+
+/// Why a batch stopped collecting.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Closed {
+    Records,
+    Interval,
+    Other,
+}
+
+struct Batch {
+    requests: Vec<(Ticket, Vec<Write>)>,
+    records: u32,
+    writes: usize,
+}
+
+impl Batch {
+    fn fits(&self, writes: &[Write], max_records: u32) -> bool {
+        let records = appends(writes);
+        self.records.saturating_add(records) <= max_records
+            && self.writes + writes.len() <= MAX_BATCH_WRITES
+    }
+
+    fn push(&mut self, ticket: Ticket, writes: Vec<Write>) {
+        self.records = self.records.saturating_add(appends(&writes));
+        self.writes += writes.len();
+        self.requests.push((ticket, writes));
+    }
+}
+
+fn appends(writes: &[Write]) -> u32 {
+    u32::try_from(writes.iter().filter(|w| w.is_append()).count()).unwrap_or(u32::MAX)
+}
+
+struct Worker {
+    provider: Box<dyn Provider>,
+    rx: Receiver<Request>,
+    policy: CommitPolicy,
+    deliver: Box<dyn FnMut(Completion) + Send>,
+    counters: Arc<Counters>,
+    /// A request that did not fit the last batch; it opens the next.
+    carried: Option<Request>,
+    stopping: bool,
+}
+
+impl Worker {
+    fn run(mut self) -> Result<(), StoreError> {
+        loop {
+            let request = match self.carried.take() {
+                Some(r) => r,
+                None if self.stopping => break,
+                None => match self.rx.recv() {
+                    Ok(r) => r,
+                    Err(_) => break,
+                },
+            };
+            let Request::Commit { ticket, writes } = request else {
+                if !self.serve(request) {
+                    self.stopping = true;
+                }
+                continue;
+            };
+            let mut batch = Batch {
+                requests: Vec::new(),
+                records: 0,
+                writes: 0,
+            };
+            batch.push(ticket, writes);
+            let closed = self.gather(&mut batch);
+            match closed {
+                Closed::Records => Counters::add(&self.counters.closed_by_records, 1),
+                Closed::Interval => Counters::add(&self.counters.closed_by_interval, 1),
+                Closed::Other => {}
+            }
+            self.commit(batch);
+        }
+        // Anything submitted after the request to stop was never stored.
+        while let Ok(request) = self.rx.try_recv() {
+            self.refuse(request);
+        }
+        self.provider.close()
+    }
+
+    /// Answers a read or a lookup at once; `false` for the request to stop.
+    fn serve(&mut self, request: Request) -> bool {
+        let completion = match request {
+            Request::Read {
+                ticket,
+                channel,
+                from_offset,
+                limit,
+            } => Completion {
+                ticket,
+                answer: Answer::Read(self.provider.read(&channel, from_offset, limit)),
+            },
+            Request::Position {
+                ticket,
+                channel,
+                reader,
+            } => Completion {
+                ticket,
+                answer: Answer::Position(self.provider.position(&channel, &reader)),
+            },
+            Request::Shutdown => return false,
+            Request::Commit { .. } => unreachable!("commits are batched, not served"),
+        };
+        (self.deliver)(completion);
+        true
+    }
+
+    fn refuse(&mut self, request: Request) {
+        let (ticket, answer) = match request {
+            Request::Commit { ticket, .. } => (ticket, Answer::Committed(Err(StoreError::Stopped))),
+            Request::Read { ticket, .. } => (ticket, Answer::Read(Err(StoreError::Stopped))),
+            Request::Position { ticket, .. } => {
+                (ticket, Answer::Position(Err(StoreError::Stopped)))
+            }
+            Request::Shutdown => return,
+        };
+        (self.deliver)(Completion { ticket, answer });
+    }
+
+    /// Takes one queued request into the batch, or serves it; `false` when
+    /// the batch must close (it did not fit, or the thread is stopping).
+    fn absorb(&mut self, request: Request, batch: &mut Batch, max_records: u32) -> bool {
+        match request {
+            Request::Commit { ticket, writes } => {
+                if batch.fits(&writes, max_records) {
+                    batch.push(ticket, writes);
+                    true
+                } else {
+                    self.carried = Some(Request::Commit { ticket, writes });
+                    false
+                }
+            }
+            other => {
+                let go_on = self.serve(other);
+                if !go_on {
+                    self.stopping = true;
+                }
+                go_on
+            }
+        }
+    }
+
+    fn gather(&mut self, batch: &mut Batch) -> Closed {
+        let (wait, max_records) = match self.policy {
+            CommitPolicy::PerPublish => return Closed::Other,
+            CommitPolicy::Collect => (None, COLLECT_MAX_RECORDS),
+            CommitPolicy::Interval {
+                interval_ms,
+                max_records,
+            } => (
+                Some(Duration::from_millis(u64::from(interval_ms))),
+                max_records,
+            ),
+        };
+        // Only a batch holding a publish waits for company.
+        let deadline = match wait {
+            Some(interval) if batch.records > 0 => Some(Instant::now() + interval),
+            _ => None,
+        };
+        loop {
+            if batch.records >= max_records {
+                return Closed::Records;
+            }
+            let next = match deadline {
+                None => match self.rx.try_recv() {
+                    Ok(r) => r,
+                    Err(TryRecvError::Empty | TryRecvError::Disconnected) => return Closed::Other,
+                },
+                Some(deadline) => {
+                    let left = deadline.saturating_duration_since(Instant::now());
+                    if left.is_zero() {
+                        return Closed::Interval;
+                    }
+                    match self.rx.recv_timeout(left) {
+                        Ok(r) => r,
+                        Err(RecvTimeoutError::Timeout) => return Closed::Interval,
+                        Err(RecvTimeoutError::Disconnected) => return Closed::Other,
+                    }
+                }
+            };
+            if !self.absorb(next, batch, max_records) {
+                return Closed::Other;
+            }
+        }
+    }
+
+    fn commit(&mut self, batch: Batch) {
+        let mut tickets = Vec::with_capacity(batch.requests.len());
+        let mut all = Vec::with_capacity(batch.writes);
+        for (ticket, writes) in batch.requests {
+            tickets.push((ticket, writes.len()));
+            all.extend(writes);
+        }
+        match self.provider.commit(&all) {
+            Ok(outcomes) => {
+                self.count(&outcomes, tickets.len());
+                let mut outcomes = outcomes.into_iter();
+                for (ticket, n) in tickets {
+                    let mine: Vec<Outcome> = outcomes.by_ref().take(n).collect();
+                    (self.deliver)(Completion {
+                        ticket,
+                        answer: Answer::Committed(Ok(mine)),
+                    });
+                }
+            }
+            Err(e) if tickets.len() == 1 => {
+                Counters::add(&self.counters.requests, 1);
+                (self.deliver)(Completion {
+                    ticket: tickets[0].0,
+                    answer: Answer::Committed(Err(e)),
+                });
+            }
+            Err(_) => {
+                // One request's failure must not be its neighbours': each
+                // runs again alone, and gets the answer it would have had.
+                Counters::add(&self.counters.failed_batches, 1);
+                let mut at = 0;
+                for (ticket, n) in tickets {
+                    let result = self.provider.commit(&all[at..at + n]);
+                    at += n;
+                    if let Ok(outcomes) = &result {
+                        self.count(outcomes, 1);
+                    } else {
+                        Counters::add(&self.counters.requests, 1);
+                    }
+                    (self.deliver)(Completion {
+                        ticket,
+                        answer: Answer::Committed(result),
+                    });
+                }
+            }
+        }
+    }
+
+    fn count(&self, outcomes: &[Outcome], requests: usize) {
+        let appended = outcomes
+            .iter()
+            .filter(|o| matches!(o, Outcome::Appended { .. }))
+            .count();
+        Counters::add(&self.counters.commits, 1);
+        Counters::add(&self.counters.requests, requests as u64);
+        Counters::add(&self.counters.records, appended as u64);
+    }
+}

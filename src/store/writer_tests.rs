@@ -1,0 +1,352 @@
+//! The storage thread: what forms a batch, what waits, what a failure
+//! costs the neighbours, and that the executor side never blocks.
+
+use std::sync::mpsc::{self, Receiver, Sender};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use super::conformance::{append, msg, TempDir};
+use super::memory::MemoryProvider;
+use super::*;
+use crate::config::CommitPolicy;
+
+/// A memory provider that records each batch's size and can hold its
+/// first commit until the test lets it go, so requests can be queued
+/// behind a commit that is known to be running.
+struct Observed {
+    inner: MemoryProvider,
+    batches: Arc<Mutex<Vec<usize>>>,
+    /// (tell the test the commit started, wait for its release)
+    hold_first: Option<(Sender<()>, Receiver<()>)>,
+}
+
+impl Provider for Observed {
+    fn name(&self) -> &str {
+        self.inner.name()
+    }
+    fn usage(&self) -> Usage {
+        self.inner.usage()
+    }
+    fn channel(&self, channel: &str) -> ChannelState {
+        self.inner.channel(channel)
+    }
+    fn channels(&self) -> Vec<(String, ChannelState)> {
+        self.inner.channels()
+    }
+    fn commit(&mut self, writes: &[Write]) -> Result<Vec<Outcome>, StoreError> {
+        if let Some((started, release)) = self.hold_first.take() {
+            started.send(()).expect("the test is waiting");
+            release.recv().expect("the test releases the commit");
+        }
+        self.batches.lock().expect("lock").push(writes.len());
+        self.inner.commit(writes)
+    }
+    fn read(&self, channel: &str, from: u64, limit: ReadLimit) -> Result<Read, StoreError> {
+        self.inner.read(channel, from, limit)
+    }
+    fn position(&self, channel: &str, reader: &str) -> Result<Option<u64>, StoreError> {
+        self.inner.position(channel, reader)
+    }
+    fn lowest_position(&self, channel: &str) -> Result<Option<u64>, StoreError> {
+        self.inner.lowest_position(channel)
+    }
+    fn first_at_or_after(&self, channel: &str, at_ms: u64) -> Result<Option<u64>, StoreError> {
+        self.inner.first_at_or_after(channel, at_ms)
+    }
+    fn close(self: Box<Self>) -> Result<(), StoreError> {
+        Box::new(self.inner).close()
+    }
+}
+
+struct Rig {
+    thread: StorageThread,
+    handle: StorageHandle,
+    completions: Receiver<Completion>,
+    batches: Arc<Mutex<Vec<usize>>>,
+    started: Option<Receiver<()>>,
+    release: Option<Sender<()>>,
+}
+
+const WAIT: Duration = Duration::from_secs(30);
+
+fn rig(policy: CommitPolicy, capacity: usize, hold_first: bool) -> Rig {
+    rig_with(
+        MemoryProvider::open("m", 1 << 20, 0, None).expect("open"),
+        policy,
+        capacity,
+        hold_first,
+    )
+}
+
+fn rig_with(inner: MemoryProvider, policy: CommitPolicy, capacity: usize, hold_first: bool) -> Rig {
+    let batches = Arc::new(Mutex::new(Vec::new()));
+    let (started_tx, started_rx) = mpsc::channel();
+    let (release_tx, release_rx) = mpsc::channel();
+    let provider = Observed {
+        inner,
+        batches: Arc::clone(&batches),
+        hold_first: hold_first.then_some((started_tx, release_rx)),
+    };
+    let (tx, completions) = mpsc::channel();
+    let thread = StorageThread::spawn(Box::new(provider), policy, capacity, move |c| {
+        let _ = tx.send(c);
+    })
+    .expect("spawn");
+    let handle = thread.handle();
+    Rig {
+        thread,
+        handle,
+        completions,
+        batches,
+        started: hold_first.then_some(started_rx),
+        release: hold_first.then_some(release_tx),
+    }
+}
+
+impl Rig {
+    fn publish(&self, ticket: u64) {
+        self.handle
+            .try_commit(
+                Ticket(ticket),
+                vec![append("c", msg("t", b"x", ticket + 1))],
+            )
+            .expect("queued");
+    }
+
+    fn wait_until_first_commit_runs(&self) {
+        self.started
+            .as_ref()
+            .expect("held")
+            .recv_timeout(WAIT)
+            .expect("the first commit started");
+    }
+
+    fn release_first_commit(&self) {
+        self.release
+            .as_ref()
+            .expect("held")
+            .send(())
+            .expect("release");
+    }
+
+    fn next(&self) -> Completion {
+        self.completions.recv_timeout(WAIT).expect("a completion")
+    }
+
+    fn committed(&self) -> (u64, Result<Vec<Outcome>, StoreError>) {
+        match self.next() {
+            Completion {
+                ticket,
+                answer: Answer::Committed(r),
+            } => (ticket.0, r),
+            other => panic!("expected a commit, got {other:?}"),
+        }
+    }
+
+    fn batches(&self) -> Vec<usize> {
+        self.batches.lock().expect("lock").clone()
+    }
+}
+
+#[test]
+fn writes_arriving_during_a_commit_form_the_next_batch() {
+    let r = rig(CommitPolicy::Collect, 64, true);
+    r.publish(0);
+    r.wait_until_first_commit_runs();
+    for t in 1..=5 {
+        r.publish(t);
+    }
+    r.release_first_commit();
+    for expect in 0..=5 {
+        let (ticket, result) = r.committed();
+        assert_eq!(ticket, expect);
+        assert_eq!(
+            result.expect("stored"),
+            vec![Outcome::Appended { offset: expect }]
+        );
+    }
+    assert_eq!(r.batches(), vec![1, 5]);
+    let stats = r.thread.stats();
+    assert_eq!((stats.commits, stats.requests, stats.records), (2, 6, 6));
+    r.thread.shutdown().expect("shutdown");
+}
+
+#[test]
+fn a_commit_per_publish_never_groups() {
+    let r = rig(CommitPolicy::PerPublish, 64, true);
+    r.publish(0);
+    r.wait_until_first_commit_runs();
+    for t in 1..=3 {
+        r.publish(t);
+    }
+    r.release_first_commit();
+    for expect in 0..=3 {
+        assert_eq!(r.committed().0, expect);
+    }
+    assert_eq!(r.batches(), vec![1, 1, 1, 1]);
+    r.thread.shutdown().expect("shutdown");
+}
+
+#[test]
+fn an_interval_batch_closes_on_its_count_or_its_interval() {
+    let r = rig(
+        CommitPolicy::Interval {
+            interval_ms: 60_000,
+            max_records: 3,
+        },
+        64,
+        false,
+    );
+    for t in 0..3 {
+        r.publish(t);
+    }
+    for _ in 0..3 {
+        r.committed().1.expect("stored");
+    }
+    assert_eq!(r.batches(), vec![3]);
+    assert_eq!(r.thread.stats().closed_by_records, 1);
+    r.thread.shutdown().expect("shutdown");
+
+    let r = rig(
+        CommitPolicy::Interval {
+            interval_ms: 50,
+            max_records: 100,
+        },
+        64,
+        false,
+    );
+    let started = Instant::now();
+    r.publish(0);
+    r.committed().1.expect("stored");
+    assert!(started.elapsed() >= Duration::from_millis(50));
+    assert_eq!(r.thread.stats().closed_by_interval, 1);
+    r.thread.shutdown().expect("shutdown");
+}
+
+#[test]
+fn a_batch_without_a_publish_never_waits_for_company() {
+    let r = rig(
+        CommitPolicy::Interval {
+            interval_ms: 60_000,
+            max_records: 100,
+        },
+        64,
+        false,
+    );
+    let started = Instant::now();
+    let position = Write::SetPosition {
+        channel: "c".into(),
+        reader: "mqtt:a".into(),
+        offset: 0,
+    };
+    r.handle
+        .try_commit(Ticket(9), vec![position])
+        .expect("queued");
+    let (ticket, result) = r.committed();
+    assert_eq!(ticket, 9);
+    assert_eq!(result.expect("stored"), vec![Outcome::PositionSet]);
+    assert!(started.elapsed() < Duration::from_secs(30));
+    r.thread.shutdown().expect("shutdown");
+}
+
+#[test]
+fn reads_are_served_while_a_batch_waits_for_company() {
+    let r = rig(
+        CommitPolicy::Interval {
+            interval_ms: 2_000,
+            max_records: 100,
+        },
+        64,
+        false,
+    );
+    r.publish(1);
+    let limit = ReadLimit {
+        max_records: 10,
+        max_bytes: 1 << 20,
+    };
+    r.handle
+        .try_read(Ticket(2), "c".into(), 0, limit)
+        .expect("queued");
+    match r.next() {
+        Completion {
+            ticket: Ticket(2),
+            answer: Answer::Read(Ok(Read::Records(b))),
+        } => assert!(b.records.is_empty(), "the publish is not committed yet"),
+        other => panic!("expected the read first, got {other:?}"),
+    }
+    assert_eq!(r.committed().0, 1);
+    r.handle
+        .try_read(Ticket(3), "c".into(), 0, limit)
+        .expect("queued");
+    match r.next().answer {
+        Answer::Read(Ok(Read::Records(b))) => assert_eq!(b.records.len(), 1),
+        other => panic!("{other:?}"),
+    }
+    r.handle
+        .try_position(Ticket(4), "c".into(), "mqtt:x".into())
+        .expect("queued");
+    assert!(matches!(r.next().answer, Answer::Position(Ok(None))));
+    r.thread.shutdown().expect("shutdown");
+}
+
+#[test]
+fn one_request_failing_is_not_its_neighbours_failure() {
+    let r = rig(CommitPolicy::Collect, 64, true);
+    r.publish(0);
+    r.wait_until_first_commit_runs();
+    r.publish(1);
+    r.handle
+        .try_commit(Ticket(2), vec![append("", msg("t", b"x", 1))])
+        .expect("queued");
+    r.publish(3);
+    r.release_first_commit();
+    let mut results: Vec<(u64, bool)> = (0..4)
+        .map(|_| {
+            let (t, res) = r.committed();
+            (t, res.is_ok())
+        })
+        .collect();
+    results.sort();
+    assert_eq!(results, vec![(0, true), (1, true), (2, false), (3, true)]);
+    assert_eq!(r.thread.stats().failed_batches, 1);
+    r.thread.shutdown().expect("shutdown");
+}
+
+#[test]
+fn a_full_queue_is_refused_without_blocking() {
+    let r = rig(CommitPolicy::Collect, 1, true);
+    r.publish(0);
+    r.wait_until_first_commit_runs();
+    r.publish(1);
+    let third = r
+        .handle
+        .try_commit(Ticket(2), vec![append("c", msg("t", b"x", 1))]);
+    assert_eq!(third, Err(SubmitError::Busy));
+    let too_many = vec![append("c", msg("t", b"x", 1)); MAX_REQUEST_WRITES + 1];
+    assert_eq!(
+        r.handle.try_commit(Ticket(3), too_many),
+        Err(SubmitError::TooLarge)
+    );
+    r.release_first_commit();
+    assert_eq!(r.committed().0, 0);
+    assert_eq!(r.committed().0, 1);
+    r.thread.shutdown().expect("shutdown");
+}
+
+#[test]
+fn shutdown_closes_the_provider_and_stops_the_handle() {
+    let dir = TempDir::new("writer-shutdown");
+    let inner = MemoryProvider::open("m", 1 << 20, 0, Some(dir.path())).expect("open");
+    let r = rig_with(inner, CommitPolicy::Collect, 8, false);
+    r.publish(0);
+    assert_eq!(r.committed().0, 0);
+    let handle = r.handle.clone();
+    r.thread.shutdown().expect("shutdown");
+    assert!(dir.path().join("c.snapshot").exists());
+    assert_eq!(
+        handle.try_commit(Ticket(1), vec![append("c", msg("t", b"x", 1))]),
+        Err(SubmitError::Stopped)
+    );
+    let reopened = MemoryProvider::open("m", 1 << 20, 0, Some(dir.path())).expect("reopen");
+    assert_eq!(reopened.channel("c").next, 1);
+}
