@@ -528,7 +528,7 @@ impl Broker {
             qos: will.qos,
             retain: will.retain,
             properties,
-            received_at_ms: now_ms,
+            received_at_unix_ms: self.unix_ms(now_ms),
             publisher: Some(Rc::clone(&client_id)),
         };
         if let Err((_, reason)) = self.accept_message(message, now_ms, out) {

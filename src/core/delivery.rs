@@ -132,6 +132,7 @@ impl Broker {
     /// Maximum and half of `session_queue_bytes` allow; one is always sent
     /// when nothing is on the wire, however large.
     pub(crate) fn pump(&mut self, session_key: Key, now_ms: u64, out: &mut impl Transport) {
+        let now_unix_ms = self.unix_ms(now_ms);
         let Some(session) = self.sessions.get_mut(session_key) else {
             return;
         };
@@ -156,7 +157,7 @@ impl Broker {
                 break;
             }
             let delivery = session.waiting.pop_front().expect("front exists");
-            let Ok(remaining_expiry_s) = delivery.message.remaining_expiry_s(now_ms) else {
+            let Ok(remaining_expiry_s) = delivery.message.remaining_expiry_s(now_unix_ms) else {
                 session.held_bytes -= cost;
                 self.stats.deliveries_expired += 1;
                 continue;
@@ -201,7 +202,8 @@ impl Broker {
             return;
         };
         let (version, max_packet_size) = (active.version, active.client_max_packet_size);
-        let Ok(remaining_expiry_s) = delivery.message.remaining_expiry_s(now_ms) else {
+        let Ok(remaining_expiry_s) = delivery.message.remaining_expiry_s(self.unix_ms(now_ms))
+        else {
             self.stats.deliveries_expired += 1;
             return;
         };

@@ -52,7 +52,7 @@ impl Broker {
             .sessions
             .get(session_key)
             .map(|s| Rc::clone(&s.client_id));
-        let message = message_from_publish(publish, client_id, now_ms);
+        let message = message_from_publish(publish, client_id, self.unix_ms(now_ms));
         if qos == QoS::ExactlyOnce {
             let packet_id = packet_id.unwrap_or(0);
             self.hold_exactly_once(conn, session_key, packet_id, message, now_ms, out);
@@ -545,7 +545,7 @@ impl Broker {
 
 /// The message a publish becomes. `saguin-` User Properties are the
 /// broker's own: a publisher's are stripped, all but its own `saguin-id`.
-fn message_from_publish(publish: Publish, publisher: Option<Rc<str>>, now_ms: u64) -> Message {
+fn message_from_publish(publish: Publish, publisher: Option<Rc<str>>, now_unix_ms: u64) -> Message {
     let mut properties = publish.properties;
     properties.topic_alias = None;
     properties.subscription_identifiers.clear();
@@ -558,7 +558,7 @@ fn message_from_publish(publish: Publish, publisher: Option<Rc<str>>, now_ms: u6
         qos: publish.qos,
         retain: publish.retain,
         properties,
-        received_at_ms: now_ms,
+        received_at_unix_ms: now_unix_ms,
         publisher,
     }
 }

@@ -76,6 +76,9 @@ pub struct Settings {
     pub qos2_expires_after_ms: u64,
     /// The retained store's bound, until it lives on a storage provider.
     pub retained_max_bytes: u64,
+    /// The Unix time in milliseconds when the core's clock read 0: the
+    /// core's clock is monotonic, and a record's timestamp is wall time.
+    pub start_unix_ms: u64,
     /// Unfinished inbound QoS 2 exchanges the CONNACK allows a client;
     /// 65,535 is MQTT's default and is not sent.
     pub receive_maximum: u16,
@@ -108,6 +111,7 @@ impl Default for Settings {
             retained_max_bytes: 8 * 1024 * 1024,
             receive_maximum: u16::MAX,
             share_expires_after_ms: None,
+            start_unix_ms: 0,
         }
     }
 }
@@ -203,6 +207,11 @@ impl Broker {
             match_scratch: Vec::new(),
             settings,
         }
+    }
+
+    /// Wall time for a reading of the core's monotonic clock.
+    pub(crate) fn unix_ms(&self, now_ms: u64) -> u64 {
+        self.settings.start_unix_ms.saturating_add(now_ms)
     }
 
     pub fn settings(&self) -> &Settings {
@@ -394,7 +403,7 @@ impl Broker {
         self.expire_sessions(now_ms, out);
         self.expire_held_publishes(now_ms);
         self.forget_full_budgets(now_ms);
-        self.retained.expire(now_ms);
+        self.retained.expire(self.unix_ms(now_ms));
         self.expire_group_backlogs(now_ms);
     }
 

@@ -117,7 +117,7 @@ mod tests {
                 message_expiry_interval_s: expiry_s,
                 ..Properties::default()
             },
-            received_at_ms: 0,
+            received_at_unix_ms: 0,
             publisher: None,
         })
     }

@@ -17,7 +17,8 @@ pub struct Message {
     /// The publisher's properties, less Topic Alias and Subscription
     /// Identifiers, which belong to one hop.
     pub properties: Properties,
-    pub received_at_ms: u64,
+    /// When the broker received it, in Unix milliseconds.
+    pub received_at_unix_ms: u64,
     /// The publishing client id, for No Local. Never sent to a subscriber.
     pub publisher: Option<Rc<str>>,
 }
@@ -39,11 +40,11 @@ impl Message {
     /// The Message Expiry Interval left after waiting until `now_ms`, or
     /// `Err(Expired)` once it has run out. `Ok(None)` when the publisher set
     /// none.
-    pub fn remaining_expiry_s(&self, now_ms: u64) -> Result<Option<u32>, Expired> {
+    pub fn remaining_expiry_s(&self, now_unix_ms: u64) -> Result<Option<u32>, Expired> {
         let Some(interval_s) = self.properties.message_expiry_interval_s else {
             return Ok(None);
         };
-        let waited_s = now_ms.saturating_sub(self.received_at_ms) / 1000;
+        let waited_s = now_unix_ms.saturating_sub(self.received_at_unix_ms) / 1000;
         match u64::from(interval_s).checked_sub(waited_s) {
             Some(left_s) if left_s > 0 => Ok(Some(left_s as u32)),
             _ => Err(Expired),

@@ -277,10 +277,11 @@ impl Broker {
         let Some(expires_after_ms) = self.settings.share_expires_after_ms else {
             return;
         };
+        let now_unix_ms = self.unix_ms(now_ms);
         for key in self.groups.keys() {
             let group = self.groups.get_mut(key).expect("key just listed");
             while let Some(oldest) = group.backlog.front() {
-                if now_ms.saturating_sub(oldest.received_at_ms) < expires_after_ms {
+                if now_unix_ms.saturating_sub(oldest.received_at_unix_ms) < expires_after_ms {
                     break;
                 }
                 group.backlog_bytes -= oldest.cost_bytes();

@@ -255,7 +255,7 @@ impl Broker {
             .map(|s| Rc::clone(&s.client_id));
         let values: Vec<_> = self
             .retained
-            .matching(filter, now_ms)
+            .matching(filter, self.unix_ms(now_ms))
             .filter(|m| !(options.no_local && m.publisher == client_id))
             .cloned()
             .collect();
