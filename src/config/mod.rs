@@ -11,6 +11,7 @@
 //! in memory, [`default_config`] for the file shipped in
 //! `config/saguin.yaml`.
 
+mod channels;
 mod exchanges;
 mod limits;
 mod listen;
@@ -24,6 +25,7 @@ mod tests;
 use std::fmt;
 use std::path::{Path, PathBuf};
 
+pub use channels::{ChannelConfig, ChannelKind, Start, MAX_FILTER_EXPANSIONS};
 pub use exchanges::{Qos2Config, ShareConfig};
 pub use limits::Limits;
 pub use storage::{
@@ -42,6 +44,10 @@ pub const EMBEDDED_SOURCE: &str = "<embedded default>";
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Config {
     pub broker: BrokerConfig,
+    /// `channels:`, in the order written. The order decides nothing about
+    /// which channel holds a topic; it is kept so findings and listings
+    /// read as the file does.
+    pub channels: Vec<ChannelConfig>,
     /// Where it was read from: the path as given, or `<embedded default>`.
     pub source: String,
 }
@@ -209,8 +215,9 @@ pub fn parse(text: &str, source: &str) -> Result<Config, ConfigError> {
         )]));
     }
     match parse::root(&root) {
-        Ok(broker) => Ok(Config {
+        Ok((broker, channels)) => Ok(Config {
             broker,
+            channels,
             source: source.to_string(),
         }),
         Err(findings) => Err(refuse(findings)),

@@ -8,6 +8,7 @@ use std::path::PathBuf;
 
 use serde_yaml::Value;
 
+use super::channels::{self, ChannelConfig, Scope};
 use super::{limits, listen, BrokerConfig, LogLevel, MinProtocolVersion, MqttConfig};
 
 /// The mistakes found so far, each already written as one finding.
@@ -201,8 +202,8 @@ pub(super) fn syntax_finding(e: &serde_yaml::Error) -> String {
 }
 
 const ROOT_KEYS: Keys = Keys {
-    supported: &["broker"],
-    not_yet: &["channels", "bridges"],
+    supported: &["broker", "channels"],
+    not_yet: &["bridges"],
 };
 
 const BROKER_KEYS: Keys = Keys {
@@ -224,16 +225,19 @@ const MQTT_KEYS: Keys = Keys {
     not_yet: &["password_file", "allow_anonymous", "acl_file"],
 };
 
-/// Walks the whole tree and returns the broker's configuration, or every
-/// finding.
-pub(super) fn root(value: &Value) -> Result<BrokerConfig, Vec<String>> {
+/// Walks the whole tree and returns the broker's configuration and its
+/// channels, or every finding.
+pub(super) fn root(value: &Value) -> Result<(BrokerConfig, Vec<ChannelConfig>), Vec<String>> {
     let mut f = Findings::default();
     // An empty file reads as an empty mapping, and is refused for its
     // missing broker.id like any other file without one.
-    let broker = table(&mut f, "", value, &ROOT_KEYS)
-        .and_then(|t| broker(&mut f, t.get("broker").unwrap_or(&Value::Null)));
-    match broker {
-        Some(b) if f.is_empty() => Ok(b),
+    let parsed = table(&mut f, "", value, &ROOT_KEYS).and_then(|t| {
+        let (broker, scope) = broker(&mut f, t.get("broker").unwrap_or(&Value::Null));
+        let channels = channels::parse(&mut f, t.get("channels"), &scope);
+        Some((broker?, channels?))
+    });
+    match parsed {
+        Some(parsed) if f.is_empty() => Ok(parsed),
         _ if !f.is_empty() => Err(f.into_vec()),
         // Every path that yields None records a finding first; this arm
         // keeps a slip in that rule from becoming an accepted file.
@@ -244,8 +248,12 @@ pub(super) fn root(value: &Value) -> Result<BrokerConfig, Vec<String>> {
     }
 }
 
-fn broker(f: &mut Findings, value: &Value) -> Option<BrokerConfig> {
-    let t = table(f, "broker", value, &BROKER_KEYS)?;
+/// Reads `broker:`, and returns beside it what channels are checked
+/// against, which is known even where other parts of `broker:` are not.
+fn broker(f: &mut Findings, value: &Value) -> (Option<BrokerConfig>, Scope) {
+    let Some(t) = table(f, "broker", value, &BROKER_KEYS) else {
+        return (None, Scope::unknown());
+    };
     let id = broker_id(f, t.get("id"));
     let log_level = log_level(f, t.get("log_level"));
     let pid_file = pid_file(f, t.get("pid_file"));
@@ -254,16 +262,23 @@ fn broker(f: &mut Findings, value: &Value) -> Option<BrokerConfig> {
     let qos2 = super::exchanges::qos2(f, t.get("qos2"));
     let share = super::exchanges::share(f, t.get("share"));
     let storage = super::storage::parse(f, t.get("storage"), limits.as_ref());
-    Some(BrokerConfig {
-        id: id?,
-        log_level: log_level?,
-        pid_file: pid_file?,
-        mqtt: mqtt?,
-        limits: limits?,
-        qos2: qos2?,
-        share: share?,
-        storage: storage?,
-    })
+    let scope = Scope {
+        limits: limits.clone(),
+        storage: storage.clone(),
+    };
+    let broker = || {
+        Some(BrokerConfig {
+            id: id?,
+            log_level: log_level?,
+            pid_file: pid_file?,
+            mqtt: mqtt?,
+            limits: limits?,
+            qos2: qos2?,
+            share: share?,
+            storage: storage?,
+        })
+    };
+    (broker(), scope)
 }
 
 fn broker_id(f: &mut Findings, value: Option<&Value>) -> Option<String> {

@@ -6,6 +6,7 @@
 //! clock, opens no socket and spawns nothing, so the same code runs under a
 //! deterministic test with simulated time and under the smol shell.
 
+pub mod claims;
 mod connect;
 mod delivery;
 mod inbound;
