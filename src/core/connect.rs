@@ -1,5 +1,6 @@
 //! CONNECT: admission, session ownership, and every way a session ends.
 
+use std::collections::VecDeque;
 use std::rc::Rc;
 
 use super::session::{Delivery, Message, OutboundStage, Session};
@@ -105,6 +106,8 @@ impl Broker {
             problem_information: properties.request_problem_information != Some(0),
             connect_expiry_s: granted_expiry_s,
             will: connect.will,
+            pubacks: VecDeque::new(),
+            next_puback_slot: 0,
         };
         let connection = self
             .connections
@@ -147,6 +150,7 @@ impl Broker {
         }
         self.pump(session_key, now_ms, out);
         self.drain_groups_of(session_key, now_ms, out);
+        self.pump_readers_of(session_key, now_ms, out);
     }
 
     /// Every reason a CONNECT may be refused, in the order they are asked.
@@ -429,6 +433,11 @@ impl Broker {
             u32::MAX => None,
             expiry_s => Some(now_ms + u64::from(expiry_s) * 1000),
         };
+        // A disconnect stores where the session's readers have reached.
+        self.commit_positions(Some(session_key), out);
+        let Some(session) = self.sessions.get_mut(session_key) else {
+            return;
+        };
         if let Some(will) = will {
             match will.properties.will_delay_interval_s.unwrap_or(0) {
                 0 => self.publish_will(will, client_id, now_ms, out),
@@ -460,6 +469,8 @@ impl Broker {
             }
         }
         self.stats.qos2_abandoned += session.held_publishes.len() as u64;
+        let durable = session.expiry_interval_s > 0;
+        self.drop_readers(session_key, &session.client_id, durable, out);
         // What a shared group handed this session and it did not finish
         // goes back to the group.
         let unfinished: Vec<Delivery> = session
@@ -531,7 +542,15 @@ impl Broker {
             received_at_unix_ms: self.unix_ms(now_ms),
             publisher: Some(Rc::clone(&client_id)),
         };
-        if let Err((_, reason)) = self.accept_message(message, now_ms, out) {
+        let result = match self.channel_for(&message.topic) {
+            Some(channel) => self
+                .store_publish(channel, message, None, out)
+                .map_err(|_| "storage is behind"),
+            None => self
+                .accept_message(message, now_ms, out)
+                .map_err(|(_, reason)| reason),
+        };
+        if let Err(reason) = result {
             log::warn!("the Will of {client_id} was not published: {reason}");
         }
     }

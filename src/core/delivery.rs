@@ -48,6 +48,7 @@ fn merge_subscriptions(matched: &[Subscriber], message: &Rc<Message>) -> Deliver
         retain: retain_as_published && message.retain,
         subscription_ids: matched.iter().filter_map(|s| s.subscription_id).collect(),
         group: None,
+        reader: None,
     }
 }
 

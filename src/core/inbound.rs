@@ -3,6 +3,7 @@
 
 use std::rc::Rc;
 
+use super::channel::PendingAck;
 use super::session::{HeldPublish, Message, OutboundStage};
 use super::{Broker, Key, PublishBudget, Transport, TOPIC_ALIAS_MAXIMUM};
 use crate::codec::{Packet, Properties, ProtocolVersion, PubAck, Publish, QoS, ReasonCode};
@@ -12,6 +13,12 @@ type Refusal = (ReasonCode, &'static str);
 /// Kept apart from the other 0x97 refusals: a client held to its rate is
 /// logged at debug, since it may produce one refusal per publish.
 const RATE_EXCEEDED: &str = "publish rate exceeded";
+
+/// The storage thread's queue is full: the record cannot be kept now.
+const STORAGE_BEHIND: Refusal = (
+    ReasonCode::IMPLEMENTATION_SPECIFIC_ERROR,
+    "storage is behind; try again",
+);
 
 impl Broker {
     pub(crate) fn handle_publish(
@@ -36,12 +43,24 @@ impl Broker {
             return;
         }
         let (qos, packet_id) = (publish.qos, publish.packet_id);
+        // A QoS 1 publish takes its place in the PUBACK order on arrival.
+        let slot =
+            (qos == QoS::AtLeastOnce).then(|| self.reserve_puback(conn, packet_id.unwrap_or(0)));
         let admitted = self
             .admit_topic(&publish.topic)
             .and_then(|()| self.admit_properties(&publish))
             .and_then(|()| self.spend_publish_budget(conn, publish.payload.len(), now_ms));
         if let Err(refusal) = admitted {
-            self.refuse_publish(conn, &publish.topic, qos, packet_id, refusal, now_ms, out);
+            self.refuse_publish(
+                conn,
+                &publish.topic,
+                qos,
+                packet_id,
+                slot,
+                refusal,
+                now_ms,
+                out,
+            );
             return;
         }
         let Some(active) = self.connections.get(conn).and_then(|c| c.active.as_ref()) else {
@@ -59,17 +78,95 @@ impl Broker {
             return;
         }
         let topic = message.topic.clone();
-        match self.accept_message(message, now_ms, out) {
+        let result = match self.channel_for(&topic) {
+            None => self.accept_message(message, now_ms, out),
+            Some(channel) => {
+                // Answered once the record is committed.
+                let ack = slot.map_or(PendingAck::None, |slot| PendingAck::Puback { slot });
+                if self
+                    .store_publish(channel, message, Some((conn, ack)), out)
+                    .is_ok()
+                {
+                    return;
+                }
+                Err(STORAGE_BEHIND)
+            }
+        };
+        match result {
             Ok(()) => {
-                if let Some(packet_id) = packet_id {
-                    let ack = PubAck {
-                        packet_id,
-                        ..PubAck::default()
-                    };
-                    self.send(conn, &Packet::Puback(ack), out);
+                if let Some(slot) = slot {
+                    self.complete_puback(conn, slot, Ok(()), now_ms, out);
                 }
             }
-            Err(refusal) => self.refuse_publish(conn, &topic, qos, packet_id, refusal, now_ms, out),
+            Err(refusal) => {
+                self.refuse_publish(conn, &topic, qos, packet_id, slot, refusal, now_ms, out)
+            }
+        }
+    }
+
+    /// Takes the next place in a connection's PUBACK order.
+    fn reserve_puback(&mut self, conn: Key, packet_id: u16) -> u64 {
+        let active = self
+            .connections
+            .get_mut(conn)
+            .and_then(|c| c.active.as_mut())
+            .expect("an active connection");
+        let slot = active.next_puback_slot;
+        active.next_puback_slot += 1;
+        active.pubacks.push_back(super::PubackSlot {
+            slot,
+            packet_id,
+            answer: None,
+        });
+        slot
+    }
+
+    /// Records a QoS 1 publish's answer and sends every PUBACK now due, in
+    /// arrival order. A refusal reaching a 3.1.1 client closes it instead.
+    pub(crate) fn complete_puback(
+        &mut self,
+        conn: Key,
+        slot: u64,
+        answer: Result<(), Refusal>,
+        now_ms: u64,
+        out: &mut impl Transport,
+    ) {
+        let Some(active) = self
+            .connections
+            .get_mut(conn)
+            .and_then(|c| c.active.as_mut())
+        else {
+            return;
+        };
+        if let Some(entry) = active.pubacks.iter_mut().find(|e| e.slot == slot) {
+            entry.answer = Some(answer);
+        }
+        loop {
+            let Some(active) = self
+                .connections
+                .get_mut(conn)
+                .and_then(|c| c.active.as_mut())
+            else {
+                return;
+            };
+            let version = active.version;
+            if active.pubacks.front().is_none_or(|e| e.answer.is_none()) {
+                return;
+            }
+            let entry = active.pubacks.pop_front().expect("front exists");
+            let mut ack = PubAck {
+                packet_id: entry.packet_id,
+                ..PubAck::default()
+            };
+            if let Some(Err((code, reason))) = entry.answer {
+                if version == ProtocolVersion::V311 {
+                    self.end_connection(conn, None, true, now_ms, out);
+                    return;
+                }
+                ack.reason_code = code;
+                ack.properties.reason_string = self.reason_string(conn, reason);
+            }
+            out.send(conn, version, &Packet::Puback(ack), false);
         }
     }
 
@@ -244,12 +341,13 @@ impl Broker {
     /// 3.1.1 client, whose acknowledgement cannot carry a refusal, is closed
     /// rather than told a success; QoS 0 is a counted, logged drop.
     #[allow(clippy::too_many_arguments)]
-    fn refuse_publish(
+    pub(crate) fn refuse_publish(
         &mut self,
         conn: Key,
         topic: &str,
         qos: QoS,
         packet_id: Option<u16>,
+        puback_slot: Option<u64>,
         (code, reason): Refusal,
         now_ms: u64,
         out: &mut impl Transport,
@@ -261,10 +359,13 @@ impl Broker {
         } else {
             log::warn!("refusing a publish to {topic:?} from {client_id}: {reason}");
         }
-        let Some(version) = self.version(conn) else {
+        if let Some(slot) = puback_slot {
+            self.complete_puback(conn, slot, Err((code, reason)), now_ms, out);
             return;
-        };
-        let Some(packet_id) = packet_id else {
+        }
+        let (Some(version), Some(packet_id), QoS::ExactlyOnce) =
+            (self.version(conn), packet_id, qos)
+        else {
             return;
         };
         if version == ProtocolVersion::V311 {
@@ -279,11 +380,7 @@ impl Broker {
                 ..Properties::default()
             },
         };
-        let packet = match qos {
-            QoS::ExactlyOnce => Packet::Pubrec(ack),
-            _ => Packet::Puback(ack),
-        };
-        out.send(conn, version, &packet, false);
+        out.send(conn, version, &Packet::Pubrec(ack), false);
     }
 
     /// QoS 2 in: the message is held from PUBREC until PUBREL releases it,
@@ -299,7 +396,9 @@ impl Broker {
     ) {
         let limit = self.settings.qos2_max_inflight_per_client as usize;
         let receive_maximum = usize::from(self.settings.receive_maximum);
-        let retained_room = !message.retain || self.retained.has_room_for(&message);
+        // A channel is its own store: the retained store is for broadcast.
+        let on_channel = self.channel_for(&message.topic).is_some();
+        let retained_room = !message.retain || on_channel || self.retained.has_room_for(&message);
         let Some(session) = self.sessions.get_mut(session_key) else {
             return;
         };
@@ -339,6 +438,7 @@ impl Broker {
                 &topic,
                 QoS::ExactlyOnce,
                 Some(packet_id),
+                None,
                 refusal,
                 now_ms,
                 out,
@@ -390,6 +490,17 @@ impl Broker {
             self.send(conn, &Packet::Pubcomp(ack), out);
             return;
         };
+        if let Some(channel) = self.channel_for(&held.message.topic) {
+            // The record is written now, and PUBCOMP follows its commit.
+            let ack = PendingAck::Pubcomp { packet_id };
+            if let Err(message) = self.store_publish(channel, held.message, Some((conn, ack)), out)
+            {
+                log::warn!("storage is behind; the exactly-once publish stays held");
+                self.hold_again(conn, packet_id, *message, now_ms);
+                self.end_connection(conn, Some(STORAGE_BEHIND), true, now_ms, out);
+            }
+            return;
+        }
         let retained_room = !held.message.retain || self.retained.has_room_for(&held.message);
         if !retained_room {
             // The store filled since the PUBREC: the message stays held and
@@ -538,8 +649,10 @@ impl Broker {
         let cost = finished.delivery.message.cost_bytes();
         session.inflight_bytes -= cost;
         session.held_bytes -= cost;
+        self.channel_delivery_finished(&finished.delivery);
         self.pump(session_key, now_ms, out);
         self.drain_groups_of(session_key, now_ms, out);
+        self.pump_readers_of(session_key, now_ms, out);
     }
 }
 

@@ -6,6 +6,7 @@
 //! clock, opens no socket and spawns nothing, so the same code runs under a
 //! deterministic test with simulated time and under the smol shell.
 
+pub mod channel;
 pub mod claims;
 mod connect;
 mod delivery;
@@ -19,15 +20,19 @@ mod subscribe;
 mod tests;
 pub mod topic_index;
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 
 use crate::codec::{
     DecodeError, Disconnect, Packet, Properties, ProtocolVersion, ReasonCode, Will,
 };
+pub use channel::{ChannelSettings, ChannelStart, StoreRequest};
 use session::Session;
 pub use slab::Key;
 use slab::Slab;
 use topic_index::{Subscriber, TopicIndex};
+
+/// How often retention sweeps each channel.
+const RETENTION_SWEEP_MS: u64 = 1_000;
 
 /// Topic aliases a client may register with the broker on one connection.
 /// Sixteen bounds the table at sixteen topics per connection.
@@ -50,6 +55,11 @@ pub trait Transport {
 
     /// Closes `conn` once what was queued for it has been written.
     fn close(&mut self, conn: Key);
+
+    /// Hands a request to provider `provider`'s storage thread; its answer
+    /// comes back through [`Broker::handle_store_completion`]. False when the
+    /// thread cannot take it now: the request was not queued.
+    fn store(&mut self, provider: usize, request: StoreRequest) -> bool;
 }
 
 /// The limits the core enforces, taken from the configuration.
@@ -86,6 +96,10 @@ pub struct Settings {
     /// How long a shared group's backlog keeps a message; `None` for as
     /// long as a member could collect it.
     pub share_expires_after_ms: Option<u64>,
+    /// The `append` channels, in configuration order.
+    pub channels: Vec<ChannelSettings>,
+    /// How often moved consumer positions are stored.
+    pub ack_commit_interval_ms: u64,
 }
 
 impl Default for Settings {
@@ -113,6 +127,8 @@ impl Default for Settings {
             receive_maximum: u16::MAX,
             share_expires_after_ms: None,
             start_unix_ms: 0,
+            channels: Vec::new(),
+            ack_commit_interval_ms: 200,
         }
     }
 }
@@ -157,6 +173,18 @@ pub(crate) struct Active {
     /// The Session Expiry Interval granted at CONNECT.
     pub connect_expiry_s: u32,
     pub will: Option<Will>,
+    /// QoS 1 publishes awaiting their PUBACK, in arrival order: MQTT has
+    /// PUBACKs sent in that order, and a stored publish is answered only
+    /// once its commit returns (MQTT-4.6.0-2).
+    pub pubacks: VecDeque<PubackSlot>,
+    pub next_puback_slot: u64,
+}
+
+/// One QoS 1 publish's place in the PUBACK order, and its answer once known.
+pub(crate) struct PubackSlot {
+    pub slot: u64,
+    pub packet_id: u16,
+    pub answer: Option<Result<(), (ReasonCode, &'static str)>>,
 }
 
 pub(crate) struct Connection {
@@ -184,6 +212,15 @@ pub struct Broker {
     pub(crate) retained: retained::RetainedStore,
     pub(crate) groups: Slab<shared::SharedGroup>,
     pub(crate) groups_by_name: HashMap<(Box<str>, Box<str>), Key>,
+    pub(crate) channels: Vec<channel::Channel>,
+    pub(crate) claims: claims::Claims,
+    pub(crate) readers: Slab<channel::Reader>,
+    /// Storage requests in flight, by ticket.
+    pub(crate) pending: HashMap<u64, channel::Pending>,
+    pub(crate) next_ticket: u64,
+    pub(crate) id_generator: crate::store::MessageIdGenerator,
+    last_position_commit_ms: u64,
+    last_retention_sweep_ms: u64,
     next_assigned_id: u64,
     /// Reused by routing so that a publish allocates no match list.
     pub(crate) match_scratch: Vec<Subscriber>,
@@ -204,6 +241,19 @@ impl Broker {
             retained: retained::RetainedStore::new(settings.retained_max_bytes),
             groups: Slab::growable(u32::MAX as usize),
             groups_by_name: HashMap::new(),
+            channels: settings
+                .channels
+                .iter()
+                .cloned()
+                .map(channel::Channel::new)
+                .collect(),
+            claims: claims_for(&settings.channels),
+            readers: Slab::growable(u32::MAX as usize),
+            pending: HashMap::new(),
+            next_ticket: 0,
+            id_generator: crate::store::MessageIdGenerator::with_seed(settings.start_unix_ms),
+            last_position_commit_ms: 0,
+            last_retention_sweep_ms: 0,
             next_assigned_id: 0,
             match_scratch: Vec::new(),
             settings,
@@ -404,12 +454,27 @@ impl Broker {
         self.expire_sessions(now_ms, out);
         self.expire_held_publishes(now_ms);
         self.forget_full_budgets(now_ms);
+        if now_ms.saturating_sub(self.last_position_commit_ms)
+            >= self.settings.ack_commit_interval_ms
+        {
+            self.last_position_commit_ms = now_ms;
+            self.commit_positions(None, out);
+            // Readers whose storage read could not be queued try again.
+            for reader in self.readers.keys() {
+                self.pump_reader(reader, now_ms, out);
+            }
+        }
+        if now_ms.saturating_sub(self.last_retention_sweep_ms) >= RETENTION_SWEEP_MS {
+            self.last_retention_sweep_ms = now_ms;
+            self.sweep_retention(now_ms, out);
+        }
         self.retained.expire(self.unix_ms(now_ms));
         self.expire_group_backlogs(now_ms);
     }
 
     /// Says goodbye to every client as the broker stops.
     pub fn shutdown(&mut self, now_ms: u64, out: &mut impl Transport) {
+        self.commit_positions(None, out);
         for conn in self.connections.keys() {
             let active = self
                 .connections
@@ -514,4 +579,13 @@ impl Broker {
             .map(|s| &*s.client_id)
             .unwrap_or("-")
     }
+}
+
+/// The claims table for a channel list.
+fn claims_for(channels: &[ChannelSettings]) -> claims::Claims {
+    let list: Vec<(&str, &[String])> = channels
+        .iter()
+        .map(|c| (c.name.as_str(), c.filters.as_slice()))
+        .collect();
+    claims::Claims::new(&list)
 }

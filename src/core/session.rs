@@ -66,6 +66,8 @@ pub struct Delivery {
     pub subscription_ids: Vec<u32>,
     /// The shared group that handed it to this session, if one did.
     pub group: Option<Key>,
+    /// The channel reader and record offset it came from, if a channel's.
+    pub reader: Option<(Key, u64)>,
 }
 
 /// Where an outgoing QoS 1 or 2 exchange stands.
@@ -122,6 +124,8 @@ pub struct Session {
     /// A Will waiting out its delay after its connection ended, and when
     /// it is due.
     pub pending_will: Option<(Will, u64)>,
+    /// Its cursors into channels.
+    pub readers: Vec<Key>,
     /// True until the session's first connection is answered, so that its
     /// CONNACK says Session Present 0.
     pub is_new: bool,
@@ -143,6 +147,7 @@ impl Session {
             held_publishes: BTreeMap::new(),
             pending_will: None,
             is_new: true,
+            readers: Vec::new(),
         }
     }
 

@@ -235,6 +235,7 @@ impl Broker {
             retain: member.options.retain_as_published && message.retain,
             subscription_ids: member.subscription_id.into_iter().collect(),
             group: Some(group_key),
+            reader: None,
             message,
         };
         self.deliver(member.session, delivery, now_ms, out);

@@ -84,6 +84,12 @@ impl Broker {
                     let existed =
                         self.subscribe_one(session_key, filter, form, *options, subscription_id);
                     if let Form::Plain(filter) = form {
+                        // Every filter is recorded before any channel replays.
+                        let granted = SubscriptionOptions {
+                            qos: options.qos.min(QoS::ExactlyOnce),
+                            ..*options
+                        };
+                        self.subscribe_channels(session_key, filter, granted, subscription_id, out);
                         let wanted = match options.retain_handling {
                             RetainHandling::SendAlways => true,
                             RetainHandling::SendIfNew => !existed,
@@ -121,6 +127,7 @@ impl Broker {
             self.send_retained(session_key, &filter, options, subscription_id, now_ms, out);
         }
         self.drain_groups_of(session_key, now_ms, out);
+        self.pump_readers_of(session_key, now_ms, out);
     }
 
     pub(crate) fn session_of(&self, conn: Key) -> Option<Key> {
@@ -265,6 +272,7 @@ impl Broker {
                 retain: true,
                 subscription_ids: subscription_id.into_iter().collect(),
                 group: None,
+                reader: None,
                 message,
             };
             self.deliver(session_key, delivery, now_ms, out);
@@ -293,6 +301,7 @@ impl Broker {
                         Some(group) => self.leave_group(group, session_key),
                         None => {
                             self.index.remove(filter, Target::Session(session_key));
+                            self.unsubscribe_channels(session_key, filter);
                         }
                     }
                     ReasonCode::SUCCESS

@@ -6,6 +6,7 @@ use crate::codec::{
     Connack, Connect, PubAck, Publish, QoS, RetainHandling, Subscribe, SubscriptionOptions,
     Unsubscribe,
 };
+use crate::core::channel::{ChannelSettings, ChannelStart};
 
 #[derive(Default)]
 struct Recorder {
@@ -13,6 +14,8 @@ struct Recorder {
     closed: Vec<Key>,
     /// Connections whose buffer is full, so droppable packets are refused.
     full: Vec<Key>,
+    /// Storage requests, with their provider.
+    stored: Vec<(usize, StoreRequest)>,
 }
 
 impl Transport for Recorder {
@@ -32,6 +35,11 @@ impl Transport for Recorder {
 
     fn close(&mut self, conn: Key) {
         self.closed.push(conn);
+    }
+
+    fn store(&mut self, provider: usize, request: StoreRequest) -> bool {
+        self.stored.push((provider, request));
+        true
     }
 }
 
@@ -1378,4 +1386,376 @@ fn a_client_publish_may_not_carry_a_subscription_identifier() {
         disconnect_code(&h.out.take(client)),
         Some(ReasonCode::PROTOCOL_ERROR)
     );
+}
+
+// ---- append channels ------------------------------------------------------
+
+use crate::store::{self, Answer, Completion, MessageId, Outcome, Read, ReadBatch, Ticket, Write};
+
+fn events_channel(start: ChannelStart) -> Settings {
+    Settings {
+        channels: vec![ChannelSettings {
+            name: "events".into(),
+            filters: vec!["events/#".into()],
+            provider: 0,
+            start,
+            max_bytes: None,
+            retention_period_s: None,
+            retention_bytes: None,
+            next: 0,
+            floor: 0,
+        }],
+        ..Settings::default()
+    }
+}
+
+impl Harness {
+    fn stored(&mut self) -> Vec<StoreRequest> {
+        self.out
+            .stored
+            .drain(..)
+            .map(|(_, request)| request)
+            .collect()
+    }
+
+    fn complete(&mut self, ticket: u64, answer: Answer) {
+        let completion = Completion {
+            ticket: Ticket(ticket),
+            answer,
+        };
+        self.broker
+            .handle_store_completion(completion, self.now_ms, &mut self.out);
+    }
+
+    /// Answers every queued append as stored, at rising offsets from `first`.
+    fn commit_appends(&mut self, first: u64) -> Vec<store::Message> {
+        let mut stored = Vec::new();
+        let mut offset = first;
+        for request in self.stored() {
+            if let StoreRequest::Commit { ticket, writes } = request {
+                if let [Write::Append { message, .. }] = writes.as_slice() {
+                    stored.push(message.clone());
+                    self.complete(
+                        ticket,
+                        Answer::Committed(Ok(vec![Outcome::Appended { offset }])),
+                    );
+                    offset += 1;
+                }
+            }
+        }
+        stored
+    }
+}
+
+fn label<'a>(publish: &'a Publish, name: &str) -> Option<&'a str> {
+    publish
+        .properties
+        .user_properties
+        .iter()
+        .find(|(n, _)| n == name)
+        .map(|(_, v)| v.as_str())
+}
+
+#[test]
+fn a_channel_publish_is_acknowledged_only_once_stored_and_delivered_with_labels() {
+    let mut h = Harness::new(events_channel(ChannelStart::Tail));
+    let subscriber = h.connect("sub", ProtocolVersion::V5);
+    h.subscribe(subscriber, "events/#", qos(QoS::AtLeastOnce), None);
+    let publisher = h.connect("pub", ProtocolVersion::V5);
+    h.packet(
+        publisher,
+        Packet::Publish(publish_packet(
+            "events/door",
+            QoS::AtLeastOnce,
+            Some(4),
+            b"open",
+        )),
+    );
+    assert!(
+        h.out.take(publisher).is_empty(),
+        "no PUBACK before the commit"
+    );
+    assert!(
+        publishes(&h.out.take(subscriber)).is_empty(),
+        "no delivery before the commit"
+    );
+
+    let stored = h.commit_appends(0);
+    assert_eq!(stored.len(), 1);
+    assert_eq!(stored[0].topic, "events/door");
+    assert_eq!(stored[0].publisher.as_deref(), Some("pub"));
+    assert_eq!(
+        h.out.take(publisher),
+        vec![Packet::Puback(PubAck {
+            packet_id: 4,
+            ..PubAck::default()
+        })]
+    );
+    let received = h.out.take(subscriber);
+    let delivered = publishes(&received);
+    assert_eq!(delivered.len(), 1);
+    assert_eq!(label(delivered[0], "saguin-offset"), Some("0"));
+    assert!(
+        label(delivered[0], "saguin-id").is_some_and(|id| id.len() == 36),
+        "a UUID"
+    );
+    assert!(label(delivered[0], "saguin-timestamp").is_some());
+    assert!(!delivered[0].retain);
+}
+
+#[test]
+fn pubacks_keep_arrival_order_across_stored_and_broadcast_publishes() {
+    let mut h = Harness::new(events_channel(ChannelStart::Tail));
+    let publisher = h.connect("pub", ProtocolVersion::V5);
+    h.packet(
+        publisher,
+        Packet::Publish(publish_packet("events/a", QoS::AtLeastOnce, Some(1), b"x")),
+    );
+    h.packet(
+        publisher,
+        Packet::Publish(publish_packet("other", QoS::AtLeastOnce, Some(2), b"y")),
+    );
+    assert!(
+        h.out.take(publisher).is_empty(),
+        "the broadcast PUBACK waits behind the stored one"
+    );
+    h.commit_appends(0);
+    let ids: Vec<u16> = h
+        .out
+        .take(publisher)
+        .iter()
+        .filter_map(|p| {
+            if let Packet::Puback(a) = p {
+                Some(a.packet_id)
+            } else {
+                None
+            }
+        })
+        .collect();
+    assert_eq!(ids, vec![1, 2]);
+}
+
+#[test]
+fn a_full_channel_refuses_with_quota_exceeded_and_311_is_closed() {
+    let mut h = Harness::new(events_channel(ChannelStart::Tail));
+    let v5 = h.connect("five", ProtocolVersion::V5);
+    let v311 = h.connect("three", ProtocolVersion::V311);
+    h.packet(
+        v5,
+        Packet::Publish(publish_packet("events/a", QoS::AtLeastOnce, Some(1), b"x")),
+    );
+    h.packet(
+        v311,
+        Packet::Publish(publish_packet("events/a", QoS::AtLeastOnce, Some(1), b"x")),
+    );
+    for request in h.stored() {
+        if let StoreRequest::Commit { ticket, .. } = request {
+            let refused = Outcome::Refused(store::Refusal::ChannelFull);
+            h.complete(ticket, Answer::Committed(Ok(vec![refused])));
+        }
+    }
+    match h.out.take(v5).as_slice() {
+        [Packet::Puback(ack)] => assert_eq!(ack.reason_code, ReasonCode::QUOTA_EXCEEDED),
+        other => panic!("expected PUBACK 0x97, got {other:?}"),
+    }
+    assert!(h.out.take(v311).is_empty());
+    assert!(
+        !h.broker.is_open(v311),
+        "3.1.1 cannot be told: closed, never acknowledged"
+    );
+}
+
+#[test]
+fn a_storage_failure_is_answered_0x83() {
+    let mut h = Harness::new(events_channel(ChannelStart::Tail));
+    let publisher = h.connect("pub", ProtocolVersion::V5);
+    h.packet(
+        publisher,
+        Packet::Publish(publish_packet("events/a", QoS::AtLeastOnce, Some(1), b"x")),
+    );
+    let ticket = match h.stored().as_slice() {
+        [StoreRequest::Commit { ticket, .. }] => *ticket,
+        other => panic!("expected one commit, got {other:?}"),
+    };
+    let error = store::StoreError::Invalid("disk gone".into());
+    h.complete(ticket, Answer::Committed(Err(error)));
+    match h.out.take(publisher).as_slice() {
+        [Packet::Puback(ack)] => {
+            assert_eq!(ack.reason_code, ReasonCode::IMPLEMENTATION_SPECIFIC_ERROR)
+        }
+        other => panic!("expected PUBACK 0x83, got {other:?}"),
+    }
+}
+
+fn stored_record(offset: u64, topic: &str, payload: &[u8]) -> store::Record {
+    store::Record {
+        offset,
+        message: store::Message {
+            id: MessageId::Text(format!("id-{offset}")),
+            received_at_ms: 1,
+            topic: topic.into(),
+            payload: payload.to_vec(),
+            user_properties: vec![],
+            payload_format_indicator: None,
+            message_expiry_interval_s: None,
+            content_type: None,
+            response_topic: None,
+            correlation_data: None,
+            publisher: None,
+            qos: 1,
+            retain: false,
+        },
+    }
+}
+
+#[test]
+fn a_durable_consumer_resumes_from_its_stored_position_and_stores_it_as_it_acknowledges() {
+    let mut settings = events_channel(ChannelStart::Floor);
+    settings.channels[0].next = 10;
+    let mut h = Harness::new(settings);
+    let mut connect = connect_packet("consumer", ProtocolVersion::V5);
+    connect.clean_start = false;
+    connect.properties.session_expiry_interval_s = Some(3600);
+    let (consumer, _) = h.connect_with(connect);
+    h.subscribe(consumer, "events/#", qos(QoS::AtLeastOnce), None);
+
+    // The stored position is asked for, then the records from it.
+    let ticket = match h.stored().as_slice() {
+        [StoreRequest::Position {
+            ticket,
+            channel,
+            reader,
+        }] => {
+            assert_eq!((channel.as_str(), reader.as_str()), ("events", "consumer"));
+            *ticket
+        }
+        other => panic!("expected a position read, got {other:?}"),
+    };
+    h.complete(ticket, Answer::Position(Ok(Some(7))));
+    let ticket = match h.stored().as_slice() {
+        [StoreRequest::Read {
+            ticket,
+            from_offset: 7,
+            ..
+        }] => *ticket,
+        other => panic!("expected a read from 7, got {other:?}"),
+    };
+    let records = (7..10)
+        .map(|o| stored_record(o, "events/x", &[o as u8]))
+        .collect();
+    h.complete(
+        ticket,
+        Answer::Read(Ok(Read::Records(ReadBatch {
+            floor: 0,
+            next: 10,
+            records,
+        }))),
+    );
+    let received = h.out.take(consumer);
+    let delivered = publishes(&received);
+    let offsets: Vec<&str> = delivered
+        .iter()
+        .filter_map(|p| label(p, "saguin-offset"))
+        .collect();
+    assert_eq!(offsets, vec!["7", "8", "9"]);
+    assert_eq!(label(delivered[0], "saguin-id"), Some("id-7"));
+
+    // Acknowledging 7 and 8 moves the stored position to 9 at the next commit.
+    for publish in &delivered[..2] {
+        let packet_id = publish.packet_id.unwrap();
+        h.packet(
+            consumer,
+            Packet::Puback(PubAck {
+                packet_id,
+                ..PubAck::default()
+            }),
+        );
+    }
+    h.advance(300);
+    let positions: Vec<u64> = h
+        .stored()
+        .into_iter()
+        .flat_map(|r| match r {
+            StoreRequest::Commit { writes, .. } => writes,
+            _ => vec![],
+        })
+        .filter_map(|w| {
+            if let Write::SetPosition { offset, .. } = w {
+                Some(offset)
+            } else {
+                None
+            }
+        })
+        .collect();
+    assert_eq!(positions, vec![9]);
+}
+
+#[test]
+fn a_reader_with_no_position_starts_where_the_channel_says() {
+    for (start, expected_from) in [(ChannelStart::Floor, 3u64), (ChannelStart::Tail, 10)] {
+        let mut settings = events_channel(start);
+        settings.channels[0].next = 10;
+        settings.channels[0].floor = 3;
+        let mut h = Harness::new(settings);
+        let consumer = h.connect("clean", ProtocolVersion::V5);
+        h.subscribe(consumer, "events/#", qos(QoS::AtLeastOnce), None);
+        let reads: Vec<u64> = h
+            .stored()
+            .into_iter()
+            .filter_map(|r| {
+                if let StoreRequest::Read { from_offset, .. } = r {
+                    Some(from_offset)
+                } else {
+                    None
+                }
+            })
+            .collect();
+        match start {
+            ChannelStart::Floor => assert_eq!(reads, vec![expected_from]),
+            ChannelStart::Tail => assert!(reads.is_empty(), "nothing to read at the tail"),
+        }
+    }
+}
+
+#[test]
+fn a_record_larger_than_the_subscribers_maximum_packet_size_disconnects_it() {
+    let mut h = Harness::new(events_channel(ChannelStart::Tail));
+    let mut connect = connect_packet("small", ProtocolVersion::V5);
+    connect.properties.maximum_packet_size = Some(64);
+    let (subscriber, _) = h.connect_with(connect);
+    h.subscribe(subscriber, "events/#", qos(QoS::AtLeastOnce), None);
+    let publisher = h.connect("pub", ProtocolVersion::V5);
+    h.packet(
+        publisher,
+        Packet::Publish(publish_packet("events/a", QoS::AtMostOnce, None, &[0; 200])),
+    );
+    h.commit_appends(0);
+    assert_eq!(
+        disconnect_code(&h.out.take(subscriber)),
+        Some(ReasonCode::PACKET_TOO_LARGE)
+    );
+}
+
+#[test]
+fn a_filter_reaching_a_channel_and_broadcast_gets_both() {
+    let mut h = Harness::new(events_channel(ChannelStart::Tail));
+    let subscriber = h.connect("sub", ProtocolVersion::V5);
+    h.subscribe(subscriber, "#", qos(QoS::AtMostOnce), None);
+    let publisher = h.connect("pub", ProtocolVersion::V5);
+    h.packet(
+        publisher,
+        Packet::Publish(publish_packet("events/a", QoS::AtMostOnce, None, b"stored")),
+    );
+    h.packet(
+        publisher,
+        Packet::Publish(publish_packet("plain", QoS::AtMostOnce, None, b"broadcast")),
+    );
+    h.commit_appends(0);
+    let received = h.out.take(subscriber);
+    let mut payloads: Vec<&[u8]> = publishes(&received)
+        .iter()
+        .map(|p| p.payload.as_slice())
+        .collect();
+    payloads.sort();
+    assert_eq!(payloads, vec![&b"broadcast"[..], &b"stored"[..]]);
 }

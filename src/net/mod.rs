@@ -3,6 +3,7 @@
 
 mod connection;
 mod outbox;
+mod storage;
 
 use std::cell::RefCell;
 use std::io;
@@ -103,7 +104,9 @@ pub fn run(config: Config) -> io::Result<()> {
 }
 
 async fn serve(executor: &'static LocalExecutor<'static>, config: Config) -> io::Result<()> {
-    let settings = settings_from_config(&config);
+    let (storage, channels, completions) = storage::start(&config)?;
+    let mut settings = settings_from_config(&config);
+    settings.channels = channels;
     let limits = config.broker.limits.clone();
     let per_connection_bytes = worst_case_connection_bytes(&settings);
     log::info!(
@@ -140,11 +143,13 @@ async fn serve(executor: &'static LocalExecutor<'static>, config: Config) -> io:
         None => None,
     };
 
+    let mut outboxes = Outboxes::new(
+        settings.max_connections as usize,
+        settings.session_queue_bytes as usize,
+    );
+    outboxes.storage = storage.handles.clone();
     let shared: SharedRef = Rc::new(RefCell::new(Shared {
-        outboxes: Outboxes::new(
-            settings.max_connections as usize,
-            settings.session_queue_bytes as usize,
-        ),
+        outboxes,
         broker: Broker::new(settings),
         started: Instant::now(),
         overflow_in_use: 0,
@@ -162,6 +167,7 @@ async fn serve(executor: &'static LocalExecutor<'static>, config: Config) -> io:
         tasks.push(executor.spawn(accept));
     }
     tasks.push(executor.spawn(tick_loop(shared.clone())));
+    tasks.push(executor.spawn(completion_loop(shared.clone(), completions)));
 
     let mut signals = signals;
     if let Some(Ok(signal)) = signals.next().await {
@@ -169,6 +175,9 @@ async fn serve(executor: &'static LocalExecutor<'static>, config: Config) -> io:
     }
     drop(tasks);
     shutdown(&shared).await;
+    // Queued writes, the positions just committed among them, land before
+    // the threads stop.
+    storage.shutdown();
     log::info!("stopped");
     Ok(())
 }
@@ -226,6 +235,21 @@ async fn accept_loop(
             // No place even to say so: closed with nothing read or written.
             None => drop(stream),
         }
+    }
+}
+
+/// Hands each storage answer to the core.
+async fn completion_loop(
+    shared: SharedRef,
+    completions: smol::channel::Receiver<(usize, crate::store::Completion)>,
+) {
+    while let Ok((_provider, completion)) = completions.recv().await {
+        let mut guard = shared.borrow_mut();
+        let state = &mut *guard;
+        let now_ms = state.now_ms();
+        state
+            .broker
+            .handle_store_completion(completion, now_ms, &mut state.outboxes);
     }
 }
 

@@ -7,7 +7,8 @@ use std::rc::Rc;
 use std::task::{Poll, Waker};
 
 use crate::codec::{encode, Packet, ProtocolVersion};
-use crate::core::{Key, Transport};
+use crate::core::{Key, StoreRequest, Transport};
+use crate::store::{StorageHandle, Ticket};
 
 #[derive(Default)]
 pub struct OutboxState {
@@ -73,11 +74,14 @@ pub async fn reader_may_continue(outbox: &Outbox, drained_below: Option<usize>) 
     .await
 }
 
-/// The connections' outboxes, indexed as the core's connection table is.
+/// The connections' outboxes, indexed as the core's connection table is,
+/// and the storage threads: everything the core's answers go out through.
 pub struct Outboxes {
     entries: Vec<Option<(Key, Outbox)>>,
     /// Unwritten bytes past which a droppable packet is shed.
     pub droppable_limit_bytes: usize,
+    /// One per provider, in configuration order.
+    pub storage: Vec<StorageHandle>,
 }
 
 impl Outboxes {
@@ -87,6 +91,7 @@ impl Outboxes {
         Outboxes {
             entries,
             droppable_limit_bytes,
+            storage: Vec::new(),
         }
     }
 
@@ -136,6 +141,27 @@ impl Transport for Outboxes {
         encode(packet, version, &mut state.bytes);
         state.wake_writer();
         true
+    }
+
+    fn store(&mut self, provider: usize, request: StoreRequest) -> bool {
+        let Some(handle) = self.storage.get(provider) else {
+            return false;
+        };
+        let submitted = match request {
+            StoreRequest::Commit { ticket, writes } => handle.try_commit(Ticket(ticket), writes),
+            StoreRequest::Read {
+                ticket,
+                channel,
+                from_offset,
+                limit,
+            } => handle.try_read(Ticket(ticket), channel, from_offset, limit),
+            StoreRequest::Position {
+                ticket,
+                channel,
+                reader,
+            } => handle.try_position(Ticket(ticket), channel, reader),
+        };
+        submitted.is_ok()
     }
 
     fn close(&mut self, conn: Key) {

@@ -1,0 +1,1120 @@
+//! `append` channels in the core: a publish becomes a record once its
+//! provider has committed it, and each subscribed session reads the channel
+//! through a cursor of its own.
+//!
+//! The core never touches a provider. It asks through
+//! [`Transport::store`](super::Transport::store) and is answered through
+//! [`Broker::handle_store_completion`], so a commit (an fsync) never runs on
+//! the thread that serves connections.
+
+use std::collections::{BTreeSet, HashMap, VecDeque};
+use std::rc::Rc;
+
+use super::delivery::outgoing_publish;
+use super::session::{Delivery, Message};
+use super::{Broker, Key, Transport};
+use crate::codec::{
+    encoded_len, topic, Packet, Properties, QoS, ReasonCode, RetainHandling, SubscriptionOptions,
+};
+use crate::store::{
+    self, Answer, Completion, MessageId, Outcome, Read, ReadLimit, TrimRule, Write,
+};
+
+/// Where a reader with no stored position starts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ChannelStart {
+    /// Everything the channel still holds.
+    Floor,
+    /// Only what arrives next.
+    Tail,
+}
+
+/// One `append` channel as the core needs it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ChannelSettings {
+    pub name: String,
+    /// The filters it claims, `{a,b}` already expanded.
+    pub filters: Vec<String>,
+    /// Index of its provider in the shell's provider list.
+    pub provider: usize,
+    pub start: ChannelStart,
+    pub max_bytes: Option<u64>,
+    pub retention_period_s: Option<u64>,
+    pub retention_bytes: Option<u64>,
+    /// `next` and `floor` as the provider held them at startup.
+    pub next: u64,
+    pub floor: u64,
+}
+
+/// What the core asks of a provider's storage thread.
+#[derive(Debug, Clone, PartialEq)]
+pub enum StoreRequest {
+    Commit {
+        ticket: u64,
+        writes: Vec<Write>,
+    },
+    Read {
+        ticket: u64,
+        channel: String,
+        from_offset: u64,
+        limit: ReadLimit,
+    },
+    Position {
+        ticket: u64,
+        channel: String,
+        reader: String,
+    },
+}
+
+/// Records a reader is handed per storage read: enough to fill a window,
+/// few enough that one consumer catching up never holds the others.
+const READ_BATCH_RECORDS: u32 = 64;
+/// Recent records a channel keeps in memory, so that live readers are
+/// served without a storage read.
+const TAIL_CACHE_BYTES: u64 = 256 * 1024;
+/// Records removed per trim write, so a sweep never holds the storage
+/// thread for long.
+const TRIM_BATCH_RECORDS: u32 = 1_000;
+
+pub(crate) struct Channel {
+    pub settings: ChannelSettings,
+    pub next: u64,
+    pub floor: u64,
+    /// The newest records, oldest first, for live readers.
+    tail: VecDeque<(u64, Rc<Message>)>,
+    tail_bytes: u64,
+    pub readers: Vec<Key>,
+    /// A retention trim is in flight.
+    trimming: bool,
+}
+
+impl Channel {
+    pub fn new(settings: ChannelSettings) -> Channel {
+        Channel {
+            next: settings.next,
+            floor: settings.floor,
+            settings,
+            tail: VecDeque::new(),
+            tail_bytes: 0,
+            readers: Vec::new(),
+            trimming: false,
+        }
+    }
+
+    fn cache(&mut self, offset: u64, message: Rc<Message>) {
+        self.tail_bytes += message.cost_bytes();
+        self.tail.push_back((offset, message));
+        while self.tail_bytes > TAIL_CACHE_BYTES && self.tail.len() > 1 {
+            let (_, old) = self.tail.pop_front().expect("more than one");
+            self.tail_bytes -= old.cost_bytes();
+        }
+    }
+
+    fn cached(&self, offset: u64) -> Option<&Rc<Message>> {
+        let (first, _) = self.tail.front()?;
+        let index = offset.checked_sub(*first)?;
+        self.tail.get(usize::try_from(index).ok()?).map(|(_, m)| m)
+    }
+}
+
+/// One session's cursor into one channel.
+pub(crate) struct Reader {
+    pub session: Key,
+    pub channel: usize,
+    /// The session's filters that reach this channel.
+    pub filters: Vec<(Box<str>, SubscriptionOptions, Option<u32>)>,
+    /// False until the stored position, if any, has been read.
+    ready: bool,
+    /// The next offset to consider sending.
+    next_offset: u64,
+    /// Offsets on the wire and not yet acknowledged.
+    unacked: BTreeSet<u64>,
+    /// Records read from storage and not yet served.
+    buffer: VecDeque<(u64, Rc<Message>)>,
+    reading: bool,
+    /// The position changed since it was last stored.
+    dirty: bool,
+    /// Asked for with Retain Handling 2: start at the head, whatever is stored.
+    from_head: bool,
+}
+
+impl Reader {
+    /// Where a reconnecting consumer resumes: the lowest unacknowledged
+    /// offset, or the next one to send when nothing is on the wire.
+    pub fn position(&self) -> u64 {
+        self.unacked.first().copied().unwrap_or(self.next_offset)
+    }
+}
+
+/// What a storage request was for, so its completion can be answered.
+pub(crate) enum Pending {
+    /// A publish waiting for its record to be committed.
+    Publish {
+        conn: Key,
+        /// The PUBACK slot of a QoS 1 publish, or the packet id of a released
+        /// QoS 2 one awaiting its PUBCOMP.
+        ack: PendingAck,
+        channel: usize,
+        message: Message,
+        id: MessageId,
+    },
+    /// A Will, or another publish with nobody to answer.
+    Unanswered {
+        channel: usize,
+        message: Message,
+        id: MessageId,
+    },
+    Read {
+        reader: Key,
+    },
+    Position {
+        reader: Key,
+    },
+    Positions,
+    Trim {
+        channel: usize,
+    },
+}
+
+pub(crate) enum PendingAck {
+    None,
+    Puback { slot: u64 },
+    Pubcomp { packet_id: u16 },
+}
+
+impl Broker {
+    pub(crate) fn next_ticket(&mut self) -> u64 {
+        self.next_ticket += 1;
+        self.next_ticket
+    }
+
+    /// The channel that holds `topic`, if one does.
+    pub(crate) fn channel_for(&self, topic: &str) -> Option<usize> {
+        self.claims.channel_for_topic(topic)
+    }
+
+    /// Asks a channel's provider to store `message`. Gives the message back
+    /// when the storage thread cannot take the request (it is behind, or
+    /// stopped).
+    pub(crate) fn store_publish(
+        &mut self,
+        channel: usize,
+        message: Message,
+        conn: Option<(Key, PendingAck)>,
+        out: &mut impl Transport,
+    ) -> Result<(), Box<Message>> {
+        let id = publisher_id(&message)
+            .unwrap_or_else(|| self.id_generator.next_id(message.received_at_unix_ms));
+        let stored = to_stored(&message, &id);
+        let settings = &self.channels[channel].settings;
+        let write = Write::Append {
+            channel: settings.name.clone(),
+            message: stored,
+            channel_max_bytes: settings.max_bytes,
+        };
+        let provider = settings.provider;
+        let ticket = self.next_ticket();
+        if !out.store(
+            provider,
+            StoreRequest::Commit {
+                ticket,
+                writes: vec![write],
+            },
+        ) {
+            return Err(Box::new(message));
+        }
+        let pending = match conn {
+            Some((conn, ack)) => Pending::Publish {
+                conn,
+                ack,
+                channel,
+                message,
+                id,
+            },
+            None => Pending::Unanswered {
+                channel,
+                message,
+                id,
+            },
+        };
+        self.pending.insert(ticket, pending);
+        Ok(())
+    }
+
+    /// A storage thread answered.
+    pub fn handle_store_completion(
+        &mut self,
+        completion: Completion,
+        now_ms: u64,
+        out: &mut impl Transport,
+    ) {
+        let Some(pending) = self.pending.remove(&completion.ticket.0) else {
+            return;
+        };
+        match (pending, completion.answer) {
+            (
+                Pending::Publish {
+                    conn,
+                    ack,
+                    channel,
+                    message,
+                    id,
+                },
+                Answer::Committed(result),
+            ) => match commit_answer(result) {
+                Ok(offset) => {
+                    self.record_committed(channel, message, &id, offset, now_ms, out);
+                    self.answer_publish(conn, ack, Ok(()), now_ms, out);
+                }
+                Err(refusal) => {
+                    if let PendingAck::Pubcomp { packet_id } = ack {
+                        self.hold_again(conn, packet_id, message, now_ms);
+                    }
+                    self.answer_publish(conn, ack, Err(refusal), now_ms, out);
+                }
+            },
+            (
+                Pending::Unanswered {
+                    channel,
+                    message,
+                    id,
+                },
+                Answer::Committed(result),
+            ) => match commit_answer(result) {
+                Ok(offset) => self.record_committed(channel, message, &id, offset, now_ms, out),
+                Err((_, reason)) => {
+                    log::warn!(
+                        "a message for channel {} was not stored: {reason}",
+                        self.channels[channel].settings.name
+                    )
+                }
+            },
+            (Pending::Read { reader }, Answer::Read(result)) => {
+                self.read_completed(reader, result, now_ms, out)
+            }
+            (Pending::Position { reader }, Answer::Position(result)) => {
+                self.position_loaded(reader, result, now_ms, out)
+            }
+            (Pending::Positions, Answer::Committed(result)) => {
+                if let Err(error) = result {
+                    log::warn!(
+                        "consumer positions were not stored: {error}; they are written again"
+                    );
+                    self.mark_all_readers_dirty();
+                }
+            }
+            (Pending::Trim { channel }, Answer::Committed(result)) => {
+                self.trim_completed(channel, result, now_ms, out)
+            }
+            (_, answer) => log::error!("a storage answer did not match its request: {answer:?}"),
+        }
+    }
+
+    /// A record was committed at `offset`: the channel moves on and its
+    /// readers are served.
+    fn record_committed(
+        &mut self,
+        channel: usize,
+        message: Message,
+        id: &MessageId,
+        offset: u64,
+        now_ms: u64,
+        out: &mut impl Transport,
+    ) {
+        let labelled = Rc::new(labelled(message, id, offset));
+        let ch = &mut self.channels[channel];
+        ch.next = ch.next.max(offset + 1);
+        ch.cache(offset, labelled);
+        for reader in ch.readers.clone() {
+            self.pump_reader(reader, now_ms, out);
+        }
+    }
+
+    /// Tells a publisher how its stored publish went: its PUBACK in order,
+    /// or, for an exactly-once release, its PUBCOMP - or a DISCONNECT with
+    /// the message still held, to be released again on the next connection.
+    fn answer_publish(
+        &mut self,
+        conn: Key,
+        ack: PendingAck,
+        answer: Result<(), Refusal>,
+        now_ms: u64,
+        out: &mut impl Transport,
+    ) {
+        match (ack, answer) {
+            (PendingAck::None, Ok(())) => {}
+            (PendingAck::None, Err((_, reason))) => {
+                self.stats.publishes_refused += 1;
+                log::warn!(
+                    "a QoS 0 publish from {} was not stored: {reason}",
+                    self.client_id_of(conn)
+                );
+            }
+            (PendingAck::Puback { slot }, answer) => {
+                if let Err((_, reason)) = answer {
+                    self.stats.publishes_refused += 1;
+                    log::warn!(
+                        "refusing a publish from {}: {reason}",
+                        self.client_id_of(conn)
+                    );
+                }
+                self.complete_puback(conn, slot, answer, now_ms, out);
+            }
+            (PendingAck::Pubcomp { packet_id }, Ok(())) => {
+                self.send(
+                    conn,
+                    &Packet::Pubcomp(crate::codec::PubAck {
+                        packet_id,
+                        ..Default::default()
+                    }),
+                    out,
+                );
+            }
+            (PendingAck::Pubcomp { .. }, Err(refusal)) => {
+                self.end_connection(conn, Some(refusal), true, now_ms, out)
+            }
+        }
+    }
+
+    /// Puts a released exactly-once publish whose record was refused back
+    /// among the session's held ones.
+    pub(crate) fn hold_again(&mut self, conn: Key, packet_id: u16, message: Message, now_ms: u64) {
+        let Some(session_key) = self.session_of(conn) else {
+            return;
+        };
+        if let Some(session) = self.sessions.get_mut(session_key) {
+            let held = super::session::HeldPublish {
+                message,
+                received_at_ms: now_ms,
+            };
+            session.held_publishes.insert(packet_id, held);
+        }
+    }
+
+    /// Adds `filter` to the session's reader of every channel it reaches,
+    /// making readers as needed. Returns the readers made.
+    pub(crate) fn subscribe_channels(
+        &mut self,
+        session_key: Key,
+        filter: &str,
+        options: SubscriptionOptions,
+        subscription_id: Option<u32>,
+        out: &mut impl Transport,
+    ) -> Vec<Key> {
+        let mut made = Vec::new();
+        for channel in self.claims.channels_reached_by(filter) {
+            let existing = self.channels[channel].readers.iter().copied().find(|&r| {
+                self.readers
+                    .get(r)
+                    .is_some_and(|r| r.session == session_key)
+            });
+            let reader_key = match existing {
+                Some(key) => key,
+                None => {
+                    let key = self.readers.insert_with(|_| Reader {
+                        session: session_key,
+                        channel,
+                        filters: Vec::new(),
+                        ready: false,
+                        next_offset: 0,
+                        unacked: BTreeSet::new(),
+                        buffer: VecDeque::new(),
+                        reading: false,
+                        dirty: false,
+                        from_head: false,
+                    });
+                    let key = key.expect("readers are bounded by subscriptions");
+                    self.channels[channel].readers.push(key);
+                    if let Some(session) = self.sessions.get_mut(session_key) {
+                        session.readers.push(key);
+                    }
+                    made.push(key);
+                    key
+                }
+            };
+            let reader = self
+                .readers
+                .get_mut(reader_key)
+                .expect("found or made above");
+            match reader.filters.iter_mut().find(|(f, _, _)| **f == *filter) {
+                Some(entry) => *entry = (filter.into(), options, subscription_id),
+                None => reader
+                    .filters
+                    .push((filter.into(), options, subscription_id)),
+            }
+            if options.retain_handling == RetainHandling::DoNotSend && made.contains(&reader_key) {
+                reader.from_head = true;
+            }
+        }
+        for &reader in &made {
+            self.load_position(reader, out);
+        }
+        made
+    }
+
+    /// Asks the provider for a new reader's stored position. A session that
+    /// ends with its connection has none and starts where the channel says.
+    fn load_position(&mut self, reader_key: Key, out: &mut impl Transport) {
+        let Some(reader) = self.readers.get(reader_key) else {
+            return;
+        };
+        let durable = self
+            .sessions
+            .get(reader.session)
+            .is_some_and(|s| s.expiry_interval_s > 0);
+        let channel = &self.channels[reader.channel];
+        if !durable {
+            let start = start_offset(channel, reader.from_head);
+            let reader = self.readers.get_mut(reader_key).expect("checked above");
+            reader.next_offset = start;
+            reader.ready = true;
+            return;
+        }
+        let client_id = self
+            .sessions
+            .get(reader.session)
+            .map(|s| s.client_id.to_string())
+            .unwrap_or_default();
+        let request_channel = channel.settings.name.clone();
+        let provider = channel.settings.provider;
+        let ticket = self.next_ticket();
+        let request = StoreRequest::Position {
+            ticket,
+            channel: request_channel,
+            reader: client_id,
+        };
+        if out.store(provider, request) {
+            self.pending
+                .insert(ticket, Pending::Position { reader: reader_key });
+        } else {
+            // Storage is behind: start as a reader with no position would,
+            // and say so, rather than wait on nothing.
+            log::warn!("could not read a stored position; starting where the channel says");
+            let start = start_offset(
+                &self.channels[self.readers.get(reader_key).expect("checked").channel],
+                false,
+            );
+            let reader = self.readers.get_mut(reader_key).expect("checked above");
+            reader.next_offset = start;
+            reader.ready = true;
+        }
+    }
+
+    fn position_loaded(
+        &mut self,
+        reader_key: Key,
+        result: Result<Option<u64>, store::StoreError>,
+        now_ms: u64,
+        out: &mut impl Transport,
+    ) {
+        let Some(reader) = self.readers.get(reader_key) else {
+            return;
+        };
+        let channel = &self.channels[reader.channel];
+        let start = match result {
+            Ok(Some(_)) if reader.from_head => start_offset(channel, true),
+            Ok(Some(position)) if position < channel.floor => {
+                // Invariant 1: the gap is said, never served in silence.
+                log::warn!(
+                    "consumer {} of channel {}: its position {position} is below the floor {}; it starts again where the channel says",
+                    self.sessions.get(reader.session).map(|s| &*s.client_id).unwrap_or("-"),
+                    channel.settings.name,
+                    channel.floor
+                );
+                start_offset(channel, false)
+            }
+            Ok(Some(position)) => position.min(channel.next),
+            Ok(None) => start_offset(channel, reader.from_head),
+            Err(error) => {
+                log::warn!(
+                    "reading a stored position failed: {error}; starting where the channel says"
+                );
+                start_offset(channel, reader.from_head)
+            }
+        };
+        let from_head = reader.from_head;
+        let reader = self.readers.get_mut(reader_key).expect("checked above");
+        reader.next_offset = start;
+        reader.ready = true;
+        // Retain Handling 2 commits the head, dropping the backlog.
+        reader.dirty = from_head;
+        self.pump_reader(reader_key, now_ms, out);
+    }
+
+    /// Sends the reader's next records while its session has room on the
+    /// wire. A channel's record is never dropped for want of room: it waits
+    /// in the channel, and the cursor waits with it.
+    pub(crate) fn pump_reader(&mut self, reader_key: Key, now_ms: u64, out: &mut impl Transport) {
+        loop {
+            let Some(reader) = self.readers.get(reader_key) else {
+                return;
+            };
+            if !reader.ready || !self.session_has_room(reader.session) {
+                return;
+            }
+            let channel = &self.channels[reader.channel];
+            let offset = reader.next_offset;
+            if offset >= channel.next {
+                return;
+            }
+            if offset < channel.floor {
+                log::warn!(
+                    "a reader of channel {} fell below the floor {}: records {offset}..{} were removed by retention",
+                    channel.settings.name,
+                    channel.floor,
+                    channel.floor
+                );
+                let floor = channel.floor;
+                let reader = self.readers.get_mut(reader_key).expect("checked above");
+                reader.next_offset = floor;
+                reader.buffer.clear();
+                continue;
+            }
+            let record = match reader.buffer.front() {
+                Some((buffered, message)) if *buffered == offset => Some(Rc::clone(message)),
+                _ => channel.cached(offset).cloned(),
+            };
+            let Some(message) = record else {
+                self.request_read(reader_key, out);
+                return;
+            };
+            let reader = self.readers.get_mut(reader_key).expect("checked above");
+            if reader.buffer.front().is_some_and(|(o, _)| *o == offset) {
+                reader.buffer.pop_front();
+            }
+            reader.next_offset = offset + 1;
+            reader.dirty = true;
+            let Some(delivery) = delivery_for(reader_key, reader, &message, offset) else {
+                // None of this session's filters matches: stepped over.
+                continue;
+            };
+            let (session, qos) = (reader.session, delivery.qos);
+            if qos != QoS::AtMostOnce {
+                reader.unacked.insert(offset);
+            }
+            if !self.deliver_record(session, delivery, now_ms, out) {
+                // Not sent: the cursor stays on this record.
+                if let Some(reader) = self.readers.get_mut(reader_key) {
+                    reader.next_offset = offset;
+                    reader.unacked.remove(&offset);
+                }
+                return;
+            }
+        }
+    }
+
+    /// Hands one record to its session. A record too large for the client
+    /// ends the connection (0x95) rather than being skipped, which would
+    /// let the consumer believe it had everything; QoS 0 goes straight to
+    /// the socket, and waits in the channel while the connection's buffer
+    /// is full. Returns whether the record left the channel's hands.
+    fn deliver_record(
+        &mut self,
+        session_key: Key,
+        delivery: Delivery,
+        now_ms: u64,
+        out: &mut impl Transport,
+    ) -> bool {
+        let Some(conn) = self.sessions.get(session_key).and_then(|s| s.connection) else {
+            return false;
+        };
+        let Some(active) = self.connections.get(conn).and_then(|c| c.active.as_ref()) else {
+            return false;
+        };
+        let (version, max_packet_size) = (active.version, active.client_max_packet_size);
+        let Ok(remaining_expiry_s) = delivery.message.remaining_expiry_s(self.unix_ms(now_ms))
+        else {
+            // An expired record is still the channel's; this delivery of it
+            // is simply not made.
+            self.stats.deliveries_expired += 1;
+            return true;
+        };
+        let packet_id = (delivery.qos != QoS::AtMostOnce).then_some(1);
+        let packet = Packet::Publish(outgoing_publish(&delivery, packet_id, remaining_expiry_s));
+        if encoded_len(&packet, version) > max_packet_size as usize {
+            let reason = (
+                ReasonCode::PACKET_TOO_LARGE,
+                "a channel record is larger than your Maximum Packet Size",
+            );
+            self.end_connection(conn, Some(reason), true, now_ms, out);
+            return false;
+        }
+        if delivery.qos != QoS::AtMostOnce {
+            self.deliver(session_key, delivery, now_ms, out);
+            return true;
+        }
+        let sent = out.send(conn, version, &packet, true);
+        if sent {
+            self.stats.deliveries_sent += 1;
+        }
+        sent
+    }
+
+    /// Whether a session can put one more delivery on the wire now.
+    fn session_has_room(&self, session_key: Key) -> bool {
+        let Some(session) = self.sessions.get(session_key) else {
+            return false;
+        };
+        let Some(active) = session
+            .connection
+            .and_then(|c| self.connections.get(c))
+            .and_then(|c| c.active.as_ref())
+        else {
+            return false;
+        };
+        session.waiting.is_empty()
+            && session.inflight.len() < usize::from(active.client_receive_maximum)
+            && session.inflight_bytes < self.settings.session_queue_bytes / 2
+    }
+
+    fn request_read(&mut self, reader_key: Key, out: &mut impl Transport) {
+        let Some(reader) = self.readers.get(reader_key) else {
+            return;
+        };
+        if reader.reading {
+            return;
+        }
+        let channel = &self.channels[reader.channel];
+        let limit = ReadLimit {
+            max_records: READ_BATCH_RECORDS,
+            max_bytes: self.settings.session_queue_bytes / 2,
+        };
+        let request_channel = channel.settings.name.clone();
+        let provider = channel.settings.provider;
+        let from_offset = reader.next_offset;
+        let ticket = self.next_ticket();
+        let request = StoreRequest::Read {
+            ticket,
+            channel: request_channel,
+            from_offset,
+            limit,
+        };
+        if out.store(provider, request) {
+            self.pending
+                .insert(ticket, Pending::Read { reader: reader_key });
+            self.readers
+                .get_mut(reader_key)
+                .expect("checked above")
+                .reading = true;
+        }
+        // A busy storage thread is asked again at the next tick.
+    }
+
+    fn read_completed(
+        &mut self,
+        reader_key: Key,
+        result: Result<Read, store::StoreError>,
+        now_ms: u64,
+        out: &mut impl Transport,
+    ) {
+        let Some(reader) = self.readers.get_mut(reader_key) else {
+            return;
+        };
+        reader.reading = false;
+        match result {
+            Ok(Read::Records(batch)) => {
+                reader.buffer = batch
+                    .records
+                    .into_iter()
+                    .map(|record| {
+                        let message = from_stored(&record.message);
+                        (
+                            record.offset,
+                            Rc::new(labelled(message, &record.message.id, record.offset)),
+                        )
+                    })
+                    .collect();
+                let channel = &mut self.channels[reader.channel];
+                channel.floor = channel.floor.max(batch.floor);
+                channel.next = channel.next.max(batch.next);
+            }
+            Ok(Read::BelowFloor { floor }) => {
+                let channel = &mut self.channels[reader.channel];
+                channel.floor = channel.floor.max(floor);
+            }
+            Ok(Read::PastNext { next }) => {
+                log::warn!("a reader asked past the end of its channel; it moves back to {next}");
+                reader.next_offset = next;
+            }
+            Err(error) => {
+                log::warn!("reading a channel failed: {error}; the read is tried again");
+                return;
+            }
+        }
+        self.pump_reader(reader_key, now_ms, out);
+    }
+
+    /// A delivery from a channel reached its last answer: the reader's
+    /// position may move past it.
+    pub(crate) fn channel_delivery_finished(&mut self, delivery: &Delivery) {
+        let Some((reader_key, offset)) = delivery.reader else {
+            return;
+        };
+        if let Some(reader) = self.readers.get_mut(reader_key) {
+            reader.unacked.remove(&offset);
+            reader.dirty = true;
+        }
+    }
+
+    /// Serves every reader of `session`: after it reconnects or acknowledges.
+    pub(crate) fn pump_readers_of(
+        &mut self,
+        session_key: Key,
+        now_ms: u64,
+        out: &mut impl Transport,
+    ) {
+        let readers = self
+            .sessions
+            .get(session_key)
+            .map(|s| s.readers.clone())
+            .unwrap_or_default();
+        for reader in readers {
+            self.pump_reader(reader, now_ms, out);
+        }
+    }
+
+    /// Stores the positions that moved, for the readers of sessions that
+    /// outlive their connections: every `ack_commit_interval`, at a
+    /// disconnect and at shutdown.
+    pub(crate) fn commit_positions(&mut self, only_session: Option<Key>, out: &mut impl Transport) {
+        let mut by_provider: HashMap<usize, Vec<Write>> = HashMap::new();
+        for key in self.readers.keys() {
+            let reader = self.readers.get(key).expect("key just listed");
+            if !reader.dirty || !reader.ready || only_session.is_some_and(|s| s != reader.session) {
+                continue;
+            }
+            let Some(session) = self.sessions.get(reader.session) else {
+                continue;
+            };
+            if session.expiry_interval_s == 0 {
+                continue;
+            }
+            let channel = &self.channels[reader.channel].settings;
+            by_provider
+                .entry(channel.provider)
+                .or_default()
+                .push(Write::SetPosition {
+                    channel: channel.name.clone(),
+                    reader: session.client_id.to_string(),
+                    offset: reader.position(),
+                });
+            self.readers.get_mut(key).expect("key just listed").dirty = false;
+        }
+        for (provider, writes) in by_provider {
+            for chunk in writes.chunks(store::MAX_REQUEST_WRITES) {
+                let ticket = self.next_ticket();
+                if out.store(
+                    provider,
+                    StoreRequest::Commit {
+                        ticket,
+                        writes: chunk.to_vec(),
+                    },
+                ) {
+                    self.pending.insert(ticket, Pending::Positions);
+                } else {
+                    self.mark_all_readers_dirty();
+                }
+            }
+        }
+    }
+
+    fn mark_all_readers_dirty(&mut self) {
+        for key in self.readers.keys() {
+            self.readers.get_mut(key).expect("key just listed").dirty = true;
+        }
+    }
+
+    /// Removes a session's readers as the session ends; a stored position
+    /// ends with it.
+    pub(crate) fn drop_readers(
+        &mut self,
+        session_key: Key,
+        client_id: &str,
+        durable: bool,
+        out: &mut impl Transport,
+    ) {
+        let readers: Vec<Key> = self
+            .readers
+            .keys()
+            .into_iter()
+            .filter(|&k| {
+                self.readers
+                    .get(k)
+                    .is_some_and(|r| r.session == session_key)
+            })
+            .collect();
+        let mut by_provider: HashMap<usize, Vec<Write>> = HashMap::new();
+        for key in readers {
+            let reader = self.readers.remove(key).expect("listed above");
+            let channel = &mut self.channels[reader.channel];
+            channel.readers.retain(|&r| r != key);
+            if durable {
+                by_provider
+                    .entry(channel.settings.provider)
+                    .or_default()
+                    .push(Write::DropPosition {
+                        channel: channel.settings.name.clone(),
+                        reader: client_id.to_string(),
+                    });
+            }
+        }
+        for (provider, writes) in by_provider {
+            let ticket = self.next_ticket();
+            if out.store(provider, StoreRequest::Commit { ticket, writes }) {
+                self.pending.insert(ticket, Pending::Positions);
+            }
+        }
+    }
+
+    /// Removes `filter` from the session's readers; a reader left with no
+    /// filter stops, keeping its stored position for a later subscription.
+    pub(crate) fn unsubscribe_channels(&mut self, session_key: Key, filter: &str) {
+        let readers = self
+            .sessions
+            .get(session_key)
+            .map(|s| s.readers.clone())
+            .unwrap_or_default();
+        for key in readers {
+            let Some(reader) = self.readers.get_mut(key) else {
+                continue;
+            };
+            reader.filters.retain(|(f, _, _)| **f != *filter);
+            if reader.filters.is_empty() {
+                let channel = reader.channel;
+                self.readers.remove(key);
+                self.channels[channel].readers.retain(|&r| r != key);
+                if let Some(session) = self.sessions.get_mut(session_key) {
+                    session.readers.retain(|&r| r != key);
+                }
+            }
+        }
+    }
+
+    /// Retention: removes what is older than a channel's period or beyond
+    /// its bytes, raising the floor in the same transaction.
+    pub(crate) fn sweep_retention(&mut self, now_ms: u64, out: &mut impl Transport) {
+        let now_unix_ms = self.unix_ms(now_ms);
+        for index in 0..self.channels.len() {
+            let channel = &self.channels[index];
+            if channel.trimming || channel.floor >= channel.next {
+                continue;
+            }
+            let settings = &channel.settings;
+            let mut writes = Vec::new();
+            if let Some(period_s) = settings.retention_period_s {
+                let cutoff_ms = now_unix_ms.saturating_sub(period_s.saturating_mul(1000));
+                writes.push(Write::Trim {
+                    channel: settings.name.clone(),
+                    rule: TrimRule::OlderThan { cutoff_ms },
+                    max_records: TRIM_BATCH_RECORDS,
+                });
+            }
+            if let Some(bytes) = settings.retention_bytes {
+                writes.push(Write::Trim {
+                    channel: settings.name.clone(),
+                    rule: TrimRule::ToBytes(bytes),
+                    max_records: TRIM_BATCH_RECORDS,
+                });
+            }
+            if writes.is_empty() {
+                continue;
+            }
+            let provider = settings.provider;
+            let ticket = self.next_ticket();
+            if out.store(provider, StoreRequest::Commit { ticket, writes }) {
+                self.pending
+                    .insert(ticket, Pending::Trim { channel: index });
+                self.channels[index].trimming = true;
+            }
+        }
+    }
+
+    fn trim_completed(
+        &mut self,
+        channel: usize,
+        result: Result<Vec<Outcome>, store::StoreError>,
+        now_ms: u64,
+        out: &mut impl Transport,
+    ) {
+        self.channels[channel].trimming = false;
+        let outcomes = match result {
+            Ok(outcomes) => outcomes,
+            Err(error) => {
+                log::warn!(
+                    "a retention sweep of {} failed: {error}",
+                    self.channels[channel].settings.name
+                );
+                return;
+            }
+        };
+        let mut more = false;
+        for outcome in outcomes {
+            if let Outcome::Trimmed(trimmed) = outcome {
+                let ch = &mut self.channels[channel];
+                if trimmed.removed_records > 0 {
+                    log::info!(
+                        "retention removed {} records ({} bytes) from {}; its floor is {}",
+                        trimmed.removed_records,
+                        trimmed.freed_bytes,
+                        ch.settings.name,
+                        trimmed.floor
+                    );
+                }
+                ch.floor = ch.floor.max(trimmed.floor);
+                more |= trimmed.more;
+            }
+        }
+        let floor = self.channels[channel].floor;
+        let ch = &mut self.channels[channel];
+        while ch.tail.front().is_some_and(|(offset, _)| *offset < floor) {
+            let (_, old) = ch.tail.pop_front().expect("front exists");
+            ch.tail_bytes -= old.cost_bytes();
+        }
+        if more {
+            self.sweep_retention(now_ms, out);
+        }
+    }
+}
+
+type Refusal = (ReasonCode, &'static str);
+
+/// The offset a one-append commit stored its record at, or the refusal
+/// its publisher is answered with.
+fn commit_answer(result: Result<Vec<Outcome>, store::StoreError>) -> Result<u64, Refusal> {
+    match result.as_deref() {
+        Ok([Outcome::Appended { offset }]) => Ok(*offset),
+        Ok([Outcome::Refused(store::Refusal::ChannelFull)]) => Err((
+            ReasonCode::QUOTA_EXCEEDED,
+            "the channel is at its max_bytes",
+        )),
+        Ok([Outcome::Refused(_)]) => {
+            Err((ReasonCode::QUOTA_EXCEEDED, "the channel's storage is full"))
+        }
+        Ok(other) => {
+            log::error!("a commit of one append came back as {other:?}");
+            Err((
+                ReasonCode::IMPLEMENTATION_SPECIFIC_ERROR,
+                "storage answered unexpectedly",
+            ))
+        }
+        Err(error) => {
+            log::error!("storing a record failed: {error}");
+            Err((
+                ReasonCode::IMPLEMENTATION_SPECIFIC_ERROR,
+                "storage could not keep the record",
+            ))
+        }
+    }
+}
+
+fn start_offset(channel: &Channel, from_head: bool) -> u64 {
+    match (from_head, channel.settings.start) {
+        (true, _) | (false, ChannelStart::Tail) => channel.next,
+        (false, ChannelStart::Floor) => channel.floor,
+    }
+}
+
+/// The delivery of one record to a reader: the highest QoS its matching
+/// filters grant, every one of their Subscription Identifiers, and RETAIN
+/// only where one asked for Retain As Published. `None` when no filter of
+/// the session matches this record's topic, or No Local withholds it.
+fn delivery_for(
+    reader_key: Key,
+    reader: &Reader,
+    message: &Rc<Message>,
+    offset: u64,
+) -> Option<Delivery> {
+    let mut granted: Option<QoS> = None;
+    let mut ids = Vec::new();
+    let mut retain_as_published = false;
+    for (filter, options, id) in &reader.filters {
+        if !topic::matches(filter, &message.topic) {
+            continue;
+        }
+        granted = Some(granted.map_or(options.qos, |q| q.max(options.qos)));
+        ids.extend(*id);
+        retain_as_published |= options.retain_as_published;
+    }
+    Some(Delivery {
+        qos: granted?.min(message.qos),
+        retain: retain_as_published && message.retain,
+        subscription_ids: ids,
+        group: None,
+        reader: Some((reader_key, offset)),
+        message: Rc::clone(message),
+    })
+}
+
+/// The publisher's own `saguin-id`, which becomes the record's id.
+fn publisher_id(message: &Message) -> Option<MessageId> {
+    message
+        .properties
+        .user_properties
+        .iter()
+        .find(|(name, _)| name == "saguin-id")
+        .map(|(_, value)| MessageId::from_publisher(value))
+}
+
+/// The record a provider keeps for `message`.
+fn to_stored(message: &Message, id: &MessageId) -> store::Message {
+    let p = &message.properties;
+    store::Message {
+        id: id.clone(),
+        received_at_ms: message.received_at_unix_ms,
+        topic: message.topic.to_string(),
+        payload: message.payload.clone(),
+        user_properties: p
+            .user_properties
+            .iter()
+            .filter(|(name, _)| name != "saguin-id")
+            .cloned()
+            .collect(),
+        payload_format_indicator: p.payload_format_indicator,
+        message_expiry_interval_s: p.message_expiry_interval_s,
+        content_type: p.content_type.clone(),
+        response_topic: p.response_topic.clone(),
+        correlation_data: p.correlation_data.clone(),
+        publisher: message.publisher.as_deref().map(str::to_string),
+        qos: message.qos as u8,
+        retain: message.retain,
+    }
+}
+
+/// The message a stored record delivers, before its labels.
+fn from_stored(stored: &store::Message) -> Message {
+    Message {
+        topic: stored.topic.as_str().into(),
+        payload: stored.payload.clone(),
+        qos: QoS::from_bits(stored.qos).unwrap_or(QoS::AtMostOnce),
+        retain: stored.retain,
+        properties: Properties {
+            payload_format_indicator: stored.payload_format_indicator,
+            message_expiry_interval_s: stored.message_expiry_interval_s,
+            content_type: stored.content_type.clone(),
+            response_topic: stored.response_topic.clone(),
+            correlation_data: stored.correlation_data.clone(),
+            user_properties: stored.user_properties.clone(),
+            ..Properties::default()
+        },
+        received_at_unix_ms: stored.received_at_ms,
+        publisher: stored.publisher.as_deref().map(Into::into),
+    }
+}
+
+/// A record as every reader is sent it: the publisher's User Properties,
+/// then `saguin-id`, `saguin-offset`, `saguin-timestamp`, and
+/// `saguin-expires` where the publisher set an expiry.
+fn labelled(mut message: Message, id: &MessageId, offset: u64) -> Message {
+    let received_ms = message.received_at_unix_ms;
+    let expiry_s = message.properties.message_expiry_interval_s;
+    let labels = &mut message.properties.user_properties;
+    labels.retain(|(name, _)| name != "saguin-id");
+    labels.push(("saguin-id".into(), id.to_string()));
+    labels.push(("saguin-offset".into(), offset.to_string()));
+    labels.push(("saguin-timestamp".into(), received_ms.to_string()));
+    if let Some(expiry_s) = expiry_s {
+        let expires_ms = received_ms.saturating_add(u64::from(expiry_s) * 1000);
+        labels.push(("saguin-expires".into(), expires_ms.to_string()));
+    }
+    message
+}

@@ -1,0 +1,125 @@
+//! The storage threads, one per provider, and the path their answers take
+//! back to the executor thread.
+
+use std::io;
+
+use smol::channel::{Receiver, Sender};
+
+use crate::config::{self, Config};
+use crate::core::{ChannelSettings, ChannelStart};
+use crate::store::{self, Completion, StorageHandle, StorageThread};
+
+/// Requests one provider's storage thread may have queued before a new one
+/// is refused as "behind": a bound on memory, not a throughput knob.
+const STORAGE_QUEUE_REQUESTS: usize = 4_096;
+
+pub struct Storage {
+    threads: Vec<StorageThread>,
+    pub handles: Vec<StorageHandle>,
+}
+
+/// Opens every provider the configuration names, reads where each channel
+/// stands, and starts a storage thread per provider. Answers arrive on the
+/// returned receiver, tagged with their provider's index.
+/// What starting storage gives the shell: the threads, where each channel
+/// stands, and where the threads' answers arrive.
+pub type Started = (Storage, Vec<ChannelSettings>, Receiver<(usize, Completion)>);
+
+pub fn start(config: &Config) -> io::Result<Started> {
+    let (sender, receiver) = smol::channel::unbounded();
+    let mut storage = Storage {
+        threads: Vec::new(),
+        handles: Vec::new(),
+    };
+    let mut channels = Vec::new();
+    let Some(storage_config) = &config.broker.storage else {
+        return Ok((storage, channels, receiver));
+    };
+    let reserve_bytes = config::reserve_bytes(&config.broker.limits);
+    for (index, provider_config) in storage_config.providers.iter().enumerate() {
+        let provider = store::open_provider(provider_config, reserve_bytes).map_err(to_io)?;
+        let usage = provider.usage();
+        log::info!(
+            "storage provider {} open: {} of {} bytes used, {} held in reserve",
+            provider_config.name,
+            usage.used_bytes,
+            usage.max_bytes,
+            usage.reserve_bytes
+        );
+        for channel in config
+            .channels
+            .iter()
+            .filter(|c| c.storage == provider_config.name)
+        {
+            let state = provider.channel(&channel.name);
+            log::info!(
+                "channel {} on {}: floor {}, next {}",
+                channel.name,
+                provider_config.name,
+                state.floor,
+                state.next
+            );
+            channels.push(channel_settings(channel, index, state.next, state.floor));
+        }
+        let thread = StorageThread::spawn(
+            provider,
+            provider_config.commit_policy(),
+            STORAGE_QUEUE_REQUESTS,
+            deliver_to(sender.clone(), index),
+        )
+        .map_err(to_io)?;
+        storage.handles.push(thread.handle());
+        storage.threads.push(thread);
+    }
+    // The core addresses channels in configuration order.
+    channels.sort_by_key(|c| config.channels.iter().position(|d| d.name == c.name));
+    Ok((storage, channels, receiver))
+}
+
+fn channel_settings(
+    channel: &config::ChannelConfig,
+    provider: usize,
+    next: u64,
+    floor: u64,
+) -> ChannelSettings {
+    ChannelSettings {
+        name: channel.name.clone(),
+        filters: channel.filters.clone(),
+        provider,
+        start: match channel.start {
+            config::Start::Floor => ChannelStart::Floor,
+            config::Start::Tail => ChannelStart::Tail,
+        },
+        max_bytes: channel.max_bytes,
+        retention_period_s: channel.retention_period_s,
+        retention_bytes: channel.retention_bytes,
+        next,
+        floor,
+    }
+}
+
+fn deliver_to(
+    sender: Sender<(usize, Completion)>,
+    provider: usize,
+) -> impl FnMut(Completion) + Send + 'static {
+    move |completion| {
+        // Unbounded, but never longer than the requests in flight.
+        let _ = sender.try_send((provider, completion));
+    }
+}
+
+impl Storage {
+    /// Stops every storage thread once what it was asked has been done; a
+    /// memory provider writes its snapshot here.
+    pub fn shutdown(self) {
+        for thread in self.threads {
+            if let Err(error) = thread.shutdown() {
+                log::error!("storage did not close cleanly: {error}");
+            }
+        }
+    }
+}
+
+fn to_io(error: store::StoreError) -> io::Error {
+    io::Error::other(error.to_string())
+}
