@@ -52,7 +52,9 @@ impl Drop for TempDir {
 pub struct BrokerProcess {
     child: Child,
     pub port: u16,
-    pub dir: TempDir,
+    /// The directory its configuration (and any storage) lives in, when
+    /// the broker owns it; a test restarting a broker owns it instead.
+    pub dir: Option<TempDir>,
     log: Receiver<String>,
     pub log_lines: Vec<String>,
 }
@@ -62,10 +64,22 @@ impl BrokerProcess {
     /// (indented by two spaces), listening on a port the kernel picks.
     pub fn start(extra_broker_yaml: &str) -> BrokerProcess {
         let dir = TempDir::new("broker");
+        let mut broker = BrokerProcess::start_in(dir.path(), extra_broker_yaml, "");
+        broker.dir = Some(dir);
+        broker
+    }
+
+    /// Starts the broker on a configuration written into `dir`, which the
+    /// caller keeps: `extra_broker_yaml` goes under `broker:`, `top_yaml`
+    /// (channels, say) after it. `{dir}` in either is replaced by `dir`.
+    pub fn start_in(dir: &Path, extra_broker_yaml: &str, top_yaml: &str) -> BrokerProcess {
+        let dir_text = dir.display().to_string();
         let config = format!(
-            "broker:\n  id: test\n  log_level: debug\n  mqtt:\n    listen:\n      tcp:\n        address: 127.0.0.1:0\n{extra_broker_yaml}"
+            "broker:\n  id: test\n  log_level: debug\n  mqtt:\n    listen:\n      tcp:\n        address: 127.0.0.1:0\n{}{}",
+            extra_broker_yaml.replace("{dir}", &dir_text),
+            top_yaml.replace("{dir}", &dir_text)
         );
-        let config_path = dir.path().join("saguin.yaml");
+        let config_path = dir.join("saguin.yaml");
         std::fs::write(&config_path, config).unwrap();
         let mut child = Command::new(env!("CARGO_BIN_EXE_saguin"))
             .arg("--config")
@@ -78,7 +92,7 @@ impl BrokerProcess {
         let mut broker = BrokerProcess {
             child,
             port: 0,
-            dir,
+            dir: None,
             log,
             log_lines: Vec::new(),
         };
@@ -122,6 +136,12 @@ impl BrokerProcess {
 
     pub fn pid(&self) -> u32 {
         self.child.id()
+    }
+
+    /// Ends the process at once, as a power cut or the OOM killer would.
+    pub fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
     }
 
     /// Sends SIGTERM and waits for the process to exit.
