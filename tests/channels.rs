@@ -200,7 +200,10 @@ fn every_acknowledged_record_survives_sigkill_on_redb() {
         received.extend(batch);
     }
     assert_rising(&received);
-    assert_eq!(received[0].0, 0, "the replay starts at the first record");
+    assert_eq!(
+        received[0].0, 1,
+        "the replay starts at the first record, offset 1"
+    );
     let distinct: BTreeSet<u64> = received.iter().map(|r| r.0).collect();
     assert_eq!(distinct.len(), received.len(), "no offset reused");
 }
@@ -229,7 +232,7 @@ fn a_memory_channel_survives_a_graceful_restart_and_continues_its_offsets() {
     );
     assert_eq!(
         received.iter().map(|r| r.0).collect::<Vec<_>>(),
-        (0..25).collect::<Vec<u64>>()
+        (1..26).collect::<Vec<u64>>()
     );
 }
 

@@ -11,6 +11,7 @@ use std::collections::{BTreeSet, HashMap, VecDeque};
 use std::rc::Rc;
 
 use super::delivery::outgoing_publish;
+use super::seek::SeekReply;
 use super::session::{Delivery, Message};
 use super::{Broker, Key, Transport};
 use crate::codec::{
@@ -63,6 +64,12 @@ pub enum StoreRequest {
         ticket: u64,
         channel: String,
         reader: String,
+    },
+    /// The earliest offset received at or after a moment, for a seek.
+    FirstAtOrAfter {
+        ticket: u64,
+        channel: String,
+        at_unix_ms: u64,
     },
 }
 
@@ -136,6 +143,9 @@ pub(crate) struct Reader {
     dirty: bool,
     /// Asked for with Retain Handling 2: start at the head, whatever is stored.
     from_head: bool,
+    /// Bumped by a seek: an acknowledgement for a delivery sent before it
+    /// must not move the position the seek just set.
+    era: u32,
 }
 
 impl Reader {
@@ -174,8 +184,19 @@ pub(crate) enum Pending {
     Trim {
         channel: usize,
     },
+    SeekTime {
+        reply: SeekReply,
+        session: Key,
+        channel: usize,
+    },
+    SeekStored {
+        reply: SeekReply,
+        channel: usize,
+        offset: u64,
+    },
 }
 
+#[derive(Debug, Clone, Copy)]
 pub(crate) enum PendingAck {
     None,
     Puback { slot: u64 },
@@ -303,6 +324,22 @@ impl Broker {
                     self.mark_all_readers_dirty();
                 }
             }
+            (
+                Pending::SeekTime {
+                    reply,
+                    session,
+                    channel,
+                },
+                Answer::Offset(result),
+            ) => self.seek_time_answered(reply, session, channel, result, now_ms, out),
+            (
+                Pending::SeekStored {
+                    reply,
+                    channel,
+                    offset,
+                },
+                Answer::Committed(result),
+            ) => self.seek_stored(reply, channel, offset, result, now_ms, out),
             (Pending::Trim { channel }, Answer::Committed(result)) => {
                 self.trim_completed(channel, result, now_ms, out)
             }
@@ -422,6 +459,7 @@ impl Broker {
                         reading: false,
                         dirty: false,
                         from_head: false,
+                        era: 0,
                     });
                     let key = key.expect("readers are bounded by subscriptions");
                     self.channels[channel].readers.push(key);
@@ -744,13 +782,37 @@ impl Broker {
         self.pump_reader(reader_key, now_ms, out);
     }
 
+    /// Moves a session's reader of `channel` to `offset` for a seek: what
+    /// it had outstanding is forgotten, and its era moves on so that a late
+    /// acknowledgement cannot move the position past the seek.
+    pub(crate) fn restart_reader_at(&mut self, session_key: Key, channel: usize, offset: u64) {
+        let readers = self
+            .sessions
+            .get(session_key)
+            .map(|s| s.readers.clone())
+            .unwrap_or_default();
+        for key in readers {
+            let Some(reader) = self.readers.get_mut(key).filter(|r| r.channel == channel) else {
+                continue;
+            };
+            reader.era = reader.era.wrapping_add(1);
+            reader.next_offset = offset;
+            reader.unacked.clear();
+            reader.buffer.clear();
+            reader.ready = true;
+            reader.from_head = false;
+            // The seek stores this position itself.
+            reader.dirty = false;
+        }
+    }
+
     /// A delivery from a channel reached its last answer: the reader's
     /// position may move past it.
     pub(crate) fn channel_delivery_finished(&mut self, delivery: &Delivery) {
-        let Some((reader_key, offset)) = delivery.reader else {
+        let Some((reader_key, offset, era)) = delivery.reader else {
             return;
         };
-        if let Some(reader) = self.readers.get_mut(reader_key) {
+        if let Some(reader) = self.readers.get_mut(reader_key).filter(|r| r.era == era) {
             reader.unacked.remove(&offset);
             reader.dirty = true;
         }
@@ -1040,7 +1102,7 @@ fn delivery_for(
         retain: retain_as_published && message.retain,
         subscription_ids: ids,
         group: None,
-        reader: Some((reader_key, offset)),
+        reader: Some((reader_key, offset, reader.era)),
         message: Rc::clone(message),
     })
 }

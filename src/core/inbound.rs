@@ -67,6 +67,29 @@ impl Broker {
             return;
         };
         let session_key = active.session;
+        if let Some(channel_name) = super::seek::seek_channel(&publish.topic) {
+            if qos == QoS::ExactlyOnce {
+                let refusal = (
+                    ReasonCode::IMPLEMENTATION_SPECIFIC_ERROR,
+                    "a seek is published at QoS 0 or 1",
+                );
+                self.refuse_publish(
+                    conn,
+                    &publish.topic,
+                    qos,
+                    packet_id,
+                    slot,
+                    refusal,
+                    now_ms,
+                    out,
+                );
+                return;
+            }
+            let ack = slot.map_or(PendingAck::None, |slot| PendingAck::Puback { slot });
+            let channel_name = channel_name.to_string();
+            self.handle_seek(conn, session_key, &channel_name, &publish, ack, now_ms, out);
+            return;
+        }
         let client_id = self
             .sessions
             .get(session_key)
@@ -237,7 +260,9 @@ impl Broker {
                 "topic deeper than limits.max_topic_levels",
             ));
         }
-        if topic.starts_with("$saguin/") || topic == "$saguin" {
+        if (topic.starts_with("$saguin/") && super::seek::seek_channel(topic).is_none())
+            || topic == "$saguin"
+        {
             return Err((
                 ReasonCode::TOPIC_NAME_INVALID,
                 "no topic is defined there in the reserved $saguin/ space",

@@ -12,6 +12,7 @@ mod connect;
 mod delivery;
 mod inbound;
 pub mod retained;
+pub mod seek;
 pub mod session;
 mod shared;
 pub mod slab;

@@ -67,7 +67,7 @@ pub struct Delivery {
     /// The shared group that handed it to this session, if one did.
     pub group: Option<Key>,
     /// The channel reader and record offset it came from, if a channel's.
-    pub reader: Option<(Key, u64)>,
+    pub reader: Option<(Key, u64, u32)>,
 }
 
 /// Where an outgoing QoS 1 or 2 exchange stands.

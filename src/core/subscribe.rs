@@ -181,7 +181,11 @@ impl Broker {
                 "this broker publishes nothing under $SYS",
             ));
         }
-        if inner == "$saguin" || inner.starts_with("$saguin/") {
+        let seek_reply = inner
+            .strip_suffix("/reply")
+            .and_then(super::seek::seek_channel)
+            .is_some();
+        if inner == "$saguin" || (inner.starts_with("$saguin/") && !seek_reply) {
             return Err((
                 ReasonCode::TOPIC_FILTER_INVALID,
                 "nothing is delivered on that $saguin/ topic",

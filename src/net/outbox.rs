@@ -155,6 +155,11 @@ impl Transport for Outboxes {
                 from_offset,
                 limit,
             } => handle.try_read(Ticket(ticket), channel, from_offset, limit),
+            StoreRequest::FirstAtOrAfter {
+                ticket,
+                channel,
+                at_unix_ms,
+            } => handle.try_first_at_or_after(Ticket(ticket), channel, at_unix_ms),
             StoreRequest::Position {
                 ticket,
                 channel,

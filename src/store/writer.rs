@@ -54,6 +54,8 @@ pub enum Answer {
     Committed(Result<Vec<Outcome>, StoreError>),
     Read(Result<Read, StoreError>),
     Position(Result<Option<u64>, StoreError>),
+    /// The earliest offset received at or after a moment.
+    Offset(Result<Option<u64>, StoreError>),
 }
 
 #[derive(Debug)]
@@ -90,6 +92,11 @@ enum Request {
         ticket: Ticket,
         channel: String,
         reader: String,
+    },
+    FirstAtOrAfter {
+        ticket: Ticket,
+        channel: String,
+        at_ms: u64,
     },
     Shutdown,
 }
@@ -189,6 +196,21 @@ impl StorageHandle {
             ticket,
             channel,
             reader,
+        })
+    }
+
+    /// Asks for the earliest offset of `channel` received at or after
+    /// `at_ms` (Unix milliseconds), for a seek by time.
+    pub fn try_first_at_or_after(
+        &self,
+        ticket: Ticket,
+        channel: String,
+        at_ms: u64,
+    ) -> Result<(), SubmitError> {
+        self.submit(Request::FirstAtOrAfter {
+            ticket,
+            channel,
+            at_ms,
         })
     }
 }
@@ -368,6 +390,14 @@ impl Worker {
                 ticket,
                 answer: Answer::Position(self.provider.position(&channel, &reader)),
             },
+            Request::FirstAtOrAfter {
+                ticket,
+                channel,
+                at_ms,
+            } => Completion {
+                ticket,
+                answer: Answer::Offset(self.provider.first_at_or_after(&channel, at_ms)),
+            },
             Request::Shutdown => return false,
             Request::Commit { .. } => unreachable!("commits are batched, not served"),
         };
@@ -381,6 +411,9 @@ impl Worker {
             Request::Read { ticket, .. } => (ticket, Answer::Read(Err(StoreError::Stopped))),
             Request::Position { ticket, .. } => {
                 (ticket, Answer::Position(Err(StoreError::Stopped)))
+            }
+            Request::FirstAtOrAfter { ticket, .. } => {
+                (ticket, Answer::Offset(Err(StoreError::Stopped)))
             }
             Request::Shutdown => return,
         };
