@@ -71,9 +71,11 @@ fn seek(
     payload: &str,
     packet_id: u16,
 ) -> (String, Properties, ReasonCode, Vec<u64>) {
-    let mut properties = Properties::default();
-    properties.response_topic = Some("replies/me".into());
-    properties.correlation_data = Some(b"c-1".to_vec());
+    let properties = Properties {
+        response_topic: Some("replies/me".into()),
+        correlation_data: Some(b"c-1".to_vec()),
+        ..Properties::default()
+    };
     let publish = Publish {
         qos: QoS::AtLeastOnce,
         topic: "$saguin/consumer/events/seek".into(),
