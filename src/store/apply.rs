@@ -26,8 +26,9 @@ pub(crate) struct RecordHead {
 /// `state`/`set_state`, which a provider may stage and store once per
 /// channel per batch.
 pub(crate) trait Tables {
-    /// The channel's counters as this batch has left them so far; all
-    /// zeroes for a channel nothing was ever written to.
+    /// The channel's counters as this batch has left them so far;
+    /// `ChannelState::default()` (`next` and `floor` at `FIRST_OFFSET`)
+    /// for a channel nothing was ever written to.
     fn state(&mut self, channel: &str) -> Result<ChannelState, StoreError>;
     fn set_state(&mut self, channel: &str, state: ChannelState) -> Result<(), StoreError>;
     fn insert_record(

@@ -217,8 +217,17 @@ fn one_size() -> u64 {
 
 // ---- the suite ----------------------------------------------------------
 
-fn offsets_start_at_zero_and_strictly_rise<H: Harness>(h: &H) {
+fn offsets_start_at_one_and_strictly_rise<H: Harness>(h: &H) {
     let mut p = h.open();
+    // Before anything is written, a channel is at the first offset, and a
+    // read at 0 is below its floor: 0 is never an offset.
+    let fresh = p.channel("events");
+    assert_eq!((fresh.next, fresh.floor), (1, 1));
+    assert_eq!(fresh, ChannelState::default());
+    assert_eq!(
+        p.read("events", 0, ALL).unwrap(),
+        Read::BelowFloor { floor: 1 }
+    );
     let out = commit(
         &mut p,
         vec![
@@ -230,26 +239,31 @@ fn offsets_start_at_zero_and_strictly_rise<H: Harness>(h: &H) {
     assert_eq!(
         out,
         vec![
-            Outcome::Appended { offset: 0 },
             Outcome::Appended { offset: 1 },
-            Outcome::Appended { offset: 0 },
+            Outcome::Appended { offset: 2 },
+            Outcome::Appended { offset: 1 },
         ]
     );
-    assert_eq!(fill(&mut p, "events", 2), appended(&[2, 3]));
-    assert_eq!(p.channel("events").next, 4);
-    assert_eq!(p.channel("other").next, 1);
-    assert_eq!(offsets(&p, "events", 0), vec![0, 1, 2, 3]);
+    assert_eq!(fill(&mut p, "events", 2), appended(&[3, 4]));
+    assert_eq!(p.channel("events").next, 5);
+    assert_eq!(p.channel("events").floor, 1);
+    assert_eq!(p.channel("other").next, 2);
+    assert_eq!(offsets(&p, "events", 1), vec![1, 2, 3, 4]);
+    assert_eq!(
+        p.read("events", 0, ALL).unwrap(),
+        Read::BelowFloor { floor: 1 }
+    );
 }
 
 fn offsets_are_never_reused_after_removal_or_restart<H: Harness>(h: &H) {
     let mut p = h.open();
     fill(&mut p, "events", 3);
-    let out = commit(&mut p, vec![trim("events", TrimRule::BeforeOffset(3), 100)]);
+    let out = commit(&mut p, vec![trim("events", TrimRule::BeforeOffset(4), 100)]);
     assert!(matches!(
         out[..],
         [Outcome::Trimmed(Trimmed {
             removed_records: 3,
-            floor: 3,
+            floor: 4,
             more: false,
             ..
         })]
@@ -258,16 +272,18 @@ fn offsets_are_never_reused_after_removal_or_restart<H: Harness>(h: &H) {
     let s = p.channel("events");
     assert_eq!(
         (s.next, s.floor, s.record_count, s.record_bytes),
-        (3, 3, 0, 0)
+        (4, 4, 0, 0)
     );
-    assert_eq!(fill(&mut p, "events", 1), appended(&[3]));
-    assert_eq!(
-        p.read("events", 0, ALL).unwrap(),
-        Read::BelowFloor { floor: 3 }
-    );
-    let mut p = h.reopen(p);
     assert_eq!(fill(&mut p, "events", 1), appended(&[4]));
-    assert_eq!(offsets(&p, "events", 3), vec![3, 4]);
+    for below in [0, 1, 3] {
+        assert_eq!(
+            p.read("events", below, ALL).unwrap(),
+            Read::BelowFloor { floor: 4 }
+        );
+    }
+    let mut p = h.reopen(p);
+    assert_eq!(fill(&mut p, "events", 1), appended(&[5]));
+    assert_eq!(offsets(&p, "events", 4), vec![4, 5]);
 }
 
 fn counters_positions_and_records_persist<H: Harness>(h: &H) {
@@ -276,9 +292,9 @@ fn counters_positions_and_records_persist<H: Harness>(h: &H) {
     commit(
         &mut p,
         vec![
-            trim("events", TrimRule::BeforeOffset(2), 100),
-            set_position("events", "mqtt:a", 4),
-            set_position("events", "mqtt:b", 2),
+            trim("events", TrimRule::BeforeOffset(3), 100),
+            set_position("events", "mqtt:a", 5),
+            set_position("events", "mqtt:b", 3),
             Write::DropPosition {
                 channel: "events".into(),
                 reader: "mqtt:b".into(),
@@ -287,12 +303,14 @@ fn counters_positions_and_records_persist<H: Harness>(h: &H) {
     );
     let before_state = p.channel("events");
     let before_usage = p.usage();
-    let before_records = records(&p, "events", 2);
+    assert_eq!((before_state.floor, before_state.next), (3, 6));
+    let before_records = records(&p, "events", 3);
+    assert_eq!(before_records.len(), 3);
     let p = h.reopen(p);
     assert_eq!(p.channel("events"), before_state);
     assert_eq!(p.usage(), before_usage);
-    assert_eq!(records(&p, "events", 2), before_records);
-    assert_eq!(p.position("events", "mqtt:a").unwrap(), Some(4));
+    assert_eq!(records(&p, "events", 3), before_records);
+    assert_eq!(p.position("events", "mqtt:a").unwrap(), Some(5));
     assert_eq!(p.position("events", "mqtt:b").unwrap(), None);
     assert_eq!(p.channels(), vec![("events".to_string(), before_state)]);
 }
@@ -315,8 +333,11 @@ fn every_field_round_trips<H: Harness>(h: &H) {
         ],
     );
     let p = h.reopen(p);
-    let got: Vec<Message> = records(&p, "c", 0).into_iter().map(|r| r.message).collect();
-    assert_eq!(got, vec![full, text_id, empty]);
+    let got: Vec<(u64, Message)> = records(&p, "c", 1)
+        .into_iter()
+        .map(|r| (r.offset, r.message))
+        .collect();
+    assert_eq!(got, vec![(1, full), (2, text_id), (3, empty)]);
 }
 
 fn trimming_below_an_offset_raises_the_floor_with_the_removal<H: Harness>(h: &H) {
@@ -324,61 +345,71 @@ fn trimming_below_an_offset_raises_the_floor_with_the_removal<H: Harness>(h: &H)
     fill(&mut p, "c", 5);
     let size = one_size();
     let used = p.usage().used_bytes;
-    let out = commit(&mut p, vec![trim("c", TrimRule::BeforeOffset(3), 100)]);
+    let out = commit(&mut p, vec![trim("c", TrimRule::BeforeOffset(4), 100)]);
     assert_eq!(
         out,
         vec![Outcome::Trimmed(Trimmed {
             removed_records: 3,
             freed_bytes: 3 * size,
-            floor: 3,
+            floor: 4,
             more: false
         })]
     );
     let s = p.channel("c");
     assert_eq!(
         (s.floor, s.next, s.record_count, s.record_bytes),
-        (3, 5, 2, 2 * size)
+        (4, 6, 2, 2 * size)
     );
     assert_eq!(p.usage().used_bytes, used - 3 * size);
-    assert_eq!(p.read("c", 2, ALL).unwrap(), Read::BelowFloor { floor: 3 });
-    assert_eq!(offsets(&p, "c", 3), vec![3, 4]);
+    assert_eq!(p.read("c", 3, ALL).unwrap(), Read::BelowFloor { floor: 4 });
+    assert_eq!(offsets(&p, "c", 4), vec![4, 5]);
     // Past what is held: the floor rises to next and no further.
     let out = commit(&mut p, vec![trim("c", TrimRule::BeforeOffset(100), 100)]);
     assert!(matches!(
         out[..],
         [Outcome::Trimmed(Trimmed {
             removed_records: 2,
-            floor: 5,
+            floor: 6,
             ..
         })]
     ));
-    assert_eq!(offsets(&p, "c", 5), Vec::<u64>::new());
+    assert_eq!(offsets(&p, "c", 6), Vec::<u64>::new());
     // Below the floor: nothing moves, and a floor never falls.
-    let out = commit(&mut p, vec![trim("c", TrimRule::BeforeOffset(1), 100)]);
-    assert!(matches!(
-        out[..],
-        [Outcome::Trimmed(Trimmed {
-            removed_records: 0,
-            floor: 5,
-            ..
-        })]
-    ));
-    assert_eq!(p.channel("c").floor, 5);
-    // A channel nothing was written to stays at zero.
-    let out = commit(&mut p, vec![trim("never", TrimRule::BeforeOffset(10), 100)]);
-    assert!(matches!(
-        out[..],
-        [Outcome::Trimmed(Trimmed {
-            removed_records: 0,
-            floor: 0,
-            ..
-        })]
-    ));
+    for below in [2, 0] {
+        let out = commit(&mut p, vec![trim("c", TrimRule::BeforeOffset(below), 100)]);
+        assert!(matches!(
+            out[..],
+            [Outcome::Trimmed(Trimmed {
+                removed_records: 0,
+                floor: 6,
+                ..
+            })]
+        ));
+    }
+    assert_eq!(p.channel("c").floor, 6);
+    // A channel nothing was written to stays at the first offset, whether
+    // the trim reaches past it or below it.
+    for before in [10, 0] {
+        let out = commit(
+            &mut p,
+            vec![trim("never", TrimRule::BeforeOffset(before), 100)],
+        );
+        assert!(matches!(
+            out[..],
+            [Outcome::Trimmed(Trimmed {
+                removed_records: 0,
+                floor: 1,
+                ..
+            })]
+        ));
+    }
+    assert_eq!(p.channel("never"), ChannelState::default());
 }
 
 fn trimming_by_age_stops_at_the_first_record_that_stays<H: Harness>(h: &H) {
     let mut p = h.open();
-    // The clock stepped back at offset 1; offset 3 has no time.
+    // Offsets 1 to 5. The clock stepped back at offset 2; offset 4 has no
+    // time.
     let times = [100, 50, 200, 0, 10];
     commit(
         &mut p,
@@ -395,11 +426,11 @@ fn trimming_by_age_stops_at_the_first_record_that_stays<H: Harness>(h: &H) {
         out[..],
         [Outcome::Trimmed(Trimmed {
             removed_records: 2,
-            floor: 2,
+            floor: 3,
             ..
         })]
     ));
-    commit(&mut p, vec![trim("c", TrimRule::BeforeOffset(3), 100)]);
+    commit(&mut p, vec![trim("c", TrimRule::BeforeOffset(4), 100)]);
     // A record with no time is never too old, and what lies behind it waits.
     let out = commit(
         &mut p,
@@ -409,11 +440,11 @@ fn trimming_by_age_stops_at_the_first_record_that_stays<H: Harness>(h: &H) {
         out[..],
         [Outcome::Trimmed(Trimmed {
             removed_records: 0,
-            floor: 3,
+            floor: 4,
             ..
         })]
     ));
-    assert_eq!(offsets(&p, "c", 3), vec![3, 4]);
+    assert_eq!(offsets(&p, "c", 4), vec![4, 5]);
 }
 
 fn trimming_to_a_size_removes_the_oldest<H: Harness>(h: &H) {
@@ -425,11 +456,12 @@ fn trimming_to_a_size_removes_the_oldest<H: Harness>(h: &H) {
         out[..],
         [Outcome::Trimmed(Trimmed {
             removed_records: 3,
-            floor: 3,
+            floor: 4,
             ..
         })]
     ));
     assert_eq!(p.channel("c").record_bytes, 2 * size);
+    assert_eq!(offsets(&p, "c", 4), vec![4, 5]);
     let out = commit(&mut p, vec![trim("c", TrimRule::ToBytes(2 * size), 100)]);
     assert!(matches!(
         out[..],
@@ -443,9 +475,9 @@ fn trimming_to_a_size_removes_the_oldest<H: Harness>(h: &H) {
 fn a_trim_is_bounded_and_says_when_there_is_more<H: Harness>(h: &H) {
     let mut p = h.open();
     fill(&mut p, "c", 5);
-    let expect = [(2, 2, true), (2, 4, true), (1, 5, false)];
+    let expect = [(2, 3, true), (2, 5, true), (1, 6, false)];
     for (removed, floor, more) in expect {
-        let out = commit(&mut p, vec![trim("c", TrimRule::BeforeOffset(5), 2)]);
+        let out = commit(&mut p, vec![trim("c", TrimRule::BeforeOffset(6), 2)]);
         match out[..] {
             [Outcome::Trimmed(t)] => {
                 assert_eq!((t.removed_records, t.floor, t.more), (removed, floor, more))
@@ -461,10 +493,10 @@ fn positions_are_set_read_and_dropped<H: Harness>(h: &H) {
     let out = commit(
         &mut p,
         vec![
-            set_position("c", "mqtt:r1", 1),
-            set_position("c", "mqtt:r2", 3),
             set_position("c", "mqtt:r1", 2),
-            set_position("c", "mqtt:r3", 4),
+            set_position("c", "mqtt:r2", 4),
+            set_position("c", "mqtt:r1", 3),
+            set_position("c", "mqtt:r3", 5),
         ],
     );
     assert_eq!(
@@ -473,12 +505,12 @@ fn positions_are_set_read_and_dropped<H: Harness>(h: &H) {
             Outcome::PositionSet,
             Outcome::PositionSet,
             Outcome::PositionSet,
-            Outcome::Refused(Refusal::PositionPastNext { next: 3 }),
+            Outcome::Refused(Refusal::PositionPastNext { next: 4 }),
         ]
     );
-    assert_eq!(p.position("c", "mqtt:r1").unwrap(), Some(2));
+    assert_eq!(p.position("c", "mqtt:r1").unwrap(), Some(3));
     assert_eq!(p.position("c", "mqtt:r3").unwrap(), None);
-    assert_eq!(p.lowest_position("c").unwrap(), Some(2));
+    assert_eq!(p.lowest_position("c").unwrap(), Some(3));
     assert_eq!(p.channel("c").position_count, 2);
     let drop = |reader: &str| Write::DropPosition {
         channel: "c".into(),
@@ -497,14 +529,32 @@ fn positions_are_set_read_and_dropped<H: Harness>(h: &H) {
         (s.position_count, s.position_bytes),
         (1, POSITION_OVERHEAD_BYTES + "mqtt:r2".len() as u64)
     );
-    // A channel nothing was published to takes a position at 0.
-    let out = commit(&mut p, vec![set_position("fresh", "bridge:up", 0)]);
-    assert_eq!(out, vec![Outcome::PositionSet]);
+    // A channel nothing was published to takes a position at its next,
+    // the first offset, and none past it.
+    let out = commit(
+        &mut p,
+        vec![
+            set_position("fresh", "bridge:up", 2),
+            set_position("fresh", "bridge:up", 1),
+        ],
+    );
+    assert_eq!(
+        out,
+        vec![
+            Outcome::Refused(Refusal::PositionPastNext { next: 1 }),
+            Outcome::PositionSet
+        ]
+    );
+    // 0 is no offset: a position there is refused with its batch.
+    match p.commit(&[set_position("fresh", "bridge:up", 0)]) {
+        Err(StoreError::Invalid(why)) => assert!(why.contains("offsets start at 1"), "{why}"),
+        other => panic!("expected a position at 0 refused, got {other:?}"),
+    }
     let p = h.reopen(p);
     assert_eq!(p.position("c", "mqtt:r1").unwrap(), None);
-    assert_eq!(p.position("c", "mqtt:r2").unwrap(), Some(3));
-    assert_eq!(p.position("fresh", "bridge:up").unwrap(), Some(0));
-    assert_eq!(p.lowest_position("c").unwrap(), Some(3));
+    assert_eq!(p.position("c", "mqtt:r2").unwrap(), Some(4));
+    assert_eq!(p.position("fresh", "bridge:up").unwrap(), Some(1));
+    assert_eq!(p.lowest_position("c").unwrap(), Some(4));
     assert_eq!(p.lowest_position("none").unwrap(), None);
 }
 
@@ -525,40 +575,54 @@ fn reads_respect_their_bounds<H: Harness>(h: &H) {
             .unwrap()
         {
             Read::Records(b) => {
-                assert_eq!((b.floor, b.next), (0, 10));
+                assert_eq!((b.floor, b.next), (1, 11));
                 b.records.iter().map(|r| r.offset).collect()
             }
             other => panic!("{other:?}"),
         }
     };
-    assert_eq!(read(0, 3, u64::MAX), vec![0, 1, 2]);
-    assert_eq!(read(4, 100, 2 * size), vec![4, 5]);
-    assert_eq!(read(4, 100, 2 * size + 1), vec![4, 5]);
+    assert_eq!(read(1, 3, u64::MAX), vec![1, 2, 3]);
+    assert_eq!(read(5, 100, 2 * size), vec![5, 6]);
+    assert_eq!(read(5, 100, 2 * size + 1), vec![5, 6]);
     // The first record is always served, however small the byte bound.
-    assert_eq!(read(4, 100, 1), vec![4]);
-    assert_eq!(read(9, 100, u64::MAX), vec![9]);
-    assert_eq!(read(10, 100, u64::MAX), Vec::<u64>::new());
-    assert_eq!(p.read("c", 11, ALL).unwrap(), Read::PastNext { next: 10 });
-    assert_eq!(offsets(&p, "never", 0), Vec::<u64>::new());
-    assert_eq!(p.read("never", 1, ALL).unwrap(), Read::PastNext { next: 0 });
+    assert_eq!(read(5, 100, 1), vec![5]);
+    assert_eq!(read(10, 100, u64::MAX), vec![10]);
+    assert_eq!(read(11, 100, u64::MAX), Vec::<u64>::new());
+    assert_eq!(p.read("c", 12, ALL).unwrap(), Read::PastNext { next: 11 });
+    assert_eq!(p.read("c", 0, ALL).unwrap(), Read::BelowFloor { floor: 1 });
+    // A channel nothing was written to: empty at the first offset, below
+    // its floor at 0, past its next beyond.
+    assert_eq!(
+        p.read("never", 1, ALL).unwrap(),
+        Read::Records(ReadBatch {
+            floor: 1,
+            next: 1,
+            records: Vec::new()
+        })
+    );
+    assert_eq!(
+        p.read("never", 0, ALL).unwrap(),
+        Read::BelowFloor { floor: 1 }
+    );
+    assert_eq!(p.read("never", 2, ALL).unwrap(), Read::PastNext { next: 1 });
 }
 
 fn a_full_provider_refuses_appends_and_keeps_the_reserve_for_positions<H: Harness>(h: &H) {
     let size = one_size();
     let reserve = 100;
     let mut p = h.open_bounded(4 * size + reserve, reserve);
-    assert_eq!(fill(&mut p, "c", 4), appended(&[0, 1, 2, 3]));
+    assert_eq!(fill(&mut p, "c", 4), appended(&[1, 2, 3, 4]));
     let out = fill(&mut p, "c", 1);
     assert_eq!(out, vec![Outcome::Refused(Refusal::ProviderFull)]);
-    assert_eq!(p.channel("c").next, 4, "a refusal takes no offset");
+    assert_eq!(p.channel("c").next, 5, "a refusal takes no offset");
     // Positions may use the reserve: 32 + 7 bytes each, two fit in 100.
     let out = commit(
         &mut p,
         vec![
-            set_position("c", "mqtt:aa", 1),
-            set_position("c", "mqtt:bb", 1),
-            set_position("c", "mqtt:cc", 1),
             set_position("c", "mqtt:aa", 2),
+            set_position("c", "mqtt:bb", 2),
+            set_position("c", "mqtt:cc", 2),
+            set_position("c", "mqtt:aa", 3),
         ],
     );
     assert_eq!(
@@ -580,11 +644,11 @@ fn a_full_provider_refuses_appends_and_keeps_the_reserve_for_positions<H: Harnes
         fill(&mut p, "c", 1),
         vec![Outcome::Refused(Refusal::ProviderFull)]
     );
-    commit(&mut p, vec![trim("c", TrimRule::BeforeOffset(2), 100)]);
+    commit(&mut p, vec![trim("c", TrimRule::BeforeOffset(3), 100)]);
     assert_eq!(
         fill(&mut p, "c", 2),
         vec![
-            Outcome::Appended { offset: 4 },
+            Outcome::Appended { offset: 5 },
             Outcome::Refused(Refusal::ProviderFull)
         ]
     );
@@ -610,10 +674,10 @@ fn a_channel_bound_refuses_one_record_and_not_the_batch<H: Harness>(h: &H) {
     assert_eq!(
         out,
         vec![
-            Outcome::Appended { offset: 0 },
             Outcome::Appended { offset: 1 },
+            Outcome::Appended { offset: 2 },
             Outcome::Refused(Refusal::ChannelFull),
-            Outcome::Appended { offset: 0 },
+            Outcome::Appended { offset: 1 },
         ]
     );
 }
@@ -628,13 +692,14 @@ fn a_batch_is_all_or_nothing<H: Harness>(h: &H) {
     for bad in [
         append("", msg("t", b"x", 1)),
         append("c", long_topic),
-        trim("c", TrimRule::BeforeOffset(1), 0),
-        set_position("c", "", 0),
+        trim("c", TrimRule::BeforeOffset(2), 0),
+        set_position("c", "", 1),
+        set_position("c", "mqtt:r", 0),
     ] {
         let batch = vec![
             append("c", msg("t", b"y", 2)),
-            set_position("c", "mqtt:r", 1),
-            trim("c", TrimRule::BeforeOffset(1), 10),
+            set_position("c", "mqtt:r", 2),
+            trim("c", TrimRule::BeforeOffset(2), 10),
             append("d", msg("t", b"z", 3)),
             bad,
         ];
@@ -649,8 +714,8 @@ fn a_batch_is_all_or_nothing<H: Harness>(h: &H) {
     }
     let mut p = h.reopen(p);
     assert_eq!(p.channel("c"), state);
-    assert_eq!(fill(&mut p, "c", 1), appended(&[1]));
-    assert_eq!(offsets(&p, "c", 0), vec![0, 1]);
+    assert_eq!(fill(&mut p, "c", 1), appended(&[2]));
+    assert_eq!(offsets(&p, "c", 1), vec![1, 2]);
 }
 
 fn a_second_broker_is_refused_by_the_lock<H: Harness>(h: &H) {
@@ -691,10 +756,10 @@ fn a_seek_by_time_takes_the_earliest_offset<H: Harness>(h: &H) {
             .collect(),
     );
     for (at, expect) in [
-        (0, Some(0)),
-        (150, Some(1)),
-        (250, Some(1)),
-        (350, Some(3)),
+        (0, Some(1)),
+        (150, Some(2)),
+        (250, Some(2)),
+        (350, Some(4)),
         (500, None),
     ] {
         assert_eq!(p.first_at_or_after("c", at).unwrap(), expect, "at {at}");
@@ -725,6 +790,26 @@ fn offsets_past_32_bits_survive<H: Harness>(h: &H) {
     assert_eq!(p.position("big", "mqtt:x").unwrap(), Some(start + 1));
 }
 
+/// Counters with a floor of 0 were never written by a layout whose offsets
+/// start at 1: the open refuses them, naming the channel or its file,
+/// rather than serve a channel where 0 could pass for an offset.
+fn a_stored_floor_of_zero_is_refused<H: Harness>(h: &H) {
+    h.seed(
+        "zero",
+        ChannelState {
+            next: 3,
+            floor: 0,
+            ..ChannelState::default()
+        },
+    );
+    let err = match h.try_open() {
+        Err(e) => e.to_string(),
+        Ok(p) => panic!("opened with {:?}", p.channels()),
+    };
+    assert!(err.contains("below the first offset 1"), "{err}");
+    assert!(err.contains("zero"), "{err}");
+}
+
 fn usage_counts_records_and_positions_with_one_function<H: Harness>(h: &H) {
     let mut p = h.open();
     let a = full_message();
@@ -732,7 +817,7 @@ fn usage_counts_records_and_positions_with_one_function<H: Harness>(h: &H) {
     commit(&mut p, vec![append("c", a.clone()), append("e", b.clone())]);
     assert_eq!(p.usage().used_bytes, a.size_bytes() + b.size_bytes());
     assert_eq!(p.channel("c").record_bytes, a.size_bytes());
-    commit(&mut p, vec![set_position("c", "mqtt:me", 0)]);
+    commit(&mut p, vec![set_position("c", "mqtt:me", 1)]);
     let expect = a.size_bytes() + b.size_bytes() + POSITION_OVERHEAD_BYTES + 7;
     assert_eq!(p.usage().used_bytes, expect);
     assert_eq!(p.usage().max_bytes, 64 << 20);
@@ -751,8 +836,8 @@ macro_rules! conformance {
             }
 
             #[test]
-            fn offsets_start_at_zero_and_strictly_rise() {
-                super::offsets_start_at_zero_and_strictly_rise(&h("rise"));
+            fn offsets_start_at_one_and_strictly_rise() {
+                super::offsets_start_at_one_and_strictly_rise(&h("rise"));
             }
             #[test]
             fn offsets_are_never_reused_after_removal_or_restart() {
@@ -817,6 +902,10 @@ macro_rules! conformance {
                 super::offsets_past_32_bits_survive(&h("wide"));
             }
             #[test]
+            fn a_stored_floor_of_zero_is_refused() {
+                super::a_stored_floor_of_zero_is_refused(&h("floor-zero"));
+            }
+            #[test]
             fn usage_counts_records_and_positions_with_one_function() {
                 super::usage_counts_records_and_positions_with_one_function(&h("usage"));
             }
@@ -848,15 +937,15 @@ mod redb_only {
         let crashed = h.dir.path().join("crashed.redb");
         fs::copy(h.file(), &crashed).expect("copy the live file");
         let copy = RedbProvider::open("copy", &crashed, 64 << 20, 64 << 10).expect("recover");
-        assert_eq!(offsets(&copy, "c", 0), (0..100).collect::<Vec<_>>());
-        assert_eq!(copy.channel("c").next, 100);
+        assert_eq!(offsets(&copy, "c", 1), (1..=100).collect::<Vec<_>>());
+        assert_eq!(copy.channel("c").next, 101);
         assert_eq!(copy.position("c", "mqtt:a").unwrap(), Some(42));
         assert_eq!(copy.usage(), p.usage());
         // And the original, dropped without a clean close.
         drop(p);
         let mut p = h.open();
-        assert_eq!(p.channel("c").next, 100);
-        assert_eq!(fill(&mut p, "c", 1), appended(&[100]));
+        assert_eq!(p.channel("c").next, 101);
+        assert_eq!(fill(&mut p, "c", 1), appended(&[101]));
     }
 
     #[test]
@@ -870,17 +959,17 @@ mod redb_only {
         let batch = vec![
             append("c", msg("t", b"x", 1)),
             append("new", msg("t", b"x", 1)),
-            set_position("c", "mqtt:a", 1),
-            trim("c", TrimRule::BeforeOffset(1), 10),
+            set_position("c", "mqtt:a", 2),
+            trim("c", TrimRule::BeforeOffset(2), 10),
         ];
         assert!(p.commit(&batch).is_err());
         assert_eq!(p.channel("c"), state);
         assert_eq!(p.channel("new"), ChannelState::default());
         assert_eq!(p.usage(), usage);
         let out = commit(&mut p, batch);
-        assert_eq!(out[..2], appended(&[2, 0])[..]);
+        assert_eq!(out[..2], appended(&[3, 1])[..]);
         let p = h.reopen(p);
-        assert_eq!(offsets(&p, "c", 1), vec![1, 2]);
+        assert_eq!(offsets(&p, "c", 2), vec![2, 3]);
         assert_eq!(p.channels().len(), 2);
     }
 
@@ -995,7 +1084,7 @@ mod memory_only {
         assert_eq!(p.channel("c"), ChannelState::default());
         fill(&mut p, "c", 3);
         let p = h.reopen(p);
-        assert_eq!(offsets(&p, "c", 0), vec![0, 1, 2]);
+        assert_eq!(offsets(&p, "c", 1), vec![1, 2, 3]);
     }
 
     #[test]
@@ -1088,7 +1177,7 @@ mod memory_only {
         c.records.insert(5, msg("t", b"x", 1));
         c.state = ChannelState {
             next: 5,
-            floor: 0,
+            floor: 1,
             record_count: 1,
             record_bytes: msg("t", b"x", 1).size_bytes(),
             ..ChannelState::default()
@@ -1096,6 +1185,20 @@ mod memory_only {
         fs::write(channel_file(&h, "c"), encode_channel("c", &c, 1)).expect("write");
         let err = refusal(&h);
         assert!(err.contains("record 5 lies outside"), "{err}");
+        // A position at 0, which no offset is.
+        c.state.next = 6;
+        c.positions.insert("mqtt:a".into(), 0);
+        let (record_bytes, position_bytes) = super::memory::counted(&c);
+        c.state.record_bytes = record_bytes;
+        c.state.position_bytes = position_bytes;
+        c.state.position_count = 1;
+        fs::write(channel_file(&h, "c"), encode_channel("c", &c, 1)).expect("write");
+        let err = refusal(&h);
+        assert!(err.contains("\"mqtt:a\" is at 0, outside"), "{err}");
+        c.positions.clear();
+        c.state.position_bytes = 0;
+        c.state.position_count = 0;
+        c.state.next = 5;
         c.state.next = 6;
         c.state.record_bytes += 1;
         fs::write(channel_file(&h, "c"), encode_channel("c", &c, 1)).expect("write");
@@ -1129,7 +1232,7 @@ mod memory_only {
             warnings.contains("\"b\" was written by the last shutdown"),
             "{warnings}"
         );
-        assert_eq!(p.channel("a").next, 1);
+        assert_eq!(p.channel("a").next, 2);
         Box::new(p).close().expect("close");
         // A damaged manifest is a warning, not a refusal: it holds no records.
         fs::write(h.dir.path().join("saguin.manifest"), b"junk").expect("write");

@@ -7,7 +7,7 @@
 //! value cannot ask for four gigabytes.
 
 use super::message_id::MessageId;
-use super::types::{ChannelState, Message};
+use super::types::{ChannelState, Message, FIRST_OFFSET};
 
 /// Why bytes could not be decoded; the caller adds which file or key.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -336,6 +336,14 @@ pub(crate) fn decode_channel_state(d: &mut Decoder<'_>) -> Decoded<ChannelState>
         position_bytes: d.u64("the position bytes")?,
         position_count: d.u64("the position count")?,
     };
+    // Offsets start at 1: a floor of 0 (and so a `next` of 0) was never
+    // written by this layout, whatever else the row says.
+    if s.floor < FIRST_OFFSET {
+        return fail(format!(
+            "the floor {} is below the first offset {FIRST_OFFSET}: the counters are damaged",
+            s.floor
+        ));
+    }
     if s.floor > s.next {
         return fail(format!(
             "the floor {} is past next {}: the counters are damaged",
@@ -458,13 +466,35 @@ pub(crate) mod tests {
         encode_channel_state(&s, &mut e);
         assert_eq!(e.buf.len(), CHANNEL_STATE_BYTES);
         assert_eq!(decode_channel_state(&mut Decoder::new(&e.buf)), Ok(s));
-        let bad = ChannelState {
+        let decode = |s: ChannelState| {
+            let mut e = Encoder::default();
+            encode_channel_state(&s, &mut e);
+            decode_channel_state(&mut Decoder::new(&e.buf))
+        };
+        assert_eq!(decode(ChannelState::default()), Ok(ChannelState::default()));
+        let past = decode(ChannelState {
             floor: 11,
             next: 10,
             ..ChannelState::default()
-        };
-        let mut e = Encoder::default();
-        encode_channel_state(&bad, &mut e);
-        assert!(decode_channel_state(&mut Decoder::new(&e.buf)).is_err());
+        });
+        assert!(past.unwrap_err().0.contains("past next"));
+        // Offsets start at 1: a floor of 0 is damage, even with nothing
+        // else wrong, and so is the all-zero row of a 0-based layout.
+        for (floor, next) in [(0, 0), (0, 3)] {
+            let err = decode(ChannelState {
+                floor,
+                next,
+                ..ChannelState::default()
+            })
+            .unwrap_err();
+            assert!(err.0.contains("below the first offset 1"), "{err:?}");
+        }
+        let crowded = decode(ChannelState {
+            floor: 1,
+            next: 3,
+            record_count: 3,
+            ..ChannelState::default()
+        });
+        assert!(crowded.unwrap_err().0.contains("cannot lie between"));
     }
 }

@@ -45,7 +45,7 @@ pub use open::open_provider;
 pub use snapshot::snapshot_file_name;
 pub use types::{
     ChannelState, Message, Outcome, Read, ReadBatch, ReadLimit, Record, Refusal, TrimRule, Trimmed,
-    Usage, Write, POSITION_OVERHEAD_BYTES, RECORD_OVERHEAD_BYTES,
+    Usage, Write, FIRST_OFFSET, POSITION_OVERHEAD_BYTES, RECORD_OVERHEAD_BYTES,
 };
 pub use validate::{
     check_channel_name, MAX_BATCH_WRITES, MAX_CHANNEL_NAME_BYTES, MAX_PAYLOAD_BYTES,
@@ -60,7 +60,12 @@ pub use writer::{
 /// the storage thread owns it, so reads never interleave with a commit.
 ///
 /// Reads and writes name a channel by its configured name; a channel
-/// nothing has been written to reads as empty with every counter at 0.
+/// nothing has been written to reads as empty, with `next` and `floor` at
+/// [`FIRST_OFFSET`] and every other counter at 0.
+///
+/// Offsets start at [`FIRST_OFFSET`] (1), never 0: a seek's `0` (the
+/// floor) and `-1` (the head) can then never be taken for an offset, and
+/// no record, floor, `next` or stored position is ever 0.
 pub trait Provider: Send {
     /// The provider's configured name.
     fn name(&self) -> &str;

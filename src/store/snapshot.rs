@@ -34,6 +34,7 @@ use super::encoding::{
 use super::error::StoreError;
 use super::lock::LockFile;
 use super::memory::{counted, MemoryChannel};
+use super::types::FIRST_OFFSET;
 use super::validate::{check_channel_name, MAX_READER_BYTES};
 
 pub(crate) const MAGIC: [u8; 8] = *b"SAGUINSN";
@@ -241,8 +242,9 @@ pub(crate) fn encode_channel(name: &str, channel: &MemoryChannel, generation: u6
 
 /// Decodes and checks a channel file. The checksum proves the bytes are
 /// the ones written; the checks after it cover what it cannot - that the
-/// writer was right: offsets ascending inside `[floor, next)`, positions
-/// no further than `next`, counters that match the contents.
+/// writer was right: a floor no lower than the first offset (1), offsets
+/// ascending inside `[floor, next)`, positions inside `[1, next]`, counters
+/// that match the contents.
 pub(crate) fn decode_channel(
     path: &Path,
     bytes: &[u8],
@@ -271,9 +273,9 @@ fn decode_channel_body(body: &[u8]) -> Result<(String, u64, MemoryChannel), Deco
         if reader.is_empty() || reader.len() > MAX_READER_BYTES {
             return fail(format!("a reader name of {} bytes", reader.len()));
         }
-        if offset > state.next {
+        if offset < FIRST_OFFSET || offset > state.next {
             return fail(format!(
-                "reader {reader:?} is at {offset}, past next {}",
+                "reader {reader:?} is at {offset}, outside the first offset {FIRST_OFFSET} and next {}",
                 state.next
             ));
         }
@@ -595,6 +597,42 @@ mod tests {
             bytes[split..].copy_from_slice(&crc.to_le_bytes());
             let _ = decode_channel(Path::new("/f"), &bytes);
         }
+    }
+
+    /// Offsets start at 1, so a file with a floor or a position at 0 was
+    /// not written by this layout and is refused; one at the first offset
+    /// loads.
+    #[test]
+    fn offsets_below_the_first_are_refused() {
+        let path = Path::new("/f");
+        let mut first = MemoryChannel::default();
+        first.records.insert(1, plain_message("a", b"1"));
+        first.positions.insert("mqtt:one".into(), 1);
+        let (record_bytes, position_bytes) = counted(&first);
+        first.state = ChannelState {
+            next: 2,
+            floor: 1,
+            record_bytes,
+            record_count: 1,
+            position_bytes,
+            position_count: 1,
+        };
+        let (_, _, loaded) = decode_channel(path, &encode_channel("c", &first, 1)).unwrap();
+        assert_eq!(loaded, first);
+
+        let mut at_zero = first.clone();
+        at_zero.positions.insert("mqtt:one".into(), 0);
+        let err = decode_channel(path, &encode_channel("c", &at_zero, 1))
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("is at 0, outside the first offset 1"), "{err}");
+
+        let mut floor_zero = first.clone();
+        floor_zero.state.floor = 0;
+        let err = decode_channel(path, &encode_channel("c", &floor_zero, 1))
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("below the first offset 1"), "{err}");
     }
 
     #[test]

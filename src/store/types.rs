@@ -82,8 +82,9 @@ pub struct Record {
 /// record changes neither, and only a removal raises the floor, in the same
 /// transaction.
 ///
-/// A channel nothing has been written to reads as all zeroes.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+/// A channel nothing has been written to has `next` and `floor` at
+/// [`FIRST_OFFSET`] and everything else at zero.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ChannelState {
     /// The offset the next record takes.
     pub next: u64,
@@ -95,6 +96,23 @@ pub struct ChannelState {
     /// What the stored positions on this channel count against the provider.
     pub position_bytes: u64,
     pub position_count: u64,
+}
+
+/// The first record of a channel has offset 1, so that a seek's `0` (the
+/// floor) and `-1` (the head) can never be mistaken for an offset.
+pub const FIRST_OFFSET: u64 = 1;
+
+impl Default for ChannelState {
+    fn default() -> Self {
+        ChannelState {
+            next: FIRST_OFFSET,
+            floor: FIRST_OFFSET,
+            record_bytes: 0,
+            record_count: 0,
+            position_bytes: 0,
+            position_count: 0,
+        }
+    }
 }
 
 /// A provider's byte bound and what is using it.

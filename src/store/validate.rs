@@ -4,7 +4,7 @@
 
 use super::error::StoreError;
 use super::message_id::{MessageId, MAX_MESSAGE_ID_TEXT_BYTES};
-use super::types::{Message, Write};
+use super::types::{Message, Write, FIRST_OFFSET};
 
 /// The longest channel name a store keeps (RFC 0002's channel name limit).
 pub const MAX_CHANNEL_NAME_BYTES: usize = 128;
@@ -41,9 +41,18 @@ fn check_write(w: &Write) -> Result<(), String> {
     check_channel_name(w.channel())?;
     match w {
         Write::Append { message, .. } => check_message(message),
-        Write::SetPosition { reader, .. } | Write::DropPosition { reader, .. } => {
-            check_reader(reader)
+        Write::SetPosition { reader, offset, .. } => {
+            check_reader(reader)?;
+            // Offsets start at 1, so 0 is no offset at all: as a seek it
+            // means the floor, and a caller storing it has not resolved it.
+            if *offset < FIRST_OFFSET {
+                return Err(format!(
+                    "a position is an offset, and offsets start at {FIRST_OFFSET}, not {offset}"
+                ));
+            }
+            Ok(())
         }
+        Write::DropPosition { reader, .. } => check_reader(reader),
         Write::Trim { max_records, .. } => {
             if *max_records == 0 || *max_records > MAX_TRIM_RECORDS {
                 Err(format!(

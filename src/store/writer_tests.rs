@@ -160,9 +160,10 @@ fn writes_arriving_during_a_commit_form_the_next_batch() {
     for expect in 0..=5 {
         let (ticket, result) = r.committed();
         assert_eq!(ticket, expect);
+        // Offsets start at 1: ticket 0's record is the channel's first.
         assert_eq!(
             result.expect("stored"),
-            vec![Outcome::Appended { offset: expect }]
+            vec![Outcome::Appended { offset: expect + 1 }]
         );
     }
     assert_eq!(r.batches(), vec![1, 5]);
@@ -237,7 +238,7 @@ fn a_batch_without_a_publish_never_waits_for_company() {
     let position = Write::SetPosition {
         channel: "c".into(),
         reader: "mqtt:a".into(),
-        offset: 0,
+        offset: FIRST_OFFSET,
     };
     r.handle
         .try_commit(Ticket(9), vec![position])
@@ -265,21 +266,27 @@ fn reads_are_served_while_a_batch_waits_for_company() {
         max_bytes: 1 << 20,
     };
     r.handle
-        .try_read(Ticket(2), "c".into(), 0, limit)
+        .try_read(Ticket(2), "c".into(), 1, limit)
         .expect("queued");
     match r.next() {
         Completion {
             ticket: Ticket(2),
             answer: Answer::Read(Ok(Read::Records(b))),
-        } => assert!(b.records.is_empty(), "the publish is not committed yet"),
+        } => {
+            assert!(b.records.is_empty(), "the publish is not committed yet");
+            assert_eq!((b.floor, b.next), (1, 1));
+        }
         other => panic!("expected the read first, got {other:?}"),
     }
     assert_eq!(r.committed().0, 1);
     r.handle
-        .try_read(Ticket(3), "c".into(), 0, limit)
+        .try_read(Ticket(3), "c".into(), 1, limit)
         .expect("queued");
     match r.next().answer {
-        Answer::Read(Ok(Read::Records(b))) => assert_eq!(b.records.len(), 1),
+        Answer::Read(Ok(Read::Records(b))) => {
+            let offsets: Vec<u64> = b.records.iter().map(|r| r.offset).collect();
+            assert_eq!((b.floor, b.next, offsets), (1, 2, vec![1]));
+        }
         other => panic!("{other:?}"),
     }
     r.handle
@@ -348,5 +355,5 @@ fn shutdown_closes_the_provider_and_stops_the_handle() {
         Err(SubmitError::Stopped)
     );
     let reopened = MemoryProvider::open("m", 1 << 20, 0, Some(dir.path())).expect("reopen");
-    assert_eq!(reopened.channel("c").next, 1);
+    assert_eq!(reopened.channel("c").next, 2);
 }
