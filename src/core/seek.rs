@@ -137,7 +137,9 @@ pub fn parse_rfc3339_ms(text: &str) -> Option<u64> {
 
 fn days_in_month(year: u64, month: u64) -> u64 {
     match month {
-        2 if (year.is_multiple_of(4) && !year.is_multiple_of(100)) || year.is_multiple_of(400) => 29,
+        2 if (year.is_multiple_of(4) && !year.is_multiple_of(100)) || year.is_multiple_of(400) => {
+            29
+        }
         2 => 28,
         4 | 6 | 9 | 11 => 30,
         _ => 31,
