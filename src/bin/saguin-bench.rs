@@ -1,0 +1,678 @@
+//! `saguin-bench`: saguin against mosquitto on this machine, same load,
+//! same bounds, alternating runs; medians, ratios and a footprint section,
+//! optionally written to BENCHMARKS.md.
+//!
+//!     cargo build --release
+//!     target/release/saguin-bench [--quick] [--write BENCHMARKS.md]
+//!
+//! All traffic stays on 127.0.0.1; every loop is bounded in count and time.
+
+// A crate root looks for its modules beside itself (src/bin/), where they
+// would each become a binary of their own.
+#[path = "saguin-bench/brokers.rs"]
+mod brokers;
+#[path = "saguin-bench/client.rs"]
+mod client;
+#[path = "saguin-bench/footprint.rs"]
+mod footprint;
+#[path = "saguin-bench/load.rs"]
+mod load;
+#[path = "saguin-bench/machine.rs"]
+mod machine;
+#[path = "saguin-bench/report.rs"]
+mod report;
+
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::time::Duration;
+
+use saguin::codec::QoS;
+
+use brokers::{Broker, BrokerBinaries, BrokerKind};
+use footprint::{BinarySize, MemorySample, IDLE_CLIENTS};
+use load::{Latency, Throughput, END_TO_END_WINDOW_MESSAGES, PAYLOAD_BYTES, QOS1_WINDOW_MESSAGES};
+use report::{Better, Row, Sample, Unit};
+
+const USAGE: &str = "\
+usage: saguin-bench [--quick] [--write FILE] [--only LIST] [--saguin-bin PATH]
+  --quick            fewer messages and a 3 s latency run (a smoke test, not for BENCHMARKS.md)
+  --write FILE       also write the report to FILE (BENCHMARKS.md)
+  --only LIST        comma-separated figures to run: 1,2,3,4,5,footprint (default: all)
+  --saguin-bin PATH  the broker binary (default: saguin beside this executable)";
+
+/// Pause between runs, so the broker has finished closing the last run's
+/// sessions before the next one starts.
+const BETWEEN_RUNS: Duration = Duration::from_millis(300);
+const FAN_CLIENTS: usize = 10;
+const LATENCY_RATE_PER_S: u32 = 2000;
+/// Warm-up runs carry this fraction of a figure's messages.
+const WARMUP_DIVISOR: u64 = 10;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Figure {
+    Qos0,
+    Qos1,
+    FanOut,
+    FanIn,
+    Latency,
+    Footprint,
+}
+
+impl Figure {
+    const ALL: [Figure; 6] = [
+        Figure::Qos0,
+        Figure::Qos1,
+        Figure::FanOut,
+        Figure::FanIn,
+        Figure::Latency,
+        Figure::Footprint,
+    ];
+
+    fn parse(name: &str) -> Option<Figure> {
+        Figure::ALL.into_iter().find(|f| f.name() == name)
+    }
+
+    fn name(self) -> &'static str {
+        match self {
+            Figure::Qos0 => "1",
+            Figure::Qos1 => "2",
+            Figure::FanOut => "3",
+            Figure::FanIn => "4",
+            Figure::Latency => "5",
+            Figure::Footprint => "footprint",
+        }
+    }
+}
+
+struct Options {
+    quick: bool,
+    write_path: Option<PathBuf>,
+    figures: Vec<Figure>,
+    saguin_bin: Option<PathBuf>,
+}
+
+fn parse_args(args: &[String]) -> Result<Options, String> {
+    let mut options = Options {
+        quick: false,
+        write_path: None,
+        figures: Figure::ALL.to_vec(),
+        saguin_bin: None,
+    };
+    let mut args = args.iter();
+    while let Some(arg) = args.next() {
+        let mut value = |flag: &str| {
+            args.next()
+                .cloned()
+                .ok_or_else(|| format!("{flag} needs a value"))
+        };
+        match arg.as_str() {
+            "--quick" => options.quick = true,
+            "--write" => options.write_path = Some(value("--write")?.into()),
+            "--saguin-bin" => options.saguin_bin = Some(value("--saguin-bin")?.into()),
+            "--only" => {
+                options.figures = value("--only")?
+                    .split(',')
+                    .map(|name| Figure::parse(name).ok_or(format!("no figure {name:?}")))
+                    .collect::<Result<_, _>>()?
+            }
+            other => return Err(format!("unrecognised argument {other:?}")),
+        }
+    }
+    Ok(options)
+}
+
+/// How much each figure sends; `--quick` is a smoke test of the harness.
+struct Plan {
+    runs_per_broker: usize,
+    qos0_messages: u64,
+    qos1_messages: u64,
+    fan_out_publishes: u64,
+    fan_in_messages_per_publisher: u64,
+    latency_duration: Duration,
+}
+
+impl Plan {
+    fn new(quick: bool) -> Plan {
+        if quick {
+            Plan {
+                runs_per_broker: 3,
+                qos0_messages: 20_000,
+                qos1_messages: 20_000,
+                fan_out_publishes: 5_000,
+                fan_in_messages_per_publisher: 2_000,
+                latency_duration: Duration::from_secs(3),
+            }
+        } else {
+            Plan {
+                runs_per_broker: 5,
+                qos0_messages: 200_000,
+                qos1_messages: 200_000,
+                fan_out_publishes: 50_000,
+                fan_in_messages_per_publisher: 20_000,
+                latency_duration: Duration::from_secs(10),
+            }
+        }
+    }
+
+    fn throughput_load(&self, figure: Figure) -> Option<Throughput> {
+        let (qos, publishers, subscribers, messages_per_publisher) = match figure {
+            Figure::Qos0 => (QoS::AtMostOnce, 1, 1, self.qos0_messages),
+            Figure::Qos1 => (QoS::AtLeastOnce, 1, 1, self.qos1_messages),
+            Figure::FanOut => (QoS::AtLeastOnce, 1, FAN_CLIENTS, self.fan_out_publishes),
+            Figure::FanIn => (
+                QoS::AtLeastOnce,
+                FAN_CLIENTS,
+                1,
+                self.fan_in_messages_per_publisher,
+            ),
+            Figure::Latency | Figure::Footprint => return None,
+        };
+        Some(Throughput {
+            qos,
+            publishers,
+            subscribers,
+            messages_per_publisher,
+        })
+    }
+}
+
+/// When the figures were taken and how busy the machine was.
+struct RunContext {
+    started_at: String,
+    load_before: String,
+    load_after: String,
+}
+
+/// Every figure's rows, filled as runs complete.
+struct Results {
+    figures: Vec<Row>,
+    broker_cpu: Vec<Row>,
+    binary_sizes: Vec<BinarySize>,
+    memory: Vec<Row>,
+    memory_note: Option<String>,
+}
+
+fn figure_label(figure: Figure) -> &'static str {
+    match figure {
+        Figure::Qos0 => "1. broadcast QoS 0, 1 → 1, 64 B",
+        Figure::Qos1 => "2. broadcast QoS 1, 1 → 1, 64 B",
+        Figure::FanOut => "3. fan-out QoS 1, 1 → 10 subscribers: deliveries/s",
+        Figure::FanIn => "4. fan-in QoS 1, 10 publishers → 1",
+        Figure::Latency | Figure::Footprint => "",
+    }
+}
+
+fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let options = match parse_args(&args) {
+        Ok(options) => options,
+        Err(message) => {
+            eprintln!("{message}\n{USAGE}");
+            return ExitCode::from(2);
+        }
+    };
+    let binaries = match broker_binaries(options.saguin_bin.clone()) {
+        Ok(binaries) => binaries,
+        Err(message) => {
+            eprintln!("{message}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let plan = Plan::new(options.quick);
+    let started_at = machine::utc_now();
+    let load_before = machine::load_average_1min();
+    let mut results = Results {
+        figures: Vec::new(),
+        broker_cpu: Vec::new(),
+        binary_sizes: Vec::new(),
+        memory: Vec::new(),
+        memory_note: None,
+    };
+    if let Err(message) = run_traffic_figures(&options.figures, &plan, &binaries, &mut results) {
+        eprintln!("cannot run the traffic figures: {message}");
+        return ExitCode::FAILURE;
+    }
+    if options.figures.contains(&Figure::Footprint) {
+        run_footprint(&plan, options.quick, &binaries, &mut results);
+    }
+    let run_context = RunContext {
+        started_at,
+        load_before,
+        load_after: machine::load_average_1min(),
+    };
+    let document = render_document(&options, &plan, &binaries, &run_context, &results);
+    println!("\n{document}");
+    if let Some(path) = &options.write_path {
+        if let Err(error) = std::fs::write(path, &document) {
+            eprintln!("cannot write {}: {error}", path.display());
+            return ExitCode::FAILURE;
+        }
+        println!("wrote {}", path.display());
+    }
+    ExitCode::SUCCESS
+}
+
+/// saguin beside this executable (both come out of `cargo build
+/// --release`), unless given; mosquitto where Debian installs it.
+fn broker_binaries(saguin_bin: Option<PathBuf>) -> Result<BrokerBinaries, String> {
+    let saguin = match saguin_bin {
+        Some(path) => path,
+        None => std::env::current_exe()
+            .map_err(|e| format!("cannot find this executable: {e}"))?
+            .with_file_name("saguin"),
+    };
+    let mosquitto = PathBuf::from("/usr/sbin/mosquitto");
+    for path in [&saguin, &mosquitto] {
+        if !path.exists() {
+            return Err(format!(
+                "{} not found (cargo build --release; apt-get install mosquitto)",
+                path.display()
+            ));
+        }
+    }
+    Ok(BrokerBinaries { saguin, mosquitto })
+}
+
+/// Figures 1 to 5 on one pair of brokers, started once and kept.
+fn run_traffic_figures(
+    figures: &[Figure],
+    plan: &Plan,
+    binaries: &BrokerBinaries,
+    results: &mut Results,
+) -> Result<(), String> {
+    let wanted = |f: Figure| figures.contains(&f);
+    let any_traffic = figures.iter().any(|f| *f != Figure::Footprint);
+    let mut brokers = Vec::new();
+    if any_traffic {
+        for kind in BrokerKind::BOTH {
+            let broker = Broker::start(kind, binaries)?;
+            println!(
+                "{kind} listening on {} (pid {})",
+                broker.address,
+                broker.pid()
+            );
+            brokers.push(broker);
+        }
+    }
+    let ticks_per_s = machine::clock_ticks_per_s();
+    for figure in [Figure::Qos0, Figure::Qos1, Figure::FanOut, Figure::FanIn] {
+        let load = plan.throughput_load(figure).expect("a throughput figure");
+        if !wanted(figure) {
+            continue;
+        }
+        let (rate, cpu) = run_throughput_figure(figure, &load, plan, &brokers, ticks_per_s);
+        results.figures.push(rate);
+        if figure == Figure::FanOut {
+            let per_publish = results.figures[results.figures.len() - 1].derived(
+                "3. fan-out QoS 1, 1 → 10 subscribers: publishes/s",
+                |deliveries| deliveries / FAN_CLIENTS as f64,
+            );
+            results.figures.push(per_publish);
+        }
+        results.broker_cpu.push(cpu);
+    }
+    if wanted(Figure::Latency) {
+        let load = Latency {
+            rate_per_s: LATENCY_RATE_PER_S,
+            duration: plan.latency_duration,
+        };
+        results
+            .figures
+            .extend(run_latency_figure(&load, plan, &brokers));
+    }
+    results.figures.extend(pending_rows());
+    for broker in brokers {
+        broker.stop();
+    }
+    Ok(())
+}
+
+/// Features not built yet keep their place in the table.
+fn pending_rows() -> Vec<Row> {
+    vec![
+        Row::pending("6. durable append — pending storage"),
+        Row::pending("7. queue, QoS 1 enqueue → dequeue — pending queues"),
+        Row::pending("7. queue, competing consumers — pending queues"),
+    ]
+}
+
+/// One warm-up per broker, then alternating measured runs.
+fn run_throughput_figure(
+    figure: Figure,
+    load: &Throughput,
+    plan: &Plan,
+    brokers: &[Broker],
+    ticks_per_s: u64,
+) -> (Row, Row) {
+    let label = figure_label(figure);
+    let mut rate_row = Row::new(label, Unit::MessagesPerS, Better::Higher);
+    let mut cpu_row = Row::new(label, Unit::Microseconds, Better::Lower);
+    println!("\n== {label}");
+    let warmup = Throughput {
+        messages_per_publisher: (load.messages_per_publisher / WARMUP_DIVISOR).max(1000),
+        ..load.clone()
+    };
+    for broker in brokers {
+        let outcome = load::run_throughput(
+            broker.address,
+            &warmup,
+            &format!("w{}{}", figure.name(), broker.kind),
+        );
+        if let Some(failure) = outcome.failure {
+            println!("   warm-up on {}: {failure}", broker.kind);
+        }
+        std::thread::sleep(BETWEEN_RUNS);
+    }
+    for run in 1..=plan.runs_per_broker {
+        for broker in brokers {
+            let (rate, cpu) = measure_throughput(figure, load, run, broker, ticks_per_s);
+            rate_row.push(broker.kind, rate);
+            cpu_row.push(broker.kind, cpu);
+            std::thread::sleep(BETWEEN_RUNS);
+        }
+    }
+    (rate_row, cpu_row)
+}
+
+/// One run: the delivery rate, and the broker's CPU time per delivery.
+fn measure_throughput(
+    figure: Figure,
+    load: &Throughput,
+    run: usize,
+    broker: &Broker,
+    ticks_per_s: u64,
+) -> (Sample, Sample) {
+    let cpu_before = broker.cpu_time(ticks_per_s);
+    let outcome = load::run_throughput(
+        broker.address,
+        load,
+        &format!("f{}r{run}{}", figure.name(), broker.kind),
+    );
+    let cpu_after = broker.cpu_time(ticks_per_s);
+    let prefix = format!("   run {run} {:<9}", broker.kind);
+    if let Some(failure) = outcome.failure {
+        println!(
+            "{prefix} FAILED: {failure} ({} of {} delivered)",
+            outcome.delivered, outcome.expected
+        );
+        return (Sample::Failed(failure.clone()), Sample::Failed(failure));
+    }
+    let rate = outcome.delivered_per_s();
+    let cpu_us = match (cpu_before, cpu_after) {
+        (Some(before), Some(after)) => {
+            Sample::Value((after - before).as_secs_f64() * 1e6 / outcome.delivered as f64)
+        }
+        _ => Sample::Failed("cannot read the broker's CPU time".into()),
+    };
+    println!(
+        "{prefix} {:>14} msg/s  ({} deliveries in {:.2} s, {} duplicates, broker CPU {})",
+        report::with_thousands(rate),
+        outcome.delivered,
+        outcome.elapsed.as_secs_f64(),
+        outcome.duplicates,
+        match &cpu_us {
+            Sample::Value(us) => format!("{us:.2} µs/msg"),
+            Sample::Failed(reason) => reason.clone(),
+        }
+    );
+    (Sample::Value(rate), cpu_us)
+}
+
+/// Alternating latency runs; returns the p50 and p99 rows.
+fn run_latency_figure(load: &Latency, plan: &Plan, brokers: &[Broker]) -> Vec<Row> {
+    let title = format!(
+        "5. latency QoS 1, 1 → 1 at {} msg/s",
+        report::with_thousands(f64::from(load.rate_per_s))
+    );
+    let mut p50 = Row::new(format!("{title}: p50"), Unit::Microseconds, Better::Lower);
+    let mut p99 = Row::new(format!("{title}: p99"), Unit::Microseconds, Better::Lower);
+    println!("\n== {title}, {:?} per run", load.duration);
+    for run in 1..=plan.runs_per_broker {
+        for broker in brokers {
+            let outcome =
+                load::run_latency(broker.address, load, &format!("f5r{run}{}", broker.kind));
+            let prefix = format!("   run {run} {:<9}", broker.kind);
+            match outcome.failure {
+                Some(failure) => {
+                    println!("{prefix} FAILED: {failure}");
+                    p50.push(broker.kind, Sample::Failed(failure.clone()));
+                    p99.push(broker.kind, Sample::Failed(failure));
+                }
+                None => {
+                    println!(
+                        "{prefix} p50 {:.0} µs, p99 {:.0} µs over {} samples",
+                        outcome.p50_us, outcome.p99_us, outcome.samples
+                    );
+                    p50.push(broker.kind, Sample::Value(outcome.p50_us));
+                    p99.push(broker.kind, Sample::Value(outcome.p99_us));
+                }
+            }
+            std::thread::sleep(BETWEEN_RUNS);
+        }
+    }
+    vec![p50, p99]
+}
+
+/// Binary sizes (building the cross binaries when it can), then memory.
+fn run_footprint(plan: &Plan, quick: bool, binaries: &BrokerBinaries, results: &mut Results) {
+    println!("\n== footprint");
+    let target_dir = cargo_target_dir(&binaries.saguin);
+    let cross_build = footprint::build_cross_binaries(&target_dir, !quick);
+    results.binary_sizes = footprint::binary_sizes(&target_dir, binaries, &cross_build);
+    for size in &results.binary_sizes {
+        match &size.size_bytes {
+            Ok(bytes) => println!("   {}: {}", size.label, report::format_bytes(*bytes as f64)),
+            Err(reason) => println!("   {}: {reason}", size.label),
+        }
+    }
+    if let Some(blocker) = footprint::memory_figure_blocker() {
+        println!("   memory: {blocker}");
+        results.memory_note = Some(blocker);
+        return;
+    }
+    results.memory = measure_memory_rows(plan, binaries);
+}
+
+/// `target/` from `target/release/saguin`.
+fn cargo_target_dir(saguin: &Path) -> PathBuf {
+    saguin
+        .parent()
+        .and_then(Path::parent)
+        .map_or_else(|| PathBuf::from("target"), Path::to_path_buf)
+}
+
+/// Alternating runs, each on a fresh broker.
+fn measure_memory_rows(plan: &Plan, binaries: &BrokerBinaries) -> Vec<Row> {
+    let mut idle = Row::new(
+        "resident memory, idle after start",
+        Unit::Bytes,
+        Better::Lower,
+    );
+    let mut connected = Row::new(
+        format!("resident memory with {IDLE_CLIENTS} idle clients"),
+        Unit::Bytes,
+        Better::Lower,
+    );
+    let mut per_connection = Row::new(
+        format!("per connection: (with {IDLE_CLIENTS} − idle) / {IDLE_CLIENTS}"),
+        Unit::Bytes,
+        Better::Lower,
+    );
+    for run in 1..=plan.runs_per_broker {
+        for kind in BrokerKind::BOTH {
+            let prefix = format!("   memory run {run} {kind:<9}");
+            match footprint::measure_memory(kind, binaries, &format!("m{run}{kind}")) {
+                Ok(sample) => {
+                    print_memory_sample(&prefix, &sample);
+                    idle.push(kind, Sample::Value(sample.idle_bytes as f64));
+                    connected.push(kind, Sample::Value(sample.connected_bytes as f64));
+                    per_connection.push(kind, Sample::Value(sample.per_connection_bytes()));
+                }
+                Err(failure) => {
+                    println!("{prefix} FAILED: {failure}");
+                    for row in [&mut idle, &mut connected, &mut per_connection] {
+                        row.push(kind, Sample::Failed(failure.clone()));
+                    }
+                }
+            }
+        }
+    }
+    vec![idle, connected, per_connection]
+}
+
+fn print_memory_sample(prefix: &str, sample: &MemorySample) {
+    println!(
+        "{prefix} idle {}, with {IDLE_CLIENTS} clients {}, {:.0} B per connection",
+        report::format_bytes(sample.idle_bytes as f64),
+        report::format_bytes(sample.connected_bytes as f64),
+        sample.per_connection_bytes()
+    );
+}
+
+/// The whole report as Markdown: what is printed, and what --write saves.
+fn render_document(
+    options: &Options,
+    plan: &Plan,
+    binaries: &BrokerBinaries,
+    run: &RunContext,
+    results: &Results,
+) -> String {
+    let machine = machine::describe(&binaries.mosquitto);
+    let command = std::iter::once("target/release/saguin-bench".to_string())
+        .chain(std::env::args().skip(1))
+        .collect::<Vec<_>>()
+        .join(" ");
+    let mut doc = String::new();
+    doc.push_str(&format!(
+        "# Benchmarks\n\n\
+         Generated by `saguin-bench` (src/bin/saguin-bench.rs): do not edit by hand, run it again:\n\n\
+         ```\ncargo build --release\n{command}\n```\n\n\
+         ## Machine and run\n\n\
+         - Date: {}\n\
+         - CPUs: {} (nproc), {}\n\
+         - Kernel: {}\n\
+         - saguin {}; mosquitto {} (Debian package)\n\
+         - Mode: {}, {} runs per figure per broker, alternating saguin, mosquitto, saguin, …; \
+         each figure is the median of its runs\n\
+         - 1-minute load average before the runs: {}, after: {} (anything else running on the \
+         machine adds noise to both brokers' figures)\n\n",
+        run.started_at,
+        machine.cpus,
+        machine.cpu_model,
+        machine.kernel,
+        machine.saguin_revision,
+        machine.mosquitto_version,
+        if options.quick { "--quick (smoke test)" } else { "full" },
+        plan.runs_per_broker,
+        run.load_before,
+        run.load_after,
+    ));
+    doc.push_str("## Throughput and latency\n\n");
+    doc.push_str(&report::results_table(&results.figures));
+    doc.push('\n');
+    doc.push_str(&method_notes(plan));
+    if !results.broker_cpu.is_empty() {
+        doc.push_str(
+            "\n## Broker CPU time per delivered message\n\n\
+             User plus system time of the broker process over each run (from /proc/PID/stat), \
+             divided by the messages delivered: the broker's own cost, apart from the load \
+             generator it shares the cores with.\n\n",
+        );
+        doc.push_str(&report::results_table(&results.broker_cpu));
+    }
+    doc.push_str(&footprint_section(results));
+    doc.push_str("\n## Every run\n\n");
+    doc.push_str(&report::runs_table(&results.figures));
+    // The CPU rows repeat the failures of the figures they come from.
+    let failures: Vec<String> = [&results.figures, &results.memory]
+        .into_iter()
+        .flat_map(|rows| report::failure_lines(rows))
+        .collect();
+    if !failures.is_empty() {
+        doc.push_str("\n## Failed runs\n\n");
+        for line in failures {
+            doc.push_str(&format!("- {line}\n"));
+        }
+    }
+    doc.push_str(&configuration_section());
+    doc
+}
+
+fn method_notes(plan: &Plan) -> String {
+    format!(
+        "How the figures are taken:\n\n\
+         - Both brokers listen on 127.0.0.1 and are started once for figures 1 to 5; each figure \
+         begins with one unrecorded warm-up run per broker.\n\
+         - The load generator is this program: one thread per client connection, MQTT 5 clients \
+         with TCP_NODELAY and a Receive Maximum of {QOS1_WINDOW_MESSAGES}, {PAYLOAD_BYTES}-byte \
+         payloads carrying a sequence number and the send time. **It runs on the same {cpus} \
+         cores as the broker and competes with it for CPU**, the same way for both brokers: the \
+         rates are those of broker plus clients on one small machine, not of the broker alone \
+         (see the CPU table for that).\n\
+         - A rate is the distinct messages received by all subscribers divided by the time from \
+         the start (every client connected and subscribed) to the last message received.\n\
+         - Every subscriber must see every sequence number at least once; a run with any message \
+         missing is FAILED, and a figure with any failed run shows FAILED instead of a rate.\n\
+         - Flow control, the same for both brokers: all publishers together stay at most \
+         {END_TO_END_WINDOW_MESSAGES} messages ahead of the slowest subscriber (subscribers \
+         report progress), so no broker queue fills and neither broker has cause to drop. A \
+         broker acknowledges a QoS 1 publish on arrival, so without this a fan-in publisher \
+         would outrun the subscriber until the broker's queue bound dropped messages.\n\
+         - mosquitto's max_queued_messages is 1,000,000, not 100,000: mosquitto 2.0.11 \
+         over-counts its queue, and at 100,000 it logged \"Outgoing messages are being dropped\" \
+         and lost about 1,000 messages in every fan-in run, with never more than 1,000 \
+         outstanding. No run comes near either broker's bound.\n\
+         - QoS 0: {qos0} messages a run.\n\
+         - QoS 1: each publisher also keeps at most {QOS1_WINDOW_MESSAGES} publishes \
+         unacknowledged; subscribers acknowledge every delivery. Figure 2: {qos1} messages; \
+         figure 3: {fan_out} publishes to {FAN_CLIENTS} subscribers; figure 4: {FAN_CLIENTS} \
+         publishers × {fan_in} messages.\n\
+         - Latency: one QoS 1 publisher paced at {LATENCY_RATE_PER_S} msg/s for {latency:?}; a \
+         message's latency is its arrival time at the subscriber minus the send time in its \
+         payload (one process clock); the first 5% of each run is not sampled.\n",
+        cpus = std::thread::available_parallelism().map_or(0, |n| n.get()),
+        qos0 = report::with_thousands(plan.qos0_messages as f64),
+        qos1 = report::with_thousands(plan.qos1_messages as f64),
+        fan_out = report::with_thousands(plan.fan_out_publishes as f64),
+        fan_in = report::with_thousands(plan.fan_in_messages_per_publisher as f64),
+        latency = plan.latency_duration,
+    )
+}
+
+fn footprint_section(results: &Results) -> String {
+    let mut text = String::new();
+    if results.binary_sizes.is_empty() && results.memory.is_empty() && results.memory_note.is_none()
+    {
+        return text;
+    }
+    text.push_str("\n## Footprint\n\n| Binary | Size |\n| --- | ---: |\n");
+    for size in &results.binary_sizes {
+        let cell = match &size.size_bytes {
+            Ok(bytes) => report::format_bytes(*bytes as f64),
+            Err(reason) => reason.clone(),
+        };
+        text.push_str(&format!("| {} | {cell} |\n", size.label));
+    }
+    text.push_str(&format!(
+        "\nResident memory (VmRSS) of a freshly started broker, idle and then with {IDLE_CLIENTS} \
+         idle MQTT 3.1.1 clients (keepalive 600 s, one TCP connection each, held by the bench); \
+         a fresh broker per run, runs alternating. RSS counts the pages a process has touched, so \
+         memory allocated at start but touched only as clients arrive (saguin's connection table \
+         sized for max_connections) shows up per connection.\n\n"
+    ));
+    match &results.memory_note {
+        Some(note) => text.push_str(&format!("Memory figure {note}\n")),
+        None => text.push_str(&report::results_table(&results.memory)),
+    }
+    text
+}
+
+fn configuration_section() -> String {
+    format!(
+        "\n## Configurations\n\n\
+         saguin (also for the memory figure):\n\n```yaml\n{}```\n\n\
+         mosquitto:\n\n```\n{}```\n",
+        brokers::saguin_config_text(),
+        brokers::mosquitto_config_text()
+    )
+}

@@ -1,0 +1,133 @@
+//! What the figures were measured on, and when.
+
+use std::fs;
+use std::path::Path;
+use std::process::Command;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+pub struct Machine {
+    pub cpus: usize,
+    pub cpu_model: String,
+    pub kernel: String,
+    pub mosquitto_version: String,
+    pub saguin_revision: String,
+}
+
+pub fn describe(mosquitto: &Path) -> Machine {
+    Machine {
+        cpus: std::thread::available_parallelism().map_or(0, |n| n.get()),
+        cpu_model: cpu_model().unwrap_or_else(|| "unknown".into()),
+        kernel: command_output("uname", &["-r"]).unwrap_or_else(|| "unknown".into()),
+        mosquitto_version: mosquitto_version(mosquitto).unwrap_or_else(|| "unknown".into()),
+        saguin_revision: saguin_revision(),
+    }
+}
+
+fn cpu_model() -> Option<String> {
+    let cpuinfo = fs::read_to_string("/proc/cpuinfo").ok()?;
+    let line = cpuinfo.lines().find(|l| l.starts_with("model name"))?;
+    Some(line.split_once(':')?.1.trim().to_string())
+}
+
+/// The trimmed standard output of a command that succeeded.
+pub fn command_output(program: &str, args: &[&str]) -> Option<String> {
+    let output = Command::new(program).args(args).output().ok()?;
+    if !output.status.success() {
+        return None;
+    }
+    Some(String::from_utf8_lossy(&output.stdout).trim().to_string())
+}
+
+/// mosquitto prints its version on the first line of `-h`, and exits 3.
+fn mosquitto_version(mosquitto: &Path) -> Option<String> {
+    let output = Command::new(mosquitto).arg("-h").output().ok()?;
+    let text = String::from_utf8_lossy(&output.stdout).into_owned();
+    let line = text.lines().find(|l| l.contains("version"))?;
+    Some(
+        line.trim()
+            .trim_start_matches("mosquitto version ")
+            .to_string(),
+    )
+}
+
+/// The crate version and the commit, marked when the tree had changes.
+fn saguin_revision() -> String {
+    let version = env!("CARGO_PKG_VERSION");
+    let Some(commit) = command_output("git", &["rev-parse", "--short", "HEAD"]) else {
+        return version.to_string();
+    };
+    let dirty = command_output("git", &["status", "--porcelain", "--untracked-files=no"])
+        .is_some_and(|status| !status.is_empty());
+    let marker = if dirty { " + uncommitted changes" } else { "" };
+    format!("{version} (commit {commit}{marker})")
+}
+
+/// The 1-minute load average: other work on the machine shows up here and
+/// as noise in the figures.
+pub fn load_average_1min() -> String {
+    fs::read_to_string("/proc/loadavg")
+        .ok()
+        .and_then(|text| text.split_whitespace().next().map(str::to_string))
+        .unwrap_or_else(|| "unknown".into())
+}
+
+/// Clock ticks per second, the unit of /proc/PID/stat CPU times.
+pub fn clock_ticks_per_s() -> u64 {
+    command_output("getconf", &["CLK_TCK"])
+        .and_then(|text| text.parse().ok())
+        .filter(|&ticks| ticks > 0)
+        .unwrap_or(100)
+}
+
+/// Now in UTC as `YYYY-MM-DD HH:MM UTC`.
+pub fn utc_now() -> String {
+    let seconds = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    format_utc(seconds)
+}
+
+fn format_utc(seconds_since_epoch: u64) -> String {
+    const SECONDS_PER_DAY: u64 = 86_400;
+    let (year, month, day) = civil_from_days(seconds_since_epoch / SECONDS_PER_DAY);
+    let second_of_day = seconds_since_epoch % SECONDS_PER_DAY;
+    format!(
+        "{year:04}-{month:02}-{day:02} {:02}:{:02} UTC",
+        second_of_day / 3600,
+        second_of_day % 3600 / 60
+    )
+}
+
+/// Days since 1970-01-01 to a Gregorian date (Howard Hinnant's algorithm,
+/// restricted to dates after the epoch).
+fn civil_from_days(days_since_epoch: u64) -> (u64, u64, u64) {
+    let z = days_since_epoch + 719_468;
+    let era = z / 146_097;
+    let day_of_era = z % 146_097;
+    let year_of_era =
+        (day_of_era - day_of_era / 1460 + day_of_era / 36_524 - day_of_era / 146_096) / 365;
+    let day_of_year = day_of_era - (365 * year_of_era + year_of_era / 4 - year_of_era / 100);
+    let month_index = (5 * day_of_year + 2) / 153;
+    let day = day_of_year - (153 * month_index + 2) / 5 + 1;
+    let month = if month_index < 10 {
+        month_index + 3
+    } else {
+        month_index - 9
+    };
+    let year = year_of_era + era * 400 + u64::from(month <= 2);
+    (year, month, day)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn formats_known_instants() {
+        assert_eq!(format_utc(0), "1970-01-01 00:00 UTC");
+        // 2000-02-29 12:34:56 UTC, a leap day.
+        assert_eq!(format_utc(951_827_696), "2000-02-29 12:34 UTC");
+        // 2024-12-31 23:59:59 UTC.
+        assert_eq!(format_utc(1_735_689_599), "2024-12-31 23:59 UTC");
+    }
+}

@@ -1,0 +1,302 @@
+//! Turning runs into medians, ratios and Markdown tables.
+
+use crate::brokers::BrokerKind;
+
+/// One run's result for one broker.
+#[derive(Clone, Debug)]
+pub enum Sample {
+    Value(f64),
+    Failed(String),
+}
+
+#[derive(Clone, Copy, Debug)]
+pub enum Unit {
+    MessagesPerS,
+    Microseconds,
+    Bytes,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Better {
+    Higher,
+    Lower,
+}
+
+/// One figure, with every run of each broker.
+#[derive(Clone, Debug)]
+pub struct Row {
+    pub label: String,
+    pub unit: Unit,
+    pub better: Better,
+    /// A figure whose feature does not exist yet: shown as n/a.
+    pub pending: bool,
+    saguin: Vec<Sample>,
+    mosquitto: Vec<Sample>,
+}
+
+impl Row {
+    pub fn new(label: impl Into<String>, unit: Unit, better: Better) -> Row {
+        Row {
+            label: label.into(),
+            unit,
+            better,
+            pending: false,
+            saguin: Vec::new(),
+            mosquitto: Vec::new(),
+        }
+    }
+
+    pub fn pending(label: impl Into<String>) -> Row {
+        Row {
+            pending: true,
+            ..Row::new(label, Unit::MessagesPerS, Better::Higher)
+        }
+    }
+
+    pub fn push(&mut self, kind: BrokerKind, sample: Sample) {
+        match kind {
+            BrokerKind::Saguin => self.saguin.push(sample),
+            BrokerKind::Mosquitto => self.mosquitto.push(sample),
+        }
+    }
+
+    /// A row of the same runs with every value passed through `convert`,
+    /// for a figure derived from another (publishes from deliveries).
+    pub fn derived(&self, label: impl Into<String>, convert: impl Fn(f64) -> f64) -> Row {
+        let map = |samples: &[Sample]| -> Vec<Sample> {
+            samples
+                .iter()
+                .map(|sample| match sample {
+                    Sample::Value(value) => Sample::Value(convert(*value)),
+                    failed => failed.clone(),
+                })
+                .collect()
+        };
+        Row {
+            label: label.into(),
+            saguin: map(&self.saguin),
+            mosquitto: map(&self.mosquitto),
+            ..self.clone()
+        }
+    }
+
+    fn samples(&self, kind: BrokerKind) -> &[Sample] {
+        match kind {
+            BrokerKind::Saguin => &self.saguin,
+            BrokerKind::Mosquitto => &self.mosquitto,
+        }
+    }
+
+    fn summary(&self, kind: BrokerKind) -> Summary {
+        if self.pending {
+            return Summary::Pending;
+        }
+        summarise(self.samples(kind))
+    }
+
+    fn has_runs(&self) -> bool {
+        self.pending || !(self.saguin.is_empty() && self.mosquitto.is_empty())
+    }
+}
+
+enum Summary {
+    Median(f64),
+    /// Some runs failed: no rate is claimed for the figure.
+    Failed {
+        failed_runs: usize,
+        total_runs: usize,
+    },
+    NoRuns,
+    Pending,
+}
+
+fn summarise(samples: &[Sample]) -> Summary {
+    let failed_runs = samples
+        .iter()
+        .filter(|s| matches!(s, Sample::Failed(_)))
+        .count();
+    if failed_runs > 0 {
+        return Summary::Failed {
+            failed_runs,
+            total_runs: samples.len(),
+        };
+    }
+    let mut values: Vec<f64> = samples
+        .iter()
+        .filter_map(|s| match s {
+            Sample::Value(v) => Some(*v),
+            Sample::Failed(_) => None,
+        })
+        .collect();
+    if values.is_empty() {
+        return Summary::NoRuns;
+    }
+    Summary::Median(median(&mut values))
+}
+
+/// The middle value; the mean of the two middle ones for an even count.
+pub fn median(values: &mut [f64]) -> f64 {
+    values.sort_by(f64::total_cmp);
+    let middle = values.len() / 2;
+    if values.len() % 2 == 1 {
+        values[middle]
+    } else {
+        (values[middle - 1] + values[middle]) / 2.0
+    }
+}
+
+/// `1234567.8` as `1,234,568`.
+pub fn with_thousands(value: f64) -> String {
+    let digits = format!("{:.0}", value.abs());
+    let mut grouped = String::new();
+    for (i, digit) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i).is_multiple_of(3) {
+            grouped.push(',');
+        }
+        grouped.push(digit);
+    }
+    if value < 0.0 {
+        grouped.insert(0, '-');
+    }
+    grouped
+}
+
+pub fn format_value(unit: Unit, value: f64) -> String {
+    if value.is_nan() {
+        return "no samples".to_string();
+    }
+    match unit {
+        Unit::MessagesPerS => format!("{} msg/s", with_thousands(value)),
+        Unit::Microseconds if value < 10.0 => format!("{value:.2} µs"),
+        Unit::Microseconds if value < 100.0 => format!("{value:.1} µs"),
+        Unit::Microseconds => format!("{} µs", with_thousands(value)),
+        Unit::Bytes => format_bytes(value),
+    }
+}
+
+/// Exact bytes, with MiB beside anything a MiB or larger.
+pub fn format_bytes(bytes: f64) -> String {
+    const MIB: f64 = 1024.0 * 1024.0;
+    if bytes.abs() >= MIB {
+        format!("{} B ({:.2} MiB)", with_thousands(bytes), bytes / MIB)
+    } else {
+        format!("{} B", with_thousands(bytes))
+    }
+}
+
+fn summary_cell(summary: &Summary, unit: Unit) -> String {
+    match summary {
+        Summary::Median(value) => format_value(unit, *value),
+        Summary::Failed {
+            failed_runs,
+            total_runs,
+        } => format!("FAILED ({failed_runs} of {total_runs} runs)"),
+        Summary::NoRuns => "not run".to_string(),
+        Summary::Pending => "n/a".to_string(),
+    }
+}
+
+fn ratio_cell(row: &Row) -> String {
+    match (
+        row.summary(BrokerKind::Saguin),
+        row.summary(BrokerKind::Mosquitto),
+    ) {
+        (Summary::Median(saguin), Summary::Median(mosquitto)) if mosquitto > 0.0 => {
+            let direction = match row.better {
+                Better::Higher => "higher is better",
+                Better::Lower => "lower is better",
+            };
+            format!("{:.2} ({direction})", saguin / mosquitto)
+        }
+        (Summary::Pending, _) => "n/a".to_string(),
+        _ => "—".to_string(),
+    }
+}
+
+/// The figures as a Markdown table: medians and the saguin/mosquitto ratio.
+pub fn results_table(rows: &[Row]) -> String {
+    let mut table = String::from(
+        "| Figure | saguin (median) | mosquitto (median) | saguin / mosquitto |\n\
+         | --- | ---: | ---: | ---: |\n",
+    );
+    for row in rows.iter().filter(|r| r.has_runs()) {
+        table.push_str(&format!(
+            "| {} | {} | {} | {} |\n",
+            row.label,
+            summary_cell(&row.summary(BrokerKind::Saguin), row.unit),
+            summary_cell(&row.summary(BrokerKind::Mosquitto), row.unit),
+            ratio_cell(row)
+        ));
+    }
+    table
+}
+
+/// Every run of every figure, in the order they ran.
+pub fn runs_table(rows: &[Row]) -> String {
+    let mut table =
+        String::from("| Figure | saguin runs | mosquitto runs |\n| --- | --- | --- |\n");
+    for row in rows.iter().filter(|r| !r.pending && r.has_runs()) {
+        table.push_str(&format!(
+            "| {} | {} | {} |\n",
+            row.label,
+            runs_cell(row.samples(BrokerKind::Saguin), row.unit),
+            runs_cell(row.samples(BrokerKind::Mosquitto), row.unit)
+        ));
+    }
+    table
+}
+
+fn runs_cell(samples: &[Sample], unit: Unit) -> String {
+    samples
+        .iter()
+        .map(|sample| match sample {
+            Sample::Value(value) => format_value(unit, *value),
+            Sample::Failed(_) => "FAILED".to_string(),
+        })
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// Why each failed run failed, one line each.
+pub fn failure_lines(rows: &[Row]) -> Vec<String> {
+    let mut lines = Vec::new();
+    for row in rows {
+        for kind in BrokerKind::BOTH {
+            for (run, sample) in row.samples(kind).iter().enumerate() {
+                if let Sample::Failed(reason) = sample {
+                    lines.push(format!("{} — {kind} run {}: {reason}", row.label, run + 1));
+                }
+            }
+        }
+    }
+    lines
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn median_of_odd_and_even_counts() {
+        assert_eq!(median(&mut [3.0, 1.0, 2.0]), 2.0);
+        assert_eq!(median(&mut [4.0, 1.0, 3.0, 2.0]), 2.5);
+    }
+
+    #[test]
+    fn thousands_are_grouped() {
+        assert_eq!(with_thousands(1234567.4), "1,234,567");
+        assert_eq!(with_thousands(999.0), "999");
+        assert_eq!(with_thousands(-1000.0), "-1,000");
+    }
+
+    #[test]
+    fn one_failed_run_fails_the_figure() {
+        let mut row = Row::new("x", Unit::MessagesPerS, Better::Higher);
+        row.push(BrokerKind::Saguin, Sample::Value(10.0));
+        row.push(BrokerKind::Saguin, Sample::Failed("short".into()));
+        row.push(BrokerKind::Mosquitto, Sample::Value(5.0));
+        let table = results_table(&[row]);
+        assert!(table.contains("FAILED (1 of 2 runs)"), "{table}");
+        assert!(table.contains("| — |"), "{table}");
+    }
+}
