@@ -221,6 +221,11 @@ fn read_subscription_identifier(
 /// place may not carry are left out, so that the peer never sees a packet
 /// it must reject as malformed.
 pub(crate) fn write_properties<S: Sink>(properties: &Properties, place: Place, sink: &mut S) {
+    // Most packets carry none: skip walking every field twice.
+    if properties.is_empty() {
+        sink.put_varint(0);
+        return;
+    }
     let block_len = properties_len(properties, place);
     sink.put_varint(u32::try_from(block_len).unwrap_or(u32::MAX));
     write_items(properties, place, sink);

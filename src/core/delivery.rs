@@ -169,7 +169,10 @@ impl Broker {
                 Some(packet_id),
                 remaining_expiry_s,
             ));
-            if encoded_len(&packet, version) > max_packet_size as usize {
+            // Measured only for a client that set a Maximum Packet Size.
+            if max_packet_size != u32::MAX
+                && encoded_len(&packet, version) > max_packet_size as usize
+            {
                 // The client said it cannot take a packet this large.
                 session.held_bytes -= cost;
                 self.stats.deliveries_too_large += 1;
@@ -209,7 +212,7 @@ impl Broker {
             return;
         };
         let packet = Packet::Publish(outgoing_publish(delivery, packet_id, remaining_expiry_s));
-        if encoded_len(&packet, version) > max_packet_size as usize {
+        if max_packet_size != u32::MAX && encoded_len(&packet, version) > max_packet_size as usize {
             self.stats.deliveries_too_large += 1;
             return;
         }

@@ -161,7 +161,9 @@ async fn write_loop(
                 break;
             }
             std::mem::swap(&mut state.bytes, &mut writing);
-            state.wake_reader();
+            if state.reader_paused {
+                state.wake_reader();
+            }
             state.closing
         };
         if !writing.is_empty() {

@@ -20,6 +20,10 @@ pub struct OutboxState {
     pub dead: bool,
     writer: Option<Waker>,
     reader: Option<Waker>,
+    /// The reader waits for the outbox to drain, not only for a close: a
+    /// write wakes it only then, since waking a reader that is waiting on
+    /// its socket costs a wasted read and an epoll re-arm.
+    pub reader_paused: bool,
 }
 
 pub type Outbox = Rc<RefCell<OutboxState>>;
@@ -65,9 +69,11 @@ pub async fn reader_may_continue(outbox: &Outbox, drained_below: Option<usize>) 
         let mut state = outbox.borrow_mut();
         let drained = drained_below.is_some_and(|limit| state.bytes.len() < limit);
         if state.closing || state.dead || drained {
+            state.reader_paused = false;
             Poll::Ready(())
         } else {
             state.reader = Some(cx.waker().clone());
+            state.reader_paused = drained_below.is_some();
             Poll::Pending
         }
     })
