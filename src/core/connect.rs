@@ -105,7 +105,7 @@ impl Broker {
             topic_aliases: Default::default(),
             problem_information: properties.request_problem_information != Some(0),
             connect_expiry_s: granted_expiry_s,
-            will: connect.will,
+            will: connect.will.map(Box::new),
             pubacks: VecDeque::new(),
             next_puback_slot: 0,
         };
@@ -415,7 +415,11 @@ impl Broker {
         out: &mut impl Transport,
     ) {
         let session_key = active.session;
-        let will = if publish_will { active.will } else { None };
+        let will = if publish_will {
+            active.will.map(|w| *w)
+        } else {
+            None
+        };
         let Some(session) = self.sessions.get_mut(session_key) else {
             return;
         };
@@ -443,7 +447,10 @@ impl Broker {
                 0 => self.publish_will(will, client_id, now_ms, out),
                 // A delay longer than the session is cut short by its end,
                 // which publishes a waiting Will first.
-                delay_s => session.pending_will = Some((will, now_ms + u64::from(delay_s) * 1000)),
+                delay_s => {
+                    session.pending_will =
+                        Some(Box::new((will, now_ms + u64::from(delay_s) * 1000)))
+                }
             }
         }
     }
@@ -457,7 +464,7 @@ impl Broker {
         if self.sessions_by_client_id.get(&*session.client_id) == Some(&session_key) {
             self.sessions_by_client_id.remove(&*session.client_id);
         }
-        if let Some((will, _)) = session.pending_will.take() {
+        if let Some((will, _)) = session.pending_will.take().map(|b| *b) {
             self.publish_will(will, Rc::clone(&session.client_id), now_ms, out);
         }
         for (filter, entry) in &session.subscriptions {
@@ -496,14 +503,14 @@ impl Broker {
             } else if session
                 .pending_will
                 .as_ref()
-                .is_some_and(|(_, due_ms)| *due_ms <= now_ms)
+                .is_some_and(|pending| pending.1 <= now_ms)
             {
                 due_wills.push(key);
             }
         }
         for key in due_wills {
             if let Some(session) = self.sessions.get_mut(key) {
-                if let Some((will, _)) = session.pending_will.take() {
+                if let Some((will, _)) = session.pending_will.take().map(|b| *b) {
                     let client_id = Rc::clone(&session.client_id);
                     self.publish_will(will, client_id, now_ms, out);
                 }

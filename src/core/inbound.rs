@@ -228,7 +228,8 @@ impl Broker {
             .get_mut(conn)
             .and_then(|c| c.active.as_mut())
             .expect("an active connection");
-        let slot = &mut active.topic_aliases[usize::from(alias - 1)];
+        let aliases = active.topic_aliases.get_or_insert_with(Default::default);
+        let slot = &mut aliases[usize::from(alias - 1)];
         if publish.topic.is_empty() {
             match slot {
                 Some(topic) => publish.topic = topic.to_string(),

@@ -168,12 +168,14 @@ pub(crate) struct Active {
     pub keep_alive_s: u16,
     pub client_max_packet_size: u32,
     pub client_receive_maximum: u16,
-    pub topic_aliases: [Option<Box<str>>; TOPIC_ALIAS_MAXIMUM as usize],
+    /// Made on the first alias: most connections never use one.
+    pub topic_aliases: Option<Box<[Option<Box<str>>; TOPIC_ALIAS_MAXIMUM as usize]>>,
     /// False when the client asked not to be sent Reason Strings.
     pub problem_information: bool,
     /// The Session Expiry Interval granted at CONNECT.
     pub connect_expiry_s: u32,
-    pub will: Option<Will>,
+    /// Boxed: a Will with its properties is large, and most have none.
+    pub will: Option<Box<Will>>,
     /// QoS 1 publishes awaiting their PUBACK, in arrival order: MQTT has
     /// PUBACKs sent in that order, and a stored publish is answered only
     /// once its commit returns (MQTT-4.6.0-2).

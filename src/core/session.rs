@@ -123,7 +123,7 @@ pub struct Session {
     pub held_publishes: BTreeMap<u16, HeldPublish>,
     /// A Will waiting out its delay after its connection ended, and when
     /// it is due.
-    pub pending_will: Option<(Will, u64)>,
+    pub pending_will: Option<Box<(Will, u64)>>,
     /// Its cursors into channels.
     pub readers: Vec<Key>,
     /// True until the session's first connection is answered, so that its

@@ -19,6 +19,8 @@ use crate::core::{Broker, Key};
 /// and grows while packets arrive faster than they are read.
 const INITIAL_READ_BYTES: usize = 1024;
 const MAX_IDLE_READ_BYTES: usize = 16 * 1024;
+/// A read this small is the sign of a quiet connection.
+const IDLE_READ_BYTES: usize = 256;
 /// An outbox past this many unwritten bytes pauses reading from its client.
 pub const OUTBOX_PAUSE_BYTES: usize = 256 * 1024;
 
@@ -80,7 +82,8 @@ fn fail(shared: &SharedRef, key: Key, error: DecodeError, version: Option<Protoc
 }
 
 async fn read_loop(shared: SharedRef, mut stream: TcpStream, key: Key, outbox: Outbox) {
-    let mut buf: Vec<u8> = Vec::with_capacity(INITIAL_READ_BYTES);
+    let mut buf: Vec<u8> = Vec::new();
+    let mut last_read_bytes = 0;
     loop {
         // Decode every packet that has fully arrived.
         let mut consumed = 0;
@@ -110,8 +113,12 @@ async fn read_loop(shared: SharedRef, mut stream: TcpStream, key: Key, outbox: O
             consumed += header.packet_len();
         }
         buf.drain(..consumed);
-        if buf.is_empty() && buf.capacity() > MAX_IDLE_READ_BYTES {
-            buf = Vec::with_capacity(INITIAL_READ_BYTES);
+        // A connection whose traffic is a ping now and then holds no read
+        // buffer between packets: most connections of a fleet are idle.
+        if buf.is_empty()
+            && (buf.capacity() > MAX_IDLE_READ_BYTES || last_read_bytes < IDLE_READ_BYTES)
+        {
+            buf = Vec::new();
         }
 
         // A client that does not read what it is sent is not read from.
@@ -119,6 +126,24 @@ async fn read_loop(shared: SharedRef, mut stream: TcpStream, key: Key, outbox: O
             reader_may_continue(&outbox, Some(OUTBOX_PAUSE_BYTES / 2)).await;
         }
 
+        if buf.capacity() == 0 {
+            // Wait for data with nothing allocated; a byte on the stack
+            // is enough to learn the socket is readable.
+            let mut probe = [0u8; 1];
+            let ready = future::or(async { Some(stream.peek(&mut probe).await) }, async {
+                reader_may_continue(&outbox, None).await;
+                None
+            })
+            .await;
+            match ready {
+                Some(Ok(n)) if n > 0 => {}
+                None => return,
+                Some(_) => {
+                    outbox.borrow_mut().mark_dead();
+                    return;
+                }
+            }
+        }
         let filled = buf.len();
         let room = (needed.saturating_sub(filled))
             .max(buf.capacity() - filled)
@@ -133,7 +158,10 @@ async fn read_loop(shared: SharedRef, mut stream: TcpStream, key: Key, outbox: O
         )
         .await;
         match read {
-            Some(Ok(n)) if n > 0 => buf.truncate(filled + n),
+            Some(Ok(n)) if n > 0 => {
+                buf.truncate(filled + n);
+                last_read_bytes = n;
+            }
             // Ended by the broker: the writer flushes what is left, then closes.
             None => return,
             // Closed by the peer, or failed: nothing more can be written.
