@@ -4,6 +4,7 @@
 #   make run              run the broker on config/saguin.yaml
 #   make test             whole test suite on the host (unit + integration)
 #   make test-interop     paho-mqtt interoperability tests (Python, pytest)
+#   make bench            this broker against mosquitto, side by side; writes BENCHMARKS.md
 #   make lint             rustfmt check + clippy with warnings denied
 #   make test-cross       library tests for armv7 and aarch64, run under qemu-user
 #   make release-armv7    stripped release binary for armv7-unknown-linux-gnueabihf
@@ -47,7 +48,7 @@ export AR_armv7_unknown_linux_gnueabihf ?= $(ARMV7_PREFIX)-ar
 export CC_aarch64_unknown_linux_gnu ?= $(AARCH64_PREFIX)-gcc
 export AR_aarch64_unknown_linux_gnu ?= $(AARCH64_PREFIX)-ar
 
-.PHONY: build run test test-interop lint test-cross test-armv7 test-aarch64 \
+.PHONY: bench build run test test-interop lint test-cross test-armv7 test-aarch64 \
         release-armv7 release-aarch64 help
 
 help:
@@ -65,6 +66,16 @@ test:
 
 # Interoperability tests: the real broker binary driven by the paho-mqtt
 # Python client (pip install paho-mqtt pytest). Uses target/debug/saguin.
+# Not part of test or CI: it takes minutes and wants a quiet machine.
+# mosquitto comes from Debian's package (apt-get install mosquitto).
+bench:
+	@command -v mosquitto >/dev/null 2>&1 || [ -x /usr/sbin/mosquitto ] || { \
+	  echo "bench: mosquitto is not installed; trying apt-get install mosquitto" >&2; \
+	  { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq mosquitto; } || \
+	  echo "bench: could not install mosquitto; its columns will be missing" >&2; }
+	$(CARGO) build --release
+	target/release/saguin-bench --write BENCHMARKS.md
+
 test-interop:
 	$(CARGO) build --bin $(BIN)
 	PYTHONDONTWRITEBYTECODE=1 python3 -m pytest -q -p no:cacheprovider tests/interop
