@@ -954,7 +954,13 @@ impl Broker {
 
     /// Retention: removes what is older than a channel's period or beyond
     /// its bytes, raising the floor in the same transaction.
-    pub(crate) fn sweep_retention(&mut self, now_ms: u64, out: &mut impl Transport) {
+    pub(crate) fn sweep_retention(
+        &mut self,
+        now_ms: u64,
+        by_age: bool,
+        by_size: bool,
+        out: &mut impl Transport,
+    ) {
         let now_unix_ms = self.unix_ms(now_ms);
         for index in 0..self.channels.len() {
             let channel = &self.channels[index];
@@ -963,7 +969,7 @@ impl Broker {
             }
             let settings = &channel.settings;
             let mut writes = Vec::new();
-            if let Some(period_s) = settings.retention_period_s {
+            if let Some(period_s) = settings.retention_period_s.filter(|_| by_age) {
                 let cutoff_ms = now_unix_ms.saturating_sub(period_s.saturating_mul(1000));
                 writes.push(Write::Trim {
                     channel: settings.name.clone(),
@@ -971,7 +977,7 @@ impl Broker {
                     max_records: TRIM_BATCH_RECORDS,
                 });
             }
-            if let Some(bytes) = settings.retention_bytes {
+            if let Some(bytes) = settings.retention_bytes.filter(|_| by_size) {
                 writes.push(Write::Trim {
                     channel: settings.name.clone(),
                     rule: TrimRule::ToBytes(bytes),
@@ -1033,7 +1039,7 @@ impl Broker {
             ch.tail_bytes -= old.cost_bytes();
         }
         if more {
-            self.sweep_retention(now_ms, out);
+            self.sweep_retention(now_ms, true, true, out);
         }
     }
 }

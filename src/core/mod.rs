@@ -33,7 +33,9 @@ use slab::Slab;
 use topic_index::{Subscriber, TopicIndex};
 
 /// How often retention sweeps each channel.
-const RETENTION_SWEEP_MS: u64 = 1_000;
+/// How often retention by size runs; retention by age runs at a tenth of
+/// the shortest `retention_period`, and never more often than this.
+const SIZE_SWEEP_MS: u64 = 1_000;
 
 /// Topic aliases a client may register with the broker on one connection.
 /// Sixteen bounds the table at sixteen topics per connection.
@@ -223,7 +225,11 @@ pub struct Broker {
     pub(crate) next_ticket: u64,
     pub(crate) id_generator: crate::store::MessageIdGenerator,
     last_position_commit_ms: u64,
-    last_retention_sweep_ms: u64,
+    /// When each retention sweep last ran; `None` until the first, which
+    /// runs at the first tick after startup.
+    last_size_sweep_ms: Option<u64>,
+    last_age_sweep_ms: Option<u64>,
+    age_sweep_interval_ms: u64,
     next_assigned_id: u64,
     /// Reused by routing so that a publish allocates no match list.
     pub(crate) match_scratch: Vec<Subscriber>,
@@ -256,7 +262,16 @@ impl Broker {
             next_ticket: 0,
             id_generator: crate::store::MessageIdGenerator::with_seed(settings.start_unix_ms),
             last_position_commit_ms: 0,
-            last_retention_sweep_ms: 0,
+            last_size_sweep_ms: None,
+            last_age_sweep_ms: None,
+            age_sweep_interval_ms: settings
+                .channels
+                .iter()
+                .filter_map(|c| c.retention_period_s)
+                .min()
+                .map_or(SIZE_SWEEP_MS, |s| {
+                    (s.saturating_mul(1000) / 10).max(SIZE_SWEEP_MS)
+                }),
             next_assigned_id: 0,
             match_scratch: Vec::new(),
             settings,
@@ -467,9 +482,21 @@ impl Broker {
                 self.pump_reader(reader, now_ms, out);
             }
         }
-        if now_ms.saturating_sub(self.last_retention_sweep_ms) >= RETENTION_SWEEP_MS {
-            self.last_retention_sweep_ms = now_ms;
-            self.sweep_retention(now_ms, out);
+        let size_due = self
+            .last_size_sweep_ms
+            .is_none_or(|at| now_ms.saturating_sub(at) >= SIZE_SWEEP_MS);
+        let age_interval_ms = self.age_sweep_interval_ms;
+        let age_due = self
+            .last_age_sweep_ms
+            .is_none_or(|at| now_ms.saturating_sub(at) >= age_interval_ms);
+        if size_due {
+            self.last_size_sweep_ms = Some(now_ms);
+        }
+        if age_due {
+            self.last_age_sweep_ms = Some(now_ms);
+        }
+        if size_due || age_due {
+            self.sweep_retention(now_ms, age_due, size_due, out);
         }
         self.retained.expire(self.unix_ms(now_ms));
         self.expire_group_backlogs(now_ms);

@@ -1759,3 +1759,39 @@ fn a_filter_reaching_a_channel_and_broadcast_gets_both() {
     payloads.sort();
     assert_eq!(payloads, vec![&b"broadcast"[..], &b"stored"[..]]);
 }
+
+#[test]
+fn retention_by_age_runs_at_startup_and_then_at_a_tenth_of_the_period() {
+    let mut settings = events_channel(ChannelStart::Floor);
+    settings.channels[0].retention_period_s = Some(100);
+    settings.channels[0].next = 5;
+    settings.channels[0].floor = 1;
+    let mut h = Harness::new(settings);
+    let mut trims_at = Vec::new();
+    for _ in 0..120 {
+        h.advance(100);
+        for request in h.stored() {
+            if let StoreRequest::Commit { ticket, writes } = request {
+                if let [Write::Trim {
+                    rule: store::TrimRule::OlderThan { .. },
+                    ..
+                }] = writes.as_slice()
+                {
+                    trims_at.push(h.now_ms);
+                    let trimmed = store::Trimmed {
+                        removed_records: 0,
+                        freed_bytes: 0,
+                        floor: 1,
+                        more: false,
+                    };
+                    h.complete(
+                        ticket,
+                        Answer::Committed(Ok(vec![Outcome::Trimmed(trimmed)])),
+                    );
+                }
+            }
+        }
+    }
+    // Started at 1,000 ms: the first tick, then every 10 s.
+    assert_eq!(trims_at, vec![1_100, 11_100]);
+}
