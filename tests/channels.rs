@@ -275,3 +275,26 @@ fn a_sqlite_provider_is_refused_naming_redb() {
     );
     assert!(message.contains("redb"), "{message}");
 }
+
+#[test]
+fn a_311_subscriber_gets_the_topic_and_payload_of_a_record() {
+    let dir = TempDir::new("v311");
+    let broker = BrokerProcess::start_in(dir.path(), REDB, EVENTS);
+    let mut subscriber = RawClient::connect(&broker.address(), ProtocolVersion::V311, "old-device");
+    subscribe(&mut subscriber, "events/#");
+    let mut publisher = RawClient::connect(&broker.address(), ProtocolVersion::V5, "publisher");
+    publish_all(&mut publisher, "events/door", &[b"open".to_vec()]);
+    match subscriber.recv() {
+        Received::Packet(Packet::Publish(publish)) => {
+            assert_eq!(
+                (publish.topic.as_str(), publish.payload.as_slice()),
+                ("events/door", &b"open"[..])
+            );
+            assert!(
+                publish.properties.user_properties.is_empty(),
+                "3.1.1 has no room for labels"
+            );
+        }
+        other => panic!("expected the record, got {other:?}"),
+    }
+}

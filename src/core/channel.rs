@@ -886,6 +886,59 @@ impl Broker {
         }
     }
 
+    /// Whether any of the session's readers stands below its channel's
+    /// floor: retention removed records it had not read.
+    pub(crate) fn below_floor(&self, session_key: Key) -> bool {
+        let Some(session) = self.sessions.get(session_key) else {
+            return false;
+        };
+        session
+            .readers
+            .iter()
+            .filter_map(|&r| self.readers.get(r))
+            .any(|reader| reader.ready && reader.position() < self.channels[reader.channel].floor)
+    }
+
+    /// Drops the stored positions retention has passed.
+    pub(crate) fn drop_positions_below_floor(
+        &mut self,
+        session_key: Key,
+        out: &mut impl Transport,
+    ) {
+        let Some(session) = self.sessions.get(session_key) else {
+            return;
+        };
+        let client_id = session.client_id.to_string();
+        let passed: Vec<(usize, String)> = session
+            .readers
+            .iter()
+            .filter_map(|&r| self.readers.get(r))
+            .filter(|reader| {
+                reader.ready && reader.position() < self.channels[reader.channel].floor
+            })
+            .map(|reader| {
+                let channel = &self.channels[reader.channel].settings;
+                (channel.provider, channel.name.clone())
+            })
+            .collect();
+        for (provider, channel) in passed {
+            let ticket = self.next_ticket();
+            let write = Write::DropPosition {
+                channel,
+                reader: client_id.clone(),
+            };
+            if out.store(
+                provider,
+                StoreRequest::Commit {
+                    ticket,
+                    writes: vec![write],
+                },
+            ) {
+                self.pending.insert(ticket, Pending::Positions);
+            }
+        }
+    }
+
     /// Removes a session's readers as the session ends; a stored position
     /// ends with it.
     pub(crate) fn drop_readers(

@@ -310,6 +310,13 @@ impl Broker {
                     .is_some_and(|at| at <= now_ms);
                 if clean_start || expired {
                     self.end_session(existing, now_ms, out);
+                } else if self.below_floor(existing) {
+                    // Retention took records this session had not read:
+                    // it is told Session Present 0 rather than served a gap,
+                    // and only the positions retention passed are dropped.
+                    log::warn!("client {client_id}: a channel position fell below its floor; the session starts again");
+                    self.drop_positions_below_floor(existing, out);
+                    self.end_session_keeping_positions(existing, now_ms, out);
                 } else {
                     return existing;
                 }
@@ -455,6 +462,20 @@ impl Broker {
         }
     }
 
+    /// Ends a session, keeping the stored positions of its readers for the
+    /// session that replaces it.
+    fn end_session_keeping_positions(
+        &mut self,
+        session_key: Key,
+        now_ms: u64,
+        out: &mut impl Transport,
+    ) {
+        if let Some(session) = self.sessions.get_mut(session_key) {
+            session.keep_positions = true;
+        }
+        self.end_session(session_key, now_ms, out);
+    }
+
     /// Ends a session whole: its Will first, then its subscriptions and
     /// group memberships, what it was owed and what it held.
     pub(crate) fn end_session(&mut self, session_key: Key, now_ms: u64, out: &mut impl Transport) {
@@ -476,8 +497,8 @@ impl Broker {
             }
         }
         self.stats.qos2_abandoned += session.held_publishes.len() as u64;
-        let durable = session.expiry_interval_s > 0;
-        self.drop_readers(session_key, &session.client_id, durable, out);
+        let drop_positions = session.expiry_interval_s > 0 && !session.keep_positions;
+        self.drop_readers(session_key, &session.client_id, drop_positions, out);
         // What a shared group handed this session and it did not finish
         // goes back to the group.
         let unfinished: Vec<Delivery> = session

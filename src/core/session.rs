@@ -126,6 +126,8 @@ pub struct Session {
     pub pending_will: Option<Box<(Will, u64)>>,
     /// Its cursors into channels.
     pub readers: Vec<Key>,
+    /// Ending this session leaves its stored positions in place.
+    pub keep_positions: bool,
     /// True until the session's first connection is answered, so that its
     /// CONNACK says Session Present 0.
     pub is_new: bool,
@@ -148,6 +150,7 @@ impl Session {
             pending_will: None,
             is_new: true,
             readers: Vec::new(),
+            keep_positions: false,
         }
     }
 

@@ -1795,3 +1795,53 @@ fn retention_by_age_runs_at_startup_and_then_at_a_tenth_of_the_period() {
     // Started at 1,000 ms: the first tick, then every 10 s.
     assert_eq!(trims_at, vec![1_100, 11_100]);
 }
+
+#[test]
+fn a_session_whose_position_retention_passed_is_told_session_present_0() {
+    let mut settings = events_channel(ChannelStart::Floor);
+    settings.channels[0].retention_bytes = Some(1);
+    settings.channels[0].next = 10;
+    settings.channels[0].floor = 1;
+    let mut h = Harness::new(settings);
+    let mut connect = connect_packet("lagging", ProtocolVersion::V5);
+    connect.clean_start = false;
+    connect.properties.session_expiry_interval_s = Some(3600);
+    let (consumer, _) = h.connect_with(connect.clone());
+    // Subscribed, but reads nothing: its stored position is 1.
+    h.subscribe(consumer, "events/#", qos(QoS::AtLeastOnce), None);
+    for request in h.stored() {
+        if let StoreRequest::Position { ticket, .. } = request {
+            h.complete(ticket, Answer::Position(Ok(Some(1))));
+        }
+    }
+    h.broker
+        .handle_connection_lost(consumer, h.now_ms, &mut h.out);
+    h.stored();
+    // Retention moves the floor to 6 while it is away.
+    h.advance(1_100);
+    for request in h.stored() {
+        if let StoreRequest::Commit { ticket, writes } = request {
+            if writes.iter().any(|w| matches!(w, Write::Trim { .. })) {
+                let trimmed = store::Trimmed {
+                    removed_records: 5,
+                    freed_bytes: 500,
+                    floor: 6,
+                    more: false,
+                };
+                h.complete(
+                    ticket,
+                    Answer::Committed(Ok(vec![Outcome::Trimmed(trimmed)])),
+                );
+            }
+        }
+    }
+    let (_, connack) = h.connect_with(connect);
+    assert!(!connack.session_present, "a gap is never served in silence");
+    let dropped = h.stored().into_iter().any(|r| match r {
+        StoreRequest::Commit { writes, .. } => writes
+            .iter()
+            .any(|w| matches!(w, Write::DropPosition { .. })),
+        _ => false,
+    });
+    assert!(dropped, "the passed position is dropped");
+}
