@@ -7,10 +7,7 @@ mod common;
 use std::collections::BTreeSet;
 
 use common::{BrokerProcess, RawClient, Received, TempDir};
-use saguin::codec::{
-    Connect, Packet, Properties, ProtocolVersion, PubAck, Publish, QoS, Subscribe,
-    SubscriptionOptions,
-};
+use saguin::codec::{Connect, Packet, ProtocolVersion, PubAck, Publish, QoS};
 
 const REDB: &str = "  storage:\n    default: local\n    default_retention_period: none\n    default_retention_bytes: none\n    providers:\n      local:\n        type: redb\n        file_path: {dir}/saguin.redb\n        max_bytes: 64MiB\n";
 const MEMORY: &str = "  storage:\n    default: volatile\n    default_retention_period: none\n    default_retention_bytes: none\n    providers:\n      volatile:\n        type: memory\n        max_bytes: 64MiB\n        snapshot_dir: {dir}\n";
@@ -30,20 +27,6 @@ fn durable_connect(address: &str, client_id: &str) -> (RawClient, bool) {
         }
         other => panic!("expected a CONNACK, got {other:?}"),
     }
-}
-
-fn subscribe(client: &mut RawClient, filter: &str) {
-    let options = SubscriptionOptions {
-        qos: QoS::AtLeastOnce,
-        ..SubscriptionOptions::default()
-    };
-    let subscribe = Subscribe {
-        packet_id: 1,
-        properties: Properties::default(),
-        filters: vec![(filter.into(), options)],
-    };
-    client.send(&Packet::Subscribe(subscribe));
-    assert!(matches!(client.recv(), Received::Packet(Packet::Suback(_))));
 }
 
 /// Publishes `payloads` at QoS 1 with a bounded window; returns those the
@@ -131,7 +114,7 @@ fn a_durable_consumer_gets_exactly_what_it_missed() {
     let broker = BrokerProcess::start_in(dir.path(), REDB, EVENTS);
     let address = broker.address();
     let (mut consumer, _) = durable_connect(&address, "consumer");
-    subscribe(&mut consumer, "events/#");
+    consumer.subscribe("events/#", QoS::AtLeastOnce);
     let mut publisher = RawClient::connect(&address, ProtocolVersion::V5, "publisher");
     let before = payloads("before", 5);
     publish_all(&mut publisher, "events/a", &before);
@@ -175,7 +158,7 @@ fn every_acknowledged_record_survives_sigkill_on_redb() {
         let run = scope.spawn(|| publish_all(&mut publisher, "events/load", &all));
         // Wait until some records are stored, then cut the power.
         let mut watcher = RawClient::connect(&broker.address(), ProtocolVersion::V5, "watcher");
-        subscribe(&mut watcher, "events/#");
+        watcher.subscribe("events/#", QoS::AtLeastOnce);
         consume(&mut watcher, 300);
         broker.kill();
         run.join().unwrap()
@@ -188,7 +171,7 @@ fn every_acknowledged_record_survives_sigkill_on_redb() {
 
     let broker = BrokerProcess::start_in(dir.path(), REDB, EVENTS);
     let mut reader = RawClient::connect(&broker.address(), ProtocolVersion::V5, "reader");
-    subscribe(&mut reader, "events/#");
+    reader.subscribe("events/#", QoS::AtLeastOnce);
     // Read until the reader has everything acknowledged; more may be there
     // (stored, but the PUBACK lost with the process), never fewer.
     let mut received = Vec::new();
@@ -223,7 +206,7 @@ fn a_memory_channel_survives_a_graceful_restart_and_continues_its_offsets() {
     let second = payloads("second", 5);
     publish_all(&mut publisher, "events/m", &second);
     let mut reader = RawClient::connect(&broker.address(), ProtocolVersion::V5, "reader");
-    subscribe(&mut reader, "events/#");
+    reader.subscribe("events/#", QoS::AtLeastOnce);
     let received = consume(&mut reader, 25);
     let expected: Vec<Vec<u8>> = first.iter().chain(&second).cloned().collect();
     assert_eq!(
@@ -247,7 +230,7 @@ fn retention_by_bytes_moves_the_floor() {
     publish_all(&mut publisher, "events/big", &records);
     broker.wait_for_log("retention removed");
     let mut reader = RawClient::connect(&broker.address(), ProtocolVersion::V5, "reader");
-    subscribe(&mut reader, "events/#");
+    reader.subscribe("events/#", QoS::AtLeastOnce);
     let first = consume(&mut reader, 1);
     assert!(
         first[0].0 > 1,
@@ -281,7 +264,7 @@ fn a_311_subscriber_gets_the_topic_and_payload_of_a_record() {
     let dir = TempDir::new("v311");
     let broker = BrokerProcess::start_in(dir.path(), REDB, EVENTS);
     let mut subscriber = RawClient::connect(&broker.address(), ProtocolVersion::V311, "old-device");
-    subscribe(&mut subscriber, "events/#");
+    subscriber.subscribe("events/#", QoS::AtLeastOnce);
     let mut publisher = RawClient::connect(&broker.address(), ProtocolVersion::V5, "publisher");
     publish_all(&mut publisher, "events/door", &[b"open".to_vec()]);
     match subscriber.recv() {

@@ -5,9 +5,7 @@
 mod common;
 
 use common::{BrokerProcess, RawClient, Received};
-use saguin::codec::{
-    Packet, Properties, ProtocolVersion, PubAck, Publish, QoS, Subscribe, SubscriptionOptions,
-};
+use saguin::codec::{Packet, ProtocolVersion, PubAck, Publish, QoS};
 
 const MESSAGES: usize = 3_000;
 const PAYLOAD_BYTES: usize = 1_024;
@@ -17,30 +15,16 @@ const FLOOD_BYTES: usize = 8 * 1024;
 /// Unacknowledged publishes the publisher keeps in flight.
 const WINDOW: usize = 32;
 
-fn subscribe(client: &mut RawClient, filter: &str, qos: QoS) {
-    let options = SubscriptionOptions {
-        qos,
-        ..SubscriptionOptions::default()
-    };
-    let subscribe = Subscribe {
-        packet_id: 1,
-        properties: Properties::default(),
-        filters: vec![(filter.into(), options)],
-    };
-    client.send(&Packet::Subscribe(subscribe));
-    assert!(matches!(client.recv(), Received::Packet(Packet::Suback(_))));
-}
-
 #[test]
 fn a_stalled_subscriber_never_delays_the_publisher_or_other_subscribers() {
     let mut broker = BrokerProcess::start("  limits:\n    write_timeout: 1s\n");
     // Subscribes at both QoS levels and then never reads a byte.
     let mut stalled = RawClient::connect(&broker.address(), ProtocolVersion::V5, "stalled");
-    subscribe(&mut stalled, "load/qos1", QoS::AtLeastOnce);
-    subscribe(&mut stalled, "load/qos0", QoS::AtMostOnce);
+    stalled.subscribe("load/qos1", QoS::AtLeastOnce);
+    stalled.subscribe("load/qos0", QoS::AtMostOnce);
     // Reads and acknowledges everything, on a thread of its own.
     let mut healthy = RawClient::connect(&broker.address(), ProtocolVersion::V5, "healthy");
-    subscribe(&mut healthy, "load/qos1", QoS::AtLeastOnce);
+    healthy.subscribe("load/qos1", QoS::AtLeastOnce);
     let reader = std::thread::spawn(move || {
         let mut received = Vec::with_capacity(MESSAGES);
         while received.len() < MESSAGES {

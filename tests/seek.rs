@@ -4,10 +4,7 @@
 mod common;
 
 use common::{BrokerProcess, RawClient, Received, TempDir};
-use saguin::codec::{
-    Packet, Properties, ProtocolVersion, PubAck, Publish, QoS, ReasonCode, Subscribe,
-    SubscriptionOptions,
-};
+use saguin::codec::{Packet, Properties, ProtocolVersion, PubAck, Publish, QoS, ReasonCode};
 
 const REDB: &str = "  storage:\n    default: local\n    default_retention_period: none\n    default_retention_bytes: none\n    providers:\n      local:\n        type: redb\n        file_path: {dir}/saguin.redb\n        max_bytes: 64MiB\n";
 const EVENTS: &str = "channels:\n  events:\n    type: append\n    filter: events/#\n";
@@ -21,20 +18,6 @@ fn connect(address: &str, client_id: &str, durable: bool) -> RawClient {
     client.send(&Packet::Connect(connect));
     assert!(matches!(client.recv(), Received::Packet(Packet::Connack(c)) if c.reason_code.0 == 0));
     client
-}
-
-fn subscribe(client: &mut RawClient) {
-    let options = SubscriptionOptions {
-        qos: QoS::AtLeastOnce,
-        ..SubscriptionOptions::default()
-    };
-    let subscribe = Subscribe {
-        packet_id: 1,
-        properties: Properties::default(),
-        filters: vec![("events/#".into(), options)],
-    };
-    client.send(&Packet::Subscribe(subscribe));
-    assert!(matches!(client.recv(), Received::Packet(Packet::Suback(_))));
 }
 
 fn publish_records(address: &str, count: usize) {
@@ -141,7 +124,7 @@ fn every_seek_form_moves_the_consumer_and_is_answered() {
     let address = broker.address();
     publish_records(&address, 10);
     let mut consumer = connect(&address, "consumer", true);
-    subscribe(&mut consumer);
+    consumer.subscribe("events/#", QoS::AtLeastOnce);
     assert_eq!(
         read_offsets(&mut consumer, 10),
         (1..=10).collect::<Vec<_>>()

@@ -7,6 +7,9 @@
 //! file. The only tie that rule can meet is two channels carrying one
 //! filter, which is refused here, compared after `{a,b}` is expanded.
 //!
+//! The block may be written as a list of groups, each a file named by
+//! `!include` or channels written in place (see [`super::include`]).
+//!
 //! This version keeps `type: append` channels. `latest` and `queue` are
 //! recognised and refused by name, so a file written for them is not
 //! started as though it were served.
@@ -15,8 +18,9 @@ use std::collections::HashMap;
 
 use serde_yaml::{Mapping, Value};
 
+use super::include::{self, Entry, Listed, Origin};
 use super::limits::{duration_ms, size, whole_seconds, Limits, NoneRule};
-use super::parse::{join, show, table, Findings, Keys, Table};
+use super::parse::{is_include, join, show, table, Findings, Keys, Table};
 use super::storage::StorageConfig;
 use crate::store::{snapshot_file_name, MAX_CHANNEL_NAME_BYTES};
 
@@ -117,7 +121,17 @@ const ANY_KEYS: Keys = Keys {
     not_yet: &[],
 };
 
-const INCLUDE_NOT_YET: &str = "the list form, whose entries may be !include files, is not supported by this version of Sagüin yet; write channels as one block, each channel under its name, such as channels: {events: {type: append}}";
+const LISTED: Listed = Listed {
+    noun: "channel",
+    example: "events: {type: append}",
+    file_example: "channels/telemetry.yaml",
+};
+
+/// Why `channels: !include <file>` is refused.
+const INCLUDE_AS_BLOCK: &str = "!include is written as an entry of a list, so that more files can follow it, such as channels: [!include channels/telemetry.yaml]";
+
+/// Why `<name>: !include <file>` is refused.
+const INCLUDE_AS_CHANNEL: &str = "!include names a file of channels, and is written as an entry of the list form of channels, such as channels: [!include channels/telemetry.yaml], not as one channel's settings";
 
 /// What `broker:` says that channels are checked against. A part that
 /// could not be read is `None`, and the checks needing it are skipped:
@@ -166,6 +180,9 @@ impl FilterSite {
 /// A channel's filter, read and expanded, for the check across channels.
 struct Claimed {
     name: String,
+    /// The included file the channel is written in; `None` for the
+    /// configuration file.
+    file: Option<String>,
     site: FilterSite,
     filters: Vec<String>,
 }
@@ -178,17 +195,20 @@ struct Gathered {
     without_storage: Vec<String>,
 }
 
-/// Reads `channels:`; absent or empty is no channel.
+/// Reads `channels:`, a block or a list of groups; absent or empty is no
+/// channel.
 pub(super) fn parse(
     f: &mut Findings,
     value: Option<&Value>,
     scope: &Scope,
+    origin: &Origin<'_>,
 ) -> Option<Vec<ChannelConfig>> {
-    let mapping = match value {
+    let (entries, mut ok) = match value {
         None | Some(Value::Null) => return Some(Vec::new()),
-        Some(Value::Mapping(m)) => m,
-        Some(v @ (Value::Sequence(_) | Value::Tagged(_))) => {
-            f.value(PATH, v, INCLUDE_NOT_YET);
+        Some(Value::Mapping(m)) => (include::in_place(m), true),
+        Some(Value::Sequence(items)) => include::list(f, PATH, items, origin, &LISTED),
+        Some(v) if is_include(v) => {
+            f.value(PATH, v, INCLUDE_AS_BLOCK);
             return None;
         }
         Some(other) => {
@@ -201,10 +221,10 @@ pub(super) fn parse(
         }
     };
     let mut gathered = Gathered::default();
-    let mut channels = Vec::with_capacity(mapping.len());
-    let mut ok = true;
-    for (key, body) in mapping {
-        match channel(f, key, body, scope, &mut gathered) {
+    let mut channels = Vec::with_capacity(entries.len());
+    for entry in &entries {
+        let file = entry.file.as_deref();
+        match f.within(file, |f| channel(f, entry, scope, &mut gathered)) {
             Some(c) => channels.push(c),
             None => ok = false,
         }
@@ -213,17 +233,17 @@ pub(super) fn parse(
         storage_required(f, &gathered.without_storage);
         ok = false;
     }
-    ok &= refuse_shared_filters(f, &gathered.claimed);
+    ok &= refuse_shared_filters(f, &gathered.claimed, origin);
     ok.then_some(channels)
 }
 
 fn channel(
     f: &mut Findings,
-    key: &Value,
-    body: &Value,
+    entry: &Entry,
     scope: &Scope,
     gathered: &mut Gathered,
 ) -> Option<ChannelConfig> {
+    let (key, body) = (&entry.key, &entry.value);
     let Value::String(name) = key else {
         f.key(
             &join(PATH, &show(key)),
@@ -235,8 +255,8 @@ fn channel(
     let name_ok = channel_name(f, &path, name);
     let mapping = match body {
         Value::Mapping(m) => m,
-        Value::Tagged(_) => {
-            f.value(&path, body, INCLUDE_NOT_YET);
+        _ if is_include(body) => {
+            f.value(&path, body, INCLUDE_AS_CHANNEL);
             return None;
         }
         other => {
@@ -263,7 +283,14 @@ fn channel(
     };
     let rest = Value::Mapping(rest);
     let t = table(f, &path, &rest, keys)?;
-    let config = settings(f, &path, (name, name_ok), &t, scope, gathered);
+    let config = settings(
+        f,
+        &path,
+        (name, name_ok, entry.file.as_deref()),
+        &t,
+        scope,
+        gathered,
+    );
     // A channel whose name or type is wrong is still read through, so
     // every finding in it is reported.
     if kind != TypeRead::Append || !name_ok {
@@ -272,11 +299,12 @@ fn channel(
     config
 }
 
-/// Reads an append channel's keys, each with its default.
+/// Reads an append channel's keys, each with its default. `file` is the
+/// included file the channel is written in.
 fn settings(
     f: &mut Findings,
     path: &str,
-    (name, name_ok): (&str, bool),
+    (name, name_ok, file): (&str, bool, Option<&str>),
     t: &Table<'_>,
     scope: &Scope,
     gathered: &mut Gathered,
@@ -286,6 +314,7 @@ fn settings(
         let written = site.text.clone();
         gathered.claimed.push(Claimed {
             name: name.to_string(),
+            file: file.map(str::to_string),
             site,
             filters: filters.clone(),
         });
@@ -833,8 +862,9 @@ fn start(f: &mut Findings, channel_path: &str, value: Option<&Value>) -> Option<
 
 /// Two channels carrying one plain filter tie on every topic it matches,
 /// and only file order could break the tie. Each is refused at the
-/// channel written second, naming the first and what collided.
-fn refuse_shared_filters(f: &mut Findings, claimed: &[Claimed]) -> bool {
+/// channel written second, naming the first and what collided, and the
+/// files the two are written in where those differ.
+fn refuse_shared_filters(f: &mut Findings, claimed: &[Claimed], origin: &Origin<'_>) -> bool {
     let mut holder: HashMap<&str, usize> = HashMap::new();
     let mut ok = true;
     for (index, channel) in claimed.iter().enumerate() {
@@ -863,13 +893,24 @@ fn refuse_shared_filters(f: &mut Findings, claimed: &[Claimed]) -> bool {
                 Some(_) => format!("filter {:?}", other.site.text),
                 None => format!("which writes no filter and so claims {:?}", other.site.text),
             };
-            channel.site.report(
-                f,
-                format!(
-                    "{what} carried by channel {} as well ({theirs}); two channels may not carry the same filter, since only the order of the file could then say which holds those topics; change one of the two",
-                    other.name,
-                ),
+            let (mine, its) = (
+                origin.file_of(channel.file.as_deref()),
+                origin.file_of(other.file.as_deref()),
             );
+            let files = if mine == its {
+                String::new()
+            } else {
+                format!(", defined in {its} while this channel is in {mine}")
+            };
+            f.within(channel.file.as_deref(), |f| {
+                channel.site.report(
+                    f,
+                    format!(
+                        "{what} carried by channel {} as well ({theirs}{files}); two channels may not carry the same filter, since only the order of the configuration could then say which holds those topics; change one of the two",
+                        other.name,
+                    ),
+                )
+            });
         }
     }
     ok
@@ -1134,33 +1175,75 @@ mod tests {
     }
 
     #[test]
-    fn the_list_form_and_include_are_refused_as_not_supported_yet() {
-        for block in [
-            "- !include channels/telemetry.yaml\n",
-            "- events:\n    type: append\n",
-        ] {
-            let f = one_refusal(block);
-            assert_contains(
-                &f,
-                &[
-                    "channels (a list):",
-                    "!include",
-                    "not supported by this version",
-                ],
-            );
-        }
+    fn the_list_form_is_read_and_an_include_without_a_file_is_refused() {
+        // Groups written in place, in the order written; no file needed.
+        let all = ok("- events:\n    type: append\n-\n- alarms:\n    type: append\n  faults:\n    type: append\n");
+        let names: Vec<&str> = all.iter().map(|c| c.name.as_str()).collect();
+        assert_eq!(names, ["events", "alarms", "faults"]);
+        assert!(ok("[]").is_empty());
+        // Text not read from a file has no directory to resolve against.
+        let f = one_refusal("- !include channels/telemetry.yaml\n");
+        assert_contains(
+            &f,
+            &[
+                "channels (entry 1) \"channels/telemetry.yaml\":",
+                "saguin.yaml is not read from a file",
+            ],
+        );
+        // Two groups in one file defining one name.
+        let f = one_refusal("- events:\n    type: append\n- events:\n    type: append\n");
+        assert_contains(
+            &f,
+            &[
+                "channels.events:",
+                "channel events is defined twice in saguin.yaml",
+            ],
+        );
+    }
+
+    #[test]
+    fn an_include_anywhere_but_a_list_entry_is_refused() {
         let f = only(refused_file(&format!(
             "{BROKER}channels: !include channels.yaml\n"
+        )));
+        assert_contains(&f, &["channels (tagged !include)", "an entry of a list"]);
+        let f = one_refusal("events: !include events.yaml\n");
+        assert_contains(
+            &f,
+            &[
+                "channels.events (tagged !include)",
+                "not as one channel's settings",
+            ],
+        );
+        let f = one_refusal("- events: !include events.yaml\n");
+        assert_contains(&f, &["channels.events (tagged !include)"]);
+        let f = one_refusal("- !other x.yaml\n");
+        assert_contains(
+            &f,
+            &[
+                "channels (entry 1) (tagged !other)",
+                "!other is not a tag Sagüin reads",
+            ],
+        );
+        let f = one_refusal("- events\n");
+        assert_contains(
+            &f,
+            &[
+                "channels (entry 1) \"events\"",
+                "an entry of the list is !include",
+            ],
+        );
+        let f = only(refused_file(&BROKER.replace(
+            "broker:\n  id: t\n",
+            "broker:\n  id: t\n  limits: !include limits.yaml\n",
         )));
         assert_contains(
             &f,
             &[
-                "channels (tagged !include)",
-                "not supported by this version",
+                "broker.limits (tagged !include)",
+                "read only as an entry of the list form",
             ],
         );
-        let f = one_refusal("events: !include events.yaml\n");
-        assert_contains(&f, &["channels.events (tagged !include)", "not supported"]);
         let f = only(refused_file(&format!("{BROKER}channels: events\n")));
         assert_contains(&f, &["channels \"events\"", "block of channels"]);
         let f = one_refusal("events: append\n");

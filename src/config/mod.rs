@@ -8,11 +8,17 @@
 //! an operator must never believe a setting is in force when it is not.
 //!
 //! Entry points: [`load`] for a file on disk, [`parse`] for text already
-//! in memory, [`default_config`] for the file shipped in
-//! `config/saguin.yaml`.
+//! in memory, [`parse_with_base`] for text read from a file elsewhere,
+//! [`default_config`] for the file shipped in `config/saguin.yaml`.
+//!
+//! `channels:` and `broker.storage.providers` may each be written as a
+//! list of groups, each a file named by `!include` or entries written in
+//! place. An `!include` resolves against the directory of the file that
+//! holds it, so only [`load`] and [`parse_with_base`] can follow one.
 
 mod channels;
 mod exchanges;
+mod include;
 mod limits;
 mod listen;
 mod parse;
@@ -29,8 +35,8 @@ pub use channels::{ChannelConfig, ChannelKind, Start, MAX_FILTER_EXPANSIONS};
 pub use exchanges::{Qos2Config, ShareConfig};
 pub use limits::Limits;
 pub use storage::{
-    reserve_bytes, CommitPolicy, ProviderConfig, ProviderKind, StorageConfig,
-    MAX_PUBLISH_COMMIT_INTERVAL_MS,
+    declared_memory_bytes, reserve_bytes, CommitPolicy, ProviderConfig, ProviderKind,
+    StorageConfig, MAX_PUBLISH_COMMIT_INTERVAL_MS,
 };
 pub use units::{format_seconds, format_size, parse_duration_ms, parse_size_bytes};
 
@@ -186,11 +192,12 @@ impl std::error::Error for ConfigError {}
 /// Reads and validates the configuration file at `path`.
 ///
 /// Findings name the file as `path` was given, so an operator sees the
-/// name they typed.
+/// name they typed. An `!include` in it resolves against its directory.
 pub fn load(path: &Path) -> Result<Config, ConfigError> {
     let file = path.display().to_string();
+    let base = path.parent().unwrap_or(Path::new(""));
     match std::fs::read_to_string(path) {
-        Ok(text) => parse(&text, &file),
+        Ok(text) => parse_with_base(&text, &file, Some(base)),
         Err(e) => Err(ConfigError {
             file,
             findings: vec![format!("the file cannot be read: {e}")],
@@ -200,7 +207,21 @@ pub fn load(path: &Path) -> Result<Config, ConfigError> {
 
 /// Validates configuration text; `source` names it in findings and is kept
 /// in [`Config::source`].
+///
+/// The text has no directory, so an `!include` in it is refused; use
+/// [`parse_with_base`] for text read from a file.
 pub fn parse(text: &str, source: &str) -> Result<Config, ConfigError> {
+    parse_with_base(text, source, None)
+}
+
+/// [`parse`], for text read from a file in the directory `base`: an
+/// `!include` path resolves against `base`, never against the process's
+/// working directory. `None` refuses every `!include`.
+pub fn parse_with_base(
+    text: &str,
+    source: &str,
+    base: Option<&Path>,
+) -> Result<Config, ConfigError> {
     let refuse = |findings: Vec<String>| ConfigError {
         file: source.to_string(),
         findings,
@@ -214,7 +235,8 @@ pub fn parse(text: &str, source: &str) -> Result<Config, ConfigError> {
             "the YAML merge key `<<` cannot be applied: {e}"
         )]));
     }
-    match parse::root(&root) {
+    let origin = include::Origin { source, base };
+    match parse::root(&root, &origin) {
         Ok((broker, channels)) => Ok(Config {
             broker,
             channels,

@@ -9,31 +9,55 @@ use std::path::PathBuf;
 use serde_yaml::Value;
 
 use super::channels::{self, ChannelConfig, Scope};
+use super::include::Origin;
 use super::{limits, listen, BrokerConfig, LogLevel, MinProtocolVersion, MqttConfig};
 
 /// The mistakes found so far, each already written as one finding.
 #[derive(Debug, Default)]
 pub(super) struct Findings {
     list: Vec<String>,
+    /// The `!include`d file being read, which every finding made meanwhile
+    /// begins with; `None` for the configuration file itself, which the
+    /// report names once at its head.
+    file: Option<String>,
 }
 
 impl Findings {
     /// `<path> <value>: <why>`.
     pub(super) fn value(&mut self, path: &str, value: &Value, why: impl AsRef<str>) {
-        self.list
-            .push(format!("{path} {}: {}", show(value), why.as_ref()));
+        self.push(format!("{path} {}: {}", show(value), why.as_ref()));
     }
 
     /// `<path> <value> <phrase>`, for a finding that reads as a sentence
     /// about the value (`"20h" is longer than ...`).
     pub(super) fn value_is(&mut self, path: &str, value: &Value, phrase: impl AsRef<str>) {
-        self.list
-            .push(format!("{path} {} {}", show(value), phrase.as_ref()));
+        self.push(format!("{path} {} {}", show(value), phrase.as_ref()));
     }
 
     /// `<path>: <why>`, for a finding about a key rather than a value.
     pub(super) fn key(&mut self, path: &str, why: impl AsRef<str>) {
-        self.list.push(format!("{path}: {}", why.as_ref()));
+        self.push(format!("{path}: {}", why.as_ref()));
+    }
+
+    /// A finding already written whole, such as a YAML syntax error.
+    pub(super) fn whole(&mut self, finding: impl Into<String>) {
+        self.push(finding.into());
+    }
+
+    /// Runs `body` with every finding it makes naming `file` first: the
+    /// `!include`d file being read, or `None` for the configuration file.
+    pub(super) fn within<T>(&mut self, file: Option<&str>, body: impl FnOnce(&mut Self) -> T) -> T {
+        let outer = std::mem::replace(&mut self.file, file.map(str::to_string));
+        let result = body(self);
+        self.file = outer;
+        result
+    }
+
+    fn push(&mut self, finding: String) {
+        match &self.file {
+            Some(file) => self.list.push(format!("{file}: {finding}")),
+            None => self.list.push(finding),
+        }
     }
 
     pub(super) fn is_empty(&self) -> bool {
@@ -113,14 +137,19 @@ pub(super) fn table<'a>(
         }
         Value::Mapping(m) => m,
         other => {
-            f.value(
-                if path.is_empty() { "the file" } else { path },
-                other,
-                format!(
-                    "a block of keys is expected here ({})",
-                    keys.supported.join(", ")
-                ),
-            );
+            let here = if path.is_empty() { "the file" } else { path };
+            if is_include(other) {
+                f.value(here, other, MISPLACED_INCLUDE);
+            } else {
+                f.value(
+                    here,
+                    other,
+                    format!(
+                        "a block of keys is expected here ({})",
+                        keys.supported.join(", ")
+                    ),
+                );
+            }
             return None;
         }
     };
@@ -146,6 +175,14 @@ pub(super) fn table<'a>(
         }
     }
     Some(Table { entries })
+}
+
+/// Why an `!include` written anywhere but in the two lists is refused.
+const MISPLACED_INCLUDE: &str = "!include is read only as an entry of the list form of channels or of broker.storage.providers, such as channels: [!include channels/telemetry.yaml]; write the block here in place";
+
+/// Whether `value` is tagged `!include`.
+pub(super) fn is_include(value: &Value) -> bool {
+    matches!(value, Value::Tagged(t) if t.tag == "include")
 }
 
 fn unknown_key(name: &str, keys: &Keys) -> String {
@@ -227,13 +264,16 @@ const MQTT_KEYS: Keys = Keys {
 
 /// Walks the whole tree and returns the broker's configuration and its
 /// channels, or every finding.
-pub(super) fn root(value: &Value) -> Result<(BrokerConfig, Vec<ChannelConfig>), Vec<String>> {
+pub(super) fn root(
+    value: &Value,
+    origin: &Origin<'_>,
+) -> Result<(BrokerConfig, Vec<ChannelConfig>), Vec<String>> {
     let mut f = Findings::default();
     // An empty file reads as an empty mapping, and is refused for its
     // missing broker.id like any other file without one.
     let parsed = table(&mut f, "", value, &ROOT_KEYS).and_then(|t| {
-        let (broker, scope) = broker(&mut f, t.get("broker").unwrap_or(&Value::Null));
-        let channels = channels::parse(&mut f, t.get("channels"), &scope);
+        let (broker, scope) = broker(&mut f, t.get("broker").unwrap_or(&Value::Null), origin);
+        let channels = channels::parse(&mut f, t.get("channels"), &scope, origin);
         Some((broker?, channels?))
     });
     match parsed {
@@ -250,7 +290,7 @@ pub(super) fn root(value: &Value) -> Result<(BrokerConfig, Vec<ChannelConfig>), 
 
 /// Reads `broker:`, and returns beside it what channels are checked
 /// against, which is known even where other parts of `broker:` are not.
-fn broker(f: &mut Findings, value: &Value) -> (Option<BrokerConfig>, Scope) {
+fn broker(f: &mut Findings, value: &Value, origin: &Origin<'_>) -> (Option<BrokerConfig>, Scope) {
     let Some(t) = table(f, "broker", value, &BROKER_KEYS) else {
         return (None, Scope::unknown());
     };
@@ -261,7 +301,7 @@ fn broker(f: &mut Findings, value: &Value) -> (Option<BrokerConfig>, Scope) {
     let limits = limits::parse(f, "broker.limits", t.get("limits"));
     let qos2 = super::exchanges::qos2(f, t.get("qos2"));
     let share = super::exchanges::share(f, t.get("share"));
-    let storage = super::storage::parse(f, t.get("storage"), limits.as_ref());
+    let storage = super::storage::parse(f, t.get("storage"), limits.as_ref(), origin);
     let scope = Scope {
         limits: limits.clone(),
         storage: storage.clone(),

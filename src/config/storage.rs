@@ -8,13 +8,18 @@
 //! provider, both default retentions (`none` is a value, not an omission)
 //! and at least one provider - because Sagüin keeps nothing in a store the
 //! operator did not name.
+//!
+//! `providers` may be written as a list of groups, each a file named by
+//! `!include` or providers written in place (see [`super::include`]); a
+//! channel names its provider by name, wherever either is written.
 
 use std::path::{Component, Path, PathBuf};
 
 use serde_yaml::{Mapping, Value};
 
+use super::include::{self, Listed, Origin};
 use super::limits::{duration_ms, size, whole_number, whole_seconds, Limits, NoneRule};
-use super::parse::{join, show, table, Findings, Keys};
+use super::parse::{is_include, join, show, table, Findings, Keys};
 use super::units::format_size;
 
 /// `broker.storage`.
@@ -88,6 +93,17 @@ pub enum CommitPolicy {
     Interval { interval_ms: u32, max_records: u32 },
 }
 
+/// What the memory providers may hold between them: the sum of their
+/// `max_bytes`, which no single provider's check can see. `u64::MAX` if
+/// the sum does not fit.
+pub fn declared_memory_bytes(storage: &StorageConfig) -> u64 {
+    storage
+        .providers
+        .iter()
+        .filter(|p| matches!(p.kind, ProviderKind::Memory { .. }))
+        .fold(0u64, |sum, p| sum.saturating_add(p.max_bytes))
+}
+
 /// What every provider holds back for the writes that relieve a full one:
 /// one largest record, `max_message_size + max_header_bytes`.
 pub fn reserve_bytes(limits: &Limits) -> u64 {
@@ -135,6 +151,12 @@ const ANY_PROVIDER_KEYS: Keys = Keys {
 };
 
 const PATH: &str = "broker.storage";
+
+const LISTED: Listed = Listed {
+    noun: "provider",
+    example: "local: {type: redb, file_path: /var/lib/saguin/saguin.redb, max_bytes: 256MiB}",
+    file_example: "storage/local.yaml",
+};
 const MAX_PROVIDER_NAME_CHARS: usize = 64;
 
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -148,6 +170,7 @@ pub(super) fn parse(
     f: &mut Findings,
     value: Option<&Value>,
     limits: Option<&Limits>,
+    origin: &Origin<'_>,
 ) -> Option<Option<StorageConfig>> {
     let Some(value) = value else {
         return Some(None);
@@ -165,7 +188,7 @@ pub(super) fn parse(
         return None;
     }
     let t = table(f, PATH, value, &STORAGE_KEYS)?;
-    let providers = providers(f, t.get("providers"), limits);
+    let providers = providers(f, t.get("providers"), limits, origin);
     let default_provider = default_provider(f, t.get("default"), providers.as_deref());
     let default_retention_period_s = retention_period(f, t.get("default_retention_period"));
     let default_retention_bytes = retention_bytes(f, t.get("default_retention_bytes"));
@@ -267,6 +290,7 @@ fn providers(
     f: &mut Findings,
     value: Option<&Value>,
     limits: Option<&Limits>,
+    origin: &Origin<'_>,
 ) -> Option<Vec<ProviderConfig>> {
     let path = join(PATH, "providers");
     let Some(value) = value else {
@@ -276,17 +300,18 @@ fn providers(
         );
         return None;
     };
-    let mapping = match value {
-        Value::Mapping(m) if !m.is_empty() => m,
+    let (entries, mut ok) = match value {
+        Value::Mapping(m) if !m.is_empty() => (include::in_place(m), true),
         Value::Mapping(_) | Value::Null => {
             f.value(&path, value, "define at least one provider under it");
             return None;
         }
-        Value::Sequence(_) => {
+        Value::Sequence(items) => include::list(f, &path, items, origin, &LISTED),
+        _ if is_include(value) => {
             f.value(
                 &path,
                 value,
-                "write the providers as a block of name: provider; the list form with !include is not supported by this version yet",
+                "!include is written as an entry of a list, so that more files can follow it, such as providers: [!include storage/local.yaml]",
             );
             return None;
         }
@@ -299,19 +324,31 @@ fn providers(
             return None;
         }
     };
+    if ok && entries.is_empty() {
+        f.value(
+            &path,
+            value,
+            "the list defines no provider; define at least one, in a file it includes or in place",
+        );
+        return None;
+    }
     let mut all = Vec::new();
-    let mut ok = true;
-    for (k, v) in mapping {
-        let Some(name) = provider_name(f, &path, k) else {
-            ok = false;
-            continue;
-        };
-        match provider(f, &join(&path, &name), &name, v, limits) {
-            Some(p) => all.push(p),
+    let mut files = Vec::new();
+    for entry in &entries {
+        let file = entry.file.as_deref();
+        let read = f.within(file, |f| {
+            let name = provider_name(f, &path, &entry.key)?;
+            provider(f, &join(&path, &name), &name, &entry.value, limits)
+        });
+        match read {
+            Some(p) => {
+                all.push(p);
+                files.push(file);
+            }
             None => ok = false,
         }
     }
-    refuse_shared_paths(f, &path, &all);
+    ok &= refuse_shared_paths(f, &path, &all, &files, origin);
     ok.then_some(all)
 }
 
@@ -346,11 +383,12 @@ fn provider(
     limits: Option<&Limits>,
 ) -> Option<ProviderConfig> {
     let Value::Mapping(mapping) = value else {
-        f.value(
-            path,
-            value,
-            "a provider is a block of keys beginning with type: redb or type: memory",
-        );
+        let why = if is_include(value) {
+            "!include names a file of providers, and is written as an entry of the list form of broker.storage.providers, such as providers: [!include storage/local.yaml], not as one provider's settings"
+        } else {
+            "a provider is a block of keys beginning with type: redb or type: memory"
+        };
+        f.value(path, value, why);
         return None;
     };
     let kind = provider_type(f, path, mapping.get("type"));
@@ -678,30 +716,54 @@ fn commit_policy(
 }
 
 /// Two providers on one file or one directory are two writers on it, each
-/// with its own bound: refused, naming both. Paths are compared after
-/// lexical cleaning, so `/var/lib/x` and `/var/lib/./x` are one store.
-fn refuse_shared_paths(f: &mut Findings, path: &str, providers: &[ProviderConfig]) {
-    let mut seen: Vec<(PathBuf, &str, &Path)> = Vec::new();
-    for p in providers {
+/// with its own bound: refused, naming both, and the files each is written
+/// in where those differ. Paths are compared after lexical cleaning, so
+/// `/var/lib/x` and `/var/lib/./x` are one store. `files[i]` is the
+/// included file `providers[i]` is written in.
+fn refuse_shared_paths(
+    f: &mut Findings,
+    path: &str,
+    providers: &[ProviderConfig],
+    files: &[Option<&str>],
+    origin: &Origin<'_>,
+) -> bool {
+    let mut seen: Vec<(PathBuf, &str, &Path, Option<&str>)> = Vec::new();
+    let mut ok = true;
+    for (p, &file) in providers.iter().zip(files) {
         let place = match &p.kind {
             ProviderKind::Redb { file_path, .. } => Some(file_path.as_path()),
             ProviderKind::Memory { snapshot_dir } => snapshot_dir.as_deref(),
         };
         let Some(place) = place else { continue };
         let cleaned = clean(place);
-        if let Some((_, other, other_place)) = seen.iter().find(|(c, _, _)| *c == cleaned) {
-            f.key(
-                &join(path, &p.name),
+        if let Some((_, other, other_place, other_file)) =
+            seen.iter().find(|(c, _, _, _)| *c == cleaned)
+        {
+            let (mine, its) = (origin.file_of(file), origin.file_of(*other_file));
+            let files = if mine == its {
+                String::new()
+            } else {
                 format!(
-                    "it keeps its records at {}, which is where provider {other} keeps its own ({}); two providers on one store are two writers on it, so give each its own",
-                    place.display(),
-                    other_place.display()
-                ),
-            );
+                    "; provider {other} is defined in {its}, and {} in {mine}",
+                    p.name
+                )
+            };
+            f.within(file, |f| {
+                f.key(
+                    &join(path, &p.name),
+                    format!(
+                        "it keeps its records at {}, which is where provider {other} keeps its own ({}){files}; two providers on one store are two writers on it, so give each its own",
+                        place.display(),
+                        other_place.display()
+                    ),
+                )
+            });
+            ok = false;
         } else {
-            seen.push((cleaned, &p.name, place));
+            seen.push((cleaned, &p.name, place, file));
         }
     }
+    ok
 }
 
 /// `.` and empty components dropped and `..` applied, without asking the
@@ -1092,13 +1154,86 @@ mod tests {
             );
         }
         let f = one_refusal(&format!("{HEAD}  - local\n"));
-        assert_contains(&f, &["broker.storage.providers (a list)", "!include"]);
+        assert_contains(
+            &f,
+            &["broker.storage.providers (entry 1) \"local\"", "!include"],
+        );
+        let f = one_refusal(&format!("{HEAD}  []\n"));
+        assert_contains(
+            &f,
+            &["broker.storage.providers (a list)", "defines no provider"],
+        );
+        let f = one_refusal(&format!("{HEAD}  !include storage.yaml\n"));
+        assert_contains(
+            &f,
+            &[
+                "broker.storage.providers (tagged !include)",
+                "entry of a list",
+            ],
+        );
+        let f = one_refusal(&providers("local: !include local.yaml\n"));
+        assert_contains(
+            &f,
+            &[
+                "providers.local (tagged !include)",
+                "not as one provider's settings",
+            ],
+        );
         let f = one_refusal(&providers("bad name:\n  type: memory\n"));
         assert_contains(&f, &["providers.bad name:", "letters, digits"]);
         let f = one_refusal(&providers("local: 5\n"));
         assert_contains(&f, &["providers.local 5", "type: redb or type: memory"]);
         let f = one_refusal(&providers("local:\n  type: disk\n  max_bytes: 1MiB\n"));
         assert_contains(&f, &["providers.local.type \"disk\"", "redb or memory"]);
+    }
+
+    #[test]
+    fn providers_written_in_place_in_a_list_are_read() {
+        let c = ok(&providers(
+            "- local:\n    type: redb\n    file_path: /var/lib/x.redb\n    max_bytes: 1MiB\n- a:\n    type: memory\n    max_bytes: 1MiB\n    snapshot_dir: none\n  b:\n    type: memory\n    max_bytes: 2MiB\n    snapshot_dir: /s\n",
+        ));
+        let names: Vec<&str> = c.providers.iter().map(|p| p.name.as_str()).collect();
+        assert_eq!(names, ["local", "a", "b"]);
+        assert_eq!(declared_memory_bytes(&c), 3 << 20);
+        let f = one_refusal(&providers(
+            "- local:\n    type: memory\n    max_bytes: 1MiB\n    snapshot_dir: none\n- local:\n    type: memory\n    max_bytes: 1MiB\n    snapshot_dir: none\n",
+        ));
+        assert_contains(
+            &f,
+            &[
+                "providers.local:",
+                "provider local is defined twice in saguin.yaml",
+            ],
+        );
+    }
+
+    #[test]
+    fn declared_memory_counts_only_memory_providers_and_saturates() {
+        let memory = |name: &str, max_bytes| ProviderConfig {
+            name: name.into(),
+            max_bytes,
+            kind: ProviderKind::Memory { snapshot_dir: None },
+        };
+        let mut c = StorageConfig {
+            default_provider: "a".into(),
+            default_retention_period_s: None,
+            default_retention_bytes: None,
+            providers: vec![
+                memory("a", 8 << 30),
+                ProviderConfig {
+                    name: "d".into(),
+                    max_bytes: 1 << 40,
+                    kind: ProviderKind::Redb {
+                        file_path: "/x".into(),
+                        commit: CommitPolicy::Collect,
+                    },
+                },
+                memory("b", 8 << 30),
+            ],
+        };
+        assert_eq!(declared_memory_bytes(&c), 16 << 30);
+        c.providers.push(memory("c", u64::MAX));
+        assert_eq!(declared_memory_bytes(&c), u64::MAX);
     }
 
     #[test]

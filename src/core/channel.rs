@@ -688,23 +688,6 @@ impl Broker {
         sent
     }
 
-    /// Whether a session can put one more delivery on the wire now.
-    fn session_has_room(&self, session_key: Key) -> bool {
-        let Some(session) = self.sessions.get(session_key) else {
-            return false;
-        };
-        let Some(active) = session
-            .connection
-            .and_then(|c| self.connections.get(c))
-            .and_then(|c| c.active.as_ref())
-        else {
-            return false;
-        };
-        session.waiting.is_empty()
-            && session.inflight.len() < usize::from(active.client_receive_maximum)
-            && session.inflight_bytes < self.settings.session_queue_bytes / 2
-    }
-
     fn request_read(&mut self, reader_key: Key, out: &mut impl Transport) {
         let Some(reader) = self.readers.get(reader_key) else {
             return;

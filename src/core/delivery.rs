@@ -53,6 +53,31 @@ fn merge_subscriptions(matched: &[Subscriber], message: &Rc<Message>) -> Deliver
 }
 
 impl Broker {
+    /// Whether a session can put one more delivery on the wire now.
+    pub(crate) fn session_has_room(&self, session_key: Key) -> bool {
+        let Some(session) = self.sessions.get(session_key) else {
+            return false;
+        };
+        let Some(active) = session
+            .connection
+            .and_then(|c| self.connections.get(c))
+            .and_then(|c| c.active.as_ref())
+        else {
+            return false;
+        };
+        session.waiting.is_empty()
+            && session.inflight.len() < usize::from(active.client_receive_maximum)
+            && session.inflight_bytes < self.settings.session_queue_bytes / 2
+    }
+
+    pub(crate) fn session_is_connected(&self, session_key: Key) -> bool {
+        self.sessions
+            .get(session_key)
+            .and_then(|s| s.connection)
+            .and_then(|c| self.connections.get(c))
+            .is_some_and(|c| c.active.is_some())
+    }
+
     /// Hands `message` to every session with a matching subscription: one
     /// copy per session, at the highest QoS among its matching
     /// subscriptions (never above the message's), carrying every matching

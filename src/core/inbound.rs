@@ -490,12 +490,7 @@ impl Broker {
         now_ms: u64,
         out: &mut impl Transport,
     ) {
-        let Some(session_key) = self
-            .connections
-            .get(conn)
-            .and_then(|c| c.active.as_ref())
-            .map(|a| a.session)
-        else {
+        let Some(session_key) = self.session_of(conn) else {
             return;
         };
         let held = self
@@ -617,12 +612,7 @@ impl Broker {
             );
             return;
         }
-        let Some(session_key) = self
-            .connections
-            .get(conn)
-            .and_then(|c| c.active.as_ref())
-            .map(|a| a.session)
-        else {
+        let Some(session_key) = self.session_of(conn) else {
             return;
         };
         let Some(session) = self.sessions.get_mut(session_key) else {
@@ -652,12 +642,7 @@ impl Broker {
         now_ms: u64,
         out: &mut impl Transport,
     ) {
-        let Some(session_key) = self
-            .connections
-            .get(conn)
-            .and_then(|c| c.active.as_ref())
-            .map(|a| a.session)
-        else {
+        let Some(session_key) = self.session_of(conn) else {
             return;
         };
         let Some(session) = self.sessions.get_mut(session_key) else {

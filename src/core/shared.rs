@@ -204,22 +204,10 @@ impl Broker {
     }
 
     fn member_is_able(&self, member: &Member, qos: QoS) -> bool {
-        let Some(session) = self.sessions.get(member.session) else {
-            return false;
-        };
-        let Some(active) = session
-            .connection
-            .and_then(|c| self.connections.get(c))
-            .and_then(|c| c.active.as_ref())
-        else {
-            return false;
-        };
         if qos.min(member.options.qos) == QoS::AtMostOnce {
-            return true;
+            return self.session_is_connected(member.session);
         }
-        session.waiting.is_empty()
-            && session.inflight.len() < usize::from(active.client_receive_maximum)
-            && session.inflight_bytes < self.settings.session_queue_bytes / 2
+        self.session_has_room(member.session)
     }
 
     fn deliver_to_member(

@@ -36,6 +36,12 @@ pub fn start(config: &Config) -> io::Result<Started> {
         return Ok((storage, channels, receiver));
     };
     let reserve_bytes = config::reserve_bytes(&config.broker.limits);
+    // Each memory provider may be reasonable alone and too much together:
+    // the total is said where somebody is looking.
+    log::info!(
+        "memory providers declare {} bytes in all",
+        config::declared_memory_bytes(storage_config)
+    );
     for (index, provider_config) in storage_config.providers.iter().enumerate() {
         let provider = store::open_provider(provider_config, reserve_bytes).map_err(to_io)?;
         let usage = provider.usage();

@@ -13,7 +13,8 @@ use std::sync::mpsc::{self, Receiver};
 use std::time::{Duration, Instant};
 
 use saguin::codec::{
-    decode_fixed_header, decode_packet, encode, Connect, Packet, Properties, ProtocolVersion,
+    decode_fixed_header, decode_packet, encode, Connect, Packet, Properties, ProtocolVersion, QoS,
+    Subscribe, SubscriptionOptions,
 };
 
 /// How long any wait in a test may take before the test fails. Generous,
@@ -295,6 +296,24 @@ impl RawClient {
                 Received::Closed => return packets,
             }
         }
+    }
+
+    /// Subscribes to one filter and waits for its SUBACK.
+    pub fn subscribe(&mut self, filter: &str, qos: QoS) {
+        let options = SubscriptionOptions {
+            qos,
+            ..SubscriptionOptions::default()
+        };
+        let subscribe = Subscribe {
+            packet_id: 1,
+            properties: Properties::default(),
+            filters: vec![(filter.into(), options)],
+        };
+        self.send(&Packet::Subscribe(subscribe));
+        assert!(
+            matches!(self.recv(), Received::Packet(Packet::Suback(_))),
+            "expected a SUBACK"
+        );
     }
 
     /// A PINGREQ answered by a PINGRESP: the connection is alive and served.
