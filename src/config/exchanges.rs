@@ -32,6 +32,52 @@ pub struct ShareConfig {
     pub expires_after_s: Option<u32>,
 }
 
+/// `broker.session`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SessionConfig {
+    /// How often a connected session's acknowledgements, and the channel
+    /// positions they move, are written.
+    pub ack_commit_interval_ms: u64,
+}
+
+impl Default for SessionConfig {
+    fn default() -> Self {
+        SessionConfig {
+            ack_commit_interval_ms: 200,
+        }
+    }
+}
+
+const SESSION_KEYS: Keys = Keys {
+    supported: &["ack_commit_interval"],
+    not_yet: &["storage"],
+};
+
+/// Reads `broker.session`; absent reads as the defaults.
+pub(super) fn session(f: &mut Findings, value: Option<&Value>) -> Option<SessionConfig> {
+    const PATH: &str = "broker.session";
+    const ALLOWED: &str = "it is a duration from 10ms to 1s, such as 200ms; omit the key for 200ms";
+    let t = table(f, PATH, value.unwrap_or(&Value::Null), &SESSION_KEYS)?;
+    let path = join(PATH, "ack_commit_interval");
+    let ack_commit_interval_ms = match t.get("ack_commit_interval") {
+        None => SessionConfig::default().ack_commit_interval_ms,
+        Some(v) => {
+            let why = "acknowledgements are always stored; `none` would never store them";
+            let ms = duration_ms(f, &path, v, NoneRule::Refused(why), ALLOWED)??;
+            if !(10..=1_000).contains(&ms) {
+                // Past a second an unclean stop re-sends seconds of traffic;
+                // below ten milliseconds nothing is gained.
+                f.value(&path, v, format!("out of range; {ALLOWED}"));
+                return None;
+            }
+            ms
+        }
+    };
+    Some(SessionConfig {
+        ack_commit_interval_ms,
+    })
+}
+
 const QOS2_KEYS: Keys = Keys {
     supported: &["max_inflight_per_client", "expires_after"],
     not_yet: &[],
@@ -132,6 +178,36 @@ mod tests {
         parse(&format!("broker:\n  id: t\n{yaml}"), "t.yaml")
             .unwrap_err()
             .to_string()
+    }
+
+    #[test]
+    fn ack_commit_interval_is_read_and_bounded() {
+        let config = parse(
+            "broker:\n  id: t\n  session:\n    ack_commit_interval: 50ms\n",
+            "t.yaml",
+        )
+        .unwrap();
+        assert_eq!(config.broker.session.ack_commit_interval_ms, 50);
+        assert_eq!(
+            parse("broker:\n  id: t\n", "t.yaml")
+                .unwrap()
+                .broker
+                .session
+                .ack_commit_interval_ms,
+            200
+        );
+        for bad in ["5ms", "2s", "none"] {
+            let text = findings(&format!("  session:\n    ack_commit_interval: {bad}\n"));
+            assert!(
+                text.contains("broker.session.ack_commit_interval"),
+                "{text}"
+            );
+        }
+        let storage = findings("  session:\n    storage: local\n");
+        assert!(
+            storage.contains("broker.session.storage") && storage.contains("not supported"),
+            "{storage}"
+        );
     }
 
     #[test]

@@ -32,7 +32,7 @@ use std::fmt;
 use std::path::{Path, PathBuf};
 
 pub use channels::{ChannelConfig, ChannelKind, Start, MAX_FILTER_EXPANSIONS};
-pub use exchanges::{Qos2Config, ShareConfig};
+pub use exchanges::{Qos2Config, SessionConfig, ShareConfig};
 pub use limits::Limits;
 pub use storage::{
     declared_memory_bytes, reserve_bytes, CommitPolicy, ProviderConfig, ProviderKind,
@@ -75,6 +75,8 @@ pub struct BrokerConfig {
     pub qos2: Qos2Config,
     /// `broker.share`.
     pub share: ShareConfig,
+    /// `broker.session`.
+    pub session: SessionConfig,
     /// `broker.storage`: `None` when the block is absent, which is valid
     /// while no channel needs a provider; written, it is complete.
     pub storage: Option<StorageConfig>,

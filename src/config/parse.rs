@@ -253,8 +253,9 @@ const BROKER_KEYS: Keys = Keys {
         "qos2",
         "share",
         "storage",
+        "session",
     ],
-    not_yet: &["retained", "session", "operations"],
+    not_yet: &["retained", "operations"],
 };
 
 const MQTT_KEYS: Keys = Keys {
@@ -301,6 +302,7 @@ fn broker(f: &mut Findings, value: &Value, origin: &Origin<'_>) -> (Option<Broke
     let limits = limits::parse(f, "broker.limits", t.get("limits"));
     let qos2 = super::exchanges::qos2(f, t.get("qos2"));
     let share = super::exchanges::share(f, t.get("share"));
+    let session = super::exchanges::session(f, t.get("session"));
     let storage = super::storage::parse(f, t.get("storage"), limits.as_ref(), origin);
     let scope = Scope {
         limits: limits.clone(),
@@ -315,6 +317,7 @@ fn broker(f: &mut Findings, value: &Value, origin: &Origin<'_>) -> (Option<Broke
             limits: limits?,
             qos2: qos2?,
             share: share?,
+            session: session?,
             storage: storage?,
         })
     };

@@ -673,7 +673,7 @@ fn keys_not_supported_yet_are_refused_as_recognised() {
         ),
         (
             "broker:\n  id: a\n  session:\n    storage: x\n",
-            "broker.session:",
+            "broker.session.storage:",
         ),
         ("broker:\n  id: a\n  operations: {}\n", "broker.operations:"),
         (

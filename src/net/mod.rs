@@ -72,6 +72,7 @@ pub fn settings_from_config(config: &Config) -> Settings {
         start_unix_ms: std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| d.as_millis() as u64),
+        ack_commit_interval_ms: config.broker.session.ack_commit_interval_ms,
         qos2_max_inflight_per_client: config.broker.qos2.max_inflight_per_client,
         qos2_expires_after_ms: u64::from(config.broker.qos2.expires_after_s) * 1000,
         share_expires_after_ms: config
