@@ -224,6 +224,15 @@ impl Broker {
         conn: Option<(Key, PendingAck)>,
         out: &mut impl Transport,
     ) -> Result<(), Box<Message>> {
+        // Publishes waiting on storage are held twice (the message and its
+        // record); past the bound the storage thread is behind, and a new
+        // one is refused rather than held without limit.
+        let cost_bytes = message.cost_bytes() * 2;
+        if self.pending_publish_bytes > 0
+            && self.pending_publish_bytes + cost_bytes > self.pending_publish_max_bytes()
+        {
+            return Err(Box::new(message));
+        }
         let id = publisher_id(&message)
             .unwrap_or_else(|| self.id_generator.next_id(message.received_at_unix_ms));
         let stored = to_stored(&message, &id);
@@ -244,6 +253,7 @@ impl Broker {
         ) {
             return Err(Box::new(message));
         }
+        self.pending_publish_bytes += cost_bytes;
         let pending = match conn {
             Some((conn, ack)) => Pending::Publish {
                 conn,
@@ -263,6 +273,12 @@ impl Broker {
     }
 
     /// A storage thread answered.
+    /// What publishes waiting on storage may hold: enough for any burst a
+    /// gateway's storage can absorb, and always a few of the largest.
+    fn pending_publish_max_bytes(&self) -> u64 {
+        (16 * 1024 * 1024).max(4 * u64::from(self.settings.max_message_size_bytes))
+    }
+
     pub fn handle_store_completion(
         &mut self,
         completion: Completion,
@@ -272,6 +288,9 @@ impl Broker {
         let Some(pending) = self.pending.remove(&completion.ticket.0) else {
             return;
         };
+        if let Pending::Publish { message, .. } | Pending::Unanswered { message, .. } = &pending {
+            self.pending_publish_bytes -= message.cost_bytes() * 2;
+        }
         match (pending, completion.answer) {
             (
                 Pending::Publish {

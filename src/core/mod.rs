@@ -223,6 +223,8 @@ pub struct Broker {
     /// Storage requests in flight, by ticket.
     pub(crate) pending: HashMap<u64, channel::Pending>,
     pub(crate) next_ticket: u64,
+    /// What publishes waiting on storage hold, against its bound.
+    pub(crate) pending_publish_bytes: u64,
     pub(crate) id_generator: crate::store::MessageIdGenerator,
     last_position_commit_ms: u64,
     /// When each retention sweep last ran; `None` until the first, which
@@ -260,6 +262,7 @@ impl Broker {
             readers: Slab::growable(u32::MAX as usize),
             pending: HashMap::new(),
             next_ticket: 0,
+            pending_publish_bytes: 0,
             id_generator: crate::store::MessageIdGenerator::with_seed(settings.start_unix_ms),
             last_position_commit_ms: 0,
             last_size_sweep_ms: None,

@@ -1845,3 +1845,40 @@ fn a_session_whose_position_retention_passed_is_told_session_present_0() {
     });
     assert!(dropped, "the passed position is dropped");
 }
+
+#[test]
+fn publishes_waiting_on_storage_are_bounded() {
+    let mut h = Harness::new(events_channel(ChannelStart::Tail));
+    let publisher = h.connect("pub", ProtocolVersion::V5);
+    let megabyte = vec![0u8; 1024 * 1024];
+    for id in 1..=12u16 {
+        h.packet(
+            publisher,
+            Packet::Publish(publish_packet(
+                "events/big",
+                QoS::AtLeastOnce,
+                Some(id),
+                &megabyte,
+            )),
+        );
+    }
+    // 16 MiB holds seven of them twice over; the rest are refused at once
+    // rather than held while storage is behind. PUBACKs keep their order,
+    // so the refusals wait behind the seven still pending.
+    assert_eq!(h.out.stored.len(), 7);
+    assert!(h.out.take(publisher).is_empty());
+    h.commit_appends(1);
+    let codes: Vec<u8> = h
+        .out
+        .take(publisher)
+        .iter()
+        .filter_map(|p| {
+            if let Packet::Puback(a) = p {
+                Some(a.reason_code.0)
+            } else {
+                None
+            }
+        })
+        .collect();
+    assert_eq!(codes, [vec![0x00; 7], vec![0x83; 5]].concat());
+}
