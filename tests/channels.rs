@@ -281,3 +281,32 @@ fn a_311_subscriber_gets_the_topic_and_payload_of_a_record() {
         other => panic!("expected the record, got {other:?}"),
     }
 }
+
+#[test]
+fn a_consumer_whose_position_retention_passed_is_told_its_session_is_gone() {
+    let dir = TempDir::new("below-floor");
+    let channels =
+        "channels:\n  events:\n    type: append\n    filter: events/#\n    retention_bytes: 4KiB\n";
+    let mut broker = BrokerProcess::start_in(dir.path(), REDB, channels);
+    let address = broker.address();
+    let (mut consumer, _) = durable_connect(&address, "lagging");
+    consumer.subscribe("events/#", QoS::AtLeastOnce);
+    consumer.send(&Packet::Disconnect(Default::default()));
+    drop(consumer);
+    // While it is away, far more than 4 KiB arrives: retention moves the
+    // floor past everything it had not read.
+    let mut publisher = RawClient::connect(&address, ProtocolVersion::V5, "publisher");
+    let records: Vec<Vec<u8>> = (0..40).map(|i| vec![i as u8; 1024]).collect();
+    publish_all(&mut publisher, "events/big", &records);
+    broker.wait_for_log("retention removed");
+    let (mut consumer, session_present) = durable_connect(&address, "lagging");
+    assert!(
+        !session_present,
+        "a gap is reported, never served in silence"
+    );
+    broker.wait_for_log("fell below its floor");
+    // Subscribing again starts where the channel says: at the floor.
+    consumer.subscribe("events/#", QoS::AtLeastOnce);
+    let first = consume(&mut consumer, 1);
+    assert!(first[0].0 > 1, "served from the floor, {}", first[0].0);
+}

@@ -1882,3 +1882,46 @@ fn publishes_waiting_on_storage_are_bounded() {
         .collect();
     assert_eq!(codes, [vec![0x00; 7], vec![0x83; 5]].concat());
 }
+
+#[test]
+fn retain_handling_2_starts_a_durable_reader_at_the_head_and_stores_it() {
+    let mut settings = events_channel(ChannelStart::Floor);
+    settings.channels[0].next = 10;
+    settings.channels[0].floor = 1;
+    let mut h = Harness::new(settings);
+    let mut connect = connect_packet("now-only", ProtocolVersion::V5);
+    connect.properties.session_expiry_interval_s = Some(60);
+    let (consumer, _) = h.connect_with(connect);
+    let options = SubscriptionOptions {
+        retain_handling: RetainHandling::DoNotSend,
+        ..qos(QoS::AtLeastOnce)
+    };
+    h.subscribe(consumer, "events/#", options, None);
+    for request in h.stored() {
+        if let StoreRequest::Position { ticket, .. } = request {
+            h.complete(ticket, Answer::Position(Ok(Some(3))));
+        }
+    }
+    assert!(h.stored().is_empty(), "no backlog is read");
+    h.advance(300);
+    let positions: Vec<u64> = h
+        .stored()
+        .into_iter()
+        .flat_map(|r| match r {
+            StoreRequest::Commit { writes, .. } => writes,
+            _ => vec![],
+        })
+        .filter_map(|w| {
+            if let Write::SetPosition { offset, .. } = w {
+                Some(offset)
+            } else {
+                None
+            }
+        })
+        .collect();
+    assert_eq!(
+        positions,
+        vec![10],
+        "the head is stored, dropping the backlog"
+    );
+}
