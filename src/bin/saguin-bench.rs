@@ -28,22 +28,26 @@ use std::time::Duration;
 
 use saguin::codec::QoS;
 
-use brokers::{Broker, BrokerBinaries, BrokerKind};
+use brokers::{Broker, BrokerBinaries, BrokerKind, SaguinSetup, DURABLE_FILTER};
 use footprint::{BinarySize, MemorySample, IDLE_CLIENTS};
-use load::{Latency, Throughput, END_TO_END_WINDOW_MESSAGES, PAYLOAD_BYTES, QOS1_WINDOW_MESSAGES};
+use load::{
+    Latency, Throughput, Topics, END_TO_END_WINDOW_MESSAGES, PAYLOAD_BYTES, QOS1_WINDOW_MESSAGES,
+};
 use report::{Better, Row, Sample, Unit};
 
 const USAGE: &str = "\
 usage: saguin-bench [--quick] [--write FILE] [--only LIST] [--saguin-bin PATH]
   --quick            fewer messages and a 3 s latency run (a smoke test, not for BENCHMARKS.md)
   --write FILE       also write the report to FILE (BENCHMARKS.md)
-  --only LIST        comma-separated figures to run: 1,2,3,4,5,footprint (default: all)
+  --only LIST        comma-separated figures to run: 1,2,3,4,5,6,footprint (default: all)
   --saguin-bin PATH  the broker binary (default: saguin beside this executable)";
 
 /// Pause between runs, so the broker has finished closing the last run's
 /// sessions before the next one starts.
 const BETWEEN_RUNS: Duration = Duration::from_millis(300);
 const FAN_CLIENTS: usize = 10;
+/// Publishers in figure 6b, where concurrent publishes share commits.
+const DURABLE_PUBLISHERS: usize = 8;
 const LATENCY_RATE_PER_S: u32 = 2000;
 /// Warm-up runs carry this fraction of a figure's messages.
 const WARMUP_DIVISOR: u64 = 10;
@@ -55,16 +59,18 @@ enum Figure {
     FanOut,
     FanIn,
     Latency,
+    Durable,
     Footprint,
 }
 
 impl Figure {
-    const ALL: [Figure; 6] = [
+    const ALL: [Figure; 7] = [
         Figure::Qos0,
         Figure::Qos1,
         Figure::FanOut,
         Figure::FanIn,
         Figure::Latency,
+        Figure::Durable,
         Figure::Footprint,
     ];
 
@@ -79,6 +85,7 @@ impl Figure {
             Figure::FanOut => "3",
             Figure::FanIn => "4",
             Figure::Latency => "5",
+            Figure::Durable => "6",
             Figure::Footprint => "footprint",
         }
     }
@@ -129,6 +136,12 @@ struct Plan {
     fan_out_publishes: u64,
     fan_in_messages_per_publisher: u64,
     latency_duration: Duration,
+    /// Figure 6a, one publisher.
+    durable_messages: u64,
+    /// Figure 6b, each of `DURABLE_PUBLISHERS`.
+    durable_messages_per_publisher: u64,
+    /// Figure 6a with a commit per publish, whose rate is one fsync's.
+    durable_per_publish_messages: u64,
 }
 
 impl Plan {
@@ -141,6 +154,9 @@ impl Plan {
                 fan_out_publishes: 5_000,
                 fan_in_messages_per_publisher: 2_000,
                 latency_duration: Duration::from_secs(3),
+                durable_messages: 5_000,
+                durable_messages_per_publisher: 1_000,
+                durable_per_publish_messages: 2_000,
             }
         } else {
             Plan {
@@ -150,6 +166,9 @@ impl Plan {
                 fan_out_publishes: 50_000,
                 fan_in_messages_per_publisher: 20_000,
                 latency_duration: Duration::from_secs(10),
+                durable_messages: 200_000,
+                durable_messages_per_publisher: 25_000,
+                durable_per_publish_messages: 10_000,
             }
         }
     }
@@ -165,14 +184,27 @@ impl Plan {
                 1,
                 self.fan_in_messages_per_publisher,
             ),
-            Figure::Latency | Figure::Footprint => return None,
+            Figure::Latency | Figure::Durable | Figure::Footprint => return None,
         };
         Some(Throughput {
             qos,
             publishers,
             subscribers,
             messages_per_publisher,
+            topics: Topics::PerRun,
         })
+    }
+
+    /// Figure 6's loads: QoS 1 to `durable/<run>`, one subscriber of
+    /// `durable/#`.
+    fn durable_load(&self, publishers: usize, messages_per_publisher: u64) -> Throughput {
+        Throughput {
+            qos: QoS::AtLeastOnce,
+            publishers,
+            subscribers: 1,
+            messages_per_publisher,
+            topics: Topics::Durable,
+        }
     }
 }
 
@@ -198,9 +230,16 @@ fn figure_label(figure: Figure) -> &'static str {
         Figure::Qos1 => "2. broadcast QoS 1, 1 → 1, 64 B",
         Figure::FanOut => "3. fan-out QoS 1, 1 → 10 subscribers: deliveries/s",
         Figure::FanIn => "4. fan-in QoS 1, 10 publishers → 1",
-        Figure::Latency | Figure::Footprint => "",
+        Figure::Latency | Figure::Durable | Figure::Footprint => "",
     }
 }
+
+const DURABLE_1_LABEL: &str =
+    "6a. durable append QoS 1, 1 → 1, 64 B (saguin: redb, PUBACK after fsync; mosquitto: not durable)";
+const DURABLE_8_LABEL: &str =
+    "6b. durable append QoS 1, 8 publishers → 1, 64 B (saguin: redb; mosquitto: not durable)";
+const DURABLE_PER_PUBLISH_LABEL: &str =
+    "6a with `publish_commit_interval: none` (a commit per publish), saguin only";
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -281,7 +320,12 @@ fn run_traffic_figures(
     results: &mut Results,
 ) -> Result<(), String> {
     let wanted = |f: Figure| figures.contains(&f);
-    let any_traffic = figures.iter().any(|f| *f != Figure::Footprint);
+    let any_traffic = figures.iter().any(|f| {
+        matches!(
+            f,
+            Figure::Qos0 | Figure::Qos1 | Figure::FanOut | Figure::FanIn | Figure::Latency
+        )
+    });
     let mut brokers = Vec::new();
     if any_traffic {
         for kind in BrokerKind::BOTH {
@@ -300,7 +344,14 @@ fn run_traffic_figures(
         if !wanted(figure) {
             continue;
         }
-        let (rate, cpu) = run_throughput_figure(figure, &load, plan, &brokers, ticks_per_s);
+        let (rate, cpu) = run_throughput_figure(
+            figure_label(figure),
+            figure.name(),
+            &load,
+            plan,
+            &brokers,
+            ticks_per_s,
+        );
         results.figures.push(rate);
         if figure == Figure::FanOut {
             let per_publish = results.figures[results.figures.len() - 1].derived(
@@ -320,8 +371,77 @@ fn run_traffic_figures(
             .figures
             .extend(run_latency_figure(&load, plan, &brokers));
     }
-    results.figures.extend(pending_rows());
     for broker in brokers {
+        broker.stop();
+    }
+    if wanted(Figure::Durable) {
+        run_durable_figure(plan, binaries, ticks_per_s, results)?;
+    }
+    results.figures.extend(pending_rows());
+    Ok(())
+}
+
+/// Figure 6 on brokers of its own: saguin with `durable/#` claimed by an
+/// append channel on redb against mosquitto's plain QoS 1 (6a, 6b), then
+/// a saguin whose redb commits each publish alone (6a again).
+fn run_durable_figure(
+    plan: &Plan,
+    binaries: &BrokerBinaries,
+    ticks_per_s: u64,
+    results: &mut Results,
+) -> Result<(), String> {
+    let start = |kind: BrokerKind, setup: SaguinSetup| -> Result<Broker, String> {
+        let broker = Broker::start_with(kind, binaries, setup)?;
+        let setup = match kind {
+            BrokerKind::Saguin => format!(" ({setup:?})"),
+            BrokerKind::Mosquitto => String::new(),
+        };
+        println!(
+            "{kind}{setup} listening on {} (pid {})",
+            broker.address,
+            broker.pid()
+        );
+        Ok(broker)
+    };
+    let brokers = vec![
+        start(BrokerKind::Saguin, SaguinSetup::GroupCommit)?,
+        start(BrokerKind::Mosquitto, SaguinSetup::GroupCommit)?,
+    ];
+    let figures = [
+        (
+            DURABLE_1_LABEL,
+            "6a",
+            plan.durable_load(1, plan.durable_messages),
+        ),
+        (
+            DURABLE_8_LABEL,
+            "6b",
+            plan.durable_load(DURABLE_PUBLISHERS, plan.durable_messages_per_publisher),
+        ),
+    ];
+    for (label, tag, load) in &figures {
+        let (rate, cpu) = run_throughput_figure(label, tag, load, plan, &brokers, ticks_per_s);
+        results.figures.push(rate);
+        results.broker_cpu.push(cpu);
+    }
+    for broker in brokers {
+        broker.stop();
+    }
+    let per_publish = [start(BrokerKind::Saguin, SaguinSetup::CommitPerPublish)?];
+    let load = plan.durable_load(1, plan.durable_per_publish_messages);
+    let (mut rate, mut cpu) = run_throughput_figure(
+        DURABLE_PER_PUBLISH_LABEL,
+        "6c",
+        &load,
+        plan,
+        &per_publish,
+        ticks_per_s,
+    );
+    rate.saguin_only = true;
+    cpu.saguin_only = true;
+    results.figures.push(rate);
+    results.broker_cpu.push(cpu);
+    for broker in per_publish {
         broker.stop();
     }
     Ok(())
@@ -330,21 +450,21 @@ fn run_traffic_figures(
 /// Features not built yet keep their place in the table.
 fn pending_rows() -> Vec<Row> {
     vec![
-        Row::pending("6. durable append — pending storage"),
         Row::pending("7. queue, QoS 1 enqueue → dequeue — pending queues"),
         Row::pending("7. queue, competing consumers — pending queues"),
     ]
 }
 
-/// One warm-up per broker, then alternating measured runs.
+/// One warm-up per broker, then alternating measured runs. `tag` keeps
+/// the runs' client ids and topics apart from other figures'.
 fn run_throughput_figure(
-    figure: Figure,
+    label: &str,
+    tag: &str,
     load: &Throughput,
     plan: &Plan,
     brokers: &[Broker],
     ticks_per_s: u64,
 ) -> (Row, Row) {
-    let label = figure_label(figure);
     let mut rate_row = Row::new(label, Unit::MessagesPerS, Better::Higher);
     let mut cpu_row = Row::new(label, Unit::Microseconds, Better::Lower);
     println!("\n== {label}");
@@ -353,11 +473,8 @@ fn run_throughput_figure(
         ..load.clone()
     };
     for broker in brokers {
-        let outcome = load::run_throughput(
-            broker.address,
-            &warmup,
-            &format!("w{}{}", figure.name(), broker.kind),
-        );
+        let outcome =
+            load::run_throughput(broker.address, &warmup, &format!("w{tag}{}", broker.kind));
         if let Some(failure) = outcome.failure {
             println!("   warm-up on {}: {failure}", broker.kind);
         }
@@ -365,7 +482,7 @@ fn run_throughput_figure(
     }
     for run in 1..=plan.runs_per_broker {
         for broker in brokers {
-            let (rate, cpu) = measure_throughput(figure, load, run, broker, ticks_per_s);
+            let (rate, cpu) = measure_throughput(tag, load, run, broker, ticks_per_s);
             rate_row.push(broker.kind, rate);
             cpu_row.push(broker.kind, cpu);
             std::thread::sleep(BETWEEN_RUNS);
@@ -376,7 +493,7 @@ fn run_throughput_figure(
 
 /// One run: the delivery rate, and the broker's CPU time per delivery.
 fn measure_throughput(
-    figure: Figure,
+    tag: &str,
     load: &Throughput,
     run: usize,
     broker: &Broker,
@@ -386,7 +503,7 @@ fn measure_throughput(
     let outcome = load::run_throughput(
         broker.address,
         load,
-        &format!("f{}r{run}{}", figure.name(), broker.kind),
+        &format!("f{tag}r{run}{}", broker.kind),
     );
     let cpu_after = broker.cpu_time(ticks_per_s);
     let prefix = format!("   run {run} {:<9}", broker.kind);
@@ -555,7 +672,7 @@ fn render_document(
          - Mode: {}, {} runs per figure per broker, alternating saguin, mosquitto, saguin, …; \
          each figure is the median of its runs\n\
          - 1-minute load average before the runs: {}, after: {} (anything else running on the \
-         machine adds noise to both brokers' figures)\n\n",
+         machine adds noise to both brokers' figures)\n",
         run.started_at,
         machine.cpus,
         machine.cpu_model,
@@ -567,7 +684,15 @@ fn render_document(
         run.load_before,
         run.load_after,
     ));
-    doc.push_str("## Throughput and latency\n\n");
+    if options.figures.contains(&Figure::Durable) {
+        let root = brokers::temp_root();
+        doc.push_str(&format!(
+            "- Figure 6's redb files: under {}, {}\n",
+            root.display(),
+            machine::file_system_of(&root).unwrap_or_else(|| "file system unknown".into())
+        ));
+    }
+    doc.push_str("\n## Throughput and latency\n\n");
     doc.push_str(&report::results_table(&results.figures));
     doc.push('\n');
     doc.push_str(&method_notes(plan));
@@ -601,8 +726,8 @@ fn render_document(
 fn method_notes(plan: &Plan) -> String {
     format!(
         "How the figures are taken:\n\n\
-         - Both brokers listen on 127.0.0.1 and are started once for figures 1 to 5; each figure \
-         begins with one unrecorded warm-up run per broker.\n\
+         - Both brokers listen on 127.0.0.1 and are started once for figures 1 to 5, and a fresh \
+         pair for figure 6; each figure begins with one unrecorded warm-up run per broker.\n\
          - The load generator is this program: one thread per client connection, MQTT 5 clients \
          with TCP_NODELAY and a Receive Maximum of {QOS1_WINDOW_MESSAGES}, {PAYLOAD_BYTES}-byte \
          payloads carrying a sequence number and the send time. **It runs on the same {cpus} \
@@ -629,13 +754,34 @@ fn method_notes(plan: &Plan) -> String {
          publishers × {fan_in} messages.\n\
          - Latency: one QoS 1 publisher paced at {LATENCY_RATE_PER_S} msg/s for {latency:?}; a \
          message's latency is its arrival time at the subscriber minus the send time in its \
-         payload (one process clock); the first 5% of each run is not sampled.\n",
+         payload (one process clock); the first 5% of each run is not sampled.\n\
+         - Durable append (figure 6): saguin runs with a redb provider, a fresh file in its \
+         temporary directory, and an append channel claiming `{DURABLE_FILTER}`, so a QoS 1 \
+         PUBACK leaves only once the record is committed and fsynced. `publish_commit_interval` \
+         is absent, which is group commit: a publish finding no commit running is committed at \
+         once, and whatever queues while a commit runs forms the next one. Publishers send to \
+         `durable/<run>`; the subscriber subscribes to `{DURABLE_FILTER}` at QoS 1 with a clean \
+         session and receives each record with its saguin-id, saguin-offset and \
+         saguin-timestamp User Properties. The channel has `start: tail`, so a run's subscriber \
+         gets what is published after it subscribed and never the records of the runs before \
+         it, which stay in the file. mosquitto gets the same load on its plain QoS 1 without \
+         persistence, as in figure 2: the comparison the project set, durable append on redb \
+         against mosquitto's non-durable QoS 1, with a target of at least half of mosquitto's \
+         rate (a ratio of 0.50). 6a: 1 publisher × {durable} messages; 6b: {DURABLE_PUBLISHERS} \
+         publishers × {durable_each} messages, each publisher keeping at most \
+         {QOS1_WINDOW_MESSAGES} unacknowledged, all within the end-to-end window above. The \
+         line with a commit per publish is 6a on another saguin whose provider has \
+         `publish_commit_interval: none`, one transaction and one fsync per publish, \
+         {per_publish} messages a run (its rate is the disk's fsync rate).\n",
         cpus = std::thread::available_parallelism().map_or(0, |n| n.get()),
         qos0 = report::with_thousands(plan.qos0_messages as f64),
         qos1 = report::with_thousands(plan.qos1_messages as f64),
         fan_out = report::with_thousands(plan.fan_out_publishes as f64),
         fan_in = report::with_thousands(plan.fan_in_messages_per_publisher as f64),
         latency = plan.latency_duration,
+        durable = report::with_thousands(plan.durable_messages as f64),
+        durable_each = report::with_thousands(plan.durable_messages_per_publisher as f64),
+        per_publish = report::with_thousands(plan.durable_per_publish_messages as f64),
     )
 }
 
@@ -670,9 +816,13 @@ fn footprint_section(results: &Results) -> String {
 fn configuration_section() -> String {
     format!(
         "\n## Configurations\n\n\
-         saguin (also for the memory figure):\n\n```yaml\n{}```\n\n\
-         mosquitto:\n\n```\n{}```\n",
-        brokers::saguin_config_text(),
+         saguin (figures 1 to 5, and the memory figure):\n\n```yaml\n{}```\n\n\
+         saguin for figure 6: the same, a redb provider and an append channel claiming \
+         `{DURABLE_FILTER}`; the line with a commit per publish adds \
+         `publish_commit_interval: none` under `local`:\n\n```yaml\n{}```\n\n\
+         mosquitto (every figure):\n\n```\n{}```\n",
+        brokers::saguin_config_text(SaguinSetup::Plain),
+        brokers::saguin_config_text(SaguinSetup::GroupCommit),
         brokers::mosquitto_config_text()
     )
 }

@@ -40,6 +40,55 @@ broker:
     session_queue_bytes: 64MiB
 ";
 
+/// How saguin is set up: as for figures 1 to 5, or with `durable/#`
+/// claimed by an append channel on a redb file in the broker's own
+/// temporary directory (figure 6).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SaguinSetup {
+    /// No storage: every topic is broadcast.
+    Plain,
+    /// redb with `publish_commit_interval` absent: a publish finding no
+    /// commit running is committed at once, and whatever queues while a
+    /// commit runs forms the next one (group commit).
+    GroupCommit,
+    /// redb with `publish_commit_interval: none`: a commit per publish.
+    CommitPerPublish,
+}
+
+/// The topic filter the bench's append channel claims.
+pub const DURABLE_FILTER: &str = "durable/#";
+
+/// The whole saguin configuration for `setup`; the redb file goes in
+/// `dir`, which must be absolute (a provider's `file_path` must be).
+fn saguin_config(setup: SaguinSetup, dir: &Path) -> String {
+    let commit = match setup {
+        SaguinSetup::Plain => return SAGUIN_CONFIG_YAML.to_string(),
+        SaguinSetup::GroupCommit => "",
+        SaguinSetup::CommitPerPublish => "        publish_commit_interval: none\n",
+    };
+    // `start: tail`: a new reader gets only what is published after it
+    // subscribes, so no run is replayed the records of the runs before it.
+    format!(
+        "{SAGUIN_CONFIG_YAML}  \
+         storage:\n    \
+           default: local\n    \
+           default_retention_period: none\n    \
+           default_retention_bytes: none\n    \
+           providers:\n      \
+             local:\n        \
+               type: redb\n        \
+               file_path: {}\n        \
+               max_bytes: 1GiB\n\
+         {commit}\
+         channels:\n  \
+           durable:\n    \
+             type: append\n    \
+             filter: {DURABLE_FILTER}\n    \
+             start: tail\n",
+        dir.join("bench.redb").display()
+    )
+}
+
 /// The same bounds in mosquitto's terms. `max_inflight_messages 100`
 /// matches the Receive Maximum of 100 the bench's MQTT 5 subscribers send,
 /// which saguin honours; `sys_interval 0` because saguin publishes no $SYS
@@ -86,7 +135,8 @@ impl BrokerKind {
 
 impl fmt::Display for BrokerKind {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.name())
+        // `pad` honours a width such as `{:<9}`, so run lines line up.
+        f.pad(self.name())
     }
 }
 
@@ -106,14 +156,22 @@ impl BrokerBinaries {
     }
 }
 
-/// The saguin configuration, for BENCHMARKS.md.
-pub fn saguin_config_text() -> &'static str {
-    SAGUIN_CONFIG_YAML
+/// The saguin configuration, for BENCHMARKS.md, with a placeholder for
+/// the temporary directory.
+pub fn saguin_config_text(setup: SaguinSetup) -> String {
+    saguin_config(setup, Path::new("/<temporary directory>"))
+        .replace("/<temporary directory>", "<temporary directory>")
 }
 
 /// The mosquitto configuration with a placeholder port, for BENCHMARKS.md.
 pub fn mosquitto_config_text() -> String {
     mosquitto_config(0).replacen("listener 0", "listener <free port>", 1)
+}
+
+/// Where the brokers' temporary directories, and figure 6's redb file,
+/// are made.
+pub fn temp_root() -> PathBuf {
+    std::env::temp_dir()
 }
 
 /// A directory removed when dropped.
@@ -123,12 +181,15 @@ impl TempDir {
     fn new(label: &str) -> Result<TempDir, String> {
         static COUNTER: AtomicU32 = AtomicU32::new(0);
         let unique = COUNTER.fetch_add(1, Ordering::Relaxed);
-        let path = std::env::temp_dir().join(format!(
+        let path = temp_root().join(format!(
             "saguin-bench-{label}-{}-{unique}",
             std::process::id()
         ));
         let _ = fs::remove_dir_all(&path);
         fs::create_dir_all(&path).map_err(|e| format!("create {}: {e}", path.display()))?;
+        // Absolute even under a relative TMPDIR: saguin refuses a relative
+        // `file_path`.
+        let path = fs::canonicalize(&path).map_err(|e| format!("{}: {e}", path.display()))?;
         Ok(TempDir(path))
     }
 }
@@ -150,10 +211,20 @@ pub struct Broker {
 impl Broker {
     /// Starts `kind` on a loopback port and waits until it answers a CONNECT.
     pub fn start(kind: BrokerKind, binaries: &BrokerBinaries) -> Result<Broker, String> {
+        Broker::start_with(kind, binaries, SaguinSetup::Plain)
+    }
+
+    /// As [`Broker::start`], saguin set up as `setup`; mosquitto has one
+    /// configuration, always without persistence.
+    pub fn start_with(
+        kind: BrokerKind,
+        binaries: &BrokerBinaries,
+        setup: SaguinSetup,
+    ) -> Result<Broker, String> {
         let dir = TempDir::new(kind.name())?;
         let binary = binaries.path(kind);
         let (child, known_port) = match kind {
-            BrokerKind::Saguin => (spawn_saguin(binary, &dir.0)?, None),
+            BrokerKind::Saguin => (spawn_saguin(binary, &dir.0, setup)?, None),
             BrokerKind::Mosquitto => {
                 let port = free_loopback_port()?;
                 (spawn_mosquitto(binary, &dir.0, port)?, Some(port))
@@ -293,9 +364,9 @@ fn output_file(dir: &Path) -> Result<(Stdio, Stdio), String> {
     Ok((Stdio::from(file), Stdio::from(second)))
 }
 
-fn spawn_saguin(binary: &Path, dir: &Path) -> Result<Child, String> {
+fn spawn_saguin(binary: &Path, dir: &Path, setup: SaguinSetup) -> Result<Child, String> {
     let config_path = dir.join("saguin.yaml");
-    fs::write(&config_path, SAGUIN_CONFIG_YAML).map_err(|e| format!("write config: {e}"))?;
+    fs::write(&config_path, saguin_config(setup, dir)).map_err(|e| format!("write config: {e}"))?;
     let (stdout, stderr) = output_file(dir)?;
     Command::new(binary)
         .arg("--config")

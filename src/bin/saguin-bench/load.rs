@@ -256,6 +256,34 @@ pub struct Throughput {
     pub publishers: usize,
     pub subscribers: usize,
     pub messages_per_publisher: u64,
+    pub topics: Topics,
+}
+
+/// Where a run publishes, and what its subscribers subscribe to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Topics {
+    /// `bench/<run>`, subscribed by name.
+    PerRun,
+    /// `durable/<run>`, subscribed as `durable/#`: the filter saguin's
+    /// append channel claims in figure 6 (runs follow one another, so the
+    /// wildcard only ever sees the current run's messages).
+    Durable,
+}
+
+impl Topics {
+    /// The topic published to, and the filter subscribed to.
+    fn for_run(self, run_label: &str) -> (String, String) {
+        match self {
+            Topics::PerRun => {
+                let topic = format!("bench/{run_label}");
+                (topic.clone(), topic)
+            }
+            Topics::Durable => (
+                format!("durable/{run_label}"),
+                crate::brokers::DURABLE_FILTER.to_string(),
+            ),
+        }
+    }
 }
 
 #[derive(Clone, Debug)]
@@ -288,6 +316,7 @@ struct PublisherPlan {
 struct SubscriberPlan {
     index: usize,
     client_id: String,
+    /// The filter subscribed to.
     topic: String,
     qos: QoS,
     /// Sequence numbers run from 0 to this, exclusive.
@@ -313,7 +342,7 @@ pub fn run_throughput(
     run_label: &str,
 ) -> ThroughputOutcome {
     let run = Run::new(load.subscribers);
-    let topic = format!("bench/{run_label}");
+    let (topic, filter) = load.topics.for_run(run_label);
     let expected = load.messages_per_publisher * load.publishers as u64;
     let (opened_at, subscribers, publisher_failures) = thread::scope(|scope| {
         let subscriber_threads: Vec<_> = (0..load.subscribers)
@@ -321,7 +350,7 @@ pub fn run_throughput(
                 let plan = SubscriberPlan {
                     index,
                     client_id: format!("{run_label}-sub{index}"),
-                    topic: topic.clone(),
+                    topic: filter.clone(),
                     qos: load.qos,
                     expected,
                     latency_from_seq: None,

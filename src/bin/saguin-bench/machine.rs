@@ -62,6 +62,25 @@ fn saguin_revision() -> String {
     format!("{version} (commit {commit}{marker})")
 }
 
+/// The file system holding `path`, as `ext4 on /dev/vda (mounted at /)`:
+/// the entry of /proc/mounts with the longest mount point containing it.
+pub fn file_system_of(path: &Path) -> Option<String> {
+    let path = fs::canonicalize(path).ok()?;
+    let mounts = fs::read_to_string("/proc/mounts").ok()?;
+    mounts
+        .lines()
+        .filter_map(|line| {
+            let mut fields = line.split_whitespace();
+            let (device, mount_point, kind) = (fields.next()?, fields.next()?, fields.next()?);
+            // /proc/mounts writes a space in a path as \040.
+            let mount_point = mount_point.replace("\\040", " ");
+            path.starts_with(&mount_point)
+                .then(|| (mount_point, device.to_string(), kind.to_string()))
+        })
+        .max_by_key(|(mount_point, _, _)| mount_point.len())
+        .map(|(mount_point, device, kind)| format!("{kind} on {device} (mounted at {mount_point})"))
+}
+
 /// The 1-minute load average: other work on the machine shows up here and
 /// as noise in the figures.
 pub fn load_average_1min() -> String {

@@ -30,6 +30,9 @@ pub struct Row {
     pub better: Better,
     /// A figure whose feature does not exist yet: shown as n/a.
     pub pending: bool,
+    /// A figure measured on saguin alone: mosquitto's cells and the ratio
+    /// are shown as —.
+    pub saguin_only: bool,
     saguin: Vec<Sample>,
     mosquitto: Vec<Sample>,
 }
@@ -41,6 +44,7 @@ impl Row {
             unit,
             better,
             pending: false,
+            saguin_only: false,
             saguin: Vec::new(),
             mosquitto: Vec::new(),
         }
@@ -91,6 +95,9 @@ impl Row {
         if self.pending {
             return Summary::Pending;
         }
+        if self.saguin_only && kind == BrokerKind::Mosquitto {
+            return Summary::NotApplicable;
+        }
         summarise(self.samples(kind))
     }
 
@@ -108,6 +115,8 @@ enum Summary {
     },
     NoRuns,
     Pending,
+    /// mosquitto on a saguin-only figure.
+    NotApplicable,
 }
 
 fn summarise(samples: &[Sample]) -> Summary {
@@ -193,6 +202,7 @@ fn summary_cell(summary: &Summary, unit: Unit) -> String {
         } => format!("FAILED ({failed_runs} of {total_runs} runs)"),
         Summary::NoRuns => "not run".to_string(),
         Summary::Pending => "n/a".to_string(),
+        Summary::NotApplicable => "—".to_string(),
     }
 }
 
@@ -247,6 +257,9 @@ pub fn runs_table(rows: &[Row]) -> String {
 }
 
 fn runs_cell(samples: &[Sample], unit: Unit) -> String {
+    if samples.is_empty() {
+        return "—".to_string();
+    }
     samples
         .iter()
         .map(|sample| match sample {
