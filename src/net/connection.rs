@@ -149,13 +149,15 @@ async fn read_loop(shared: SharedRef, mut stream: TcpStream, key: Key, outbox: O
             .max(buf.capacity() - filled)
             .max(INITIAL_READ_BYTES);
         buf.resize(filled + room, 0);
-        let read = future::or(
+        // Boxed, like the write below, so that an idle connection's task
+        // is only as large as its wait for the next packet.
+        let read = Box::pin(future::or(
             async { Some(stream.read(&mut buf[filled..]).await) },
             async {
                 reader_may_continue(&outbox, None).await;
                 None
             },
-        )
+        ))
         .await;
         match read {
             Some(Ok(n)) if n > 0 => {
@@ -195,7 +197,7 @@ async fn write_loop(
             state.closing
         };
         if !writing.is_empty() {
-            let written = write_all_within(&mut stream, &writing, write_timeout_ms).await;
+            let written = Box::pin(write_all_within(&mut stream, &writing, write_timeout_ms)).await;
             writing.clear();
             if writing.capacity() > OUTBOX_PAUSE_BYTES {
                 writing = Vec::new();
