@@ -1427,6 +1427,24 @@ impl Harness {
             .handle_store_completion(completion, self.now_ms, &mut self.out);
     }
 
+    /// The positions queued to be stored, draining every request.
+    fn stored_positions(&mut self) -> Vec<u64> {
+        self.stored()
+            .into_iter()
+            .flat_map(|r| match r {
+                StoreRequest::Commit { writes, .. } => writes,
+                _ => vec![],
+            })
+            .filter_map(|w| {
+                if let Write::SetPosition { offset, .. } = w {
+                    Some(offset)
+                } else {
+                    None
+                }
+            })
+            .collect()
+    }
+
     /// Answers every queued append as stored, at rising offsets from `first`.
     fn commit_appends(&mut self, first: u64) -> Vec<store::Message> {
         let mut stored = Vec::new();
@@ -1672,21 +1690,7 @@ fn a_durable_consumer_resumes_from_its_stored_position_and_stores_it_as_it_ackno
         );
     }
     h.advance(300);
-    let positions: Vec<u64> = h
-        .stored()
-        .into_iter()
-        .flat_map(|r| match r {
-            StoreRequest::Commit { writes, .. } => writes,
-            _ => vec![],
-        })
-        .filter_map(|w| {
-            if let Write::SetPosition { offset, .. } = w {
-                Some(offset)
-            } else {
-                None
-            }
-        })
-        .collect();
+    let positions = h.stored_positions();
     assert_eq!(positions, vec![9]);
 }
 
@@ -1904,21 +1908,7 @@ fn retain_handling_2_starts_a_durable_reader_at_the_head_and_stores_it() {
     }
     assert!(h.stored().is_empty(), "no backlog is read");
     h.advance(300);
-    let positions: Vec<u64> = h
-        .stored()
-        .into_iter()
-        .flat_map(|r| match r {
-            StoreRequest::Commit { writes, .. } => writes,
-            _ => vec![],
-        })
-        .filter_map(|w| {
-            if let Write::SetPosition { offset, .. } = w {
-                Some(offset)
-            } else {
-                None
-            }
-        })
-        .collect();
+    let positions = h.stored_positions();
     assert_eq!(
         positions,
         vec![10],
