@@ -21,6 +21,8 @@ mod load;
 mod machine;
 #[path = "saguin-bench/report.rs"]
 mod report;
+#[path = "saguin-bench/startup.rs"]
+mod startup;
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -34,6 +36,7 @@ use load::{
     Latency, Throughput, Topics, END_TO_END_WINDOW_MESSAGES, PAYLOAD_BYTES, QOS1_WINDOW_MESSAGES,
 };
 use report::{Better, Row, Sample, Unit};
+use startup::StartupFigure;
 
 const USAGE: &str = "\
 usage: saguin-bench [--quick] [--write FILE] [--only LIST] [--saguin-bin PATH]
@@ -142,6 +145,8 @@ struct Plan {
     durable_messages_per_publisher: u64,
     /// Figure 6a with a commit per publish, whose rate is one fsync's.
     durable_per_publish_messages: u64,
+    /// Records in the redb channel of the start-up figure.
+    startup_records: u64,
 }
 
 impl Plan {
@@ -157,6 +162,7 @@ impl Plan {
                 durable_messages: 5_000,
                 durable_messages_per_publisher: 1_000,
                 durable_per_publish_messages: 2_000,
+                startup_records: 100_000,
             }
         } else {
             Plan {
@@ -169,6 +175,7 @@ impl Plan {
                 durable_messages: 200_000,
                 durable_messages_per_publisher: 25_000,
                 durable_per_publish_messages: 10_000,
+                startup_records: 1_000_000,
             }
         }
     }
@@ -222,6 +229,7 @@ struct Results {
     binary_sizes: Vec<BinarySize>,
     memory: Vec<Row>,
     memory_note: Option<String>,
+    startup: Option<StartupFigure>,
 }
 
 fn figure_label(figure: Figure) -> &'static str {
@@ -266,6 +274,7 @@ fn main() -> ExitCode {
         binary_sizes: Vec::new(),
         memory: Vec::new(),
         memory_note: None,
+        startup: None,
     };
     if let Err(message) = run_traffic_figures(&options.figures, &plan, &binaries, &mut results) {
         eprintln!("cannot run the traffic figures: {message}");
@@ -570,7 +579,8 @@ fn run_latency_figure(load: &Latency, plan: &Plan, brokers: &[Broker]) -> Vec<Ro
     vec![p50, p99]
 }
 
-/// Binary sizes (building the cross binaries when it can), then memory.
+/// Binary sizes (building the cross binaries when it can), memory, then
+/// start-up time.
 fn run_footprint(plan: &Plan, quick: bool, binaries: &BrokerBinaries, results: &mut Results) {
     println!("\n== footprint");
     let target_dir = cargo_target_dir(&binaries.saguin);
@@ -582,12 +592,14 @@ fn run_footprint(plan: &Plan, quick: bool, binaries: &BrokerBinaries, results: &
             Err(reason) => println!("   {}: {reason}", size.label),
         }
     }
-    if let Some(blocker) = footprint::memory_figure_blocker() {
-        println!("   memory: {blocker}");
-        results.memory_note = Some(blocker);
-        return;
+    match footprint::memory_figure_blocker() {
+        Some(blocker) => {
+            println!("   memory: {blocker}");
+            results.memory_note = Some(blocker);
+        }
+        None => results.memory = measure_memory_rows(plan, binaries),
     }
-    results.memory = measure_memory_rows(plan, binaries);
+    results.startup = Some(startup::measure(&binaries.saguin, plan.startup_records));
 }
 
 /// `target/` from `target/release/saguin`.
@@ -705,11 +717,16 @@ fn render_document(
         );
         doc.push_str(&report::results_table(&results.broker_cpu));
     }
-    doc.push_str(&footprint_section(results));
+    doc.push_str(&footprint_section(results, options.quick));
     doc.push_str("\n## Every run\n\n");
     doc.push_str(&report::runs_table(&results.figures));
     // The CPU rows repeat the failures of the figures they come from.
-    let failures: Vec<String> = [&results.figures, &results.memory]
+    let startup_rows: Vec<Row> = results
+        .startup
+        .iter()
+        .flat_map(|figure| figure.rows().map(Row::clone))
+        .collect();
+    let failures: Vec<String> = [&results.figures, &results.memory, &startup_rows]
         .into_iter()
         .flat_map(|rows| report::failure_lines(rows))
         .collect();
@@ -785,9 +802,12 @@ fn method_notes(plan: &Plan) -> String {
     )
 }
 
-fn footprint_section(results: &Results) -> String {
+fn footprint_section(results: &Results, quick: bool) -> String {
     let mut text = String::new();
-    if results.binary_sizes.is_empty() && results.memory.is_empty() && results.memory_note.is_none()
+    if results.binary_sizes.is_empty()
+        && results.memory.is_empty()
+        && results.memory_note.is_none()
+        && results.startup.is_none()
     {
         return text;
     }
@@ -810,6 +830,64 @@ fn footprint_section(results: &Results) -> String {
         Some(note) => text.push_str(&format!("Memory figure {note}\n")),
         None => text.push_str(&report::results_table(&results.memory)),
     }
+    if let Some(figure) = &results.startup {
+        text.push_str(&startup_section(figure, quick));
+    }
+    text
+}
+
+fn startup_section(figure: &StartupFigure, quick: bool) -> String {
+    let saguin = BrokerKind::Saguin;
+    let records = report::with_thousands(figure.records as f64);
+    let built = figure.build_time.map_or(String::new(), |time| {
+        format!(" (writing them took {:.1} s)", time.as_secs_f64())
+    });
+    let mut text = format!(
+        "\nStart-up time: from spawning saguin to its `listener tcp bound to` log line, which it \
+         writes after opening storage (saguin has redb verify the checksum of every page of the \
+         file and rebuild its allocator state at each open, then commit) and reading every \
+         channel's counters; a fresh process each start, stopped with SIGTERM before the \
+         next; {starts} starts on each file, alternating, and the median. The file: a redb \
+         provider holding {records} records in one append channel `{channel}` claiming \
+         `{filter}`, each a {payload}-byte payload on `{topic}`, written through the library \
+         (`RedbProvider`, {commit} appends a commit) once per bench run{built}, so it is in the \
+         page cache when the broker starts; every start must log `channel {channel} on local: \
+         floor 1, next {next}`, or it fails. The empty provider is a file the library created \
+         and closed with nothing in it, started with the same configuration. mosquitto has no \
+         equivalent: its persistence is off in this bench.\n\n\
+         | Figure | saguin (median) | mosquitto (median) | saguin / mosquitto |\n\
+         | --- | ---: | ---: | ---: |\n",
+        starts = startup::STARTS,
+        channel = startup::CHANNEL,
+        filter = startup::FILTER,
+        payload = startup::PAYLOAD_BYTES,
+        topic = startup::TOPIC,
+        commit = report::with_thousands(startup::COMMIT_RECORDS as f64),
+        next = figure.records + 1,
+    );
+    let quick_note = if quick {
+        " (--quick: the full run uses 1,000,000)"
+    } else {
+        ""
+    };
+    text.push_str(&format!(
+        "| {}{quick_note} | {} (empty provider: {}) | — | — |\n",
+        figure.loaded.label,
+        figure.loaded.median_cell(saguin),
+        figure.empty.median_cell(saguin),
+    ));
+    let size = match figure.file_bytes {
+        Ok(bytes) => report::format_bytes(bytes as f64),
+        Err(ref reason) => reason.clone(),
+    };
+    text.push_str(&format!(
+        "| the redb file holding the {records} records | {size} | — | — |\n"
+    ));
+    text.push_str(&format!(
+        "\nEvery start: with the records {}; empty provider {}.\n",
+        figure.loaded.runs_text(saguin),
+        figure.empty.runs_text(saguin),
+    ));
     text
 }
 
@@ -820,9 +898,12 @@ fn configuration_section() -> String {
          saguin for figure 6: the same, a redb provider and an append channel claiming \
          `{DURABLE_FILTER}`; the line with a commit per publish adds \
          `publish_commit_interval: none` under `local`:\n\n```yaml\n{}```\n\n\
+         saguin for the start-up figure: the same as for figures 1 to 5 at `log_level: info`, \
+         with the fixture's redb provider and an append channel on it:\n\n```yaml\n{}```\n\n\
          mosquitto (every figure):\n\n```\n{}```\n",
         brokers::saguin_config_text(SaguinSetup::Plain),
         brokers::saguin_config_text(SaguinSetup::GroupCommit),
+        startup::config_text(),
         brokers::mosquitto_config_text()
     )
 }

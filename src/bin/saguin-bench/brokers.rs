@@ -25,7 +25,7 @@ const POLL_INTERVAL: Duration = Duration::from_millis(20);
 /// Every limit that could drop or refuse a benchmark message is set well
 /// above what the load generator ever has outstanding (at most a few
 /// thousand messages), so both brokers deliver everything.
-const SAGUIN_CONFIG_YAML: &str = "\
+pub const SAGUIN_CONFIG_YAML: &str = "\
 broker:
   id: bench
   log_level: warn
@@ -175,10 +175,10 @@ pub fn temp_root() -> PathBuf {
 }
 
 /// A directory removed when dropped.
-struct TempDir(PathBuf);
+pub struct TempDir(PathBuf);
 
 impl TempDir {
-    fn new(label: &str) -> Result<TempDir, String> {
+    pub fn new(label: &str) -> Result<TempDir, String> {
         static COUNTER: AtomicU32 = AtomicU32::new(0);
         let unique = COUNTER.fetch_add(1, Ordering::Relaxed);
         let path = temp_root().join(format!(
@@ -191,6 +191,11 @@ impl TempDir {
         // `file_path`.
         let path = fs::canonicalize(&path).map_err(|e| format!("{}: {e}", path.display()))?;
         Ok(TempDir(path))
+    }
+
+    /// Absolute.
+    pub fn path(&self) -> &Path {
+        &self.0
     }
 }
 
@@ -355,7 +360,7 @@ impl Drop for Broker {
 
 /// Output goes to a file, never a pipe: an undrained pipe would stall the
 /// broker the moment it logged more than the pipe holds.
-fn output_file(dir: &Path) -> Result<(Stdio, Stdio), String> {
+pub fn output_file(dir: &Path) -> Result<(Stdio, Stdio), String> {
     let path = dir.join("output.log");
     let file = fs::File::create(&path).map_err(|e| format!("create {}: {e}", path.display()))?;
     let second = file

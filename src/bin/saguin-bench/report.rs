@@ -13,6 +13,7 @@ pub enum Sample {
 pub enum Unit {
     MessagesPerS,
     Microseconds,
+    Milliseconds,
     Bytes,
 }
 
@@ -101,6 +102,16 @@ impl Row {
         summarise(self.samples(kind))
     }
 
+    /// The median as its table cell shows it, or why there is none.
+    pub fn median_cell(&self, kind: BrokerKind) -> String {
+        summary_cell(&self.summary(kind), self.unit)
+    }
+
+    /// Every run, as the table of runs shows them.
+    pub fn runs_text(&self, kind: BrokerKind) -> String {
+        runs_cell(self.samples(kind), self.unit)
+    }
+
     fn has_runs(&self) -> bool {
         self.pending || !(self.saguin.is_empty() && self.mosquitto.is_empty())
     }
@@ -179,6 +190,8 @@ pub fn format_value(unit: Unit, value: f64) -> String {
         Unit::Microseconds if value < 10.0 => format!("{value:.2} µs"),
         Unit::Microseconds if value < 100.0 => format!("{value:.1} µs"),
         Unit::Microseconds => format!("{} µs", with_thousands(value)),
+        Unit::Milliseconds if value < 100.0 => format!("{value:.1} ms"),
+        Unit::Milliseconds => format!("{} ms", with_thousands(value)),
         Unit::Bytes => format_bytes(value),
     }
 }
