@@ -811,13 +811,7 @@ impl Broker {
     /// A delivery from a channel reached its last answer: the reader's
     /// position may move past it.
     pub(crate) fn channel_delivery_finished(&mut self, delivery: &Delivery) {
-        let Some((reader_key, offset, era)) = delivery.reader else {
-            return;
-        };
-        if let Some(reader) = self.readers.get_mut(reader_key).filter(|r| r.era == era) {
-            reader.unacked.remove(&offset);
-            reader.dirty = true;
-        }
+        release_reader_mark(&mut self.readers, delivery);
     }
 
     /// Serves every reader of `session`: after it reconnects or acknowledges.
@@ -1100,6 +1094,19 @@ impl Broker {
 }
 
 type Refusal = (ReasonCode, &'static str);
+
+/// Lets a reader's position move past a delivery that is done with: its
+/// last answer came, or it was passed over. A delivery from before a seek
+/// (an older era) moves nothing.
+pub(crate) fn release_reader_mark(readers: &mut super::slab::Slab<Reader>, delivery: &Delivery) {
+    let Some((reader_key, offset, era)) = delivery.reader else {
+        return;
+    };
+    if let Some(reader) = readers.get_mut(reader_key).filter(|r| r.era == era) {
+        reader.unacked.remove(&offset);
+        reader.dirty = true;
+    }
+}
 
 /// The offset a one-append commit stored its record at, or the refusal
 /// its publisher is answered with.

@@ -3,6 +3,7 @@
 
 use std::rc::Rc;
 
+use super::channel::release_reader_mark;
 use super::session::{Delivery, InFlight, Message, OutboundStage};
 use super::topic_index::{Subscriber, Target};
 use super::{Broker, Key, Transport};
@@ -140,6 +141,14 @@ impl Broker {
         }
         let bound = self.settings.session_queue_bytes;
         let cost = delivery.message.cost_bytes();
+        if delivery.reader.is_some() {
+            // A channel's record is pulled only when the session has room,
+            // and is never given up: it waits for the window like any other.
+            session.held_bytes += cost;
+            session.waiting.push_back(delivery);
+            self.pump(session_key, now_ms, out);
+            return;
+        }
         // Full means the oldest that is not on the wire goes.
         while session.held_bytes + cost > bound && session.drop_oldest_waiting() {
             self.stats.session_queue_full += 1;
@@ -186,6 +195,8 @@ impl Broker {
             let Ok(remaining_expiry_s) = delivery.message.remaining_expiry_s(now_unix_ms) else {
                 session.held_bytes -= cost;
                 self.stats.deliveries_expired += 1;
+                // An expired record is passed over; its cursor moves on.
+                release_reader_mark(&mut self.readers, &delivery);
                 continue;
             };
             let packet_id = session.allocate_packet_id();

@@ -166,14 +166,15 @@ impl Session {
         }
     }
 
-    /// Drops the oldest waiting delivery; returns false if none waits.
+    /// Drops the oldest waiting delivery that may be given up; returns
+    /// false if none may. A channel's record never is: its cursor waits
+    /// for it, and dropping it would leave the position stuck below it.
     pub fn drop_oldest_waiting(&mut self) -> bool {
-        match self.waiting.pop_front() {
-            Some(delivery) => {
-                self.held_bytes -= delivery.message.cost_bytes();
-                true
-            }
-            None => false,
-        }
+        let Some(index) = self.waiting.iter().position(|d| d.reader.is_none()) else {
+            return false;
+        };
+        let delivery = self.waiting.remove(index).expect("index found above");
+        self.held_bytes -= delivery.message.cost_bytes();
+        true
     }
 }

@@ -1915,3 +1915,52 @@ fn retain_handling_2_starts_a_durable_reader_at_the_head_and_stores_it() {
         "the head is stored, dropping the backlog"
     );
 }
+
+#[test]
+fn a_channel_record_is_never_given_up_for_a_full_session_queue() {
+    let mut settings = events_channel(ChannelStart::Tail);
+    settings.session_queue_bytes = 4_000;
+    let mut h = Harness::new(settings);
+    let subscriber = h.connect("sub", ProtocolVersion::V5);
+    h.subscribe(subscriber, "events/#", qos(QoS::AtLeastOnce), None);
+    let publisher = h.connect("pub", ProtocolVersion::V5);
+    // The first leaves room under half the bound; the second does not fit
+    // beside it in the whole bound, and must wait rather than vanish.
+    h.packet(
+        publisher,
+        Packet::Publish(publish_packet(
+            "events/a",
+            QoS::AtLeastOnce,
+            Some(1),
+            &[1; 1_800],
+        )),
+    );
+    h.packet(
+        publisher,
+        Packet::Publish(publish_packet(
+            "events/a",
+            QoS::AtLeastOnce,
+            Some(2),
+            &[2; 2_400],
+        )),
+    );
+    h.commit_appends(0);
+    let first = h.out.take(subscriber);
+    let delivered = publishes(&first);
+    assert_eq!(delivered.len(), 1);
+    let packet_id = delivered[0].packet_id.unwrap();
+    h.packet(
+        subscriber,
+        Packet::Puback(PubAck {
+            packet_id,
+            ..PubAck::default()
+        }),
+    );
+    let second = h.out.take(subscriber);
+    assert_eq!(
+        publishes(&second).len(),
+        1,
+        "the second record arrives once there is room"
+    );
+    assert_eq!(publishes(&second)[0].payload[0], 2);
+}
