@@ -13,6 +13,7 @@ use std::rc::Rc;
 use super::delivery::outgoing_publish;
 use super::seek::SeekReply;
 use super::session::{Delivery, Message};
+use super::topic_index::Target;
 use super::{Broker, Key, Transport};
 use crate::codec::{
     encoded_len, topic, Packet, Properties, QoS, ReasonCode, RetainHandling, SubscriptionOptions,
@@ -380,9 +381,20 @@ impl Broker {
         let labelled = Rc::new(labelled(message, id, offset));
         let ch = &mut self.channels[channel];
         ch.next = ch.next.max(offset + 1);
-        ch.cache(offset, labelled);
+        ch.cache(offset, Rc::clone(&labelled));
         for reader in ch.readers.clone() {
             self.pump_reader(reader, now_ms, out);
+        }
+        // A shared group over the channel is handed each new record, to one
+        // member, as over a broadcast topic; it keeps no position of its own.
+        let mut groups = Vec::new();
+        self.index.for_each_match(&labelled.topic, |subscriber| {
+            if let Target::Group(group) = subscriber.target {
+                groups.push(group);
+            }
+        });
+        for group in groups {
+            self.route_to_group(group, &labelled, now_ms, out);
         }
     }
 

@@ -1964,3 +1964,32 @@ fn a_channel_record_is_never_given_up_for_a_full_session_queue() {
     );
     assert_eq!(publishes(&second)[0].payload[0], 2);
 }
+
+#[test]
+fn a_shared_group_over_a_channel_gets_each_new_record_once() {
+    let mut h = Harness::new(events_channel(ChannelStart::Tail));
+    let a = h.connect("a", ProtocolVersion::V5);
+    let b = h.connect("b", ProtocolVersion::V5);
+    h.subscribe(a, "$share/workers/events/#", qos(QoS::AtMostOnce), None);
+    h.subscribe(b, "$share/workers/events/#", qos(QoS::AtMostOnce), None);
+    let publisher = h.connect("pub", ProtocolVersion::V5);
+    for i in 0..4u8 {
+        h.packet(
+            publisher,
+            Packet::Publish(publish_packet("events/x", QoS::AtMostOnce, None, &[i])),
+        );
+    }
+    h.commit_appends(0);
+    let to_a = h.out.take(a);
+    let to_b = h.out.take(b);
+    let (to_a, to_b) = (publishes(&to_a), publishes(&to_b));
+    assert_eq!(
+        (to_a.len(), to_b.len()),
+        (2, 2),
+        "each record to one member, in turn"
+    );
+    assert!(to_a
+        .iter()
+        .chain(&to_b)
+        .all(|p| label(p, "saguin-offset").is_some()));
+}
