@@ -937,6 +937,7 @@ fn listed(filters: &[&str]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::config::tests::{assert_contains, the_one};
     use crate::config::{parse as parse_config, Config, ConfigError};
 
     const FILE: &str = "saguin.yaml";
@@ -984,18 +985,7 @@ mod tests {
     }
 
     fn one_refusal(block: &str) -> String {
-        let mut all = refused(block);
-        assert_eq!(all.len(), 1, "expected one finding, got {all:#?}");
-        all.remove(0)
-    }
-
-    fn assert_contains(haystack: &str, needles: &[&str]) {
-        for needle in needles {
-            assert!(
-                haystack.contains(needle),
-                "expected {needle:?} in:\n{haystack}"
-            );
-        }
+        the_one(refused(block))
     }
 
     /// The one finding for a channel `c` of type append with `lines`.

@@ -309,6 +309,7 @@ fn entry_forms(listed: &Listed) -> String {
 
 #[cfg(test)]
 mod tests {
+    use crate::config::tests::assert_contains;
     use std::path::{Path, PathBuf};
     use std::sync::atomic::{AtomicUsize, Ordering};
 
@@ -383,15 +384,6 @@ mod tests {
         let e = refused(path);
         assert_eq!(e.findings.len(), 1, "{:#?}", e.findings);
         e.findings[0].clone()
-    }
-
-    fn assert_contains(haystack: &str, needles: &[&str]) {
-        for needle in needles {
-            assert!(
-                haystack.contains(needle),
-                "expected {needle:?} in:\n{haystack}"
-            );
-        }
     }
 
     #[test]

@@ -786,6 +786,7 @@ fn clean(path: &Path) -> PathBuf {
 mod tests {
     use super::*;
     use crate::config::parse as parse_config;
+    use crate::config::tests::{assert_contains, the_one};
 
     const FILE: &str = "saguin.yaml";
 
@@ -811,18 +812,7 @@ mod tests {
     }
 
     fn one_refusal(block: &str) -> String {
-        let mut all = refused(block);
-        assert_eq!(all.len(), 1, "expected one finding, got {all:#?}");
-        all.remove(0)
-    }
-
-    fn assert_contains(haystack: &str, needles: &[&str]) {
-        for needle in needles {
-            assert!(
-                haystack.contains(needle),
-                "expected {needle:?} in:\n{haystack}"
-            );
-        }
+        the_one(refused(block))
     }
 
     const HEAD: &str =

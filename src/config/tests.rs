@@ -27,9 +27,7 @@ fn findings(text: &str) -> Vec<String> {
 
 /// The single finding for a file, asserting there is exactly one.
 fn only_finding(text: &str) -> String {
-    let mut all = findings(text);
-    assert_eq!(all.len(), 1, "expected one finding, got {all:#?}");
-    all.remove(0)
+    the_one(findings(text))
 }
 
 /// A file with `broker.id` and one line under `broker.limits`.
@@ -51,7 +49,14 @@ fn mqtt(block: &str) -> String {
     format!("broker:\n  id: edge-1\n  mqtt:\n{indented}")
 }
 
-fn assert_contains(haystack: &str, needles: &[&str]) {
+/// The one finding of a refusal that should have exactly one.
+pub(super) fn the_one(mut findings: Vec<String>) -> String {
+    assert_eq!(findings.len(), 1, "expected one finding, got {findings:#?}");
+    findings.remove(0)
+}
+
+/// Shared by every configuration test module: each needle is in the text.
+pub(super) fn assert_contains(haystack: &str, needles: &[&str]) {
     for needle in needles {
         assert!(
             haystack.contains(needle),

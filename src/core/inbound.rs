@@ -49,6 +49,7 @@ impl Broker {
         let admitted = self
             .admit_topic(&publish.topic)
             .and_then(|()| self.admit_properties(&publish))
+            .and_then(|()| admit_seek_qos(&publish))
             .and_then(|()| self.spend_publish_budget(conn, publish.payload.len(), now_ms));
         if let Err(refusal) = admitted {
             self.refuse_publish(
@@ -68,23 +69,6 @@ impl Broker {
         };
         let session_key = active.session;
         if let Some(channel_name) = super::seek::seek_channel(&publish.topic) {
-            if qos == QoS::ExactlyOnce {
-                let refusal = (
-                    ReasonCode::IMPLEMENTATION_SPECIFIC_ERROR,
-                    "a seek is published at QoS 0 or 1",
-                );
-                self.refuse_publish(
-                    conn,
-                    &publish.topic,
-                    qos,
-                    packet_id,
-                    slot,
-                    refusal,
-                    now_ms,
-                    out,
-                );
-                return;
-            }
             let ack = slot.map_or(PendingAck::None, |slot| PendingAck::Puback { slot });
             let channel_name = channel_name.to_string();
             self.handle_seek(conn, session_key, &channel_name, &publish, ack, now_ms, out);
@@ -665,6 +649,17 @@ impl Broker {
         self.drain_groups_of(session_key, now_ms, out);
         self.pump_readers_of(session_key, now_ms, out);
     }
+}
+
+/// A seek is answered on its PUBACK, so it is published at QoS 0 or 1.
+fn admit_seek_qos(publish: &Publish) -> Result<(), Refusal> {
+    if publish.qos == QoS::ExactlyOnce && super::seek::seek_channel(&publish.topic).is_some() {
+        return Err((
+            ReasonCode::IMPLEMENTATION_SPECIFIC_ERROR,
+            "a seek is published at QoS 0 or 1",
+        ));
+    }
+    Ok(())
 }
 
 /// The message a publish becomes. `saguin-` User Properties are the

@@ -340,26 +340,20 @@ fn subscribe_refusals_carry_their_codes() {
     };
     let mut h = Harness::new(settings);
     let client = h.connect("c", ProtocolVersion::V5);
-    assert_eq!(
-        h.subscribe(client, "a/b#", qos(QoS::AtMostOnce), None),
-        vec![ReasonCode::TOPIC_FILTER_INVALID]
-    );
-    assert_eq!(
-        h.subscribe(client, "a/b/c/d", qos(QoS::AtMostOnce), None),
-        vec![ReasonCode::TOPIC_FILTER_INVALID]
-    );
-    assert_eq!(
-        h.subscribe(client, "$share//t", qos(QoS::AtMostOnce), None),
-        vec![ReasonCode::TOPIC_FILTER_INVALID]
-    );
-    assert_eq!(
-        h.subscribe(client, "$SHARE/g/t", qos(QoS::AtMostOnce), None),
-        vec![ReasonCode::TOPIC_FILTER_INVALID]
-    );
-    assert_eq!(
-        h.subscribe(client, "$SYS/#", qos(QoS::AtMostOnce), None),
-        vec![ReasonCode::NOT_AUTHORIZED]
-    );
+    let refusals = [
+        ("a/b#", ReasonCode::TOPIC_FILTER_INVALID),
+        ("a/b/c/d", ReasonCode::TOPIC_FILTER_INVALID),
+        ("$share//t", ReasonCode::TOPIC_FILTER_INVALID),
+        ("$SHARE/g/t", ReasonCode::TOPIC_FILTER_INVALID),
+        ("$SYS/#", ReasonCode::NOT_AUTHORIZED),
+    ];
+    for (filter, code) in refusals {
+        assert_eq!(
+            h.subscribe(client, filter, qos(QoS::AtMostOnce), None),
+            vec![code],
+            "{filter}"
+        );
+    }
     assert_eq!(
         h.subscribe(client, "a", qos(QoS::AtMostOnce), None),
         vec![ReasonCode(0)]

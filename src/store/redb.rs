@@ -26,7 +26,8 @@ use std::path::{Path, PathBuf};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use ::redb::{
-    Builder, Database, Durability, ReadableDatabase, ReadableTable, Table, TableDefinition,
+    Builder, Database, Durability, Key, ReadOnlyTable, ReadableDatabase, ReadableTable, Table,
+    TableDefinition, Value,
 };
 
 use super::apply::{apply_batch, RecordHead, Tables};
@@ -442,6 +443,22 @@ impl Tables for RedbTables<'_, '_> {
     }
 }
 
+impl RedbProvider {
+    /// One table in a fresh read transaction: every read sees one snapshot.
+    fn read_table<K: Key + 'static, V: Value + 'static>(
+        &self,
+        table: TableDefinition<K, V>,
+        opening: &'static str,
+    ) -> Result<ReadOnlyTable<K, V>, StoreError> {
+        let path = self.path.as_path();
+        let txn = self
+            .db
+            .begin_read()
+            .map_err(db_error(path, "begin a read transaction"))?;
+        txn.open_table(table).map_err(db_error(path, opening))
+    }
+}
+
 impl Provider for RedbProvider {
     fn name(&self) -> &str {
         &self.name
@@ -541,13 +558,7 @@ impl Provider for RedbProvider {
             return Ok(empty_read(s, from_offset));
         }
         let path = self.path.as_path();
-        let txn = self
-            .db
-            .begin_read()
-            .map_err(db_error(path, "begin a read transaction"))?;
-        let table = txn
-            .open_table(RECORDS)
-            .map_err(db_error(path, "open the records table"))?;
+        let table = self.read_table(RECORDS, "open the records table")?;
         let mut records = Vec::new();
         let mut bytes = 0u64;
         let range = table
@@ -591,13 +602,7 @@ impl Provider for RedbProvider {
             return Ok(None);
         };
         let path = self.path.as_path();
-        let txn = self
-            .db
-            .begin_read()
-            .map_err(db_error(path, "begin a read transaction"))?;
-        let table = txn
-            .open_table(POSITIONS)
-            .map_err(db_error(path, "open the positions table"))?;
+        let table = self.read_table(POSITIONS, "open the positions table")?;
         Ok(table
             .get((entry.id, reader))
             .map_err(db_error(path, "read a position"))?
@@ -609,13 +614,7 @@ impl Provider for RedbProvider {
             return Ok(None);
         };
         let path = self.path.as_path();
-        let txn = self
-            .db
-            .begin_read()
-            .map_err(db_error(path, "begin a read transaction"))?;
-        let table = txn
-            .open_table(POSITIONS)
-            .map_err(db_error(path, "open the positions table"))?;
+        let table = self.read_table(POSITIONS, "open the positions table")?;
         let mut lowest: Option<u64> = None;
         for row in table
             .range((entry.id, "")..)
@@ -636,13 +635,7 @@ impl Provider for RedbProvider {
             return Ok(None);
         };
         let path = self.path.as_path();
-        let txn = self
-            .db
-            .begin_read()
-            .map_err(db_error(path, "begin a read transaction"))?;
-        let table = txn
-            .open_table(RECORDS)
-            .map_err(db_error(path, "open the records table"))?;
+        let table = self.read_table(RECORDS, "open the records table")?;
         // Every candidate is looked at rather than bisected: receipt times
         // run backwards when the clock is stepped.
         for row in table
