@@ -24,20 +24,29 @@ impl Drop for Subscriber {
     }
 }
 
+/// The options both mosquitto clients take: where, which MQTT, which QoS
+/// and topic.
+fn client_args(port: u16, version: &str, qos: u8, topic: &str) -> Vec<String> {
+    [
+        "-h",
+        "127.0.0.1",
+        "-p",
+        &port.to_string(),
+        "-V",
+        version,
+        "-q",
+        &qos.to_string(),
+        "-t",
+        topic,
+    ]
+    .iter()
+    .map(|a| a.to_string())
+    .collect()
+}
+
 fn subscribe(port: u16, version: &str, qos: u8, topic: &str) -> Subscriber {
     let mut child = Command::new("mosquitto_sub")
-        .args([
-            "-h",
-            "127.0.0.1",
-            "-p",
-            &port.to_string(),
-            "-V",
-            version,
-            "-q",
-            &qos.to_string(),
-            "-t",
-            topic,
-        ])
+        .args(client_args(port, version, qos, topic))
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
         .spawn()
@@ -56,19 +65,8 @@ fn subscribe(port: u16, version: &str, qos: u8, topic: &str) -> Subscriber {
 
 fn publish(port: u16, version: &str, qos: u8, topic: &str, payloads: &[String]) {
     let mut child = Command::new("mosquitto_pub")
-        .args([
-            "-h",
-            "127.0.0.1",
-            "-p",
-            &port.to_string(),
-            "-V",
-            version,
-            "-q",
-            &qos.to_string(),
-            "-t",
-            topic,
-            "-l",
-        ])
+        .args(client_args(port, version, qos, topic))
+        .arg("-l")
         .stdin(Stdio::piped())
         .spawn()
         .expect("start mosquitto_pub");

@@ -172,6 +172,17 @@ fn publishes(packets: &[Packet]) -> Vec<&Publish> {
         .collect()
 }
 
+/// The PUBACKs and PUBRECs among `packets`, as (packet id, reason code).
+fn acks(packets: &[Packet]) -> Vec<(u16, ReasonCode)> {
+    packets
+        .iter()
+        .filter_map(|p| match p {
+            Packet::Puback(ack) | Packet::Pubrec(ack) => Some((ack.packet_id, ack.reason_code)),
+            _ => None,
+        })
+        .collect()
+}
+
 fn disconnect_code(packets: &[Packet]) -> Option<ReasonCode> {
     packets.iter().find_map(|p| {
         if let Packet::Disconnect(d) = p {
@@ -1203,17 +1214,9 @@ fn unreleased_qos2_past_the_allowance_is_refused_on_pubrec_and_expires() {
         publisher,
         Packet::Publish(publish_packet("t", QoS::ExactlyOnce, Some(2), b"y")),
     );
-    let codes: Vec<ReasonCode> = h
-        .out
-        .take(publisher)
-        .iter()
-        .filter_map(|p| {
-            if let Packet::Pubrec(ack) = p {
-                Some(ack.reason_code)
-            } else {
-                None
-            }
-        })
+    let codes: Vec<ReasonCode> = acks(&h.out.take(publisher))
+        .into_iter()
+        .map(|(_, code)| code)
         .collect();
     assert_eq!(codes, vec![ReasonCode::SUCCESS, ReasonCode::QUOTA_EXCEEDED]);
     assert!(
@@ -1532,17 +1535,9 @@ fn pubacks_keep_arrival_order_across_stored_and_broadcast_publishes() {
         "the broadcast PUBACK waits behind the stored one"
     );
     h.commit_appends(0);
-    let ids: Vec<u16> = h
-        .out
-        .take(publisher)
-        .iter()
-        .filter_map(|p| {
-            if let Packet::Puback(a) = p {
-                Some(a.packet_id)
-            } else {
-                None
-            }
-        })
+    let ids: Vec<u16> = acks(&h.out.take(publisher))
+        .into_iter()
+        .map(|(id, _)| id)
         .collect();
     assert_eq!(ids, vec![1, 2]);
 }
@@ -1866,17 +1861,9 @@ fn publishes_waiting_on_storage_are_bounded() {
     assert_eq!(h.out.stored.len(), 7);
     assert!(h.out.take(publisher).is_empty());
     h.commit_appends(1);
-    let codes: Vec<u8> = h
-        .out
-        .take(publisher)
-        .iter()
-        .filter_map(|p| {
-            if let Packet::Puback(a) = p {
-                Some(a.reason_code.0)
-            } else {
-                None
-            }
-        })
+    let codes: Vec<u8> = acks(&h.out.take(publisher))
+        .into_iter()
+        .map(|(_, code)| code.0)
         .collect();
     assert_eq!(codes, [vec![0x00; 7], vec![0x83; 5]].concat());
 }
