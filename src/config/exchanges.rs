@@ -38,23 +38,32 @@ pub struct SessionConfig {
     /// How often a connected session's acknowledgements, and the channel
     /// positions they move, are written.
     pub ack_commit_interval_ms: u64,
+    /// The provider that keeps sessions that outlive their connections;
+    /// `None` when no `broker.storage` is configured, and sessions live in
+    /// memory only.
+    pub storage: Option<String>,
 }
 
 impl Default for SessionConfig {
     fn default() -> Self {
         SessionConfig {
             ack_commit_interval_ms: 200,
+            storage: None,
         }
     }
 }
 
 const SESSION_KEYS: Keys = Keys {
-    supported: &["ack_commit_interval"],
-    not_yet: &["storage"],
+    supported: &["ack_commit_interval", "storage"],
+    not_yet: &[],
 };
 
-/// Reads `broker.session`; absent reads as the defaults.
-pub(super) fn session(f: &mut Findings, value: Option<&Value>) -> Option<SessionConfig> {
+/// Reads `broker.session`; absent reads as the defaults. Its `storage` is
+/// resolved once `broker.storage` is known.
+pub(super) fn session<'a>(
+    f: &mut Findings,
+    value: Option<&'a Value>,
+) -> Option<(SessionConfig, Option<&'a Value>)> {
     const PATH: &str = "broker.session";
     const ALLOWED: &str = "it is a duration from 10ms to 1s, such as 200ms; omit the key for 200ms";
     let t = table(f, PATH, value.unwrap_or(&Value::Null), &SESSION_KEYS)?;
@@ -73,9 +82,13 @@ pub(super) fn session(f: &mut Findings, value: Option<&Value>) -> Option<Session
             ms
         }
     };
-    Some(SessionConfig {
-        ack_commit_interval_ms,
-    })
+    Some((
+        SessionConfig {
+            ack_commit_interval_ms,
+            storage: None,
+        },
+        t.get("storage"),
+    ))
 }
 
 const QOS2_KEYS: Keys = Keys {
@@ -203,11 +216,6 @@ mod tests {
                 "{text}"
             );
         }
-        let storage = findings("  session:\n    storage: local\n");
-        assert!(
-            storage.contains("broker.session.storage") && storage.contains("not supported"),
-            "{storage}"
-        );
     }
 
     #[test]

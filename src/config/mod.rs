@@ -22,6 +22,7 @@ mod include;
 mod limits;
 mod listen;
 mod parse;
+mod persistence;
 mod storage;
 mod units;
 
@@ -34,6 +35,7 @@ use std::path::{Path, PathBuf};
 pub use channels::{ChannelConfig, ChannelKind, Start, MAX_FILTER_EXPANSIONS};
 pub use exchanges::{Qos2Config, SessionConfig, ShareConfig};
 pub use limits::Limits;
+pub use persistence::RetainedConfig;
 pub use storage::{
     declared_memory_bytes, reserve_bytes, CommitPolicy, ProviderConfig, ProviderKind,
     StorageConfig, MAX_PUBLISH_COMMIT_INTERVAL_MS,
@@ -77,6 +79,8 @@ pub struct BrokerConfig {
     pub share: ShareConfig,
     /// `broker.session`.
     pub session: SessionConfig,
+    /// `broker.retained`.
+    pub retained: RetainedConfig,
     /// `broker.storage`: `None` when the block is absent, which is valid
     /// while no channel needs a provider; written, it is complete.
     pub storage: Option<StorageConfig>,

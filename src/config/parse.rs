@@ -254,8 +254,9 @@ const BROKER_KEYS: Keys = Keys {
         "share",
         "storage",
         "session",
+        "retained",
     ],
-    not_yet: &["retained", "operations"],
+    not_yet: &["operations"],
 };
 
 const MQTT_KEYS: Keys = Keys {
@@ -303,7 +304,25 @@ fn broker(f: &mut Findings, value: &Value, origin: &Origin<'_>) -> (Option<Broke
     let qos2 = super::exchanges::qos2(f, t.get("qos2"));
     let share = super::exchanges::share(f, t.get("share"));
     let session = super::exchanges::session(f, t.get("session"));
+    let retained = super::persistence::retained(f, t.get("retained"));
     let storage = super::storage::parse(f, t.get("storage"), limits.as_ref(), origin);
+    // Both name a provider, so they are settled once storage is known; a
+    // broken broker.storage has its own findings.
+    let (session, retained) = match &storage {
+        Some(known) => {
+            let session = session.and_then(|(mut session, name)| {
+                session.storage = super::persistence::session_storage(name).resolve(
+                    f,
+                    known.as_ref(),
+                    "sessions",
+                )?;
+                Some(session)
+            });
+            let retained = retained.and_then(|r| r.resolve(f, known.as_ref()));
+            (session, retained)
+        }
+        None => (None, None),
+    };
     let scope = Scope {
         limits: limits.clone(),
         storage: storage.clone(),
@@ -318,6 +337,7 @@ fn broker(f: &mut Findings, value: &Value, origin: &Origin<'_>) -> (Option<Broke
             qos2: qos2?,
             share: share?,
             session: session?,
+            retained: retained?,
             storage: storage?,
         })
     };

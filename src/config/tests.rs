@@ -672,14 +672,6 @@ fn an_unknown_top_level_key_is_refused() {
 #[test]
 fn keys_not_supported_yet_are_refused_as_recognised() {
     let cases = [
-        (
-            "broker:\n  id: a\n  retained:\n    storage: x\n",
-            "broker.retained:",
-        ),
-        (
-            "broker:\n  id: a\n  session:\n    storage: x\n",
-            "broker.session.storage:",
-        ),
         ("broker:\n  id: a\n  operations: {}\n", "broker.operations:"),
         (
             "broker:\n  id: a\nchannels:\n  x:\n    type: latest\n",
