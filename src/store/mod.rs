@@ -20,7 +20,7 @@ mod apply;
 pub mod bench;
 mod budget;
 mod checksum;
-mod encoding;
+pub(crate) mod encoding;
 mod error;
 mod lock;
 mod memory;
