@@ -14,7 +14,7 @@ mod inbound;
 pub mod retained;
 pub mod seek;
 pub mod session;
-pub mod session_record;
+pub(crate) mod session_record;
 mod shared;
 pub mod slab;
 mod subscribe;
