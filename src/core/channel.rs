@@ -287,6 +287,9 @@ impl Broker {
         out: &mut impl Transport,
     ) {
         let Some(pending) = self.pending.remove(&completion.ticket.0) else {
+            if let Some(then) = self.persist.take(completion.ticket.0) {
+                self.session_write_completed(then, completion, now_ms, out);
+            }
             return;
         };
         if let Pending::Publish { message, .. } | Pending::Unanswered { message, .. } = &pending {

@@ -88,8 +88,8 @@ impl Broker {
         );
         let session = self.sessions.get_mut(session_key).expect("claimed above");
         let session_present = !session.is_new;
+        let made = session.is_new;
         session.is_new = false;
-        session.connection = Some(conn);
         session.expires_at_ms = None;
         session.expiry_interval_s = granted_expiry_s;
         // A Will waiting from the previous connection is cancelled by this one.
@@ -137,6 +137,34 @@ impl Broker {
                 p.assigned_client_identifier = Some(client_id.clone());
             }
         }
+        // A session that keeps a record is answered once it is stored.
+        let user_name = connect.username.as_deref();
+        if let Some(connack) =
+            self.connack_after_write(conn, session_key, connack, made, user_name, now_ms, out)
+        {
+            self.complete_connect(conn, session_key, connack, now_ms, out);
+        }
+    }
+
+    /// Answers a CONNECT whose session is settled: the connection owns the
+    /// session from its CONNACK on.
+    pub(crate) fn complete_connect(
+        &mut self,
+        conn: Key,
+        session_key: Key,
+        connack: Connack,
+        now_ms: u64,
+        out: &mut impl Transport,
+    ) {
+        let Some(version) = self.version(conn) else {
+            return;
+        };
+        let Some(session) = self.sessions.get_mut(session_key) else {
+            return;
+        };
+        session.connection = Some(conn);
+        let client_id = Rc::clone(&session.client_id);
+        let session_present = connack.session_present;
         out.send(conn, version, &Packet::Connack(connack), false);
         log::info!(
             "client {client_id} connected (MQTT {}, session present: {session_present})",
@@ -231,7 +259,7 @@ impl Broker {
         Ok(())
     }
 
-    fn send_connack_refusal(
+    pub(crate) fn send_connack_refusal(
         &mut self,
         conn: Key,
         version: ProtocolVersion,
@@ -297,7 +325,11 @@ impl Broker {
         out: &mut impl Transport,
     ) -> Key {
         if let Some(&existing) = self.sessions_by_client_id.get(client_id) {
-            let owner = self.sessions.get(existing).and_then(|s| s.connection);
+            let owner = self
+                .sessions
+                .get(existing)
+                .and_then(|s| s.connection)
+                .or_else(|| self.persist.connecting_conn(existing));
             if let Some(old_conn) = owner {
                 self.take_over(old_conn, now_ms, out);
             }
@@ -407,6 +439,10 @@ impl Broker {
                 session.expiry_interval_s = granted_s;
             }
         }
+        // A session that keeps a record has its disconnect stored first.
+        if self.disconnect_after_write(conn, &disconnect, now_ms, out) {
+            return;
+        }
         let publish_will = disconnect.reason_code == ReasonCode::DISCONNECT_WITH_WILL;
         self.end_connection(conn, None, publish_will, now_ms, out);
     }
@@ -460,6 +496,8 @@ impl Broker {
                 }
             }
         }
+        // The disconnect moment, and any Will's due moment, are stored.
+        self.save_session(session_key, now_ms, out);
     }
 
     /// Ends a session, keeping the stored positions of its readers for the
@@ -510,6 +548,7 @@ impl Broker {
             .filter(|d| d.group.is_some())
             .collect();
         self.return_to_groups(unfinished, now_ms, out);
+        self.session_record_ended(&session.client_id, out);
     }
 
     /// Ends sessions whose expiry has passed and publishes Wills whose delay
@@ -534,6 +573,8 @@ impl Broker {
                 if let Some((will, _)) = session.pending_will.take().map(|b| *b) {
                     let client_id = Rc::clone(&session.client_id);
                     self.publish_will(will, client_id, now_ms, out);
+                    // Published first, then taken off the record.
+                    self.save_session(key, now_ms, out);
                 }
             }
         }
@@ -549,7 +590,7 @@ impl Broker {
     /// A Will goes through the same path as any publish, as published by
     /// the client that armed it. One the retained store has no room for is
     /// logged: nobody is left to tell.
-    fn publish_will(
+    pub(crate) fn publish_will(
         &mut self,
         will: Will,
         client_id: Rc<str>,

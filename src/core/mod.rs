@@ -11,6 +11,7 @@ pub mod claims;
 mod connect;
 mod delivery;
 mod inbound;
+mod persist;
 pub mod retained;
 pub mod seek;
 pub mod session;
@@ -28,6 +29,7 @@ use crate::codec::{
     DecodeError, Disconnect, Packet, Properties, ProtocolVersion, ReasonCode, Will,
 };
 pub use channel::{ChannelSettings, ChannelStart, StoreRequest};
+pub use persist::SESSIONS_SPACE;
 use session::Session;
 pub use slab::Key;
 use slab::Slab;
@@ -104,6 +106,8 @@ pub struct Settings {
     pub channels: Vec<ChannelSettings>,
     /// How often moved consumer positions are stored.
     pub ack_commit_interval_ms: u64,
+    /// The provider that keeps session records, if one is named.
+    pub session_provider: Option<usize>,
 }
 
 impl Default for Settings {
@@ -133,6 +137,7 @@ impl Default for Settings {
             start_unix_ms: 0,
             channels: Vec::new(),
             ack_commit_interval_ms: 200,
+            session_provider: None,
         }
     }
 }
@@ -236,6 +241,8 @@ pub struct Broker {
     next_assigned_id: u64,
     /// Reused by routing so that a publish allocates no match list.
     pub(crate) match_scratch: Vec<Subscriber>,
+    /// Session records in the session provider.
+    pub(crate) persist: persist::Persistence,
 }
 
 impl Broker {
@@ -278,6 +285,7 @@ impl Broker {
                 }),
             next_assigned_id: 0,
             match_scratch: Vec::new(),
+            persist: persist::Persistence::default(),
             settings,
         }
     }
@@ -372,6 +380,10 @@ impl Broker {
             }
             return;
         }
+        // A connection waiting on a session write is served in order after it.
+        let Some(packet) = self.hold_while_paused(conn, packet, now_ms, out) else {
+            return;
+        };
         match packet {
             Packet::Publish(publish) => self.handle_publish(conn, publish, now_ms, out),
             Packet::Puback(ack) => self.handle_puback(conn, ack.packet_id, now_ms, out),
@@ -379,7 +391,9 @@ impl Broker {
             Packet::Pubrel(ack) => self.handle_pubrel(conn, ack.packet_id, now_ms, out),
             Packet::Pubcomp(ack) => self.handle_pubcomp(conn, ack.packet_id, now_ms, out),
             Packet::Subscribe(subscribe) => self.handle_subscribe(conn, subscribe, now_ms, out),
-            Packet::Unsubscribe(unsubscribe) => self.handle_unsubscribe(conn, unsubscribe, out),
+            Packet::Unsubscribe(unsubscribe) => {
+                self.handle_unsubscribe(conn, unsubscribe, now_ms, out)
+            }
             Packet::Pingreq => self.send(conn, &Packet::Pingresp, out),
             Packet::Disconnect(disconnect) => self.handle_disconnect(conn, disconnect, now_ms, out),
             Packet::Auth(_) => self.end_connection(
@@ -474,6 +488,7 @@ impl Broker {
             }
         }
         self.expire_sessions(now_ms, out);
+        self.retry_session_writes(now_ms, out);
         self.expire_held_publishes(now_ms);
         self.forget_full_budgets(now_ms);
         if now_ms.saturating_sub(self.last_position_commit_ms)
@@ -508,6 +523,9 @@ impl Broker {
 
     /// Says goodbye to every client as the broker stops.
     pub fn shutdown(&mut self, now_ms: u64, out: &mut impl Transport) {
+        // A stop is not a disconnect: connected sessions' records stay
+        // reading as connected, their Wills without a moment.
+        self.persist.stopping = true;
         self.commit_positions(None, out);
         for conn in self.connections.keys() {
             let active = self
@@ -554,6 +572,7 @@ impl Broker {
 
     /// Closes a connection that has no session, writing nothing.
     pub(crate) fn close_silently(&mut self, conn: Key, _now_ms: u64, out: &mut impl Transport) {
+        self.persist.forget_connection(conn);
         if let Some(connection) = self.connections.remove(conn) {
             debug_assert!(connection.active.is_none());
             out.close(conn);
@@ -600,6 +619,7 @@ impl Broker {
             }
         }
         out.close(conn);
+        self.persist.forget_connection(conn);
         let connection = self.connections.remove(conn).expect("checked above");
         let active = connection.active.expect("checked above");
         self.detach_session(active, publish_will, now_ms, out);

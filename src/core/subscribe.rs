@@ -19,7 +19,7 @@ const READ_ON_SUBSCRIBE: [&str; 2] = ["saguin-filter", "saguin-deletions"];
 
 /// What a filter asks for once its form is understood.
 #[derive(Clone, Copy)]
-enum Form<'a> {
+pub(crate) enum Form<'a> {
     Plain(&'a str),
     Shared {
         share_name: &'a str,
@@ -50,6 +50,10 @@ impl Broker {
                 "No Local on a shared subscription",
             );
             self.end_connection(conn, Some(reason), true, now_ms, out);
+            return;
+        }
+        // A session that keeps a record has it written first.
+        if self.subscribe_after_write(conn, &subscribe, now_ms, out) {
             return;
         }
         let unread = subscribe
@@ -138,7 +142,11 @@ impl Broker {
             .map(|a| a.session)
     }
 
-    fn admit_filter<'a>(&self, session_key: Key, filter: &'a str) -> Result<Form<'a>, Refusal> {
+    pub(crate) fn admit_filter<'a>(
+        &self,
+        session_key: Key,
+        filter: &'a str,
+    ) -> Result<Form<'a>, Refusal> {
         let form = if filter.starts_with("$share/") {
             match topic::parse_shared(filter) {
                 Some(Ok(shared)) => Form::Shared {
@@ -207,7 +215,7 @@ impl Broker {
 
     /// Adds or replaces one subscription. Returns whether the session
     /// already held this filter.
-    fn subscribe_one(
+    pub(crate) fn subscribe_one(
         &mut self,
         session_key: Key,
         filter: &str,
@@ -287,11 +295,15 @@ impl Broker {
         &mut self,
         conn: Key,
         unsubscribe: Unsubscribe,
+        now_ms: u64,
         out: &mut impl Transport,
     ) {
         let Some(session_key) = self.session_of(conn) else {
             return;
         };
+        if self.unsubscribe_after_write(conn, &unsubscribe, now_ms, out) {
+            return;
+        }
         let mut reason_codes = Vec::with_capacity(unsubscribe.filters.len());
         for filter in &unsubscribe.filters {
             let session = self

@@ -105,9 +105,11 @@ pub fn run(config: Config) -> io::Result<()> {
 }
 
 async fn serve(executor: &'static LocalExecutor<'static>, config: Config) -> io::Result<()> {
-    let (storage, channels, completions) = storage::start(&config)?;
+    let (mut storage, channels, completions) = storage::start(&config)?;
     let mut settings = settings_from_config(&config);
     settings.channels = channels;
+    settings.session_provider = storage.restored.session_provider;
+    let restored_sessions = std::mem::take(&mut storage.restored.sessions);
     let limits = config.broker.limits.clone();
     let per_connection_bytes = worst_case_connection_bytes(&settings);
     log::info!(
@@ -155,6 +157,16 @@ async fn serve(executor: &'static LocalExecutor<'static>, config: Config) -> io:
         started: Instant::now(),
         overflow_in_use: 0,
     }));
+    {
+        // Before any client is accepted: sessions come back, and those
+        // whose time ran out while the broker was stopped end.
+        let mut guard = shared.borrow_mut();
+        let state = &mut *guard;
+        let now_ms = state.now_ms();
+        state
+            .broker
+            .restore_sessions(restored_sessions, now_ms, &mut state.outboxes);
+    }
     let mut tasks = Vec::new();
     for listener in listeners {
         let accept = accept_loop(

@@ -16,6 +16,17 @@ const STORAGE_QUEUE_REQUESTS: usize = 4_096;
 pub struct Storage {
     threads: Vec<StorageThread>,
     pub handles: Vec<StorageHandle>,
+    /// What the broker restores at start, read before the providers moved
+    /// to their threads.
+    pub restored: Restored,
+}
+
+/// The session and retained spaces as the providers held them at start.
+#[derive(Default)]
+pub struct Restored {
+    /// Index of the provider `broker.session.storage` names.
+    pub session_provider: Option<usize>,
+    pub sessions: Vec<(String, Vec<u8>)>,
 }
 
 /// Opens every provider the configuration names, reads where each channel
@@ -30,6 +41,7 @@ pub fn start(config: &Config) -> io::Result<Started> {
     let mut storage = Storage {
         threads: Vec::new(),
         handles: Vec::new(),
+        restored: Restored::default(),
     };
     let mut channels = Vec::new();
     let Some(storage_config) = &config.broker.storage else {
@@ -66,6 +78,18 @@ pub fn start(config: &Config) -> io::Result<Started> {
                 state.next
             );
             channels.push(channel_settings(channel, index, state.next, state.floor));
+        }
+        if config.broker.session.storage.as_deref() == Some(provider_config.name.as_str()) {
+            let restored = &mut storage.restored;
+            restored.session_provider = Some(index);
+            restored.sessions = provider
+                .entries(crate::core::SESSIONS_SPACE)
+                .map_err(to_io)?;
+            log::info!(
+                "sessions kept on {}: {} stored",
+                provider_config.name,
+                restored.sessions.len()
+            );
         }
         let thread = StorageThread::spawn(
             provider,
