@@ -12,6 +12,8 @@ mod connect;
 mod delivery;
 mod inbound;
 mod persist;
+#[cfg(test)]
+mod persist_tests;
 pub mod retained;
 pub mod seek;
 pub mod session;

@@ -1,0 +1,631 @@
+//! Session records against a real memory provider, answered one storage
+//! request at a time, so a test decides exactly which writes a crash lets
+//! land.
+
+use std::collections::VecDeque;
+
+use super::*;
+use crate::codec::{
+    Connack, Connect, Publish, QoS, Subscribe, SubscriptionOptions, Unsubscribe, Will,
+};
+use crate::store::{Answer, Completion, MemoryProvider, Provider, StoreError, Ticket};
+
+const START_UNIX_MS: u64 = 1_700_000_000_000;
+
+#[derive(Default)]
+struct Wire {
+    sent: Vec<(Key, Packet)>,
+    closed: Vec<Key>,
+    queue: VecDeque<StoreRequest>,
+}
+
+impl Transport for Wire {
+    fn send(&mut self, conn: Key, _: ProtocolVersion, packet: &Packet, _: bool) -> bool {
+        self.sent.push((conn, packet.clone()));
+        true
+    }
+
+    fn close(&mut self, conn: Key) {
+        self.closed.push(conn);
+    }
+
+    fn store(&mut self, _provider: usize, request: StoreRequest) -> bool {
+        self.queue.push_back(request);
+        true
+    }
+}
+
+/// A broker over a memory provider it reaches only through its requests.
+struct Rig {
+    broker: Broker,
+    wire: Wire,
+    disk: MemoryProvider,
+    now_ms: u64,
+    /// Storage requests answered so far, and how many may be: past the
+    /// budget the broker "crashes" with the rest unanswered.
+    applied: usize,
+    budget: usize,
+    /// Answer every commit with a failure instead of applying it.
+    failing: bool,
+}
+
+fn settings(start_unix_ms: u64) -> Settings {
+    Settings {
+        session_provider: Some(0),
+        start_unix_ms,
+        ..Settings::default()
+    }
+}
+
+fn empty_disk(max_bytes: u64) -> MemoryProvider {
+    MemoryProvider::open("sessions", max_bytes, 0, None).unwrap()
+}
+
+impl Rig {
+    fn new(disk: MemoryProvider) -> Rig {
+        Rig::start(disk, START_UNIX_MS)
+    }
+
+    /// A broker starting at `start_unix_ms` on what `disk` kept.
+    fn start(disk: MemoryProvider, start_unix_ms: u64) -> Rig {
+        let mut rig = Rig {
+            broker: Broker::new(settings(start_unix_ms)),
+            wire: Wire::default(),
+            disk,
+            now_ms: 0,
+            applied: 0,
+            budget: usize::MAX,
+            failing: false,
+        };
+        let entries = rig.disk.entries(SESSIONS_SPACE).unwrap();
+        rig.broker
+            .restore_sessions(entries, rig.now_ms, &mut rig.wire);
+        rig.settle();
+        rig
+    }
+
+    /// Answers queued requests, in order, within the budget.
+    fn settle(&mut self) {
+        while self.applied < self.budget {
+            let Some(request) = self.wire.queue.pop_front() else {
+                return;
+            };
+            self.applied += 1;
+            let (ticket, answer) = match request {
+                StoreRequest::Commit { ticket, writes } if self.failing => {
+                    let _ = writes;
+                    (ticket, Answer::Committed(Err(StoreError::Stopped)))
+                }
+                StoreRequest::Commit { ticket, writes } => {
+                    (ticket, Answer::Committed(self.disk.commit(&writes)))
+                }
+                other => panic!("a session test made a channel request: {other:?}"),
+            };
+            let completion = Completion {
+                ticket: Ticket(ticket),
+                answer,
+            };
+            self.broker
+                .handle_store_completion(completion, self.now_ms, &mut self.wire);
+        }
+    }
+
+    /// The broker stops without warning: whatever was not answered is lost.
+    fn crash(self) -> MemoryProvider {
+        self.disk
+    }
+
+    fn open(&mut self) -> Key {
+        self.broker.accept(self.now_ms).unwrap()
+    }
+
+    fn packet(&mut self, conn: Key, packet: Packet) {
+        self.broker
+            .handle_packet(conn, packet, self.now_ms, &mut self.wire);
+    }
+
+    fn take(&mut self, conn: Key) -> Vec<Packet> {
+        let (mine, rest) = std::mem::take(&mut self.wire.sent)
+            .into_iter()
+            .partition(|(k, _)| *k == conn);
+        self.wire.sent = rest;
+        mine.into_iter().map(|(_, p)| p).collect()
+    }
+
+    fn connack(&mut self, conn: Key) -> Option<Connack> {
+        self.take(conn).into_iter().find_map(|p| match p {
+            Packet::Connack(c) => Some(c),
+            _ => None,
+        })
+    }
+
+    fn tick_to(&mut self, now_ms: u64) {
+        self.now_ms = now_ms;
+        self.broker.tick(now_ms, &mut self.wire);
+        self.settle();
+    }
+
+    /// A clean client that sees every publish on `filter`.
+    fn watcher(&mut self, filter: &str) -> Key {
+        let conn = self.open();
+        self.packet(conn, Packet::Connect(connect("watcher", false, 0)));
+        self.settle();
+        assert!(self.connack(conn).is_some());
+        self.packet(conn, subscribe(filter));
+        self.settle();
+        self.take(conn);
+        conn
+    }
+
+    fn publishes_to(&mut self, conn: Key) -> Vec<Publish> {
+        self.take(conn)
+            .into_iter()
+            .filter_map(|p| match p {
+                Packet::Publish(p) => Some(p),
+                _ => None,
+            })
+            .collect()
+    }
+
+    fn stored_record(&self, client_id: &str) -> Option<SessionRecord> {
+        self.disk
+            .entry(SESSIONS_SPACE, client_id)
+            .unwrap()
+            .map(|bytes| SessionRecord::from_bytes(&bytes).unwrap())
+    }
+}
+
+use super::session_record::SessionRecord;
+
+fn connect(client_id: &str, durable: bool, expiry_s: u32) -> Connect {
+    Connect {
+        protocol_version: ProtocolVersion::V5,
+        clean_start: !durable,
+        keep_alive_s: 0,
+        client_id: client_id.into(),
+        will: None,
+        username: None,
+        password: None,
+        properties: Properties {
+            session_expiry_interval_s: Some(expiry_s).filter(|&s| s > 0),
+            ..Properties::default()
+        },
+    }
+}
+
+fn will(delay_s: u32) -> Will {
+    Will {
+        topic: "wills/device".into(),
+        payload: b"gone".to_vec(),
+        qos: QoS::AtLeastOnce,
+        retain: false,
+        properties: Properties {
+            will_delay_interval_s: Some(delay_s).filter(|&s| s > 0),
+            ..Properties::default()
+        },
+    }
+}
+
+fn subscribe(filter: &str) -> Packet {
+    Packet::Subscribe(Subscribe {
+        packet_id: 3,
+        properties: Properties::default(),
+        filters: vec![(
+            filter.into(),
+            SubscriptionOptions {
+                qos: QoS::AtLeastOnce,
+                ..SubscriptionOptions::default()
+            },
+        )],
+    })
+}
+
+fn unsubscribe(filter: &str) -> Packet {
+    Packet::Unsubscribe(Unsubscribe {
+        packet_id: 4,
+        properties: Properties::default(),
+        filters: vec![filter.into()],
+    })
+}
+
+fn clean_disconnect() -> Packet {
+    Packet::Disconnect(Disconnect {
+        reason_code: ReasonCode::SUCCESS,
+        properties: Properties::default(),
+    })
+}
+
+fn publish(topic: &str) -> Packet {
+    Packet::Publish(Publish {
+        topic: topic.into(),
+        payload: b"x".to_vec(),
+        ..Publish::default()
+    })
+}
+
+#[test]
+fn the_connack_waits_for_the_record_and_packets_sent_meanwhile_wait_in_order() {
+    let mut rig = Rig::new(empty_disk(1 << 20));
+    let conn = rig.open();
+    rig.packet(conn, Packet::Connect(connect("device", true, 60)));
+    rig.packet(conn, subscribe("a/#"));
+    rig.packet(conn, Packet::Pingreq);
+    assert!(rig.take(conn).is_empty(), "answered before the commit");
+    rig.settle();
+    let answers = rig.take(conn);
+    assert!(
+        matches!(
+            answers.as_slice(),
+            [Packet::Connack(c), Packet::Suback(s), Packet::Pingresp]
+                if !c.session_present && s.reason_codes == [ReasonCode::GRANTED_QOS_1]
+        ),
+        "{answers:?}"
+    );
+    let record = rig.stored_record("device").expect("stored");
+    assert_eq!(record.expiry_interval_s, 60);
+    assert_eq!(record.disconnected_unix_ms, None);
+    assert_eq!(record.subscriptions[0].filter, "a/#");
+}
+
+#[test]
+fn a_session_that_ends_with_its_connection_writes_nothing() {
+    let mut rig = Rig::new(empty_disk(1 << 20));
+    let conn = rig.open();
+    rig.packet(conn, Packet::Connect(connect("device", false, 0)));
+    assert!(rig.connack(conn).is_some(), "answered at once");
+    assert!(rig.wire.queue.is_empty());
+}
+
+#[test]
+fn a_failed_write_refuses_the_connect_with_0x83_and_keeps_no_session() {
+    let mut rig = Rig::new(empty_disk(1 << 20));
+    rig.failing = true;
+    let conn = rig.open();
+    rig.packet(conn, Packet::Connect(connect("device", true, 60)));
+    rig.settle();
+    let connack = rig.connack(conn).unwrap();
+    assert_eq!(
+        connack.reason_code,
+        ReasonCode::IMPLEMENTATION_SPECIFIC_ERROR
+    );
+    assert!(rig.wire.closed.contains(&conn));
+    assert_eq!(rig.broker.session_count(), 0);
+}
+
+#[test]
+fn a_full_store_refuses_a_will_with_0x97_and_a_bare_session_is_told_it_ends() {
+    let mut rig = Rig::new(empty_disk(16));
+    let conn = rig.open();
+    let mut with_will = connect("device", true, 60);
+    with_will.will = Some(will(0));
+    rig.packet(conn, Packet::Connect(with_will));
+    rig.settle();
+    assert_eq!(
+        rig.connack(conn).unwrap().reason_code,
+        ReasonCode::QUOTA_EXCEEDED
+    );
+    let conn = rig.open();
+    rig.packet(conn, Packet::Connect(connect("device", true, 60)));
+    rig.settle();
+    let connack = rig.connack(conn).unwrap();
+    assert_eq!(connack.reason_code, ReasonCode::SUCCESS);
+    assert_eq!(connack.properties.session_expiry_interval_s, Some(0));
+    rig.packet(conn, clean_disconnect());
+    rig.settle();
+    assert_eq!(
+        rig.broker.session_count(),
+        0,
+        "it ended with its connection"
+    );
+}
+
+#[test]
+fn a_refused_subscribe_write_is_answered_per_filter_and_changes_nothing() {
+    let mut rig = Rig::new(empty_disk(1 << 20));
+    let conn = rig.open();
+    rig.packet(conn, Packet::Connect(connect("device", true, 60)));
+    rig.settle();
+    rig.take(conn);
+    rig.failing = true;
+    rig.packet(conn, subscribe("a/#"));
+    rig.settle();
+    let answers = rig.take(conn);
+    assert!(
+        matches!(answers.as_slice(), [Packet::Suback(s)]
+            if s.reason_codes == [ReasonCode::IMPLEMENTATION_SPECIFIC_ERROR]),
+        "{answers:?}"
+    );
+    rig.failing = false;
+    let publisher = rig.watcher("nothing");
+    rig.packet(publisher, publish("a/b"));
+    assert!(rig.publishes_to(conn).is_empty(), "subscribed after all");
+    // An UNSUBSCRIBE the store refuses leaves the filter subscribed.
+    rig.packet(conn, subscribe("a/#"));
+    rig.settle();
+    rig.take(conn);
+    rig.failing = true;
+    rig.packet(conn, unsubscribe("a/#"));
+    rig.settle();
+    let answers = rig.take(conn);
+    assert!(
+        matches!(answers.as_slice(), [Packet::Unsuback(u)]
+            if u.reason_codes == [ReasonCode::IMPLEMENTATION_SPECIFIC_ERROR]),
+        "{answers:?}"
+    );
+    rig.packet(publisher, publish("a/b"));
+    assert_eq!(rig.publishes_to(conn).len(), 1);
+}
+
+#[test]
+fn a_background_write_the_store_refused_is_written_again_every_second() {
+    let mut rig = Rig::new(empty_disk(1 << 20));
+    let conn = rig.open();
+    rig.packet(conn, Packet::Connect(connect("device", true, 60)));
+    rig.settle();
+    rig.failing = true;
+    rig.broker
+        .handle_connection_lost(conn, rig.now_ms, &mut rig.wire);
+    rig.settle();
+    assert_eq!(
+        rig.stored_record("device").unwrap().disconnected_unix_ms,
+        None
+    );
+    rig.failing = false;
+    rig.tick_to(500);
+    assert_eq!(
+        rig.stored_record("device").unwrap().disconnected_unix_ms,
+        None
+    );
+    rig.tick_to(1_000);
+    assert_eq!(
+        rig.stored_record("device").unwrap().disconnected_unix_ms,
+        Some(START_UNIX_MS)
+    );
+}
+
+#[test]
+fn subscriptions_come_back_after_a_crash_with_session_present() {
+    let mut rig = Rig::new(empty_disk(1 << 20));
+    let conn = rig.open();
+    rig.packet(conn, Packet::Connect(connect("device", true, 60)));
+    rig.packet(conn, subscribe("a/#"));
+    rig.settle();
+    let disk = rig.crash();
+    let mut rig = Rig::new(disk);
+    let conn = rig.open();
+    rig.packet(conn, Packet::Connect(connect("device", true, 60)));
+    rig.settle();
+    assert!(rig.connack(conn).unwrap().session_present);
+    let publisher = rig.watcher("nothing");
+    rig.packet(publisher, publish("a/b"));
+    assert_eq!(rig.publishes_to(conn).len(), 1);
+}
+
+#[test]
+fn a_delayed_will_resumes_what_is_left_of_its_wait_after_a_restart() {
+    let mut rig = Rig::new(empty_disk(1 << 20));
+    let conn = rig.open();
+    let mut with_will = connect("device", true, 3600);
+    with_will.will = Some(will(10));
+    rig.packet(conn, Packet::Connect(with_will));
+    rig.settle();
+    rig.broker
+        .handle_connection_lost(conn, rig.now_ms, &mut rig.wire);
+    rig.settle();
+    // Back three seconds later: seven are left.
+    let mut rig = Rig::start(rig.crash(), START_UNIX_MS + 3_000);
+    let watcher = rig.watcher("wills/#");
+    rig.tick_to(6_900);
+    assert!(rig.publishes_to(watcher).is_empty(), "published early");
+    rig.tick_to(7_000);
+    assert_eq!(rig.publishes_to(watcher).len(), 1);
+    // Taken off the record once published.
+    assert!(rig.stored_record("device").unwrap().will.is_none());
+    // Back after the moment: published at the start, to a session that
+    // keeps its own record and so is there to be owed it.
+    let mut rig = Rig::new(empty_disk(1 << 20));
+    let away = rig.open();
+    rig.packet(away, Packet::Connect(connect("a-listener", true, 3600)));
+    rig.packet(away, subscribe("wills/#"));
+    rig.packet(away, clean_disconnect());
+    let conn = rig.open();
+    let mut with_will = connect("device", true, 3600);
+    with_will.will = Some(will(10));
+    rig.packet(conn, Packet::Connect(with_will));
+    rig.settle();
+    rig.broker
+        .handle_connection_lost(conn, rig.now_ms, &mut rig.wire);
+    rig.settle();
+    let mut rig = Rig::start(rig.crash(), START_UNIX_MS + 60_000);
+    assert!(
+        rig.stored_record("device").unwrap().will.is_none(),
+        "published at the start and taken off the record"
+    );
+    let listener = rig.open();
+    rig.packet(listener, Packet::Connect(connect("a-listener", true, 3600)));
+    rig.settle();
+    let answers = rig.take(listener);
+    assert!(
+        matches!(answers.as_slice(), [Packet::Connack(c), Packet::Publish(p)]
+            if c.session_present && p.topic == "wills/device"),
+        "{answers:?}"
+    );
+}
+
+#[test]
+fn a_will_whose_connection_the_stop_cut_waits_for_the_session_to_expire() {
+    let mut rig = Rig::new(empty_disk(1 << 20));
+    let conn = rig.open();
+    let mut with_will = connect("device", true, 60);
+    with_will.will = Some(will(5));
+    rig.packet(conn, Packet::Connect(with_will));
+    rig.settle();
+    let mut rig = Rig::new(rig.crash());
+    let watcher = rig.watcher("wills/#");
+    rig.tick_to(59_900);
+    assert!(
+        rig.publishes_to(watcher).is_empty(),
+        "no moment: not due yet"
+    );
+    rig.tick_to(60_000);
+    assert_eq!(rig.publishes_to(watcher).len(), 1);
+    assert!(rig.stored_record("device").is_none(), "the session ended");
+}
+
+#[test]
+fn a_session_that_expired_while_stopped_is_ended_and_a_will_without_a_moment_goes_with_it() {
+    let mut rig = Rig::new(empty_disk(1 << 20));
+    let conn = rig.open();
+    let mut with_will = connect("device", true, 60);
+    with_will.will = Some(will(5));
+    rig.packet(conn, Packet::Connect(with_will));
+    rig.packet(conn, subscribe("a/#"));
+    rig.settle();
+    // Cut by a stop, and away longer than its expiry? No: a session cut by
+    // the stop counts its expiry from the start; one that went away before
+    // the stop counts it from then.
+    let other = rig.open();
+    rig.packet(other, Packet::Connect(connect("gone", true, 10)));
+    rig.settle();
+    rig.packet(other, clean_disconnect());
+    rig.settle();
+    let mut rig = Rig::start(rig.crash(), START_UNIX_MS + 11_000);
+    assert!(rig.stored_record("gone").is_none(), "expired while stopped");
+    assert!(rig.stored_record("device").is_some());
+    let conn = rig.open();
+    rig.packet(conn, Packet::Connect(connect("gone", true, 10)));
+    rig.settle();
+    assert!(!rig.connack(conn).unwrap().session_present);
+}
+
+/// One scripted client's life, crashed after every possible number of
+/// storage writes: whatever the client was told is what the restarted
+/// broker holds, and its Will is published at most once per arming.
+#[test]
+fn a_crash_at_every_storage_write_loses_nothing_the_client_was_told() {
+    // What the client was told, in order, for the checks after the crash.
+    #[derive(Debug, Default, Clone)]
+    struct Told {
+        connacks: usize,
+        subscribed_b: bool,
+        unsubscribed_a: bool,
+        subscribed_a: bool,
+        clean_close: bool,
+        reconnected: bool,
+        dropped: bool,
+    }
+
+    fn run(budget: usize) -> (MemoryProvider, Told, bool) {
+        let mut rig = Rig::new(empty_disk(1 << 20));
+        rig.budget = budget;
+        let mut told = Told::default();
+        let mut with_will = connect("device", true, 3600);
+        with_will.will = Some(will(30));
+        let conn = rig.open();
+        rig.packet(conn, Packet::Connect(with_will.clone()));
+        rig.settle();
+        let answers = rig.take(conn);
+        if answers.iter().any(|p| matches!(p, Packet::Connack(_))) {
+            told.connacks += 1;
+            rig.packet(conn, subscribe("a/#"));
+            rig.settle();
+            told.subscribed_a = rig
+                .take(conn)
+                .iter()
+                .any(|p| matches!(p, Packet::Suback(_)));
+        }
+        if told.subscribed_a {
+            rig.packet(conn, subscribe("b/#"));
+            rig.settle();
+            told.subscribed_b = rig
+                .take(conn)
+                .iter()
+                .any(|p| matches!(p, Packet::Suback(_)));
+        }
+        if told.subscribed_b {
+            rig.packet(conn, unsubscribe("a/#"));
+            rig.settle();
+            told.unsubscribed_a = rig
+                .take(conn)
+                .iter()
+                .any(|p| matches!(p, Packet::Unsuback(_)));
+        }
+        if told.unsubscribed_a {
+            rig.packet(conn, clean_disconnect());
+            rig.settle();
+            told.clean_close = rig.wire.closed.contains(&conn);
+        }
+        // A crash right at the clean close is checked before anything else
+        // is sent.
+        if told.clean_close && rig.applied < rig.budget {
+            let conn = rig.open();
+            rig.packet(conn, Packet::Connect(with_will));
+            rig.settle();
+            told.reconnected = rig
+                .take(conn)
+                .iter()
+                .any(|p| matches!(p, Packet::Connack(c) if c.session_present));
+            if told.reconnected {
+                rig.broker
+                    .handle_connection_lost(conn, rig.now_ms, &mut rig.wire);
+                rig.settle();
+                told.dropped = true;
+            }
+        }
+        let finished = rig.wire.queue.is_empty() && told.dropped;
+        (rig.crash(), told, finished)
+    }
+
+    let mut budget = 0;
+    loop {
+        let (disk, told, finished) = run(budget);
+        let record = disk
+            .entry(SESSIONS_SPACE, "device")
+            .unwrap()
+            .map(|b| SessionRecord::from_bytes(&b).unwrap());
+        let filters: Vec<String> = record
+            .iter()
+            .flat_map(|r| r.subscriptions.iter().map(|s| s.filter.clone()))
+            .collect();
+        let case = format!("after {budget} writes, told {told:?}, stored {record:?}");
+        if told.connacks > 0 {
+            assert!(record.is_some(), "{case}");
+        }
+        if told.subscribed_a && !told.unsubscribed_a {
+            assert!(filters.contains(&"a/#".to_string()), "{case}");
+        }
+        if told.unsubscribed_a {
+            assert!(!filters.contains(&"a/#".to_string()), "{case}");
+        }
+        if told.subscribed_b {
+            assert!(filters.contains(&"b/#".to_string()), "{case}");
+        }
+        if told.clean_close && !told.reconnected {
+            let will = record.as_ref().and_then(|r| r.will.as_ref());
+            assert!(will.is_none(), "a withdrawn Will survived: {case}");
+        }
+
+        // The restarted broker, run past every moment: a Will is published
+        // only where one was armed and not withdrawn, and at most once.
+        let mut rig = Rig::start(disk, START_UNIX_MS + 1_000);
+        let watcher = rig.watcher("wills/#");
+        rig.tick_to(4_000_000_000);
+        let wills = rig.publishes_to(watcher).len();
+        assert!(wills <= 1, "{case}: published {wills} times");
+        if told.dropped {
+            assert_eq!(wills, 1, "{case}: the armed Will was lost");
+        }
+        if told.clean_close && !told.reconnected {
+            assert_eq!(wills, 0, "{case}: a withdrawn Will was published");
+        }
+        if finished {
+            break;
+        }
+        budget += 1;
+        assert!(budget < 100, "the script never finished");
+    }
+    assert!(
+        budget >= 6,
+        "the script made too few writes to mean anything"
+    );
+}
