@@ -250,3 +250,50 @@ fn a_clean_disconnect_withdraws_the_will_before_the_connection_closes() {
         );
     }
 }
+
+#[test]
+fn retained_values_and_their_deletions_survive_a_restart() {
+    for outage in EVERY_OUTAGE {
+        let dir = TempDir::new("sessions-retained");
+        let broker = outage.start(&dir);
+        let mut publisher = RawClient::connect(&broker.address(), ProtocolVersion::V5, "setter");
+        for (packet_id, topic, payload) in [
+            (1, "state/lamp", &b"on"[..]),
+            (2, "state/door", &b"open"[..]),
+            (3, "state/door", &b""[..]),
+        ] {
+            publisher.send(&Packet::Publish(Publish {
+                qos: QoS::AtLeastOnce,
+                retain: true,
+                topic: topic.into(),
+                packet_id: Some(packet_id),
+                payload: payload.to_vec(),
+                ..Publish::default()
+            }));
+            // Acknowledged once the value is kept.
+            assert!(matches!(
+                publisher.recv(),
+                Received::Packet(Packet::Puback(ack)) if ack.packet_id == packet_id && ack.reason_code.0 == 0
+            ));
+        }
+        drop(publisher);
+        let broker = outage.restart(broker, &dir);
+        let mut reader = RawClient::connect(&broker.address(), ProtocolVersion::V5, "reader");
+        reader.subscribe("state/#", QoS::AtLeastOnce);
+        publish_qos1(&broker.address(), "state/marker", b"live");
+        let mut seen = Vec::new();
+        loop {
+            let publish = next_publish(&mut reader);
+            if publish.topic == "state/marker" {
+                break;
+            }
+            assert!(publish.retain, "{outage:?}: a stored value without RETAIN");
+            seen.push((publish.topic, publish.payload));
+        }
+        assert_eq!(
+            seen,
+            vec![("state/lamp".to_string(), b"on".to_vec())],
+            "{outage:?}"
+        );
+    }
+}

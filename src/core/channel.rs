@@ -1191,7 +1191,7 @@ fn delivery_for(
 }
 
 /// The publisher's own `saguin-id`, which becomes the record's id.
-fn publisher_id(message: &Message) -> Option<MessageId> {
+pub(crate) fn publisher_id(message: &Message) -> Option<MessageId> {
     message
         .properties
         .user_properties
@@ -1201,7 +1201,7 @@ fn publisher_id(message: &Message) -> Option<MessageId> {
 }
 
 /// The record a provider keeps for `message`.
-fn to_stored(message: &Message, id: &MessageId) -> store::Message {
+pub(crate) fn to_stored(message: &Message, id: &MessageId) -> store::Message {
     let p = &message.properties;
     store::Message {
         id: id.clone(),
@@ -1226,7 +1226,7 @@ fn to_stored(message: &Message, id: &MessageId) -> store::Message {
 }
 
 /// The message a stored record delivers, before its labels.
-fn from_stored(stored: &store::Message) -> Message {
+pub(crate) fn from_stored(stored: &store::Message) -> Message {
     Message {
         topic: stored.topic.as_str().into(),
         payload: stored.payload.clone(),

@@ -84,6 +84,14 @@ impl Broker {
             self.hold_exactly_once(conn, session_key, packet_id, message, now_ms, out);
             return;
         }
+        // A retained broadcast whose store has a provider is kept first.
+        let message = match self.channel_for(&message.topic) {
+            Some(_) => message,
+            None => match self.retain_after_write(conn, slot, message, now_ms, out) {
+                Some(message) => message,
+                None => return,
+            },
+        };
         let topic = message.topic.clone();
         let result = match self.channel_for(&topic) {
             None => self.accept_message(message, now_ms, out),
@@ -190,6 +198,9 @@ impl Broker {
         if message.retain && self.retained.set(Rc::clone(&message)).is_err() {
             self.stats.retained_refused += 1;
             return Err((ReasonCode::QUOTA_EXCEEDED, "the retained store is full"));
+        }
+        if message.retain {
+            self.retained_set_behind(&message, out);
         }
         self.route(message, now_ms, out);
         Ok(())

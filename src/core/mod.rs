@@ -15,6 +15,7 @@ mod persist;
 #[cfg(test)]
 mod persist_tests;
 pub mod retained;
+mod retained_persist;
 pub mod seek;
 pub mod session;
 pub(crate) mod session_record;
@@ -32,6 +33,7 @@ use crate::codec::{
 };
 pub use channel::{ChannelSettings, ChannelStart, StoreRequest};
 pub use persist::SESSIONS_SPACE;
+pub use retained_persist::RETAINED_SPACE;
 use session::Session;
 pub use slab::Key;
 use slab::Slab;
@@ -110,6 +112,10 @@ pub struct Settings {
     pub ack_commit_interval_ms: u64,
     /// The provider that keeps session records, if one is named.
     pub session_provider: Option<usize>,
+    /// The provider that keeps retained values, if one is named.
+    pub retained_provider: Option<usize>,
+    /// How long a retained value is kept after it was set.
+    pub retained_retention_period_s: Option<u64>,
 }
 
 impl Default for Settings {
@@ -140,6 +146,8 @@ impl Default for Settings {
             channels: Vec::new(),
             ack_commit_interval_ms: 200,
             session_provider: None,
+            retained_provider: None,
+            retained_retention_period_s: None,
         }
     }
 }
@@ -519,7 +527,12 @@ impl Broker {
         if size_due || age_due {
             self.sweep_retention(now_ms, age_due, size_due, out);
         }
-        self.retained.expire(self.unix_ms(now_ms));
+        let retention_ms = self
+            .settings
+            .retained_retention_period_s
+            .map(|s| s.saturating_mul(1000));
+        let gone = self.retained.expire(self.unix_ms(now_ms), retention_ms);
+        self.retained_left(gone, out);
         self.expire_group_backlogs(now_ms);
     }
 

@@ -92,10 +92,16 @@ pub(crate) enum Then {
     Background {
         client_id: Box<str>,
     },
+    /// A retained publish, routed and acknowledged once its value is kept.
+    Retained(Box<super::retained_persist::RetainedWrite>),
+    /// A retained value's change nobody waits on.
+    RetainedBehind {
+        topic: Box<str>,
+    },
 }
 
 /// How a session write came back.
-enum Written {
+pub(crate) enum Written {
     Stored,
     Full,
     Failed,
@@ -225,6 +231,17 @@ impl Broker {
         if let Write::PutEntry { key, .. } = &write {
             self.persist.stored.insert(key.as_str().into());
         }
+        self.send_write(provider, write, then, out)
+    }
+
+    /// Sends one write to `provider`, to be answered through `then`.
+    pub(crate) fn send_write(
+        &mut self,
+        provider: usize,
+        write: Write,
+        then: Then,
+        out: &mut impl Transport,
+    ) -> Result<(), Box<Then>> {
         let ticket = self.next_ticket();
         let request = StoreRequest::Commit {
             ticket,
@@ -678,7 +695,7 @@ impl Broker {
     }
 
     /// Answers what waited on a session write.
-    fn finish_session_write(
+    pub(crate) fn finish_session_write(
         &mut self,
         then: Then,
         written: Written,
@@ -717,6 +734,12 @@ impl Broker {
                     _ => self.refuse_unsubscribe(conn, &unsubscribe, now_ms, out),
                 }
                 self.resume_connection(conn, now_ms, out);
+            }
+            Then::Retained(write) => self.retained_written(*write, written, now_ms, out),
+            Then::RetainedBehind { topic } => {
+                if !matches!(written, Written::Stored) {
+                    log::warn!("the retained value of {topic:?} changed in memory and not in its provider; it is served until the broker stops");
+                }
             }
             Then::Disconnect { conn, disconnect } => {
                 let client_id: Box<str> = self.client_id_of(conn).into();
@@ -1011,7 +1034,7 @@ impl Broker {
 }
 
 /// What a session write's answer says of it.
-fn written(answer: Answer) -> Written {
+pub(crate) fn written(answer: Answer) -> Written {
     match answer {
         Answer::Committed(Ok(outcomes)) => match outcomes.as_slice() {
             [Outcome::EntryPut] | [Outcome::EntryDropped { .. }] => Written::Stored,

@@ -52,6 +52,8 @@ struct Rig {
 fn settings(start_unix_ms: u64) -> Settings {
     Settings {
         session_provider: Some(0),
+        retained_provider: Some(0),
+        retained_retention_period_s: Some(3600),
         start_unix_ms,
         ..Settings::default()
     }
@@ -77,6 +79,8 @@ impl Rig {
             budget: usize::MAX,
             failing: false,
         };
+        let values = rig.disk.entries(RETAINED_SPACE).unwrap();
+        rig.broker.restore_retained(values);
         let entries = rig.disk.entries(SESSIONS_SPACE).unwrap();
         rig.broker
             .restore_sessions(entries, rig.now_ms, &mut rig.wire);
@@ -628,4 +632,73 @@ fn a_crash_at_every_storage_write_loses_nothing_the_client_was_told() {
         budget >= 6,
         "the script made too few writes to mean anything"
     );
+}
+
+fn retained_publish(topic: &str, payload: &[u8]) -> Packet {
+    Packet::Publish(Publish {
+        qos: QoS::AtLeastOnce,
+        retain: true,
+        topic: topic.into(),
+        packet_id: Some(9),
+        payload: payload.to_vec(),
+        ..Publish::default()
+    })
+}
+
+#[test]
+fn a_retained_publish_is_acknowledged_and_routed_once_its_value_is_kept() {
+    let mut rig = Rig::new(empty_disk(1 << 20));
+    let watcher = rig.watcher("state/#");
+    let conn = rig.open();
+    rig.packet(conn, Packet::Connect(connect("setter", false, 0)));
+    rig.take(conn);
+    rig.packet(conn, retained_publish("state/lamp", b"on"));
+    assert!(rig.take(conn).is_empty(), "acknowledged before the commit");
+    assert!(
+        rig.publishes_to(watcher).is_empty(),
+        "routed before the commit"
+    );
+    rig.settle();
+    assert!(
+        matches!(rig.take(conn).as_slice(), [Packet::Puback(ack)] if ack.reason_code == ReasonCode::SUCCESS)
+    );
+    assert_eq!(rig.publishes_to(watcher).len(), 1);
+    assert!(rig
+        .disk
+        .entry(RETAINED_SPACE, "state/lamp")
+        .unwrap()
+        .is_some());
+    // Restarted, the value is served to a new subscriber with RETAIN.
+    let mut rig = Rig::new(rig.crash());
+    let reader = rig.open();
+    rig.packet(reader, Packet::Connect(connect("reader", false, 0)));
+    rig.packet(reader, subscribe("state/#"));
+    let served = rig.publishes_to(reader);
+    assert!(
+        matches!(served.as_slice(), [p] if p.retain && p.payload == b"on"),
+        "{served:?}"
+    );
+    // retention_period removes it from memory and from the provider.
+    rig.tick_to(3_600_000);
+    assert!(rig
+        .disk
+        .entry(RETAINED_SPACE, "state/lamp")
+        .unwrap()
+        .is_none());
+}
+
+#[test]
+fn a_retained_value_its_provider_has_no_room_for_is_refused_0x97_and_not_delivered() {
+    let mut rig = Rig::new(empty_disk(64));
+    let watcher = rig.watcher("state/#");
+    let conn = rig.open();
+    rig.packet(conn, Packet::Connect(connect("setter", false, 0)));
+    rig.take(conn);
+    rig.packet(conn, retained_publish("state/lamp", &[7; 200]));
+    rig.settle();
+    assert!(
+        matches!(rig.take(conn).as_slice(), [Packet::Puback(ack)] if ack.reason_code == ReasonCode::QUOTA_EXCEEDED)
+    );
+    assert!(rig.publishes_to(watcher).is_empty());
+    assert_eq!(rig.broker.retained.len(), 0);
 }

@@ -86,19 +86,23 @@ impl RetainedStore {
         })
     }
 
-    /// Removes values whose publisher's expiry has run out.
-    pub fn expire(&mut self, now_ms: u64) -> usize {
-        let before = self.values.len();
+    /// Removes values whose publisher's expiry has run out, or that were
+    /// set longer than `retention_ms` ago; returns their topics.
+    pub fn expire(&mut self, now_ms: u64, retention_ms: Option<u64>) -> Vec<Box<str>> {
         let mut freed = 0;
-        self.values.retain(|_, m| {
-            let keep = m.remaining_expiry_s(now_ms).is_ok();
+        let mut gone = Vec::new();
+        self.values.retain(|topic, m| {
+            let retained_too_long = retention_ms
+                .is_some_and(|period| now_ms.saturating_sub(m.received_at_unix_ms) >= period);
+            let keep = m.remaining_expiry_s(now_ms).is_ok() && !retained_too_long;
             if !keep {
                 freed += m.cost_bytes();
+                gone.push(topic.clone());
             }
             keep
         });
         self.held_bytes -= freed;
-        before - self.values.len()
+        gone
     }
 }
 
@@ -155,7 +159,14 @@ mod tests {
             2,
             "# does not reach $ topics"
         );
-        assert_eq!(store.expire(10_000), 1);
+        assert_eq!(
+            store.expire(10_000, None),
+            vec![Box::from("home/hall/temp")]
+        );
         assert_eq!(store.len(), 2);
+        // retention_period removes by the time a value was set.
+        assert_eq!(store.expire(10_000, Some(20_000)), Vec::<Box<str>>::new());
+        assert_eq!(store.expire(20_000, Some(20_000)).len(), 2);
+        assert!(store.is_empty());
     }
 }

@@ -73,6 +73,7 @@ pub fn settings_from_config(config: &Config) -> Settings {
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| d.as_millis() as u64),
         ack_commit_interval_ms: config.broker.session.ack_commit_interval_ms,
+        retained_retention_period_s: config.broker.retained.retention_period_s,
         qos2_max_inflight_per_client: config.broker.qos2.max_inflight_per_client,
         qos2_expires_after_ms: u64::from(config.broker.qos2.expires_after_s) * 1000,
         share_expires_after_ms: config
@@ -109,7 +110,9 @@ async fn serve(executor: &'static LocalExecutor<'static>, config: Config) -> io:
     let mut settings = settings_from_config(&config);
     settings.channels = channels;
     settings.session_provider = storage.restored.session_provider;
+    settings.retained_provider = storage.restored.retained_provider;
     let restored_sessions = std::mem::take(&mut storage.restored.sessions);
+    let restored_retained = std::mem::take(&mut storage.restored.retained);
     let limits = config.broker.limits.clone();
     let per_connection_bytes = worst_case_connection_bytes(&settings);
     log::info!(
@@ -163,6 +166,7 @@ async fn serve(executor: &'static LocalExecutor<'static>, config: Config) -> io:
         let mut guard = shared.borrow_mut();
         let state = &mut *guard;
         let now_ms = state.now_ms();
+        state.broker.restore_retained(restored_retained);
         state
             .broker
             .restore_sessions(restored_sessions, now_ms, &mut state.outboxes);

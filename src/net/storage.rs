@@ -27,6 +27,9 @@ pub struct Restored {
     /// Index of the provider `broker.session.storage` names.
     pub session_provider: Option<usize>,
     pub sessions: Vec<(String, Vec<u8>)>,
+    /// Index of the provider `broker.retained.storage` names.
+    pub retained_provider: Option<usize>,
+    pub retained: Vec<(String, Vec<u8>)>,
 }
 
 /// Opens every provider the configuration names, reads where each channel
@@ -89,6 +92,18 @@ pub fn start(config: &Config) -> io::Result<Started> {
                 "sessions kept on {}: {} stored",
                 provider_config.name,
                 restored.sessions.len()
+            );
+        }
+        if config.broker.retained.storage.as_deref() == Some(provider_config.name.as_str()) {
+            let restored = &mut storage.restored;
+            restored.retained_provider = Some(index);
+            restored.retained = provider
+                .entries(crate::core::RETAINED_SPACE)
+                .map_err(to_io)?;
+            log::info!(
+                "retained values kept on {}: {} stored",
+                provider_config.name,
+                restored.retained.len()
             );
         }
         let thread = StorageThread::spawn(
