@@ -297,3 +297,37 @@ fn retained_values_and_their_deletions_survive_a_restart() {
         );
     }
 }
+
+#[test]
+fn an_offline_session_is_sent_after_a_restart_every_qos1_broadcast_published_while_away() {
+    for outage in EVERY_OUTAGE {
+        let dir = TempDir::new("sessions-log");
+        let broker = outage.start(&dir);
+        let (mut keeper, _) = connect(&broker.address(), durable("keeper", 3600));
+        keeper.subscribe("plant/#", QoS::AtLeastOnce);
+        disconnect(&mut keeper);
+        let mut publisher = RawClient::connect(&broker.address(), ProtocolVersion::V5, "pub");
+        for n in 1..=20u16 {
+            publisher.send(&Packet::Publish(Publish {
+                qos: QoS::AtLeastOnce,
+                topic: format!("plant/m{n}"),
+                packet_id: Some(n),
+                payload: n.to_be_bytes().to_vec(),
+                ..Publish::default()
+            }));
+            // Acknowledged once the log holds it.
+            assert!(matches!(
+                publisher.recv(),
+                Received::Packet(Packet::Puback(ack)) if ack.packet_id == n && ack.reason_code.0 == 0
+            ));
+        }
+        drop(publisher);
+        let broker = outage.restart(broker, &dir);
+        let (mut keeper, present) = connect(&broker.address(), durable("keeper", 3600));
+        assert!(present, "{outage:?}");
+        for n in 1..=20u16 {
+            let publish = next_publish(&mut keeper);
+            assert_eq!(publish.topic, format!("plant/m{n}"), "{outage:?}");
+        }
+    }
+}

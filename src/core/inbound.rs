@@ -88,7 +88,10 @@ impl Broker {
         let message = match self.channel_for(&message.topic) {
             Some(_) => message,
             None => match self.retain_after_write(conn, slot, message, now_ms, out) {
-                Some(message) => message,
+                Some(message) => match self.log_before_route(conn, slot, message, now_ms, out) {
+                    Some(message) => message,
+                    None => return,
+                },
                 None => return,
             },
         };
@@ -195,6 +198,7 @@ impl Broker {
         out: &mut impl Transport,
     ) -> Result<(), Refusal> {
         let message = Rc::new(message);
+        self.note_logged(&message);
         if message.retain && self.retained.set(Rc::clone(&message)).is_err() {
             self.stats.retained_refused += 1;
             return Err((ReasonCode::QUOTA_EXCEEDED, "the retained store is full"));

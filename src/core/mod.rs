@@ -6,6 +6,7 @@
 //! clock, opens no socket and spawns nothing, so the same code runs under a
 //! deterministic test with simulated time and under the smol shell.
 
+mod broadcast_log;
 pub mod channel;
 pub mod claims;
 mod connect;
@@ -31,6 +32,7 @@ use std::collections::{HashMap, VecDeque};
 use crate::codec::{
     DecodeError, Disconnect, Packet, Properties, ProtocolVersion, ReasonCode, Will,
 };
+pub use broadcast_log::{read_log, LogAtStart, BROADCAST_SPACE};
 pub use channel::{ChannelSettings, ChannelStart, StoreRequest};
 pub use persist::SESSIONS_SPACE;
 pub use retained_persist::RETAINED_SPACE;
@@ -506,6 +508,7 @@ impl Broker {
         {
             self.last_position_commit_ms = now_ms;
             self.commit_positions(None, out);
+            self.commit_cursors(out);
             // Readers whose storage read could not be queued try again.
             for reader in self.readers.keys() {
                 self.pump_reader(reader, now_ms, out);
@@ -542,6 +545,7 @@ impl Broker {
         // reading as connected, their Wills without a moment.
         self.persist.stopping = true;
         self.commit_positions(None, out);
+        self.commit_cursors(out);
         for conn in self.connections.keys() {
             let active = self
                 .connections

@@ -65,6 +65,8 @@ pub(crate) struct Persistence {
     /// The user name each client id's CONNECT carried, kept with its Will.
     user_names: HashMap<Box<str>, Box<str>>,
     last_retry_ms: u64,
+    /// The broadcast log's offsets and cursors.
+    pub log: super::broadcast_log::BroadcastLog,
 }
 
 /// What follows a session write once it is answered.
@@ -98,6 +100,8 @@ pub(crate) enum Then {
     RetainedBehind {
         topic: Box<str>,
     },
+    /// A QoS 1 broadcast waiting on its log write.
+    Logged(Box<super::broadcast_log::LoggedPublish>),
 }
 
 /// How a session write came back.
@@ -230,6 +234,19 @@ impl Broker {
         };
         if let Write::PutEntry { key, .. } = &write {
             self.persist.stored.insert(key.as_str().into());
+            // What the session acknowledged is stored before its record,
+            // in the same order on the same provider.
+            let session = self.sessions_by_client_id.get(key.as_str()).copied();
+            if let Some(cursor) = session.and_then(|s| self.cursor_write(s)) {
+                let ticket = self.next_ticket();
+                let request = StoreRequest::Commit {
+                    ticket,
+                    writes: vec![cursor],
+                };
+                if !out.store(provider, request) {
+                    return Err(Box::new(then));
+                }
+            }
         }
         self.send_write(provider, write, then, out)
     }
@@ -297,6 +314,16 @@ impl Broker {
             return;
         }
         self.persist.user_names.remove(client_id);
+        if let (Some(cursor), Some(provider)) =
+            (self.cursor_ended(client_id), self.settings.session_provider)
+        {
+            let ticket = self.next_ticket();
+            let request = StoreRequest::Commit {
+                ticket,
+                writes: vec![cursor],
+            };
+            let _ = out.store(provider, request);
+        }
         if !self.persist.stored.remove(client_id) {
             return;
         }
@@ -690,6 +717,10 @@ impl Broker {
         now_ms: u64,
         out: &mut impl Transport,
     ) {
+        if let Then::Logged(logged) = then {
+            self.logged(*logged, Some(completion.answer), now_ms, out);
+            return;
+        }
         let written = written(completion.answer);
         self.finish_session_write(then, written, now_ms, out);
     }
@@ -736,6 +767,7 @@ impl Broker {
                 self.resume_connection(conn, now_ms, out);
             }
             Then::Retained(write) => self.retained_written(*write, written, now_ms, out),
+            Then::Logged(logged) => self.logged(*logged, None, now_ms, out),
             Then::RetainedBehind { topic } => {
                 if !matches!(written, Written::Stored) {
                     log::warn!("the retained value of {topic:?} changed in memory and not in its provider; it is served until the broker stops");
@@ -897,9 +929,12 @@ impl Broker {
     pub fn restore_sessions(
         &mut self,
         entries: Vec<(String, Vec<u8>)>,
+        log: &super::broadcast_log::LogAtStart,
         now_ms: u64,
         out: &mut impl Transport,
     ) {
+        self.restore_log(log);
+        let mut replayed = HashMap::new();
         let now_unix_ms = self.unix_ms(now_ms);
         let (mut restored, mut ended) = (0u64, 0u64);
         for (client_id, bytes) in entries {
@@ -982,6 +1017,7 @@ impl Broker {
                 ended += 1;
             } else {
                 restored += 1;
+                self.replay_log(key, log, &mut replayed, now_ms, out);
                 self.save_session(key, now_ms, out);
             }
         }

@@ -82,8 +82,9 @@ impl Rig {
         let values = rig.disk.entries(RETAINED_SPACE).unwrap();
         rig.broker.restore_retained(values);
         let entries = rig.disk.entries(SESSIONS_SPACE).unwrap();
+        let log = read_log(&rig.disk, &entries, 1 << 20).unwrap();
         rig.broker
-            .restore_sessions(entries, rig.now_ms, &mut rig.wire);
+            .restore_sessions(entries, &log, rig.now_ms, &mut rig.wire);
         rig.settle();
         rig
     }
@@ -701,4 +702,78 @@ fn a_retained_value_its_provider_has_no_room_for_is_refused_0x97_and_not_deliver
     );
     assert!(rig.publishes_to(watcher).is_empty());
     assert_eq!(rig.broker.retained.len(), 0);
+}
+
+fn qos1_publish(topic: &str, packet_id: u16) -> Packet {
+    Packet::Publish(Publish {
+        qos: QoS::AtLeastOnce,
+        topic: topic.into(),
+        packet_id: Some(packet_id),
+        payload: b"m".to_vec(),
+        ..Publish::default()
+    })
+}
+
+#[test]
+fn a_qos1_broadcast_owed_to_a_durable_session_is_logged_before_its_puback_and_replayed_once() {
+    let mut rig = Rig::new(empty_disk(1 << 20));
+    let keeper = rig.open();
+    rig.packet(keeper, Packet::Connect(connect("keeper", true, 3600)));
+    rig.packet(keeper, subscribe("a/#"));
+    rig.packet(keeper, clean_disconnect());
+    rig.settle();
+    let publisher = rig.open();
+    rig.packet(publisher, Packet::Connect(connect("publisher", false, 0)));
+    rig.take(publisher);
+    // Owed to nobody durable: answered at once, nothing written.
+    rig.packet(publisher, qos1_publish("b/1", 1));
+    assert!(rig.wire.queue.is_empty());
+    assert!(matches!(
+        rig.take(publisher).as_slice(),
+        [Packet::Puback(_)]
+    ));
+    rig.packet(publisher, qos1_publish("a/1", 2));
+    rig.packet(publisher, qos1_publish("a/2", 3));
+    assert!(
+        rig.take(publisher).is_empty(),
+        "acknowledged before the log write"
+    );
+    rig.settle();
+    assert_eq!(rig.take(publisher).len(), 2);
+
+    let mut rig = Rig::new(rig.crash());
+    let keeper = rig.open();
+    rig.packet(keeper, Packet::Connect(connect("keeper", true, 3600)));
+    rig.settle();
+    let answers = rig.take(keeper);
+    let topics: Vec<_> = answers
+        .iter()
+        .filter_map(|p| match p {
+            Packet::Publish(p) => Some(p.topic.as_str()),
+            _ => None,
+        })
+        .collect();
+    assert!(matches!(answers.first(), Some(Packet::Connack(c)) if c.session_present));
+    assert_eq!(topics, ["a/1", "a/2"]);
+    // Acknowledged, and the cursor stored within ack_commit_interval: a
+    // crash after that sends neither again.
+    for packet in answers {
+        if let Packet::Publish(p) = packet {
+            let ack = crate::codec::PubAck {
+                packet_id: p.packet_id.unwrap(),
+                ..Default::default()
+            };
+            rig.packet(keeper, Packet::Puback(ack));
+        }
+    }
+    rig.tick_to(200);
+    let mut rig = Rig::new(rig.crash());
+    let keeper = rig.open();
+    rig.packet(keeper, Packet::Connect(connect("keeper", true, 3600)));
+    rig.settle();
+    let answers = rig.take(keeper);
+    assert!(
+        matches!(answers.as_slice(), [Packet::Connack(c)] if c.session_present),
+        "{answers:?}"
+    );
 }

@@ -113,6 +113,7 @@ async fn serve(executor: &'static LocalExecutor<'static>, config: Config) -> io:
     settings.retained_provider = storage.restored.retained_provider;
     let restored_sessions = std::mem::take(&mut storage.restored.sessions);
     let restored_retained = std::mem::take(&mut storage.restored.retained);
+    let restored_log = std::mem::take(&mut storage.restored.log);
     let limits = config.broker.limits.clone();
     let per_connection_bytes = worst_case_connection_bytes(&settings);
     log::info!(
@@ -167,9 +168,12 @@ async fn serve(executor: &'static LocalExecutor<'static>, config: Config) -> io:
         let state = &mut *guard;
         let now_ms = state.now_ms();
         state.broker.restore_retained(restored_retained);
-        state
-            .broker
-            .restore_sessions(restored_sessions, now_ms, &mut state.outboxes);
+        state.broker.restore_sessions(
+            restored_sessions,
+            &restored_log,
+            now_ms,
+            &mut state.outboxes,
+        );
     }
     let mut tasks = Vec::new();
     for listener in listeners {

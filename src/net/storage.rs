@@ -27,6 +27,8 @@ pub struct Restored {
     /// Index of the provider `broker.session.storage` names.
     pub session_provider: Option<usize>,
     pub sessions: Vec<(String, Vec<u8>)>,
+    /// What the broadcast log holds for them.
+    pub log: crate::core::LogAtStart,
     /// Index of the provider `broker.retained.storage` names.
     pub retained_provider: Option<usize>,
     pub retained: Vec<(String, Vec<u8>)>,
@@ -88,10 +90,17 @@ pub fn start(config: &Config) -> io::Result<Started> {
             restored.sessions = provider
                 .entries(crate::core::SESSIONS_SPACE)
                 .map_err(to_io)?;
+            restored.log = crate::core::read_log(
+                provider.as_ref(),
+                &restored.sessions,
+                config.broker.limits.session_queue_bytes,
+            )
+            .map_err(to_io)?;
             log::info!(
-                "sessions kept on {}: {} stored",
+                "sessions kept on {}: {} stored, {} broadcast messages owed to them",
                 provider_config.name,
-                restored.sessions.len()
+                restored.sessions.len(),
+                restored.log.records.len()
             );
         }
         if config.broker.retained.storage.as_deref() == Some(provider_config.name.as_str()) {

@@ -1,0 +1,412 @@
+//! The broadcast log: QoS 1 broadcasts owed to sessions that outlive their
+//! connections, kept once in the session provider as the records of the
+//! internal append space `$broadcast`, with one stored cursor per session
+//! (the lowest offset it still owes an acknowledgement for).
+//!
+//! A QoS 1 broadcast that a durable session's subscription reaches is
+//! appended before it is routed, and its PUBACK follows the commit. Routing
+//! and delivery stay in memory as for any broadcast; the log is what a
+//! restart reads back. Each session's cursor is derived from what it still
+//! holds (waiting or on the wire) and stored every
+//! `broker.session.ack_commit_interval`, before a clean DISCONNECT's record,
+//! and at a graceful stop; the log is trimmed below the lowest cursor.
+//!
+//! At a start, each restored session is queued what lies after its cursor
+//! and matches its subscriptions, within `limits.session_queue_bytes`.
+
+use std::collections::HashMap;
+use std::rc::{Rc, Weak};
+
+use super::channel::{from_stored, publisher_id, to_stored};
+use super::persist::{Then, Written};
+use super::session::{Delivery, Message};
+use super::topic_index::Target;
+use super::{Broker, Key, StoreRequest, Transport};
+use crate::codec::{topic, QoS, ReasonCode};
+use crate::store::{self, Answer, Outcome, TrimRule, Write};
+
+/// The internal append space of the broadcast log.
+pub const BROADCAST_SPACE: &str = "$broadcast";
+
+/// Records removed per trim write.
+const TRIM_BATCH_RECORDS: u32 = 1_000;
+
+/// What the provider held of the log at start.
+#[derive(Debug, Default)]
+pub struct LogAtStart {
+    /// The offset the next record takes.
+    pub next: u64,
+    /// Each session's stored cursor, by client id.
+    pub cursors: HashMap<String, u64>,
+    /// The records from the lowest cursor on, ascending.
+    pub records: Vec<store::Record>,
+}
+
+#[derive(Default)]
+pub(crate) struct BroadcastLog {
+    /// The offset the next record takes, as commits have reported it.
+    next: u64,
+    /// The offset of each logged message memory still holds, by the
+    /// address of its shared message.
+    offsets: HashMap<usize, (Weak<Message>, u64)>,
+    /// Each session's cursor as last stored, by client id.
+    stored: HashMap<Box<str>, u64>,
+    /// The offset of the message being routed now, if it was logged.
+    routing: Option<u64>,
+    /// The floor the last trim asked for.
+    trimmed_to: u64,
+}
+
+/// A QoS 1 broadcast waiting on its log write.
+pub(crate) struct LoggedPublish {
+    conn: Key,
+    slot: Option<u64>,
+    message: Message,
+}
+
+fn address(message: &Rc<Message>) -> usize {
+    Rc::as_ptr(message) as usize
+}
+
+impl Broker {
+    /// Whether a durable session's subscription reaches `message` at QoS 1.
+    fn owed_to_durable(&self, message: &Message) -> bool {
+        if self.settings.session_provider.is_none() || message.qos != QoS::AtLeastOnce {
+            return false;
+        }
+        let mut owed = false;
+        self.index.for_each_match(&message.topic, |subscriber| {
+            let Target::Session(key) = subscriber.target else {
+                return;
+            };
+            if owed || subscriber.options.qos == QoS::AtMostOnce {
+                return;
+            }
+            owed = self.sessions.get(key).is_some_and(|s| {
+                s.expiry_interval_s > 0
+                    && !(subscriber.options.no_local
+                        && message.publisher.as_deref() == Some(&*s.client_id))
+            });
+        });
+        owed
+    }
+
+    /// A QoS 1 broadcast that a durable session is owed is appended to the
+    /// log first; its routing and PUBACK follow the commit. Gives the
+    /// message back when nothing needs logging.
+    pub(crate) fn log_before_route(
+        &mut self,
+        conn: Key,
+        slot: Option<u64>,
+        message: Message,
+        now_ms: u64,
+        out: &mut impl Transport,
+    ) -> Option<Message> {
+        if self.persist.writes_through || !self.owed_to_durable(&message) {
+            return Some(message);
+        }
+        let provider = self.settings.session_provider?;
+        let id = publisher_id(&message)
+            .unwrap_or_else(|| self.id_generator.next_id(message.received_at_unix_ms));
+        let write = Write::Append {
+            channel: BROADCAST_SPACE.to_string(),
+            message: to_stored(&message, &id),
+            channel_max_bytes: None,
+        };
+        let then = Then::Logged(Box::new(LoggedPublish {
+            conn,
+            slot,
+            message,
+        }));
+        if let Err(then) = self.send_write(provider, write, then, out) {
+            self.finish_session_write(*then, Written::Failed, now_ms, out);
+        }
+        None
+    }
+
+    /// The log write came back: the message is routed, its deliveries
+    /// marked with their offset, and the publisher answered.
+    pub(crate) fn logged(
+        &mut self,
+        logged: LoggedPublish,
+        answer: Option<Answer>,
+        now_ms: u64,
+        out: &mut impl Transport,
+    ) {
+        let LoggedPublish {
+            conn,
+            slot,
+            message,
+        } = logged;
+        let outcome = match answer {
+            Some(Answer::Committed(Ok(outcomes))) => outcomes.first().copied(),
+            Some(Answer::Committed(Err(error))) => {
+                log::error!("the broadcast log could not keep a message: {error}");
+                None
+            }
+            _ => None,
+        };
+        let answer = match outcome {
+            Some(Outcome::Appended { offset }) => {
+                self.persist.log.next = self.persist.log.next.max(offset + 1);
+                self.persist.log.routing = Some(offset);
+                let before = std::mem::replace(&mut self.persist.writes_through, true);
+                let routed = self.accept_message(message, now_ms, out);
+                self.persist.writes_through = before;
+                self.persist.log.routing = None;
+                routed
+            }
+            Some(Outcome::Refused(_)) => {
+                // The loss is the sessions', not the publisher's: it is
+                // delivered from memory and kept for nobody past a restart.
+                log::warn!("the broadcast log's provider is full: a message owed to sessions away is kept in memory only");
+                let before = std::mem::replace(&mut self.persist.writes_through, true);
+                let routed = self.accept_message(message, now_ms, out);
+                self.persist.writes_through = before;
+                routed
+            }
+            _ => Err((
+                ReasonCode::IMPLEMENTATION_SPECIFIC_ERROR,
+                "storage could not keep the message for the sessions owed it",
+            )),
+        };
+        if let Some(slot) = slot {
+            if let Err((_, reason)) = answer {
+                self.stats.publishes_refused += 1;
+                log::warn!(
+                    "refusing a publish from {}: {reason}",
+                    self.client_id_of(conn)
+                );
+            }
+            self.complete_puback(conn, slot, answer, now_ms, out);
+        }
+    }
+
+    /// Marks a message being routed with the log offset it was written at.
+    pub(crate) fn note_logged(&mut self, message: &Rc<Message>) {
+        if let Some(offset) = self.persist.log.routing.take() {
+            self.persist
+                .log
+                .offsets
+                .insert(address(message), (Rc::downgrade(message), offset));
+        }
+    }
+
+    fn offset_of(&self, message: &Rc<Message>) -> Option<u64> {
+        self.persist
+            .log
+            .offsets
+            .get(&address(message))
+            .filter(|(weak, _)| weak.as_ptr() == Rc::as_ptr(message))
+            .map(|(_, offset)| *offset)
+    }
+
+    /// The lowest offset a session still owes an acknowledgement for, or
+    /// the log's next when it owes none.
+    fn cursor_of(&self, session_key: Key) -> Option<u64> {
+        let session = self.sessions.get(session_key)?;
+        let owed = session
+            .inflight
+            .values()
+            .map(|f| &f.delivery.message)
+            .chain(session.waiting.iter().map(|d| &d.message))
+            .filter_map(|m| self.offset_of(m))
+            .min();
+        Some(owed.unwrap_or(self.persist.log.next))
+    }
+
+    /// The cursor write of a durable session, where it moved since it was
+    /// last stored.
+    pub(crate) fn cursor_write(&mut self, session_key: Key) -> Option<Write> {
+        let cursor = self.cursor_of(session_key)?;
+        let session = self.sessions.get(session_key)?;
+        if session.expiry_interval_s == 0 || self.persist.log.next == 0 {
+            return None;
+        }
+        if self.persist.log.stored.get(&*session.client_id) == Some(&cursor) {
+            return None;
+        }
+        self.persist
+            .log
+            .stored
+            .insert(session.client_id.as_ref().into(), cursor);
+        Some(Write::SetPosition {
+            channel: BROADCAST_SPACE.to_string(),
+            reader: session.client_id.to_string(),
+            offset: cursor,
+        })
+    }
+
+    /// Stores the cursors that moved and trims the log below the lowest:
+    /// every `ack_commit_interval` and as the broker stops.
+    pub(crate) fn commit_cursors(&mut self, out: &mut impl Transport) {
+        let Some(provider) = self.settings.session_provider else {
+            return;
+        };
+        if self.persist.log.next == 0 {
+            return;
+        }
+        self.persist
+            .log
+            .offsets
+            .retain(|_, (weak, _)| weak.strong_count() > 0);
+        let mut writes = Vec::new();
+        let mut floor = self.persist.log.next;
+        for key in self.sessions.keys() {
+            if self
+                .sessions
+                .get(key)
+                .is_some_and(|s| s.expiry_interval_s > 0)
+            {
+                floor = floor.min(self.cursor_of(key).unwrap_or(floor));
+                writes.extend(self.cursor_write(key));
+            }
+        }
+        if floor > self.persist.log.trimmed_to {
+            self.persist.log.trimmed_to = floor;
+            writes.push(Write::Trim {
+                channel: BROADCAST_SPACE.to_string(),
+                rule: TrimRule::BeforeOffset(floor),
+                max_records: TRIM_BATCH_RECORDS,
+            });
+        }
+        for chunk in writes.chunks(store::MAX_REQUEST_WRITES) {
+            let ticket = self.next_ticket();
+            let request = StoreRequest::Commit {
+                ticket,
+                writes: chunk.to_vec(),
+            };
+            if !out.store(provider, request) {
+                // Written again at the next interval.
+                self.persist.log.stored.clear();
+                self.persist.log.trimmed_to = 0;
+            }
+        }
+    }
+
+    /// A session's cursor goes with its record.
+    pub(crate) fn cursor_ended(&mut self, client_id: &str) -> Option<Write> {
+        self.persist.log.stored.remove(client_id)?;
+        Some(Write::DropPosition {
+            channel: BROADCAST_SPACE.to_string(),
+            reader: client_id.to_string(),
+        })
+    }
+
+    /// Takes in what the provider held of the log at start.
+    pub(crate) fn restore_log(&mut self, log: &LogAtStart) {
+        self.persist.log.next = log.next;
+        for (client_id, &cursor) in &log.cursors {
+            self.persist
+                .log
+                .stored
+                .insert(client_id.as_str().into(), cursor);
+        }
+    }
+
+    /// Queues a restored session what lies after its cursor and matches
+    /// its subscriptions, within its `session_queue_bytes`.
+    pub(crate) fn replay_log(
+        &mut self,
+        session_key: Key,
+        log: &LogAtStart,
+        messages: &mut HashMap<u64, Rc<Message>>,
+        now_ms: u64,
+        out: &mut impl Transport,
+    ) {
+        let Some(session) = self.sessions.get(session_key) else {
+            return;
+        };
+        let Some(&cursor) = log.cursors.get(&*session.client_id) else {
+            return;
+        };
+        let client_id = Rc::clone(&session.client_id);
+        let filters: Vec<_> = session
+            .subscriptions
+            .iter()
+            .filter(|(_, entry)| entry.group.is_none() && entry.options.qos != QoS::AtMostOnce)
+            .map(|(filter, entry)| (filter.clone(), entry.options, entry.subscription_id))
+            .collect();
+        for record in log.records.iter().filter(|r| r.offset >= cursor) {
+            let stored = &record.message;
+            let matching: Vec<_> = filters
+                .iter()
+                .filter(|(filter, options, _)| {
+                    topic::matches(filter, &stored.topic)
+                        && !(options.no_local && stored.publisher.as_deref() == Some(&*client_id))
+                })
+                .collect();
+            if matching.is_empty() {
+                continue;
+            }
+            let message = Rc::clone(
+                messages
+                    .entry(record.offset)
+                    .or_insert_with(|| Rc::new(from_stored(stored))),
+            );
+            self.persist
+                .log
+                .offsets
+                .insert(address(&message), (Rc::downgrade(&message), record.offset));
+            let delivery = Delivery {
+                qos: QoS::AtLeastOnce.min(message.qos),
+                retain: message.retain && matching.iter().any(|(_, o, _)| o.retain_as_published),
+                subscription_ids: matching.iter().filter_map(|(_, _, id)| *id).collect(),
+                group: None,
+                reader: None,
+                message,
+            };
+            self.deliver(session_key, delivery, now_ms, out);
+        }
+    }
+}
+
+/// Reads what the broadcast log holds after the lowest stored cursor, at
+/// most `session_queue_bytes` for each session with a cursor: what a
+/// session may be owed is bounded by that, and a record past it would be
+/// given up at the bound anyway. Run by the shell at start, before the
+/// provider moves to its storage thread.
+pub fn read_log(
+    provider: &dyn store::Provider,
+    sessions: &[(String, Vec<u8>)],
+    session_queue_bytes: u64,
+) -> Result<LogAtStart, store::StoreError> {
+    let state = provider.channel(BROADCAST_SPACE);
+    let mut log = LogAtStart {
+        next: state.next,
+        ..Default::default()
+    };
+    for (client_id, _) in sessions {
+        if let Some(cursor) = provider.position(BROADCAST_SPACE, client_id)? {
+            log.cursors.insert(client_id.clone(), cursor);
+        }
+    }
+    let Some(mut from) = log.cursors.values().min().copied() else {
+        return Ok(log);
+    };
+    let bound_bytes = session_queue_bytes.saturating_mul(log.cursors.len() as u64);
+    let limit = store::ReadLimit {
+        max_records: 1_024,
+        max_bytes: 1024 * 1024,
+    };
+    let mut read_bytes = 0u64;
+    while read_bytes < bound_bytes {
+        match provider.read(BROADCAST_SPACE, from, limit)? {
+            store::Read::Records(batch) => {
+                let Some(last) = batch.records.last() else {
+                    break;
+                };
+                from = last.offset + 1;
+                read_bytes += batch
+                    .records
+                    .iter()
+                    .map(|r| r.message.size_bytes())
+                    .sum::<u64>();
+                log.records.extend(batch.records);
+            }
+            store::Read::BelowFloor { floor } => from = floor,
+            store::Read::PastNext { .. } => break,
+        }
+    }
+    Ok(log)
+}
