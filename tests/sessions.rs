@@ -331,3 +331,73 @@ fn an_offline_session_is_sent_after_a_restart_every_qos1_broadcast_published_whi
         }
     }
 }
+
+#[test]
+fn a_qos2_publish_interrupted_between_pubrec_and_pubrel_completes_once_after_a_restart() {
+    const EVENTS: &str = "channels:\n  events:\n    type: append\n    filter: events/#\n";
+    for outage in EVERY_OUTAGE {
+        let dir = TempDir::new("sessions-qos2");
+        let start = |dir: &TempDir| BrokerProcess::start_in(dir.path(), outage.storage(), EVENTS);
+        let mut broker = start(&dir);
+        for (topic, packet_id) in [("events/a", 7u16), ("plain/b", 8)] {
+            let (mut sender, _) = connect(&broker.address(), durable("sender", 3600));
+            sender.send(&Packet::Publish(Publish {
+                qos: QoS::ExactlyOnce,
+                topic: topic.into(),
+                packet_id: Some(packet_id),
+                payload: b"once".to_vec(),
+                ..Publish::default()
+            }));
+            // Ownership is the broker's from here: the hold is stored.
+            assert!(matches!(
+                sender.recv(),
+                Received::Packet(Packet::Pubrec(ack)) if ack.reason_code.0 == 0
+            ));
+            disconnect(&mut sender);
+        }
+        // A watcher of the broadcast, kept across the restart.
+        let (mut watcher, _) = connect(&broker.address(), durable("watcher", 3600));
+        watcher.subscribe("plain/#", QoS::AtLeastOnce);
+        disconnect(&mut watcher);
+        match outage {
+            Outage::RedbKill => broker.kill(),
+            _ => assert!(broker.terminate().success()),
+        }
+        drop(broker);
+        let broker = start(&dir);
+        let (mut watcher, _) = connect(&broker.address(), durable("watcher", 3600));
+        let (mut sender, present) = connect(&broker.address(), durable("sender", 3600));
+        assert!(present, "{outage:?}");
+        for packet_id in [7u16, 8] {
+            for expected in [0x00, 0x92] {
+                // The second PUBREL finds the exchange complete.
+                sender.send(&Packet::Pubrel(PubAck {
+                    packet_id,
+                    ..PubAck::default()
+                }));
+                assert!(
+                    matches!(sender.recv(), Received::Packet(Packet::Pubcomp(ack))
+                        if ack.packet_id == packet_id && ack.reason_code.0 == expected),
+                    "{outage:?}"
+                );
+            }
+        }
+        // The channel holds the record once, and the broadcast arrived once.
+        let (mut reader, _) = connect(&broker.address(), durable("reader", 3600));
+        reader.subscribe("events/#", QoS::AtLeastOnce);
+        publish_qos1(&broker.address(), "events/marker", b"m");
+        assert_eq!(next_publish(&mut reader).topic, "events/a", "{outage:?}");
+        assert_eq!(
+            next_publish(&mut reader).topic,
+            "events/marker",
+            "{outage:?}"
+        );
+        publish_qos1(&broker.address(), "plain/marker", b"m");
+        assert_eq!(next_publish(&mut watcher).topic, "plain/b", "{outage:?}");
+        assert_eq!(
+            next_publish(&mut watcher).topic,
+            "plain/marker",
+            "{outage:?}"
+        );
+    }
+}

@@ -57,6 +57,14 @@ pub(crate) struct BroadcastLog {
     trimmed_to: u64,
 }
 
+impl BroadcastLog {
+    /// The message routed next was written at `offset`.
+    pub(crate) fn routing_at(&mut self, offset: u64) {
+        self.next = self.next.max(offset + 1);
+        self.routing = Some(offset);
+    }
+}
+
 /// A QoS 1 broadcast waiting on its log write.
 pub(crate) struct LoggedPublish {
     conn: Key,
@@ -70,7 +78,7 @@ fn address(message: &Rc<Message>) -> usize {
 
 impl Broker {
     /// Whether a durable session's subscription reaches `message` at QoS 1.
-    fn owed_to_durable(&self, message: &Message) -> bool {
+    pub(crate) fn owed_to_durable(&self, message: &Message) -> bool {
         if self.settings.session_provider.is_none() || message.qos != QoS::AtLeastOnce {
             return false;
         }

@@ -229,6 +229,8 @@ impl Broker {
         // record); past the bound the storage thread is behind, and a new
         // one is refused rather than held without limit.
         let cost_bytes = message.cost_bytes() * 2;
+        // An exactly-once release takes its stored hold in the same commit.
+        let release_drop = self.persist.release_drop.take();
         if self.pending_publish_bytes > 0
             && self.pending_publish_bytes + cost_bytes > self.pending_publish_max_bytes()
         {
@@ -245,13 +247,9 @@ impl Broker {
         };
         let provider = settings.provider;
         let ticket = self.next_ticket();
-        if !out.store(
-            provider,
-            StoreRequest::Commit {
-                ticket,
-                writes: vec![write],
-            },
-        ) {
+        let mut writes = vec![write];
+        writes.extend(release_drop);
+        if !out.store(provider, StoreRequest::Commit { ticket, writes }) {
             return Err(Box::new(message));
         }
         self.pending_publish_bytes += cost_bytes;
@@ -313,6 +311,8 @@ impl Broker {
                 Err(refusal) => {
                     if let PendingAck::Pubcomp { packet_id } = ack {
                         self.hold_again(conn, packet_id, message, now_ms);
+                        // Its stored hold went with the refused commit.
+                        self.rehold(conn, packet_id, out);
                     }
                     self.answer_publish(conn, ack, Err(refusal), now_ms, out);
                 }
@@ -1127,12 +1127,12 @@ pub(crate) fn release_reader_mark(readers: &mut super::slab::Slab<Reader>, deliv
 /// its publisher is answered with.
 fn commit_answer(result: Result<Vec<Outcome>, store::StoreError>) -> Result<u64, Refusal> {
     match result.as_deref() {
-        Ok([Outcome::Appended { offset }]) => Ok(*offset),
-        Ok([Outcome::Refused(store::Refusal::ChannelFull)]) => Err((
+        Ok([Outcome::Appended { offset }, ..]) => Ok(*offset),
+        Ok([Outcome::Refused(store::Refusal::ChannelFull), ..]) => Err((
             ReasonCode::QUOTA_EXCEEDED,
             "the channel is at its max_bytes",
         )),
-        Ok([Outcome::Refused(_)]) => {
+        Ok([Outcome::Refused(_), ..]) => {
             Err((ReasonCode::QUOTA_EXCEEDED, "the channel's storage is full"))
         }
         Ok(other) => {

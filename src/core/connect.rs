@@ -535,6 +535,14 @@ impl Broker {
             }
         }
         self.stats.qos2_abandoned += session.held_publishes.len() as u64;
+        let drops = session
+            .held_publishes
+            .iter()
+            .filter_map(|(&packet_id, held)| {
+                self.hold_drop_for(&session, packet_id, &held.message.topic)
+            })
+            .collect();
+        self.holds_dropped(drops, out);
         let drop_positions = session.expiry_interval_s > 0 && !session.keep_positions;
         self.drop_readers(session_key, &session.client_id, drop_positions, out);
         // What a shared group handed this session and it did not finish

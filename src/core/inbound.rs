@@ -475,11 +475,8 @@ impl Broker {
             received_at_ms: now_ms,
         };
         session.held_publishes.insert(packet_id, held);
-        let ack = PubAck {
-            packet_id,
-            ..PubAck::default()
-        };
-        self.send(conn, &Packet::Pubrec(ack), out);
+        // Stored first where the session keeps a record.
+        self.pubrec_after_hold(conn, session_key, packet_id, now_ms, out);
     }
 
     pub(crate) fn handle_pubrel(
@@ -511,7 +508,11 @@ impl Broker {
             return;
         };
         if let Some(channel) = self.channel_for(&held.message.topic) {
-            // The record is written now, and PUBCOMP follows its commit.
+            // The record is written now, and PUBCOMP follows its commit; a
+            // stored hold goes in the same commit.
+            self.persist.release_drop = self
+                .hold_drop(session_key, packet_id, &held.message.topic)
+                .map(|(_, write)| write);
             let ack = PendingAck::Pubcomp { packet_id };
             if let Err(message) = self.store_publish(channel, held.message, Some((conn, ack)), out)
             {
@@ -532,7 +533,12 @@ impl Broker {
             self.end_connection(conn, Some(reason), true, now_ms, out);
             return;
         }
-        let accepted = self.accept_message(held.message, now_ms, out);
+        let Some(message) =
+            self.release_after_write(conn, session_key, packet_id, held.message, now_ms, out)
+        else {
+            return;
+        };
+        let accepted = self.accept_message(message, now_ms, out);
         debug_assert!(accepted.is_ok(), "room was checked above");
         let ack = PubAck {
             packet_id,
@@ -543,18 +549,25 @@ impl Broker {
 
     /// Drops exactly-once publishes whose PUBREL has not come within
     /// `broker.qos2.expires_after`.
-    pub(crate) fn expire_held_publishes(&mut self, now_ms: u64) {
+    pub(crate) fn expire_held_publishes(&mut self, now_ms: u64, out: &mut impl Transport) {
         let expires_after_ms = self.settings.qos2_expires_after_ms;
-        let mut abandoned = 0;
+        let mut abandoned = Vec::new();
         for key in self.sessions.keys() {
             let session = self.sessions.get_mut(key).expect("key just listed");
-            let before = session.held_publishes.len();
-            session
-                .held_publishes
-                .retain(|_, held| now_ms.saturating_sub(held.received_at_ms) < expires_after_ms);
-            abandoned += (before - session.held_publishes.len()) as u64;
+            session.held_publishes.retain(|&packet_id, held| {
+                let keep = now_ms.saturating_sub(held.received_at_ms) < expires_after_ms;
+                if !keep {
+                    abandoned.push((key, packet_id, held.message.topic.clone()));
+                }
+                keep
+            });
         }
-        self.stats.qos2_abandoned += abandoned;
+        self.stats.qos2_abandoned += abandoned.len() as u64;
+        let drops = abandoned
+            .iter()
+            .filter_map(|(key, packet_id, topic)| self.hold_drop(*key, *packet_id, topic))
+            .collect();
+        self.holds_dropped(drops, out);
     }
 
     pub(crate) fn handle_puback(

@@ -15,6 +15,7 @@ mod inbound;
 mod persist;
 #[cfg(test)]
 mod persist_tests;
+mod qos2_holds;
 pub mod retained;
 mod retained_persist;
 pub mod seek;
@@ -35,6 +36,7 @@ use crate::codec::{
 pub use broadcast_log::{read_log, LogAtStart, BROADCAST_SPACE};
 pub use channel::{ChannelSettings, ChannelStart, StoreRequest};
 pub use persist::SESSIONS_SPACE;
+pub use qos2_holds::{is_hold_key, StoredHold};
 pub use retained_persist::RETAINED_SPACE;
 use session::Session;
 pub use slab::Key;
@@ -501,7 +503,7 @@ impl Broker {
         }
         self.expire_sessions(now_ms, out);
         self.retry_session_writes(now_ms, out);
-        self.expire_held_publishes(now_ms);
+        self.expire_held_publishes(now_ms, out);
         self.forget_full_budgets(now_ms);
         if now_ms.saturating_sub(self.last_position_commit_ms)
             >= self.settings.ack_commit_interval_ms

@@ -67,6 +67,8 @@ pub(crate) struct Persistence {
     last_retry_ms: u64,
     /// The broadcast log's offsets and cursors.
     pub log: super::broadcast_log::BroadcastLog,
+    /// The removal of a stored hold, to go in the commit of its release.
+    pub release_drop: Option<Write>,
 }
 
 /// What follows a session write once it is answered.
@@ -102,6 +104,8 @@ pub(crate) enum Then {
     },
     /// A QoS 1 broadcast waiting on its log write.
     Logged(Box<super::broadcast_log::LoggedPublish>),
+    /// An exactly-once publish's hold, or its release.
+    Hold(Box<super::qos2_holds::HoldThen>),
 }
 
 /// How a session write came back.
@@ -717,10 +721,15 @@ impl Broker {
         now_ms: u64,
         out: &mut impl Transport,
     ) {
-        if let Then::Logged(logged) = then {
-            self.logged(*logged, Some(completion.answer), now_ms, out);
-            return;
-        }
+        let then = match then {
+            Then::Logged(logged) => {
+                return self.logged(*logged, Some(completion.answer), now_ms, out);
+            }
+            Then::Hold(hold) => {
+                return self.hold_written(*hold, Some(completion.answer), now_ms, out);
+            }
+            then => then,
+        };
         let written = written(completion.answer);
         self.finish_session_write(then, written, now_ms, out);
     }
@@ -768,6 +777,7 @@ impl Broker {
             }
             Then::Retained(write) => self.retained_written(*write, written, now_ms, out),
             Then::Logged(logged) => self.logged(*logged, None, now_ms, out),
+            Then::Hold(hold) => self.hold_written(*hold, None, now_ms, out),
             Then::RetainedBehind { topic } => {
                 if !matches!(written, Written::Stored) {
                     log::warn!("the retained value of {topic:?} changed in memory and not in its provider; it is served until the broker stops");

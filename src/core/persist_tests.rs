@@ -85,6 +85,20 @@ impl Rig {
         let log = read_log(&rig.disk, &entries, 1 << 20).unwrap();
         rig.broker
             .restore_sessions(entries, &log, rig.now_ms, &mut rig.wire);
+        let holds = rig
+            .disk
+            .entries(BROADCAST_SPACE)
+            .unwrap()
+            .into_iter()
+            .filter(|(key, _)| is_hold_key(key))
+            .map(|(key, value)| StoredHold {
+                provider: 0,
+                space: BROADCAST_SPACE.to_string(),
+                key,
+                value,
+            })
+            .collect();
+        rig.broker.restore_holds(holds, rig.now_ms, &mut rig.wire);
         rig.settle();
         rig
     }
@@ -776,4 +790,86 @@ fn a_qos1_broadcast_owed_to_a_durable_session_is_logged_before_its_puback_and_re
         matches!(answers.as_slice(), [Packet::Connack(c)] if c.session_present),
         "{answers:?}"
     );
+}
+
+fn pubrel(packet_id: u16) -> Packet {
+    Packet::Pubrel(crate::codec::PubAck {
+        packet_id,
+        ..Default::default()
+    })
+}
+
+fn qos2_publish(topic: &str, packet_id: u16) -> Packet {
+    Packet::Publish(Publish {
+        qos: QoS::ExactlyOnce,
+        topic: topic.into(),
+        packet_id: Some(packet_id),
+        payload: b"once".to_vec(),
+        ..Publish::default()
+    })
+}
+
+#[test]
+fn an_exactly_once_publish_held_at_a_crash_is_released_once_after_it() {
+    let mut rig = Rig::new(empty_disk(1 << 20));
+    let sender = rig.open();
+    rig.packet(sender, Packet::Connect(connect("sender", true, 3600)));
+    rig.settle();
+    rig.take(sender);
+    rig.packet(sender, qos2_publish("x/1", 5));
+    assert!(
+        rig.take(sender).is_empty(),
+        "PUBREC before the hold was stored"
+    );
+    rig.settle();
+    assert!(
+        matches!(rig.take(sender).as_slice(), [Packet::Pubrec(ack)] if ack.reason_code == ReasonCode::SUCCESS)
+    );
+
+    let mut rig = Rig::new(rig.crash());
+    let watcher = rig.watcher("x/#");
+    let sender = rig.open();
+    rig.packet(sender, Packet::Connect(connect("sender", true, 3600)));
+    rig.settle();
+    assert!(rig.connack(sender).unwrap().session_present);
+    rig.packet(sender, pubrel(5));
+    assert!(
+        rig.publishes_to(watcher).is_empty(),
+        "released before its commit"
+    );
+    rig.settle();
+    assert!(
+        matches!(rig.take(sender).as_slice(), [Packet::Pubcomp(ack)] if ack.reason_code == ReasonCode::SUCCESS)
+    );
+    assert_eq!(rig.publishes_to(watcher).len(), 1);
+
+    // A crash after the release, before its PUBCOMP reached the client:
+    // the PUBREL sent again finds nothing, and nothing is delivered twice.
+    let mut rig = Rig::new(rig.crash());
+    let watcher = rig.watcher("x/#");
+    let sender = rig.open();
+    rig.packet(sender, Packet::Connect(connect("sender", true, 3600)));
+    rig.settle();
+    rig.take(sender);
+    rig.packet(sender, pubrel(5));
+    rig.settle();
+    assert!(matches!(rig.take(sender).as_slice(), [Packet::Pubcomp(ack)]
+        if ack.reason_code == ReasonCode::PACKET_IDENTIFIER_NOT_FOUND));
+    assert!(rig.publishes_to(watcher).is_empty());
+}
+
+#[test]
+fn a_hold_whose_session_did_not_come_back_is_dropped_and_counted_at_the_start() {
+    let mut rig = Rig::new(empty_disk(1 << 20));
+    let sender = rig.open();
+    rig.packet(sender, Packet::Connect(connect("sender", true, 1)));
+    rig.packet(sender, qos2_publish("x/1", 5));
+    rig.settle();
+    rig.broker
+        .handle_connection_lost(sender, rig.now_ms, &mut rig.wire);
+    rig.settle();
+    let rig = Rig::start(rig.crash(), START_UNIX_MS + 5_000);
+    assert_eq!(rig.broker.stats().qos2_abandoned, 1);
+    let left = rig.disk.entries(BROADCAST_SPACE).unwrap();
+    assert!(left.is_empty(), "{left:?}");
 }

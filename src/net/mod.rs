@@ -114,6 +114,7 @@ async fn serve(executor: &'static LocalExecutor<'static>, config: Config) -> io:
     let restored_sessions = std::mem::take(&mut storage.restored.sessions);
     let restored_retained = std::mem::take(&mut storage.restored.retained);
     let restored_log = std::mem::take(&mut storage.restored.log);
+    let restored_holds = std::mem::take(&mut storage.restored.holds);
     let limits = config.broker.limits.clone();
     let per_connection_bytes = worst_case_connection_bytes(&settings);
     log::info!(
@@ -174,6 +175,9 @@ async fn serve(executor: &'static LocalExecutor<'static>, config: Config) -> io:
             now_ms,
             &mut state.outboxes,
         );
+        state
+            .broker
+            .restore_holds(restored_holds, now_ms, &mut state.outboxes);
     }
     let mut tasks = Vec::new();
     for listener in listeners {

@@ -29,6 +29,8 @@ pub struct Restored {
     pub sessions: Vec<(String, Vec<u8>)>,
     /// What the broadcast log holds for them.
     pub log: crate::core::LogAtStart,
+    /// Exactly-once publishes held unreleased at the stop, wherever kept.
+    pub holds: Vec<crate::core::StoredHold>,
     /// Index of the provider `broker.retained.storage` names.
     pub retained_provider: Option<usize>,
     pub retained: Vec<(String, Vec<u8>)>,
@@ -83,6 +85,13 @@ pub fn start(config: &Config) -> io::Result<Started> {
                 state.next
             );
             channels.push(channel_settings(channel, index, state.next, state.floor));
+            read_holds(
+                provider.as_ref(),
+                index,
+                &channel.name,
+                &mut storage.restored.holds,
+            )
+            .map_err(to_io)?;
         }
         if config.broker.session.storage.as_deref() == Some(provider_config.name.as_str()) {
             let restored = &mut storage.restored;
@@ -94,6 +103,13 @@ pub fn start(config: &Config) -> io::Result<Started> {
                 provider.as_ref(),
                 &restored.sessions,
                 config.broker.limits.session_queue_bytes,
+            )
+            .map_err(to_io)?;
+            read_holds(
+                provider.as_ref(),
+                index,
+                crate::core::BROADCAST_SPACE,
+                &mut restored.holds,
             )
             .map_err(to_io)?;
             log::info!(
@@ -128,6 +144,26 @@ pub fn start(config: &Config) -> io::Result<Started> {
     // The core addresses channels in configuration order.
     channels.sort_by_key(|c| config.channels.iter().position(|d| d.name == c.name));
     Ok((storage, channels, receiver))
+}
+
+/// The exactly-once publishes a space holds unreleased.
+fn read_holds(
+    provider: &dyn store::Provider,
+    index: usize,
+    space: &str,
+    holds: &mut Vec<crate::core::StoredHold>,
+) -> Result<(), store::StoreError> {
+    for (key, value) in provider.entries(space)? {
+        if crate::core::is_hold_key(&key) {
+            holds.push(crate::core::StoredHold {
+                provider: index,
+                space: space.to_string(),
+                key,
+                value,
+            });
+        }
+    }
+    Ok(())
 }
 
 fn channel_settings(

@@ -1,0 +1,386 @@
+//! Exactly-once publishes held between PUBREC and PUBREL, for a session
+//! that outlives its connection: kept as a keyed entry in the store the
+//! release writes to - the channel's own entry space for a channel topic,
+//! the broadcast log's for a broadcast - so the release (the record, and
+//! the hold's removal) is one commit in one provider, and a crash leaves
+//! either the hold or the record, never both and never neither.
+//!
+//! The PUBREC follows the hold's commit. A restart gives each restored
+//! session back its holds, so the PUBREL its client sends again completes
+//! the exchange once; a hold whose session did not come back is dropped
+//! and counted as abandoned.
+
+use std::rc::Rc;
+
+use super::broadcast_log::BROADCAST_SPACE;
+use super::channel::{from_stored, publisher_id, to_stored};
+use super::persist::{Then, Written};
+use super::session::{HeldPublish, Message};
+use super::{Broker, Key, Transport};
+use crate::codec::{Packet, PubAck, ReasonCode};
+use crate::store::{encoding, Answer, Outcome, Write};
+
+/// Leads every hold's key, so holds never meet another use of a space.
+const HOLD_PREFIX: &str = "$qos2\u{0}";
+
+/// A hold as a provider kept it, read at start.
+#[derive(Debug)]
+pub struct StoredHold {
+    pub provider: usize,
+    /// The space it sits in: a channel's name, or the broadcast log's.
+    pub space: String,
+    pub key: String,
+    pub value: Vec<u8>,
+}
+
+/// Whether an entry key is a hold's.
+pub fn is_hold_key(key: &str) -> bool {
+    key.starts_with(HOLD_PREFIX)
+}
+
+fn hold_key(client_id: &str, packet_id: u16) -> String {
+    format!("{HOLD_PREFIX}{client_id}\u{0}{packet_id}")
+}
+
+fn parse_hold_key(key: &str) -> Option<(&str, u16)> {
+    let rest = key.strip_prefix(HOLD_PREFIX)?;
+    let (client_id, packet_id) = rest.rsplit_once('\u{0}')?;
+    Some((client_id, packet_id.parse().ok()?))
+}
+
+/// What waits on a hold's write.
+pub(crate) enum HoldThen {
+    /// The PUBREC, once the hold is stored.
+    Pubrec { conn: Key, packet_id: u16 },
+    /// A broadcast's release: routed and answered PUBCOMP once the hold is
+    /// gone and, where a durable session is owed it, the log holds it.
+    Release {
+        conn: Key,
+        packet_id: u16,
+        message: Box<Message>,
+        logged: bool,
+    },
+}
+
+impl Broker {
+    /// The provider and space a hold for `topic` is kept in.
+    fn hold_place(&self, topic: &str) -> Option<(usize, String)> {
+        match self.channel_for(topic) {
+            Some(channel) => {
+                let settings = &self.channels[channel].settings;
+                Some((settings.provider, settings.name.clone()))
+            }
+            None => Some((self.settings.session_provider?, BROADCAST_SPACE.to_string())),
+        }
+    }
+
+    fn holds_stored(&self, session_key: Key) -> bool {
+        self.keeps_record(session_key)
+    }
+
+    /// The write that stores a held publish, where its session keeps
+    /// a record.
+    fn hold_write(&mut self, session_key: Key, packet_id: u16) -> Option<(usize, Write)> {
+        if !self.holds_stored(session_key) {
+            return None;
+        }
+        let session = self.sessions.get(session_key)?;
+        let client_id = Rc::clone(&session.client_id);
+        let message = &session.held_publishes.get(&packet_id)?.message;
+        let (provider, space) = self.hold_place(&message.topic)?;
+        let stored_id = publisher_id(message);
+        let received_at_ms = message.received_at_unix_ms;
+        let id = stored_id.unwrap_or_else(|| self.id_generator.next_id(received_at_ms));
+        let message = &self.sessions.get(session_key)?.held_publishes[&packet_id].message;
+        let value = encoding::message_bytes(&to_stored(message, &id));
+        Some((
+            provider,
+            Write::PutEntry {
+                channel: space,
+                key: hold_key(&client_id, packet_id),
+                value,
+                use_reserve: false,
+            },
+        ))
+    }
+
+    /// Sends the PUBREC of a publish just held: at once for a session kept
+    /// in memory only, after the hold's commit for one that keeps a record.
+    pub(crate) fn pubrec_after_hold(
+        &mut self,
+        conn: Key,
+        session_key: Key,
+        packet_id: u16,
+        now_ms: u64,
+        out: &mut impl Transport,
+    ) {
+        let Some((provider, write)) = self.hold_write(session_key, packet_id) else {
+            let ack = PubAck {
+                packet_id,
+                ..PubAck::default()
+            };
+            self.send(conn, &Packet::Pubrec(ack), out);
+            return;
+        };
+        let then = Then::Hold(Box::new(HoldThen::Pubrec { conn, packet_id }));
+        if let Err(then) = self.send_write(provider, write, then, out) {
+            self.finish_session_write(*then, Written::Failed, now_ms, out);
+        }
+    }
+
+    /// Stores again a hold whose release was refused: the refused commit
+    /// took the stored hold with it. Nobody waits on it.
+    pub(crate) fn rehold(&mut self, conn: Key, packet_id: u16, out: &mut impl Transport) {
+        let Some(session_key) = self.session_of(conn) else {
+            return;
+        };
+        if let Some((provider, write)) = self.hold_write(session_key, packet_id) {
+            let ticket = self.next_ticket();
+            let request = super::StoreRequest::Commit {
+                ticket,
+                writes: vec![write],
+            };
+            if !out.store(provider, request) {
+                log::warn!("storage is behind: a held exactly-once publish is held in memory only");
+            }
+        }
+    }
+
+    /// The write that removes a hold, for a release or an ending.
+    pub(crate) fn hold_drop(
+        &self,
+        session_key: Key,
+        packet_id: u16,
+        topic: &str,
+    ) -> Option<(usize, Write)> {
+        self.hold_drop_for(self.sessions.get(session_key)?, packet_id, topic)
+    }
+
+    /// The same, for a session already taken out of the table.
+    pub(crate) fn hold_drop_for(
+        &self,
+        session: &super::session::Session,
+        packet_id: u16,
+        topic: &str,
+    ) -> Option<(usize, Write)> {
+        self.settings.session_provider?;
+        if session.expiry_interval_s == 0 {
+            return None;
+        }
+        let (provider, space) = self.hold_place(topic)?;
+        Some((
+            provider,
+            Write::DropEntry {
+                channel: space,
+                key: hold_key(&session.client_id, packet_id),
+            },
+        ))
+    }
+
+    /// Removes holds that will never be released (their session ended,
+    /// or they outlived `broker.qos2.expires_after`). Nobody waits.
+    pub(crate) fn holds_dropped(&mut self, drops: Vec<(usize, Write)>, out: &mut impl Transport) {
+        for (provider, write) in drops {
+            let ticket = self.next_ticket();
+            let request = super::StoreRequest::Commit {
+                ticket,
+                writes: vec![write],
+            };
+            if !out.store(provider, request) {
+                log::warn!("storage is behind: an abandoned exactly-once publish stays stored until the next start");
+            }
+        }
+    }
+
+    /// A broadcast's release for a session whose hold is stored: the log
+    /// append (where a durable session is owed it) and the hold's removal
+    /// are one commit, and the PUBCOMP follows it. Gives the message back
+    /// when the hold is in memory only.
+    pub(crate) fn release_after_write(
+        &mut self,
+        conn: Key,
+        session_key: Key,
+        packet_id: u16,
+        message: Message,
+        now_ms: u64,
+        out: &mut impl Transport,
+    ) -> Option<Message> {
+        let Some((provider, drop)) = self.hold_drop(session_key, packet_id, &message.topic) else {
+            return Some(message);
+        };
+        let mut writes = Vec::new();
+        // Only QoS 1 is logged (rfcs/0007), so a QoS 2 release is not; the
+        // commit's shape still allows it.
+        let logged = self.owed_to_durable(&message);
+        if logged {
+            let id = publisher_id(&message)
+                .unwrap_or_else(|| self.id_generator.next_id(message.received_at_unix_ms));
+            writes.push(Write::Append {
+                channel: BROADCAST_SPACE.to_string(),
+                message: to_stored(&message, &id),
+                channel_max_bytes: None,
+            });
+        }
+        writes.push(drop);
+        let ticket = self.next_ticket();
+        let request = super::StoreRequest::Commit { ticket, writes };
+        let then = Then::Hold(Box::new(HoldThen::Release {
+            conn,
+            packet_id,
+            message: Box::new(message),
+            logged,
+        }));
+        if out.store(provider, request) {
+            self.persist.track(ticket, then);
+        } else {
+            self.finish_session_write(then, Written::Failed, now_ms, out);
+        }
+        None
+    }
+
+    /// A hold's write came back.
+    pub(crate) fn hold_written(
+        &mut self,
+        then: HoldThen,
+        answer: Option<Answer>,
+        now_ms: u64,
+        out: &mut impl Transport,
+    ) {
+        let outcomes = match answer {
+            Some(Answer::Committed(Ok(outcomes))) => Some(outcomes),
+            Some(Answer::Committed(Err(error))) => {
+                log::error!("an exactly-once publish could not be stored: {error}");
+                None
+            }
+            _ => None,
+        };
+        match then {
+            HoldThen::Pubrec { conn, packet_id } => {
+                let mut ack = PubAck {
+                    packet_id,
+                    ..PubAck::default()
+                };
+                match outcomes.as_deref() {
+                    Some([Outcome::EntryPut]) => {}
+                    refused => {
+                        // Refused before ownership is taken: nothing is held.
+                        if let Some(session) =
+                            self.session_of(conn).and_then(|s| self.sessions.get_mut(s))
+                        {
+                            session.held_publishes.remove(&packet_id);
+                        }
+                        let (code, reason) = match refused {
+                            Some([Outcome::Refused(_)]) => (
+                                ReasonCode::QUOTA_EXCEEDED,
+                                "the store has no room for the exchange",
+                            ),
+                            _ => (
+                                ReasonCode::IMPLEMENTATION_SPECIFIC_ERROR,
+                                "the store could not keep the exchange",
+                            ),
+                        };
+                        ack.reason_code = code;
+                        ack.properties.reason_string = self.reason_string(conn, reason);
+                    }
+                }
+                self.send(conn, &Packet::Pubrec(ack), out);
+            }
+            HoldThen::Release {
+                conn,
+                packet_id,
+                message,
+                logged,
+            } => {
+                let offset = match outcomes.as_deref() {
+                    Some([Outcome::Appended { offset }, Outcome::EntryDropped { .. }])
+                        if logged =>
+                    {
+                        Some(Some(*offset))
+                    }
+                    Some([Outcome::Refused(_), Outcome::EntryDropped { .. }]) if logged => {
+                        Some(None)
+                    }
+                    Some([Outcome::EntryDropped { .. }]) if !logged => Some(None),
+                    _ => None,
+                };
+                let Some(offset) = offset else {
+                    // Not written: the message stays held, and the PUBREL
+                    // on the next connection releases it.
+                    if let Some(session_key) = self.session_of(conn) {
+                        if let Some(session) = self.sessions.get_mut(session_key) {
+                            let held = HeldPublish {
+                                message: *message,
+                                received_at_ms: now_ms,
+                            };
+                            session.held_publishes.insert(packet_id, held);
+                        }
+                    }
+                    let reason = (
+                        ReasonCode::IMPLEMENTATION_SPECIFIC_ERROR,
+                        "the release could not be stored",
+                    );
+                    self.end_connection(conn, Some(reason), true, now_ms, out);
+                    return;
+                };
+                if let Some(offset) = offset {
+                    self.persist.log.routing_at(offset);
+                }
+                let before = std::mem::replace(&mut self.persist.writes_through, true);
+                let routed = self.accept_message(*message, now_ms, out);
+                self.persist.writes_through = before;
+                if let Err((_, reason)) = routed {
+                    log::warn!("a released exactly-once publish was not routed: {reason}");
+                }
+                let ack = PubAck {
+                    packet_id,
+                    ..PubAck::default()
+                };
+                self.send(conn, &Packet::Pubcomp(ack), out);
+            }
+        }
+    }
+
+    /// Gives restored sessions back the exactly-once publishes they held;
+    /// a hold whose session did not come back is dropped and counted.
+    pub fn restore_holds(&mut self, holds: Vec<StoredHold>, now_ms: u64, out: &mut impl Transport) {
+        let (mut restored, mut abandoned) = (0u64, Vec::new());
+        for hold in holds {
+            let parsed = parse_hold_key(&hold.key).and_then(|(client_id, packet_id)| {
+                let session = *self.sessions_by_client_id.get(client_id)?;
+                Some((session, packet_id))
+            });
+            let message = encoding::message_from_bytes(&hold.value)
+                .ok()
+                .map(|m| from_stored(&m));
+            match (parsed, message) {
+                (Some((session_key, packet_id)), Some(message)) => {
+                    if let Some(session) = self.sessions.get_mut(session_key) {
+                        let held = HeldPublish {
+                            message,
+                            received_at_ms: now_ms,
+                        };
+                        session.held_publishes.insert(packet_id, held);
+                        restored += 1;
+                    }
+                }
+                _ => {
+                    abandoned.push((
+                        hold.provider,
+                        Write::DropEntry {
+                            channel: hold.space,
+                            key: hold.key,
+                        },
+                    ));
+                }
+            }
+        }
+        self.stats.qos2_abandoned += abandoned.len() as u64;
+        if restored + abandoned.len() as u64 > 0 {
+            log::info!(
+                "exactly-once publishes held at the stop: {restored} restored, {} abandoned",
+                abandoned.len()
+            );
+        }
+        self.holds_dropped(abandoned, out);
+    }
+}
