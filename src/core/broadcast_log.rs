@@ -28,6 +28,15 @@ use crate::store::{self, Answer, Outcome, TrimRule, Write};
 /// The internal append space of the broadcast log.
 pub const BROADCAST_SPACE: &str = "$broadcast";
 
+/// Leads a shared group's cursor name; a client id holds no NUL, so it
+/// never meets a session's.
+const GROUP_READER_PREFIX: &str = "\u{0}share\u{0}";
+
+/// The name a shared group's cursor is stored under.
+fn group_reader(share_name: &str, filter: &str) -> String {
+    format!("{GROUP_READER_PREFIX}{share_name}\u{0}{filter}")
+}
+
 /// Records removed per trim write.
 const TRIM_BATCH_RECORDS: u32 = 1_000;
 
@@ -84,8 +93,13 @@ impl Broker {
         }
         let mut owed = false;
         self.index.for_each_match(&message.topic, |subscriber| {
-            let Target::Session(key) = subscriber.target else {
-                return;
+            let key = match subscriber.target {
+                Target::Session(key) => key,
+                Target::Group(group) => {
+                    // A group keeps a backlog for a member that can come back.
+                    owed |= self.group_is_durable(group);
+                    return;
+                }
             };
             if owed || subscriber.options.qos == QoS::AtMostOnce {
                 return;
@@ -190,6 +204,43 @@ impl Broker {
         }
     }
 
+    /// Whether a member of the group outlives its connection, so the
+    /// group keeps a cursor in the log.
+    pub(crate) fn group_is_durable(&self, group_key: Key) -> bool {
+        self.groups.get(group_key).is_some_and(|g| {
+            g.members.iter().any(|m| {
+                self.sessions
+                    .get(m.session)
+                    .is_some_and(|s| s.expiry_interval_s > 0 && m.options.qos != QoS::AtMostOnce)
+            })
+        })
+    }
+
+    /// The lowest offset a group still owes: in its backlog, or handed to
+    /// a member and not yet acknowledged by it.
+    fn group_cursor(&self, group_key: Key) -> Option<u64> {
+        let group = self.groups.get(group_key)?;
+        let handed = group
+            .members
+            .iter()
+            .filter_map(|m| self.sessions.get(m.session))
+            .flat_map(|s| {
+                s.inflight
+                    .values()
+                    .map(|f| &f.delivery)
+                    .chain(s.waiting.iter())
+                    .filter(|d| d.group == Some(group_key))
+                    .map(|d| &d.message)
+            });
+        let owed = group
+            .backlog
+            .iter()
+            .chain(handed)
+            .filter_map(|m| self.offset_of(m))
+            .min();
+        Some(owed.unwrap_or(self.persist.log.next))
+    }
+
     /// Marks a message being routed with the log offset it was written at.
     pub(crate) fn note_logged(&mut self, message: &Rc<Message>) {
         if let Some(offset) = self.persist.log.routing.take() {
@@ -270,6 +321,48 @@ impl Broker {
                 writes.extend(self.cursor_write(key));
             }
         }
+        let mut live_groups = Vec::new();
+        for key in self.groups.keys() {
+            if !self.group_is_durable(key) {
+                continue;
+            }
+            let group = self.groups.get(key).expect("key just listed");
+            let reader = group_reader(&group.share_name, &group.filter);
+            let Some(cursor) = self.group_cursor(key) else {
+                continue;
+            };
+            floor = floor.min(cursor);
+            if self.persist.log.stored.get(reader.as_str()) != Some(&cursor) {
+                self.persist
+                    .log
+                    .stored
+                    .insert(reader.as_str().into(), cursor);
+                writes.push(Write::SetPosition {
+                    channel: BROADCAST_SPACE.to_string(),
+                    reader: reader.clone(),
+                    offset: cursor,
+                });
+            }
+            live_groups.push(reader);
+        }
+        // A group that ended, or kept no durable member, takes its cursor.
+        let ended: Vec<Box<str>> = self
+            .persist
+            .log
+            .stored
+            .keys()
+            .filter(|r| {
+                r.starts_with(GROUP_READER_PREFIX) && !live_groups.iter().any(|l| **l == ***r)
+            })
+            .cloned()
+            .collect();
+        for reader in ended {
+            self.persist.log.stored.remove(&reader);
+            writes.push(Write::DropPosition {
+                channel: BROADCAST_SPACE.to_string(),
+                reader: reader.to_string(),
+            });
+        }
         if floor > self.persist.log.trimmed_to {
             self.persist.log.trimmed_to = floor;
             writes.push(Write::Trim {
@@ -309,6 +402,50 @@ impl Broker {
                 .log
                 .stored
                 .insert(client_id.as_str().into(), cursor);
+        }
+    }
+
+    /// Gives each restored shared group with a stored cursor its backlog:
+    /// what lies after the cursor and matches its filter, in order.
+    pub(crate) fn replay_groups(
+        &mut self,
+        log: &LogAtStart,
+        messages: &mut HashMap<u64, Rc<Message>>,
+        now_ms: u64,
+        out: &mut impl Transport,
+    ) {
+        for key in self.groups.keys() {
+            let Some(group) = self.groups.get(key) else {
+                continue;
+            };
+            let reader = group_reader(&group.share_name, &group.filter);
+            let Some(&cursor) = log.cursors.get(&reader) else {
+                continue;
+            };
+            let filter = group.filter.clone();
+            let mut backlog = Vec::new();
+            for record in log.records.iter().filter(|r| r.offset >= cursor) {
+                if !topic::matches(&filter, &record.message.topic) {
+                    continue;
+                }
+                let message = Rc::clone(
+                    messages
+                        .entry(record.offset)
+                        .or_insert_with(|| Rc::new(from_stored(&record.message))),
+                );
+                self.persist
+                    .log
+                    .offsets
+                    .insert(address(&message), (Rc::downgrade(&message), record.offset));
+                backlog.push(message);
+            }
+            if let Some(group) = self.groups.get_mut(key) {
+                for message in backlog {
+                    group.backlog_bytes += message.cost_bytes();
+                    group.backlog.push_back(message);
+                }
+            }
+            self.drain_group(key, now_ms, out);
         }
     }
 
@@ -384,9 +521,21 @@ pub fn read_log(
         next: state.next,
         ..Default::default()
     };
-    for (client_id, _) in sessions {
+    for (client_id, bytes) in sessions {
         if let Some(cursor) = provider.position(BROADCAST_SPACE, client_id)? {
             log.cursors.insert(client_id.clone(), cursor);
+        }
+        // The shared groups its record holds keep cursors of their own.
+        let Ok(record) = super::session_record::SessionRecord::from_bytes(bytes) else {
+            continue;
+        };
+        for subscription in &record.subscriptions {
+            if let Some(Ok(shared)) = topic::parse_shared(&subscription.filter) {
+                let reader = group_reader(shared.share_name, shared.filter);
+                if let Some(cursor) = provider.position(BROADCAST_SPACE, &reader)? {
+                    log.cursors.insert(reader, cursor);
+                }
+            }
         }
     }
     let Some(mut from) = log.cursors.values().min().copied() else {

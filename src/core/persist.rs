@@ -1031,6 +1031,7 @@ impl Broker {
                 self.save_session(key, now_ms, out);
             }
         }
+        self.replay_groups(log, &mut replayed, now_ms, out);
         if restored + ended > 0 {
             log::info!("sessions restored: {restored}; ended at start: {ended}");
         }

@@ -873,3 +873,40 @@ fn a_hold_whose_session_did_not_come_back_is_dropped_and_counted_at_the_start() 
     let left = rig.disk.entries(BROADCAST_SPACE).unwrap();
     assert!(left.is_empty(), "{left:?}");
 }
+
+#[test]
+fn a_shared_groups_backlog_kept_for_a_durable_member_survives_a_crash() {
+    let mut rig = Rig::new(empty_disk(1 << 20));
+    let worker = rig.open();
+    rig.packet(worker, Packet::Connect(connect("worker", true, 3600)));
+    rig.packet(worker, subscribe("$share/g/jobs/#"));
+    rig.packet(worker, clean_disconnect());
+    rig.settle();
+    let publisher = rig.open();
+    rig.packet(publisher, Packet::Connect(connect("publisher", false, 0)));
+    rig.take(publisher);
+    rig.packet(publisher, qos1_publish("jobs/1", 1));
+    rig.packet(publisher, qos1_publish("jobs/2", 2));
+    assert!(
+        rig.take(publisher).is_empty(),
+        "acknowledged before the log write"
+    );
+    rig.settle();
+    assert_eq!(rig.take(publisher).len(), 2);
+    rig.tick_to(200);
+
+    let mut rig = Rig::new(rig.crash());
+    let worker = rig.open();
+    rig.packet(worker, Packet::Connect(connect("worker", true, 3600)));
+    rig.settle();
+    let answers = rig.take(worker);
+    assert!(matches!(answers.first(), Some(Packet::Connack(c)) if c.session_present));
+    let topics: Vec<_> = answers
+        .iter()
+        .filter_map(|p| match p {
+            Packet::Publish(p) => Some(p.topic.as_str()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(topics, ["jobs/1", "jobs/2"]);
+}
