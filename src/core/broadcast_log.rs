@@ -19,11 +19,11 @@ use std::rc::{Rc, Weak};
 
 use super::channel::{from_stored, publisher_id, to_stored};
 use super::persist::{Then, Written};
-use super::session::{Delivery, Message};
+use super::session::{Delivery, InFlight, Message, OutboundStage};
 use super::topic_index::Target;
 use super::{Broker, Key, StoreRequest, Transport};
 use crate::codec::{topic, QoS, ReasonCode};
-use crate::store::{self, Answer, Outcome, TrimRule, Write};
+use crate::store::{self, encoding, Answer, Outcome, TrimRule, Write};
 
 /// The internal append space of the broadcast log.
 pub const BROADCAST_SPACE: &str = "$broadcast";
@@ -37,6 +37,35 @@ fn group_reader(share_name: &str, filter: &str) -> String {
     format!("{GROUP_READER_PREFIX}{share_name}\u{0}{filter}")
 }
 
+/// Leads a session's window entry in the log's entry space.
+const WINDOW_PREFIX: &str = "$window\u{0}";
+
+fn window_key(client_id: &str) -> String {
+    format!("{WINDOW_PREFIX}{client_id}")
+}
+
+fn window_bytes(window: &[(u16, u64)]) -> Vec<u8> {
+    let mut e = encoding::Encoder::with_capacity(4 + window.len() * 12);
+    e.u32(window.len() as u32);
+    for &(packet_id, offset) in window {
+        e.u32(u32::from(packet_id));
+        e.u64(offset);
+    }
+    e.buf
+}
+
+fn window_from_bytes(bytes: &[u8]) -> Option<Vec<(u16, u64)>> {
+    let mut d = encoding::Decoder::new(bytes);
+    let count = d.count("a window", 12).ok()?;
+    let mut window = Vec::with_capacity(count);
+    for _ in 0..count {
+        let packet_id = u16::try_from(d.u32("a packet identifier").ok()?).ok()?;
+        window.push((packet_id, d.u64("an offset").ok()?));
+    }
+    d.finish("a window").ok()?;
+    Some(window)
+}
+
 /// Records removed per trim write.
 const TRIM_BATCH_RECORDS: u32 = 1_000;
 
@@ -47,6 +76,8 @@ pub struct LogAtStart {
     pub next: u64,
     /// Each session's stored cursor, by client id.
     pub cursors: HashMap<String, u64>,
+    /// Each session's stored window: packet identifier and log offset.
+    pub windows: HashMap<String, Vec<(u16, u64)>>,
     /// The records from the lowest cursor on, ascending.
     pub records: Vec<store::Record>,
 }
@@ -60,6 +91,8 @@ pub(crate) struct BroadcastLog {
     offsets: HashMap<usize, (Weak<Message>, u64)>,
     /// Each session's cursor as last stored, by client id.
     stored: HashMap<Box<str>, u64>,
+    /// Each session's window as last stored, by client id.
+    windows: HashMap<Box<str>, Vec<(u16, u64)>>,
     /// The offset of the message being routed now, if it was logged.
     routing: Option<u64>,
     /// The floor the last trim asked for.
@@ -274,26 +307,60 @@ impl Broker {
         Some(owed.unwrap_or(self.persist.log.next))
     }
 
-    /// The cursor write of a durable session, where it moved since it was
-    /// last stored.
-    pub(crate) fn cursor_write(&mut self, session_key: Key) -> Option<Write> {
-        let cursor = self.cursor_of(session_key)?;
-        let session = self.sessions.get(session_key)?;
+    /// The writes of a durable session's cursor and window, where they
+    /// moved since they were last stored.
+    pub(crate) fn cursor_writes(&mut self, session_key: Key) -> Vec<Write> {
+        let mut writes = Vec::new();
+        let Some(cursor) = self.cursor_of(session_key) else {
+            return writes;
+        };
+        let window = self.window_of(session_key);
+        let Some(session) = self.sessions.get(session_key) else {
+            return writes;
+        };
         if session.expiry_interval_s == 0 || self.persist.log.next == 0 {
-            return None;
+            return writes;
         }
-        if self.persist.log.stored.get(&*session.client_id) == Some(&cursor) {
-            return None;
+        let client_id: Box<str> = session.client_id.as_ref().into();
+        if self.persist.log.stored.get(&client_id) != Some(&cursor) {
+            self.persist.log.stored.insert(client_id.clone(), cursor);
+            writes.push(Write::SetPosition {
+                channel: BROADCAST_SPACE.to_string(),
+                reader: client_id.to_string(),
+                offset: cursor,
+            });
         }
-        self.persist
-            .log
-            .stored
-            .insert(session.client_id.as_ref().into(), cursor);
-        Some(Write::SetPosition {
-            channel: BROADCAST_SPACE.to_string(),
-            reader: session.client_id.to_string(),
-            offset: cursor,
-        })
+        let stored_window = self.persist.log.windows.get(&client_id);
+        if stored_window.map_or(!window.is_empty(), |w| *w != window) {
+            writes.push(if window.is_empty() {
+                Write::DropEntry {
+                    channel: BROADCAST_SPACE.to_string(),
+                    key: window_key(&client_id),
+                }
+            } else {
+                Write::PutEntry {
+                    channel: BROADCAST_SPACE.to_string(),
+                    key: window_key(&client_id),
+                    value: window_bytes(&window),
+                    use_reserve: true,
+                }
+            });
+            self.persist.log.windows.insert(client_id, window);
+        }
+        writes
+    }
+
+    /// The packet identifiers a session's logged messages are on the wire
+    /// under, so a restart sends them again under the same ones.
+    fn window_of(&self, session_key: Key) -> Vec<(u16, u64)> {
+        let Some(session) = self.sessions.get(session_key) else {
+            return Vec::new();
+        };
+        session
+            .inflight
+            .iter()
+            .filter_map(|(&packet_id, f)| Some((packet_id, self.offset_of(&f.delivery.message)?)))
+            .collect()
     }
 
     /// Stores the cursors that moved and trims the log below the lowest:
@@ -318,7 +385,7 @@ impl Broker {
                 .is_some_and(|s| s.expiry_interval_s > 0)
             {
                 floor = floor.min(self.cursor_of(key).unwrap_or(floor));
-                writes.extend(self.cursor_write(key));
+                writes.extend(self.cursor_writes(key));
             }
         }
         let mut live_groups = Vec::new();
@@ -386,12 +453,21 @@ impl Broker {
     }
 
     /// A session's cursor goes with its record.
-    pub(crate) fn cursor_ended(&mut self, client_id: &str) -> Option<Write> {
-        self.persist.log.stored.remove(client_id)?;
-        Some(Write::DropPosition {
-            channel: BROADCAST_SPACE.to_string(),
-            reader: client_id.to_string(),
-        })
+    pub(crate) fn cursor_ended(&mut self, client_id: &str) -> Vec<Write> {
+        let mut writes = Vec::new();
+        if self.persist.log.windows.remove(client_id).is_some() {
+            writes.push(Write::DropEntry {
+                channel: BROADCAST_SPACE.to_string(),
+                key: window_key(client_id),
+            });
+        }
+        if self.persist.log.stored.remove(client_id).is_some() {
+            writes.push(Write::DropPosition {
+                channel: BROADCAST_SPACE.to_string(),
+                reader: client_id.to_string(),
+            });
+        }
+        writes
     }
 
     /// Takes in what the provider held of the log at start.
@@ -402,6 +478,12 @@ impl Broker {
                 .log
                 .stored
                 .insert(client_id.as_str().into(), cursor);
+        }
+        for (client_id, window) in &log.windows {
+            self.persist
+                .log
+                .windows
+                .insert(client_id.as_str().into(), window.clone());
         }
     }
 
@@ -466,6 +548,7 @@ impl Broker {
             return;
         };
         let client_id = Rc::clone(&session.client_id);
+        let window = log.windows.get(&*client_id).cloned().unwrap_or_default();
         let filters: Vec<_> = session
             .subscriptions
             .iter()
@@ -501,7 +584,26 @@ impl Broker {
                 reader: None,
                 message,
             };
-            self.deliver(session_key, delivery, now_ms, out);
+            // One that was on the wire goes back on it under its identifier,
+            // to be sent again with DUP when the session resumes.
+            let on_wire = window.iter().find(|(_, offset)| *offset == record.offset);
+            match (on_wire, self.sessions.get_mut(session_key)) {
+                (Some(&(packet_id, _)), Some(session))
+                    if !session.inflight.contains_key(&packet_id) =>
+                {
+                    let cost = delivery.message.cost_bytes();
+                    session.held_bytes += cost;
+                    session.inflight_bytes += cost;
+                    session.inflight.insert(
+                        packet_id,
+                        InFlight {
+                            delivery,
+                            stage: OutboundStage::Published,
+                        },
+                    );
+                }
+                _ => self.deliver(session_key, delivery, now_ms, out),
+            }
         }
     }
 }
@@ -535,6 +637,13 @@ pub fn read_log(
                 if let Some(cursor) = provider.position(BROADCAST_SPACE, &reader)? {
                     log.cursors.insert(reader, cursor);
                 }
+            }
+        }
+    }
+    for (key, value) in provider.entries(BROADCAST_SPACE)? {
+        if let Some(client_id) = key.strip_prefix(WINDOW_PREFIX) {
+            if let Some(window) = window_from_bytes(&value) {
+                log.windows.insert(client_id.to_string(), window);
             }
         }
     }

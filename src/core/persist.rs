@@ -241,12 +241,10 @@ impl Broker {
             // What the session acknowledged is stored before its record,
             // in the same order on the same provider.
             let session = self.sessions_by_client_id.get(key.as_str()).copied();
-            if let Some(cursor) = session.and_then(|s| self.cursor_write(s)) {
+            let writes = session.map(|s| self.cursor_writes(s)).unwrap_or_default();
+            if !writes.is_empty() {
                 let ticket = self.next_ticket();
-                let request = StoreRequest::Commit {
-                    ticket,
-                    writes: vec![cursor],
-                };
+                let request = StoreRequest::Commit { ticket, writes };
                 if !out.store(provider, request) {
                     return Err(Box::new(then));
                 }
@@ -318,14 +316,10 @@ impl Broker {
             return;
         }
         self.persist.user_names.remove(client_id);
-        if let (Some(cursor), Some(provider)) =
-            (self.cursor_ended(client_id), self.settings.session_provider)
-        {
+        let writes = self.cursor_ended(client_id);
+        if let (false, Some(provider)) = (writes.is_empty(), self.settings.session_provider) {
             let ticket = self.next_ticket();
-            let request = StoreRequest::Commit {
-                ticket,
-                writes: vec![cursor],
-            };
+            let request = StoreRequest::Commit { ticket, writes };
             let _ = out.store(provider, request);
         }
         if !self.persist.stored.remove(client_id) {

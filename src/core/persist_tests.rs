@@ -910,3 +910,38 @@ fn a_shared_groups_backlog_kept_for_a_durable_member_survives_a_crash() {
         .collect();
     assert_eq!(topics, ["jobs/1", "jobs/2"]);
 }
+
+#[test]
+fn a_logged_message_on_the_wire_at_a_crash_is_sent_again_under_its_packet_identifier() {
+    let mut rig = Rig::new(empty_disk(1 << 20));
+    let keeper = rig.open();
+    rig.packet(keeper, Packet::Connect(connect("keeper", true, 3600)));
+    rig.packet(keeper, subscribe("a/#"));
+    rig.settle();
+    rig.take(keeper);
+    let publisher = rig.open();
+    rig.packet(publisher, Packet::Connect(connect("publisher", false, 0)));
+    // Two on the wire, neither acknowledged.
+    rig.packet(publisher, qos1_publish("a/1", 1));
+    rig.packet(publisher, qos1_publish("a/2", 2));
+    rig.settle();
+    let sent: Vec<(String, u16)> = rig
+        .publishes_to(keeper)
+        .into_iter()
+        .map(|p| (p.topic, p.packet_id.unwrap()))
+        .collect();
+    assert_eq!(sent.len(), 2);
+    rig.tick_to(200);
+
+    let mut rig = Rig::new(rig.crash());
+    let keeper = rig.open();
+    rig.packet(keeper, Packet::Connect(connect("keeper", true, 3600)));
+    rig.settle();
+    let again: Vec<(String, u16, bool)> = rig
+        .publishes_to(keeper)
+        .into_iter()
+        .map(|p| (p.topic, p.packet_id.unwrap(), p.dup))
+        .collect();
+    let expected: Vec<_> = sent.into_iter().map(|(t, id)| (t, id, true)).collect();
+    assert_eq!(again, expected);
+}
