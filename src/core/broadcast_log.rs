@@ -22,7 +22,7 @@ use super::persist::{Then, Written};
 use super::session::{Delivery, InFlight, Message, OutboundStage};
 use super::topic_index::Target;
 use super::{Broker, Key, StoreRequest, Transport};
-use crate::codec::{topic, QoS, ReasonCode};
+use crate::codec::{topic, Packet, PubAck, QoS, ReasonCode};
 use crate::store::{self, encoding, Answer, Outcome, TrimRule, Write};
 
 /// The internal append space of the broadcast log.
@@ -44,23 +44,25 @@ fn window_key(client_id: &str) -> String {
     format!("{WINDOW_PREFIX}{client_id}")
 }
 
-fn window_bytes(window: &[(u16, u64)]) -> Vec<u8> {
+fn window_bytes(window: &[(u16, u64, bool)]) -> Vec<u8> {
     let mut e = encoding::Encoder::with_capacity(4 + window.len() * 12);
     e.u32(window.len() as u32);
-    for &(packet_id, offset) in window {
-        e.u32(u32::from(packet_id));
+    for &(packet_id, offset, released) in window {
+        // The PUBREL stage rides above the identifier's sixteen bits.
+        e.u32(u32::from(packet_id) | u32::from(released) << 16);
         e.u64(offset);
     }
     e.buf
 }
 
-fn window_from_bytes(bytes: &[u8]) -> Option<Vec<(u16, u64)>> {
+fn window_from_bytes(bytes: &[u8]) -> Option<Vec<(u16, u64, bool)>> {
     let mut d = encoding::Decoder::new(bytes);
     let count = d.count("a window", 12).ok()?;
     let mut window = Vec::with_capacity(count);
     for _ in 0..count {
-        let packet_id = u16::try_from(d.u32("a packet identifier").ok()?).ok()?;
-        window.push((packet_id, d.u64("an offset").ok()?));
+        let bits = d.u32("a packet identifier").ok()?;
+        let packet_id = u16::try_from(bits & 0xFFFF).ok()?;
+        window.push((packet_id, d.u64("an offset").ok()?, bits >> 16 == 1));
     }
     d.finish("a window").ok()?;
     Some(window)
@@ -76,8 +78,9 @@ pub struct LogAtStart {
     pub next: u64,
     /// Each session's stored cursor, by client id.
     pub cursors: HashMap<String, u64>,
-    /// Each session's stored window: packet identifier and log offset.
-    pub windows: HashMap<String, Vec<(u16, u64)>>,
+    /// Each session's stored window: packet identifier, log offset, and
+    /// whether its PUBREC came (the PUBREL stage).
+    pub windows: HashMap<String, Vec<(u16, u64, bool)>>,
     /// The records from the lowest cursor on, ascending.
     pub records: Vec<store::Record>,
 }
@@ -92,7 +95,7 @@ pub(crate) struct BroadcastLog {
     /// Each session's cursor as last stored, by client id.
     stored: HashMap<Box<str>, u64>,
     /// Each session's window as last stored, by client id.
-    windows: HashMap<Box<str>, Vec<(u16, u64)>>,
+    windows: HashMap<Box<str>, Vec<(u16, u64, bool)>>,
     /// The offset of the message being routed now, if it was logged.
     routing: Option<u64>,
     /// The floor the last trim asked for.
@@ -100,6 +103,11 @@ pub(crate) struct BroadcastLog {
 }
 
 impl BroadcastLog {
+    /// Makes the next cursor commit write the session's window again.
+    pub(crate) fn forget_window(&mut self, client_id: &str) {
+        self.windows.remove(client_id);
+    }
+
     /// The message routed next was written at `offset`.
     pub(crate) fn routing_at(&mut self, offset: u64) {
         self.next = self.next.max(offset + 1);
@@ -121,7 +129,7 @@ fn address(message: &Rc<Message>) -> usize {
 impl Broker {
     /// Whether a durable session's subscription reaches `message` at QoS 1.
     pub(crate) fn owed_to_durable(&self, message: &Message) -> bool {
-        if self.settings.session_provider.is_none() || message.qos != QoS::AtLeastOnce {
+        if self.settings.session_provider.is_none() || message.qos == QoS::AtMostOnce {
             return false;
         }
         let mut owed = false;
@@ -350,16 +358,85 @@ impl Broker {
         writes
     }
 
+    /// Sends a PUBREL once the window that says its PUBREC came is stored,
+    /// for a logged delivery to a durable session; at once otherwise.
+    pub(crate) fn pubrel_after_window(
+        &mut self,
+        conn: Key,
+        session_key: Key,
+        reply: PubAck,
+        now_ms: u64,
+        out: &mut impl Transport,
+    ) {
+        let logged = self
+            .sessions
+            .get(session_key)
+            .and_then(|s| s.inflight.get(&reply.packet_id))
+            .and_then(|f| self.offset_of(&f.delivery.message))
+            .is_some();
+        let writes = if logged && reply.reason_code == ReasonCode::SUCCESS {
+            self.cursor_writes(session_key)
+        } else {
+            Vec::new()
+        };
+        let (false, Some(provider)) = (writes.is_empty(), self.settings.session_provider) else {
+            self.send(conn, &Packet::Pubrel(reply), out);
+            return;
+        };
+        let ticket = self.next_ticket();
+        let request = StoreRequest::Commit { ticket, writes };
+        let then = Then::Pubrel { conn, reply };
+        if out.store(provider, request) {
+            self.persist.track(ticket, then);
+        } else {
+            self.finish_session_write(then, Written::Failed, now_ms, out);
+        }
+    }
+
+    /// The window holding a PUBREC came back: the PUBREL goes out, or, where
+    /// it was not stored, the connection ends and the exchange resumes from
+    /// its PUBLISH when the session does.
+    pub(crate) fn pubrel_written(
+        &mut self,
+        conn: Key,
+        reply: PubAck,
+        written: Written,
+        now_ms: u64,
+        out: &mut impl Transport,
+    ) {
+        if matches!(written, Written::Stored) {
+            self.send(conn, &Packet::Pubrel(reply), out);
+            return;
+        }
+        if let Some(session_key) = self.session_of(conn) {
+            if let Some(session) = self.sessions.get_mut(session_key) {
+                if let Some(inflight) = session.inflight.get_mut(&reply.packet_id) {
+                    inflight.stage = OutboundStage::Published;
+                }
+                // Written again with what memory holds.
+                self.persist.log.forget_window(&session.client_id);
+            }
+        }
+        let reason = (
+            ReasonCode::UNSPECIFIED_ERROR,
+            "the store could not keep the exchange",
+        );
+        self.end_connection(conn, Some(reason), true, now_ms, out);
+    }
+
     /// The packet identifiers a session's logged messages are on the wire
     /// under, so a restart sends them again under the same ones.
-    fn window_of(&self, session_key: Key) -> Vec<(u16, u64)> {
+    fn window_of(&self, session_key: Key) -> Vec<(u16, u64, bool)> {
         let Some(session) = self.sessions.get(session_key) else {
             return Vec::new();
         };
         session
             .inflight
             .iter()
-            .filter_map(|(&packet_id, f)| Some((packet_id, self.offset_of(&f.delivery.message)?)))
+            .filter_map(|(&packet_id, f)| {
+                let offset = self.offset_of(&f.delivery.message)?;
+                Some((packet_id, offset, f.stage == OutboundStage::Released))
+            })
             .collect()
     }
 
@@ -577,7 +654,12 @@ impl Broker {
                 .offsets
                 .insert(address(&message), (Rc::downgrade(&message), record.offset));
             let delivery = Delivery {
-                qos: QoS::AtLeastOnce.min(message.qos),
+                qos: matching
+                    .iter()
+                    .map(|(_, o, _)| o.qos)
+                    .max()
+                    .unwrap_or(QoS::AtLeastOnce)
+                    .min(message.qos),
                 retain: message.retain && matching.iter().any(|(_, o, _)| o.retain_as_published),
                 subscription_ids: matching.iter().filter_map(|(_, _, id)| *id).collect(),
                 group: None,
@@ -586,9 +668,11 @@ impl Broker {
             };
             // One that was on the wire goes back on it under its identifier,
             // to be sent again with DUP when the session resumes.
-            let on_wire = window.iter().find(|(_, offset)| *offset == record.offset);
+            let on_wire = window
+                .iter()
+                .find(|(_, offset, _)| *offset == record.offset);
             match (on_wire, self.sessions.get_mut(session_key)) {
-                (Some(&(packet_id, _)), Some(session))
+                (Some(&(packet_id, _, released)), Some(session))
                     if !session.inflight.contains_key(&packet_id) =>
                 {
                     let cost = delivery.message.cost_bytes();
@@ -598,7 +682,11 @@ impl Broker {
                         packet_id,
                         InFlight {
                             delivery,
-                            stage: OutboundStage::Published,
+                            stage: if released {
+                                OutboundStage::Released
+                            } else {
+                                OutboundStage::Published
+                            },
                         },
                     );
                 }

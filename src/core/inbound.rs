@@ -640,7 +640,8 @@ impl Broker {
             }
             _ => reply.reason_code = ReasonCode::PACKET_IDENTIFIER_NOT_FOUND,
         }
-        self.send(conn, &Packet::Pubrel(reply), out);
+        // A logged delivery's PUBREL waits for its PUBREC to be stored.
+        self.pubrel_after_window(conn, session_key, reply, now_ms, out);
     }
 
     /// Ends an outbound exchange that has reached its last answer, and

@@ -106,6 +106,11 @@ pub(crate) enum Then {
     Logged(Box<super::broadcast_log::LoggedPublish>),
     /// An exactly-once publish's hold, or its release.
     Hold(Box<super::qos2_holds::HoldThen>),
+    /// A PUBREL waiting on the window that records its PUBREC.
+    Pubrel {
+        conn: Key,
+        reply: crate::codec::PubAck,
+    },
 }
 
 /// How a session write came back.
@@ -772,6 +777,7 @@ impl Broker {
             Then::Retained(write) => self.retained_written(*write, written, now_ms, out),
             Then::Logged(logged) => self.logged(*logged, None, now_ms, out),
             Then::Hold(hold) => self.hold_written(*hold, None, now_ms, out),
+            Then::Pubrel { conn, reply } => self.pubrel_written(conn, reply, written, now_ms, out),
             Then::RetainedBehind { topic } => {
                 if !matches!(written, Written::Stored) {
                     log::warn!("the retained value of {topic:?} changed in memory and not in its provider; it is served until the broker stops");
@@ -1077,14 +1083,14 @@ impl Broker {
 /// What a session write's answer says of it.
 pub(crate) fn written(answer: Answer) -> Written {
     match answer {
-        Answer::Committed(Ok(outcomes)) => match outcomes.as_slice() {
-            [Outcome::EntryPut] | [Outcome::EntryDropped { .. }] => Written::Stored,
-            [Outcome::Refused(_)] => Written::Full,
-            other => {
-                log::error!("a session write came back as {other:?}");
-                Written::Failed
+        // A batch is stored whole unless one of its writes was refused.
+        Answer::Committed(Ok(outcomes)) => {
+            if outcomes.iter().any(|o| matches!(o, Outcome::Refused(_))) {
+                Written::Full
+            } else {
+                Written::Stored
             }
-        },
+        }
         Answer::Committed(Err(error)) => {
             log::error!("a session record could not be stored: {error}");
             Written::Failed

@@ -945,3 +945,69 @@ fn a_logged_message_on_the_wire_at_a_crash_is_sent_again_under_its_packet_identi
     let expected: Vec<_> = sent.into_iter().map(|(t, id)| (t, id, true)).collect();
     assert_eq!(again, expected);
 }
+
+fn subscribe_qos2(filter: &str) -> Packet {
+    Packet::Subscribe(Subscribe {
+        packet_id: 3,
+        properties: Properties::default(),
+        filters: vec![(
+            filter.into(),
+            SubscriptionOptions {
+                qos: QoS::ExactlyOnce,
+                ..SubscriptionOptions::default()
+            },
+        )],
+    })
+}
+
+#[test]
+fn a_qos2_broadcast_to_a_durable_session_resumes_at_its_stage_after_a_crash() {
+    let mut rig = Rig::new(empty_disk(1 << 20));
+    let keeper = rig.open();
+    rig.packet(keeper, Packet::Connect(connect("keeper", true, 3600)));
+    rig.packet(keeper, subscribe_qos2("q/#"));
+    rig.settle();
+    rig.take(keeper);
+    let publisher = rig.open();
+    rig.packet(publisher, Packet::Connect(connect("publisher", false, 0)));
+    rig.packet(publisher, qos2_publish("q/1", 1));
+    rig.packet(publisher, qos2_publish("q/2", 2));
+    rig.packet(publisher, pubrel(1));
+    rig.packet(publisher, pubrel(2));
+    assert!(
+        rig.publishes_to(keeper).is_empty(),
+        "delivered before the log write"
+    );
+    rig.settle();
+    let sent = rig.publishes_to(keeper);
+    assert_eq!(sent.len(), 2);
+    // The first is answered PUBREC: its PUBREL waits for that to be stored.
+    let first = sent[0].packet_id.unwrap();
+    let second = sent[1].packet_id.unwrap();
+    rig.packet(
+        keeper,
+        Packet::Pubrec(crate::codec::PubAck {
+            packet_id: first,
+            ..Default::default()
+        }),
+    );
+    assert!(
+        rig.take(keeper).is_empty(),
+        "PUBREL before the PUBREC was stored"
+    );
+    rig.settle();
+    assert!(matches!(rig.take(keeper).as_slice(), [Packet::Pubrel(r)] if r.packet_id == first));
+
+    let mut rig = Rig::new(rig.crash());
+    let keeper = rig.open();
+    rig.packet(keeper, Packet::Connect(connect("keeper", true, 3600)));
+    rig.settle();
+    let answers = rig.take(keeper);
+    // The first resumes at its PUBREL, never as a new message; the second
+    // is sent again under its identifier.
+    assert!(
+        matches!(answers.as_slice(), [Packet::Connack(_), Packet::Pubrel(r), Packet::Publish(p)]
+            if r.packet_id == first && p.packet_id == Some(second) && p.dup && p.qos == QoS::ExactlyOnce),
+        "{answers:?}"
+    );
+}

@@ -205,13 +205,15 @@ impl Broker {
         now_ms: u64,
         out: &mut impl Transport,
     ) -> Option<Message> {
-        let Some((provider, drop)) = self.hold_drop(session_key, packet_id, &message.topic) else {
-            return Some(message);
+        let drop = self.hold_drop(session_key, packet_id, &message.topic);
+        // Logged where a durable session or group is owed it.
+        let logged = self.owed_to_durable(&message);
+        let provider = match &drop {
+            Some((provider, _)) => *provider,
+            None if logged => self.settings.session_provider?,
+            None => return Some(message),
         };
         let mut writes = Vec::new();
-        // Only QoS 1 is logged (rfcs/0007), so a QoS 2 release is not; the
-        // commit's shape still allows it.
-        let logged = self.owed_to_durable(&message);
         if logged {
             let id = publisher_id(&message)
                 .unwrap_or_else(|| self.id_generator.next_id(message.received_at_unix_ms));
@@ -221,7 +223,7 @@ impl Broker {
                 channel_max_bytes: None,
             });
         }
-        writes.push(drop);
+        writes.extend(drop.map(|(_, write)| write));
         let ticket = self.next_ticket();
         let request = super::StoreRequest::Commit { ticket, writes };
         let then = Then::Hold(Box::new(HoldThen::Release {
@@ -291,16 +293,11 @@ impl Broker {
                 message,
                 logged,
             } => {
-                let offset = match outcomes.as_deref() {
-                    Some([Outcome::Appended { offset }, Outcome::EntryDropped { .. }])
-                        if logged =>
-                    {
-                        Some(Some(*offset))
-                    }
-                    Some([Outcome::Refused(_), Outcome::EntryDropped { .. }]) if logged => {
-                        Some(None)
-                    }
-                    Some([Outcome::EntryDropped { .. }]) if !logged => Some(None),
+                let offset = match (logged, outcomes.as_deref()) {
+                    (true, Some([Outcome::Appended { offset }, ..])) => Some(Some(*offset)),
+                    // The log's provider is full: delivered from memory only.
+                    (true, Some([Outcome::Refused(_), ..])) => Some(None),
+                    (false, Some([Outcome::EntryDropped { .. }])) => Some(None),
                     _ => None,
                 };
                 let Some(offset) = offset else {
