@@ -100,9 +100,25 @@ pub(crate) struct BroadcastLog {
     routing: Option<u64>,
     /// The floor the last trim asked for.
     trimmed_to: u64,
+    /// Deliveries in a window not yet stored, and so not yet sent.
+    unsent: Vec<(Key, u16)>,
+    /// Sessions whose window write for unsent deliveries is in flight.
+    window_writing: Vec<Key>,
 }
 
 impl BroadcastLog {
+    /// Whether a message was written to the log.
+    pub(crate) fn is_logged(&self, message: &Rc<Message>) -> bool {
+        self.offsets
+            .get(&address(message))
+            .is_some_and(|(weak, _)| weak.as_ptr() == Rc::as_ptr(message))
+    }
+
+    /// A delivery put in a session's window and not yet sent.
+    pub(crate) fn hold_unsent(&mut self, session: Key, packet_id: u16) {
+        self.unsent.push((session, packet_id));
+    }
+
     /// Makes the next cursor commit write the session's window again.
     pub(crate) fn forget_window(&mut self, client_id: &str) {
         self.windows.remove(client_id);
@@ -422,6 +438,126 @@ impl Broker {
             "the store could not keep the exchange",
         );
         self.end_connection(conn, Some(reason), true, now_ms, out);
+    }
+
+    /// Stores the window holding a session's unsent QoS 2 deliveries, and
+    /// sends them once it is stored.
+    pub(crate) fn send_after_window(
+        &mut self,
+        session_key: Key,
+        now_ms: u64,
+        out: &mut impl Transport,
+    ) {
+        let log = &self.persist.log;
+        if !log.unsent.iter().any(|(s, _)| *s == session_key)
+            || log.window_writing.contains(&session_key)
+        {
+            return;
+        }
+        let Some(provider) = self.settings.session_provider else {
+            return;
+        };
+        let writes = self.cursor_writes(session_key);
+        if writes.is_empty() {
+            self.send_unsent(session_key, true, now_ms, out);
+            return;
+        }
+        let ticket = self.next_ticket();
+        let request = StoreRequest::Commit { ticket, writes };
+        if out.store(provider, request) {
+            self.persist.log.window_writing.push(session_key);
+            self.persist.track(
+                ticket,
+                Then::Window {
+                    session: session_key,
+                },
+            );
+        } else {
+            self.send_unsent(session_key, false, now_ms, out);
+        }
+    }
+
+    /// A window write for unsent deliveries came back: they go out, or,
+    /// not stored, wait in the session to be sent when it resumes.
+    pub(crate) fn send_unsent(
+        &mut self,
+        session_key: Key,
+        stored: bool,
+        now_ms: u64,
+        out: &mut impl Transport,
+    ) {
+        self.persist
+            .log
+            .window_writing
+            .retain(|s| *s != session_key);
+        let mut ids = Vec::new();
+        self.persist.log.unsent.retain(|&(s, id)| {
+            if s == session_key {
+                ids.push(id);
+            }
+            s != session_key
+        });
+        let Some(session) = self.sessions.get(session_key) else {
+            return;
+        };
+        let Some(conn) = session.connection else {
+            return;
+        };
+        if !stored {
+            if let Some(client_id) = self
+                .sessions
+                .get(session_key)
+                .map(|s| Rc::clone(&s.client_id))
+            {
+                self.persist.log.forget_window(&client_id);
+            }
+            let reason = (
+                ReasonCode::UNSPECIFIED_ERROR,
+                "the store could not keep the window",
+            );
+            self.end_connection(conn, Some(reason), true, now_ms, out);
+            return;
+        }
+        let Some(version) = self.version(conn) else {
+            return;
+        };
+        for id in ids {
+            let Some(inflight) = self
+                .sessions
+                .get(session_key)
+                .and_then(|s| s.inflight.get(&id))
+            else {
+                continue;
+            };
+            if inflight.stage != OutboundStage::Published {
+                continue;
+            }
+            let Ok(remaining_expiry_s) = inflight
+                .delivery
+                .message
+                .remaining_expiry_s(self.unix_ms(now_ms))
+            else {
+                // Expired while its window was written: let go, as the
+                // window would have let it go.
+                let session = self.sessions.get_mut(session_key).expect("found above");
+                let cost = session
+                    .inflight
+                    .remove(&id)
+                    .map_or(0, |f| f.delivery.message.cost_bytes());
+                session.inflight_bytes -= cost;
+                session.held_bytes -= cost;
+                self.stats.deliveries_expired += 1;
+                continue;
+            };
+            let packet = Packet::Publish(super::delivery::outgoing_publish(
+                &inflight.delivery,
+                Some(id),
+                remaining_expiry_s,
+            ));
+            out.send(conn, version, &packet, false);
+        }
+        // More may have been held while this write was in flight.
+        self.send_after_window(session_key, now_ms, out);
     }
 
     /// The packet identifiers a session's logged messages are on the wire

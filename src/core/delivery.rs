@@ -214,7 +214,16 @@ impl Broker {
                 self.stats.deliveries_too_large += 1;
                 continue;
             }
-            out.send(conn, version, &packet, false);
+            // A logged QoS 2 delivery to a durable session goes on the wire
+            // once the window naming it is stored (rfcs/0007).
+            if delivery.qos == QoS::ExactlyOnce
+                && session.expiry_interval_s > 0
+                && self.persist.log.is_logged(&delivery.message)
+            {
+                self.persist.log.hold_unsent(session_key, packet_id);
+            } else {
+                out.send(conn, version, &packet, false);
+            }
             self.stats.deliveries_sent += 1;
             session.inflight_bytes += cost;
             session.inflight.insert(
@@ -225,6 +234,7 @@ impl Broker {
                 },
             );
         }
+        self.send_after_window(session_key, now_ms, out);
     }
 
     /// Sends a QoS 0 delivery at once, or sheds it when it has expired, is

@@ -106,6 +106,10 @@ pub(crate) enum Then {
     Logged(Box<super::broadcast_log::LoggedPublish>),
     /// An exactly-once publish's hold, or its release.
     Hold(Box<super::qos2_holds::HoldThen>),
+    /// Deliveries waiting on the window that names them.
+    Window {
+        session: Key,
+    },
     /// A PUBREL waiting on the window that records its PUBREC.
     Pubrel {
         conn: Key,
@@ -778,6 +782,10 @@ impl Broker {
             Then::Logged(logged) => self.logged(*logged, None, now_ms, out),
             Then::Hold(hold) => self.hold_written(*hold, None, now_ms, out),
             Then::Pubrel { conn, reply } => self.pubrel_written(conn, reply, written, now_ms, out),
+            Then::Window { session } => {
+                let stored = matches!(written, Written::Stored);
+                self.send_unsent(session, stored, now_ms, out)
+            }
             Then::RetainedBehind { topic } => {
                 if !matches!(written, Written::Stored) {
                     log::warn!("the retained value of {topic:?} changed in memory and not in its provider; it is served until the broker stops");
