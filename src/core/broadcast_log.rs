@@ -133,7 +133,8 @@ impl BroadcastLog {
 
 /// A QoS 1 broadcast waiting on its log write.
 pub(crate) struct LoggedPublish {
-    conn: Key,
+    /// The publisher's connection; none for a Will.
+    conn: Option<Key>,
     slot: Option<u64>,
     message: Message,
 }
@@ -175,7 +176,7 @@ impl Broker {
     /// message back when nothing needs logging.
     pub(crate) fn log_before_route(
         &mut self,
-        conn: Key,
+        conn: Option<Key>,
         slot: Option<u64>,
         message: Message,
         now_ms: u64,
@@ -249,15 +250,22 @@ impl Broker {
                 "storage could not keep the message for the sessions owed it",
             )),
         };
-        if let Some(slot) = slot {
-            if let Err((_, reason)) = answer {
-                self.stats.publishes_refused += 1;
-                log::warn!(
-                    "refusing a publish from {}: {reason}",
-                    self.client_id_of(conn)
-                );
+        match (conn, slot) {
+            (Some(conn), Some(slot)) => {
+                if let Err((_, reason)) = answer {
+                    self.stats.publishes_refused += 1;
+                    log::warn!(
+                        "refusing a publish from {}: {reason}",
+                        self.client_id_of(conn)
+                    );
+                }
+                self.complete_puback(conn, slot, answer, now_ms, out);
             }
-            self.complete_puback(conn, slot, answer, now_ms, out);
+            _ => {
+                if let Err((_, reason)) = answer {
+                    log::warn!("a message owed to sessions away was not kept: {reason}");
+                }
+            }
         }
     }
 

@@ -623,9 +623,13 @@ impl Broker {
             Some(channel) => self
                 .store_publish(channel, message, None, out)
                 .map_err(|_| "storage is behind"),
-            None => self
-                .accept_message(message, now_ms, out)
-                .map_err(|(_, reason)| reason),
+            // Logged first where a durable session is owed it.
+            None => match self.log_before_route(None, None, message, now_ms, out) {
+                None => Ok(()),
+                Some(message) => self
+                    .accept_message(message, now_ms, out)
+                    .map_err(|(_, reason)| reason),
+            },
         };
         if let Err(reason) = result {
             log::warn!("the Will of {client_id} was not published: {reason}");

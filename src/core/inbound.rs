@@ -88,10 +88,12 @@ impl Broker {
         let message = match self.channel_for(&message.topic) {
             Some(_) => message,
             None => match self.retain_after_write(conn, slot, message, now_ms, out) {
-                Some(message) => match self.log_before_route(conn, slot, message, now_ms, out) {
-                    Some(message) => message,
-                    None => return,
-                },
+                Some(message) => {
+                    match self.log_before_route(Some(conn), slot, message, now_ms, out) {
+                        Some(message) => message,
+                        None => return,
+                    }
+                }
                 None => return,
             },
         };

@@ -1020,3 +1020,34 @@ fn a_qos2_broadcast_to_a_durable_session_resumes_at_its_stage_after_a_crash() {
         "{answers:?}"
     );
 }
+
+#[test]
+fn a_retained_publish_and_a_will_owed_to_a_durable_session_are_logged_too() {
+    let mut rig = Rig::new(empty_disk(1 << 20));
+    let keeper = rig.open();
+    rig.packet(keeper, Packet::Connect(connect("keeper", true, 3600)));
+    rig.packet(keeper, subscribe("#"));
+    rig.packet(keeper, clean_disconnect());
+    rig.settle();
+    let setter = rig.open();
+    rig.packet(setter, Packet::Connect(connect("setter", false, 0)));
+    rig.packet(setter, retained_publish("state/lamp", b"on"));
+    let device = rig.open();
+    let mut with_will = connect("device", false, 0);
+    with_will.will = Some(will(0));
+    rig.packet(device, Packet::Connect(with_will));
+    rig.settle();
+    rig.broker
+        .handle_connection_lost(device, rig.now_ms, &mut rig.wire);
+    rig.settle();
+    let mut rig = Rig::new(rig.crash());
+    let keeper = rig.open();
+    rig.packet(keeper, Packet::Connect(connect("keeper", true, 3600)));
+    rig.settle();
+    let topics: Vec<_> = rig
+        .publishes_to(keeper)
+        .into_iter()
+        .map(|p| p.topic)
+        .collect();
+    assert_eq!(topics, ["state/lamp", "wills/device"]);
+}

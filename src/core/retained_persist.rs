@@ -99,6 +99,12 @@ impl Broker {
         } = write;
         let answer = match written {
             Written::Stored => {
+                // Logged next where a durable session is owed it, and
+                // answered from there.
+                let Some(message) = self.log_before_route(Some(conn), slot, message, now_ms, out)
+                else {
+                    return;
+                };
                 let before = std::mem::replace(&mut self.persist.writes_through, true);
                 let routed = self.accept_message(message, now_ms, out);
                 self.persist.writes_through = before;
