@@ -22,6 +22,7 @@ mod include;
 mod limits;
 mod listen;
 mod parse;
+pub mod queue;
 mod storage;
 mod units;
 
@@ -34,6 +35,7 @@ use std::path::{Path, PathBuf};
 pub use channels::{ChannelConfig, ChannelKind, Start, MAX_FILTER_EXPANSIONS};
 pub use exchanges::{Qos2Config, SessionConfig, ShareConfig};
 pub use limits::Limits;
+pub use queue::{Backoff, QueueConfig};
 pub use storage::{
     declared_memory_bytes, reserve_bytes, CommitPolicy, ProviderConfig, ProviderKind,
     StorageConfig, MAX_PUBLISH_COMMIT_INTERVAL_MS,
