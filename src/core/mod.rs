@@ -11,6 +11,8 @@ pub mod claims;
 mod connect;
 mod delivery;
 mod inbound;
+pub mod queue;
+pub mod queue_rules;
 pub mod retained;
 pub mod seek;
 pub mod session;
@@ -235,6 +237,7 @@ pub struct Broker {
     next_assigned_id: u64,
     /// Reused by routing so that a publish allocates no match list.
     pub(crate) match_scratch: Vec<Subscriber>,
+    pub(crate) queues: queue::Queues,
 }
 
 impl Broker {
@@ -259,6 +262,7 @@ impl Broker {
                 .map(channel::Channel::new)
                 .collect(),
             claims: claims_for(&settings.channels),
+            queues: queue::Queues::new(&settings.channels, settings.start_unix_ms),
             readers: Slab::growable(u32::MAX as usize),
             pending: HashMap::new(),
             next_ticket: 0,
@@ -503,6 +507,7 @@ impl Broker {
         }
         self.retained.expire(self.unix_ms(now_ms));
         self.expire_group_backlogs(now_ms);
+        self.queue_tick(now_ms, out);
     }
 
     /// Says goodbye to every client as the broker stops.
