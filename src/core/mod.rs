@@ -13,6 +13,8 @@ mod delivery;
 mod inbound;
 pub mod queue;
 pub mod queue_rules;
+#[cfg(test)]
+mod queue_tests;
 pub mod retained;
 pub mod seek;
 pub mod session;

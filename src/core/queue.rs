@@ -539,15 +539,21 @@ impl Broker {
                 let gap = self.gap_ms(q, attempts);
                 self.set_available(q, offset, available_at_ms(since_ms, gap));
             }
-            self.service_queue(q, now_ms, out);
+            self.walk_queue(q, true, now_ms, out);
         }
+    }
+
+    /// Offers a queue's available jobs to its free workers.
+    pub(crate) fn service_queue(&mut self, q: usize, now_ms: u64, out: &mut impl Transport) {
+        self.walk_queue(q, false, now_ms, out);
     }
 
     /// Walks a queue's jobs in offset order: a job out of attempts or out of
     /// time is dead-lettered; an available one whose backoff has passed is
     /// offered to the next free worker; a waiting one is skipped, never
-    /// waited on. Stops where a body must first be read.
-    pub(crate) fn service_queue(&mut self, q: usize, now_ms: u64, out: &mut impl Transport) {
+    /// waited on. Stops where a body must first be read, and - unless
+    /// this is the tick's `sweep` for expired work - once no worker is free.
+    fn walk_queue(&mut self, q: usize, sweep: bool, now_ms: u64, out: &mut impl Transport) {
         let now_unix_ms = self.unix_ms(now_ms);
         let mut after = 0u64;
         loop {
@@ -580,8 +586,9 @@ impl Broker {
                 Some(_) => None,
                 None => match self.next_free_worker(q) {
                     Some(worker) => Some(worker),
-                    // Nobody to offer to: only doomed jobs are still moved.
-                    None => continue,
+                    // Nobody to offer to: the sweep still moves doomed jobs.
+                    None if sweep => continue,
+                    None => return,
                 },
             };
             let Some(body) = self.job_body(q, offset) else {
