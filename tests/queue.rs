@@ -281,8 +281,10 @@ fn a_poison_job_is_dead_lettered_and_a_redrive_keeping_its_id_is_a_new_record() 
     let address = broker.address();
     let mut reader = reader(&address);
     let mut producer = RawClient::connect(&address, ProtocolVersion::V5, "producer");
-    let mut own = Properties::default();
-    own.user_properties = vec![("tenant".into(), "a".into())];
+    let own = Properties {
+        user_properties: vec![("tenant".into(), "a".into())],
+        ..Properties::default()
+    };
     assert_eq!(publish(&mut producer, "jobs/resize/42", b"bad", own), 0);
     let mut w = worker(&address, "w");
     for expected in 1..=2 {
@@ -320,14 +322,16 @@ fn a_poison_job_is_dead_lettered_and_a_redrive_keeping_its_id_is_a_new_record() 
     );
     // Redrive: the letter's payload and properties back to the job's topic.
     let id = label(&letter, "saguin-id").unwrap().to_string();
-    let mut back = Properties::default();
-    back.user_properties = letter
-        .properties
-        .user_properties
-        .iter()
-        .filter(|(k, _)| k == "tenant" || k == "saguin-id" || k.starts_with("saguin-dlq-"))
-        .cloned()
-        .collect();
+    let back = Properties {
+        user_properties: letter
+            .properties
+            .user_properties
+            .iter()
+            .filter(|(k, _)| k == "tenant" || k == "saguin-id" || k.starts_with("saguin-dlq-"))
+            .cloned()
+            .collect(),
+        ..Properties::default()
+    };
     assert_eq!(
         publish(&mut producer, "jobs/resize/42", &letter.payload, back),
         0
@@ -486,4 +490,47 @@ fn every_subscription_refusal_carries_its_code() {
     let mut old = RawClient::connect(&address, ProtocolVersion::V311, "old");
     assert_eq!(subscribe_code(&mut old, FORM, at(QoS::AtLeastOnce)), 0x80);
     old.assert_alive();
+}
+
+#[test]
+fn a_restart_offers_every_held_job_at_once_and_attempt_counts_survive() {
+    let dir = TempDir::new("queue-restart");
+    let keys = "visibility_timeout: 120s\nretry:\n  max_attempts: 2";
+    let mut broker = start(&dir, keys);
+    let address = broker.address();
+    let mut producer = RawClient::connect(&address, ProtocolVersion::V5, "producer");
+    publish(&mut producer, "jobs/a", b"a", Properties::default());
+    publish(&mut producer, "jobs/b", b"b", Properties::default());
+    let mut w = worker(&address, "w");
+    let held = next_job(&mut w);
+    assert_eq!(held.payload, b"a");
+    puback(&mut w, &held);
+    w.assert_alive();
+    // A stop waits for what storage was asked, the attempt count included.
+    assert!(broker.terminate().success());
+    // Nothing is in flight after the restart: both jobs are offered at
+    // once, the held one on its second and last attempt.
+    let broker = start(&dir, keys);
+    let address = broker.address();
+    let mut w = worker(&address, "w2");
+    let mut w2 = worker(&address, "w3");
+    let first = next_job(&mut w);
+    let second = next_job(&mut w2);
+    let mut seen = [
+        (first.payload.clone(), attempt(&first)),
+        (second.payload.clone(), attempt(&second)),
+    ];
+    seen.sort();
+    assert_eq!(seen, [(b"a".to_vec(), 2), (b"b".to_vec(), 1)]);
+    let (holder, job) = if first.payload == b"a" {
+        (&mut w, first)
+    } else {
+        (&mut w2, second)
+    };
+    puback(holder, &job);
+    answer(holder, &job, "return");
+    let mut reader = reader(&address);
+    let letter = next_job(&mut reader);
+    assert_eq!(letter.payload, b"a");
+    assert_eq!(label(&letter, "saguin-dlq-attempts"), Some("2"));
 }

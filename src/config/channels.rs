@@ -1122,7 +1122,8 @@ mod tests {
 
     #[test]
     fn latest_is_recognised_and_refused() {
-        for kind in ["latest"] {
+        {
+            let kind = "latest";
             let f = one_refusal(&format!(
                 "state:\n  type: {kind}\n  filter: iot/+/state\n  deletion_retention_period: 1d\n  visibility_timeout: 30s\n"
             ));

@@ -235,7 +235,8 @@ impl Queues {
         self.by_channel.contains_key(&channel)
     }
 
-    /// Jobs a queue holds, in any state: for tests and the catalogue.
+    /// Jobs a queue holds, in any state.
+    #[cfg(test)]
     pub fn job_count(&self, channel: usize) -> Option<usize> {
         let q = self.by_channel.get(&channel)?;
         Some(self.list[*q].jobs.len())

@@ -887,3 +887,56 @@ fn a_filter_crossing_a_queue_gets_none_of_its_records_and_retain_is_dropped() {
     rig.work(worker);
     assert!(!one_job(&mut rig, worker).retain);
 }
+
+#[test]
+fn a_will_into_a_queue_becomes_an_ordinary_job() {
+    let mut rig = Rig::new(queue_settings(5, Backoff::None, 0));
+    let worker = rig.connect("worker");
+    rig.work(worker);
+    let conn = rig.broker.accept(rig.now_ms).unwrap();
+    let connect = Connect {
+        protocol_version: ProtocolVersion::V5,
+        clean_start: true,
+        keep_alive_s: 0,
+        client_id: "dying".into(),
+        will: Some(crate::codec::Will {
+            topic: "jobs/cleanup".into(),
+            payload: b"device gone".to_vec(),
+            qos: QoS::AtLeastOnce,
+            retain: true,
+            properties: Properties::default(),
+        }),
+        username: None,
+        password: None,
+        properties: Properties::default(),
+    };
+    rig.packet(conn, Packet::Connect(connect));
+    rig.broker
+        .handle_connection_lost(conn, rig.now_ms, &mut rig.shell);
+    rig.settle();
+    let job = one_job(&mut rig, worker);
+    assert_eq!(job.topic, "jobs/cleanup");
+    assert_eq!(job.payload, b"device gone");
+    assert!(!job.retain);
+    assert_eq!(rig.broker.queues.retain_ignored, 1);
+}
+
+#[test]
+fn an_unsubscribed_worker_is_offered_nothing_more() {
+    let mut rig = Rig::new(queue_settings(5, Backoff::None, 0));
+    let producer = rig.connect("producer");
+    let worker = rig.connect("worker");
+    rig.work(worker);
+    let unsubscribe = crate::codec::Unsubscribe {
+        packet_id: 3,
+        properties: Properties::default(),
+        filters: vec![FORM.into()],
+    };
+    rig.packet(worker, Packet::Unsubscribe(unsubscribe));
+    assert!(
+        matches!(rig.take(worker).as_slice(), [Packet::Unsuback(u)] if u.reason_codes == [ReasonCode::SUCCESS])
+    );
+    rig.publish(producer, "jobs/a", b"x");
+    rig.advance_to(rig.now_ms + 1_000);
+    assert!(rig.jobs(worker).is_empty());
+}
