@@ -940,3 +940,25 @@ fn an_unsubscribed_worker_is_offered_nothing_more() {
     rig.advance_to(rig.now_ms + 1_000);
     assert!(rig.jobs(worker).is_empty());
 }
+
+#[test]
+fn the_queues_topics_answer_publishes_as_their_kind_says() {
+    let mut rig = Rig::new(queue_settings(5, Backoff::None, 0));
+    let client = rig.connect("client");
+    // The form is subscribed to, never published to.
+    assert_eq!(
+        rig.publish(client, FORM, b"x"),
+        ReasonCode::TOPIC_NAME_INVALID
+    );
+    // A response names a queue; a seek names an append channel.
+    assert_eq!(
+        rig.publish(client, "$saguin/queue/nope/response", b"ack"),
+        ReasonCode::TOPIC_NAME_INVALID
+    );
+    assert_eq!(
+        rig.publish(client, "$saguin/consumer/jobs/seek", b"0"),
+        ReasonCode::TOPIC_NAME_INVALID
+    );
+    // A response naming a queue is taken, whatever it says.
+    assert_eq!(rig.publish(client, RESPONSE, b"ack"), ReasonCode::SUCCESS);
+}
