@@ -166,15 +166,12 @@ pub(crate) enum QueuePending {
         queue: usize,
         offset: u64,
     },
-    /// The dead letter's append; the removal follows once it is stored.
+    /// The move into the dead-letter channel; the letter is kept to serve
+    /// that channel's readers once it is stored.
     DeadLetter {
         queue: usize,
         offset: u64,
         message: Box<store::Message>,
-    },
-    Unlink {
-        queue: usize,
-        offset: u64,
     },
     AttemptCount,
 }
@@ -915,9 +912,10 @@ impl Broker {
 
     // ---- dead letters ----------------------------------------------------
 
-    /// Copies a job into its queue's dead-letter channel with the reasons
-    /// it failed; the removal from the queue follows once the copy is
-    /// stored (see `rfcs/0005-queue.md` for why two commits, not one).
+    /// Moves a job into its queue's dead-letter channel with the reasons it
+    /// failed, dropping its attempt count, in one transaction. The move may
+    /// use the provider's reserve: it is what drains a queue nothing
+    /// succeeds at.
     fn dead_letter(
         &mut self,
         q: usize,
@@ -979,17 +977,24 @@ impl Broker {
             qos: body.qos as u8,
             retain: false,
         };
-        let write = Write::Append {
-            channel: self.channels[dlq].settings.name.clone(),
-            message: message.clone(),
-            channel_max_bytes: None,
-        };
+        let writes = vec![
+            Write::Move {
+                channel: name.clone(),
+                offset,
+                to: self.channels[dlq].settings.name.clone(),
+                message: message.clone(),
+            },
+            Write::DropEntry {
+                channel: name.clone(),
+                key: attempts_key(offset),
+            },
+        ];
         let pending = QueuePending::DeadLetter {
             queue: q,
             offset,
             message: Box::new(message),
         };
-        if self.queue_commit(q, vec![write], pending, out) {
+        if self.queue_commit(q, writes, pending, out) {
             if let Some(job) = self.queues.list[q].jobs.get_mut(&offset) {
                 job.state = JobState::Moving;
             }
@@ -1058,8 +1063,13 @@ impl Broker {
                 Answer::Committed(result),
             ) => {
                 match result.as_deref() {
-                    Ok([Outcome::Appended { offset: at }]) => {
-                        let name = self.queue_name(queue).to_string();
+                    Ok(
+                        [Outcome::Moved {
+                            to_offset: Some(at),
+                            floor,
+                        }, ..],
+                    ) => {
+                        self.forget_job(queue, offset, *floor);
                         let dlq = self.queues.list[queue].dlq.expect("moved into it");
                         // Its readers are served as from any append.
                         self.record_committed(
@@ -1070,26 +1080,18 @@ impl Broker {
                             now_ms,
                             out,
                         );
-                        let writes = vec![
-                            Write::Remove {
-                                channel: name.clone(),
-                                offset,
-                            },
-                            Write::DropEntry {
-                                channel: name,
-                                key: attempts_key(offset),
-                            },
-                        ];
-                        if !self.queue_commit(
-                            queue,
-                            writes,
-                            QueuePending::Unlink { queue, offset },
-                            out,
-                        ) {
-                            // It stays Moving; the next start finds it in
-                            // the queue and moves it again.
-                            log::warn!("storage is behind: dead-lettered job {offset} stays in its queue until the next start");
-                        }
+                    }
+                    Ok(
+                        [Outcome::Moved {
+                            to_offset: None,
+                            floor,
+                        }, ..],
+                    ) => {
+                        log::error!(
+                            "job {offset} of {} was no longer held when it was dead-lettered",
+                            self.queue_name(queue)
+                        );
+                        self.forget_job(queue, offset, *floor);
                     }
                     other => {
                         // Refused or failed: the job stays as it was, its
@@ -1100,17 +1102,6 @@ impl Broker {
                         );
                         self.set_available(queue, offset, now_ms + OFFER_TICK_MS);
                     }
-                }
-            }
-            (QueuePending::Unlink { queue, offset }, Answer::Committed(result)) => {
-                match result.as_deref() {
-                    Ok([Outcome::Removed { floor, .. }, ..]) => {
-                        self.forget_job(queue, offset, *floor);
-                    }
-                    other => log::warn!(
-                        "dead-lettered job {offset} of {} was not removed from its queue ({other:?}); the next start moves it again",
-                        self.queue_name(queue)
-                    ),
                 }
             }
             (QueuePending::AttemptCount, Answer::Committed(result)) => {

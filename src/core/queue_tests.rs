@@ -962,3 +962,30 @@ fn the_queues_topics_answer_publishes_as_their_kind_says() {
     // A response naming a queue is taken, whatever it says.
     assert_eq!(rig.publish(client, RESPONSE, b"ack"), ReasonCode::SUCCESS);
 }
+
+#[test]
+fn a_provider_at_its_append_limit_still_takes_the_dead_letter_move() {
+    // No channel bound: the provider itself refuses the next publish.
+    let provider = MemoryProvider::open("m", 3_000, 1_000, None).unwrap();
+    let mut rig = Rig::with(
+        channels(queue_settings(1, Backoff::None, 0), None),
+        provider,
+    );
+    let producer = rig.connect("producer");
+    let mut accepted = 0;
+    while rig.publish(producer, "jobs/a", &[b'x'; 200]) == ReasonCode::SUCCESS {
+        accepted += 1;
+    }
+    assert!(accepted >= 2);
+    let worker = rig.connect("worker");
+    rig.work(worker);
+    let job = one_job(&mut rig, worker);
+    rig.puback(worker, &job);
+    rig.answer(worker, &job, "return");
+    assert_eq!(
+        rig.held_in_store("jobs__dlq").len(),
+        1,
+        "moved into the reserve"
+    );
+    assert_eq!(rig.held_in_store(QUEUE).len(), accepted - 1);
+}
