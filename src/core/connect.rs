@@ -574,6 +574,9 @@ impl Broker {
             publisher: Some(Rc::clone(&client_id)),
         };
         let result = match self.channel_for(&message.topic) {
+            Some(_) if self.admit_queue_topic(&message.topic).is_err() => {
+                Err("a dead-letter channel takes records only from its queue")
+            }
             Some(channel) => self
                 .store_publish(channel, message, None, out)
                 .map_err(|_| "storage is behind"),

@@ -989,3 +989,30 @@ fn a_provider_at_its_append_limit_still_takes_the_dead_letter_move() {
     );
     assert_eq!(rig.held_in_store(QUEUE).len(), accepted - 1);
 }
+
+#[test]
+fn a_will_into_a_dead_letter_channel_is_not_stored() {
+    let mut rig = Rig::new(queue_settings(5, Backoff::None, 0));
+    let conn = rig.broker.accept(rig.now_ms).unwrap();
+    let connect = Connect {
+        protocol_version: ProtocolVersion::V5,
+        clean_start: true,
+        keep_alive_s: 0,
+        client_id: "dying".into(),
+        will: Some(crate::codec::Will {
+            topic: "jobs/__dlq/forged".into(),
+            payload: b"x".to_vec(),
+            qos: QoS::AtLeastOnce,
+            retain: false,
+            properties: Properties::default(),
+        }),
+        username: None,
+        password: None,
+        properties: Properties::default(),
+    };
+    rig.packet(conn, Packet::Connect(connect));
+    rig.broker
+        .handle_connection_lost(conn, rig.now_ms, &mut rig.shell);
+    rig.settle();
+    assert!(rig.held_in_store("jobs__dlq").is_empty());
+}
