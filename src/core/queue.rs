@@ -13,7 +13,7 @@
 //! the attempt count - is allowed into the provider's reserve, so a queue
 //! at its bound still drains.
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::rc::Rc;
 
 use super::channel::{from_stored, labelled, Pending, StoreRequest};
@@ -132,6 +132,8 @@ pub(crate) struct Queue {
     next_worker: usize,
     /// The job each worker holds, by session.
     held: HashMap<Key, u64>,
+    /// Available jobs whose attempts are spent, to be dead-lettered.
+    exhausted: BTreeSet<u64>,
     /// Bodies read from the provider and not yet offered.
     bodies: BTreeMap<u64, Rc<Message>>,
     reading: bool,
@@ -161,6 +163,7 @@ pub(crate) struct Queues {
 pub(crate) enum QueuePending {
     Read {
         queue: usize,
+        from: u64,
     },
     Resolve {
         queue: usize,
@@ -211,6 +214,7 @@ impl Queues {
                 .collect();
             let mut settings = settings.clone();
             settings.held = Vec::new();
+            let exhausted = settings_exhausted(&jobs, settings.max_attempts);
             queues.by_channel.insert(index, queues.list.len());
             queues.list.push(Queue {
                 settings,
@@ -220,6 +224,7 @@ impl Queues {
                 workers: Vec::new(),
                 next_worker: 0,
                 held: HashMap::new(),
+                exhausted,
                 bodies: BTreeMap::new(),
                 reading: false,
                 next_delivery: 0,
@@ -496,10 +501,15 @@ impl Broker {
         backoff_gap_ms(s.backoff, s.backoff_base_ms, attempts)
     }
 
+    /// Puts a job back; one whose attempts are spent is dead-lettered instead.
     fn set_available(&mut self, q: usize, offset: u64, available_at: u64) {
-        if let Some(job) = self.queues.list[q].jobs.get_mut(&offset) {
+        let queue = &mut self.queues.list[q];
+        if let Some(job) = queue.jobs.get_mut(&offset) {
             job.state = JobState::Available;
             job.available_at_ms = available_at;
+            if job.attempts >= queue.settings.max_attempts {
+                queue.exhausted.insert(offset);
+            }
         }
     }
 
@@ -537,21 +547,44 @@ impl Broker {
                 let gap = self.gap_ms(q, attempts);
                 self.set_available(q, offset, available_at_ms(since_ms, gap));
             }
-            self.walk_queue(q, true, now_ms, out);
+            self.service_queue(q, now_ms, out);
         }
     }
 
     /// Offers a queue's available jobs to its free workers.
     pub(crate) fn service_queue(&mut self, q: usize, now_ms: u64, out: &mut impl Transport) {
-        self.walk_queue(q, false, now_ms, out);
+        self.walk_queue(q, now_ms, out);
     }
 
-    /// Walks a queue's jobs in offset order: a job out of attempts or out of
-    /// time is dead-lettered; an available one whose backoff has passed is
-    /// offered to the next free worker; a waiting one is skipped, never
-    /// waited on. Stops where a body must first be read, and - unless
-    /// this is the tick's `sweep` for expired work - once no worker is free.
-    fn walk_queue(&mut self, q: usize, sweep: bool, now_ms: u64, out: &mut impl Transport) {
+    /// Walks a queue's jobs. Jobs out of attempts are dead-lettered first,
+    /// wherever they stand. Then, in offset order, a job older than
+    /// `job_expires_after` is dead-lettered and an available one whose
+    /// backoff has passed is offered to the next free worker; a waiting one
+    /// is skipped, never waited on. The walk stops where a body must first
+    /// be read, and at the first due job no worker is free for: the jobs
+    /// behind it arrived later, so none of them has expired either. On the
+    /// tick this is the sweep of expired work.
+    fn walk_queue(&mut self, q: usize, now_ms: u64, out: &mut impl Transport) {
+        while let Some(offset) = self.queues.list[q].exhausted.pop_first() {
+            let available = self.queues.list[q]
+                .jobs
+                .get(&offset)
+                .is_some_and(|job| job.state == JobState::Available);
+            if !available {
+                continue;
+            }
+            let Some(body) = self.job_body(q, offset) else {
+                self.queues.list[q].exhausted.insert(offset);
+                self.read_bodies(q, offset, out);
+                return;
+            };
+            let reason = DeadReason::AttemptsExhausted;
+            if !self.dead_letter(q, offset, &body, reason, now_ms, out) {
+                // Storage is behind: tried again on the next tick.
+                self.queues.list[q].exhausted.insert(offset);
+                return;
+            }
+        }
         let now_unix_ms = self.unix_ms(now_ms);
         let mut after = 0u64;
         loop {
@@ -566,37 +599,34 @@ impl Broker {
                 return;
             };
             after = offset + 1;
-            let doomed = if is_expired(
+            let expired = is_expired(
                 job.received_at_unix_ms,
                 settings.job_expires_after_ms,
                 now_unix_ms,
-            ) {
-                Some(DeadReason::Expired)
-            } else if job.attempts >= settings.max_attempts {
-                Some(DeadReason::AttemptsExhausted)
-            } else {
-                None
-            };
-            if doomed.is_none() && job.available_at_ms > now_ms {
+            );
+            if !expired && (job.attempts >= settings.max_attempts || job.available_at_ms > now_ms) {
                 continue;
             }
-            let worker = match doomed {
-                Some(_) => None,
-                None => match self.next_free_worker(q) {
+            let worker = if expired {
+                None
+            } else {
+                match self.next_free_worker(q) {
                     Some(worker) => Some(worker),
-                    // Nobody to offer to: the sweep still moves doomed jobs.
-                    None if sweep => continue,
+                    // The jobs behind arrived later: none has expired.
                     None => return,
-                },
+                }
             };
             let Some(body) = self.job_body(q, offset) else {
                 self.read_bodies(q, offset, out);
                 return;
             };
-            match (doomed, worker) {
-                (Some(reason), _) => self.dead_letter(q, offset, &body, reason, now_ms, out),
-                (None, Some(worker)) => self.offer(q, offset, worker, &body, now_ms, out),
-                (None, None) => {}
+            match worker {
+                None => {
+                    if !self.dead_letter(q, offset, &body, DeadReason::Expired, now_ms, out) {
+                        return;
+                    }
+                }
+                Some(worker) => self.offer(q, offset, worker, &body, now_ms, out),
             }
         }
     }
@@ -642,8 +672,11 @@ impl Broker {
         };
         if out.store(self.provider_of(q), request) {
             self.queues.list[q].reading = true;
-            self.pending
-                .insert(ticket, Pending::Queue(QueuePending::Read { queue: q }));
+            let pending = QueuePending::Read {
+                queue: q,
+                from: from_offset,
+            };
+            self.pending.insert(ticket, Pending::Queue(pending));
         }
         // A busy storage thread is asked again on the next tick.
     }
@@ -924,9 +957,9 @@ impl Broker {
         reason: DeadReason,
         now_ms: u64,
         out: &mut impl Transport,
-    ) {
+    ) -> bool {
         let Some(dlq) = self.queues.list[q].dlq else {
-            return;
+            return false;
         };
         let job = self.queues.list[q].jobs[&offset];
         let name = self.queue_name(q).to_string();
@@ -994,15 +1027,17 @@ impl Broker {
             offset,
             message: Box::new(message),
         };
-        if self.queue_commit(q, writes, pending, out) {
-            if let Some(job) = self.queues.list[q].jobs.get_mut(&offset) {
-                job.state = JobState::Moving;
-            }
-            log::info!(
-                "job {offset} of {name} is dead-lettered: {}",
-                reason.as_str()
-            );
+        if !self.queue_commit(q, writes, pending, out) {
+            return false;
         }
+        if let Some(job) = self.queues.list[q].jobs.get_mut(&offset) {
+            job.state = JobState::Moving;
+        }
+        log::info!(
+            "job {offset} of {name} is dead-lettered: {}",
+            reason.as_str()
+        );
+        true
     }
 
     // ---- storage answers -------------------------------------------------
@@ -1015,9 +1050,9 @@ impl Broker {
         out: &mut impl Transport,
     ) {
         match (pending, answer) {
-            (QueuePending::Read { queue }, Answer::Read(result)) => {
+            (QueuePending::Read { queue, from }, Answer::Read(result)) => {
                 self.queues.list[queue].reading = false;
-                match result {
+                let lost = match result {
                     Ok(Read::Records(batch)) => {
                         let q = &mut self.queues.list[queue];
                         q.bodies.clear();
@@ -1028,15 +1063,17 @@ impl Broker {
                                 q.bodies.insert(record.offset, Rc::new(body));
                             }
                         }
+                        (!q.bodies.contains_key(&from)).then_some(from + 1)
                     }
-                    Ok(other) => log::warn!(
-                        "reading jobs of {} came back as {other:?}",
-                        self.queue_name(queue)
-                    ),
+                    Ok(Read::BelowFloor { floor }) => Some(floor),
+                    Ok(Read::PastNext { .. }) => Some(u64::MAX),
                     Err(error) => {
                         log::warn!("reading jobs failed: {error}; tried again on the next tick");
                         return;
                     }
+                };
+                if let Some(below) = lost {
+                    self.forget_missing_jobs(queue, from, below);
                 }
                 self.service_queue(queue, now_ms, out);
             }
@@ -1115,6 +1152,26 @@ impl Broker {
         }
     }
 
+    /// Jobs from `from` up to `below` the provider no longer holds: a head
+    /// the core kept for a record that is gone, which no offer can serve.
+    fn forget_missing_jobs(&mut self, q: usize, from: u64, below: u64) {
+        let queue = &mut self.queues.list[q];
+        let missing: Vec<u64> = queue
+            .jobs
+            .range(from..below)
+            .filter(|(_, job)| job.state == JobState::Available)
+            .map(|(&offset, _)| offset)
+            .collect();
+        for offset in missing {
+            log::error!(
+                "job {offset} of {} is not in storage any more; it is forgotten",
+                self.channels[queue.channel].settings.name
+            );
+            queue.jobs.remove(&offset);
+            queue.exhausted.remove(&offset);
+        }
+    }
+
     fn forget_job(&mut self, q: usize, offset: u64, floor: u64) {
         let queue = &mut self.queues.list[q];
         queue.jobs.remove(&offset);
@@ -1122,6 +1179,14 @@ impl Broker {
         let channel = &mut self.channels[queue.channel];
         channel.floor = channel.floor.max(floor);
     }
+}
+
+/// The jobs held at startup whose attempts are already spent.
+fn settings_exhausted(jobs: &BTreeMap<u64, Job>, max_attempts: u32) -> BTreeSet<u64> {
+    jobs.iter()
+        .filter(|(_, job)| job.attempts >= max_attempts)
+        .map(|(&offset, _)| offset)
+        .collect()
 }
 
 /// A job as a worker is sent it: the publisher's topic, payload and

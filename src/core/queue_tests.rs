@@ -1016,3 +1016,25 @@ fn a_will_into_a_dead_letter_channel_is_not_stored() {
     rig.settle();
     assert!(rig.held_in_store("jobs__dlq").is_empty());
 }
+
+#[test]
+fn a_backlog_larger_than_the_tail_cache_is_read_back_and_offered_in_order() {
+    let mut rig = Rig::new(queue_settings(5, Backoff::None, 0));
+    let producer = rig.connect("producer");
+    for i in 0..60u8 {
+        rig.publish(producer, &format!("jobs/{i}"), &[i; 10_000]);
+    }
+    let worker = rig.connect("worker");
+    rig.work(worker);
+    for i in 0..60u8 {
+        let job = one_job(&mut rig, worker);
+        assert_eq!(job.payload, [i; 10_000]);
+        assert_eq!(
+            label(&job, "saguin-offset"),
+            Some((u64::from(i) + 1).to_string().as_str())
+        );
+        rig.puback(worker, &job);
+        rig.answer(worker, &job, "ack");
+    }
+    assert!(rig.held_in_store(QUEUE).is_empty());
+}
