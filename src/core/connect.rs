@@ -428,7 +428,7 @@ impl Broker {
             None
         };
         // A worker's jobs go back before anything else happens to its session.
-        self.queue_connection_ended(session_key, now_ms);
+        self.queue_connection_ended(session_key);
         let Some(session) = self.sessions.get_mut(session_key) else {
             return;
         };
@@ -481,7 +481,7 @@ impl Broker {
     /// Ends a session whole: its Will first, then its subscriptions and
     /// group memberships, what it was owed and what it held.
     pub(crate) fn end_session(&mut self, session_key: Key, now_ms: u64, out: &mut impl Transport) {
-        self.queue_session_ended(session_key, now_ms);
+        self.queue_session_ended(session_key);
         let Some(mut session) = self.sessions.remove(session_key) else {
             return;
         };

@@ -243,8 +243,10 @@ pub struct Broker {
 }
 
 impl Broker {
-    pub fn new(settings: Settings) -> Broker {
+    pub fn new(mut settings: Settings) -> Broker {
         let max_connections = settings.max_connections as usize;
+        // Takes the job heads out of the settings, which are kept.
+        let queues = queue::Queues::new(&mut settings.channels, settings.start_unix_ms);
         Broker {
             connections: Slab::with_capacity(max_connections),
             // Away sessions are bounded by their expiry; the table grows
@@ -264,7 +266,7 @@ impl Broker {
                 .map(channel::Channel::new)
                 .collect(),
             claims: claims_for(&settings.channels),
-            queues: queue::Queues::new(&settings.channels, settings.start_unix_ms),
+            queues,
             readers: Slab::growable(u32::MAX as usize),
             pending: HashMap::new(),
             next_ticket: 0,

@@ -6,12 +6,13 @@
 //! acknowledged: no clock runs), LEASED (acknowledged: the visibility
 //! timeout runs from the PUBACK), or on its way out (resolved, or moving to
 //! the dead-letter channel). The records themselves stay in the provider;
-//! the core keeps only a small head per job (offset, size, attempts, when
-//! it may next be offered) and reads bodies when it offers them.
+//! the core keeps only a small head per job (offset, receipt time,
+//! attempts, when it may next be offered) and reads bodies when it offers
+//! them.
 //!
-//! Every write that relieves a queue - the removal of a resolved job and
-//! the attempt count - is allowed into the provider's reserve, so a queue
-//! at its bound still drains.
+//! Every write that relieves a queue - the removal of a resolved job, the
+//! attempt count and the move into the dead-letter channel - is allowed
+//! into the provider's reserve, so a queue at its bound still drains.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::rc::Rc;
@@ -52,7 +53,6 @@ pub struct QueueSettings {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct HeldJob {
     pub offset: u64,
-    pub size_bytes: u64,
     pub received_at_unix_ms: u64,
     /// Attempts already counted, from its stored entry.
     pub attempts: u32,
@@ -89,7 +89,7 @@ enum JobState {
     },
     /// Acknowledged by its worker; its removal is being written.
     Resolving,
-    /// Being copied into the dead-letter channel, then removed.
+    /// Its move into the dead-letter channel is being written.
     Moving,
 }
 
@@ -180,24 +180,26 @@ pub(crate) enum QueuePending {
 }
 
 impl Queues {
-    /// Builds the queues from the channel list; `run` makes this run's
-    /// Delivery IDs unlike the last one's.
-    pub fn new(channels: &[super::ChannelSettings], run: u64) -> Queues {
+    /// Builds the queues from the channel list, taking the job heads out of
+    /// it so they are held once; `run` makes this run's Delivery IDs unlike
+    /// the last one's.
+    pub fn new(channels: &mut [super::ChannelSettings], run: u64) -> Queues {
         let mut queues = Queues {
             run,
             ..Queues::default()
         };
-        for (index, channel) in channels.iter().enumerate() {
-            let Some(settings) = &channel.queue else {
+        let names: Vec<String> = channels.iter().map(|c| c.name.clone()).collect();
+        for (index, channel) in channels.iter_mut().enumerate() {
+            let Some(settings) = &mut channel.queue else {
                 continue;
             };
+            let held = std::mem::take(&mut settings.held);
             let dlq_name = format!("{}__dlq", channel.name);
-            let dlq = channels.iter().position(|c| c.name == dlq_name);
+            let dlq = names.iter().position(|n| *n == dlq_name);
             if let Some(dlq) = dlq {
                 queues.dead_letter_channels.insert(dlq);
             }
-            let jobs = settings
-                .held
+            let jobs = held
                 .iter()
                 .map(|h| {
                     let job = Job {
@@ -212,8 +214,7 @@ impl Queues {
                     (h.offset, job)
                 })
                 .collect();
-            let mut settings = settings.clone();
-            settings.held = Vec::new();
+            let settings = settings.clone();
             let exhausted = settings_exhausted(&jobs, settings.max_attempts);
             queues.by_channel.insert(index, queues.list.len());
             queues.list.push(Queue {
@@ -437,8 +438,8 @@ impl Broker {
     }
 
     /// A session ended: it is nobody's worker any more.
-    pub(crate) fn queue_session_ended(&mut self, session_key: Key, now_ms: u64) {
-        self.release_jobs_of(session_key, now_ms);
+    pub(crate) fn queue_session_ended(&mut self, session_key: Key) {
+        self.release_jobs_of(session_key);
         for queue in &mut self.queues.list {
             queue.workers.retain(|&w| w != session_key);
         }
@@ -447,7 +448,7 @@ impl Broker {
     /// A worker's connection ended: every job it held goes back at once,
     /// and a delivery still on the wire is forgotten, so a resumed session
     /// is never sent it again.
-    pub(crate) fn queue_connection_ended(&mut self, session_key: Key, now_ms: u64) {
+    pub(crate) fn queue_connection_ended(&mut self, session_key: Key) {
         let on_wire: Vec<u16> = self
             .queues
             .on_wire
@@ -467,10 +468,10 @@ impl Broker {
         for packet_id in on_wire {
             self.queues.on_wire.remove(&(session_key, packet_id));
         }
-        self.release_jobs_of(session_key, now_ms);
+        self.release_jobs_of(session_key);
     }
 
-    fn release_jobs_of(&mut self, session_key: Key, now_ms: u64) {
+    fn release_jobs_of(&mut self, session_key: Key) {
         for q in 0..self.queues.list.len() {
             let Some(offset) = self.queues.list[q].held.remove(&session_key) else {
                 continue;
@@ -492,7 +493,6 @@ impl Broker {
                 "job {offset} of {} went back: its worker left",
                 self.queue_name(q)
             );
-            let _ = now_ms;
         }
     }
 

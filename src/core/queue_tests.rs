@@ -708,7 +708,6 @@ fn a_restart_makes_every_held_job_available_with_its_attempts() {
         provider.commit(&[append]).unwrap();
         held.push(HeldJob {
             offset: i,
-            size_bytes: 0,
             received_at_unix_ms: 1_700_000_000_000,
             attempts,
         });

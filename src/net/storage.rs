@@ -139,7 +139,6 @@ fn queue_settings(
         from = last.offset + 1;
         held.extend(batch.records.iter().map(|r| HeldJob {
             offset: r.offset,
-            size_bytes: r.message.size_bytes(),
             received_at_unix_ms: r.message.received_at_ms,
             attempts: 0,
         }));
