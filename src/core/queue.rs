@@ -901,8 +901,18 @@ impl Broker {
             return Ok(());
         }
         let offset = id.offset;
+        self.queues.list[q].held.remove(&session_key);
+        // An answer before the PUBACK is the proof the worker had the job.
+        // The count dies with an acknowledged job, so only a return's is
+        // written.
+        if unacknowledged && ack {
+            if let Some(job) = self.queues.list[q].jobs.get_mut(&offset) {
+                job.attempts = job.attempts.saturating_add(1);
+            }
+        } else if unacknowledged {
+            self.count_attempt(q, offset, out);
+        }
         let queue = &mut self.queues.list[q];
-        queue.held.remove(&session_key);
         if ack {
             queue.jobs.get_mut(&offset).expect("found above").state = JobState::Resolving;
             let name = name.to_string();
@@ -923,20 +933,9 @@ impl Broker {
                 self.set_available(q, offset, 0);
             }
         } else {
-            // A return counts the attempt when no PUBACK did.
-            if unacknowledged {
-                self.count_attempt(q, offset, out);
-            }
             let attempts = self.queues.list[q].jobs[&offset].attempts;
             let gap = self.gap_ms(q, attempts);
             self.set_available(q, offset, available_at_ms(now_ms, gap));
-        }
-        if ack && unacknowledged {
-            // The answer is proof the worker had it; the count dies with
-            // the job, so nothing is written.
-            if let Some(job) = self.queues.list[q].jobs.get_mut(&offset) {
-                job.attempts = job.attempts.saturating_add(1);
-            }
         }
         // An answer offers that worker its next job at once.
         self.offer_to_worker(session_key, now_ms, out);
