@@ -815,7 +815,11 @@ impl Broker {
             value: attempts.to_be_bytes().to_vec(),
             use_reserve: true,
         };
-        self.queue_commit(q, vec![write], QueuePending::AttemptCount, out);
+        if !self.queue_commit(q, vec![write], QueuePending::AttemptCount, out) {
+            log::warn!(
+                "storage is behind: the attempt count of job {offset} is kept in memory only"
+            );
+        }
     }
 
     fn queue_commit(
