@@ -542,3 +542,29 @@ fn a_restart_offers_every_held_job_at_once_and_attempt_counts_survive() {
     assert_eq!(letter.payload, b"a");
     assert_eq!(label(&letter, "saguin-dlq-attempts"), Some("2"));
 }
+
+#[test]
+fn a_filter_crossing_a_queue_is_served_everything_but_its_jobs() {
+    let dir = TempDir::new("queue-cross");
+    let broker = start(&dir, "");
+    let address = broker.address();
+    let mut watcher = RawClient::connect(&address, ProtocolVersion::V5, "watcher");
+    assert_eq!(subscribe_code(&mut watcher, "#", at(QoS::AtLeastOnce)), 1);
+    let mut producer = RawClient::connect(&address, ProtocolVersion::V5, "producer");
+    assert_eq!(
+        publish(&mut producer, "jobs/secret", b"work", Properties::default()),
+        0
+    );
+    assert_eq!(
+        publish(&mut producer, "marker/after", b"m", Properties::default()),
+        0
+    );
+    // Deliveries to one session keep their order: the marker comes first
+    // only if the job never came.
+    match watcher.recv() {
+        Received::Packet(Packet::Publish(first)) => assert_eq!(first.topic, "marker/after"),
+        other => panic!("expected the marker, got {other:?}"),
+    }
+    let mut w = worker(&address, "w");
+    assert_eq!(next_job(&mut w).topic, "jobs/secret");
+}
