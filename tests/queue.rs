@@ -568,3 +568,59 @@ fn a_filter_crossing_a_queue_is_served_everything_but_its_jobs() {
     let mut w = worker(&address, "w");
     assert_eq!(next_job(&mut w).topic, "jobs/secret");
 }
+
+#[test]
+fn the_dead_letter_channel_is_read_and_sought_as_an_append_channel() {
+    let dir = TempDir::new("queue-dlq-seek");
+    let broker = start(&dir, "retry:\n  max_attempts: 1");
+    let address = broker.address();
+    let mut producer = RawClient::connect(&address, ProtocolVersion::V5, "producer");
+    assert_eq!(
+        publish(&mut producer, "jobs/p", b"poison", Properties::default()),
+        0
+    );
+    let mut w = worker(&address, "w");
+    let job = next_job(&mut w);
+    puback(&mut w, &job);
+    answer(&mut w, &job, "return");
+    // A durable reader, added after the fact, replays the channel.
+    let mut reader = RawClient::open(&address, ProtocolVersion::V5);
+    let mut connect = common::connect_packet(ProtocolVersion::V5, "auditor");
+    connect.properties.session_expiry_interval_s = Some(600);
+    reader.send(&Packet::Connect(connect));
+    assert!(matches!(reader.recv(), Received::Packet(Packet::Connack(c)) if c.reason_code.0 == 0));
+    assert_eq!(
+        subscribe_code(&mut reader, "jobs/__dlq/#", at(QoS::AtLeastOnce)),
+        1
+    );
+    let read_letter = |reader: &mut RawClient| loop {
+        match reader.recv() {
+            Received::Packet(Packet::Publish(p)) if p.topic == "jobs/__dlq/p" => {
+                reader.send(&Packet::Puback(PubAck {
+                    packet_id: p.packet_id.unwrap(),
+                    ..PubAck::default()
+                }));
+                return p;
+            }
+            Received::Packet(_) => continue,
+            Received::Closed => panic!("closed"),
+        }
+    };
+    let first = read_letter(&mut reader);
+    assert_eq!(label(&first, "saguin-offset"), Some("1"));
+    // Seek back to the floor: the letter comes again.
+    reader.send(&Packet::Publish(Publish {
+        qos: QoS::AtLeastOnce,
+        topic: "$saguin/consumer/jobs__dlq/seek".into(),
+        packet_id: Some(77),
+        payload: b"0".to_vec(),
+        ..Publish::default()
+    }));
+    let again = read_letter(&mut reader);
+    assert_eq!(again.payload, b"poison");
+    assert_eq!(label(&again, "saguin-offset"), Some("1"));
+    assert_eq!(
+        label(&again, "saguin-dlq-reason"),
+        Some("attempts_exhausted")
+    );
+}
