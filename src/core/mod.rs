@@ -164,6 +164,9 @@ pub struct Stats {
     pub shared_backlog_dropped: u64,
     /// Retained publishes refused because the retained store was full.
     pub retained_refused: u64,
+    /// Retain flags dropped from publishes into a queue, whose jobs are
+    /// work rather than values to keep.
+    pub queue_retain_ignored: u64,
 }
 
 /// A connection that has sent its CONNECT and been accepted.

@@ -155,8 +155,6 @@ pub(crate) struct Queues {
     /// This run's nonce, the first part of every Delivery ID.
     run: u64,
     last_offer_ms: Option<u64>,
-    /// Retain flags dropped from publishes into a queue.
-    pub retain_ignored: u64,
 }
 
 /// What a queue's storage request was for.
@@ -286,7 +284,7 @@ impl Broker {
     pub(crate) fn prepare_for_channel(&mut self, channel: usize, message: &mut Message) {
         if message.retain && self.queues.is_queue(channel) {
             message.retain = false;
-            self.queues.retain_ignored += 1;
+            self.stats.queue_retain_ignored += 1;
         }
     }
 

@@ -881,7 +881,7 @@ fn a_filter_crossing_a_queue_gets_none_of_its_records_and_retain_is_dropped() {
     let topics: Vec<&str> = seen.iter().map(|p| p.topic.as_str()).collect();
     assert!(!topics.contains(&"jobs/a"), "{topics:?}");
     assert!(topics.contains(&"other/topic"));
-    assert_eq!(rig.broker.queues.retain_ignored, 1);
+    assert_eq!(rig.broker.stats.queue_retain_ignored, 1);
     let worker = rig.connect("worker");
     rig.work(worker);
     assert!(!one_job(&mut rig, worker).retain);
@@ -917,7 +917,7 @@ fn a_will_into_a_queue_becomes_an_ordinary_job() {
     assert_eq!(job.topic, "jobs/cleanup");
     assert_eq!(job.payload, b"device gone");
     assert!(!job.retain);
-    assert_eq!(rig.broker.queues.retain_ignored, 1);
+    assert_eq!(rig.broker.stats.queue_retain_ignored, 1);
 }
 
 #[test]
