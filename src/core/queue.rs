@@ -138,6 +138,9 @@ pub(crate) struct Queue {
     bodies: BTreeMap<u64, Rc<Message>>,
     reading: bool,
     next_delivery: u64,
+    /// A refused or failed dead-letter move holds every move back until
+    /// the next tick, rather than retrying on each event.
+    moves_paused_until_ms: u64,
 }
 
 /// Every queue, and the deliveries of theirs on a wire.
@@ -227,6 +230,7 @@ impl Queues {
                 bodies: BTreeMap::new(),
                 reading: false,
                 next_delivery: 0,
+                moves_paused_until_ms: 0,
             });
         }
         queues
@@ -563,22 +567,29 @@ impl Broker {
     /// behind it arrived later, so none of them has expired either. On the
     /// tick this is the sweep of expired work.
     fn walk_queue(&mut self, q: usize, now_ms: u64, out: &mut impl Transport) {
-        while let Some(offset) = self.queues.list[q].exhausted.pop_first() {
+        let may_move = now_ms >= self.queues.list[q].moves_paused_until_ms;
+        let mut after = 0u64;
+        while let Some(&offset) = self.queues.list[q].exhausted.range(after..).next() {
+            if !may_move {
+                break;
+            }
+            after = offset + 1;
             let available = self.queues.list[q]
                 .jobs
                 .get(&offset)
                 .is_some_and(|job| job.state == JobState::Available);
             if !available {
+                self.queues.list[q].exhausted.remove(&offset);
                 continue;
             }
             let Some(body) = self.job_body(q, offset) else {
-                self.queues.list[q].exhausted.insert(offset);
                 self.read_bodies(q, offset, out);
                 return;
             };
+            self.queues.list[q].exhausted.remove(&offset);
             let reason = DeadReason::AttemptsExhausted;
             if !self.dead_letter(q, offset, &body, reason, now_ms, out) {
-                // Storage is behind: tried again on the next tick.
+                // Storage is behind: tried again on the next walk.
                 self.queues.list[q].exhausted.insert(offset);
                 return;
             }
@@ -602,7 +613,8 @@ impl Broker {
                 settings.job_expires_after_ms,
                 now_unix_ms,
             );
-            if !expired && (job.attempts >= settings.max_attempts || job.available_at_ms > now_ms) {
+            let waiting = job.attempts >= settings.max_attempts || job.available_at_ms > now_ms;
+            if (expired && !may_move) || (!expired && waiting) {
                 continue;
             }
             let worker = if expired {
@@ -1133,12 +1145,14 @@ impl Broker {
                     }
                     other => {
                         // Refused or failed: the job stays as it was, its
-                        // attempts untouched, and is tried again.
+                        // attempts untouched, and moves are tried again on
+                        // the next tick.
                         log::warn!(
                             "job {offset} of {} could not be dead-lettered ({other:?}); it is tried again",
                             self.queue_name(queue)
                         );
-                        self.set_available(queue, offset, now_ms + OFFER_TICK_MS);
+                        self.queues.list[queue].moves_paused_until_ms = now_ms + OFFER_TICK_MS;
+                        self.set_available(queue, offset, 0);
                     }
                 }
             }

@@ -1037,3 +1037,39 @@ fn a_backlog_larger_than_the_tail_cache_is_read_back_and_offered_in_order() {
     }
     assert!(rig.held_in_store(QUEUE).is_empty());
 }
+
+#[test]
+fn a_refused_dead_letter_move_leaves_the_job_and_is_tried_again_once_there_is_room() {
+    let provider = MemoryProvider::open("m", 4_000, 1, None).unwrap();
+    let mut rig = Rig::with(
+        channels(queue_settings(1, Backoff::None, 0), None),
+        provider,
+    );
+    let producer = rig.connect("producer");
+    // Fill the provider to within a few bytes of its bound.
+    let mut accepted = 0;
+    for payload_bytes in [300usize, 30, 1] {
+        while rig.publish(producer, "jobs/a", &vec![b'x'; payload_bytes]) == ReasonCode::SUCCESS {
+            accepted += 1;
+        }
+    }
+    let worker = rig.connect("worker");
+    rig.work(worker);
+    let poison = one_job(&mut rig, worker);
+    rig.puback(worker, &poison);
+    rig.answer(worker, &poison, "return");
+    // The letter is larger than the job by more than the room left.
+    assert!(rig.held_in_store("jobs__dlq").is_empty());
+    assert_eq!(rig.held_in_store(QUEUE).len(), accepted, "nothing lost");
+    // The next job is offered meanwhile; its ack frees room.
+    let next = one_job(&mut rig, worker);
+    assert_ne!(
+        next.properties.correlation_data,
+        poison.properties.correlation_data
+    );
+    rig.puback(worker, &next);
+    rig.answer(worker, &next, "ack");
+    rig.advance_to(rig.now_ms + 400);
+    assert_eq!(rig.held_in_store("jobs__dlq").len(), 1);
+    assert_eq!(rig.held_in_store(QUEUE).len(), accepted - 2);
+}
