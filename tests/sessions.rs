@@ -401,3 +401,34 @@ fn a_qos2_publish_interrupted_between_pubrec_and_pubrel_completes_once_after_a_r
         );
     }
 }
+
+#[test]
+fn a_durable_queue_worker_is_a_worker_again_after_a_restart_without_resubscribing() {
+    const JOBS: &str = "channels:\n  jobs:\n    type: queue\n    filter: jobs/#\n";
+    for outage in [Outage::RedbKill, Outage::MemoryStop] {
+        let dir = TempDir::new("sessions-queue");
+        let start = |dir: &TempDir| BrokerProcess::start_in(dir.path(), outage.storage(), JOBS);
+        let mut broker = start(&dir);
+        let (mut worker, _) = connect(&broker.address(), durable("worker", 3600));
+        worker.subscribe("$saguin/queue/jobs", QoS::AtLeastOnce);
+        disconnect(&mut worker);
+        match outage {
+            Outage::RedbKill => broker.kill(),
+            _ => assert!(broker.terminate().success()),
+        }
+        drop(broker);
+        let broker = start(&dir);
+        let (mut worker, present) = connect(&broker.address(), durable("worker", 3600));
+        assert!(
+            present,
+            "{outage:?}: the worker's session did not come back"
+        );
+        publish_qos1(&broker.address(), "jobs/1", b"work");
+        let job = next_publish(&mut worker);
+        assert_eq!(
+            (job.topic.as_str(), job.payload.as_slice()),
+            ("jobs/1", &b"work"[..]),
+            "{outage:?}"
+        );
+    }
+}

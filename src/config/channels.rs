@@ -50,11 +50,13 @@ pub struct ChannelConfig {
     pub start: Start,
 }
 
-/// `type`. Only `append` is served by this version.
+/// `type`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ChannelKind {
     /// A durable log each reader replays from its own position.
     Append,
+    /// Jobs handed to one worker at a time (see [`super::queue`]).
+    Queue(super::queue::QueueConfig),
 }
 
 /// `start`: where a reader with no stored position begins.
@@ -72,7 +74,7 @@ pub enum Start {
 pub const MAX_FILTER_EXPANSIONS: usize = 1024;
 
 /// The level the dead letters of a queue are filed under.
-const DLQ_LEVEL: &str = "__dlq";
+use super::queue::DLQ_LEVEL;
 
 const PATH: &str = "channels";
 
@@ -234,6 +236,7 @@ pub(super) fn parse(
         ok = false;
     }
     ok &= refuse_shared_filters(f, &gathered.claimed, origin);
+    super::queue::add_dead_letter_channels(&mut channels);
     ok.then_some(channels)
 }
 
@@ -275,15 +278,19 @@ fn channel(
     }
     let rest = match kind {
         TypeRead::Append => without_other_type_keys(f, &path, mapping),
+        TypeRead::Queue => super::queue::without_other_type_keys(f, &path, mapping),
         _ => mapping.clone(),
     };
     let keys = match kind {
         TypeRead::Append => &APPEND_KEYS,
+        TypeRead::Queue => &super::queue::QUEUE_KEYS,
         _ => &ANY_KEYS,
     };
+    let braces_ok =
+        kind != TypeRead::Queue || super::queue::filter_has_no_braces(f, &path, rest.get("filter"));
     let rest = Value::Mapping(rest);
     let t = table(f, &path, &rest, keys)?;
-    let config = settings(
+    let mut config = settings(
         f,
         &path,
         (name, name_ok, entry.file.as_deref()),
@@ -291,9 +298,25 @@ fn channel(
         scope,
         gathered,
     );
+    if kind == TypeRead::Queue {
+        let defaults = match &scope.storage {
+            Some(Some(s)) => Some((s.default_retention_period_s, s.default_retention_bytes)),
+            _ => None,
+        };
+        let queue = super::queue::settings(f, &path, &t, defaults);
+        config = match (config, queue) {
+            (Some(c), Some(q)) if braces_ok => Some(ChannelConfig {
+                kind: ChannelKind::Queue(q),
+                retention_period_s: None,
+                retention_bytes: None,
+                ..c
+            }),
+            _ => None,
+        };
+    }
     // A channel whose name or type is wrong is still read through, so
     // every finding in it is reported.
-    if kind != TypeRead::Append || !name_ok {
+    if !matches!(kind, TypeRead::Append | TypeRead::Queue) || !name_ok {
         return None;
     }
     config
@@ -390,14 +413,15 @@ fn channel_name(f: &mut Findings, path: &str, name: &str) -> bool {
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum TypeRead {
     Append,
-    /// `latest` or `queue`: recognised, refused.
+    Queue,
+    /// `latest`: recognised, refused.
     NotYet,
     /// Missing or not a type; reported.
     Unreadable,
 }
 
 fn channel_type(f: &mut Findings, channel_path: &str, value: Option<&Value>) -> TypeRead {
-    const ALLOWED: &str = "a channel is type: append, a durable log each reader replays from its own position (latest and queue are not supported by this version yet)";
+    const ALLOWED: &str = "a channel is type: append, a durable log each reader replays from its own position, or type: queue, jobs each handed to one worker at a time (latest is not supported by this version yet)";
     let path = join(channel_path, "type");
     let Some(value) = value else {
         f.key(&path, format!("missing: {ALLOWED}; there is no default"));
@@ -405,7 +429,8 @@ fn channel_type(f: &mut Findings, channel_path: &str, value: Option<&Value>) -> 
     };
     match value {
         Value::String(s) if s == "append" => TypeRead::Append,
-        Value::String(s) if s == "latest" || s == "queue" => {
+        Value::String(s) if s == "queue" => TypeRead::Queue,
+        Value::String(s) if s == "latest" => {
             f.value(
                 &path,
                 value,
@@ -1096,8 +1121,9 @@ mod tests {
     // ---- types and keys -------------------------------------------------
 
     #[test]
-    fn latest_and_queue_are_recognised_and_refused() {
-        for kind in ["latest", "queue"] {
+    fn latest_is_recognised_and_refused() {
+        {
+            let kind = "latest";
             let f = one_refusal(&format!(
                 "state:\n  type: {kind}\n  filter: iot/+/state\n  deletion_retention_period: 1d\n  visibility_timeout: 30s\n"
             ));
@@ -1569,7 +1595,7 @@ mod tests {
     #[test]
     fn every_finding_is_reported_and_names_the_file() {
         let text = format!(
-            "{}channels:\n  a:\n    type: append\n    filter: +/x\n    start: now\n  b__dlq:\n    type: append\n  c:\n    type: queue\n  d:\n    type: append\n    filter: d/#\n  e:\n    type: append\n    filter: d/#\n    storage: elsewhere\n",
+            "{}channels:\n  a:\n    type: append\n    filter: +/x\n    start: now\n  b__dlq:\n    type: append\n  c:\n    type: queue\n    retention_bytes: 1GiB\n  d:\n    type: append\n    filter: d/#\n  e:\n    type: append\n    filter: d/#\n    storage: elsewhere\n",
             BROKER.replace("id: t", "id: t\n  log_level: loud")
         );
         let e = refused_file(&text);
@@ -1579,7 +1605,7 @@ mod tests {
             "channels.a.filter \"+/x\"",
             "channels.a.start \"now\"",
             "channels.b__dlq:",
-            "channels.c.type \"queue\"",
+            "channels.c.retention_bytes:",
             "channels.e.storage \"elsewhere\"",
             "channels.e.filter \"d/#\": this filter is carried by channel d",
         ];

@@ -46,6 +46,8 @@ pub struct ChannelSettings {
     /// `next` and `floor` as the provider held them at startup.
     pub next: u64,
     pub floor: u64,
+    /// Set when the channel is a `queue`.
+    pub queue: Option<super::queue::QueueSettings>,
 }
 
 /// What the core asks of a provider's storage thread.
@@ -109,7 +111,7 @@ impl Channel {
         }
     }
 
-    fn cache(&mut self, offset: u64, message: Rc<Message>) {
+    pub(crate) fn cache(&mut self, offset: u64, message: Rc<Message>) {
         self.tail_bytes += message.cost_bytes();
         self.tail.push_back((offset, message));
         while self.tail_bytes > TAIL_CACHE_BYTES && self.tail.len() > 1 {
@@ -118,7 +120,7 @@ impl Channel {
         }
     }
 
-    fn cached(&self, offset: u64) -> Option<&Rc<Message>> {
+    pub(crate) fn cached(&self, offset: u64) -> Option<&Rc<Message>> {
         let (first, _) = self.tail.front()?;
         let index = offset.checked_sub(*first)?;
         self.tail.get(usize::try_from(index).ok()?).map(|(_, m)| m)
@@ -195,6 +197,7 @@ pub(crate) enum Pending {
         channel: usize,
         offset: u64,
     },
+    Queue(super::queue::QueuePending),
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -225,6 +228,8 @@ impl Broker {
         conn: Option<(Key, PendingAck)>,
         out: &mut impl Transport,
     ) -> Result<(), Box<Message>> {
+        let mut message = message;
+        self.prepare_for_channel(channel, &mut message);
         // Publishes waiting on storage are held twice (the message and its
         // record); past the bound the storage thread is behind, and a new
         // one is refused rather than held without limit.
@@ -366,13 +371,16 @@ impl Broker {
             (Pending::Trim { channel }, Answer::Committed(result)) => {
                 self.trim_completed(channel, result, now_ms, out)
             }
+            (Pending::Queue(pending), answer) => {
+                self.queue_store_answered(pending, answer, now_ms, out)
+            }
             (_, answer) => log::error!("a storage answer did not match its request: {answer:?}"),
         }
     }
 
     /// A record was committed at `offset`: the channel moves on and its
     /// readers are served.
-    fn record_committed(
+    pub(crate) fn record_committed(
         &mut self,
         channel: usize,
         message: Message,
@@ -381,11 +389,16 @@ impl Broker {
         now_ms: u64,
         out: &mut impl Transport,
     ) {
+        let received_at_unix_ms = message.received_at_unix_ms;
         let labelled = Rc::new(labelled(message, id, offset));
         let ch = &mut self.channels[channel];
         ch.next = ch.next.max(offset + 1);
         ch.cache(offset, Rc::clone(&labelled));
-        for reader in ch.readers.clone() {
+        // A queue's record is a job: offered to one worker, never routed.
+        if self.queue_record_committed(channel, offset, received_at_unix_ms, now_ms, out) {
+            return;
+        }
+        for reader in self.channels[channel].readers.clone() {
             self.pump_reader(reader, now_ms, out);
         }
         // A shared group over the channel is handed each new record, to one
@@ -474,6 +487,10 @@ impl Broker {
     ) -> Vec<Key> {
         let mut made = Vec::new();
         for channel in self.claims.channels_reached_by(filter) {
+            // A queue's records leave only through its form (invariant 11).
+            if self.queues.is_queue(channel) {
+                continue;
+            }
             let existing = self.channels[channel].readers.iter().copied().find(|&r| {
                 self.readers
                     .get(r)
@@ -1249,7 +1266,7 @@ pub(crate) fn from_stored(stored: &store::Message) -> Message {
 /// A record as every reader is sent it: the publisher's User Properties,
 /// then `saguin-id`, `saguin-offset`, `saguin-timestamp`, and
 /// `saguin-expires` where the publisher set an expiry.
-fn labelled(mut message: Message, id: &MessageId, offset: u64) -> Message {
+pub(crate) fn labelled(mut message: Message, id: &MessageId, offset: u64) -> Message {
     let received_ms = message.received_at_unix_ms;
     let expiry_s = message.properties.message_expiry_interval_s;
     let labels = &mut message.properties.user_properties;

@@ -50,6 +50,7 @@ impl Broker {
             .admit_topic(&publish.topic)
             .and_then(|()| self.admit_properties(&publish))
             .and_then(|()| admit_seek_qos(&publish))
+            .and_then(|()| self.admit_queue_topic(&publish.topic))
             .and_then(|()| self.spend_publish_budget(conn, publish.payload.len(), now_ms));
         if let Err(refusal) = admitted {
             self.refuse_publish(
@@ -72,6 +73,30 @@ impl Broker {
             let ack = slot.map_or(PendingAck::None, |slot| PendingAck::Puback { slot });
             let channel_name = channel_name.to_string();
             self.handle_seek(conn, session_key, &channel_name, &publish, ack, now_ms, out);
+            return;
+        }
+        if Self::is_queue_response_topic(&publish.topic) {
+            let answer = match qos {
+                QoS::ExactlyOnce => Err((
+                    ReasonCode::IMPLEMENTATION_SPECIFIC_ERROR,
+                    "a queue's response is published at QoS 0 or 1",
+                )),
+                _ => self.handle_queue_response(session_key, &publish, now_ms, out),
+            };
+            match (answer, slot) {
+                (Ok(()), Some(slot)) => self.complete_puback(conn, slot, Ok(()), now_ms, out),
+                (Ok(()), None) => {}
+                (Err(refusal), slot) => self.refuse_publish(
+                    conn,
+                    &publish.topic,
+                    qos,
+                    packet_id,
+                    slot,
+                    refusal,
+                    now_ms,
+                    out,
+                ),
+            }
             return;
         }
         let client_id = self
@@ -262,7 +287,9 @@ impl Broker {
                 "topic deeper than limits.max_topic_levels",
             ));
         }
-        if (topic.starts_with("$saguin/") && super::seek::seek_channel(topic).is_none())
+        if (topic.starts_with("$saguin/")
+            && super::seek::seek_channel(topic).is_none()
+            && !Self::is_queue_response_topic(topic))
             || topic == "$saguin"
         {
             return Err((
@@ -587,6 +614,9 @@ impl Broker {
             now_ms,
             out,
         );
+        if let Some(session_key) = self.session_of(conn) {
+            self.queue_puback(session_key, packet_id, now_ms, out);
+        }
     }
 
     pub(crate) fn handle_pubcomp(

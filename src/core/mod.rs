@@ -16,6 +16,10 @@ mod persist;
 #[cfg(test)]
 mod persist_tests;
 mod qos2_holds;
+pub mod queue;
+pub mod queue_rules;
+#[cfg(test)]
+mod queue_tests;
 pub mod retained;
 mod retained_persist;
 pub mod seek;
@@ -180,6 +184,9 @@ pub struct Stats {
     pub shared_backlog_dropped: u64,
     /// Retained publishes refused because the retained store was full.
     pub retained_refused: u64,
+    /// Retain flags dropped from publishes into a queue, whose jobs are
+    /// work rather than values to keep.
+    pub queue_retain_ignored: u64,
 }
 
 /// A connection that has sent its CONNECT and been accepted.
@@ -257,11 +264,14 @@ pub struct Broker {
     pub(crate) match_scratch: Vec<Subscriber>,
     /// Session records in the session provider.
     pub(crate) persist: persist::Persistence,
+    pub(crate) queues: queue::Queues,
 }
 
 impl Broker {
-    pub fn new(settings: Settings) -> Broker {
+    pub fn new(mut settings: Settings) -> Broker {
         let max_connections = settings.max_connections as usize;
+        // Takes the job heads out of the settings, which are kept.
+        let queues = queue::Queues::new(&mut settings.channels, settings.start_unix_ms);
         Broker {
             connections: Slab::with_capacity(max_connections),
             // Away sessions are bounded by their expiry; the table grows
@@ -281,6 +291,7 @@ impl Broker {
                 .map(channel::Channel::new)
                 .collect(),
             claims: claims_for(&settings.channels),
+            queues,
             readers: Slab::growable(u32::MAX as usize),
             pending: HashMap::new(),
             next_ticket: 0,
@@ -539,6 +550,7 @@ impl Broker {
         let gone = self.retained.expire(self.unix_ms(now_ms), retention_ms);
         self.retained_left(gone, out);
         self.expire_group_backlogs(now_ms);
+        self.queue_tick(now_ms, out);
     }
 
     /// Says goodbye to every client as the broker stops.

@@ -551,11 +551,17 @@ impl Broker {
             return false;
         };
         for (filter, options) in &subscribe.filters {
-            if self.admit_filter(session_key, filter).is_err() {
+            // A queue's form is granted at QoS 1, as the queue keeps it.
+            let queue_form = matches!(super::queue_rules::form_name(filter), Some(Ok(_)));
+            if !queue_form && self.admit_filter(session_key, filter).is_err() {
                 continue;
             }
             let options = SubscriptionOptions {
-                qos: options.qos.min(QoS::ExactlyOnce),
+                qos: if queue_form {
+                    QoS::AtLeastOnce
+                } else {
+                    options.qos.min(QoS::ExactlyOnce)
+                },
                 ..*options
             };
             let stored = StoredSubscription {
@@ -1059,6 +1065,10 @@ impl Broker {
         stored: &StoredSubscription,
         out: &mut impl Transport,
     ) -> bool {
+        // A queue's form is a worker's subscription, kept by the queue.
+        if let Some(restored) = self.restore_queue_worker(session_key, &stored.filter) {
+            return restored;
+        }
         let form = match self.admit_filter(session_key, &stored.filter) {
             Ok(form) => form,
             Err((_, reason)) => {

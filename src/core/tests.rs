@@ -1401,6 +1401,7 @@ fn events_channel(start: ChannelStart) -> Settings {
             retention_bytes: None,
             next: 0,
             floor: 0,
+            queue: None,
         }],
         ..Settings::default()
     }

@@ -3,6 +3,7 @@
 
 mod connection;
 mod outbox;
+mod queue_load;
 mod storage;
 
 use std::cell::RefCell;

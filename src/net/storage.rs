@@ -84,7 +84,12 @@ pub fn start(config: &Config) -> io::Result<Started> {
                 state.floor,
                 state.next
             );
-            channels.push(channel_settings(channel, index, state.next, state.floor));
+            let mut settings = channel_settings(channel, index, state.next, state.floor);
+            if let config::ChannelKind::Queue(queue) = channel.kind {
+                let loaded = super::queue_load::queue_settings(&*provider, &channel.name, &queue);
+                settings.queue = Some(loaded.map_err(to_io)?);
+            }
+            channels.push(settings);
             read_holds(
                 provider.as_ref(),
                 index,
@@ -185,6 +190,7 @@ fn channel_settings(
         retention_bytes: channel.retention_bytes,
         next,
         floor,
+        queue: None,
     }
 }
 
