@@ -137,6 +137,8 @@ pub(crate) struct LoggedPublish {
     conn: Option<Key>,
     slot: Option<u64>,
     message: Message,
+    /// The log already gave up its oldest to make room once.
+    made_room: bool,
 }
 
 fn address(message: &Rc<Message>) -> usize {
@@ -185,23 +187,62 @@ impl Broker {
         if self.persist.writes_through || !self.owed_to_durable(&message) {
             return Some(message);
         }
-        let provider = self.settings.session_provider?;
-        let id = publisher_id(&message)
-            .unwrap_or_else(|| self.id_generator.next_id(message.received_at_unix_ms));
-        let write = Write::Append {
-            channel: BROADCAST_SPACE.to_string(),
-            message: to_stored(&message, &id),
-            channel_max_bytes: None,
-        };
-        let then = Then::Logged(Box::new(LoggedPublish {
+        self.settings.session_provider?;
+        let logged = LoggedPublish {
             conn,
             slot,
             message,
-        }));
-        if let Err(then) = self.send_write(provider, write, then, out) {
-            self.finish_session_write(*then, Written::Failed, now_ms, out);
-        }
+            made_room: false,
+        };
+        self.append_to_log(logged, Vec::new(), now_ms, out);
         None
+    }
+
+    /// Appends a message to the log, after `first` in the same commit.
+    fn append_to_log(
+        &mut self,
+        logged: LoggedPublish,
+        mut first: Vec<Write>,
+        now_ms: u64,
+        out: &mut impl Transport,
+    ) {
+        let Some(provider) = self.settings.session_provider else {
+            return;
+        };
+        let message = &logged.message;
+        let id = publisher_id(message)
+            .unwrap_or_else(|| self.id_generator.next_id(message.received_at_unix_ms));
+        first.push(Write::Append {
+            channel: BROADCAST_SPACE.to_string(),
+            message: to_stored(message, &id),
+            channel_max_bytes: None,
+        });
+        let ticket = self.next_ticket();
+        let request = StoreRequest::Commit {
+            ticket,
+            writes: first,
+        };
+        let then = Then::Logged(Box::new(logged));
+        if out.store(provider, request) {
+            self.persist.track(ticket, then);
+        } else {
+            self.finish_session_write(then, Written::Failed, now_ms, out);
+        }
+    }
+
+    /// The offset below which the log may give up its oldest to make
+    /// room: nothing a session has on the wire is given up.
+    fn room_floor(&self) -> u64 {
+        let mut floor = self.persist.log.next;
+        for key in self.sessions.keys() {
+            let on_wire = self.sessions.get(key).into_iter().flat_map(|s| {
+                s.inflight
+                    .values()
+                    .filter_map(|f| self.offset_of(&f.delivery.message))
+            });
+            floor = on_wire.fold(floor, u64::min);
+        }
+        floor
     }
 
     /// The log write came back: the message is routed, its deliveries
@@ -213,19 +254,44 @@ impl Broker {
         now_ms: u64,
         out: &mut impl Transport,
     ) {
-        let LoggedPublish {
-            conn,
-            slot,
-            message,
-        } = logged;
-        let outcome = match answer {
-            Some(Answer::Committed(Ok(outcomes))) => outcomes.first().copied(),
+        let outcome = match &answer {
+            // The append is the last write of its commit.
+            Some(Answer::Committed(Ok(outcomes))) => outcomes.last().copied(),
             Some(Answer::Committed(Err(error))) => {
                 log::error!("the broadcast log could not keep a message: {error}");
                 None
             }
             _ => None,
         };
+        let floor = self.room_floor();
+        if matches!(outcome, Some(Outcome::Refused(_)))
+            && !logged.made_room
+            && floor > self.persist.log.trimmed_to
+        {
+            // The log gives up its oldest messages, none a session has on
+            // the wire, and the append is tried once more.
+            log::warn!(
+                "the broadcast log's provider is full: messages below offset {floor} are given up for the sessions away that were owed them"
+            );
+            self.persist.log.trimmed_to = floor;
+            let trim = Write::Trim {
+                channel: BROADCAST_SPACE.to_string(),
+                rule: TrimRule::BeforeOffset(floor),
+                max_records: store::MAX_TRIM_RECORDS,
+            };
+            let logged = LoggedPublish {
+                made_room: true,
+                ..logged
+            };
+            self.append_to_log(logged, vec![trim], now_ms, out);
+            return;
+        }
+        let LoggedPublish {
+            conn,
+            slot,
+            message,
+            ..
+        } = logged;
         let answer = match outcome {
             Some(Outcome::Appended { offset }) => {
                 self.persist.log.next = self.persist.log.next.max(offset + 1);

@@ -1051,3 +1051,47 @@ fn a_retained_publish_and_a_will_owed_to_a_durable_session_are_logged_too() {
         .collect();
     assert_eq!(topics, ["state/lamp", "wills/device"]);
 }
+
+#[test]
+fn a_full_log_gives_up_its_oldest_messages_for_a_new_one() {
+    let mut rig = Rig::new(empty_disk(2_000));
+    let keeper = rig.open();
+    rig.packet(keeper, Packet::Connect(connect("keeper", true, 3600)));
+    rig.packet(keeper, subscribe("a/#"));
+    rig.packet(keeper, clean_disconnect());
+    rig.settle();
+    let publisher = rig.open();
+    rig.packet(publisher, Packet::Connect(connect("publisher", false, 0)));
+    rig.take(publisher);
+    for n in 1..=6u16 {
+        rig.packet(
+            publisher,
+            Packet::Publish(Publish {
+                qos: QoS::AtLeastOnce,
+                topic: format!("a/{n}"),
+                packet_id: Some(n),
+                payload: vec![7; 300],
+                ..Publish::default()
+            }),
+        );
+        rig.settle();
+    }
+    let acks = rig.take(publisher);
+    assert_eq!(acks.len(), 6);
+    assert!(acks
+        .iter()
+        .all(|p| matches!(p, Packet::Puback(a) if a.reason_code == ReasonCode::SUCCESS)));
+    let mut rig = Rig::new(rig.crash());
+    let keeper = rig.open();
+    rig.packet(keeper, Packet::Connect(connect("keeper", true, 3600)));
+    rig.settle();
+    let topics: Vec<String> = rig
+        .publishes_to(keeper)
+        .into_iter()
+        .map(|p| p.topic)
+        .collect();
+    assert!(
+        topics.len() < 6 && topics.last().map(String::as_str) == Some("a/6"),
+        "{topics:?}"
+    );
+}
