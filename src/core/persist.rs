@@ -34,13 +34,8 @@ pub const SESSIONS_SPACE: &str = "$sessions";
 /// How often a refused or unqueued background write is tried again.
 const RETRY_MS: u64 = 1_000;
 
-/// Packets a connection may send while it waits on a session write; past
-/// it the client is sending faster than the broker can store, and is
-/// disconnected rather than buffered without bound.
-const PAUSED_PACKETS_MAX: usize = 256;
-
-/// A pause in a Will's moment that means "none": the Will of a session
-/// whose connection a stop cut waits for the session's end, not a delay.
+/// The Will moment that means none: the Will of a session whose
+/// connection a stop cut waits for the session's end, not for a delay.
 pub(crate) const NO_MOMENT: u64 = u64::MAX;
 
 /// What the broker keeps about session records beside the sessions.
@@ -59,7 +54,7 @@ pub(crate) struct Persistence {
     /// Session writes in flight, by ticket.
     writes: HashMap<u64, Then>,
     /// Connections waiting on a session write, with what they sent since.
-    paused: HashMap<Key, VecDeque<Packet>>,
+    paused: HashMap<Key, Paused>,
     /// Sessions whose CONNACK waits on a write, and the connection it is for.
     connecting: HashMap<Key, Key>,
     /// The user name each client id's CONNECT carried, kept with its Will.
@@ -117,6 +112,14 @@ pub(crate) enum Then {
     },
 }
 
+/// What a connection sent while it waited on a session write, with the
+/// bytes it came to on the wire.
+#[derive(Default)]
+pub(crate) struct Paused {
+    packets: VecDeque<(Packet, u64)>,
+    bytes: u64,
+}
+
 /// How a session write came back.
 pub(crate) enum Written {
     Stored,
@@ -129,14 +132,15 @@ impl Persistence {
         self.paused.contains_key(&conn)
     }
 
-    /// Holds a packet a paused connection sent; false when it has sent
-    /// too many to hold.
-    pub fn hold(&mut self, conn: Key, packet: Packet) -> bool {
-        let queue = self.paused.entry(conn).or_default();
-        if queue.len() >= PAUSED_PACKETS_MAX {
+    /// Holds a packet a paused connection sent; false when what it holds
+    /// would pass `max_bytes` (one packet is always held).
+    pub fn hold(&mut self, conn: Key, packet: Packet, len_bytes: u64, max_bytes: u64) -> bool {
+        let paused = self.paused.entry(conn).or_default();
+        if !paused.packets.is_empty() && paused.bytes + len_bytes > max_bytes {
             return false;
         }
-        queue.push_back(packet);
+        paused.bytes += len_bytes;
+        paused.packets.push_back((packet, len_bytes));
         true
     }
 
@@ -420,7 +424,7 @@ impl Broker {
             connack: Box::new(connack),
             made,
         };
-        self.persist.paused.insert(conn, VecDeque::new());
+        self.persist.paused.insert(conn, Paused::default());
         self.persist.connecting.insert(session_key, conn);
         if let Err(then) = self.send_session_write(write, then, out) {
             self.finish_session_write(*then, Written::Failed, now_ms, out);
@@ -502,11 +506,16 @@ impl Broker {
         if !self.persist.is_paused(conn) {
             return Some(packet);
         }
-        if !self.persist.hold(conn, packet) {
+        let version = self.version(conn).unwrap_or(ProtocolVersion::V5);
+        let len_bytes = crate::codec::encoded_len(&packet, version) as u64;
+        // What waits is bounded as a session's outbound buffer is: the
+        // client is sending faster than the broker can store.
+        let max_bytes = self.settings.session_queue_bytes / 2;
+        if !self.persist.hold(conn, packet, len_bytes, max_bytes) {
             self.persist.forget_connection(conn);
             let reason = (
                 ReasonCode::IMPLEMENTATION_SPECIFIC_ERROR,
-                "storage is behind; too many packets wait on a session write",
+                "storage is behind; too much waits on a session write",
             );
             self.end_connection(conn, Some(reason), true, now_ms, out);
         }
@@ -515,17 +524,19 @@ impl Broker {
 
     /// Serves, in order, what a connection sent while it waited.
     fn resume_connection(&mut self, conn: Key, now_ms: u64, out: &mut impl Transport) {
-        let Some(mut queue) = self.persist.paused.remove(&conn) else {
+        let Some(paused) = self.persist.paused.remove(&conn) else {
             return;
         };
-        while let Some(packet) = queue.pop_front() {
+        let mut queue = paused.packets;
+        while let Some((packet, _)) = queue.pop_front() {
             if !self.connections.contains(conn) {
                 return;
             }
             self.handle_packet(conn, packet, now_ms, out);
             if let Some(again) = self.persist.paused.get_mut(&conn) {
                 // A packet started another write: the rest wait for it.
-                again.extend(queue);
+                again.bytes += queue.iter().map(|(_, len)| len).sum::<u64>();
+                again.packets.extend(queue);
                 return;
             }
         }
@@ -681,7 +692,7 @@ impl Broker {
             conn,
             disconnect: disconnect.clone(),
         };
-        self.persist.paused.insert(conn, VecDeque::new());
+        self.persist.paused.insert(conn, Paused::default());
         if let Err(then) = self.send_session_write(write, then, out) {
             self.finish_session_write(*then, Written::Failed, now_ms, out);
         }
@@ -705,7 +716,7 @@ impl Broker {
         let client_id = Rc::clone(&session.client_id);
         let write = Self::record_write(&client_id, &record);
         let too_large = matches!(&write, Write::PutEntry { value, .. } if value.len() > store::MAX_ENTRY_VALUE_BYTES);
-        self.persist.paused.insert(conn, VecDeque::new());
+        self.persist.paused.insert(conn, Paused::default());
         if too_large {
             self.finish_session_write(then, Written::Full, now_ms, out);
         } else if let Err(then) = self.send_session_write(write, then, out) {

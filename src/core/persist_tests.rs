@@ -1219,3 +1219,23 @@ fn a_crash_at_every_write_of_a_publish_loses_no_acknowledged_message_and_doubles
         "the script made too few writes to mean anything"
     );
 }
+
+#[test]
+fn what_waits_on_a_session_write_is_bounded() {
+    let mut rig = Rig::new(empty_disk(1 << 20));
+    let conn = rig.open();
+    rig.packet(conn, Packet::Connect(connect("device", true, 60)));
+    // Half of session_queue_bytes may wait; the client sending past it is
+    // disconnected rather than buffered.
+    let half = Settings::default().session_queue_bytes / 2;
+    let count = half / 100_000 + 2;
+    for _ in 0..count {
+        let big = Packet::Publish(Publish {
+            topic: "t".into(),
+            payload: vec![0; 100_000],
+            ..Publish::default()
+        });
+        rig.packet(conn, big);
+    }
+    assert!(rig.wire.closed.contains(&conn));
+}
