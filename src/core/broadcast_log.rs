@@ -255,8 +255,16 @@ impl Broker {
         out: &mut impl Transport,
     ) {
         let outcome = match &answer {
-            // The append is the last write of its commit.
-            Some(Answer::Committed(Ok(outcomes))) => outcomes.last().copied(),
+            // The append is the last write of its commit, after any trim
+            // that made room for it.
+            Some(Answer::Committed(Ok(outcomes))) => {
+                for o in outcomes {
+                    if let Outcome::Trimmed(trimmed) = o {
+                        self.stats.log_dropped += trimmed.removed_records;
+                    }
+                }
+                outcomes.last().copied()
+            }
             Some(Answer::Committed(Err(error))) => {
                 log::error!("the broadcast log could not keep a message: {error}");
                 None
@@ -306,6 +314,7 @@ impl Broker {
                 // The loss is the sessions', not the publisher's: it is
                 // delivered from memory and kept for nobody past a restart.
                 log::warn!("the broadcast log's provider is full: a message owed to sessions away is kept in memory only");
+                self.stats.log_dropped += 1;
                 let before = std::mem::replace(&mut self.persist.writes_through, true);
                 let routed = self.accept_message(message, now_ms, out);
                 self.persist.writes_through = before;

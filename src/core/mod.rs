@@ -184,6 +184,11 @@ pub struct Stats {
     pub shared_backlog_dropped: u64,
     /// Retained publishes refused because the retained store was full.
     pub retained_refused: u64,
+    /// Sessions told at CONNECT that they end with their connection, the
+    /// session store having no room for their record.
+    pub sessions_dropped_storage_full: u64,
+    /// Broadcast log messages given up, or never kept, for want of room.
+    pub log_dropped: u64,
     /// Retain flags dropped from publishes into a queue, whose jobs are
     /// work rather than values to keep.
     pub queue_retain_ignored: u64,

@@ -862,6 +862,7 @@ impl Broker {
                     "the session store is full: {} is given a session that ends with its connection",
                     self.client_id_of(conn)
                 );
+                self.stats.sessions_dropped_storage_full += 1;
                 if let Some(session) = self.sessions.get_mut(session_key) {
                     session.expiry_interval_s = 0;
                 }

@@ -329,6 +329,7 @@ fn a_full_store_refuses_a_will_with_0x97_and_a_bare_session_is_told_it_ends() {
     let connack = rig.connack(conn).unwrap();
     assert_eq!(connack.reason_code, ReasonCode::SUCCESS);
     assert_eq!(connack.properties.session_expiry_interval_s, Some(0));
+    assert_eq!(rig.broker.stats().sessions_dropped_storage_full, 1);
     rig.packet(conn, clean_disconnect());
     rig.settle();
     assert_eq!(
@@ -1078,6 +1079,7 @@ fn a_full_log_gives_up_its_oldest_messages_for_a_new_one() {
     }
     let acks = rig.take(publisher);
     assert_eq!(acks.len(), 6);
+    assert!(rig.broker.stats().log_dropped > 0, "the loss is counted");
     assert!(acks
         .iter()
         .all(|p| matches!(p, Packet::Puback(a) if a.reason_code == ReasonCode::SUCCESS)));
