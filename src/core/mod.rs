@@ -560,8 +560,10 @@ impl Broker {
 
     /// Says goodbye to every client as the broker stops.
     pub fn shutdown(&mut self, now_ms: u64, out: &mut impl Transport) {
-        // A stop is not a disconnect: connected sessions' records stay
-        // reading as connected, their Wills without a moment.
+        // What the store refused is tried once more; then a stop is not a
+        // disconnect: connected sessions' records stay reading as
+        // connected, their Wills without a moment.
+        self.flush_session_writes(now_ms, out);
         self.persist.stopping = true;
         self.commit_positions(None, out);
         self.commit_cursors(out);

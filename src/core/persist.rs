@@ -355,9 +355,16 @@ impl Broker {
     /// Writes again, every second, what the store refused or could not
     /// take.
     pub(crate) fn retry_session_writes(&mut self, now_ms: u64, out: &mut impl Transport) {
-        if self.persist.dirty.is_empty()
-            || now_ms.saturating_sub(self.persist.last_retry_ms) < RETRY_MS
-        {
+        if now_ms.saturating_sub(self.persist.last_retry_ms) < RETRY_MS {
+            return;
+        }
+        self.flush_session_writes(now_ms, out);
+    }
+
+    /// Writes again, now, every record still owed a write: each second,
+    /// and as the broker stops.
+    pub(crate) fn flush_session_writes(&mut self, now_ms: u64, out: &mut impl Transport) {
+        if self.persist.dirty.is_empty() {
             return;
         }
         self.persist.last_retry_ms = now_ms;

@@ -1241,3 +1241,22 @@ fn what_waits_on_a_session_write_is_bounded() {
     }
     assert!(rig.wire.closed.contains(&conn));
 }
+
+#[test]
+fn a_refused_write_is_tried_once_more_as_the_broker_stops() {
+    let mut rig = Rig::new(empty_disk(1 << 20));
+    let conn = rig.open();
+    rig.packet(conn, Packet::Connect(connect("device", true, 60)));
+    rig.settle();
+    rig.failing = true;
+    rig.broker
+        .handle_connection_lost(conn, rig.now_ms, &mut rig.wire);
+    rig.settle();
+    rig.failing = false;
+    rig.broker.shutdown(rig.now_ms, &mut rig.wire);
+    rig.settle();
+    assert_eq!(
+        rig.stored_record("device").unwrap().disconnected_unix_ms,
+        Some(START_UNIX_MS)
+    );
+}
