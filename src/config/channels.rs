@@ -10,9 +10,10 @@
 //! The block may be written as a list of groups, each a file named by
 //! `!include` or channels written in place (see [`super::include`]).
 //!
-//! This version keeps `type: append` channels. `latest` and `queue` are
-//! recognised and refused by name, so a file written for them is not
-//! started as though it were served.
+//! This version keeps `type: append` and `type: latest` channels (the
+//! latter's own keys are read in [`super::latest`]). `queue` is recognised
+//! and refused by name, so a file written for it is not started as though
+//! it were served.
 
 use std::collections::HashMap;
 
@@ -50,11 +51,16 @@ pub struct ChannelConfig {
     pub start: Start,
 }
 
-/// `type`. Only `append` is served by this version.
+/// `type`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ChannelKind {
     /// A durable log each reader replays from its own position.
     Append,
+    /// The current value of each topic. A deletion is kept for
+    /// `deletion_retention_period` in whole seconds; `None` for `none`.
+    Latest {
+        deletion_retention_period_s: Option<u64>,
+    },
 }
 
 /// `start`: where a reader with no stored position begins.
@@ -275,10 +281,12 @@ fn channel(
     }
     let rest = match kind {
         TypeRead::Append => without_other_type_keys(f, &path, mapping),
+        TypeRead::Latest => super::latest::without_other_type_keys(f, &path, mapping),
         _ => mapping.clone(),
     };
     let keys = match kind {
         TypeRead::Append => &APPEND_KEYS,
+        TypeRead::Latest => &super::latest::KEYS,
         _ => &ANY_KEYS,
     };
     let rest = Value::Mapping(rest);
@@ -291,9 +299,28 @@ fn channel(
         scope,
         gathered,
     );
+    let config = match kind {
+        TypeRead::Latest => {
+            let deletions = super::latest::deletion_retention_period(
+                f,
+                &path,
+                t.get("deletion_retention_period"),
+            );
+            config
+                .zip(deletions)
+                .map(|(config, deletions)| ChannelConfig {
+                    kind: ChannelKind::Latest {
+                        deletion_retention_period_s: deletions,
+                    },
+                    retention_bytes: None,
+                    ..config
+                })
+        }
+        _ => config,
+    };
     // A channel whose name or type is wrong is still read through, so
     // every finding in it is reported.
-    if kind != TypeRead::Append || !name_ok {
+    if !matches!(kind, TypeRead::Append | TypeRead::Latest) || !name_ok {
         return None;
     }
     config
@@ -390,14 +417,15 @@ fn channel_name(f: &mut Findings, path: &str, name: &str) -> bool {
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum TypeRead {
     Append,
-    /// `latest` or `queue`: recognised, refused.
+    Latest,
+    /// `queue`: recognised, refused.
     NotYet,
     /// Missing or not a type; reported.
     Unreadable,
 }
 
 fn channel_type(f: &mut Findings, channel_path: &str, value: Option<&Value>) -> TypeRead {
-    const ALLOWED: &str = "a channel is type: append, a durable log each reader replays from its own position (latest and queue are not supported by this version yet)";
+    const ALLOWED: &str = "a channel is type: append, a durable log each reader replays from its own position, or type: latest, the current value of each topic (queue is not supported by this version yet)";
     let path = join(channel_path, "type");
     let Some(value) = value else {
         f.key(&path, format!("missing: {ALLOWED}; there is no default"));
@@ -405,11 +433,12 @@ fn channel_type(f: &mut Findings, channel_path: &str, value: Option<&Value>) -> 
     };
     match value {
         Value::String(s) if s == "append" => TypeRead::Append,
-        Value::String(s) if s == "latest" || s == "queue" => {
+        Value::String(s) if s == "latest" => TypeRead::Latest,
+        Value::String(s) if s == "queue" => {
             f.value(
                 &path,
                 value,
-                "recognised, but not supported by this version of Sagüin yet, so the channel would not be served as one; remove it, or make it type: append",
+                "recognised, but not supported by this version of Sagüin yet, so the channel would not be served as one; remove it, or make it type: append or type: latest",
             );
             TypeRead::NotYet
         }
@@ -1096,20 +1125,18 @@ mod tests {
     // ---- types and keys -------------------------------------------------
 
     #[test]
-    fn latest_and_queue_are_recognised_and_refused() {
-        for kind in ["latest", "queue"] {
-            let f = one_refusal(&format!(
-                "state:\n  type: {kind}\n  filter: iot/+/state\n  deletion_retention_period: 1d\n  visibility_timeout: 30s\n"
-            ));
-            assert_contains(
-                &f,
-                &[
-                    &format!("channels.state.type \"{kind}\""),
-                    "not supported by this version of Sagüin yet",
-                    "type: append",
-                ],
-            );
-        }
+    fn queue_is_recognised_and_refused() {
+        let f = one_refusal(
+            "state:\n  type: queue\n  filter: iot/+/state\n  visibility_timeout: 30s\n",
+        );
+        assert_contains(
+            &f,
+            &[
+                "channels.state.type \"queue\"",
+                "not supported by this version of Sagüin yet",
+                "type: append or type: latest",
+            ],
+        );
     }
 
     #[test]

@@ -682,8 +682,8 @@ fn keys_not_supported_yet_are_refused_as_recognised() {
         ),
         ("broker:\n  id: a\n  operations: {}\n", "broker.operations:"),
         (
-            "broker:\n  id: a\nchannels:\n  x:\n    type: latest\n",
-            "channels.x.type \"latest\":",
+            "broker:\n  id: a\nchannels:\n  x:\n    type: queue\n",
+            "channels.x.type \"queue\":",
         ),
         ("broker:\n  id: a\nbridges: {}\n", "bridges:"),
         (&mqtt("password_file: /etc/p"), "broker.mqtt.password_file:"),
