@@ -11,7 +11,8 @@
 use super::budget::Budget;
 use super::error::StoreError;
 use super::types::{
-    ChannelState, Message, Outcome, Refusal, TrimRule, Trimmed, Write, POSITION_OVERHEAD_BYTES,
+    ChannelState, Message, Outcome, Refusal, TrimRule, Trimmed, Write, ENTRY_OVERHEAD_BYTES,
+    POSITION_OVERHEAD_BYTES,
 };
 
 /// A record's place and what a trim needs to judge it, without its body.
@@ -44,6 +45,18 @@ pub(crate) trait Tables {
     fn set_position(&mut self, channel: &str, reader: &str, offset: u64) -> Result<(), StoreError>;
     /// Whether there was one to remove.
     fn remove_position(&mut self, channel: &str, reader: &str) -> Result<bool, StoreError>;
+    /// The record at `offset`, if one is held there.
+    fn record_head(&mut self, channel: &str, offset: u64)
+        -> Result<Option<RecordHead>, StoreError>;
+    /// The length of the entry's value, if the key is held.
+    fn entry_len(&mut self, channel: &str, key: &str) -> Result<Option<u64>, StoreError>;
+    fn put_entry(&mut self, channel: &str, key: &str, value: &[u8]) -> Result<(), StoreError>;
+    fn remove_entry(&mut self, channel: &str, key: &str) -> Result<(), StoreError>;
+}
+
+/// What a stored entry counts against the provider.
+pub(crate) fn entry_size_bytes(key: &str, value_len: u64) -> u64 {
+    key.len() as u64 + value_len + ENTRY_OVERHEAD_BYTES
 }
 
 /// What a stored position counts against the provider.
@@ -77,6 +90,14 @@ pub(crate) fn apply_batch<T: Tables>(
                 rule,
                 max_records,
             } => Outcome::Trimmed(trim(tables, budget, channel, *rule, *max_records)?),
+            Write::Remove { channel, offset } => remove(tables, budget, channel, *offset)?,
+            Write::PutEntry {
+                channel,
+                key,
+                value,
+                use_reserve,
+            } => put_entry(tables, budget, channel, key, value, *use_reserve)?,
+            Write::DropEntry { channel, key } => drop_entry(tables, budget, channel, key)?,
         };
         outcomes.push(outcome);
     }
@@ -227,4 +248,99 @@ fn trim<T: Tables>(
         floor,
         more,
     })
+}
+
+/// Removes one record. The floor moves only when the oldest record held
+/// goes, and then only up to the next one still held: a gap left in the
+/// middle stays readable around.
+fn remove<T: Tables>(
+    tables: &mut T,
+    budget: &mut Budget,
+    channel: &str,
+    offset: u64,
+) -> Result<Outcome, StoreError> {
+    let mut state = tables.state(channel)?;
+    let Some(head) = tables.record_head(channel, offset)? else {
+        return Ok(Outcome::Removed {
+            existed: false,
+            freed_bytes: 0,
+            floor: state.floor,
+        });
+    };
+    let was_oldest = tables
+        .oldest(channel, 1)?
+        .first()
+        .is_some_and(|oldest| oldest.offset == offset);
+    tables.remove_records(channel, &[offset])?;
+    if was_oldest {
+        let after = tables
+            .oldest(channel, 1)?
+            .first()
+            .map_or(state.next, |oldest| oldest.offset);
+        state.floor = state.floor.max(after);
+    }
+    state.record_bytes = state.record_bytes.saturating_sub(head.size_bytes);
+    state.record_count = state.record_count.saturating_sub(1);
+    tables.set_state(channel, state)?;
+    budget.release(head.size_bytes);
+    Ok(Outcome::Removed {
+        existed: true,
+        freed_bytes: head.size_bytes,
+        floor: state.floor,
+    })
+}
+
+fn put_entry<T: Tables>(
+    tables: &mut T,
+    budget: &mut Budget,
+    channel: &str,
+    key: &str,
+    value: &[u8],
+    use_reserve: bool,
+) -> Result<Outcome, StoreError> {
+    let mut state = tables.state(channel)?;
+    let old_bytes = tables
+        .entry_len(channel, key)?
+        .map(|len| entry_size_bytes(key, len));
+    let new_bytes = entry_size_bytes(key, value.len() as u64);
+    // Only growth is judged against the bound: a replacement no larger
+    // than what it replaces always fits.
+    let growth = new_bytes.saturating_sub(old_bytes.unwrap_or(0));
+    let admitted = growth == 0
+        || if use_reserve {
+            budget.admits_relief(growth)
+        } else {
+            budget.admits_append(growth)
+        };
+    if !admitted {
+        return Ok(Outcome::Refused(Refusal::ProviderFull));
+    }
+    tables.put_entry(channel, key, value)?;
+    budget.release(old_bytes.unwrap_or(0));
+    budget.charge(new_bytes);
+    state.entry_bytes = state.entry_bytes.saturating_sub(old_bytes.unwrap_or(0)) + new_bytes;
+    if old_bytes.is_none() {
+        state.entry_count += 1;
+    }
+    tables.set_state(channel, state)?;
+    Ok(Outcome::EntryPut)
+}
+
+fn drop_entry<T: Tables>(
+    tables: &mut T,
+    budget: &mut Budget,
+    channel: &str,
+    key: &str,
+) -> Result<Outcome, StoreError> {
+    let Some(len) = tables.entry_len(channel, key)? else {
+        return Ok(Outcome::EntryDropped { existed: false });
+    };
+    let mut state = tables.state(channel)?;
+    let size_bytes = entry_size_bytes(key, len);
+    tables.remove_entry(channel, key)?;
+    state.entry_bytes = state.entry_bytes.saturating_sub(size_bytes);
+    state.entry_count = state.entry_count.saturating_sub(1);
+    tables.set_state(channel, state)?;
+    budget.release(size_bytes);
+    Ok(Outcome::EntryDropped { existed: true })
 }

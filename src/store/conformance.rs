@@ -826,6 +826,240 @@ fn usage_counts_records_and_positions_with_one_function<H: Harness>(h: &H) {
     assert_eq!(p.usage().used_bytes, expect);
 }
 
+fn remove(channel: &str, offset: u64) -> Write {
+    Write::Remove {
+        channel: channel.into(),
+        offset,
+    }
+}
+
+fn put_entry(channel: &str, key: &str, value: &[u8], use_reserve: bool) -> Write {
+    Write::PutEntry {
+        channel: channel.into(),
+        key: key.into(),
+        value: value.to_vec(),
+        use_reserve,
+    }
+}
+
+fn drop_entry(channel: &str, key: &str) -> Write {
+    Write::DropEntry {
+        channel: channel.into(),
+        key: key.into(),
+    }
+}
+
+fn a_record_is_removed_from_anywhere_and_the_floor_follows_the_oldest<H: Harness>(h: &H) {
+    let mut p = h.open();
+    fill(&mut p, "c", 5);
+    let size = one_size();
+    // From the middle: a gap, read around; the floor stays.
+    assert_eq!(
+        commit(&mut p, vec![remove("c", 3)]),
+        vec![Outcome::Removed {
+            existed: true,
+            freed_bytes: size,
+            floor: 1
+        }]
+    );
+    assert_eq!(offsets(&p, "c", 1), vec![1, 2, 4, 5]);
+    assert_eq!(offsets(&p, "c", 3), vec![4, 5]);
+    // The oldest: the floor rises past the gap to the next record held.
+    commit(&mut p, vec![remove("c", 1)]);
+    let out = commit(&mut p, vec![remove("c", 2)]);
+    assert_eq!(
+        out,
+        vec![Outcome::Removed {
+            existed: true,
+            freed_bytes: size,
+            floor: 4
+        }]
+    );
+    assert_eq!(p.read("c", 2, ALL).unwrap(), Read::BelowFloor { floor: 4 });
+    // Absent, twice, or never held: nothing changes.
+    assert_eq!(
+        commit(
+            &mut p,
+            vec![remove("c", 2), remove("c", 99), remove("none", 1)]
+        ),
+        vec![
+            Outcome::Removed {
+                existed: false,
+                freed_bytes: 0,
+                floor: 4
+            },
+            Outcome::Removed {
+                existed: false,
+                freed_bytes: 0,
+                floor: 4
+            },
+            Outcome::Removed {
+                existed: false,
+                freed_bytes: 0,
+                floor: 1
+            },
+        ]
+    );
+    let s = p.channel("c");
+    assert_eq!((s.record_count, s.record_bytes, s.next), (2, 2 * size, 6));
+    assert_eq!(p.usage().used_bytes, 2 * size);
+    // The last ones: the floor reaches `next`, and offsets are not reused.
+    commit(&mut p, vec![remove("c", 5), remove("c", 4)]);
+    let p2 = h.reopen(p);
+    let s = p2.channel("c");
+    assert_eq!((s.floor, s.next, s.record_count), (6, 6, 0));
+    let mut p = p2;
+    assert_eq!(fill(&mut p, "c", 1), appended(&[6]));
+}
+
+fn a_removal_may_use_the_reserve_and_frees_room<H: Harness>(h: &H) {
+    let size = one_size();
+    let mut p = h.open_bounded(3 * size + 10, 10);
+    assert_eq!(fill(&mut p, "c", 3), appended(&[1, 2, 3]));
+    assert_eq!(
+        fill(&mut p, "c", 1),
+        vec![Outcome::Refused(Refusal::ProviderFull)]
+    );
+    // A removal and the append it makes room for, in one batch.
+    let out = commit(
+        &mut p,
+        vec![remove("c", 2), append("c", msg("t/x", &[9; 10], 7))],
+    );
+    assert!(matches!(out[0], Outcome::Removed { existed: true, .. }));
+    assert_eq!(out[1], Outcome::Appended { offset: 4 });
+    assert_eq!(offsets(&p, "c", 1), vec![1, 3, 4]);
+}
+
+fn entries_are_put_replaced_dropped_and_counted<H: Harness>(h: &H) {
+    let mut p = h.open();
+    let cost = |key: &str, len: u64| key.len() as u64 + len + ENTRY_OVERHEAD_BYTES;
+    let out = commit(
+        &mut p,
+        vec![
+            put_entry("$sessions", "b-client", b"two", false),
+            put_entry("$sessions", "a-client", b"one", false),
+            put_entry("other", "a-client", b"elsewhere", false),
+        ],
+    );
+    assert_eq!(out, vec![Outcome::EntryPut; 3]);
+    assert_eq!(
+        p.entries("$sessions").unwrap(),
+        vec![
+            ("a-client".to_string(), b"one".to_vec()),
+            ("b-client".to_string(), b"two".to_vec())
+        ]
+    );
+    assert_eq!(
+        p.entry("other", "a-client").unwrap(),
+        Some(b"elsewhere".to_vec())
+    );
+    assert_eq!(p.entry("other", "b-client").unwrap(), None);
+    assert_eq!(p.entries("never").unwrap(), vec![]);
+    // Replacing charges the difference; the count stays.
+    commit(
+        &mut p,
+        vec![put_entry("$sessions", "a-client", b"longer one", false)],
+    );
+    let s = p.channel("$sessions");
+    assert_eq!(s.entry_count, 2);
+    assert_eq!(s.entry_bytes, cost("a-client", 10) + cost("b-client", 3));
+    assert_eq!(
+        p.usage().used_bytes,
+        s.entry_bytes + cost("a-client", 9),
+        "every channel's entries count against the provider"
+    );
+    // Entries live beside records and never touch offsets.
+    assert_eq!((s.next, s.floor, s.record_count), (1, 1, 0));
+    // Dropped once; a second drop finds nothing.
+    assert_eq!(
+        commit(
+            &mut p,
+            vec![
+                drop_entry("$sessions", "b-client"),
+                drop_entry("$sessions", "b-client")
+            ]
+        ),
+        vec![
+            Outcome::EntryDropped { existed: true },
+            Outcome::EntryDropped { existed: false }
+        ]
+    );
+    // They survive a restart, counted the same.
+    let used = p.usage().used_bytes;
+    let p = h.reopen(p);
+    assert_eq!(p.usage().used_bytes, used);
+    assert_eq!(
+        p.entries("$sessions").unwrap(),
+        vec![("a-client".to_string(), b"longer one".to_vec())]
+    );
+    assert_eq!(p.channel("$sessions").entry_count, 1);
+}
+
+fn an_entry_is_refused_at_the_bound_unless_it_may_use_the_reserve<H: Harness>(h: &H) {
+    let overhead = ENTRY_OVERHEAD_BYTES + 1;
+    // Room for one 100-byte entry outside a reserve of another.
+    let mut p = h.open_bounded(2 * (overhead + 100), overhead + 100);
+    let out = commit(
+        &mut p,
+        vec![
+            put_entry("s", "a", &[1; 100], false),
+            put_entry("s", "b", &[1; 100], false),
+            put_entry("s", "b", &[1; 100], true),
+            put_entry("s", "c", &[1; 1], true),
+            // No larger than what it replaces: always fits.
+            put_entry("s", "a", &[2; 100], false),
+        ],
+    );
+    assert_eq!(
+        out,
+        vec![
+            Outcome::EntryPut,
+            Outcome::Refused(Refusal::ProviderFull),
+            Outcome::EntryPut,
+            Outcome::Refused(Refusal::ProviderFull),
+            Outcome::EntryPut,
+        ]
+    );
+    assert_eq!(p.entry("s", "c").unwrap(), None, "a refusal stores nothing");
+    assert_eq!(p.usage().used_bytes, 2 * (overhead + 100));
+}
+
+fn a_batch_mixing_records_and_entries_is_all_or_nothing<H: Harness>(h: &H) {
+    let mut p = h.open();
+    fill(&mut p, "q", 2);
+    let bad = vec![
+        remove("q", 1),
+        put_entry("q", "1", b"attempts", false),
+        // Invalid: refused before anything is touched.
+        put_entry("q", "", b"no key", false),
+    ];
+    assert!(p.commit(&bad).is_err());
+    assert_eq!(offsets(&p, "q", 1), vec![1, 2]);
+    assert_eq!(p.entries("q").unwrap(), vec![]);
+    // The move a dead-letter takes: append elsewhere, remove, drop state.
+    let out = commit(
+        &mut p,
+        vec![
+            put_entry("q", "1", b"3", false),
+            append("q__dlq", msg("t/x", b"job", 1)),
+            remove("q", 1),
+            drop_entry("q", "1"),
+        ],
+    );
+    assert_eq!(
+        out[1..],
+        [
+            Outcome::Appended { offset: 1 },
+            Outcome::Removed {
+                existed: true,
+                freed_bytes: one_size(),
+                floor: 2
+            },
+            Outcome::EntryDropped { existed: true }
+        ]
+    );
+}
+
 macro_rules! conformance {
     ($module:ident, $harness:ty) => {
         mod $module {
@@ -908,6 +1142,30 @@ macro_rules! conformance {
             #[test]
             fn usage_counts_records_and_positions_with_one_function() {
                 super::usage_counts_records_and_positions_with_one_function(&h("usage"));
+            }
+            #[test]
+            fn a_record_is_removed_from_anywhere_and_the_floor_follows_the_oldest() {
+                super::a_record_is_removed_from_anywhere_and_the_floor_follows_the_oldest(&h(
+                    "remove",
+                ));
+            }
+            #[test]
+            fn a_removal_may_use_the_reserve_and_frees_room() {
+                super::a_removal_may_use_the_reserve_and_frees_room(&h("remove-reserve"));
+            }
+            #[test]
+            fn entries_are_put_replaced_dropped_and_counted() {
+                super::entries_are_put_replaced_dropped_and_counted(&h("entries"));
+            }
+            #[test]
+            fn an_entry_is_refused_at_the_bound_unless_it_may_use_the_reserve() {
+                super::an_entry_is_refused_at_the_bound_unless_it_may_use_the_reserve(&h(
+                    "entry-bound",
+                ));
+            }
+            #[test]
+            fn a_batch_mixing_records_and_entries_is_all_or_nothing() {
+                super::a_batch_mixing_records_and_entries_is_all_or_nothing(&h("entry-atomic"));
             }
         }
     };
@@ -1021,7 +1279,10 @@ mod redb_only {
             err.contains("saguin.redb") && err.contains("format 99"),
             "{err}"
         );
-        assert!(err.contains("reads format 1"), "{err}");
+        assert!(
+            err.contains(&format!("reads format {REDB_FORMAT_VERSION}")),
+            "{err}"
+        );
     }
 
     #[test]
@@ -1138,11 +1399,11 @@ mod memory_only {
         fs::write(&path, &magic).expect("write");
         assert!(refusal(&h).contains("not a Sagüin snapshot"));
         let mut version = good.clone();
-        version[8..12].copy_from_slice(&2u32.to_le_bytes());
+        version[8..12].copy_from_slice(&99u32.to_le_bytes());
         fs::write(&path, &version).expect("write");
         let err = refusal(&h);
         assert!(
-            err.contains("snapshot format 2") && err.contains("reads format 1"),
+            err.contains("snapshot format 99") && err.contains("reads format 2"),
             "{err}"
         );
         fs::copy(h.dir.path().join("saguin.manifest"), &path).expect("copy");
@@ -1188,7 +1449,7 @@ mod memory_only {
         // A position at 0, which no offset is.
         c.state.next = 6;
         c.positions.insert("mqtt:a".into(), 0);
-        let (record_bytes, position_bytes) = super::memory::counted(&c);
+        let (record_bytes, position_bytes, _) = super::memory::counted(&c);
         c.state.record_bytes = record_bytes;
         c.state.position_bytes = position_bytes;
         c.state.position_count = 1;

@@ -312,7 +312,7 @@ pub(crate) fn message_from_bytes(bytes: &[u8]) -> Decoded<Message> {
 }
 
 /// The fixed size of an encoded [`ChannelState`].
-pub(crate) const CHANNEL_STATE_BYTES: usize = 48;
+pub(crate) const CHANNEL_STATE_BYTES: usize = 64;
 
 pub(crate) fn encode_channel_state(s: &ChannelState, e: &mut Encoder) {
     for v in [
@@ -322,6 +322,8 @@ pub(crate) fn encode_channel_state(s: &ChannelState, e: &mut Encoder) {
         s.record_count,
         s.position_bytes,
         s.position_count,
+        s.entry_bytes,
+        s.entry_count,
     ] {
         e.u64(v);
     }
@@ -335,6 +337,8 @@ pub(crate) fn decode_channel_state(d: &mut Decoder<'_>) -> Decoded<ChannelState>
         record_count: d.u64("the record count")?,
         position_bytes: d.u64("the position bytes")?,
         position_count: d.u64("the position count")?,
+        entry_bytes: d.u64("the entry bytes")?,
+        entry_count: d.u64("the entry count")?,
     };
     // Offsets start at 1: a floor of 0 (and so a `next` of 0) was never
     // written by this layout, whatever else the row says.
@@ -461,6 +465,8 @@ pub(crate) mod tests {
             record_count: 8,
             position_bytes: 40,
             position_count: 1,
+            entry_bytes: 70,
+            entry_count: 2,
         };
         let mut e = Encoder::default();
         encode_channel_state(&s, &mut e);

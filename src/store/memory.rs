@@ -7,7 +7,7 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use super::apply::{apply_batch, position_size_bytes, RecordHead, Tables};
+use super::apply::{apply_batch, entry_size_bytes, position_size_bytes, RecordHead, Tables};
 use super::budget::Budget;
 use super::error::StoreError;
 use super::snapshot::{self, SnapshotDir};
@@ -24,12 +24,13 @@ pub(crate) struct MemoryChannel {
     pub(crate) state: ChannelState,
     pub(crate) records: BTreeMap<u64, Message>,
     pub(crate) positions: BTreeMap<String, u64>,
+    pub(crate) entries: BTreeMap<String, Vec<u8>>,
 }
 
 impl MemoryChannel {
     /// What this channel counts against its provider.
     pub(crate) fn used_bytes(&self) -> u64 {
-        self.state.record_bytes + self.state.position_bytes
+        self.state.record_bytes + self.state.position_bytes + self.state.entry_bytes
     }
 }
 
@@ -183,6 +184,44 @@ impl Tables for MemoryTables<'_> {
             .get_mut(channel)
             .is_some_and(|c| c.positions.remove(reader).is_some()))
     }
+
+    fn record_head(
+        &mut self,
+        channel: &str,
+        offset: u64,
+    ) -> Result<Option<RecordHead>, StoreError> {
+        Ok(self
+            .channels
+            .get(channel)
+            .and_then(|c| c.records.get(&offset))
+            .map(|m| RecordHead {
+                offset,
+                received_at_ms: m.received_at_ms,
+                size_bytes: m.size_bytes(),
+            }))
+    }
+
+    fn entry_len(&mut self, channel: &str, key: &str) -> Result<Option<u64>, StoreError> {
+        Ok(self
+            .channels
+            .get(channel)
+            .and_then(|c| c.entries.get(key))
+            .map(|v| v.len() as u64))
+    }
+
+    fn put_entry(&mut self, channel: &str, key: &str, value: &[u8]) -> Result<(), StoreError> {
+        self.channel(channel)
+            .entries
+            .insert(key.to_string(), value.to_vec());
+        Ok(())
+    }
+
+    fn remove_entry(&mut self, channel: &str, key: &str) -> Result<(), StoreError> {
+        if let Some(c) = self.channels.get_mut(channel) {
+            c.entries.remove(key);
+        }
+        Ok(())
+    }
 }
 
 impl Provider for MemoryProvider {
@@ -287,6 +326,22 @@ impl Provider for MemoryProvider {
         }))
     }
 
+    fn entries(&self, channel: &str) -> Result<Vec<(String, Vec<u8>)>, StoreError> {
+        Ok(self.channels.get(channel).map_or_else(Vec::new, |c| {
+            c.entries
+                .iter()
+                .map(|(k, v)| (k.clone(), v.clone()))
+                .collect()
+        }))
+    }
+
+    fn entry(&self, channel: &str, key: &str) -> Result<Option<Vec<u8>>, StoreError> {
+        Ok(self
+            .channels
+            .get(channel)
+            .and_then(|c| c.entries.get(key).cloned()))
+    }
+
     fn close(self: Box<Self>) -> Result<(), StoreError> {
         match &self.snapshot {
             Some(dir) => snapshot::save(dir, &self.channels, self.generation),
@@ -312,9 +367,14 @@ pub(crate) fn empty_read(s: ChannelState, from_offset: u64) -> Read {
 }
 
 /// Recomputes a channel's byte counters from what it holds, for the check
-/// a loaded snapshot must pass.
-pub(crate) fn counted(c: &MemoryChannel) -> (u64, u64) {
+/// a loaded snapshot must pass: records, positions, entries.
+pub(crate) fn counted(c: &MemoryChannel) -> (u64, u64, u64) {
     let record_bytes = c.records.values().map(Message::size_bytes).sum();
     let position_bytes = c.positions.keys().map(|r| position_size_bytes(r)).sum();
-    (record_bytes, position_bytes)
+    let entry_bytes = c
+        .entries
+        .iter()
+        .map(|(k, v)| entry_size_bytes(k, v.len() as u64))
+        .sum();
+    (record_bytes, position_bytes, entry_bytes)
 }

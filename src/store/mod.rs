@@ -45,11 +45,13 @@ pub use open::open_provider;
 pub use snapshot::snapshot_file_name;
 pub use types::{
     ChannelState, Message, Outcome, Read, ReadBatch, ReadLimit, Record, Refusal, TrimRule, Trimmed,
-    Usage, Write, FIRST_OFFSET, POSITION_OVERHEAD_BYTES, RECORD_OVERHEAD_BYTES,
+    Usage, Write, ENTRY_OVERHEAD_BYTES, FIRST_OFFSET, POSITION_OVERHEAD_BYTES,
+    RECORD_OVERHEAD_BYTES,
 };
 pub use validate::{
-    check_channel_name, MAX_BATCH_WRITES, MAX_CHANNEL_NAME_BYTES, MAX_PAYLOAD_BYTES,
-    MAX_READER_BYTES, MAX_STRING_BYTES, MAX_TRIM_RECORDS, MAX_USER_PROPERTIES,
+    check_channel_name, MAX_BATCH_WRITES, MAX_CHANNEL_NAME_BYTES, MAX_ENTRY_KEY_BYTES,
+    MAX_ENTRY_VALUE_BYTES, MAX_PAYLOAD_BYTES, MAX_READER_BYTES, MAX_STRING_BYTES, MAX_TRIM_RECORDS,
+    MAX_USER_PROPERTIES,
 };
 pub use writer::{
     Answer, CommitStats, Completion, StorageHandle, StorageThread, SubmitError, Ticket,
@@ -102,6 +104,14 @@ pub trait Provider: Send {
     /// seek by time. Every record is considered, because receipt times can
     /// run backwards when the clock is stepped.
     fn first_at_or_after(&self, channel: &str, at_ms: u64) -> Result<Option<u64>, StoreError>;
+
+    /// Every keyed entry of a channel, in ascending key order. Entries are
+    /// bounded by the provider's `max_bytes`, and read whole: at start, or
+    /// for a space known to be small.
+    fn entries(&self, channel: &str) -> Result<Vec<(String, Vec<u8>)>, StoreError>;
+
+    /// One keyed entry's value.
+    fn entry(&self, channel: &str, key: &str) -> Result<Option<Vec<u8>>, StoreError>;
 
     /// A graceful close: a memory provider writes its snapshot, a redb
     /// provider closes its file; both then release their lock.

@@ -46,7 +46,7 @@ use super::validate::check_writes;
 use super::Provider;
 
 /// The file layout this build writes and reads.
-pub const REDB_FORMAT_VERSION: u32 = 1;
+pub const REDB_FORMAT_VERSION: u32 = 2;
 
 /// redb's page cache. Its default is 1GiB, which is more than some of the
 /// gateways this runs on have, and on 32-bit ARM a third of the address
@@ -57,6 +57,7 @@ const META: TableDefinition<&str, &[u8]> = TableDefinition::new("meta");
 const CHANNELS: TableDefinition<&str, &[u8]> = TableDefinition::new("channels");
 const RECORDS: TableDefinition<(u32, u64), &[u8]> = TableDefinition::new("records");
 const POSITIONS: TableDefinition<(u32, &str), u64> = TableDefinition::new("positions");
+const ENTRIES: TableDefinition<(u32, &str), &[u8]> = TableDefinition::new("entries");
 
 const META_FORMAT_VERSION: &str = "format_version";
 const META_CREATED_BY: &str = "created_by";
@@ -181,7 +182,7 @@ impl RedbProvider {
         let mut budget = Budget::new(max_bytes, reserve_bytes);
         budget.used_bytes = channels
             .values()
-            .map(|c| c.state.record_bytes + c.state.position_bytes)
+            .map(|c| c.state.record_bytes + c.state.position_bytes + c.state.entry_bytes)
             .sum();
         Ok(RedbProvider {
             name: name.to_string(),
@@ -278,6 +279,8 @@ fn check_format(db: &Database, path: &Path) -> Result<u32, StoreError> {
         .map_err(db_error(path, "create the records table"))?;
     txn.open_table(POSITIONS)
         .map_err(db_error(path, "create the positions table"))?;
+    txn.open_table(ENTRIES)
+        .map_err(db_error(path, "create the entries table"))?;
     txn.commit()
         .map_err(db_error(path, "commit the format version"))?;
     Ok(next_channel_id)
@@ -309,6 +312,7 @@ struct RedbTables<'a, 't> {
     path: &'a Path,
     records: Table<'t, (u32, u64), &'static [u8]>,
     positions: Table<'t, (u32, &'static str), u64>,
+    entries: Table<'t, (u32, &'static str), &'static [u8]>,
     committed: &'a HashMap<String, ChannelEntry>,
     staged: HashMap<String, ChannelEntry>,
     next_channel_id: u32,
@@ -441,6 +445,58 @@ impl Tables for RedbTables<'_, '_> {
             .map_err(db_error(self.path, "remove a position"))?
             .is_some())
     }
+
+    fn record_head(
+        &mut self,
+        channel: &str,
+        offset: u64,
+    ) -> Result<Option<RecordHead>, StoreError> {
+        let Some(entry) = self.lookup(channel) else {
+            return Ok(None);
+        };
+        let Some(v) = self
+            .records
+            .get((entry.id, offset))
+            .map_err(db_error(self.path, "read a record"))?
+        else {
+            return Ok(None);
+        };
+        let (received_at_ms, size_bytes) =
+            message_header(v.value()).map_err(|e| StoreError::format(self.path, e.0))?;
+        Ok(Some(RecordHead {
+            offset,
+            received_at_ms,
+            size_bytes,
+        }))
+    }
+
+    fn entry_len(&mut self, channel: &str, key: &str) -> Result<Option<u64>, StoreError> {
+        let Some(entry) = self.lookup(channel) else {
+            return Ok(None);
+        };
+        Ok(self
+            .entries
+            .get((entry.id, key))
+            .map_err(db_error(self.path, "read an entry"))?
+            .map(|v| v.value().len() as u64))
+    }
+
+    fn put_entry(&mut self, channel: &str, key: &str, value: &[u8]) -> Result<(), StoreError> {
+        let id = self.id_for(channel)?;
+        self.entries
+            .insert((id, key), value)
+            .map_err(db_error(self.path, "write an entry"))?;
+        Ok(())
+    }
+
+    fn remove_entry(&mut self, channel: &str, key: &str) -> Result<(), StoreError> {
+        if let Some(entry) = self.lookup(channel) {
+            self.entries
+                .remove((entry.id, key))
+                .map_err(db_error(self.path, "remove an entry"))?;
+        }
+        Ok(())
+    }
 }
 
 impl RedbProvider {
@@ -508,6 +564,9 @@ impl Provider for RedbProvider {
                 positions: txn
                     .open_table(POSITIONS)
                     .map_err(db_error(path, "open the positions table"))?,
+                entries: txn
+                    .open_table(ENTRIES)
+                    .map_err(db_error(path, "open the entries table"))?,
                 committed: &self.channels,
                 staged: HashMap::new(),
                 next_channel_id: self.next_channel_id,
@@ -650,6 +709,39 @@ impl Provider for RedbProvider {
             }
         }
         Ok(None)
+    }
+
+    fn entries(&self, channel: &str) -> Result<Vec<(String, Vec<u8>)>, StoreError> {
+        let Some(entry) = self.channels.get(channel) else {
+            return Ok(Vec::new());
+        };
+        let path = self.path.as_path();
+        let table = self.read_table(ENTRIES, "open the entries table")?;
+        let mut all = Vec::new();
+        for row in table
+            .range((entry.id, "")..)
+            .map_err(db_error(path, "read entries"))?
+        {
+            let (k, v) = row.map_err(db_error(path, "read an entry"))?;
+            let (id, key) = k.value();
+            if id != entry.id {
+                break;
+            }
+            all.push((key.to_string(), v.value().to_vec()));
+        }
+        Ok(all)
+    }
+
+    fn entry(&self, channel: &str, key: &str) -> Result<Option<Vec<u8>>, StoreError> {
+        let Some(entry) = self.channels.get(channel) else {
+            return Ok(None);
+        };
+        let path = self.path.as_path();
+        let table = self.read_table(ENTRIES, "open the entries table")?;
+        Ok(table
+            .get((entry.id, key))
+            .map_err(db_error(path, "read an entry"))?
+            .map(|v| v.value().to_vec()))
     }
 
     fn close(self: Box<Self>) -> Result<(), StoreError> {

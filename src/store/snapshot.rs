@@ -35,11 +35,11 @@ use super::error::StoreError;
 use super::lock::LockFile;
 use super::memory::{counted, MemoryChannel};
 use super::types::FIRST_OFFSET;
-use super::validate::{check_channel_name, MAX_READER_BYTES};
+use super::validate::{check_channel_name, MAX_ENTRY_KEY_BYTES, MAX_READER_BYTES};
 
 pub(crate) const MAGIC: [u8; 8] = *b"SAGUINSN";
 /// The one format this build writes and reads.
-pub(crate) const FORMAT_VERSION: u32 = 1;
+pub(crate) const FORMAT_VERSION: u32 = 2;
 pub(crate) const KIND_CHANNEL: u8 = 1;
 pub(crate) const KIND_MANIFEST: u8 = 2;
 const WRITER_BYTES: usize = 24;
@@ -237,6 +237,11 @@ pub(crate) fn encode_channel(name: &str, channel: &MemoryChannel, generation: u6
         e.u64(*offset);
         encode_message(message, &mut e);
     }
+    e.u32(u32::try_from(channel.entries.len()).unwrap_or(u32::MAX));
+    for (key, value) in &channel.entries {
+        e.str(key);
+        e.bytes(value);
+    }
     frame(KIND_CHANNEL, now_ms(), &e.buf)
 }
 
@@ -300,21 +305,40 @@ fn decode_channel_body(body: &[u8]) -> Result<(String, u64, MemoryChannel), Deco
         let message = decode_message(&mut d)?;
         channel.records.insert(offset, message);
     }
+    let entries = d.count("the entry count", 4 + 1 + 4)?;
+    let mut previous_key: Option<String> = None;
+    for _ in 0..entries {
+        let key = d.string("an entry key")?;
+        let value = d.bytes("an entry value")?;
+        if key.is_empty() || key.len() > MAX_ENTRY_KEY_BYTES {
+            return fail(format!("an entry key of {} bytes", key.len()));
+        }
+        if previous_key.as_ref().is_some_and(|p| key <= *p) {
+            return fail(format!("entry {key:?} follows an entry at or after it"));
+        }
+        previous_key = Some(key.clone());
+        channel.entries.insert(key, value.to_vec());
+    }
     d.finish("the channel")?;
-    let (record_bytes, position_bytes) = counted(&channel);
+    let (record_bytes, position_bytes, entry_bytes) = counted(&channel);
     if record_bytes != state.record_bytes
         || channel.records.len() as u64 != state.record_count
         || position_bytes != state.position_bytes
         || channel.positions.len() as u64 != state.position_count
+        || entry_bytes != state.entry_bytes
+        || channel.entries.len() as u64 != state.entry_count
     {
         return fail(format!(
-            "its counters say {} records of {} bytes and {} positions of {} bytes, and it holds {} records of {record_bytes} bytes and {} positions of {position_bytes} bytes",
+            "its counters say {} records of {} bytes, {} positions of {} bytes and {} entries of {} bytes, and it holds {} records of {record_bytes} bytes, {} positions of {position_bytes} bytes and {} entries of {entry_bytes} bytes",
             state.record_count,
             state.record_bytes,
             state.position_count,
             state.position_bytes,
+            state.entry_count,
+            state.entry_bytes,
             channel.records.len(),
-            channel.positions.len()
+            channel.positions.len(),
+            channel.entries.len()
         ));
     }
     Ok((name, generation, channel))
@@ -552,7 +576,8 @@ mod tests {
         c.records.insert(3, full_message());
         c.records.insert(4, plain_message("a/b", b"xyz"));
         c.positions.insert("mqtt:one".into(), 4);
-        let (record_bytes, position_bytes) = counted(&c);
+        c.entries.insert("a-key".into(), b"a value".to_vec());
+        let (record_bytes, position_bytes, entry_bytes) = counted(&c);
         c.state = ChannelState {
             next: 5,
             floor: 3,
@@ -560,6 +585,8 @@ mod tests {
             record_count: 2,
             position_bytes,
             position_count: 1,
+            entry_bytes,
+            entry_count: 1,
         };
         c
     }
@@ -608,7 +635,7 @@ mod tests {
         let mut first = MemoryChannel::default();
         first.records.insert(1, plain_message("a", b"1"));
         first.positions.insert("mqtt:one".into(), 1);
-        let (record_bytes, position_bytes) = counted(&first);
+        let (record_bytes, position_bytes, _) = counted(&first);
         first.state = ChannelState {
             next: 2,
             floor: 1,
@@ -616,6 +643,7 @@ mod tests {
             record_count: 1,
             position_bytes,
             position_count: 1,
+            ..ChannelState::default()
         };
         let (_, _, loaded) = decode_channel(path, &encode_channel("c", &first, 1)).unwrap();
         assert_eq!(loaded, first);

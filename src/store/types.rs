@@ -17,6 +17,9 @@ pub const RECORD_OVERHEAD_BYTES: u64 = 64;
 /// What a stored consumer position costs beyond its reader name.
 pub const POSITION_OVERHEAD_BYTES: u64 = 32;
 
+/// What a keyed entry costs beyond its key and value.
+pub const ENTRY_OVERHEAD_BYTES: u64 = 32;
+
 /// A published message as a channel keeps it: everything a consumer
 /// replaying the channel is owed, and the publisher's client id for
 /// No Local (which is never sent to a client).
@@ -96,6 +99,9 @@ pub struct ChannelState {
     /// What the stored positions on this channel count against the provider.
     pub position_bytes: u64,
     pub position_count: u64,
+    /// What the channel's keyed entries count against the provider.
+    pub entry_bytes: u64,
+    pub entry_count: u64,
 }
 
 /// The first record of a channel has offset 1, so that a seek's `0` (the
@@ -111,6 +117,8 @@ impl Default for ChannelState {
             record_count: 0,
             position_bytes: 0,
             position_count: 0,
+            entry_bytes: 0,
+            entry_count: 0,
         }
     }
 }
@@ -123,7 +131,8 @@ pub struct Usage {
     /// Held back from appends for the writes that relieve a full provider:
     /// one largest record, `max_message_size + max_header_bytes`.
     pub reserve_bytes: u64,
-    /// Records and positions, as counted (not the size of any file).
+    /// Records, positions and entries, as counted (not the size of any
+    /// file).
     pub used_bytes: u64,
 }
 
@@ -177,6 +186,27 @@ pub enum Write {
         rule: TrimRule,
         max_records: u32,
     },
+    /// Remove one record wherever it lies (a resolved job, a superseded
+    /// value). May use the reserve: it relieves. When it was the oldest
+    /// record held, the floor rises to the next one still held, or to
+    /// `next`.
+    Remove {
+        channel: String,
+        offset: u64,
+    },
+    /// Store or replace one keyed entry beside the channel's records (a
+    /// session, a job's attempt count). Refused when it would take the
+    /// provider into its reserve, or past `max_bytes` with `use_reserve`.
+    PutEntry {
+        channel: String,
+        key: String,
+        value: Vec<u8>,
+        use_reserve: bool,
+    },
+    DropEntry {
+        channel: String,
+        key: String,
+    },
 }
 
 impl Write {
@@ -186,7 +216,10 @@ impl Write {
             Write::Append { channel, .. }
             | Write::SetPosition { channel, .. }
             | Write::DropPosition { channel, .. }
-            | Write::Trim { channel, .. } => channel,
+            | Write::Trim { channel, .. }
+            | Write::Remove { channel, .. }
+            | Write::PutEntry { channel, .. }
+            | Write::DropEntry { channel, .. } => channel,
         }
     }
 
@@ -222,11 +255,25 @@ pub struct Trimmed {
 /// What one write came to, in the order the writes were given.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Outcome {
-    Appended { offset: u64 },
+    Appended {
+        offset: u64,
+    },
     Refused(Refusal),
     PositionSet,
-    PositionDropped { existed: bool },
+    PositionDropped {
+        existed: bool,
+    },
     Trimmed(Trimmed),
+    Removed {
+        existed: bool,
+        freed_bytes: u64,
+        /// The floor after the removal.
+        floor: u64,
+    },
+    EntryPut,
+    EntryDropped {
+        existed: bool,
+    },
 }
 
 /// How much one read may return.

@@ -21,6 +21,11 @@ pub const MAX_USER_PROPERTIES: usize = 65_535;
 /// The most records one trim write may remove, so a transaction stays
 /// bounded however far behind retention has fallen.
 pub const MAX_TRIM_RECORDS: u32 = 65_536;
+/// The longest key of a keyed entry.
+pub const MAX_ENTRY_KEY_BYTES: usize = 4_096;
+/// The largest value of a keyed entry: a largest payload with room for
+/// what a session or a job keeps beside it.
+pub const MAX_ENTRY_VALUE_BYTES: usize = MAX_PAYLOAD_BYTES + 64 * 1024;
 /// The most writes one batch may hold.
 pub const MAX_BATCH_WRITES: usize = 4_096;
 
@@ -62,7 +67,36 @@ fn check_write(w: &Write) -> Result<(), String> {
                 Ok(())
             }
         }
+        Write::Remove { offset, .. } => {
+            if *offset < FIRST_OFFSET {
+                return Err(format!(
+                    "offsets start at {FIRST_OFFSET}, so {offset} names no record"
+                ));
+            }
+            Ok(())
+        }
+        Write::PutEntry { key, value, .. } => {
+            check_entry_key(key)?;
+            if value.len() > MAX_ENTRY_VALUE_BYTES {
+                return Err(format!(
+                    "an entry value of {} bytes is longer than {MAX_ENTRY_VALUE_BYTES}",
+                    value.len()
+                ));
+            }
+            Ok(())
+        }
+        Write::DropEntry { key, .. } => check_entry_key(key),
     }
+}
+
+fn check_entry_key(key: &str) -> Result<(), String> {
+    if key.is_empty() || key.len() > MAX_ENTRY_KEY_BYTES {
+        return Err(format!(
+            "an entry key is 1 to {MAX_ENTRY_KEY_BYTES} bytes, not {}",
+            key.len()
+        ));
+    }
+    Ok(())
 }
 
 /// A channel name the store can key and, on a memory provider, name a

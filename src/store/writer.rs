@@ -56,6 +56,8 @@ pub enum Answer {
     Position(Result<Option<u64>, StoreError>),
     /// The earliest offset received at or after a moment.
     Offset(Result<Option<u64>, StoreError>),
+    /// A channel's keyed entries, in ascending key order.
+    Entries(Result<Vec<(String, Vec<u8>)>, StoreError>),
 }
 
 #[derive(Debug)]
@@ -97,6 +99,10 @@ enum Request {
         ticket: Ticket,
         channel: String,
         at_ms: u64,
+    },
+    Entries {
+        ticket: Ticket,
+        channel: String,
     },
     Shutdown,
 }
@@ -197,6 +203,11 @@ impl StorageHandle {
             channel,
             reader,
         })
+    }
+
+    /// Asks for every keyed entry of `channel`.
+    pub fn try_entries(&self, ticket: Ticket, channel: String) -> Result<(), SubmitError> {
+        self.submit(Request::Entries { ticket, channel })
     }
 
     /// Asks for the earliest offset of `channel` received at or after
@@ -398,6 +409,10 @@ impl Worker {
                 ticket,
                 answer: Answer::Offset(self.provider.first_at_or_after(&channel, at_ms)),
             },
+            Request::Entries { ticket, channel } => Completion {
+                ticket,
+                answer: Answer::Entries(self.provider.entries(&channel)),
+            },
             Request::Shutdown => return false,
             Request::Commit { .. } => unreachable!("commits are batched, not served"),
         };
@@ -415,6 +430,7 @@ impl Worker {
             Request::FirstAtOrAfter { ticket, .. } => {
                 (ticket, Answer::Offset(Err(StoreError::Stopped)))
             }
+            Request::Entries { ticket, .. } => (ticket, Answer::Entries(Err(StoreError::Stopped))),
             Request::Shutdown => return,
         };
         (self.deliver)(Completion { ticket, answer });

@@ -53,6 +53,12 @@ impl Provider for Observed {
     fn first_at_or_after(&self, channel: &str, at_ms: u64) -> Result<Option<u64>, StoreError> {
         self.inner.first_at_or_after(channel, at_ms)
     }
+    fn entries(&self, channel: &str) -> Result<Vec<(String, Vec<u8>)>, StoreError> {
+        self.inner.entries(channel)
+    }
+    fn entry(&self, channel: &str, key: &str) -> Result<Option<Vec<u8>>, StoreError> {
+        self.inner.entry(channel, key)
+    }
     fn close(self: Box<Self>) -> Result<(), StoreError> {
         Box::new(self.inner).close()
     }
@@ -293,6 +299,23 @@ fn reads_are_served_while_a_batch_waits_for_company() {
         .try_position(Ticket(4), "c".into(), "mqtt:x".into())
         .expect("queued");
     assert!(matches!(r.next().answer, Answer::Position(Ok(None))));
+    let put = Write::PutEntry {
+        channel: "$sessions".into(),
+        key: "client".into(),
+        value: b"record".to_vec(),
+        use_reserve: false,
+    };
+    r.handle.try_commit(Ticket(5), vec![put]).expect("queued");
+    assert_eq!(r.committed().0, 5);
+    r.handle
+        .try_entries(Ticket(6), "$sessions".into())
+        .expect("queued");
+    match r.next().answer {
+        Answer::Entries(Ok(entries)) => {
+            assert_eq!(entries, vec![("client".to_string(), b"record".to_vec())]);
+        }
+        other => panic!("{other:?}"),
+    }
     r.thread.shutdown().expect("shutdown");
 }
 
