@@ -46,6 +46,11 @@ pub struct ChannelSettings {
     /// `next` and `floor` as the provider held them at startup.
     pub next: u64,
     pub floor: u64,
+    /// The filter as the configuration writes it, braces and all, for the
+    /// catalogue.
+    pub written_filter: String,
+    /// Set for a `latest` channel.
+    pub latest: Option<super::latest::LatestSettings>,
 }
 
 /// What the core asks of a provider's storage thread.
@@ -94,11 +99,14 @@ pub(crate) struct Channel {
     pub readers: Vec<Key>,
     /// A retention trim is in flight.
     trimming: bool,
+    /// A `latest` channel's current values and subscribers.
+    pub latest: Option<Box<super::latest::LatestState>>,
 }
 
 impl Channel {
-    pub fn new(settings: ChannelSettings) -> Channel {
+    pub fn new(mut settings: ChannelSettings) -> Channel {
         Channel {
+            latest: super::latest::LatestState::for_channel(&mut settings),
             next: settings.next,
             floor: settings.floor,
             settings,
@@ -195,6 +203,8 @@ pub(crate) enum Pending {
         channel: usize,
         offset: u64,
     },
+    /// A `latest` channel's own request.
+    Latest(super::latest::LatestPending),
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -223,8 +233,16 @@ impl Broker {
         channel: usize,
         message: Message,
         conn: Option<(Key, PendingAck)>,
+        now_ms: u64,
         out: &mut impl Transport,
     ) -> Result<(), Box<Message>> {
+        if self.latest_delete_of_nothing(channel, &message) {
+            // Nothing to say is gone: nothing is stored, and it is done.
+            if let Some((conn, ack)) = conn {
+                self.answer_publish(conn, ack, Ok(()), now_ms, out);
+            }
+            return Ok(());
+        }
         // Publishes waiting on storage are held twice (the message and its
         // record); past the bound the storage thread is behind, and a new
         // one is refused rather than held without limit.
@@ -255,6 +273,7 @@ impl Broker {
             return Err(Box::new(message));
         }
         self.pending_publish_bytes += cost_bytes;
+        self.latest_storing(channel, &message.topic, true);
         let pending = match conn {
             Some((conn, ack)) => Pending::Publish {
                 conn,
@@ -289,8 +308,15 @@ impl Broker {
         let Some(pending) = self.pending.remove(&completion.ticket.0) else {
             return;
         };
-        if let Pending::Publish { message, .. } | Pending::Unanswered { message, .. } = &pending {
+        if let Pending::Publish {
+            message, channel, ..
+        }
+        | Pending::Unanswered {
+            message, channel, ..
+        } = &pending
+        {
             self.pending_publish_bytes -= message.cost_bytes() * 2;
+            self.latest_storing(*channel, &message.topic, false);
         }
         match (pending, completion.answer) {
             (
@@ -363,6 +389,9 @@ impl Broker {
             (Pending::Trim { channel }, Answer::Committed(result)) => {
                 self.trim_completed(channel, result, now_ms, out)
             }
+            (Pending::Latest(pending), answer) => {
+                self.latest_answered(pending, answer, now_ms, out)
+            }
             (_, answer) => log::error!("a storage answer did not match its request: {answer:?}"),
         }
     }
@@ -378,6 +407,10 @@ impl Broker {
         now_ms: u64,
         out: &mut impl Transport,
     ) {
+        if self.channels[channel].latest.is_some() {
+            self.latest_committed(channel, message, id, offset, now_ms, out);
+            return;
+        }
         let labelled = Rc::new(labelled(message, id, offset));
         let ch = &mut self.channels[channel];
         ch.next = ch.next.max(offset + 1);
@@ -401,7 +434,7 @@ impl Broker {
     /// Tells a publisher how its stored publish went: its PUBACK in order,
     /// or, for an exactly-once release, its PUBCOMP - or a DISCONNECT with
     /// the message still held, to be released again on the next connection.
-    fn answer_publish(
+    pub(crate) fn answer_publish(
         &mut self,
         conn: Key,
         ack: PendingAck,
@@ -471,6 +504,10 @@ impl Broker {
     ) -> Vec<Key> {
         let mut made = Vec::new();
         for channel in self.claims.channels_reached_by(filter) {
+            if self.channels[channel].latest.is_some() {
+                self.subscribe_latest(session_key, channel, filter, options, subscription_id);
+                continue;
+            }
             let existing = self.channels[channel].readers.iter().copied().find(|&r| {
                 self.readers
                     .get(r)
@@ -841,6 +878,7 @@ impl Broker {
         for reader in readers {
             self.pump_reader(reader, now_ms, out);
         }
+        self.pump_latest_of(session_key, now_ms, out);
     }
 
     /// Stores the positions that moved, for the readers of sessions that
@@ -956,6 +994,7 @@ impl Broker {
         durable: bool,
         out: &mut impl Transport,
     ) {
+        self.drop_latest_readers(session_key);
         let readers: Vec<Key> = self
             .readers
             .keys()
@@ -992,6 +1031,7 @@ impl Broker {
     /// Removes `filter` from the session's readers; a reader left with no
     /// filter stops, keeping its stored position for a later subscription.
     pub(crate) fn unsubscribe_channels(&mut self, session_key: Key, filter: &str) {
+        self.unsubscribe_latest(session_key, filter);
         let readers = self
             .sessions
             .get(session_key)
@@ -1024,6 +1064,13 @@ impl Broker {
     ) {
         let now_unix_ms = self.unix_ms(now_ms);
         for index in 0..self.channels.len() {
+            if self.channels[index].latest.is_some() {
+                // A latest channel removes by topic, on its own clocks.
+                if by_age {
+                    self.sweep_latest(index, now_ms, out);
+                }
+                continue;
+            }
             let channel = &self.channels[index];
             if channel.trimming || channel.floor >= channel.next {
                 continue;
@@ -1183,12 +1230,13 @@ fn delivery_for(
         subscription_ids: ids,
         group: None,
         reader: Some((reader_key, offset, reader.era)),
+        latest: None,
         message: Rc::clone(message),
     })
 }
 
 /// The publisher's own `saguin-id`, which becomes the record's id.
-fn publisher_id(message: &Message) -> Option<MessageId> {
+pub(crate) fn publisher_id(message: &Message) -> Option<MessageId> {
     message
         .properties
         .user_properties
@@ -1198,7 +1246,7 @@ fn publisher_id(message: &Message) -> Option<MessageId> {
 }
 
 /// The record a provider keeps for `message`.
-fn to_stored(message: &Message, id: &MessageId) -> store::Message {
+pub(crate) fn to_stored(message: &Message, id: &MessageId) -> store::Message {
     let p = &message.properties;
     store::Message {
         id: id.clone(),
@@ -1223,7 +1271,7 @@ fn to_stored(message: &Message, id: &MessageId) -> store::Message {
 }
 
 /// The message a stored record delivers, before its labels.
-fn from_stored(stored: &store::Message) -> Message {
+pub(crate) fn from_stored(stored: &store::Message) -> Message {
     Message {
         topic: stored.topic.as_str().into(),
         payload: stored.payload.clone(),
@@ -1246,7 +1294,7 @@ fn from_stored(stored: &store::Message) -> Message {
 /// A record as every reader is sent it: the publisher's User Properties,
 /// then `saguin-id`, `saguin-offset`, `saguin-timestamp`, and
 /// `saguin-expires` where the publisher set an expiry.
-fn labelled(mut message: Message, id: &MessageId, offset: u64) -> Message {
+pub(crate) fn labelled(mut message: Message, id: &MessageId, offset: u64) -> Message {
     let received_ms = message.received_at_unix_ms;
     let expiry_s = message.properties.message_expiry_interval_s;
     let labels = &mut message.properties.user_properties;

@@ -146,6 +146,7 @@ impl Broker {
             }
         );
         if session_present {
+            self.resume_latest_readers(session_key);
             self.resend_inflight(conn, session_key, out);
         }
         self.pump(session_key, now_ms, out);
@@ -446,6 +447,7 @@ impl Broker {
         };
         // A disconnect stores where the session's readers have reached.
         self.commit_positions(Some(session_key), out);
+        self.latest_readers_away(session_key);
         let Some(session) = self.sessions.get_mut(session_key) else {
             return;
         };
@@ -572,7 +574,7 @@ impl Broker {
         };
         let result = match self.channel_for(&message.topic) {
             Some(channel) => self
-                .store_publish(channel, message, None, out)
+                .store_publish(channel, message, None, now_ms, out)
                 .map_err(|_| "storage is behind"),
             None => self
                 .accept_message(message, now_ms, out)

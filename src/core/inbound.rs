@@ -74,6 +74,10 @@ impl Broker {
             self.handle_seek(conn, session_key, &channel_name, &publish, ack, now_ms, out);
             return;
         }
+        if super::point_read::is_request(&publish.topic) {
+            self.handle_request(conn, &publish, slot, now_ms, out);
+            return;
+        }
         let client_id = self
             .sessions
             .get(session_key)
@@ -91,7 +95,7 @@ impl Broker {
                 // Answered once the record is committed.
                 let ack = slot.map_or(PendingAck::None, |slot| PendingAck::Puback { slot });
                 if self
-                    .store_publish(channel, message, Some((conn, ack)), out)
+                    .store_publish(channel, message, Some((conn, ack)), now_ms, out)
                     .is_ok()
                 {
                     return;
@@ -245,9 +249,9 @@ impl Broker {
                 "topic deeper than limits.max_topic_levels",
             ));
         }
-        if (topic.starts_with("$saguin/") && super::seek::seek_channel(topic).is_none())
-            || topic == "$saguin"
-        {
+        let defined =
+            super::seek::seek_channel(topic).is_some() || super::point_read::is_request(topic);
+        if (topic.starts_with("$saguin/") && !defined) || topic == "$saguin" {
             return Err((
                 ReasonCode::TOPIC_NAME_INVALID,
                 "no topic is defined there in the reserved $saguin/ space",
@@ -498,7 +502,8 @@ impl Broker {
         if let Some(channel) = self.channel_for(&held.message.topic) {
             // The record is written now, and PUBCOMP follows its commit.
             let ack = PendingAck::Pubcomp { packet_id };
-            if let Err(message) = self.store_publish(channel, held.message, Some((conn, ack)), out)
+            if let Err(message) =
+                self.store_publish(channel, held.message, Some((conn, ack)), now_ms, out)
             {
                 log::warn!("storage is behind; the exactly-once publish stays held");
                 self.hold_again(conn, packet_id, *message, now_ms);

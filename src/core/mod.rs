@@ -11,6 +11,9 @@ pub mod claims;
 mod connect;
 mod delivery;
 mod inbound;
+pub mod latest;
+mod latest_reader;
+mod point_read;
 pub mod retained;
 pub mod seek;
 pub mod session;
@@ -220,6 +223,7 @@ pub struct Broker {
     pub(crate) channels: Vec<channel::Channel>,
     pub(crate) claims: claims::Claims,
     pub(crate) readers: Slab<channel::Reader>,
+    pub(crate) latest_readers: Slab<latest_reader::LatestReader>,
     /// Storage requests in flight, by ticket.
     pub(crate) pending: HashMap<u64, channel::Pending>,
     pub(crate) next_ticket: u64,
@@ -260,6 +264,7 @@ impl Broker {
                 .collect(),
             claims: claims_for(&settings.channels),
             readers: Slab::growable(u32::MAX as usize),
+            latest_readers: Slab::growable(u32::MAX as usize),
             pending: HashMap::new(),
             next_ticket: 0,
             pending_publish_bytes: 0,
@@ -270,7 +275,8 @@ impl Broker {
             age_sweep_interval_ms: settings
                 .channels
                 .iter()
-                .filter_map(|c| c.retention_period_s)
+                .flat_map(|c| [c.retention_period_s, latest::deletion_period_s(c)])
+                .flatten()
                 .min()
                 .map_or(SIZE_SWEEP_MS, |s| {
                     (s.saturating_mul(1000) / 10).max(SIZE_SWEEP_MS)
@@ -484,6 +490,7 @@ impl Broker {
             for reader in self.readers.keys() {
                 self.pump_reader(reader, now_ms, out);
             }
+            self.pump_all_latest(now_ms, out);
         }
         let size_due = self
             .last_size_sweep_ms

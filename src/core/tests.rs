@@ -1401,6 +1401,8 @@ fn events_channel(start: ChannelStart) -> Settings {
             retention_bytes: None,
             next: 0,
             floor: 0,
+            written_filter: "events/#".into(),
+            latest: None,
         }],
         ..Settings::default()
     }

@@ -5,7 +5,9 @@ use std::io;
 
 use smol::channel::{Receiver, Sender};
 
+use super::latest_index;
 use crate::config::{self, Config};
+use crate::core::latest::LatestSettings;
 use crate::core::{ChannelSettings, ChannelStart};
 use crate::store::{self, Completion, StorageHandle, StorageThread};
 
@@ -43,7 +45,7 @@ pub fn start(config: &Config) -> io::Result<Started> {
         config::declared_memory_bytes(storage_config)
     );
     for (index, provider_config) in storage_config.providers.iter().enumerate() {
-        let provider = store::open_provider(provider_config, reserve_bytes).map_err(to_io)?;
+        let mut provider = store::open_provider(provider_config, reserve_bytes).map_err(to_io)?;
         let usage = provider.usage();
         log::info!(
             "storage provider {} open: {} of {} bytes used, {} held in reserve",
@@ -57,6 +59,15 @@ pub fn start(config: &Config) -> io::Result<Started> {
             .iter()
             .filter(|c| c.storage == provider_config.name)
         {
+            let latest = match channel.kind {
+                config::ChannelKind::Latest {
+                    deletion_retention_period_s,
+                } => Some(LatestSettings {
+                    deletion_retention_period_s,
+                    values: latest_index::load(&mut *provider, &channel.name).map_err(to_io)?,
+                }),
+                config::ChannelKind::Append => None,
+            };
             let state = provider.channel(&channel.name);
             log::info!(
                 "channel {} on {}: floor {}, next {}",
@@ -65,7 +76,9 @@ pub fn start(config: &Config) -> io::Result<Started> {
                 state.floor,
                 state.next
             );
-            channels.push(channel_settings(channel, index, state.next, state.floor));
+            let mut settings = channel_settings(channel, index, state.next, state.floor);
+            settings.latest = latest;
+            channels.push(settings);
         }
         let thread = StorageThread::spawn(
             provider,
@@ -101,6 +114,8 @@ fn channel_settings(
         retention_bytes: channel.retention_bytes,
         next,
         floor,
+        written_filter: channel.filter.clone(),
+        latest: None,
     }
 }
 
