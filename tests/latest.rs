@@ -33,13 +33,9 @@ fn publish_packet(topic: &str, payload: &[u8], packet_id: u16) -> Publish {
 /// Publishes at QoS 1 and returns the PUBACK.
 fn publish_with(client: &mut RawClient, publish: Publish) -> PubAck {
     client.send(&Packet::Publish(publish));
-    loop {
-        match client.recv() {
-            Received::Packet(Packet::Puback(ack)) => return ack,
-            // A reply to a request can come first; callers read it apart.
-            Received::Packet(Packet::Publish(p)) => panic!("unexpected publish {p:?}"),
-            other => panic!("expected a PUBACK, got {other:?}"),
-        }
+    match client.recv() {
+        Received::Packet(Packet::Puback(ack)) => ack,
+        other => panic!("expected a PUBACK, got {other:?}"),
     }
 }
 
