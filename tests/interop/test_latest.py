@@ -181,3 +181,33 @@ def test_a_311_paho_subscriber_gets_state_with_retain(start_broker, connect):
     assert device.publish("iot/pump-7/state", "off", qos=1) == 0
     change = old.expect()
     assert (change.payload, change.retain) == (b"off", False)
+
+
+def test_the_point_read_example_runs_as_is(start_broker, connect):
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    broker = start_broker(STORAGE, CHANNELS)
+    device = connect(broker, "pump-7")
+    assert device.publish("iot/pump-7/state", "on", qos=1) == 0
+    example = Path(__file__).resolve().parents[2] / "examples" / "point_read.py"
+    port = str(device.port)
+    run = subprocess.run(
+        [sys.executable, str(example), "--port", port, "iot/pump-7/state", "iot/pump-8/state"],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert run.returncode == 0, run.stdout + run.stderr
+    lines = run.stdout.splitlines()
+    assert lines[0].startswith("iot/pump-7/state: on, set ")
+    assert lines[1] == "iot/pump-8/state: (no value)"
+    refused = subprocess.run(
+        [sys.executable, str(example), "--port", port, "iot/+/state"],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert refused.returncode == 1
+    assert "refused 0x90" in refused.stdout
