@@ -940,3 +940,19 @@ fn a_consumer_finds_a_payloads_schema_by_point_read() {
         0
     );
 }
+
+#[test]
+fn values_a_changed_filter_no_longer_reaches_are_counted_at_startup() {
+    let dir = TempDir::new("latest-filter-changed");
+    let mut broker = start(&dir);
+    let mut publisher = RawClient::connect(&broker.address(), ProtocolVersion::V5, "pub");
+    set(&mut publisher, "state/a", b"1");
+    set(&mut publisher, "state/b/c", b"1");
+    drop(publisher);
+    assert!(broker.terminate().success());
+    let narrowed = CHANNELS.replace("filter: state/#", "filter: state/+");
+    let mut broker = BrokerProcess::start_in(dir.path(), REDB, &narrowed);
+    broker.wait_for_log(
+        "channel state: 1 stored values are under topics its filter no longer matches",
+    );
+}

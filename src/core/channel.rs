@@ -418,8 +418,17 @@ impl Broker {
         for reader in ch.readers.clone() {
             self.pump_reader(reader, now_ms, out);
         }
-        // A shared group over the channel is handed each new record, to one
-        // member, as over a broadcast topic; it keeps no position of its own.
+        self.hand_to_groups(&labelled, now_ms, out);
+    }
+
+    /// A shared group over a channel is handed each new record, to one
+    /// member, as over a broadcast topic; it keeps no position of its own.
+    pub(crate) fn hand_to_groups(
+        &mut self,
+        labelled: &Rc<Message>,
+        now_ms: u64,
+        out: &mut impl Transport,
+    ) {
         let mut groups = Vec::new();
         self.index.for_each_match(&labelled.topic, |subscriber| {
             if let Target::Group(group) = subscriber.target {
@@ -427,7 +436,7 @@ impl Broker {
             }
         });
         for group in groups {
-            self.route_to_group(group, &labelled, now_ms, out);
+            self.route_to_group(group, labelled, now_ms, out);
         }
     }
 

@@ -19,7 +19,6 @@ use super::channel::{labelled, ChannelSettings, Pending, StoreRequest};
 use super::latest_reader::ReadFor;
 use super::point_read::PointRead;
 use super::session::Message;
-use super::topic_index::Target;
 use super::{Broker, Transport};
 use crate::store::{self, Answer, MessageId, Outcome, Read, Record, Write};
 
@@ -39,8 +38,6 @@ pub struct LatestSettings {
 pub struct StoredValue {
     pub topic: String,
     pub offset: u64,
-    /// As [`store::Message::size_bytes`] counts it.
-    pub size_bytes: u64,
     pub received_at_ms: u64,
     /// A stored deletion: a record with no payload.
     pub deleted: bool,
@@ -51,7 +48,6 @@ impl StoredValue {
         StoredValue {
             topic: record.message.topic.clone(),
             offset: record.offset,
-            size_bytes: record.message.size_bytes(),
             received_at_ms: record.message.received_at_ms,
             deleted: record.message.payload.is_empty(),
         }
@@ -88,7 +84,6 @@ pub fn deletion_period_s(settings: &ChannelSettings) -> Option<u64> {
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Value {
     pub offset: u64,
-    pub size_bytes: u64,
     pub received_at_ms: u64,
     pub deleted: bool,
 }
@@ -157,7 +152,6 @@ impl LatestState {
             .map(|v| {
                 let value = Value {
                     offset: v.offset,
-                    size_bytes: v.size_bytes,
                     received_at_ms: v.received_at_ms,
                     deleted: v.deleted,
                 };
@@ -245,7 +239,6 @@ impl Broker {
         now_ms: u64,
         out: &mut impl Transport,
     ) {
-        let stored_size = super::channel::to_stored(&message, id).size_bytes();
         let labelled = Rc::new(labelled(message, id, offset));
         let ch = &mut self.channels[channel];
         ch.next = ch.next.max(offset + 1);
@@ -255,7 +248,6 @@ impl Broker {
             .unwrap_or_else(|| Rc::from(&*labelled.topic));
         let value = Value {
             offset,
-            size_bytes: stored_size,
             received_at_ms: labelled.received_at_unix_ms,
             deleted: labelled.payload.is_empty(),
         };
@@ -287,15 +279,7 @@ impl Broker {
         }
         self.offer_change(channel, &topic, offset, now_ms, out);
         // A shared group is served changes, one member at a time.
-        let mut groups = Vec::new();
-        self.index.for_each_match(&labelled.topic, |subscriber| {
-            if let Target::Group(group) = subscriber.target {
-                groups.push(group);
-            }
-        });
-        for group in groups {
-            self.route_to_group(group, &labelled, now_ms, out);
-        }
+        self.hand_to_groups(&labelled, now_ms, out);
     }
 
     /// Asks for the values past their period to be removed: a value older

@@ -191,9 +191,10 @@ impl Broker {
             self.answer_value(reply, &message, now_ms, out);
             return;
         }
+        // The first record is always returned, whatever its size.
         let limit = ReadLimit {
             max_records: 1,
-            max_bytes: value.size_bytes,
+            max_bytes: 1,
         };
         let offset = value.offset;
         let pending = LatestPending::PointRead(PointRead {
@@ -256,6 +257,12 @@ impl Broker {
         now_ms: u64,
         out: &mut impl Transport,
     ) {
+        if message.remaining_expiry_s(self.unix_ms(now_ms)).is_err() {
+            // Its publisher's expiry has passed: no value, as for a
+            // retained message.
+            self.answer_request(reply, None, Vec::new(), now_ms, out);
+            return;
+        }
         let properties = Properties {
             response_topic: None,
             correlation_data: None,

@@ -1976,3 +1976,6 @@ fn a_shared_group_over_a_channel_gets_each_new_record_once() {
         .chain(&to_b)
         .all(|p| label(p, "saguin-offset").is_some()));
 }
+
+#[path = "latest_tests.rs"]
+mod latest_tests;

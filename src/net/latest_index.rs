@@ -9,6 +9,7 @@
 
 use std::collections::HashMap;
 
+use crate::codec::topic;
 use crate::core::latest::{fold_records, StoredValue};
 use crate::store::{Provider, Read, ReadLimit, StoreError, Write, MAX_BATCH_WRITES};
 
@@ -17,7 +18,13 @@ const LOAD_BATCH_RECORDS: u32 = 1_024;
 const LOAD_BATCH_BYTES: u64 = 4 * 1024 * 1024;
 
 /// Reads `channel`'s current values, removing the records they replaced.
-pub fn load(provider: &mut dyn Provider, channel: &str) -> Result<Vec<StoredValue>, StoreError> {
+/// `filters` are what the channel claims now: a value stored under a
+/// filter since edited is reachable by nothing, and the count is logged.
+pub fn load(
+    provider: &mut dyn Provider,
+    channel: &str,
+    filters: &[String],
+) -> Result<Vec<StoredValue>, StoreError> {
     let mut newest: HashMap<String, StoredValue> = HashMap::new();
     let mut superseded = Vec::new();
     let mut from_offset = provider.channel(channel).floor;
@@ -62,5 +69,14 @@ pub fn load(provider: &mut dyn Provider, channel: &str) -> Result<Vec<StoredValu
         values.len(),
         values.iter().filter(|v| v.deleted).count()
     );
+    let unreachable = values
+        .iter()
+        .filter(|v| !filters.iter().any(|f| topic::matches(f, &v.topic)))
+        .count();
+    if unreachable > 0 {
+        log::warn!(
+            "channel {channel}: {unreachable} stored values are under topics its filter no longer matches; nothing reaches them"
+        );
+    }
     Ok(values)
 }

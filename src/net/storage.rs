@@ -64,7 +64,8 @@ pub fn start(config: &Config) -> io::Result<Started> {
                     deletion_retention_period_s,
                 } => Some(LatestSettings {
                     deletion_retention_period_s,
-                    values: latest_index::load(&mut *provider, &channel.name).map_err(to_io)?,
+                    values: latest_index::load(&mut *provider, &channel.name, &channel.filters)
+                        .map_err(to_io)?,
                 }),
                 config::ChannelKind::Append => None,
             };
