@@ -72,6 +72,20 @@ pub fn fold_records(
     superseded
 }
 
+/// A copy of `settings` holding its startup values, leaving none behind:
+/// they are then held once, by the channel's index.
+pub(crate) fn moved_out(settings: &mut ChannelSettings) -> ChannelSettings {
+    let values = settings
+        .latest
+        .as_mut()
+        .map(|l| std::mem::take(&mut l.values));
+    let mut copy = settings.clone();
+    if let (Some(latest), Some(values)) = (copy.latest.as_mut(), values) {
+        latest.values = values;
+    }
+    copy
+}
+
 /// A `latest` channel's `deletion_retention_period`, for the sweep's clock.
 pub fn deletion_period_s(settings: &ChannelSettings) -> Option<u64> {
     settings
@@ -140,6 +154,9 @@ pub(crate) struct LatestState {
     /// The latest readers subscribed to this channel.
     pub readers: Vec<super::Key>,
     sweeping: bool,
+    /// Replaced records whose removal storage could not take yet, tried
+    /// again at the next tick. At most one per record the channel holds.
+    unremoved: Vec<u64>,
 }
 
 impl LatestState {
@@ -165,6 +182,7 @@ impl LatestState {
             cache: BodyCache::default(),
             readers: Vec::new(),
             sweeping: false,
+            unremoved: Vec::new(),
         }))
     }
 
@@ -185,8 +203,8 @@ impl LatestState {
 
 /// What a `latest` channel asked storage for.
 pub(crate) enum LatestPending {
-    /// The record a newer value replaced is being removed.
-    Superseded { channel: usize },
+    /// Records newer values replaced are being removed.
+    Superseded { channel: usize, offsets: Vec<u64> },
     /// Values past their period, by topic and offset.
     Sweep {
         channel: usize,
@@ -255,31 +273,52 @@ impl Broker {
         latest.cache.insert(offset, Rc::clone(&labelled));
         if let Some(old) = replaced {
             latest.cache.forget(old.offset);
-            let name = ch.settings.name.clone();
-            let provider = ch.settings.provider;
-            let ticket = self.next_ticket();
-            let write = Write::Remove {
-                channel: name,
-                offset: old.offset,
-            };
-            let request = StoreRequest::Commit {
-                ticket,
-                writes: vec![write],
-            };
-            if out.store(provider, request) {
-                self.pending.insert(
-                    ticket,
-                    Pending::Latest(LatestPending::Superseded { channel }),
-                );
-            } else {
-                // Left for the next startup, which removes every record a
-                // newer one of its topic replaced.
-                log::warn!("storage is behind; a replaced value stays stored until restart");
-            }
+            self.remove_replaced(channel, vec![old.offset], out);
         }
         self.offer_change(channel, &topic, offset, now_ms, out);
         // A shared group is served changes, one member at a time.
         self.hand_to_groups(&labelled, now_ms, out);
+    }
+
+    /// Removes records newer values replaced, in a write of their own after
+    /// the new value's commit: a batch holding both would remove the old
+    /// value even where the new one is refused. What storage cannot take
+    /// now is tried again at the next tick (and a crash in between is
+    /// mended at startup).
+    fn remove_replaced(&mut self, channel: usize, offsets: Vec<u64>, out: &mut impl Transport) {
+        let settings = &self.channels[channel].settings;
+        let (name, provider) = (settings.name.clone(), settings.provider);
+        let writes = offsets
+            .iter()
+            .map(|&offset| Write::Remove {
+                channel: name.clone(),
+                offset,
+            })
+            .collect();
+        let ticket = self.next_ticket();
+        if out.store(provider, StoreRequest::Commit { ticket, writes }) {
+            let pending = LatestPending::Superseded { channel, offsets };
+            self.pending.insert(ticket, Pending::Latest(pending));
+        } else if let Some(latest) = self.channels[channel].latest.as_deref_mut() {
+            latest.unremoved.extend(offsets);
+        }
+    }
+
+    /// At each tick: removals storage could not take, and subscribers with
+    /// values still waiting.
+    pub(crate) fn latest_tick(&mut self, now_ms: u64, out: &mut impl Transport) {
+        for channel in 0..self.channels.len() {
+            let Some(latest) = self.channels[channel].latest.as_deref_mut() else {
+                continue;
+            };
+            if latest.unremoved.is_empty() {
+                continue;
+            }
+            let batch = latest.unremoved.len().min(store::MAX_BATCH_WRITES);
+            let offsets: Vec<u64> = latest.unremoved.drain(..batch).collect();
+            self.remove_replaced(channel, offsets, out);
+        }
+        self.pump_all_latest(now_ms, out);
     }
 
     /// Asks for the values past their period to be removed: a value older
@@ -353,13 +392,18 @@ impl Broker {
         out: &mut impl Transport,
     ) {
         match (pending, answer) {
-            (LatestPending::Superseded { channel }, Answer::Committed(result)) => {
+            (LatestPending::Superseded { channel, offsets }, Answer::Committed(result)) => {
                 match result {
                     Ok(outcomes) => self.floor_after_removals(channel, &outcomes),
-                    Err(error) => log::warn!(
-                        "removing a replaced value of {} failed: {error}; it is removed at the next startup",
-                        self.channels[channel].settings.name
-                    ),
+                    Err(error) => {
+                        log::warn!(
+                            "removing replaced values of {} failed: {error}; it is tried again",
+                            self.channels[channel].settings.name
+                        );
+                        if let Some(latest) = self.channels[channel].latest.as_deref_mut() {
+                            latest.unremoved.extend(offsets);
+                        }
+                    }
                 }
             }
             (

@@ -245,3 +245,42 @@ fn the_sweep_removes_values_and_deletions_each_on_its_own_clock() {
     h.advance(1_000);
     assert_eq!(removals(&mut h), [1]);
 }
+
+#[test]
+fn a_removal_storage_could_not_take_is_tried_again_at_the_next_tick() {
+    let mut h = Harness::new(state_channel(None, None));
+    let publisher = h.connect("pub", ProtocolVersion::V5);
+    set(&mut h, publisher, "state/a", b"1", 1);
+    h.commit_appends(1);
+    set(&mut h, publisher, "state/a", b"2", 2);
+    let mut requests = h.stored();
+    let Some(StoreRequest::Commit { ticket, .. }) = requests.pop() else {
+        panic!("expected the append");
+    };
+    h.out.storage_busy = true;
+    h.complete(
+        ticket,
+        Answer::Committed(Ok(vec![Outcome::Appended { offset: 2 }])),
+    );
+    assert_eq!(acks(&h.out.take(publisher)).len(), 2);
+    h.out.storage_busy = false;
+    assert!(removals(&mut h).is_empty());
+    h.advance(1_000);
+    assert_eq!(removals(&mut h), [1]);
+}
+
+#[test]
+fn startup_values_are_held_once_by_the_index() {
+    let mut settings = state_channel(None, None).channels.remove(0);
+    if let Some(latest) = settings.latest.as_mut() {
+        latest.values.push(StoredValue {
+            topic: "state/a".into(),
+            offset: 1,
+            received_at_ms: 1,
+            deleted: false,
+        });
+    }
+    let moved = crate::core::latest::moved_out(&mut settings);
+    assert!(settings.latest.as_ref().unwrap().values.is_empty());
+    assert_eq!(moved.latest.as_ref().unwrap().values.len(), 1);
+}

@@ -242,7 +242,7 @@ pub struct Broker {
 }
 
 impl Broker {
-    pub fn new(settings: Settings) -> Broker {
+    pub fn new(mut settings: Settings) -> Broker {
         let max_connections = settings.max_connections as usize;
         Broker {
             connections: Slab::with_capacity(max_connections),
@@ -258,8 +258,8 @@ impl Broker {
             groups_by_name: HashMap::new(),
             channels: settings
                 .channels
-                .iter()
-                .cloned()
+                .iter_mut()
+                .map(latest::moved_out)
                 .map(channel::Channel::new)
                 .collect(),
             claims: claims_for(&settings.channels),
@@ -490,7 +490,7 @@ impl Broker {
             for reader in self.readers.keys() {
                 self.pump_reader(reader, now_ms, out);
             }
-            self.pump_all_latest(now_ms, out);
+            self.latest_tick(now_ms, out);
         }
         let size_due = self
             .last_size_sweep_ms

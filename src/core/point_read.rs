@@ -239,11 +239,37 @@ impl Broker {
         let found = super::latest::read_bodies(result)
             .into_iter()
             .find(|(offset, _)| *offset == read.offset);
+        let still_current = self.channels[read.channel]
+            .latest
+            .as_deref()
+            .and_then(|l| l.live_value(&read.key))
+            .is_some_and(|v| v.offset == read.offset);
         match found {
             Some((_, message)) => self.answer_value(read.reply, &message, now_ms, out),
             // Replaced or removed while it was read: asked again, of what
             // is current now, which is always a later offset or none.
-            None => self.point_read(read.reply, read.channel, read.key, now_ms, out),
+            None if !still_current => {
+                self.point_read(read.reply, read.channel, read.key, now_ms, out)
+            }
+            None => {
+                log::error!(
+                    "the current value of {} at offset {} is not in storage",
+                    read.key,
+                    read.offset
+                );
+                let refusal = (
+                    ReasonCode::IMPLEMENTATION_SPECIFIC_ERROR,
+                    "storage could not read the value",
+                );
+                self.refuse_request(
+                    read.reply.conn,
+                    KV_GET,
+                    read.reply.slot,
+                    refusal,
+                    now_ms,
+                    out,
+                );
+            }
         }
     }
 

@@ -16,6 +16,8 @@ struct Recorder {
     full: Vec<Key>,
     /// Storage requests, with their provider.
     stored: Vec<(usize, StoreRequest)>,
+    /// Storage threads are behind: every request is refused.
+    storage_busy: bool,
 }
 
 impl Transport for Recorder {
@@ -38,6 +40,9 @@ impl Transport for Recorder {
     }
 
     fn store(&mut self, provider: usize, request: StoreRequest) -> bool {
+        if self.storage_busy {
+            return false;
+        }
         self.stored.push((provider, request));
         true
     }
