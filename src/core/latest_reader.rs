@@ -207,6 +207,9 @@ impl Broker {
                 .latest_readers
                 .get_mut(reader_key)
                 .expect("listed by its session");
+            // The whole state is on its way: a value missed earlier no
+            // longer holds the resume position down.
+            reader.missed_from = None;
             for (name, value) in &latest.values {
                 if (value.deleted && !deletions) || !topic::matches(filter, name) {
                     continue;

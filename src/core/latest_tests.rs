@@ -284,3 +284,65 @@ fn startup_values_are_held_once_by_the_index() {
     assert!(settings.latest.as_ref().unwrap().values.is_empty());
     assert_eq!(moved.latest.as_ref().unwrap().values.len(), 1);
 }
+
+#[test]
+fn a_value_too_large_for_the_subscriber_holds_its_resume_until_a_new_subscribe() {
+    let mut h = Harness::new(state_channel(None, None));
+    let mut connect = connect_packet("small", ProtocolVersion::V5);
+    connect.clean_start = false;
+    connect.properties.session_expiry_interval_s = Some(600);
+    connect.properties.maximum_packet_size = Some(200);
+    let (subscriber, _) = h.connect_with(connect.clone());
+    h.subscribe(subscriber, "state/#", qos(QoS::AtLeastOnce), None);
+    let publisher = h.connect("pub", ProtocolVersion::V5);
+    set(&mut h, publisher, "state/big", &[7; 500], 1);
+    set(&mut h, publisher, "state/small", b"1", 2);
+    h.commit_appends(1);
+    let packets = h.out.take(subscriber);
+    let sent = publishes(&packets);
+    assert_eq!(sent.len(), 1, "the large value is not sent");
+    assert_eq!(sent[0].topic, "state/small");
+    assert_eq!(h.broker.stats().deliveries_too_large, 1);
+    let ack = PubAck {
+        packet_id: sent[0].packet_id.unwrap(),
+        ..PubAck::default()
+    };
+    h.packet(subscriber, Packet::Puback(ack));
+
+    // The large topic is set again, small enough now, and delivered live.
+    set(&mut h, publisher, "state/big", b"ok", 3);
+    h.commit_appends(3);
+    let acknowledge_all = |h: &mut Harness, subscriber: Key| {
+        let packets = h.out.take(subscriber);
+        let sent: Vec<&Publish> = publishes(&packets);
+        let topics: Vec<String> = sent.iter().map(|p| p.topic.clone()).collect();
+        for p in sent {
+            let ack = PubAck {
+                packet_id: p.packet_id.unwrap(),
+                ..PubAck::default()
+            };
+            h.packet(subscriber, Packet::Puback(ack));
+        }
+        topics
+    };
+    assert_eq!(acknowledge_all(&mut h, subscriber), ["state/big"]);
+    let resume = |h: &mut Harness, subscriber: Key| {
+        h.broker
+            .handle_connection_lost(subscriber, h.now_ms, &mut h.out);
+        let (subscriber, connack) = h.connect_with(connect.clone());
+        assert!(connack.session_present);
+        subscriber
+    };
+    // Everything acknowledged, yet a resume starts below the value it
+    // never got, and re-sends what it already holds.
+    let subscriber = resume(&mut h, subscriber);
+    assert_eq!(
+        acknowledge_all(&mut h, subscriber),
+        ["state/small", "state/big"]
+    );
+    // A new SUBSCRIBE serves the whole state and clears the mark.
+    h.subscribe(subscriber, "state/#", qos(QoS::AtLeastOnce), None);
+    assert_eq!(acknowledge_all(&mut h, subscriber).len(), 2);
+    let subscriber = resume(&mut h, subscriber);
+    assert!(acknowledge_all(&mut h, subscriber).is_empty());
+}
