@@ -364,7 +364,7 @@ fn deleting_an_absent_topic_stores_nothing() {
 #[test]
 fn a_resumed_session_gets_only_what_changed_and_qos0_gets_the_whole_state() {
     let dir = TempDir::new("latest-resume");
-    let broker = start(&dir);
+    let mut broker = start(&dir);
     let address = broker.address();
     let mut publisher = RawClient::connect(&address, ProtocolVersion::V5, "pub");
     for topic in ["state/a", "state/b", "state/c"] {
@@ -392,6 +392,9 @@ fn a_resumed_session_gets_only_what_changed_and_qos0_gets_the_whole_state() {
     consumer.send(&Packet::Disconnect(Default::default()));
     quiet.send(&Packet::Disconnect(Default::default()));
     drop((consumer, quiet));
+    // Both are away before anything changes.
+    broker.wait_for_log("client consumer disconnected");
+    broker.wait_for_log("client quiet disconnected");
 
     set(&mut publisher, "state/b", b"2");
     set(&mut publisher, "state/b", b"3");
@@ -684,24 +687,30 @@ fn a_memory_channel_keeps_its_values_across_a_graceful_restart() {
 
 #[test]
 fn retention_removes_old_values_and_old_deletions() {
+    // One channel per clock, each with exactly one thing to remove, so
+    // that each removal is one log line whenever the sweep runs.
     let dir = TempDir::new("latest-retention");
-    let channels = "channels:\n  state:\n    type: latest\n    filter: state/#\n    retention_period: 1s\n    deletion_retention_period: 1s\n";
+    let channels = "channels:\n  values:\n    type: latest\n    filter: v/#\n    retention_period: 1s\n    deletion_retention_period: none\n  deletions:\n    type: latest\n    filter: d/#\n    retention_period: none\n    deletion_retention_period: 1s\n";
     let mut broker = BrokerProcess::start_in(dir.path(), REDB, channels);
     let address = broker.address();
     let mut publisher = RawClient::connect(&address, ProtocolVersion::V5, "pub");
-    set(&mut publisher, "state/a", b"1");
-    set(&mut publisher, "state/b", b"1");
-    set(&mut publisher, "state/b", b"");
-    broker.wait_for_log("retention removed 2 values and deletions from state");
+    set(&mut publisher, "v/a", b"1");
+    set(&mut publisher, "d/b", b"1");
+    set(&mut publisher, "d/b", b"");
+    set(&mut publisher, "d/kept", b"1");
+    broker.wait_for_log("retention removed 1 values and deletions from values");
+    broker.wait_for_log("retention removed 1 values and deletions from deletions");
     let mut later = RawClient::connect(&address, ProtocolVersion::V5, "later");
-    subscribe_with(
-        &mut later,
-        "state/#",
-        qos(QoS::AtLeastOnce),
-        with_deletions(),
+    for filter in ["v/#", "d/#"] {
+        subscribe_with(&mut later, filter, qos(QoS::AtLeastOnce), with_deletions());
+    }
+    let kept = next_publish(&mut later);
+    assert_eq!(
+        kept.topic, "d/kept",
+        "a value under retention_period: none stays"
     );
     assert_nothing_more(&mut later);
-    let reply = point_read(&mut later, b"state/a", None);
+    let reply = point_read(&mut later, b"v/a", None);
     assert_eq!(
         reply.payload.len(),
         0,
