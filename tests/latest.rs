@@ -14,7 +14,7 @@ use saguin::codec::{
 
 const REDB: &str = "  storage:\n    default: local\n    default_retention_period: none\n    default_retention_bytes: none\n    providers:\n      local:\n        type: redb\n        file_path: {dir}/saguin.redb\n        max_bytes: 64MiB\n";
 const MEMORY: &str = "  storage:\n    default: volatile\n    default_retention_period: none\n    default_retention_bytes: none\n    providers:\n      volatile:\n        type: memory\n        max_bytes: 64MiB\n        snapshot_dir: {dir}\n";
-const CHANNELS: &str = "channels:\n  state:\n    type: latest\n    filter: state/#\n  schemas:\n    type: latest\n    filter: schemas/#\n  events:\n    type: append\n    filter: events/{a,b}/#\n";
+const CHANNELS: &str = "channels:\n  state:\n    type: latest\n    filter: state/#\n  schemas:\n    type: latest\n    filter: schemas/#\n  events:\n    type: append\n    filter: events/{a,b}/#\n  jobs:\n    type: queue\n    filter: jobs/#\n";
 
 fn start(dir: &TempDir) -> BrokerProcess {
     BrokerProcess::start_in(dir.path(), REDB, CHANNELS)
@@ -819,8 +819,9 @@ fn every_point_read_refusal_rides_the_puback_with_its_code_and_reason() {
     let mut asker = RawClient::connect(&broker.address(), ProtocolVersion::V5, "asker");
     let long = "state/".to_string() + &"x".repeat(1100);
     let deep = "state".to_string() + &"/x".repeat(250);
-    let cases: [(&[u8], Option<&str>, u8); 9] = [
+    let cases: [(&[u8], Option<&str>, u8); 10] = [
         (b"state/a", None, 0x83),
+        (b"jobs/inspect", Some("r"), 0x90),
         (b"", Some("r"), 0x83),
         (b"state/+", Some("r"), 0x90),
         (b"state/#", Some("r"), 0x90),
@@ -886,6 +887,10 @@ fn the_catalogue_says_what_a_channel_is() {
     assert_eq!(
         ask("events"),
         r#"{"name":"events","type":"append","filter":"events/{a,b}/#","verbs":["write","read","seek"]}"#
+    );
+    assert_eq!(
+        ask("jobs"),
+        r#"{"name":"jobs","type":"queue","filter":"jobs/#","verbs":["write","consume"],"pin":"$saguin/queue/jobs"}"#
     );
     assert_eq!(ask("nothing"), "", "no such channel is the empty reply");
     let ack = publish_with(

@@ -19,6 +19,8 @@ mod footprint;
 mod load;
 #[path = "saguin-bench/machine.rs"]
 mod machine;
+#[path = "saguin-bench/queue.rs"]
+mod queue;
 #[path = "saguin-bench/report.rs"]
 mod report;
 #[path = "saguin-bench/startup.rs"]
@@ -42,7 +44,7 @@ const USAGE: &str = "\
 usage: saguin-bench [--quick] [--write FILE] [--only LIST] [--saguin-bin PATH]
   --quick            fewer messages and a 3 s latency run (a smoke test, not for BENCHMARKS.md)
   --write FILE       also write the report to FILE (BENCHMARKS.md)
-  --only LIST        comma-separated figures to run: 1,2,3,4,5,6,footprint (default: all)
+  --only LIST        comma-separated figures to run: 1,2,3,4,5,6,7,footprint (default: all)
   --saguin-bin PATH  the broker binary (default: saguin beside this executable)";
 
 /// Pause between runs, so the broker has finished closing the last run's
@@ -63,17 +65,19 @@ enum Figure {
     FanIn,
     Latency,
     Durable,
+    Queue,
     Footprint,
 }
 
 impl Figure {
-    const ALL: [Figure; 7] = [
+    const ALL: [Figure; 8] = [
         Figure::Qos0,
         Figure::Qos1,
         Figure::FanOut,
         Figure::FanIn,
         Figure::Latency,
         Figure::Durable,
+        Figure::Queue,
         Figure::Footprint,
     ];
 
@@ -89,6 +93,7 @@ impl Figure {
             Figure::FanIn => "4",
             Figure::Latency => "5",
             Figure::Durable => "6",
+            Figure::Queue => "7",
             Figure::Footprint => "footprint",
         }
     }
@@ -147,6 +152,8 @@ struct Plan {
     durable_per_publish_messages: u64,
     /// Records in the redb channel of the start-up figure.
     startup_records: u64,
+    /// Jobs in figure 7's backlog for a rate.
+    queue_rate_jobs: u64,
 }
 
 impl Plan {
@@ -163,6 +170,7 @@ impl Plan {
                 durable_messages_per_publisher: 1_000,
                 durable_per_publish_messages: 2_000,
                 startup_records: 100_000,
+                queue_rate_jobs: 500,
             }
         } else {
             Plan {
@@ -176,6 +184,7 @@ impl Plan {
                 durable_messages_per_publisher: 25_000,
                 durable_per_publish_messages: 10_000,
                 startup_records: 1_000_000,
+                queue_rate_jobs: 3_000,
             }
         }
     }
@@ -191,7 +200,7 @@ impl Plan {
                 1,
                 self.fan_in_messages_per_publisher,
             ),
-            Figure::Latency | Figure::Durable | Figure::Footprint => return None,
+            Figure::Latency | Figure::Durable | Figure::Queue | Figure::Footprint => return None,
         };
         Some(Throughput {
             qos,
@@ -238,7 +247,7 @@ fn figure_label(figure: Figure) -> &'static str {
         Figure::Qos1 => "2. broadcast QoS 1, 1 → 1, 64 B",
         Figure::FanOut => "3. fan-out QoS 1, 1 → 10 subscribers: deliveries/s",
         Figure::FanIn => "4. fan-in QoS 1, 10 publishers → 1",
-        Figure::Latency | Figure::Durable | Figure::Footprint => "",
+        Figure::Latency | Figure::Durable | Figure::Queue | Figure::Footprint => "",
     }
 }
 
@@ -386,7 +395,80 @@ fn run_traffic_figures(
     if wanted(Figure::Durable) {
         run_durable_figure(plan, binaries, ticks_per_s, results)?;
     }
-    results.figures.extend(pending_rows());
+    if wanted(Figure::Queue) {
+        run_queue_figure(plan, binaries, results)?;
+    }
+    Ok(())
+}
+
+/// Jobs in figure 7's backlog: the 300 the drain is known by, and more
+/// for a rate.
+const QUEUE_DRAIN_JOBS: u64 = 300;
+
+/// Figure 7, saguin alone (mosquitto has no queue): how long one worker
+/// takes to drain a 300-job backlog, and jobs/s drained by 1 and 4 workers.
+fn run_queue_figure(
+    plan: &Plan,
+    binaries: &BrokerBinaries,
+    results: &mut Results,
+) -> Result<(), String> {
+    let broker = Broker::start_with(BrokerKind::Saguin, binaries, SaguinSetup::Queue)?;
+    println!(
+        "\n== 7. queue on redb (saguin {}, pid {})",
+        broker.address,
+        broker.pid()
+    );
+    let rate_jobs = plan.queue_rate_jobs;
+    let mut drain_row = Row::new(
+        "7a. queue: one worker drains a 300-job backlog",
+        Unit::Milliseconds,
+        Better::Lower,
+    );
+    let mut rates = [(1usize, "7b"), (4, "7c")].map(|(workers, tag)| {
+        (
+            workers,
+            Row::new(
+                format!(
+                    "{tag}. queue: jobs/s drained by {workers} worker(s), {rate_jobs}-job backlog"
+                ),
+                Unit::MessagesPerS,
+                Better::Higher,
+            ),
+        )
+    });
+    for run in 1..=plan.runs_per_broker {
+        let tag = format!("q{run}");
+        let sample = queue::fill_backlog(broker.address, &tag, QUEUE_DRAIN_JOBS)
+            .and_then(|()| queue::drain(broker.address, &tag, QUEUE_DRAIN_JOBS, 1));
+        println!("   run {run} drain 300, 1 worker: {sample:?}");
+        drain_row.push(
+            BrokerKind::Saguin,
+            match sample {
+                Ok(elapsed) => Sample::Value(elapsed.as_secs_f64() * 1e3),
+                Err(failure) => Sample::Failed(failure),
+            },
+        );
+        for (workers, row) in &mut rates {
+            let tag = format!("q{run}w{workers}");
+            let sample = queue::fill_backlog(broker.address, &tag, rate_jobs)
+                .and_then(|()| queue::drain(broker.address, &tag, rate_jobs, *workers));
+            println!("   run {run} drain {rate_jobs}, {workers} worker(s): {sample:?}");
+            row.push(
+                BrokerKind::Saguin,
+                match sample {
+                    Ok(elapsed) => Sample::Value(rate_jobs as f64 / elapsed.as_secs_f64()),
+                    Err(failure) => Sample::Failed(failure),
+                },
+            );
+        }
+    }
+    broker.stop();
+    drain_row.saguin_only = true;
+    results.figures.push(drain_row);
+    for (_, mut row) in rates {
+        row.saguin_only = true;
+        results.figures.push(row);
+    }
     Ok(())
 }
 
@@ -454,14 +536,6 @@ fn run_durable_figure(
         broker.stop();
     }
     Ok(())
-}
-
-/// Features not built yet keep their place in the table.
-fn pending_rows() -> Vec<Row> {
-    vec![
-        Row::pending("7. queue, QoS 1 enqueue → dequeue — pending queues"),
-        Row::pending("7. queue, competing consumers — pending queues"),
-    ]
 }
 
 /// One warm-up per broker, then alternating measured runs. `tag` keeps
@@ -789,7 +863,13 @@ fn method_notes(plan: &Plan) -> String {
          {QOS1_WINDOW_MESSAGES} unacknowledged, all within the end-to-end window above. The \
          line with a commit per publish is 6a on another saguin whose provider has \
          `publish_commit_interval: none`, one transaction and one fsync per publish, \
-         {per_publish} messages a run (its rate is the disk's fsync rate).\n",
+         {per_publish} messages a run (its rate is the disk's fsync rate).\n\
+         - Queue (figure 7, saguin alone: mosquitto has no queue): the redb provider of figure \
+         6 with a queue `work` claiming `work/#`. A producer fills a backlog first; the workers \
+         then subscribe to `$saguin/queue/work` and answer each job as a Paho handler does, \
+         `ack` on the response topic and the PUBACK in one write. A run is timed from the first \
+         SUBSCRIBE to the last answer's PUBACK, and fails if any job reaches two workers or any \
+         is missing. 7a: 300 jobs, one worker; 7b and 7c: {queue_jobs} jobs, 1 and 4 workers.\n",
         cpus = std::thread::available_parallelism().map_or(0, |n| n.get()),
         qos0 = report::with_thousands(plan.qos0_messages as f64),
         qos1 = report::with_thousands(plan.qos1_messages as f64),
@@ -799,6 +879,7 @@ fn method_notes(plan: &Plan) -> String {
         durable = report::with_thousands(plan.durable_messages as f64),
         durable_each = report::with_thousands(plan.durable_messages_per_publisher as f64),
         per_publish = report::with_thousands(plan.durable_per_publish_messages as f64),
+        queue_jobs = report::with_thousands(plan.queue_rate_jobs as f64),
     )
 }
 

@@ -10,10 +10,8 @@
 //! The block may be written as a list of groups, each a file named by
 //! `!include` or channels written in place (see [`super::include`]).
 //!
-//! This version keeps `type: append` and `type: latest` channels (the
-//! latter's own keys are read in [`super::latest`]). `queue` is recognised
-//! and refused by name, so a file written for it is not started as though
-//! it were served.
+//! Every channel type is served: `append` here, with the keys of `queue`
+//! and `latest` read in [`super::queue`] and [`super::latest`].
 
 use std::collections::HashMap;
 
@@ -56,6 +54,8 @@ pub struct ChannelConfig {
 pub enum ChannelKind {
     /// A durable log each reader replays from its own position.
     Append,
+    /// Jobs handed to one worker at a time (see [`super::queue`]).
+    Queue(super::queue::QueueConfig),
     /// The current value of each topic. A deletion is kept for
     /// `deletion_retention_period` in whole seconds; `None` for `none`.
     Latest {
@@ -78,7 +78,7 @@ pub enum Start {
 pub const MAX_FILTER_EXPANSIONS: usize = 1024;
 
 /// The level the dead letters of a queue are filed under.
-const DLQ_LEVEL: &str = "__dlq";
+use super::queue::DLQ_LEVEL;
 
 const PATH: &str = "channels";
 
@@ -240,6 +240,7 @@ pub(super) fn parse(
         ok = false;
     }
     ok &= refuse_shared_filters(f, &gathered.claimed, origin);
+    super::queue::add_dead_letter_channels(&mut channels);
     ok.then_some(channels)
 }
 
@@ -275,23 +276,23 @@ fn channel(
         }
     };
     let kind = channel_type(f, &path, mapping.get("type"));
-    if kind == TypeRead::NotYet {
-        // Its other keys would be read for a type that is not served.
-        return None;
-    }
     let rest = match kind {
         TypeRead::Append => without_other_type_keys(f, &path, mapping),
+        TypeRead::Queue => super::queue::without_other_type_keys(f, &path, mapping),
         TypeRead::Latest => super::latest::without_other_type_keys(f, &path, mapping),
         _ => mapping.clone(),
     };
     let keys = match kind {
         TypeRead::Append => &APPEND_KEYS,
+        TypeRead::Queue => &super::queue::QUEUE_KEYS,
         TypeRead::Latest => &super::latest::KEYS,
         _ => &ANY_KEYS,
     };
+    let braces_ok =
+        kind != TypeRead::Queue || super::queue::filter_has_no_braces(f, &path, rest.get("filter"));
     let rest = Value::Mapping(rest);
     let t = table(f, &path, &rest, keys)?;
-    let config = settings(
+    let mut config = settings(
         f,
         &path,
         (name, name_ok, entry.file.as_deref()),
@@ -299,28 +300,38 @@ fn channel(
         scope,
         gathered,
     );
-    let config = match kind {
-        TypeRead::Latest => {
-            let deletions = super::latest::deletion_retention_period(
-                f,
-                &path,
-                t.get("deletion_retention_period"),
-            );
-            config
-                .zip(deletions)
-                .map(|(config, deletions)| ChannelConfig {
-                    kind: ChannelKind::Latest {
-                        deletion_retention_period_s: deletions,
-                    },
-                    retention_bytes: None,
-                    ..config
-                })
-        }
-        _ => config,
-    };
+    if kind == TypeRead::Queue {
+        let defaults = match &scope.storage {
+            Some(Some(s)) => Some((s.default_retention_period_s, s.default_retention_bytes)),
+            _ => None,
+        };
+        let queue = super::queue::settings(f, &path, &t, defaults);
+        config = match (config, queue) {
+            (Some(c), Some(q)) if braces_ok => Some(ChannelConfig {
+                kind: ChannelKind::Queue(q),
+                retention_period_s: None,
+                retention_bytes: None,
+                ..c
+            }),
+            _ => None,
+        };
+    }
+    if kind == TypeRead::Latest {
+        let deletions =
+            super::latest::deletion_retention_period(f, &path, t.get("deletion_retention_period"));
+        config = config
+            .zip(deletions)
+            .map(|(config, deletions)| ChannelConfig {
+                kind: ChannelKind::Latest {
+                    deletion_retention_period_s: deletions,
+                },
+                retention_bytes: None,
+                ..config
+            });
+    }
     // A channel whose name or type is wrong is still read through, so
     // every finding in it is reported.
-    if !matches!(kind, TypeRead::Append | TypeRead::Latest) || !name_ok {
+    if kind == TypeRead::Unreadable || !name_ok {
         return None;
     }
     config
@@ -417,15 +428,14 @@ fn channel_name(f: &mut Findings, path: &str, name: &str) -> bool {
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum TypeRead {
     Append,
+    Queue,
     Latest,
-    /// `queue`: recognised, refused.
-    NotYet,
     /// Missing or not a type; reported.
     Unreadable,
 }
 
 fn channel_type(f: &mut Findings, channel_path: &str, value: Option<&Value>) -> TypeRead {
-    const ALLOWED: &str = "a channel is type: append, a durable log each reader replays from its own position, or type: latest, the current value of each topic (queue is not supported by this version yet)";
+    const ALLOWED: &str = "a channel is type: append, a durable log each reader replays from its own position; type: queue, jobs each handed to one worker at a time; or type: latest, the current value of each topic";
     let path = join(channel_path, "type");
     let Some(value) = value else {
         f.key(&path, format!("missing: {ALLOWED}; there is no default"));
@@ -433,15 +443,8 @@ fn channel_type(f: &mut Findings, channel_path: &str, value: Option<&Value>) -> 
     };
     match value {
         Value::String(s) if s == "append" => TypeRead::Append,
+        Value::String(s) if s == "queue" => TypeRead::Queue,
         Value::String(s) if s == "latest" => TypeRead::Latest,
-        Value::String(s) if s == "queue" => {
-            f.value(
-                &path,
-                value,
-                "recognised, but not supported by this version of Sagüin yet, so the channel would not be served as one; remove it, or make it type: append or type: latest",
-            );
-            TypeRead::NotYet
-        }
         Value::String(s) if s == "broadcast" => {
             f.value(
                 &path,
@@ -1125,21 +1128,6 @@ mod tests {
     // ---- types and keys -------------------------------------------------
 
     #[test]
-    fn queue_is_recognised_and_refused() {
-        let f = one_refusal(
-            "state:\n  type: queue\n  filter: iot/+/state\n  visibility_timeout: 30s\n",
-        );
-        assert_contains(
-            &f,
-            &[
-                "channels.state.type \"queue\"",
-                "not supported by this version of Sagüin yet",
-                "type: append or type: latest",
-            ],
-        );
-    }
-
-    #[test]
     fn a_missing_or_unknown_type_is_refused_and_the_rest_still_checked() {
         let all = refused("c:\n  filter: a/#/b\n");
         assert_eq!(all.len(), 2, "{all:#?}");
@@ -1596,7 +1584,7 @@ mod tests {
     #[test]
     fn every_finding_is_reported_and_names_the_file() {
         let text = format!(
-            "{}channels:\n  a:\n    type: append\n    filter: +/x\n    start: now\n  b__dlq:\n    type: append\n  c:\n    type: queue\n  d:\n    type: append\n    filter: d/#\n  e:\n    type: append\n    filter: d/#\n    storage: elsewhere\n",
+            "{}channels:\n  a:\n    type: append\n    filter: +/x\n    start: now\n  b__dlq:\n    type: append\n  c:\n    type: queue\n    retention_bytes: 1GiB\n  d:\n    type: append\n    filter: d/#\n  e:\n    type: append\n    filter: d/#\n    storage: elsewhere\n",
             BROKER.replace("id: t", "id: t\n  log_level: loud")
         );
         let e = refused_file(&text);
@@ -1606,7 +1594,7 @@ mod tests {
             "channels.a.filter \"+/x\"",
             "channels.a.start \"now\"",
             "channels.b__dlq:",
-            "channels.c.type \"queue\"",
+            "channels.c.retention_bytes:",
             "channels.e.storage \"elsewhere\"",
             "channels.e.filter \"d/#\": this filter is carried by channel d",
         ];

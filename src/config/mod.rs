@@ -23,6 +23,7 @@ mod latest;
 mod limits;
 mod listen;
 mod parse;
+pub mod queue;
 mod storage;
 mod units;
 
@@ -36,6 +37,7 @@ pub use channels::{ChannelConfig, ChannelKind, Start, MAX_FILTER_EXPANSIONS};
 pub use exchanges::{Qos2Config, SessionConfig, ShareConfig};
 pub use latest::DEFAULT_DELETION_RETENTION_PERIOD_S;
 pub use limits::Limits;
+pub use queue::{Backoff, QueueConfig};
 pub use storage::{
     declared_memory_bytes, reserve_bytes, CommitPolicy, ProviderConfig, ProviderKind,
     StorageConfig, MAX_PUBLISH_COMMIT_INTERVAL_MS,

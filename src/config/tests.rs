@@ -681,10 +681,6 @@ fn keys_not_supported_yet_are_refused_as_recognised() {
             "broker.session.storage:",
         ),
         ("broker:\n  id: a\n  operations: {}\n", "broker.operations:"),
-        (
-            "broker:\n  id: a\nchannels:\n  x:\n    type: queue\n",
-            "channels.x.type \"queue\":",
-        ),
         ("broker:\n  id: a\nbridges: {}\n", "bridges:"),
         (&mqtt("password_file: /etc/p"), "broker.mqtt.password_file:"),
         (

@@ -51,6 +51,8 @@ pub struct ChannelSettings {
     pub written_filter: String,
     /// Set for a `latest` channel.
     pub latest: Option<super::latest::LatestSettings>,
+    /// Set when the channel is a `queue`.
+    pub queue: Option<super::queue::QueueSettings>,
 }
 
 /// What the core asks of a provider's storage thread.
@@ -117,7 +119,7 @@ impl Channel {
         }
     }
 
-    fn cache(&mut self, offset: u64, message: Rc<Message>) {
+    pub(crate) fn cache(&mut self, offset: u64, message: Rc<Message>) {
         self.tail_bytes += message.cost_bytes();
         self.tail.push_back((offset, message));
         while self.tail_bytes > TAIL_CACHE_BYTES && self.tail.len() > 1 {
@@ -126,7 +128,7 @@ impl Channel {
         }
     }
 
-    fn cached(&self, offset: u64) -> Option<&Rc<Message>> {
+    pub(crate) fn cached(&self, offset: u64) -> Option<&Rc<Message>> {
         let (first, _) = self.tail.front()?;
         let index = offset.checked_sub(*first)?;
         self.tail.get(usize::try_from(index).ok()?).map(|(_, m)| m)
@@ -205,6 +207,7 @@ pub(crate) enum Pending {
     },
     /// A `latest` channel's own request.
     Latest(super::latest::LatestPending),
+    Queue(super::queue::QueuePending),
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -243,6 +246,8 @@ impl Broker {
             }
             return Ok(());
         }
+        let mut message = message;
+        self.prepare_for_channel(channel, &mut message);
         // Publishes waiting on storage are held twice (the message and its
         // record); past the bound the storage thread is behind, and a new
         // one is refused rather than held without limit.
@@ -392,13 +397,16 @@ impl Broker {
             (Pending::Latest(pending), answer) => {
                 self.latest_answered(pending, answer, now_ms, out)
             }
+            (Pending::Queue(pending), answer) => {
+                self.queue_store_answered(pending, answer, now_ms, out)
+            }
             (_, answer) => log::error!("a storage answer did not match its request: {answer:?}"),
         }
     }
 
     /// A record was committed at `offset`: the channel moves on and its
     /// readers are served.
-    fn record_committed(
+    pub(crate) fn record_committed(
         &mut self,
         channel: usize,
         message: Message,
@@ -411,11 +419,16 @@ impl Broker {
             self.latest_committed(channel, message, id, offset, now_ms, out);
             return;
         }
+        let received_at_unix_ms = message.received_at_unix_ms;
         let labelled = Rc::new(labelled(message, id, offset));
         let ch = &mut self.channels[channel];
         ch.next = ch.next.max(offset + 1);
         ch.cache(offset, Rc::clone(&labelled));
-        for reader in ch.readers.clone() {
+        // A queue's record is a job: offered to one worker, never routed.
+        if self.queue_record_committed(channel, offset, received_at_unix_ms, now_ms, out) {
+            return;
+        }
+        for reader in self.channels[channel].readers.clone() {
             self.pump_reader(reader, now_ms, out);
         }
         self.hand_to_groups(&labelled, now_ms, out);
@@ -515,6 +528,10 @@ impl Broker {
         for channel in self.claims.channels_reached_by(filter) {
             if self.channels[channel].latest.is_some() {
                 self.subscribe_latest(session_key, channel, filter, options, subscription_id);
+                continue;
+            }
+            // A queue's records leave only through its form (invariant 11).
+            if self.queues.is_queue(channel) {
                 continue;
             }
             let existing = self.channels[channel].readers.iter().copied().find(|&r| {

@@ -428,6 +428,8 @@ impl Broker {
         } else {
             None
         };
+        // A worker's jobs go back before anything else happens to its session.
+        self.queue_connection_ended(session_key);
         let Some(session) = self.sessions.get_mut(session_key) else {
             return;
         };
@@ -481,6 +483,7 @@ impl Broker {
     /// Ends a session whole: its Will first, then its subscriptions and
     /// group memberships, what it was owed and what it held.
     pub(crate) fn end_session(&mut self, session_key: Key, now_ms: u64, out: &mut impl Transport) {
+        self.queue_session_ended(session_key);
         let Some(mut session) = self.sessions.remove(session_key) else {
             return;
         };
@@ -573,6 +576,9 @@ impl Broker {
             publisher: Some(Rc::clone(&client_id)),
         };
         let result = match self.channel_for(&message.topic) {
+            Some(_) if self.admit_queue_topic(&message.topic).is_err() => {
+                Err("a dead-letter channel takes records only from its queue")
+            }
             Some(channel) => self
                 .store_publish(channel, message, None, now_ms, out)
                 .map_err(|_| "storage is behind"),

@@ -50,6 +50,7 @@ impl Broker {
             .admit_topic(&publish.topic)
             .and_then(|()| self.admit_properties(&publish))
             .and_then(|()| admit_seek_qos(&publish))
+            .and_then(|()| self.admit_queue_topic(&publish.topic))
             .and_then(|()| self.spend_publish_budget(conn, publish.payload.len(), now_ms));
         if let Err(refusal) = admitted {
             self.refuse_publish(
@@ -76,6 +77,30 @@ impl Broker {
         }
         if super::point_read::is_request(&publish.topic) {
             self.handle_request(conn, &publish, slot, now_ms, out);
+            return;
+        }
+        if Self::is_queue_response_topic(&publish.topic) {
+            let answer = match qos {
+                QoS::ExactlyOnce => Err((
+                    ReasonCode::IMPLEMENTATION_SPECIFIC_ERROR,
+                    "a queue's response is published at QoS 0 or 1",
+                )),
+                _ => self.handle_queue_response(session_key, &publish, now_ms, out),
+            };
+            match (answer, slot) {
+                (Ok(()), Some(slot)) => self.complete_puback(conn, slot, Ok(()), now_ms, out),
+                (Ok(()), None) => {}
+                (Err(refusal), slot) => self.refuse_publish(
+                    conn,
+                    &publish.topic,
+                    qos,
+                    packet_id,
+                    slot,
+                    refusal,
+                    now_ms,
+                    out,
+                ),
+            }
             return;
         }
         let client_id = self
@@ -249,8 +274,9 @@ impl Broker {
                 "topic deeper than limits.max_topic_levels",
             ));
         }
-        let defined =
-            super::seek::seek_channel(topic).is_some() || super::point_read::is_request(topic);
+        let defined = super::seek::seek_channel(topic).is_some()
+            || Self::is_queue_response_topic(topic)
+            || super::point_read::is_request(topic);
         if (topic.starts_with("$saguin/") && !defined) || topic == "$saguin" {
             return Err((
                 ReasonCode::TOPIC_NAME_INVALID,
@@ -562,6 +588,9 @@ impl Broker {
             now_ms,
             out,
         );
+        if let Some(session_key) = self.session_of(conn) {
+            self.queue_puback(session_key, packet_id, now_ms, out);
+        }
     }
 
     pub(crate) fn handle_pubcomp(

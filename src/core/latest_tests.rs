@@ -22,6 +22,7 @@ fn state_channel(retention_period_s: Option<u64>, deletions_s: Option<u64>) -> S
                 deletion_retention_period_s: deletions_s,
                 values: Vec::new(),
             }),
+            queue: None,
         }],
         ..Settings::default()
     }

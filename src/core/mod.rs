@@ -14,6 +14,10 @@ mod inbound;
 pub mod latest;
 mod latest_reader;
 mod point_read;
+pub mod queue;
+pub mod queue_rules;
+#[cfg(test)]
+mod queue_tests;
 pub mod retained;
 pub mod seek;
 pub mod session;
@@ -163,6 +167,9 @@ pub struct Stats {
     pub shared_backlog_dropped: u64,
     /// Retained publishes refused because the retained store was full.
     pub retained_refused: u64,
+    /// Retain flags dropped from publishes into a queue, whose jobs are
+    /// work rather than values to keep.
+    pub queue_retain_ignored: u64,
 }
 
 /// A connection that has sent its CONNECT and been accepted.
@@ -239,11 +246,14 @@ pub struct Broker {
     next_assigned_id: u64,
     /// Reused by routing so that a publish allocates no match list.
     pub(crate) match_scratch: Vec<Subscriber>,
+    pub(crate) queues: queue::Queues,
 }
 
 impl Broker {
     pub fn new(mut settings: Settings) -> Broker {
         let max_connections = settings.max_connections as usize;
+        // Takes the job heads out of the settings, which are kept.
+        let queues = queue::Queues::new(&mut settings.channels, settings.start_unix_ms);
         Broker {
             connections: Slab::with_capacity(max_connections),
             // Away sessions are bounded by their expiry; the table grows
@@ -263,6 +273,7 @@ impl Broker {
                 .map(channel::Channel::new)
                 .collect(),
             claims: claims_for(&settings.channels),
+            queues,
             readers: Slab::growable(u32::MAX as usize),
             latest_readers: Slab::growable(u32::MAX as usize),
             pending: HashMap::new(),
@@ -510,6 +521,7 @@ impl Broker {
         }
         self.retained.expire(self.unix_ms(now_ms));
         self.expire_group_backlogs(now_ms);
+        self.queue_tick(now_ms, out);
     }
 
     /// Says goodbye to every client as the broker stops.

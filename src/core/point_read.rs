@@ -160,10 +160,17 @@ impl Broker {
                 "a point read of {key} reaches channel {}, which is not a latest channel",
                 self.channels[channel].settings.name
             );
-            return Err((
-                ReasonCode::TOPIC_NAME_INVALID,
-                "the key is on an append channel, a log rather than a set of values: read it by subscribing",
-            ));
+            return Err(if self.queues.is_queue(channel) {
+                (
+                    ReasonCode::TOPIC_NAME_INVALID,
+                    "the key is on a queue, which holds work for one worker rather than values",
+                )
+            } else {
+                (
+                    ReasonCode::TOPIC_NAME_INVALID,
+                    "the key is on an append channel, a log rather than a set of values: read it by subscribing",
+                )
+            });
         }
         Ok((channel, key.to_string()))
     }
@@ -358,16 +365,27 @@ impl Broker {
     /// nothing for a name no channel has. With no ACL in this edition every
     /// client holds every verb the channel's type offers.
     fn catalogue_entry(&self, name: &str) -> String {
-        let Some(channel) = self.channels.iter().find(|c| c.settings.name == name) else {
+        let Some(index) = self.channels.iter().position(|c| c.settings.name == name) else {
             return String::new();
         };
-        let settings = &channel.settings;
-        let (kind, verbs) = match settings.latest {
-            Some(_) => ("latest", r#"["write","read","delete"]"#),
-            None => ("append", r#"["write","read","seek"]"#),
+        let settings = &self.channels[index].settings;
+        let (kind, verbs) = if settings.latest.is_some() {
+            ("latest", r#"["write","read","delete"]"#)
+        } else if self.queues.is_queue(index) {
+            ("queue", r#"["write","consume"]"#)
+        } else {
+            ("append", r#"["write","read","seek"]"#)
+        };
+        // Only a queue has a subscription form of its own.
+        let pin = match kind {
+            "queue" => format!(
+                r#","pin":{}"#,
+                json_string(&format!("$saguin/queue/{name}"))
+            ),
+            _ => String::new(),
         };
         format!(
-            r#"{{"name":{},"type":"{kind}","filter":{},"verbs":{verbs}}}"#,
+            r#"{{"name":{},"type":"{kind}","filter":{},"verbs":{verbs}{pin}}}"#,
             json_string(&settings.name),
             json_string(&settings.written_filter)
         )

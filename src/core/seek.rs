@@ -186,6 +186,7 @@ impl Broker {
             .channels
             .iter()
             .position(|c| c.settings.name == channel_name && c.latest.is_none())
+            .filter(|&c| !self.queues.is_queue(c))
         else {
             // Which channel a topic names is the topic's business: 0x90.
             let refusal = (

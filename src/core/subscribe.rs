@@ -75,6 +75,22 @@ impl Broker {
         let mut first_refusal = None;
         let mut retained_passes = Vec::new();
         for (filter, options) in &subscribe.filters {
+            let queue_answer = match packet_refusal {
+                Some(_) => None,
+                None => self.subscribe_queue(conn, session_key, filter, *options),
+            };
+            if let Some(answer) = queue_answer {
+                let code = answer.unwrap_or_else(|(code, reason)| {
+                    log::warn!(
+                        "refusing a subscription to {filter:?} from {}: {reason}",
+                        self.client_id_of(conn)
+                    );
+                    first_refusal.get_or_insert(reason);
+                    code
+                });
+                reason_codes.push(code);
+                continue;
+            }
             let admitted = match packet_refusal {
                 Some(refusal) => Err(refusal),
                 None => self.admit_filter(session_key, filter),
@@ -134,6 +150,7 @@ impl Broker {
         }
         self.drain_groups_of(session_key, now_ms, out);
         self.pump_readers_of(session_key, now_ms, out);
+        self.offer_to_worker(session_key, now_ms, out);
     }
 
     pub(crate) fn session_of(&self, conn: Key) -> Option<Key> {
@@ -313,6 +330,7 @@ impl Broker {
                         None => {
                             self.index.remove(filter, Target::Session(session_key));
                             self.unsubscribe_channels(session_key, filter);
+                            self.queue_unsubscribed(session_key, filter);
                         }
                     }
                     ReasonCode::SUCCESS

@@ -1408,6 +1408,7 @@ fn events_channel(start: ChannelStart) -> Settings {
             floor: 0,
             written_filter: "events/#".into(),
             latest: None,
+            queue: None,
         }],
         ..Settings::default()
     }

@@ -4,6 +4,7 @@
 mod connection;
 mod latest_index;
 mod outbox;
+mod queue_load;
 mod storage;
 
 use std::cell::RefCell;

@@ -67,7 +67,7 @@ pub fn start(config: &Config) -> io::Result<Started> {
                     values: latest_index::load(&mut *provider, &channel.name, &channel.filters)
                         .map_err(to_io)?,
                 }),
-                config::ChannelKind::Append => None,
+                _ => None,
             };
             let state = provider.channel(&channel.name);
             log::info!(
@@ -79,6 +79,10 @@ pub fn start(config: &Config) -> io::Result<Started> {
             );
             let mut settings = channel_settings(channel, index, state.next, state.floor);
             settings.latest = latest;
+            if let config::ChannelKind::Queue(queue) = channel.kind {
+                let loaded = super::queue_load::queue_settings(&*provider, &channel.name, &queue);
+                settings.queue = Some(loaded.map_err(to_io)?);
+            }
             channels.push(settings);
         }
         let thread = StorageThread::spawn(
@@ -117,6 +121,7 @@ fn channel_settings(
         floor,
         written_filter: channel.filter.clone(),
         latest: None,
+        queue: None,
     }
 }
 

@@ -98,6 +98,12 @@ pub(crate) fn apply_batch<T: Tables>(
                 use_reserve,
             } => put_entry(tables, budget, channel, key, value, *use_reserve)?,
             Write::DropEntry { channel, key } => drop_entry(tables, budget, channel, key)?,
+            Write::Move {
+                channel,
+                offset,
+                to,
+                message,
+            } => move_record(tables, budget, channel, *offset, to, message)?,
         };
         outcomes.push(outcome);
     }
@@ -343,4 +349,46 @@ fn drop_entry<T: Tables>(
     tables.set_state(channel, state)?;
     budget.release(size_bytes);
     Ok(Outcome::EntryDropped { existed: true })
+}
+
+/// Moves one record: removed from `channel` and `message` appended to
+/// `to`, both or neither. Judged against `max_bytes` (the reserve may be
+/// used) for only what the new record adds over the one it replaces.
+fn move_record<T: Tables>(
+    tables: &mut T,
+    budget: &mut Budget,
+    channel: &str,
+    offset: u64,
+    to: &str,
+    message: &Message,
+) -> Result<Outcome, StoreError> {
+    let Some(head) = tables.record_head(channel, offset)? else {
+        let floor = tables.state(channel)?.floor;
+        return Ok(Outcome::Moved {
+            to_offset: None,
+            floor,
+        });
+    };
+    let size_bytes = message.size_bytes();
+    let mut target = tables.state(to)?;
+    let Some(after_next) = target.next.checked_add(1) else {
+        return Ok(Outcome::Refused(Refusal::ChannelFull));
+    };
+    if !budget.admits_relief(size_bytes.saturating_sub(head.size_bytes)) {
+        return Ok(Outcome::Refused(Refusal::ProviderFull));
+    }
+    let Outcome::Removed { floor, .. } = remove(tables, budget, channel, offset)? else {
+        unreachable!("remove answers Removed");
+    };
+    let to_offset = target.next;
+    tables.insert_record(to, to_offset, message)?;
+    target.next = after_next;
+    target.record_bytes += size_bytes;
+    target.record_count += 1;
+    tables.set_state(to, target)?;
+    budget.charge(size_bytes);
+    Ok(Outcome::Moved {
+        to_offset: Some(to_offset),
+        floor,
+    })
 }

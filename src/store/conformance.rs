@@ -930,6 +930,61 @@ fn a_removal_may_use_the_reserve_and_frees_room<H: Harness>(h: &H) {
     assert_eq!(offsets(&p, "c", 1), vec![1, 3, 4]);
 }
 
+fn move_to(channel: &str, offset: u64, to: &str, message: Message) -> Write {
+    Write::Move {
+        channel: channel.into(),
+        offset,
+        to: to.into(),
+        message,
+    }
+}
+
+fn a_record_moves_into_another_channel_whole_or_not_at_all<H: Harness>(h: &H) {
+    let size = one_size();
+    let mut p = h.open_bounded(3 * size + 10, 10);
+    fill(&mut p, "q", 3);
+    // At the bound, and no append fits: a move still does, into the reserve.
+    assert_eq!(
+        fill(&mut p, "q", 1),
+        vec![Outcome::Refused(Refusal::ProviderFull)]
+    );
+    let letter = msg("t/__dlq", &[7; 12], 9);
+    let out = commit(&mut p, vec![move_to("q", 1, "d", letter.clone())]);
+    assert_eq!(
+        out,
+        vec![Outcome::Moved {
+            to_offset: Some(1),
+            floor: 2
+        }]
+    );
+    assert_eq!(offsets(&p, "q", 2), vec![2, 3]);
+    match p.read("d", 1, ALL).unwrap() {
+        Read::Records(batch) => assert_eq!(batch.records[0].message, letter),
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(p.usage().used_bytes, 2 * size + letter.size_bytes());
+    assert_eq!(p.channel("d").record_bytes, letter.size_bytes());
+    // Nothing held there: nothing moves.
+    let out = commit(&mut p, vec![move_to("q", 1, "d", letter.clone())]);
+    assert_eq!(
+        out,
+        vec![Outcome::Moved {
+            to_offset: None,
+            floor: 2
+        }]
+    );
+    assert_eq!(p.channel("d").record_count, 1);
+    // Past max_bytes even with the reserve: refused, both channels as they were.
+    let huge = msg("t/__dlq", &[1; 200], 9);
+    let out = commit(&mut p, vec![move_to("q", 2, "d", huge)]);
+    assert_eq!(out, vec![Outcome::Refused(Refusal::ProviderFull)]);
+    assert_eq!(offsets(&p, "q", 2), vec![2, 3]);
+    assert_eq!(p.channel("d").record_count, 1);
+    let p = h.reopen(p);
+    assert_eq!(offsets(&p, "d", 1), vec![1]);
+    assert_eq!(p.usage().used_bytes, 2 * size + letter.size_bytes());
+}
+
 fn entries_are_put_replaced_dropped_and_counted<H: Harness>(h: &H) {
     let mut p = h.open();
     let cost = |key: &str, len: u64| key.len() as u64 + len + ENTRY_OVERHEAD_BYTES;
@@ -1152,6 +1207,10 @@ macro_rules! conformance {
             #[test]
             fn a_removal_may_use_the_reserve_and_frees_room() {
                 super::a_removal_may_use_the_reserve_and_frees_room(&h("remove-reserve"));
+            }
+            #[test]
+            fn a_record_moves_into_another_channel_whole_or_not_at_all() {
+                super::a_record_moves_into_another_channel_whole_or_not_at_all(&h("move"));
             }
             #[test]
             fn entries_are_put_replaced_dropped_and_counted() {

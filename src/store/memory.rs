@@ -252,9 +252,12 @@ impl Provider for MemoryProvider {
         if self.snapshot.is_some() {
             // A channel this provider could not write a snapshot of is
             // refused now, not lost at shutdown.
-            for w in writes {
-                if !self.channels.contains_key(w.channel()) {
-                    snapshot::snapshot_file_name(w.channel()).map_err(StoreError::Invalid)?;
+            for name in writes
+                .iter()
+                .flat_map(|w| std::iter::once(w.channel()).chain(w.other_channel()))
+            {
+                if !self.channels.contains_key(name) {
+                    snapshot::snapshot_file_name(name).map_err(StoreError::Invalid)?;
                 }
             }
         }

@@ -207,6 +207,18 @@ pub enum Write {
         channel: String,
         key: String,
     },
+    /// Move one record into another channel (a job into its dead-letter
+    /// channel) in one step: `message` is appended to `to` and the record
+    /// at `offset` removed from `channel`, or neither happens. May use the
+    /// reserve, since it takes work out of a channel that needs relief; it
+    /// is refused, changing nothing, only when even `max_bytes` cannot take
+    /// what `message` adds over the record it replaces.
+    Move {
+        channel: String,
+        offset: u64,
+        to: String,
+        message: Message,
+    },
 }
 
 impl Write {
@@ -219,7 +231,16 @@ impl Write {
             | Write::Trim { channel, .. }
             | Write::Remove { channel, .. }
             | Write::PutEntry { channel, .. }
-            | Write::DropEntry { channel, .. } => channel,
+            | Write::DropEntry { channel, .. }
+            | Write::Move { channel, .. } => channel,
+        }
+    }
+
+    /// The second channel a write changes: a move's destination.
+    pub fn other_channel(&self) -> Option<&str> {
+        match self {
+            Write::Move { to, .. } => Some(to),
+            _ => None,
         }
     }
 
@@ -273,6 +294,13 @@ pub enum Outcome {
     EntryPut,
     EntryDropped {
         existed: bool,
+    },
+    /// `to_offset` is where the record now is in the destination; `None`
+    /// when the source held no record at that offset, and nothing moved.
+    Moved {
+        to_offset: Option<u64>,
+        /// The source's floor after the move.
+        floor: u64,
     },
 }
 

@@ -44,6 +44,9 @@ pub(crate) fn check_writes(writes: &[Write]) -> Result<(), StoreError> {
 
 fn check_write(w: &Write) -> Result<(), String> {
     check_channel_name(w.channel())?;
+    if let Some(other) = w.other_channel() {
+        check_channel_name(other)?;
+    }
     match w {
         Write::Append { message, .. } => check_message(message),
         Write::SetPosition { reader, offset, .. } => {
@@ -86,6 +89,24 @@ fn check_write(w: &Write) -> Result<(), String> {
             Ok(())
         }
         Write::DropEntry { key, .. } => check_entry_key(key),
+        Write::Move {
+            channel,
+            offset,
+            to,
+            message,
+        } => {
+            if channel == to {
+                return Err(format!(
+                    "a move takes a record out of {channel:?} into another channel"
+                ));
+            }
+            if *offset < FIRST_OFFSET {
+                return Err(format!(
+                    "offsets start at {FIRST_OFFSET}, so {offset} names no record"
+                ));
+            }
+            check_message(message)
+        }
     }
 }
 

@@ -53,7 +53,13 @@ pub enum SaguinSetup {
     GroupCommit,
     /// redb with `publish_commit_interval: none`: a commit per publish.
     CommitPerPublish,
+    /// As `GroupCommit`, with a queue `work` claiming `work/#` (figure 7).
+    Queue,
 }
+
+/// The topic filter the bench's queue claims, and its name.
+pub const QUEUE_FILTER: &str = "work/#";
+pub const QUEUE_NAME: &str = "work";
 
 /// The topic filter the bench's append channel claims.
 pub const DURABLE_FILTER: &str = "durable/#";
@@ -63,7 +69,7 @@ pub const DURABLE_FILTER: &str = "durable/#";
 fn saguin_config(setup: SaguinSetup, dir: &Path) -> String {
     let commit = match setup {
         SaguinSetup::Plain => return SAGUIN_CONFIG_YAML.to_string(),
-        SaguinSetup::GroupCommit => "",
+        SaguinSetup::GroupCommit | SaguinSetup::Queue => "",
         SaguinSetup::CommitPerPublish => "        publish_commit_interval: none\n",
     };
     // `start: tail`: a new reader gets only what is published after it
@@ -84,8 +90,14 @@ fn saguin_config(setup: SaguinSetup, dir: &Path) -> String {
            durable:\n    \
              type: append\n    \
              filter: {DURABLE_FILTER}\n    \
-             start: tail\n",
-        dir.join("bench.redb").display()
+             start: tail\n\
+         {queue}",
+        dir.join("bench.redb").display(),
+        queue = if setup == SaguinSetup::Queue {
+            format!("  {QUEUE_NAME}:\n    type: queue\n    filter: {QUEUE_FILTER}\n")
+        } else {
+            String::new()
+        }
     )
 }
 

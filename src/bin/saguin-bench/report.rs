@@ -51,13 +51,6 @@ impl Row {
         }
     }
 
-    pub fn pending(label: impl Into<String>) -> Row {
-        Row {
-            pending: true,
-            ..Row::new(label, Unit::MessagesPerS, Better::Higher)
-        }
-    }
-
     pub fn push(&mut self, kind: BrokerKind, sample: Sample) {
         match kind {
             BrokerKind::Saguin => self.saguin.push(sample),
