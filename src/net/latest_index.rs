@@ -10,17 +10,36 @@
 use std::collections::HashMap;
 
 use crate::codec::topic;
-use crate::core::latest::{fold_records, StoredValue};
+use crate::config::{ChannelConfig, ChannelKind};
+use crate::core::latest::{fold_records, LatestSettings, StoredValue};
 use crate::store::{Provider, Read, ReadLimit, StoreError, Write, MAX_BATCH_WRITES};
 
 /// Records read per batch at startup.
 const LOAD_BATCH_RECORDS: u32 = 1_024;
 const LOAD_BATCH_BYTES: u64 = 4 * 1024 * 1024;
 
+/// What the core needs of a `latest` channel, its values read; `None` for
+/// a channel of another type.
+pub fn latest_settings(
+    provider: &mut dyn Provider,
+    channel: &ChannelConfig,
+) -> Result<Option<LatestSettings>, StoreError> {
+    let ChannelKind::Latest {
+        deletion_retention_period_s,
+    } = channel.kind
+    else {
+        return Ok(None);
+    };
+    Ok(Some(LatestSettings {
+        deletion_retention_period_s,
+        values: load(provider, &channel.name, &channel.filters)?,
+    }))
+}
+
 /// Reads `channel`'s current values, removing the records they replaced.
 /// `filters` are what the channel claims now: a value stored under a
 /// filter since edited is reachable by nothing, and the count is logged.
-pub fn load(
+fn load(
     provider: &mut dyn Provider,
     channel: &str,
     filters: &[String],

@@ -7,7 +7,6 @@ use smol::channel::{Receiver, Sender};
 
 use super::latest_index;
 use crate::config::{self, Config};
-use crate::core::latest::LatestSettings;
 use crate::core::{ChannelSettings, ChannelStart};
 use crate::store::{self, Completion, StorageHandle, StorageThread};
 
@@ -59,16 +58,7 @@ pub fn start(config: &Config) -> io::Result<Started> {
             .iter()
             .filter(|c| c.storage == provider_config.name)
         {
-            let latest = match channel.kind {
-                config::ChannelKind::Latest {
-                    deletion_retention_period_s,
-                } => Some(LatestSettings {
-                    deletion_retention_period_s,
-                    values: latest_index::load(&mut *provider, &channel.name, &channel.filters)
-                        .map_err(to_io)?,
-                }),
-                _ => None,
-            };
+            let latest = latest_index::latest_settings(&mut *provider, channel).map_err(to_io)?;
             let state = provider.channel(&channel.name);
             log::info!(
                 "channel {} on {}: floor {}, next {}",
