@@ -7,7 +7,7 @@
 //! orders against the value it replaced), shown to nobody who subscribes
 //! later unless asked, and kept for `deletion_retention_period`.
 //!
-//! The channel keeps in memory only an index - topic to offset, size,
+//! The channel keeps in memory only an index - topic to offset,
 //! receipt time and whether it is a deletion - plus a bounded cache of
 //! recent bodies. Anything else is read back from the provider when it is
 //! served, so memory does not grow with the size of the values.
