@@ -12,7 +12,7 @@
 //! recent bodies. Anything else is read back from the provider when it is
 //! served, so memory does not grow with the size of the values.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::rc::Rc;
 
 use super::channel::{labelled, ChannelSettings, Pending, StoreRequest};
@@ -147,6 +147,9 @@ pub(crate) struct LatestState {
     pub deletion_retention_period_s: Option<u64>,
     /// Every topic's current record, deletions included.
     pub values: HashMap<Rc<str>, Value>,
+    /// The same records by offset, so that a state pass or a resume walks
+    /// them in order with a cursor rather than copying them per reader.
+    pub by_offset: BTreeMap<u64, Rc<str>>,
     /// Publishes per topic handed to storage and not yet answered: a
     /// deletion behind one has something to delete.
     storing: HashMap<Rc<str>, u32>,
@@ -164,20 +167,22 @@ impl LatestState {
     /// values out of the settings; `None` for any other channel type.
     pub(crate) fn for_channel(settings: &mut ChannelSettings) -> Option<Box<LatestState>> {
         let latest = settings.latest.as_mut()?;
-        let values = std::mem::take(&mut latest.values)
-            .into_iter()
-            .map(|v| {
-                let value = Value {
-                    offset: v.offset,
-                    received_at_ms: v.received_at_ms,
-                    deleted: v.deleted,
-                };
-                (Rc::from(v.topic), value)
-            })
-            .collect();
+        let mut values = HashMap::new();
+        let mut by_offset = BTreeMap::new();
+        for v in std::mem::take(&mut latest.values) {
+            let topic: Rc<str> = Rc::from(v.topic);
+            let value = Value {
+                offset: v.offset,
+                received_at_ms: v.received_at_ms,
+                deleted: v.deleted,
+            };
+            by_offset.insert(v.offset, Rc::clone(&topic));
+            values.insert(topic, value);
+        }
         Some(Box::new(LatestState {
             deletion_retention_period_s: latest.deletion_retention_period_s,
             values,
+            by_offset,
             storing: HashMap::new(),
             cache: BodyCache::default(),
             readers: Vec::new(),
@@ -270,8 +275,10 @@ impl Broker {
             deleted: labelled.payload.is_empty(),
         };
         let replaced = latest.values.insert(Rc::clone(&topic), value);
+        latest.by_offset.insert(offset, Rc::clone(&topic));
         latest.cache.insert(offset, Rc::clone(&labelled));
         if let Some(old) = replaced {
+            latest.by_offset.remove(&old.offset);
             latest.cache.forget(old.offset);
             self.remove_replaced(channel, vec![old.offset], out);
         }
@@ -467,6 +474,7 @@ impl Broker {
                 .is_some_and(|v| v.offset == *offset)
             {
                 latest.values.remove(topic);
+                latest.by_offset.remove(offset);
                 latest.cache.forget(*offset);
                 gone.push(*offset);
             }

@@ -1,19 +1,23 @@
 //! Serving a `latest` channel to one session: the state a subscription is
 //! handed, the changes after it, and what a resumed session missed.
 //!
-//! What waits for a subscriber is at most one entry per topic, keyed by
-//! the offset of the topic's current value: a newer value takes the place
-//! of one still waiting, so a subscriber that falls behind is sent what is
-//! current when it has room, never every value in between, and never an
-//! older value after a newer one (a value is only ever sent as its topic's
-//! current one, and current offsets only rise). The publisher never waits
-//! for any of this (invariant 16): a commit only marks topics as waiting.
+//! State - what a SUBSCRIBE or a resume is owed - is served by cursors
+//! over the channel's values in offset order, so a reader holds a few
+//! numbers for it however many topics the channel has. Changes since are
+//! waiting entries, at most one per topic, keyed by the offset of the
+//! topic's current value: a newer value takes the place of one still
+//! waiting, so a subscriber that falls behind is sent what is current when
+//! it has room, never every value in between. A value is only ever sent as
+//! its topic's current one and current offsets only rise, so a subscriber
+//! is never sent an older value of a topic after a newer one. The
+//! publisher never waits for any of this (invariant 16): a commit only
+//! marks topics as waiting.
 
 use std::collections::{BTreeMap, HashMap};
 use std::rc::Rc;
 
 use super::delivery::outgoing_publish;
-use super::latest::{read_bodies, LatestPending};
+use super::latest::{read_bodies, LatestPending, LatestState};
 use super::session::{Delivery, Message};
 use super::{Broker, Key, Transport};
 use crate::codec::{encoded_len, topic, Packet, QoS, SubscriptionOptions};
@@ -22,11 +26,18 @@ use crate::store::{self, ReadLimit, FIRST_OFFSET};
 /// Values a reader asks storage for at once.
 const READ_BATCH_RECORDS: u32 = 64;
 
-/// One topic waiting to be sent.
-struct Waiting {
-    topic: Rc<str>,
-    /// Sent as state (RETAIN set) rather than as a change.
-    as_state: bool,
+/// A cursor over the channel's current values, sent as state (RETAIN
+/// set): a SUBSCRIBE's state pass, or what a resume missed.
+struct Pass {
+    /// The filter it serves; `None` for every filter of the reader.
+    filter: Option<Box<str>>,
+    /// Deletions are served too (`saguin-deletions`).
+    deletions: bool,
+    /// The next offset to consider.
+    next: u64,
+    /// The channel's next offset when it began: what is committed after
+    /// that reaches the reader as a change.
+    end: u64,
 }
 
 /// One session's subscription to one `latest` channel.
@@ -35,11 +46,15 @@ pub(crate) struct LatestReader {
     channel: usize,
     /// The session's filters that reach this channel.
     filters: Vec<(Box<str>, SubscriptionOptions, Option<u32>)>,
-    /// What waits to be sent, by the offset of its topic's current value.
-    waiting: BTreeMap<u64, Waiting>,
+    /// Changes waiting to be sent, by the offset of the topic's current
+    /// value.
+    waiting: BTreeMap<u64, Rc<str>>,
     /// The offset each waiting topic waits under.
     waiting_topics: HashMap<Rc<str>, u64>,
-    /// Bodies read from storage for waiting values, by offset.
+    /// State still to be sent; at most one pass per filter, and one for a
+    /// resume.
+    passes: Vec<Pass>,
+    /// Bodies of one storage read, by offset.
     bodies: HashMap<u64, Rc<Message>>,
     reading: bool,
     /// While its session is away: where a resume is served from, the
@@ -57,30 +72,72 @@ pub(crate) struct ReadFor {
 }
 
 impl LatestReader {
-    /// Adds `topic` at its current `offset`, replacing an older entry.
-    fn offer(&mut self, topic: &Rc<str>, offset: u64, as_state: bool) {
+    /// How many passes and waiting changes it holds, for tests of its bound.
+    #[cfg(test)]
+    pub(crate) fn held(&self) -> (usize, usize) {
+        (self.passes.len(), self.waiting.len())
+    }
+
+    /// Adds a change of `topic` at `offset`, replacing an older one.
+    fn offer(&mut self, topic: &Rc<str>, offset: u64) {
         if let Some(&queued) = self.waiting_topics.get(topic) {
             if queued >= offset {
-                if queued == offset && as_state {
-                    if let Some(w) = self.waiting.get_mut(&queued) {
-                        w.as_state = true;
-                    }
-                }
                 return;
             }
             self.waiting.remove(&queued);
-            self.bodies.remove(&queued);
         }
         self.waiting_topics.insert(Rc::clone(topic), offset);
-        let topic = Rc::clone(topic);
-        self.waiting.insert(offset, Waiting { topic, as_state });
+        self.waiting.insert(offset, Rc::clone(topic));
     }
 
     fn withdraw(&mut self, offset: u64) {
-        if let Some(w) = self.waiting.remove(&offset) {
-            self.waiting_topics.remove(&w.topic);
+        if let Some(topic) = self.waiting.remove(&offset) {
+            self.waiting_topics.remove(&topic);
         }
-        self.bodies.remove(&offset);
+    }
+
+    /// Moves each pass to its next value, dropping the passes that are
+    /// done; returns the lowest offset a pass offers.
+    fn settle_passes(&mut self, latest: &LatestState) -> Option<u64> {
+        let filters = &self.filters;
+        for pass in &mut self.passes {
+            let found = latest
+                .by_offset
+                .range(pass.next..pass.end)
+                .find(|(_, name)| {
+                    let deleted = latest.values.get(*name).is_some_and(|v| v.deleted);
+                    let reached = match &pass.filter {
+                        Some(filter) => topic::matches(filter, name),
+                        None => filters.iter().any(|(f, _, _)| topic::matches(f, name)),
+                    };
+                    reached && (pass.deletions || !deleted)
+                })
+                .map(|(&offset, _)| offset);
+            pass.next = found.unwrap_or(pass.end);
+        }
+        self.passes.retain(|pass| pass.next < pass.end);
+        self.passes.iter().map(|pass| pass.next).min()
+    }
+
+    /// Marks `offset` as served: taken off the waiting changes, and every
+    /// pass standing on it moves past it.
+    fn served(&mut self, offset: u64) {
+        self.withdraw(offset);
+        for pass in &mut self.passes {
+            if pass.next == offset {
+                pass.next = offset + 1;
+            }
+        }
+    }
+
+    /// The lowest offset still owed, for a resume position.
+    fn lowest_owed(&self) -> Option<u64> {
+        let waiting = self.waiting.keys().next().copied();
+        let passes = self.passes.iter().map(|pass| pass.next).min();
+        [waiting, passes, self.missed_from]
+            .into_iter()
+            .flatten()
+            .min()
     }
 
     fn matches(&self, topic_name: &str) -> bool {
@@ -156,6 +213,7 @@ impl Broker {
                         filters: Vec::new(),
                         waiting: BTreeMap::new(),
                         waiting_topics: HashMap::new(),
+                        passes: Vec::new(),
                         bodies: HashMap::new(),
                         reading: false,
                         resume_from: None,
@@ -193,15 +251,20 @@ impl Broker {
     }
 
     /// The current value of every topic `filter` reaches in each `latest`
-    /// channel, queued as state (RETAIN set) for the session. Deletions
-    /// are included only for a SUBSCRIBE that carried `saguin-deletions`.
+    /// channel, to be sent as state (RETAIN set): a pass over the values
+    /// held when the SUBSCRIBE arrived. Deletions are included only for a
+    /// SUBSCRIBE that carried `saguin-deletions`.
     pub(crate) fn latest_state_pass(&mut self, session_key: Key, filter: &str, deletions: bool) {
         for channel in self.claims.channels_reached_by(filter) {
             let Some(reader_key) = self.reader_of(session_key, channel) else {
                 continue;
             };
-            let Some(latest) = self.channels[channel].latest.as_deref() else {
-                continue;
+            let ch = &self.channels[channel];
+            let pass = Pass {
+                filter: Some(filter.into()),
+                deletions,
+                next: ch.floor,
+                end: ch.next,
             };
             let reader = self
                 .latest_readers
@@ -210,12 +273,10 @@ impl Broker {
             // The whole state is on its way: a value missed earlier no
             // longer holds the resume position down.
             reader.missed_from = None;
-            for (name, value) in &latest.values {
-                if (value.deleted && !deletions) || !topic::matches(filter, name) {
-                    continue;
-                }
-                reader.offer(name, value.offset, true);
-            }
+            reader
+                .passes
+                .retain(|p| p.filter.as_deref() != Some(filter));
+            reader.passes.push(pass);
         }
     }
 
@@ -246,7 +307,7 @@ impl Broker {
                 continue;
             }
             let reader = self.latest_readers.get_mut(key).expect("checked above");
-            reader.offer(topic_name, offset, false);
+            reader.offer(topic_name, offset);
             self.pump_latest(key, now_ms, out);
         }
     }
@@ -289,28 +350,38 @@ impl Broker {
             if self
                 .latest_readers
                 .get(key)
-                .is_some_and(|r| !r.waiting.is_empty())
+                .is_some_and(|r| !r.waiting.is_empty() || !r.passes.is_empty())
             {
                 self.pump_latest(key, now_ms, out);
             }
         }
     }
 
-    /// Sends the reader's waiting values, oldest offset first, while its
+    /// Sends what the reader is owed, lowest offset first, while its
     /// session has room on the wire. A body not in memory is read from
     /// storage first; the reader resumes when it arrives.
     fn pump_latest(&mut self, key: Key, now_ms: u64, out: &mut impl Transport) {
         loop {
-            let Some(reader) = self.latest_readers.get(key) else {
+            let Some(reader) = self.latest_readers.get_mut(key) else {
                 return;
             };
-            if reader.resume_from.is_some() || !self.session_has_room(reader.session) {
+            if reader.resume_from.is_some() {
                 return;
             }
-            let Some((&offset, waiting)) = reader.waiting.first_key_value() else {
+            let latest = self.channels[reader.channel]
+                .latest
+                .as_deref()
+                .expect("a latest channel");
+            let state = reader.settle_passes(latest);
+            let change = reader.waiting.keys().next().copied();
+            let Some(offset) = [state, change].into_iter().flatten().min() else {
                 return;
             };
-            let as_state = waiting.as_state;
+            let session_key = reader.session;
+            if !self.session_has_room(session_key) {
+                return;
+            }
+            let reader = self.latest_readers.get(key).expect("checked above");
             let latest = self.channels[reader.channel]
                 .latest
                 .as_deref()
@@ -324,25 +395,24 @@ impl Broker {
                 self.request_bodies(key, offset, out);
                 return;
             };
-            let session_key = reader.session;
             let client_id = self
                 .sessions
                 .get(session_key)
                 .map(|s| Rc::clone(&s.client_id))
                 .unwrap_or_else(|| Rc::from(""));
+            let as_state = state == Some(offset);
             let delivery = reader.delivery_for(&message, offset, as_state, &client_id);
-            let reader = self.latest_readers.get_mut(key).expect("checked above");
-            reader.withdraw(offset);
-            let Some(delivery) = delivery else {
-                continue;
+            let sent = match delivery {
+                Some(delivery) => self.send_value(key, session_key, delivery, now_ms, out),
+                None => true,
             };
-            if !self.send_value(key, session_key, delivery, now_ms, out) {
+            if !sent {
                 // The connection's buffer is full: it waits for the next try.
-                if let Some(reader) = self.latest_readers.get_mut(key) {
-                    let topic = Rc::from(&*message.topic);
-                    reader.offer(&topic, offset, as_state);
-                }
                 return;
+            }
+            if let Some(reader) = self.latest_readers.get_mut(key) {
+                reader.served(offset);
+                reader.bodies.remove(&offset);
             }
         }
     }
@@ -430,29 +500,31 @@ impl Broker {
             return;
         };
         reader.reading = false;
-        let failed = result.is_err();
-        let bodies = read_bodies(result);
-        if failed {
+        if result.is_err() {
+            // Logged by `read_bodies`; asked again at the next tick.
+            read_bodies(result);
             return;
         }
-        // Everything from the read's start up to the last record it
-        // returned was read: a waiting offset in that span that did not
-        // come back has been removed, and is not waited for.
-        let covered_to = bodies.last().map_or(u64::MAX, |(offset, _)| *offset);
-        reader.bodies.clear();
-        for (offset, message) in bodies {
-            if reader.waiting.contains_key(&offset) {
-                reader.bodies.insert(offset, message);
+        reader.bodies = read_bodies(result).into_iter().collect();
+        if !reader.bodies.contains_key(&read.from_offset) {
+            // The value it was read for is gone: replaced or expired since,
+            // in which case the index has moved on too, or missing from
+            // storage, which is said and stepped over rather than asked for
+            // again and again.
+            let latest = self.channels[reader.channel]
+                .latest
+                .as_deref()
+                .expect("a latest channel");
+            if latest.by_offset.contains_key(&read.from_offset) {
+                log::error!(
+                    "value {} of channel {} is in the index but not in storage; it is not sent",
+                    read.from_offset,
+                    self.channels[reader.channel].settings.name
+                );
+                reader.served(read.from_offset);
+            } else {
+                reader.withdraw(read.from_offset);
             }
-        }
-        let vanished: Vec<u64> = reader
-            .waiting
-            .range(read.from_offset..=covered_to)
-            .map(|(offset, _)| *offset)
-            .filter(|offset| !reader.bodies.contains_key(offset))
-            .collect();
-        for offset in vanished {
-            reader.withdraw(offset);
         }
         self.pump_latest(read.reader, now_ms, out);
     }
@@ -474,15 +546,13 @@ impl Broker {
             let from = if reader.at_most_once() {
                 FIRST_OFFSET
             } else {
-                [reader.waiting.keys().next().copied(), reader.missed_from]
-                    .into_iter()
-                    .flatten()
-                    .fold(next, u64::min)
+                reader.lowest_owed().map_or(next, |owed| owed.min(next))
             };
             let reader = self.latest_readers.get_mut(key).expect("checked above");
             reader.resume_from = Some(from);
             reader.waiting.clear();
             reader.waiting_topics.clear();
+            reader.passes.clear();
             reader.bodies.clear();
         }
     }
@@ -490,9 +560,9 @@ impl Broker {
     /// A session resumed without a new SUBSCRIBE. First, a value it still
     /// holds that a newer one has replaced is withdrawn before anything is
     /// re-sent, so the stale one never goes on the wire again (and its
-    /// packet identifier is not freed while owed). Then each reader has
-    /// every value that changed since its resume position waiting: the
-    /// changes it missed, not the whole state. Deletions are left out, as
+    /// packet identifier is not freed while owed). Then each reader is
+    /// given a pass from its resume position: the values that changed
+    /// while it was away, not the whole state. Deletions are left out, as
     /// from a state pass without `saguin-deletions`.
     pub(crate) fn resume_latest_readers(&mut self, session_key: Key) {
         self.withdraw_superseded(session_key);
@@ -508,14 +578,13 @@ impl Broker {
             let Some(from) = reader.resume_from.take() else {
                 continue;
             };
-            let Some(latest) = self.channels[reader.channel].latest.as_deref() else {
-                continue;
-            };
-            for (name, value) in &latest.values {
-                if value.offset >= from && !value.deleted && reader.matches(name) {
-                    reader.offer(name, value.offset, true);
-                }
-            }
+            let end = self.channels[reader.channel].next;
+            reader.passes.push(Pass {
+                filter: None,
+                deletions: false,
+                next: from,
+                end,
+            });
         }
     }
 
@@ -574,6 +643,9 @@ impl Broker {
                 continue;
             };
             reader.filters.retain(|(f, _, _)| **f != *filter);
+            reader
+                .passes
+                .retain(|p| p.filter.as_deref() != Some(filter));
             if reader.filters.is_empty() {
                 self.end_latest_reader(key);
             }

@@ -3,7 +3,7 @@
 
 use super::*;
 use crate::core::latest::{LatestSettings, StoredValue};
-use crate::store::{Answer, Outcome, Write};
+use crate::store::{Answer, MessageId, Outcome, Write};
 
 fn state_channel(retention_period_s: Option<u64>, deletions_s: Option<u64>) -> Settings {
     Settings {
@@ -346,4 +346,93 @@ fn a_value_too_large_for_the_subscriber_holds_its_resume_until_a_new_subscribe()
     assert_eq!(acknowledge_all(&mut h, subscriber).len(), 2);
     let subscriber = resume(&mut h, subscriber);
     assert!(acknowledge_all(&mut h, subscriber).is_empty());
+}
+
+/// A value as a provider returns it.
+fn record(offset: u64, topic: &str, payload: &[u8]) -> crate::store::Record {
+    crate::store::Record {
+        offset,
+        message: crate::store::Message {
+            id: MessageId::from_publisher(&format!("v{offset}")),
+            received_at_ms: 1_000,
+            topic: topic.into(),
+            payload: payload.to_vec(),
+            user_properties: vec![],
+            payload_format_indicator: None,
+            message_expiry_interval_s: None,
+            content_type: None,
+            response_topic: None,
+            correlation_data: None,
+            publisher: None,
+            qos: 1,
+            retain: false,
+        },
+    }
+}
+
+#[test]
+fn a_state_pass_is_a_cursor_over_stored_values_read_in_batches() {
+    const TOPICS: u64 = 1_000;
+    let mut settings = state_channel(None, None);
+    if let Some(latest) = settings.channels[0].latest.as_mut() {
+        latest.values = (1..=TOPICS)
+            .map(|offset| StoredValue {
+                topic: format!("state/t{offset}"),
+                offset,
+                received_at_ms: 1_000,
+                deleted: false,
+            })
+            .collect();
+        settings.channels[0].next = TOPICS + 1;
+    }
+    let mut h = Harness::new(settings);
+    let (subscriber, _) = connect_durable(&mut h, "dashboard", 1);
+    h.subscribe(subscriber, "state/#", qos(QoS::AtLeastOnce), None);
+    // Nothing is copied per topic: one cursor, and nothing waiting.
+    let reader = h.broker.latest_readers.iter().next().unwrap().1;
+    assert_eq!(reader.held(), (1, 0));
+    // The bodies are not in memory after a restart: they are read.
+    let mut requests = h.stored();
+    let Some(StoreRequest::Read {
+        ticket,
+        from_offset: 1,
+        ..
+    }) = requests.pop()
+    else {
+        panic!("expected a read from offset 1, got {requests:?}");
+    };
+    let batch = (1..=64)
+        .map(|o| record(o, &format!("state/t{o}"), b"v"))
+        .collect();
+    h.complete(
+        ticket,
+        Answer::Read(Ok(crate::store::Read::Records(crate::store::ReadBatch {
+            floor: 1,
+            next: TOPICS + 1,
+            records: batch,
+        }))),
+    );
+    for expected in 1..=64u64 {
+        let packets = h.out.take(subscriber);
+        let sent = publishes(&packets);
+        assert_eq!(sent.len(), 1, "Receive Maximum 1");
+        assert_eq!(sent[0].topic, format!("state/t{expected}"));
+        assert!(sent[0].retain);
+        let ack = PubAck {
+            packet_id: sent[0].packet_id.unwrap(),
+            ..PubAck::default()
+        };
+        h.packet(subscriber, Packet::Puback(ack));
+    }
+    let mut requests = h.stored();
+    assert!(
+        matches!(
+            requests.pop(),
+            Some(StoreRequest::Read {
+                from_offset: 65,
+                ..
+            })
+        ),
+        "one read per batch, the next from where the last ended"
+    );
 }
