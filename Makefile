@@ -64,10 +64,9 @@ run:
 test:
 	$(CARGO) test --no-fail-fast
 
-# Interoperability tests: the real broker binary driven by the paho-mqtt
-# Python client (pip install paho-mqtt pytest). Uses target/debug/saguin.
-# Not part of test or CI: it takes minutes and wants a quiet machine.
-# mosquitto comes from Debian's package (apt-get install mosquitto).
+# The benchmark harness, side by side with mosquitto. Not part of test or
+# CI: it takes minutes and wants a quiet machine. mosquitto comes from
+# Debian's package (apt-get install mosquitto).
 bench:
 	@command -v mosquitto >/dev/null 2>&1 || [ -x /usr/sbin/mosquitto ] || { \
 	  echo "bench: mosquitto is not installed; trying apt-get install mosquitto" >&2; \
@@ -76,6 +75,9 @@ bench:
 	$(CARGO) build --release
 	target/release/saguin-bench --write BENCHMARKS.md
 
+# Interoperability tests: the real broker binary driven by the paho-mqtt
+# Python client (pip install paho-mqtt pytest). Uses target/debug/saguin.
+# CI runs them.
 test-interop:
 	$(CARGO) build --bin $(BIN)
 	PYTHONDONTWRITEBYTECODE=1 python3 -m pytest -q -p no:cacheprovider tests/interop

@@ -432,3 +432,33 @@ fn a_durable_queue_worker_is_a_worker_again_after_a_restart_without_resubscribin
         );
     }
 }
+
+#[test]
+fn a_restored_subscriber_to_a_latest_channel_is_served_its_whole_state_on_resume() {
+    const STATE: &str = "channels:\n  state:\n    type: latest\n    filter: dev/#\n";
+    for outage in [Outage::RedbKill, Outage::MemoryStop] {
+        let dir = TempDir::new("sessions-latest");
+        let start = |dir: &TempDir| BrokerProcess::start_in(dir.path(), outage.storage(), STATE);
+        let mut broker = start(&dir);
+        let (mut watcher, _) = connect(&broker.address(), durable("watcher", 3600));
+        watcher.subscribe("dev/#", QoS::AtLeastOnce);
+        disconnect(&mut watcher);
+        publish_qos1(&broker.address(), "dev/a", b"1");
+        publish_qos1(&broker.address(), "dev/b", b"2");
+        match outage {
+            Outage::RedbKill => broker.kill(),
+            _ => assert!(broker.terminate().success()),
+        }
+        drop(broker);
+        let broker = start(&dir);
+        let (mut watcher, present) = connect(&broker.address(), durable("watcher", 3600));
+        assert!(present, "{outage:?}");
+        // Its mark was not kept: the whole current state comes, no SUBSCRIBE.
+        let mut topics = vec![
+            next_publish(&mut watcher).topic,
+            next_publish(&mut watcher).topic,
+        ];
+        topics.sort();
+        assert_eq!(topics, ["dev/a", "dev/b"], "{outage:?}");
+    }
+}

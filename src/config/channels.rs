@@ -10,9 +10,8 @@
 //! The block may be written as a list of groups, each a file named by
 //! `!include` or channels written in place (see [`super::include`]).
 //!
-//! This version keeps `type: append` channels. `latest` and `queue` are
-//! recognised and refused by name, so a file written for them is not
-//! started as though it were served.
+//! Every channel type is served: `append` here, with the keys of `queue`
+//! and `latest` read in [`super::queue`] and [`super::latest`].
 
 use std::collections::HashMap;
 
@@ -57,6 +56,11 @@ pub enum ChannelKind {
     Append,
     /// Jobs handed to one worker at a time (see [`super::queue`]).
     Queue(super::queue::QueueConfig),
+    /// The current value of each topic. A deletion is kept for
+    /// `deletion_retention_period` in whole seconds; `None` for `none`.
+    Latest {
+        deletion_retention_period_s: Option<u64>,
+    },
 }
 
 /// `start`: where a reader with no stored position begins.
@@ -272,18 +276,16 @@ fn channel(
         }
     };
     let kind = channel_type(f, &path, mapping.get("type"));
-    if kind == TypeRead::NotYet {
-        // Its other keys would be read for a type that is not served.
-        return None;
-    }
     let rest = match kind {
         TypeRead::Append => without_other_type_keys(f, &path, mapping),
         TypeRead::Queue => super::queue::without_other_type_keys(f, &path, mapping),
+        TypeRead::Latest => super::latest::without_other_type_keys(f, &path, mapping),
         _ => mapping.clone(),
     };
     let keys = match kind {
         TypeRead::Append => &APPEND_KEYS,
         TypeRead::Queue => &super::queue::QUEUE_KEYS,
+        TypeRead::Latest => &super::latest::KEYS,
         _ => &ANY_KEYS,
     };
     let braces_ok =
@@ -314,9 +316,22 @@ fn channel(
             _ => None,
         };
     }
+    if kind == TypeRead::Latest {
+        let deletions =
+            super::latest::deletion_retention_period(f, &path, t.get("deletion_retention_period"));
+        config = config
+            .zip(deletions)
+            .map(|(config, deletions)| ChannelConfig {
+                kind: ChannelKind::Latest {
+                    deletion_retention_period_s: deletions,
+                },
+                retention_bytes: None,
+                ..config
+            });
+    }
     // A channel whose name or type is wrong is still read through, so
     // every finding in it is reported.
-    if !matches!(kind, TypeRead::Append | TypeRead::Queue) || !name_ok {
+    if kind == TypeRead::Unreadable || !name_ok {
         return None;
     }
     config
@@ -414,14 +429,13 @@ fn channel_name(f: &mut Findings, path: &str, name: &str) -> bool {
 enum TypeRead {
     Append,
     Queue,
-    /// `latest`: recognised, refused.
-    NotYet,
+    Latest,
     /// Missing or not a type; reported.
     Unreadable,
 }
 
 fn channel_type(f: &mut Findings, channel_path: &str, value: Option<&Value>) -> TypeRead {
-    const ALLOWED: &str = "a channel is type: append, a durable log each reader replays from its own position, or type: queue, jobs each handed to one worker at a time (latest is not supported by this version yet)";
+    const ALLOWED: &str = "a channel is type: append, a durable log each reader replays from its own position; type: queue, jobs each handed to one worker at a time; or type: latest, the current value of each topic";
     let path = join(channel_path, "type");
     let Some(value) = value else {
         f.key(&path, format!("missing: {ALLOWED}; there is no default"));
@@ -430,14 +444,7 @@ fn channel_type(f: &mut Findings, channel_path: &str, value: Option<&Value>) -> 
     match value {
         Value::String(s) if s == "append" => TypeRead::Append,
         Value::String(s) if s == "queue" => TypeRead::Queue,
-        Value::String(s) if s == "latest" => {
-            f.value(
-                &path,
-                value,
-                "recognised, but not supported by this version of Sagüin yet, so the channel would not be served as one; remove it, or make it type: append",
-            );
-            TypeRead::NotYet
-        }
+        Value::String(s) if s == "latest" => TypeRead::Latest,
         Value::String(s) if s == "broadcast" => {
             f.value(
                 &path,
@@ -1119,24 +1126,6 @@ mod tests {
     }
 
     // ---- types and keys -------------------------------------------------
-
-    #[test]
-    fn latest_is_recognised_and_refused() {
-        {
-            let kind = "latest";
-            let f = one_refusal(&format!(
-                "state:\n  type: {kind}\n  filter: iot/+/state\n  deletion_retention_period: 1d\n  visibility_timeout: 30s\n"
-            ));
-            assert_contains(
-                &f,
-                &[
-                    &format!("channels.state.type \"{kind}\""),
-                    "not supported by this version of Sagüin yet",
-                    "type: append",
-                ],
-            );
-        }
-    }
 
     #[test]
     fn a_missing_or_unknown_type_is_refused_and_the_rest_still_checked() {

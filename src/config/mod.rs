@@ -19,6 +19,7 @@
 mod channels;
 mod exchanges;
 mod include;
+mod latest;
 mod limits;
 mod listen;
 mod parse;
@@ -35,6 +36,7 @@ use std::path::{Path, PathBuf};
 
 pub use channels::{ChannelConfig, ChannelKind, Start, MAX_FILTER_EXPANSIONS};
 pub use exchanges::{Qos2Config, SessionConfig, ShareConfig};
+pub use latest::DEFAULT_DELETION_RETENTION_PERIOD_S;
 pub use limits::Limits;
 pub use persistence::RetainedConfig;
 pub use queue::{Backoff, QueueConfig};

@@ -883,6 +883,7 @@ impl Broker {
                 subscription_ids: matching.iter().filter_map(|(_, _, id)| *id).collect(),
                 group: None,
                 reader: None,
+                latest: None,
                 message,
             };
             // One that was on the wire goes back on it under its identifier,

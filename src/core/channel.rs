@@ -46,6 +46,11 @@ pub struct ChannelSettings {
     /// `next` and `floor` as the provider held them at startup.
     pub next: u64,
     pub floor: u64,
+    /// The filter as the configuration writes it, braces and all, for the
+    /// catalogue.
+    pub written_filter: String,
+    /// Set for a `latest` channel.
+    pub latest: Option<super::latest::LatestSettings>,
     /// Set when the channel is a `queue`.
     pub queue: Option<super::queue::QueueSettings>,
 }
@@ -96,11 +101,14 @@ pub(crate) struct Channel {
     pub readers: Vec<Key>,
     /// A retention trim is in flight.
     trimming: bool,
+    /// A `latest` channel's current values and subscribers.
+    pub latest: Option<Box<super::latest::LatestState>>,
 }
 
 impl Channel {
-    pub fn new(settings: ChannelSettings) -> Channel {
+    pub fn new(mut settings: ChannelSettings) -> Channel {
         Channel {
+            latest: super::latest::LatestState::for_channel(&mut settings),
             next: settings.next,
             floor: settings.floor,
             settings,
@@ -197,6 +205,8 @@ pub(crate) enum Pending {
         channel: usize,
         offset: u64,
     },
+    /// A `latest` channel's own request.
+    Latest(super::latest::LatestPending),
     Queue(super::queue::QueuePending),
 }
 
@@ -226,8 +236,16 @@ impl Broker {
         channel: usize,
         message: Message,
         conn: Option<(Key, PendingAck)>,
+        now_ms: u64,
         out: &mut impl Transport,
     ) -> Result<(), Box<Message>> {
+        if self.latest_delete_of_nothing(channel, &message) {
+            // Nothing to say is gone: nothing is stored, and it is done.
+            if let Some((conn, ack)) = conn {
+                self.answer_publish(conn, ack, Ok(()), now_ms, out);
+            }
+            return Ok(());
+        }
         let mut message = message;
         self.prepare_for_channel(channel, &mut message);
         // Publishes waiting on storage are held twice (the message and its
@@ -258,6 +276,7 @@ impl Broker {
             return Err(Box::new(message));
         }
         self.pending_publish_bytes += cost_bytes;
+        self.latest_storing(channel, &message.topic, true);
         let pending = match conn {
             Some((conn, ack)) => Pending::Publish {
                 conn,
@@ -295,8 +314,15 @@ impl Broker {
             }
             return;
         };
-        if let Pending::Publish { message, .. } | Pending::Unanswered { message, .. } = &pending {
+        if let Pending::Publish {
+            message, channel, ..
+        }
+        | Pending::Unanswered {
+            message, channel, ..
+        } = &pending
+        {
             self.pending_publish_bytes -= message.cost_bytes() * 2;
+            self.latest_storing(*channel, &message.topic, false);
         }
         match (pending, completion.answer) {
             (
@@ -371,6 +397,9 @@ impl Broker {
             (Pending::Trim { channel }, Answer::Committed(result)) => {
                 self.trim_completed(channel, result, now_ms, out)
             }
+            (Pending::Latest(pending), answer) => {
+                self.latest_answered(pending, answer, now_ms, out)
+            }
             (Pending::Queue(pending), answer) => {
                 self.queue_store_answered(pending, answer, now_ms, out)
             }
@@ -389,6 +418,10 @@ impl Broker {
         now_ms: u64,
         out: &mut impl Transport,
     ) {
+        if self.channels[channel].latest.is_some() {
+            self.latest_committed(channel, message, id, offset, now_ms, out);
+            return;
+        }
         let received_at_unix_ms = message.received_at_unix_ms;
         let labelled = Rc::new(labelled(message, id, offset));
         let ch = &mut self.channels[channel];
@@ -401,8 +434,17 @@ impl Broker {
         for reader in self.channels[channel].readers.clone() {
             self.pump_reader(reader, now_ms, out);
         }
-        // A shared group over the channel is handed each new record, to one
-        // member, as over a broadcast topic; it keeps no position of its own.
+        self.hand_to_groups(&labelled, now_ms, out);
+    }
+
+    /// A shared group over a channel is handed each new record, to one
+    /// member, as over a broadcast topic; it keeps no position of its own.
+    pub(crate) fn hand_to_groups(
+        &mut self,
+        labelled: &Rc<Message>,
+        now_ms: u64,
+        out: &mut impl Transport,
+    ) {
         let mut groups = Vec::new();
         self.index.for_each_match(&labelled.topic, |subscriber| {
             if let Target::Group(group) = subscriber.target {
@@ -410,14 +452,14 @@ impl Broker {
             }
         });
         for group in groups {
-            self.route_to_group(group, &labelled, now_ms, out);
+            self.route_to_group(group, labelled, now_ms, out);
         }
     }
 
     /// Tells a publisher how its stored publish went: its PUBACK in order,
     /// or, for an exactly-once release, its PUBCOMP - or a DISCONNECT with
     /// the message still held, to be released again on the next connection.
-    fn answer_publish(
+    pub(crate) fn answer_publish(
         &mut self,
         conn: Key,
         ack: PendingAck,
@@ -487,6 +529,10 @@ impl Broker {
     ) -> Vec<Key> {
         let mut made = Vec::new();
         for channel in self.claims.channels_reached_by(filter) {
+            if self.channels[channel].latest.is_some() {
+                self.subscribe_latest(session_key, channel, filter, options, subscription_id);
+                continue;
+            }
             // A queue's records leave only through its form (invariant 11).
             if self.queues.is_queue(channel) {
                 continue;
@@ -861,6 +907,7 @@ impl Broker {
         for reader in readers {
             self.pump_reader(reader, now_ms, out);
         }
+        self.pump_latest_of(session_key, now_ms, out);
     }
 
     /// Stores the positions that moved, for the readers of sessions that
@@ -976,6 +1023,7 @@ impl Broker {
         durable: bool,
         out: &mut impl Transport,
     ) {
+        self.drop_latest_readers(session_key);
         let readers: Vec<Key> = self
             .readers
             .keys()
@@ -1012,6 +1060,7 @@ impl Broker {
     /// Removes `filter` from the session's readers; a reader left with no
     /// filter stops, keeping its stored position for a later subscription.
     pub(crate) fn unsubscribe_channels(&mut self, session_key: Key, filter: &str) {
+        self.unsubscribe_latest(session_key, filter);
         let readers = self
             .sessions
             .get(session_key)
@@ -1044,6 +1093,13 @@ impl Broker {
     ) {
         let now_unix_ms = self.unix_ms(now_ms);
         for index in 0..self.channels.len() {
+            if self.channels[index].latest.is_some() {
+                // A latest channel removes by topic, on its own clocks.
+                if by_age {
+                    self.sweep_latest(index, now_ms, out);
+                }
+                continue;
+            }
             let channel = &self.channels[index];
             if channel.trimming || channel.floor >= channel.next {
                 continue;
@@ -1203,6 +1259,7 @@ fn delivery_for(
         subscription_ids: ids,
         group: None,
         reader: Some((reader_key, offset, reader.era)),
+        latest: None,
         message: Rc::clone(message),
     })
 }

@@ -174,6 +174,7 @@ impl Broker {
             }
         );
         if session_present {
+            self.resume_latest_readers(session_key);
             self.resend_inflight(conn, session_key, out);
         }
         self.pump(session_key, now_ms, out);
@@ -484,6 +485,7 @@ impl Broker {
         };
         // A disconnect stores where the session's readers have reached.
         self.commit_positions(Some(session_key), out);
+        self.latest_readers_away(session_key);
         let Some(session) = self.sessions.get_mut(session_key) else {
             return;
         };
@@ -627,7 +629,7 @@ impl Broker {
                 Err("a dead-letter channel takes records only from its queue")
             }
             Some(channel) => self
-                .store_publish(channel, message, None, out)
+                .store_publish(channel, message, None, now_ms, out)
                 .map_err(|_| "storage is behind"),
             // Logged first where a durable session is owed it.
             None => match self.log_before_route(None, None, message, now_ms, out) {

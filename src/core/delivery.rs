@@ -50,6 +50,7 @@ fn merge_subscriptions(matched: &[Subscriber], message: &Rc<Message>) -> Deliver
         subscription_ids: matched.iter().filter_map(|s| s.subscription_id).collect(),
         group: None,
         reader: None,
+        latest: None,
     }
 }
 
@@ -141,7 +142,7 @@ impl Broker {
         }
         let bound = self.settings.session_queue_bytes;
         let cost = delivery.message.cost_bytes();
-        if delivery.reader.is_some() {
+        if delivery.reader.is_some() || delivery.latest.is_some() {
             // A channel's record is pulled only when the session has room,
             // and is never given up: it waits for the window like any other.
             session.held_bytes += cost;

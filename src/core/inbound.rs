@@ -75,6 +75,10 @@ impl Broker {
             self.handle_seek(conn, session_key, &channel_name, &publish, ack, now_ms, out);
             return;
         }
+        if super::point_read::is_request(&publish.topic) {
+            self.handle_request(conn, &publish, slot, now_ms, out);
+            return;
+        }
         if Self::is_queue_response_topic(&publish.topic) {
             let answer = match qos {
                 QoS::ExactlyOnce => Err((
@@ -129,7 +133,7 @@ impl Broker {
                 // Answered once the record is committed.
                 let ack = slot.map_or(PendingAck::None, |slot| PendingAck::Puback { slot });
                 if self
-                    .store_publish(channel, message, Some((conn, ack)), out)
+                    .store_publish(channel, message, Some((conn, ack)), now_ms, out)
                     .is_ok()
                 {
                     return;
@@ -287,11 +291,10 @@ impl Broker {
                 "topic deeper than limits.max_topic_levels",
             ));
         }
-        if (topic.starts_with("$saguin/")
-            && super::seek::seek_channel(topic).is_none()
-            && !Self::is_queue_response_topic(topic))
-            || topic == "$saguin"
-        {
+        let defined = super::seek::seek_channel(topic).is_some()
+            || Self::is_queue_response_topic(topic)
+            || super::point_read::is_request(topic);
+        if (topic.starts_with("$saguin/") && !defined) || topic == "$saguin" {
             return Err((
                 ReasonCode::TOPIC_NAME_INVALID,
                 "no topic is defined there in the reserved $saguin/ space",
@@ -543,7 +546,8 @@ impl Broker {
                 .hold_drop(session_key, packet_id, &held.message.topic)
                 .map(|(_, write)| write);
             let ack = PendingAck::Pubcomp { packet_id };
-            if let Err(message) = self.store_publish(channel, held.message, Some((conn, ack)), out)
+            if let Err(message) =
+                self.store_publish(channel, held.message, Some((conn, ack)), now_ms, out)
             {
                 log::warn!("storage is behind; the exactly-once publish stays held");
                 self.hold_again(conn, packet_id, *message, now_ms);

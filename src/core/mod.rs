@@ -12,9 +12,12 @@ pub mod claims;
 mod connect;
 mod delivery;
 mod inbound;
+pub mod latest;
+mod latest_reader;
 mod persist;
 #[cfg(test)]
 mod persist_tests;
+mod point_read;
 mod qos2_holds;
 pub mod queue;
 pub mod queue_rules;
@@ -252,6 +255,7 @@ pub struct Broker {
     pub(crate) channels: Vec<channel::Channel>,
     pub(crate) claims: claims::Claims,
     pub(crate) readers: Slab<channel::Reader>,
+    pub(crate) latest_readers: Slab<latest_reader::LatestReader>,
     /// Storage requests in flight, by ticket.
     pub(crate) pending: HashMap<u64, channel::Pending>,
     pub(crate) next_ticket: u64,
@@ -291,13 +295,14 @@ impl Broker {
             groups_by_name: HashMap::new(),
             channels: settings
                 .channels
-                .iter()
-                .cloned()
+                .iter_mut()
+                .map(latest::moved_out)
                 .map(channel::Channel::new)
                 .collect(),
             claims: claims_for(&settings.channels),
             queues,
             readers: Slab::growable(u32::MAX as usize),
+            latest_readers: Slab::growable(u32::MAX as usize),
             pending: HashMap::new(),
             next_ticket: 0,
             pending_publish_bytes: 0,
@@ -308,7 +313,8 @@ impl Broker {
             age_sweep_interval_ms: settings
                 .channels
                 .iter()
-                .filter_map(|c| c.retention_period_s)
+                .flat_map(|c| [c.retention_period_s, latest::deletion_period_s(c)])
+                .flatten()
                 .min()
                 .map_or(SIZE_SWEEP_MS, |s| {
                     (s.saturating_mul(1000) / 10).max(SIZE_SWEEP_MS)
@@ -531,6 +537,7 @@ impl Broker {
             for reader in self.readers.keys() {
                 self.pump_reader(reader, now_ms, out);
             }
+            self.latest_tick(now_ms, out);
         }
         let size_due = self
             .last_size_sweep_ms

@@ -1035,6 +1035,7 @@ impl Broker {
             for s in &record.subscriptions {
                 refused |= !self.restore_subscription(key, s, out);
             }
+            self.latest_readers_restored(key);
             let expired = expires_unix_ms.is_some_and(|at| at <= now_unix_ms);
             if let Some(will) = will_due_now {
                 // Published before the record that holds it changes.

@@ -756,6 +756,7 @@ impl Broker {
             subscription_ids: Vec::new(),
             group: None,
             reader: None,
+            latest: None,
         };
         let session = self.sessions.get_mut(worker).expect("checked above");
         let packet_id = session.allocate_packet_id();

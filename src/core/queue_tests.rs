@@ -99,6 +99,8 @@ fn channels(queue: QueueSettings, max_bytes: Option<u64>) -> Vec<ChannelSettings
         retention_bytes: None,
         next: 1,
         floor: 1,
+        written_filter: filter.into(),
+        latest: None,
         queue: None,
     };
     vec![

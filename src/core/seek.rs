@@ -185,7 +185,7 @@ impl Broker {
         let Some(channel) = self
             .channels
             .iter()
-            .position(|c| c.settings.name == channel_name)
+            .position(|c| c.settings.name == channel_name && c.latest.is_none())
             .filter(|&c| !self.queues.is_queue(c))
         else {
             // Which channel a topic names is the topic's business: 0x90.

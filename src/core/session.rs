@@ -68,6 +68,10 @@ pub struct Delivery {
     pub group: Option<Key>,
     /// The channel reader and record offset it came from, if a channel's.
     pub reader: Option<(Key, u64, u32)>,
+    /// The offset of the `latest` value it carries, if it carries one: it
+    /// is never given up for room, and is withdrawn at a resume once a
+    /// newer value has replaced it.
+    pub latest: Option<u64>,
 }
 
 /// Where an outgoing QoS 1 or 2 exchange stands.
@@ -126,6 +130,8 @@ pub struct Session {
     pub pending_will: Option<Box<(Will, u64)>>,
     /// Its cursors into channels.
     pub readers: Vec<Key>,
+    /// Its subscriptions to `latest` channels, one per channel.
+    pub latest_readers: Vec<Key>,
     /// Ending this session leaves its stored positions in place.
     pub keep_positions: bool,
     /// True until the session's first connection is answered, so that its
@@ -150,6 +156,7 @@ impl Session {
             pending_will: None,
             is_new: true,
             readers: Vec::new(),
+            latest_readers: Vec::new(),
             keep_positions: false,
         }
     }
@@ -170,7 +177,11 @@ impl Session {
     /// false if none may. A channel's record never is: its cursor waits
     /// for it, and dropping it would leave the position stuck below it.
     pub fn drop_oldest_waiting(&mut self) -> bool {
-        let Some(index) = self.waiting.iter().position(|d| d.reader.is_none()) else {
+        let Some(index) = self
+            .waiting
+            .iter()
+            .position(|d| d.reader.is_none() && d.latest.is_none())
+        else {
             return false;
         };
         let delivery = self.waiting.remove(index).expect("index found above");

@@ -224,6 +224,7 @@ impl Broker {
             subscription_ids: member.subscription_id.into_iter().collect(),
             group: Some(group_key),
             reader: None,
+            latest: None,
             message,
         };
         self.deliver(member.session, delivery, now_ms, out);

@@ -143,8 +143,14 @@ impl Broker {
         };
         self.send(conn, &Packet::Suback(suback), out);
         // Retained values follow the SUBACK, flagged as retained.
+        let deletions = subscribe
+            .properties
+            .user_properties
+            .iter()
+            .any(|(name, _)| name == "saguin-deletions");
         for (filter, options) in retained_passes {
             self.send_retained(session_key, &filter, options, subscription_id, now_ms, out);
+            self.latest_state_pass(session_key, &filter, deletions);
         }
         self.drain_groups_of(session_key, now_ms, out);
         self.pump_readers_of(session_key, now_ms, out);
@@ -302,6 +308,7 @@ impl Broker {
                 subscription_ids: subscription_id.into_iter().collect(),
                 group: None,
                 reader: None,
+                latest: None,
                 message,
             };
             self.deliver(session_key, delivery, now_ms, out);

@@ -16,6 +16,8 @@ struct Recorder {
     full: Vec<Key>,
     /// Storage requests, with their provider.
     stored: Vec<(usize, StoreRequest)>,
+    /// Storage threads are behind: every request is refused.
+    storage_busy: bool,
 }
 
 impl Transport for Recorder {
@@ -38,6 +40,9 @@ impl Transport for Recorder {
     }
 
     fn store(&mut self, provider: usize, request: StoreRequest) -> bool {
+        if self.storage_busy {
+            return false;
+        }
         self.stored.push((provider, request));
         true
     }
@@ -1401,6 +1406,8 @@ fn events_channel(start: ChannelStart) -> Settings {
             retention_bytes: None,
             next: 0,
             floor: 0,
+            written_filter: "events/#".into(),
+            latest: None,
             queue: None,
         }],
         ..Settings::default()
@@ -1975,3 +1982,6 @@ fn a_shared_group_over_a_channel_gets_each_new_record_once() {
         .chain(&to_b)
         .all(|p| label(p, "saguin-offset").is_some()));
 }
+
+#[path = "latest_tests.rs"]
+mod latest_tests;

@@ -2,6 +2,7 @@
 //! listeners, every connection's reader and writer, and the clock.
 
 mod connection;
+mod latest_index;
 mod outbox;
 mod queue_load;
 mod storage;

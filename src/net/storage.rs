@@ -5,6 +5,7 @@ use std::io;
 
 use smol::channel::{Receiver, Sender};
 
+use super::latest_index;
 use crate::config::{self, Config};
 use crate::core::{ChannelSettings, ChannelStart};
 use crate::store::{self, Completion, StorageHandle, StorageThread};
@@ -62,7 +63,7 @@ pub fn start(config: &Config) -> io::Result<Started> {
         config::declared_memory_bytes(storage_config)
     );
     for (index, provider_config) in storage_config.providers.iter().enumerate() {
-        let provider = store::open_provider(provider_config, reserve_bytes).map_err(to_io)?;
+        let mut provider = store::open_provider(provider_config, reserve_bytes).map_err(to_io)?;
         let usage = provider.usage();
         log::info!(
             "storage provider {} open: {} of {} bytes used, {} held in reserve",
@@ -76,6 +77,7 @@ pub fn start(config: &Config) -> io::Result<Started> {
             .iter()
             .filter(|c| c.storage == provider_config.name)
         {
+            let latest = latest_index::latest_settings(&mut *provider, channel).map_err(to_io)?;
             let state = provider.channel(&channel.name);
             log::info!(
                 "channel {} on {}: floor {}, next {}",
@@ -85,6 +87,7 @@ pub fn start(config: &Config) -> io::Result<Started> {
                 state.next
             );
             let mut settings = channel_settings(channel, index, state.next, state.floor);
+            settings.latest = latest;
             if let config::ChannelKind::Queue(queue) = channel.kind {
                 let loaded = super::queue_load::queue_settings(&*provider, &channel.name, &queue);
                 settings.queue = Some(loaded.map_err(to_io)?);
@@ -190,6 +193,8 @@ fn channel_settings(
         retention_bytes: channel.retention_bytes,
         next,
         floor,
+        written_filter: channel.filter.clone(),
+        latest: None,
         queue: None,
     }
 }

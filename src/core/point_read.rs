@@ -1,0 +1,428 @@
+//! Two requests answered to the asking connection alone, on the Response
+//! Topic it names: `$saguin/kv/get` (the current value of one topic of a
+//! `latest` channel) and `$saguin/catalogue/<channel>` (what a channel
+//! is). The reply carries an answer and nothing else - an empty one means
+//! "no value" or "no such channel" - so every refusal rides the PUBACK.
+//! Both are asked at QoS 1; at QoS 0 there is no PUBACK to refuse in, and
+//! the request is dropped.
+
+use std::rc::Rc;
+
+use super::latest::LatestPending;
+use super::session::Message;
+use super::{Broker, Key, Transport};
+use crate::codec::{
+    encoded_len, topic, Packet, Properties, ProtocolVersion, Publish, QoS, ReasonCode,
+};
+use crate::store::{self, ReadLimit};
+
+const KV_GET: &str = "$saguin/kv/get";
+const CATALOGUE_PREFIX: &str = "$saguin/catalogue/";
+
+type Refusal = (ReasonCode, &'static str);
+
+/// Whether a publish to `topic` is one of these requests.
+pub fn is_request(topic: &str) -> bool {
+    topic == KV_GET || topic.starts_with(CATALOGUE_PREFIX)
+}
+
+/// Where an answer goes: the asking connection, its Response Topic, the
+/// Correlation Data it is answered with, and its PUBACK slot.
+#[derive(Debug, Clone)]
+pub(crate) struct ReplyTo {
+    conn: Key,
+    topic: String,
+    correlation_data: Vec<u8>,
+    slot: u64,
+}
+
+/// A point read waiting for a value's body.
+pub(crate) struct PointRead {
+    reply: ReplyTo,
+    channel: usize,
+    key: String,
+    offset: u64,
+}
+
+impl Broker {
+    /// A publish to `$saguin/kv/get` or `$saguin/catalogue/<channel>`.
+    pub(crate) fn handle_request(
+        &mut self,
+        conn: Key,
+        publish: &Publish,
+        slot: Option<u64>,
+        now_ms: u64,
+        out: &mut impl Transport,
+    ) {
+        let Some(slot) = slot else {
+            if publish.qos == QoS::ExactlyOnce {
+                let refusal = (
+                    ReasonCode::IMPLEMENTATION_SPECIFIC_ERROR,
+                    "a request under $saguin/ is published at QoS 1, to be answered on its PUBACK",
+                );
+                let (topic, id) = (&publish.topic, publish.packet_id);
+                self.refuse_publish(conn, topic, publish.qos, id, None, refusal, now_ms, out);
+            } else {
+                log::debug!(
+                    "dropping a QoS 0 request to {} from {}: there is no PUBACK to answer on",
+                    publish.topic,
+                    self.client_id_of(conn)
+                );
+            }
+            return;
+        };
+        let Some(response_topic) = publish.properties.response_topic.clone() else {
+            let refusal = (
+                ReasonCode::IMPLEMENTATION_SPECIFIC_ERROR,
+                "no Response Topic: the answer would have nowhere to go",
+            );
+            self.refuse_request(conn, &publish.topic, slot, refusal, now_ms, out);
+            return;
+        };
+        let reply = |correlation_data: Vec<u8>| ReplyTo {
+            conn,
+            topic: response_topic.clone(),
+            correlation_data: publish
+                .properties
+                .correlation_data
+                .clone()
+                .unwrap_or(correlation_data),
+            slot,
+        };
+        if let Some(name) = publish.topic.strip_prefix(CATALOGUE_PREFIX) {
+            if name.is_empty() || name.contains('/') {
+                let refusal = (
+                    ReasonCode::TOPIC_NAME_INVALID,
+                    "a channel's name is one topic level: this names no channel that could exist",
+                );
+                self.refuse_request(conn, &publish.topic, slot, refusal, now_ms, out);
+                return;
+            }
+            let answer = self.catalogue_entry(name).into_bytes();
+            self.answer_request(reply(Vec::new()), None, answer, now_ms, out);
+            return;
+        }
+        match self.point_read_target(&publish.payload) {
+            Err(refusal) => self.refuse_request(conn, &publish.topic, slot, refusal, now_ms, out),
+            Ok((channel, key)) => {
+                let reply = reply(key.as_bytes().to_vec());
+                self.point_read(reply, channel, key, now_ms, out);
+            }
+        }
+    }
+
+    /// The channel and topic a point read's payload names, or why it names
+    /// nothing that holds a value.
+    fn point_read_target(&self, payload: &[u8]) -> Result<(usize, String), Refusal> {
+        const NOT_A_TOPIC: Refusal = (
+            ReasonCode::TOPIC_NAME_INVALID,
+            "the key is not a topic: it is not UTF-8",
+        );
+        let key = std::str::from_utf8(payload).map_err(|_| NOT_A_TOPIC)?;
+        if key.is_empty() {
+            return Err((
+                ReasonCode::IMPLEMENTATION_SPECIFIC_ERROR,
+                "the key is empty: the payload is the topic to read",
+            ));
+        }
+        if key.len() > self.settings.max_topic_length as usize {
+            return Err((
+                ReasonCode::TOPIC_NAME_INVALID,
+                "the key is longer than limits.max_topic_length",
+            ));
+        }
+        if topic::level_count(key) > self.settings.max_topic_levels as usize {
+            return Err((
+                ReasonCode::TOPIC_NAME_INVALID,
+                "the key is deeper than limits.max_topic_levels",
+            ));
+        }
+        if key.contains(['+', '#']) {
+            return Err((
+                ReasonCode::TOPIC_NAME_INVALID,
+                "the key holds a wildcard: a point read reads one topic, and a subscription reads many",
+            ));
+        }
+        if key.starts_with('$') {
+            return Err((
+                ReasonCode::TOPIC_NAME_INVALID,
+                "the key is in a reserved space, where no channel holds a value",
+            ));
+        }
+        let Some(channel) = self.channel_for(key) else {
+            return Err((
+                ReasonCode::TOPIC_NAME_INVALID,
+                "no channel claims the key: it is a broadcast topic, which holds no value",
+            ));
+        };
+        if self.channels[channel].latest.is_none() {
+            log::info!(
+                "a point read of {key} reaches channel {}, which is not a latest channel",
+                self.channels[channel].settings.name
+            );
+            return Err(if self.queues.is_queue(channel) {
+                (
+                    ReasonCode::TOPIC_NAME_INVALID,
+                    "the key is on a queue, which holds work for one worker rather than values",
+                )
+            } else {
+                (
+                    ReasonCode::TOPIC_NAME_INVALID,
+                    "the key is on an append channel, a log rather than a set of values: read it by subscribing",
+                )
+            });
+        }
+        Ok((channel, key.to_string()))
+    }
+
+    /// Answers with the key's current value: from memory where its body is
+    /// cached, otherwise after one storage read.
+    fn point_read(
+        &mut self,
+        reply: ReplyTo,
+        channel: usize,
+        key: String,
+        now_ms: u64,
+        out: &mut impl Transport,
+    ) {
+        let latest = self.channels[channel]
+            .latest
+            .as_deref()
+            .expect("checked a latest channel");
+        let Some(value) = latest.live_value(&key) else {
+            // Never set, deleted, or past its period: the same answer.
+            self.answer_request(reply, None, Vec::new(), now_ms, out);
+            return;
+        };
+        if let Some(message) = latest.cached(value.offset) {
+            self.answer_value(reply, &message, now_ms, out);
+            return;
+        }
+        // The first record is always returned, whatever its size.
+        let limit = ReadLimit {
+            max_records: 1,
+            max_bytes: 1,
+        };
+        let offset = value.offset;
+        let pending = LatestPending::PointRead(PointRead {
+            reply: reply.clone(),
+            channel,
+            key,
+            offset,
+        });
+        if !self.read_latest(channel, offset, limit, pending, out) {
+            let refusal = (
+                ReasonCode::IMPLEMENTATION_SPECIFIC_ERROR,
+                "storage is behind; try again",
+            );
+            let topic = KV_GET;
+            self.refuse_request(reply.conn, topic, reply.slot, refusal, now_ms, out);
+        }
+    }
+
+    pub(crate) fn point_read_completed(
+        &mut self,
+        read: PointRead,
+        result: Result<store::Read, store::StoreError>,
+        now_ms: u64,
+        out: &mut impl Transport,
+    ) {
+        if let Err(error) = &result {
+            log::warn!("a point read of {} failed: {error}", read.key);
+            let refusal = (
+                ReasonCode::IMPLEMENTATION_SPECIFIC_ERROR,
+                "storage could not read the value",
+            );
+            self.refuse_request(
+                read.reply.conn,
+                KV_GET,
+                read.reply.slot,
+                refusal,
+                now_ms,
+                out,
+            );
+            return;
+        }
+        let found = super::latest::read_bodies(result)
+            .into_iter()
+            .find(|(offset, _)| *offset == read.offset);
+        let still_current = self.channels[read.channel]
+            .latest
+            .as_deref()
+            .and_then(|l| l.live_value(&read.key))
+            .is_some_and(|v| v.offset == read.offset);
+        match found {
+            Some((_, message)) => self.answer_value(read.reply, &message, now_ms, out),
+            // Replaced or removed while it was read: asked again, of what
+            // is current now, which is always a later offset or none.
+            None if !still_current => {
+                self.point_read(read.reply, read.channel, read.key, now_ms, out)
+            }
+            None => {
+                log::error!(
+                    "the current value of {} at offset {} is not in storage",
+                    read.key,
+                    read.offset
+                );
+                let refusal = (
+                    ReasonCode::IMPLEMENTATION_SPECIFIC_ERROR,
+                    "storage could not read the value",
+                );
+                self.refuse_request(
+                    read.reply.conn,
+                    KV_GET,
+                    read.reply.slot,
+                    refusal,
+                    now_ms,
+                    out,
+                );
+            }
+        }
+    }
+
+    /// The reply carrying a value: its payload and the publisher's
+    /// properties with the broker's labels, less what belonged to the
+    /// publisher's own exchange.
+    fn answer_value(
+        &mut self,
+        reply: ReplyTo,
+        message: &Rc<Message>,
+        now_ms: u64,
+        out: &mut impl Transport,
+    ) {
+        if message.remaining_expiry_s(self.unix_ms(now_ms)).is_err() {
+            // Its publisher's expiry has passed: no value, as for a
+            // retained message.
+            self.answer_request(reply, None, Vec::new(), now_ms, out);
+            return;
+        }
+        let properties = Properties {
+            response_topic: None,
+            correlation_data: None,
+            message_expiry_interval_s: None,
+            ..message.properties.clone()
+        };
+        let payload = message.payload.clone();
+        self.answer_request(reply, Some(properties), payload, now_ms, out);
+    }
+
+    /// Writes the reply to the asking connection alone - no subscription is
+    /// needed and nobody else receives it - then the PUBACK.
+    fn answer_request(
+        &mut self,
+        reply: ReplyTo,
+        properties: Option<Properties>,
+        payload: Vec<u8>,
+        now_ms: u64,
+        out: &mut impl Transport,
+    ) {
+        let Some(active) = self
+            .connections
+            .get(reply.conn)
+            .and_then(|c| c.active.as_ref())
+        else {
+            return;
+        };
+        let (version, max_packet_size) = (active.version, active.client_max_packet_size);
+        let mut properties = properties.unwrap_or_default();
+        properties.correlation_data = Some(reply.correlation_data);
+        let publish = Publish {
+            qos: QoS::AtMostOnce,
+            topic: reply.topic,
+            payload,
+            properties,
+            ..Publish::default()
+        };
+        let packet = Packet::Publish(publish);
+        debug_assert_eq!(version, ProtocolVersion::V5, "a Response Topic is MQTT 5's");
+        if encoded_len(&packet, version) > max_packet_size as usize {
+            let refusal = (
+                ReasonCode::IMPLEMENTATION_SPECIFIC_ERROR,
+                "the answer is larger than your Maximum Packet Size",
+            );
+            self.refuse_request(reply.conn, KV_GET, reply.slot, refusal, now_ms, out);
+            return;
+        }
+        out.send(reply.conn, version, &packet, false);
+        self.stats.deliveries_sent += 1;
+        self.complete_puback(reply.conn, reply.slot, Ok(()), now_ms, out);
+    }
+
+    fn refuse_request(
+        &mut self,
+        conn: Key,
+        topic: &str,
+        slot: u64,
+        refusal: Refusal,
+        now_ms: u64,
+        out: &mut impl Transport,
+    ) {
+        let qos = QoS::AtLeastOnce;
+        self.refuse_publish(conn, topic, qos, None, Some(slot), refusal, now_ms, out);
+    }
+
+    /// What `$saguin/catalogue/<name>` answers: the channel as JSON, or
+    /// nothing for a name no channel has. With no ACL in this edition every
+    /// client holds every verb the channel's type offers.
+    fn catalogue_entry(&self, name: &str) -> String {
+        let Some(index) = self.channels.iter().position(|c| c.settings.name == name) else {
+            return String::new();
+        };
+        let settings = &self.channels[index].settings;
+        let (kind, verbs) = if settings.latest.is_some() {
+            ("latest", r#"["write","read","delete"]"#)
+        } else if self.queues.is_queue(index) {
+            ("queue", r#"["write","consume"]"#)
+        } else {
+            ("append", r#"["write","read","seek"]"#)
+        };
+        // Only a queue has a subscription form of its own.
+        let pin = match kind {
+            "queue" => format!(
+                r#","pin":{}"#,
+                json_string(&format!("$saguin/queue/{name}"))
+            ),
+            _ => String::new(),
+        };
+        format!(
+            r#"{{"name":{},"type":"{kind}","filter":{},"verbs":{verbs}{pin}}}"#,
+            json_string(&settings.name),
+            json_string(&settings.written_filter)
+        )
+    }
+}
+
+/// `text` as a JSON string.
+fn json_string(text: &str) -> String {
+    let mut quoted = String::with_capacity(text.len() + 2);
+    quoted.push('"');
+    for c in text.chars() {
+        match c {
+            '"' => quoted.push_str("\\\""),
+            '\\' => quoted.push_str("\\\\"),
+            c if u32::from(c) < 0x20 => quoted.push_str(&format!("\\u{:04x}", u32::from(c))),
+            c => quoted.push(c),
+        }
+    }
+    quoted.push('"');
+    quoted
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn json_strings_escape_what_json_requires() {
+        assert_eq!(json_string("a/{b,c}/#"), r#""a/{b,c}/#""#);
+        assert_eq!(json_string("q\"b\\s\n"), r#""q\"b\\s\u000a""#);
+    }
+
+    #[test]
+    fn only_the_two_request_topics_are_requests() {
+        assert!(is_request("$saguin/kv/get"));
+        assert!(is_request("$saguin/catalogue/readings"));
+        assert!(!is_request("$saguin/kv/get/x"));
+        assert!(!is_request("$saguin/kv"));
+    }
+}
