@@ -239,8 +239,17 @@ impl Broker {
         now_ms: u64,
         out: &mut impl Transport,
     ) -> Result<(), Box<Message>> {
+        // An exactly-once release takes its stored hold in the same commit.
+        let release_drop = self.persist.release_drop.take();
         if self.latest_delete_of_nothing(channel, &message) {
             // Nothing to say is gone: nothing is stored, and it is done.
+            self.holds_dropped(
+                release_drop
+                    .map(|drop| (self.channels[channel].settings.provider, drop))
+                    .into_iter()
+                    .collect(),
+                out,
+            );
             if let Some((conn, ack)) = conn {
                 self.answer_publish(conn, ack, Ok(()), now_ms, out);
             }
@@ -252,8 +261,6 @@ impl Broker {
         // record); past the bound the storage thread is behind, and a new
         // one is refused rather than held without limit.
         let cost_bytes = message.cost_bytes() * 2;
-        // An exactly-once release takes its stored hold in the same commit.
-        let release_drop = self.persist.release_drop.take();
         if self.pending_publish_bytes > 0
             && self.pending_publish_bytes + cost_bytes > self.pending_publish_max_bytes()
         {
