@@ -102,8 +102,9 @@ pub(crate) struct BroadcastLog {
     trimmed_to: u64,
     /// Deliveries in a window not yet stored, and so not yet sent.
     unsent: Vec<(Key, u16)>,
-    /// Sessions whose window write for unsent deliveries is in flight.
-    window_writing: Vec<Key>,
+    /// Deliveries whose window write is in flight: exactly those the write
+    /// names, so one held while it was on its way waits for the next.
+    window_writing: Vec<(Key, u16)>,
 }
 
 impl BroadcastLog {
@@ -523,7 +524,7 @@ impl Broker {
         self.end_connection(conn, Some(reason), true, now_ms, out);
     }
 
-    /// Stores the window holding a session's unsent QoS 2 deliveries, and
+    /// Stores the window holding a session's unsent deliveries, and
     /// sends them once it is stored.
     pub(crate) fn send_after_window(
         &mut self,
@@ -533,22 +534,32 @@ impl Broker {
     ) {
         let log = &self.persist.log;
         if !log.unsent.iter().any(|(s, _)| *s == session_key)
-            || log.window_writing.contains(&session_key)
+            || log.window_writing.iter().any(|(s, _)| *s == session_key)
         {
             return;
         }
         let Some(provider) = self.settings.session_provider else {
             return;
         };
-        let writes = self.cursor_writes(session_key);
+        let mut writes = self.cursor_writes(session_key);
         if writes.is_empty() {
-            self.send_unsent(session_key, true, now_ms, out);
-            return;
+            // The window was taken for writing by a commit that may not
+            // have landed yet: writing it again behind that one is what
+            // says it has.
+            writes = self.window_rewrite(session_key);
         }
         let ticket = self.next_ticket();
         let request = StoreRequest::Commit { ticket, writes };
         if out.store(provider, request) {
-            self.persist.log.window_writing.push(session_key);
+            let log = &mut self.persist.log;
+            let mut covered = Vec::new();
+            log.unsent.retain(|&(s, id)| {
+                if s == session_key {
+                    covered.push((s, id));
+                }
+                s != session_key
+            });
+            log.window_writing.extend(covered);
             self.persist.track(
                 ticket,
                 Then::Window {
@@ -569,17 +580,18 @@ impl Broker {
         now_ms: u64,
         out: &mut impl Transport,
     ) {
-        self.persist
-            .log
-            .window_writing
-            .retain(|s| *s != session_key);
+        let log = &mut self.persist.log;
         let mut ids = Vec::new();
-        self.persist.log.unsent.retain(|&(s, id)| {
+        log.window_writing.retain(|&(s, id)| {
             if s == session_key {
                 ids.push(id);
             }
             s != session_key
         });
+        if !stored {
+            // Those held meanwhile go with the connection the failure ends.
+            log.unsent.retain(|&(s, _)| s != session_key);
+        }
         let Some(session) = self.sessions.get(session_key) else {
             return;
         };
@@ -641,6 +653,24 @@ impl Broker {
         }
         // More may have been held while this write was in flight.
         self.send_after_window(session_key, now_ms, out);
+    }
+
+    /// The session's current window as one write, stored whether or not it
+    /// changed.
+    fn window_rewrite(&mut self, session_key: Key) -> Vec<Write> {
+        let window = self.window_of(session_key);
+        let Some(session) = self.sessions.get(session_key) else {
+            return Vec::new();
+        };
+        let client_id: Box<str> = session.client_id.as_ref().into();
+        let write = Write::PutEntry {
+            channel: BROADCAST_SPACE.to_string(),
+            key: window_key(&client_id),
+            value: window_bytes(&window),
+            use_reserve: true,
+        };
+        self.persist.log.windows.insert(client_id, window);
+        vec![write]
     }
 
     /// The packet identifiers a session's logged messages are on the wire

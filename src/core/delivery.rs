@@ -215,9 +215,9 @@ impl Broker {
                 self.stats.deliveries_too_large += 1;
                 continue;
             }
-            // A logged QoS 2 delivery to a durable session goes on the wire
+            // A logged QoS 1 or 2 delivery to a durable session goes on the wire
             // once the window naming it is stored (rfcs/0007).
-            if delivery.qos == QoS::ExactlyOnce
+            if delivery.qos != QoS::AtMostOnce
                 && session.expiry_interval_s > 0
                 && self.persist.log.is_logged(&delivery.message)
             {

@@ -947,6 +947,64 @@ fn a_logged_message_on_the_wire_at_a_crash_is_sent_again_under_its_packet_identi
     assert_eq!(again, expected);
 }
 
+/// Whichever storage write a crash stops at, a QoS 1 message the
+/// subscriber saw is sent again after the restart under the identifier it
+/// saw, with DUP: none goes on the wire before its window is stored.
+#[test]
+fn a_qos1_delivery_is_sent_only_under_a_stored_identifier_whatever_write_a_crash_stops_at() {
+    let mut budget = 0;
+    loop {
+        let mut rig = Rig::new(empty_disk(1 << 20));
+        let keeper = rig.open();
+        rig.packet(keeper, Packet::Connect(connect("keeper", true, 3600)));
+        rig.packet(keeper, subscribe("a/#"));
+        rig.settle();
+        rig.take(keeper);
+        rig.budget = rig.applied + budget;
+        let publisher = rig.open();
+        rig.packet(publisher, Packet::Connect(connect("publisher", false, 0)));
+        rig.packet(publisher, qos1_publish("a/1", 1));
+        rig.packet(publisher, qos1_publish("a/2", 2));
+        rig.settle();
+        let acknowledged = rig
+            .take(publisher)
+            .iter()
+            .filter(|p| matches!(p, Packet::Puback(_)))
+            .count();
+        let sent: Vec<(String, u16)> = rig
+            .publishes_to(keeper)
+            .into_iter()
+            .map(|p| (p.topic, p.packet_id.unwrap()))
+            .collect();
+        let finished = rig.wire.queue.is_empty();
+        let case = format!("after {budget} writes, {acknowledged} acknowledged, sent {sent:?}");
+
+        let mut rig = Rig::new(rig.crash());
+        let keeper = rig.open();
+        rig.packet(keeper, Packet::Connect(connect("keeper", true, 3600)));
+        rig.settle();
+        let again: Vec<(String, u16, bool)> = rig
+            .publishes_to(keeper)
+            .into_iter()
+            .map(|p| (p.topic, p.packet_id.unwrap(), p.dup))
+            .collect();
+        for (topic, id) in &sent {
+            assert!(
+                again.contains(&(topic.clone(), *id, true)),
+                "{case}: {topic} was not sent again under {id} with DUP: {again:?}"
+            );
+        }
+        assert!(
+            again.len() >= acknowledged,
+            "{case}: an acknowledged message was lost: {again:?}"
+        );
+        if finished {
+            break;
+        }
+        budget += 1;
+    }
+}
+
 fn subscribe_qos2(filter: &str) -> Packet {
     Packet::Subscribe(Subscribe {
         packet_id: 3,
