@@ -822,19 +822,8 @@ fn retention_period(
     default: Option<Option<u64>>,
 ) -> Option<Option<u64>> {
     const ALLOWED: &str = "it is a duration in whole seconds, 1s or more, such as 7d, or `none` to keep records until a size bound removes them; omit it for broker.storage.default_retention_period";
-    let path = join(channel_path, "retention_period");
-    let Some(value) = value else {
-        return default;
-    };
-    let Some(ms) = duration_ms(f, &path, value, NoneRule::Allowed, ALLOWED)? else {
-        return Some(None);
-    };
-    let seconds = whole_seconds(f, &path, value, ms)?;
-    if seconds == 0 {
-        f.value(&path, value, format!("{ZERO_RETENTION}; {ALLOWED}"));
-        return None;
-    }
-    Some(Some(seconds))
+    let at = join(channel_path, "retention_period");
+    period_or_none_s(f, &at, value, default, ALLOWED, ZERO_RETENTION)
 }
 
 fn retention_bytes(
@@ -844,13 +833,51 @@ fn retention_bytes(
     default: Option<Option<u64>>,
 ) -> Option<Option<u64>> {
     const ALLOWED: &str = "it is a size, 1B or more, such as 20GiB, or `none` to keep records until a period removes them; omit it for broker.storage.default_retention_bytes";
-    let path = join(channel_path, "retention_bytes");
+    let at = join(channel_path, "retention_bytes");
+    size_or_none_bytes(f, &at, value, default, ALLOWED, ZERO_RETENTION)
+}
+
+/// A period of whole seconds, 1s or more, or `none` (`Some(None)`); an
+/// absent key takes `default`. `allowed` says what the key takes, and
+/// `zero` why 0 is refused.
+pub(super) fn period_or_none_s(
+    f: &mut Findings,
+    at: &str,
+    value: Option<&Value>,
+    default: Option<Option<u64>>,
+    allowed: &str,
+    zero: &str,
+) -> Option<Option<u64>> {
     let Some(value) = value else {
         return default;
     };
-    let bytes = size(f, &path, value, NoneRule::Allowed, ALLOWED)?;
+    let Some(ms) = duration_ms(f, at, value, NoneRule::Allowed, allowed)? else {
+        return Some(None);
+    };
+    let seconds = whole_seconds(f, at, value, ms)?;
+    if seconds == 0 {
+        f.value(at, value, format!("{zero}; {allowed}"));
+        return None;
+    }
+    Some(Some(seconds))
+}
+
+/// A size of 1B or more, or `none` (`Some(None)`); an absent key takes
+/// `default`.
+pub(super) fn size_or_none_bytes(
+    f: &mut Findings,
+    at: &str,
+    value: Option<&Value>,
+    default: Option<Option<u64>>,
+    allowed: &str,
+    zero: &str,
+) -> Option<Option<u64>> {
+    let Some(value) = value else {
+        return default;
+    };
+    let bytes = size(f, at, value, NoneRule::Allowed, allowed)?;
     if bytes == Some(0) {
-        f.value(&path, value, format!("{ZERO_RETENTION}; {ALLOWED}"));
+        f.value(at, value, format!("{zero}; {allowed}"));
         return None;
     }
     Some(bytes)

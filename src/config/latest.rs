@@ -8,7 +8,7 @@
 
 use serde_yaml::{Mapping, Value};
 
-use super::limits::{duration_ms, whole_seconds, NoneRule};
+use super::channels::period_or_none_s;
 use super::parse::{join, Findings, Keys};
 
 /// The keys a latest channel reads.
@@ -59,25 +59,10 @@ pub(super) fn deletion_retention_period(
     value: Option<&Value>,
 ) -> Option<Option<u64>> {
     const ALLOWED: &str = "it is a duration in whole seconds, 1s or more, such as 1d: the longest outage after which a subscriber can still be told a topic was deleted; `none` keeps deletions as long as the channel exists; omit it for a day";
-    let path = join(channel_path, "deletion_retention_period");
-    let Some(value) = value else {
-        return Some(Some(DEFAULT_DELETION_RETENTION_PERIOD_S));
-    };
-    let Some(ms) = duration_ms(f, &path, value, NoneRule::Allowed, ALLOWED)? else {
-        return Some(None);
-    };
-    let seconds = whole_seconds(f, &path, value, ms)?;
-    if seconds == 0 {
-        f.value(
-            &path,
-            value,
-            format!(
-                "zero would forget a deletion before any subscriber could be told of it; {ALLOWED}"
-            ),
-        );
-        return None;
-    }
-    Some(Some(seconds))
+    let at = join(channel_path, "deletion_retention_period");
+    let default = Some(Some(DEFAULT_DELETION_RETENTION_PERIOD_S));
+    const ZERO: &str = "zero would forget a deletion before any subscriber could be told of it";
+    period_or_none_s(f, &at, value, default, ALLOWED, ZERO)
 }
 
 #[cfg(test)]

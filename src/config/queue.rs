@@ -9,8 +9,8 @@
 
 use serde_yaml::{Mapping, Value};
 
-use super::channels::{ChannelConfig, ChannelKind, Start};
-use super::limits::{duration_ms, size, whole_number, whole_seconds, NoneRule};
+use super::channels::{period_or_none_s, size_or_none_bytes, ChannelConfig, ChannelKind, Start};
+use super::limits::{duration_ms, whole_number, whole_seconds, NoneRule};
 use super::parse::{join, Findings, Keys, Table};
 
 /// The level a dead-lettered record's topic gains.
@@ -275,19 +275,8 @@ fn dlq_retention_period(
     default: Option<Option<u64>>,
 ) -> Option<Option<u64>> {
     const ALLOWED: &str = "it is how long the dead-letter channel keeps a record: a duration in whole seconds, 1s or more, such as 30d, or `none`; omit it for broker.storage.default_retention_period";
-    let Some(value) = value else {
-        return default;
-    };
     let at = join(path, "dlq_retention_period");
-    let Some(ms) = duration_ms(f, &at, value, NoneRule::Allowed, ALLOWED)? else {
-        return Some(None);
-    };
-    let seconds = whole_seconds(f, &at, value, ms)?;
-    if seconds == 0 {
-        f.value(&at, value, format!("zero is refused; {ALLOWED}"));
-        return None;
-    }
-    Some(Some(seconds))
+    period_or_none_s(f, &at, value, default, ALLOWED, "zero is refused")
 }
 
 fn dlq_retention_bytes(
@@ -297,16 +286,8 @@ fn dlq_retention_bytes(
     default: Option<Option<u64>>,
 ) -> Option<Option<u64>> {
     const ALLOWED: &str = "it is how many bytes of dead letters are kept: a size, 1B or more, such as 1GiB, or `none`; omit it for broker.storage.default_retention_bytes";
-    let Some(value) = value else {
-        return default;
-    };
     let at = join(path, "dlq_retention_bytes");
-    let bytes = size(f, &at, value, NoneRule::Allowed, ALLOWED)?;
-    if bytes == Some(0) {
-        f.value(&at, value, format!("zero is refused; {ALLOWED}"));
-        return None;
-    }
-    Some(bytes)
+    size_or_none_bytes(f, &at, value, default, ALLOWED, "zero is refused")
 }
 
 /// The filter a queue's dead letters are filed under: `__dlq` takes the

@@ -34,6 +34,22 @@ WAIT = 5.0
 BOUND_RE = re.compile(r"listener \S+ bound to 127\.0\.0\.1:(\d+)")
 
 
+def redb_storage(file_name: str) -> str:
+    """A `broker.storage` block with one redb provider, `local`, keeping its
+    file in the test's own directory, and no default retention."""
+    return f"""
+storage:
+  default: local
+  default_retention_period: none
+  default_retention_bytes: none
+  providers:
+    local:
+      type: redb
+      file_path: {{dir}}/{file_name}
+      max_bytes: 64MiB
+"""
+
+
 def broker_binary() -> Path:
     if os.environ.get("SAGUIN_BIN"):
         return Path(os.environ["SAGUIN_BIN"])

@@ -5,17 +5,9 @@ and a seek answered on the client's own Response Topic."""
 from paho.mqtt.packettypes import PacketTypes
 from paho.mqtt.properties import Properties
 
-STORAGE = """
-storage:
-  default: local
-  default_retention_period: none
-  default_retention_bytes: none
-  providers:
-    local:
-      type: redb
-      file_path: {dir}/channels.redb
-      max_bytes: 64MiB
-"""
+from conftest import redb_storage
+
+STORAGE = redb_storage("channels.redb")
 
 CHANNELS = """
 channels:

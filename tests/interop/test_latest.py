@@ -9,17 +9,9 @@ import paho.mqtt.client as mqtt
 from paho.mqtt.packettypes import PacketTypes
 from paho.mqtt.properties import Properties
 
-STORAGE = """
-storage:
-  default: local
-  default_retention_period: none
-  default_retention_bytes: none
-  providers:
-    local:
-      type: redb
-      file_path: {dir}/latest.redb
-      max_bytes: 64MiB
-"""
+from conftest import redb_storage
+
+STORAGE = redb_storage("latest.redb")
 
 CHANNELS = """
 channels:

@@ -11,19 +11,9 @@ import pytest
 from paho.mqtt.packettypes import PacketTypes
 from paho.mqtt.properties import Properties
 
-from conftest import REPO, WAIT
+from conftest import REPO, WAIT, redb_storage
 
-STORAGE = """
-storage:
-  default: local
-  default_retention_period: none
-  default_retention_bytes: none
-  providers:
-    local:
-      type: redb
-      file_path: {dir}/queue.redb
-      max_bytes: 64MiB
-"""
+STORAGE = redb_storage("queue.redb")
 
 QUEUE = """
 channels:

@@ -5,19 +5,9 @@ without a re-subscribe, and a retained value is still served."""
 
 import pytest
 
-from conftest import Broker
+from conftest import Broker, redb_storage
 
-REDB = """
-storage:
-  default: local
-  default_retention_period: none
-  default_retention_bytes: none
-  providers:
-    local:
-      type: redb
-      file_path: {dir}/sessions.redb
-      max_bytes: 64MiB
-"""
+REDB = redb_storage("sessions.redb")
 
 MEMORY = """
 storage:
