@@ -543,21 +543,12 @@ mod tests {
     fn record(offset: u64, topic: &str, payload: &[u8]) -> Record {
         Record {
             offset,
-            message: store::Message {
-                id: MessageId::from_publisher("id"),
-                received_at_ms: offset * 10,
-                topic: topic.into(),
-                payload: payload.to_vec(),
-                user_properties: vec![],
-                payload_format_indicator: None,
-                message_expiry_interval_s: None,
-                content_type: None,
-                response_topic: None,
-                correlation_data: None,
-                publisher: None,
-                qos: 1,
-                retain: false,
-            },
+            message: store::Message::new(
+                MessageId::from_publisher("id"),
+                offset * 10,
+                topic.into(),
+                payload.to_vec(),
+            ),
         }
     }
 

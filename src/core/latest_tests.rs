@@ -352,21 +352,12 @@ fn a_value_too_large_for_the_subscriber_holds_its_resume_until_a_new_subscribe()
 fn record(offset: u64, topic: &str, payload: &[u8]) -> crate::store::Record {
     crate::store::Record {
         offset,
-        message: crate::store::Message {
-            id: MessageId::from_publisher(&format!("v{offset}")),
-            received_at_ms: 1_000,
-            topic: topic.into(),
-            payload: payload.to_vec(),
-            user_properties: vec![],
-            payload_format_indicator: None,
-            message_expiry_interval_s: None,
-            content_type: None,
-            response_topic: None,
-            correlation_data: None,
-            publisher: None,
-            qos: 1,
-            retain: false,
-        },
+        message: crate::store::Message::new(
+            MessageId::from_publisher(&format!("v{offset}")),
+            1_000,
+            topic.into(),
+            payload.to_vec(),
+        ),
     }
 }
 

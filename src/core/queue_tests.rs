@@ -687,21 +687,12 @@ fn a_restart_makes_every_held_job_available_with_its_attempts() {
     let mut provider = MemoryProvider::open("m", 64 << 20, 2 << 20, None).unwrap();
     let mut held = Vec::new();
     for (i, attempts) in [(1u64, 1u32), (2, 3)] {
-        let message = store::Message {
-            id: store::MessageId::from_publisher(&format!("job-{i}")),
-            received_at_ms: 1_700_000_000_000,
-            topic: format!("jobs/{i}"),
-            payload: b"x".to_vec(),
-            user_properties: Vec::new(),
-            payload_format_indicator: None,
-            message_expiry_interval_s: None,
-            content_type: None,
-            response_topic: None,
-            correlation_data: None,
-            publisher: None,
-            qos: 1,
-            retain: false,
-        };
+        let message = store::Message::new(
+            store::MessageId::from_publisher(&format!("job-{i}")),
+            1_700_000_000_000,
+            format!("jobs/{i}"),
+            b"x".to_vec(),
+        );
         let append = Write::Append {
             channel: QUEUE.into(),
             message,

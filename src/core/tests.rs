@@ -1605,21 +1605,12 @@ fn a_storage_failure_is_answered_0x83() {
 fn stored_record(offset: u64, topic: &str, payload: &[u8]) -> store::Record {
     store::Record {
         offset,
-        message: store::Message {
-            id: MessageId::Text(format!("id-{offset}")),
-            received_at_ms: 1,
-            topic: topic.into(),
-            payload: payload.to_vec(),
-            user_properties: vec![],
-            payload_format_indicator: None,
-            message_expiry_interval_s: None,
-            content_type: None,
-            response_topic: None,
-            correlation_data: None,
-            publisher: None,
-            qos: 1,
-            retain: false,
-        },
+        message: store::Message::new(
+            MessageId::Text(format!("id-{offset}")),
+            1,
+            topic.into(),
+            payload.to_vec(),
+        ),
     }
 }
 

@@ -98,21 +98,12 @@ pub fn durable_appends(
             let mut ids = MessageIdGenerator::from_entropy();
             let mut stored = 0;
             for n in 0..records_per_submitter {
-                let message = Message {
-                    id: ids.next_id(1),
-                    received_at_ms: 1,
-                    topic: format!("bench/{index}"),
-                    payload: vec![0x5A; payload_bytes as usize],
-                    user_properties: Vec::new(),
-                    payload_format_indicator: None,
-                    message_expiry_interval_s: None,
-                    content_type: None,
-                    response_topic: None,
-                    correlation_data: None,
-                    publisher: None,
-                    qos: 1,
-                    retain: false,
-                };
+                let message = Message::new(
+                    ids.next_id(1),
+                    1,
+                    format!("bench/{index}"),
+                    vec![0x5A; payload_bytes as usize],
+                );
                 let ticket = Ticket(((index as u64) << 32) | u64::from(n));
                 let write = Write::Append {
                     channel: "bench".into(),

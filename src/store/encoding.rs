@@ -393,19 +393,13 @@ pub(crate) mod tests {
 
     pub(crate) fn plain_message(topic: &str, payload: &[u8]) -> Message {
         Message {
-            id: MessageId::Text("m".into()),
-            received_at_ms: 0,
-            topic: topic.into(),
-            payload: payload.to_vec(),
-            user_properties: Vec::new(),
-            payload_format_indicator: None,
-            message_expiry_interval_s: None,
-            content_type: None,
-            response_topic: None,
-            correlation_data: None,
-            publisher: None,
             qos: 0,
-            retain: false,
+            ..Message::new(
+                MessageId::Text("m".into()),
+                0,
+                topic.into(),
+                payload.to_vec(),
+            )
         }
     }
 

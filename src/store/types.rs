@@ -49,6 +49,26 @@ pub struct Message {
 }
 
 impl Message {
+    /// A QoS 1 message with only what every record has: no properties, no
+    /// publisher, no retain flag.
+    pub fn new(id: MessageId, received_at_ms: u64, topic: String, payload: Vec<u8>) -> Message {
+        Message {
+            id,
+            received_at_ms,
+            topic,
+            payload,
+            user_properties: Vec::new(),
+            payload_format_indicator: None,
+            message_expiry_interval_s: None,
+            content_type: None,
+            response_topic: None,
+            correlation_data: None,
+            publisher: None,
+            qos: 1,
+            retain: false,
+        }
+    }
+
     /// What this message counts against a channel's and a provider's byte
     /// bounds. Both providers count with this one function.
     pub fn size_bytes(&self) -> u64 {

@@ -178,19 +178,13 @@ impl Fixture {
                 .map(|_| Write::Append {
                     channel: CHANNEL.to_string(),
                     message: Message {
-                        id: ids.next_id(now_ms),
-                        received_at_ms: now_ms,
-                        topic: TOPIC.to_string(),
-                        payload: payload.clone(),
-                        user_properties: Vec::new(),
-                        payload_format_indicator: None,
-                        message_expiry_interval_s: None,
-                        content_type: None,
-                        response_topic: None,
-                        correlation_data: None,
                         publisher: Some("saguin-bench".to_string()),
-                        qos: 1,
-                        retain: false,
+                        ..Message::new(
+                            ids.next_id(now_ms),
+                            now_ms,
+                            TOPIC.to_string(),
+                            payload.clone(),
+                        )
                     },
                     channel_max_bytes: None,
                 })
