@@ -518,7 +518,11 @@ fn a_slow_qos0_subscriber_whose_socket_is_full_ends_with_the_newest_value() {
 
 fn slow_subscriber(granted: QoS) {
     let dir = TempDir::new("latest-slow");
-    let broker = start(&dir);
+    // The subscriber reads nothing until the publisher is done, however
+    // long a loaded machine makes that: a write it stalls must not reach
+    // the write timeout, which would close it instead.
+    let broker_yaml = format!("{REDB}  limits:\n    write_timeout: 10m\n");
+    let broker = BrokerProcess::start_in(dir.path(), &broker_yaml, CHANNELS);
     let address = broker.address();
     let (mut slow, _) = durable(&address, "slow", Some(1));
     subscribe_with(&mut slow, "state/hot", qos(granted), Properties::default());

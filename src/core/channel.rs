@@ -55,6 +55,20 @@ pub struct ChannelSettings {
     pub queue: Option<super::queue::QueueSettings>,
 }
 
+/// How a stored record or value fared on its way to a session.
+pub(crate) enum StoredSend {
+    /// The session has no connection to send on.
+    NoConnection,
+    /// Its Message Expiry passed: counted, not sent.
+    Expired,
+    /// Larger than the client's Maximum Packet Size: not sent.
+    TooLarge { conn: Key, delivery: Delivery },
+    /// At QoS 1 or 2, with the session's deliveries.
+    Queued,
+    /// At QoS 0: whether the connection's buffer took it.
+    Sent(bool),
+}
+
 /// What the core asks of a provider's storage thread.
 #[derive(Debug, Clone, PartialEq)]
 pub enum StoreRequest {
@@ -757,39 +771,60 @@ impl Broker {
         now_ms: u64,
         out: &mut impl Transport,
     ) -> bool {
+        match self.send_stored(session_key, delivery, now_ms, out) {
+            StoredSend::NoConnection => false,
+            // An expired record is still the channel's; this delivery of it
+            // is simply not made.
+            StoredSend::Expired | StoredSend::Queued => true,
+            StoredSend::TooLarge { conn, .. } => {
+                let reason = (
+                    ReasonCode::PACKET_TOO_LARGE,
+                    "a channel record is larger than your Maximum Packet Size",
+                );
+                self.end_connection(conn, Some(reason), true, now_ms, out);
+                false
+            }
+            StoredSend::Sent(sent) => sent,
+        }
+    }
+
+    /// The way to the wire that a stored record and a stored value share:
+    /// QoS 1 and 2 join the session's deliveries, QoS 0 goes to the socket
+    /// if its buffer has room. What to do with a record too large for the
+    /// client is the caller's.
+    pub(crate) fn send_stored(
+        &mut self,
+        session_key: Key,
+        delivery: Delivery,
+        now_ms: u64,
+        out: &mut impl Transport,
+    ) -> StoredSend {
         let Some(conn) = self.sessions.get(session_key).and_then(|s| s.connection) else {
-            return false;
+            return StoredSend::NoConnection;
         };
         let Some(active) = self.connections.get(conn).and_then(|c| c.active.as_ref()) else {
-            return false;
+            return StoredSend::NoConnection;
         };
         let (version, max_packet_size) = (active.version, active.client_max_packet_size);
         let Ok(remaining_expiry_s) = delivery.message.remaining_expiry_s(self.unix_ms(now_ms))
         else {
-            // An expired record is still the channel's; this delivery of it
-            // is simply not made.
             self.stats.deliveries_expired += 1;
-            return true;
+            return StoredSend::Expired;
         };
         let packet_id = (delivery.qos != QoS::AtMostOnce).then_some(1);
         let packet = Packet::Publish(outgoing_publish(&delivery, packet_id, remaining_expiry_s));
         if encoded_len(&packet, version) > max_packet_size as usize {
-            let reason = (
-                ReasonCode::PACKET_TOO_LARGE,
-                "a channel record is larger than your Maximum Packet Size",
-            );
-            self.end_connection(conn, Some(reason), true, now_ms, out);
-            return false;
+            return StoredSend::TooLarge { conn, delivery };
         }
         if delivery.qos != QoS::AtMostOnce {
             self.deliver(session_key, delivery, now_ms, out);
-            return true;
+            return StoredSend::Queued;
         }
         let sent = out.send(conn, version, &packet, true);
         if sent {
             self.stats.deliveries_sent += 1;
         }
-        sent
+        StoredSend::Sent(sent)
     }
 
     fn request_read(&mut self, reader_key: Key, out: &mut impl Transport) {

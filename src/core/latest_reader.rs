@@ -16,11 +16,11 @@
 use std::collections::{BTreeMap, HashMap};
 use std::rc::Rc;
 
-use super::delivery::outgoing_publish;
+use super::channel::StoredSend;
 use super::latest::{read_bodies, LatestPending, LatestState};
 use super::session::{Delivery, Message};
 use super::{Broker, Key, Transport};
-use crate::codec::{encoded_len, topic, Packet, QoS, SubscriptionOptions};
+use crate::codec::{topic, QoS, SubscriptionOptions};
 use crate::store::{self, ReadLimit, FIRST_OFFSET};
 
 /// Values a reader asks storage for at once.
@@ -428,42 +428,23 @@ impl Broker {
         now_ms: u64,
         out: &mut impl Transport,
     ) -> bool {
-        let Some(conn) = self.sessions.get(session_key).and_then(|s| s.connection) else {
-            return true;
-        };
-        let Some(active) = self.connections.get(conn).and_then(|c| c.active.as_ref()) else {
-            return true;
-        };
-        let (version, max_packet_size) = (active.version, active.client_max_packet_size);
-        let Ok(remaining_expiry_s) = delivery.message.remaining_expiry_s(self.unix_ms(now_ms))
-        else {
-            self.stats.deliveries_expired += 1;
-            return true;
-        };
-        let packet_id = (delivery.qos != QoS::AtMostOnce).then_some(1);
-        let packet = Packet::Publish(outgoing_publish(&delivery, packet_id, remaining_expiry_s));
-        if encoded_len(&packet, version) > max_packet_size as usize {
-            self.stats.deliveries_too_large += 1;
-            let offset = delivery.latest.unwrap_or(0);
-            log::warn!(
-                "a value of {} for {} is larger than its Maximum Packet Size and was not sent",
-                delivery.message.topic,
-                self.client_id_of(conn)
-            );
-            if let Some(reader) = self.latest_readers.get_mut(key) {
-                reader.missed_from = Some(reader.missed_from.map_or(offset, |m| m.min(offset)));
+        match self.send_stored(session_key, delivery, now_ms, out) {
+            StoredSend::NoConnection | StoredSend::Expired | StoredSend::Queued => true,
+            StoredSend::TooLarge { conn, delivery } => {
+                self.stats.deliveries_too_large += 1;
+                let offset = delivery.latest.unwrap_or(0);
+                log::warn!(
+                    "a value of {} for {} is larger than its Maximum Packet Size and was not sent",
+                    delivery.message.topic,
+                    self.client_id_of(conn)
+                );
+                if let Some(reader) = self.latest_readers.get_mut(key) {
+                    reader.missed_from = Some(reader.missed_from.map_or(offset, |m| m.min(offset)));
+                }
+                true
             }
-            return true;
+            StoredSend::Sent(sent) => sent,
         }
-        if delivery.qos != QoS::AtMostOnce {
-            self.deliver(session_key, delivery, now_ms, out);
-            return true;
-        }
-        let sent = out.send(conn, version, &packet, true);
-        if sent {
-            self.stats.deliveries_sent += 1;
-        }
-        sent
     }
 
     /// Reads the bodies of the reader's waiting values from `from_offset`.
