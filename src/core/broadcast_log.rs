@@ -120,9 +120,29 @@ impl BroadcastLog {
         self.unsent.push((session, packet_id));
     }
 
-    /// Makes the next cursor commit write the session's window again.
+    /// Makes the next cursor commit write the session's cursor and window
+    /// again: a write of them was not taken, or not stored. Each is kept
+    /// as a value that matches nothing, so an ending still drops what the
+    /// provider may hold.
     pub(crate) fn forget_window(&mut self, client_id: &str) {
-        self.windows.remove(client_id);
+        if let Some(cursor) = self.stored.get_mut(client_id) {
+            *cursor = u64::MAX;
+        }
+        self.windows
+            .insert(client_id.into(), vec![(0, u64::MAX, false)]);
+    }
+
+    /// Sessions holding deliveries whose window write is not on its way.
+    fn waiting_for_window(&self) -> Vec<Key> {
+        let mut sessions: Vec<Key> = Vec::new();
+        for &(session, _) in &self.unsent {
+            if !sessions.contains(&session)
+                && !self.window_writing.iter().any(|(s, _)| *s == session)
+            {
+                sessions.push(session);
+            }
+        }
+        sessions
     }
 
     /// The message routed next was written at `offset`.
@@ -538,6 +558,11 @@ impl Broker {
         {
             return;
         }
+        if !self.sessions.contains(session_key) {
+            // Ended: what it held went with it.
+            self.persist.log.unsent.retain(|(s, _)| *s != session_key);
+            return;
+        }
         let Some(provider) = self.settings.session_provider else {
             return;
         };
@@ -566,8 +591,20 @@ impl Broker {
                     session: session_key,
                 },
             );
-        } else {
-            self.send_unsent(session_key, false, now_ms, out);
+        } else if let Some(session) = self.sessions.get(session_key) {
+            // The storage thread is too far behind to take it: the
+            // deliveries stay held, and the write is tried again at the
+            // next `ack_commit_interval`, the connection kept.
+            let client_id = Rc::clone(&session.client_id);
+            self.persist.log.forget_window(&client_id);
+        }
+    }
+
+    /// Writes again the windows a storage thread too far behind could not
+    /// take, so what they hold goes on the wire.
+    pub(crate) fn retry_windows(&mut self, now_ms: u64, out: &mut impl Transport) {
+        for session_key in self.persist.log.waiting_for_window() {
+            self.send_after_window(session_key, now_ms, out);
         }
     }
 

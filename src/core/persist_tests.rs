@@ -17,6 +17,8 @@ struct Wire {
     sent: Vec<(Key, Packet)>,
     closed: Vec<Key>,
     queue: VecDeque<StoreRequest>,
+    /// The storage thread takes nothing: every request is turned away.
+    busy: bool,
 }
 
 impl Transport for Wire {
@@ -30,6 +32,9 @@ impl Transport for Wire {
     }
 
     fn store(&mut self, _provider: usize, request: StoreRequest) -> bool {
+        if self.busy {
+            return false;
+        }
         self.queue.push_back(request);
         true
     }
@@ -945,6 +950,52 @@ fn a_logged_message_on_the_wire_at_a_crash_is_sent_again_under_its_packet_identi
         .collect();
     let expected: Vec<_> = sent.into_iter().map(|(t, id)| (t, id, true)).collect();
     assert_eq!(again, expected);
+}
+
+/// A storage thread too far behind to take a window write holds the
+/// delivery back until it can, and never costs the subscriber its
+/// connection: the write is tried again at the next interval.
+#[test]
+fn a_window_write_the_storage_thread_cannot_take_yet_delays_the_delivery_and_keeps_the_connection()
+{
+    let mut rig = Rig::new(empty_disk(1 << 20));
+    let keeper = rig.open();
+    rig.packet(keeper, Packet::Connect(connect("keeper", true, 3600)));
+    rig.packet(keeper, subscribe("a/#"));
+    rig.settle();
+    rig.take(keeper);
+    let publisher = rig.open();
+    rig.packet(publisher, Packet::Connect(connect("publisher", false, 0)));
+    rig.packet(publisher, qos1_publish("a/1", 1));
+    // The log append is taken; the window write behind it is not.
+    rig.wire.busy = true;
+    rig.settle();
+    assert!(
+        rig.take(keeper).is_empty(),
+        "nothing goes on the wire, and nothing ends the connection, while its window waits"
+    );
+    assert!(!rig.wire.closed.contains(&keeper));
+    rig.wire.busy = false;
+    rig.tick_to(200);
+    let sent: Vec<(String, u16)> = rig
+        .publishes_to(keeper)
+        .into_iter()
+        .map(|p| (p.topic, p.packet_id.unwrap()))
+        .collect();
+    assert_eq!(sent.len(), 1, "the delivery goes once its window is stored");
+    assert!(!rig.wire.closed.contains(&keeper));
+
+    // Its identifier was stored: a crash now sends it again under it.
+    let mut rig = Rig::new(rig.crash());
+    let keeper = rig.open();
+    rig.packet(keeper, Packet::Connect(connect("keeper", true, 3600)));
+    rig.settle();
+    let again: Vec<(String, u16, bool)> = rig
+        .publishes_to(keeper)
+        .into_iter()
+        .map(|p| (p.topic, p.packet_id.unwrap(), p.dup))
+        .collect();
+    assert_eq!(again, vec![(sent[0].0.clone(), sent[0].1, true)]);
 }
 
 /// Whichever storage write a crash stops at, a QoS 1 message the
