@@ -1022,31 +1022,42 @@ pub fn read_log(
             }
         }
     }
-    let Some(mut from) = log.cursors.values().min().copied() else {
-        return Ok(log);
-    };
-    let bound_bytes = session_queue_bytes.saturating_mul(log.cursors.len() as u64);
+    let mut cursors: Vec<u64> = log.cursors.values().copied().collect();
+    cursors.sort_unstable();
+    cursors.dedup();
     let limit = store::ReadLimit {
         max_records: 1_024,
         max_bytes: 1024 * 1024,
     };
+    // Each cursor is read its own `session_queue_bytes` past it, counting
+    // what a lower one's read already holds: reading only past the lowest
+    // would leave a session far ahead of it nothing of what it is owed.
+    let mut from = 0u64;
     let mut read_bytes = 0u64;
-    while read_bytes < bound_bytes {
-        match provider.read(BROADCAST_SPACE, from, limit)? {
-            store::Read::Records(batch) => {
-                let Some(last) = batch.records.last() else {
-                    break;
-                };
-                from = last.offset + 1;
-                read_bytes += batch
-                    .records
-                    .iter()
-                    .map(|r| r.message.size_bytes())
-                    .sum::<u64>();
-                log.records.extend(batch.records);
+    let (mut below, mut below_bytes) = (0usize, 0u64);
+    for cursor in cursors {
+        while let Some(record) = log.records.get(below).filter(|r| r.offset < cursor) {
+            below_bytes += record.message.size_bytes();
+            below += 1;
+        }
+        from = from.max(cursor);
+        while read_bytes - below_bytes < session_queue_bytes {
+            match provider.read(BROADCAST_SPACE, from, limit)? {
+                store::Read::Records(batch) => {
+                    let Some(last) = batch.records.last() else {
+                        break;
+                    };
+                    from = last.offset + 1;
+                    read_bytes += batch
+                        .records
+                        .iter()
+                        .map(|r| r.message.size_bytes())
+                        .sum::<u64>();
+                    log.records.extend(batch.records);
+                }
+                store::Read::BelowFloor { floor } => from = floor,
+                store::Read::PastNext { .. } => break,
             }
-            store::Read::BelowFloor { floor } => from = floor,
-            store::Read::PastNext { .. } => break,
         }
     }
     Ok(log)

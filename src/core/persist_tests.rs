@@ -1369,3 +1369,74 @@ fn a_refused_write_is_tried_once_more_as_the_broker_stops() {
         Some(START_UNIX_MS)
     );
 }
+
+/// One durable subscriber holding an old message unacknowledged keeps the
+/// log's lowest cursor far back; another, away, is still owed what lies
+/// near the head, and gets it after a restart: the start reads what each
+/// cursor is owed, not only what follows the lowest.
+#[test]
+fn a_session_owed_messages_far_past_the_lowest_cursor_gets_them_after_a_restart() {
+    let mut rig = Rig::new(empty_disk(64 << 20));
+    let slow = rig.open();
+    rig.packet(slow, Packet::Connect(connect("slow", true, 3600)));
+    rig.packet(slow, subscribe("slow/#"));
+    let away = rig.open();
+    rig.packet(away, Packet::Connect(connect("away", true, 3600)));
+    rig.packet(away, subscribe("b/#"));
+    rig.packet(away, clean_disconnect());
+    rig.settle();
+    let publisher = rig.open();
+    rig.packet(publisher, Packet::Connect(connect("publisher", false, 0)));
+    // Sent to the slow subscriber, never acknowledged: its cursor stays.
+    rig.packet(publisher, qos1_publish("slow/1", 1));
+    rig.settle();
+    assert_eq!(rig.publishes_to(slow).len(), 1);
+    // Three times the start's old read bound of two sessions' queues.
+    let payload_bytes = 100 * 1024;
+    let count = 3 * 2 * (1 << 20) / payload_bytes;
+    for i in 0..count {
+        rig.packet(
+            publisher,
+            Packet::Publish(Publish {
+                qos: QoS::AtLeastOnce,
+                topic: format!("b/{i}"),
+                packet_id: Some(2 + i as u16),
+                payload: vec![b'p'; payload_bytes],
+                ..Publish::default()
+            }),
+        );
+        rig.settle();
+    }
+    let acknowledged = rig
+        .take(publisher)
+        .iter()
+        .filter(|p| matches!(p, Packet::Puback(a) if a.reason_code == ReasonCode::SUCCESS))
+        .count();
+    assert_eq!(acknowledged, count + 1);
+    rig.tick_to(200);
+
+    let mut rig = Rig::new(rig.crash());
+    let away = rig.open();
+    rig.packet(away, Packet::Connect(connect("away", true, 3600)));
+    rig.settle();
+    let mut topics = Vec::new();
+    loop {
+        let sent = rig.publishes_to(away);
+        if sent.is_empty() {
+            break;
+        }
+        for p in sent {
+            topics.push(p.topic);
+            let ack = crate::codec::PubAck {
+                packet_id: p.packet_id.unwrap(),
+                ..Default::default()
+            };
+            rig.packet(away, Packet::Puback(ack));
+        }
+        rig.settle();
+    }
+    assert!(
+        topics.contains(&format!("b/{}", count - 1)),
+        "the last message owed was not served: {topics:?}"
+    );
+}
