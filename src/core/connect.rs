@@ -86,6 +86,7 @@ impl Broker {
             now_ms,
             out,
         );
+        self.remember_claimed(session_key);
         let session = self.sessions.get_mut(session_key).expect("claimed above");
         let session_present = !session.is_new;
         let made = session.is_new;

@@ -57,6 +57,9 @@ pub(crate) struct Persistence {
     paused: HashMap<Key, Paused>,
     /// Sessions whose CONNACK waits on a write, and the connection it is for.
     connecting: HashMap<Key, Key>,
+    /// What a CONNECT waiting on its write changed of the session it
+    /// resumes, to be put back if it is refused (invariant 17).
+    claimed: HashMap<Key, Claimed>,
     /// The user name each client id's CONNECT carried, kept with its Will.
     user_names: HashMap<Box<str>, Box<str>>,
     last_retry_ms: u64,
@@ -110,6 +113,14 @@ pub(crate) enum Then {
         conn: Key,
         reply: crate::codec::PubAck,
     },
+}
+
+/// A resumed session as it stood before the CONNECT claiming it.
+pub(crate) struct Claimed {
+    expiry_interval_s: u32,
+    expires_at_ms: Option<u64>,
+    pending_will: Option<Box<(crate::codec::Will, u64)>>,
+    user_name: Option<Box<str>>,
 }
 
 /// What a connection sent while it waited on a session write, with the
@@ -461,6 +472,52 @@ impl Broker {
         Some(record)
     }
 
+    /// Notes what a CONNECT is about to change of a session it resumes,
+    /// where its CONNACK will wait on a write that may be refused.
+    pub(crate) fn remember_claimed(&mut self, session_key: Key) {
+        if self.settings.session_provider.is_none() {
+            return;
+        }
+        let Some(session) = self.sessions.get(session_key) else {
+            return;
+        };
+        if session.is_new {
+            self.persist.claimed.remove(&session_key);
+            return;
+        }
+        let claimed = Claimed {
+            expiry_interval_s: session.expiry_interval_s,
+            expires_at_ms: session.expires_at_ms,
+            pending_will: session.pending_will.clone(),
+            user_name: self.persist.user_names.get(&*session.client_id).cloned(),
+        };
+        self.persist.claimed.insert(session_key, claimed);
+    }
+
+    /// A CONNECT refused after its claim: the session it resumed is put
+    /// back as it stood, its waiting Will and its expiry clock included,
+    /// and its record written again as memory holds it.
+    fn give_claim_back(
+        &mut self,
+        session_key: Key,
+        claimed: Claimed,
+        now_ms: u64,
+        out: &mut impl Transport,
+    ) {
+        let Some(session) = self.sessions.get_mut(session_key) else {
+            return;
+        };
+        session.expiry_interval_s = claimed.expiry_interval_s;
+        session.expires_at_ms = claimed.expires_at_ms;
+        session.pending_will = claimed.pending_will;
+        let client_id: Box<str> = session.client_id.as_ref().into();
+        match claimed.user_name {
+            Some(name) => self.persist.user_names.insert(client_id, name),
+            None => self.persist.user_names.remove(&client_id),
+        };
+        self.save_session(session_key, now_ms, out);
+    }
+
     /// A CONNECT whose session write failed: its client is refused, and a
     /// session this CONNECT made ends with it, since its client never heard
     /// it had one.
@@ -492,7 +549,15 @@ impl Broker {
         );
         self.send_connack_refusal(conn, version, code, reason, problem_information, out);
         self.persist.forget_connection(conn);
+        let claimed = self.persist.claimed.remove(&session_key);
+        if let (Some(claimed), Some(session)) = (&claimed, self.sessions.get_mut(session_key)) {
+            // Its connection's end must not end a session it did not own.
+            session.expiry_interval_s = claimed.expiry_interval_s;
+        }
         self.end_connection(conn, None, false, now_ms, out);
+        if let Some(claimed) = claimed {
+            self.give_claim_back(session_key, claimed, now_ms, out);
+        }
         if made {
             if let Some(session) = self.sessions.get_mut(session_key) {
                 session.expiry_interval_s = 0;
@@ -895,6 +960,8 @@ impl Broker {
                 return;
             }
         }
+        // Accepted: what the CONNECT changed stands.
+        self.persist.claimed.remove(&session_key);
         self.complete_connect(conn, session_key, connack, now_ms, out);
         self.resume_connection(conn, now_ms, out);
     }

@@ -1440,3 +1440,47 @@ fn a_session_owed_messages_far_past_the_lowest_cursor_gets_them_after_a_restart(
         "the last message owed was not served: {topics:?}"
     );
 }
+
+/// A CONNECT the store refuses changes nothing of the session it named: a
+/// Will waiting out its delay still falls due, and a session it would have
+/// ended with its connection is still there to resume.
+#[test]
+fn a_connect_refused_for_a_failed_write_leaves_the_waiting_will_and_the_session_as_they_were() {
+    let mut rig = Rig::new(empty_disk(1 << 20));
+    let watcher = rig.watcher("wills/#");
+    let conn = rig.open();
+    let mut with_will = connect("device", true, 3600);
+    with_will.will = Some(will(10));
+    rig.packet(conn, Packet::Connect(with_will));
+    rig.settle();
+    rig.broker
+        .handle_connection_lost(conn, rig.now_ms, &mut rig.wire);
+    rig.settle();
+    rig.tick_to(2_000);
+    rig.failing = true;
+    for expiry_s in [3600, 0] {
+        let again = rig.open();
+        let mut resume = connect("device", true, expiry_s);
+        resume.clean_start = false;
+        rig.packet(again, Packet::Connect(resume));
+        rig.settle();
+        let connack = rig.connack(again).expect("answered");
+        assert_eq!(
+            connack.reason_code,
+            ReasonCode::IMPLEMENTATION_SPECIFIC_ERROR
+        );
+    }
+    rig.failing = false;
+    rig.tick_to(9_900);
+    assert!(rig.publishes_to(watcher).is_empty(), "published early");
+    rig.tick_to(10_000);
+    assert_eq!(
+        rig.publishes_to(watcher).len(),
+        1,
+        "the Will a refused CONNECT found waiting was lost"
+    );
+    let back = rig.open();
+    rig.packet(back, Packet::Connect(connect("device", true, 3600)));
+    rig.settle();
+    assert!(rig.connack(back).unwrap().session_present);
+}
