@@ -132,6 +132,13 @@ impl BroadcastLog {
             .insert(client_id.into(), vec![(0, u64::MAX, false)]);
     }
 
+    /// Whether a delivery waits on a window write, to be sent once it is
+    /// stored rather than from memory.
+    pub(crate) fn held_for_window(&self, session: Key, packet_id: u16) -> bool {
+        self.unsent.contains(&(session, packet_id))
+            || self.window_writing.contains(&(session, packet_id))
+    }
+
     /// Sessions holding deliveries whose window write is not on its way.
     fn waiting_for_window(&self) -> Vec<Key> {
         let mut sessions: Vec<Key> = Vec::new();
@@ -811,6 +818,10 @@ impl Broker {
                 // Written again at the next interval.
                 self.persist.log.stored.clear();
                 self.persist.log.trimmed_to = 0;
+                let windows: Vec<Box<str>> = self.persist.log.windows.keys().cloned().collect();
+                for client_id in windows {
+                    self.persist.log.forget_window(&client_id);
+                }
             }
         }
     }

@@ -397,6 +397,10 @@ impl Broker {
             return;
         };
         for (&packet_id, inflight) in &session.inflight {
+            if self.persist.log.held_for_window(session_key, packet_id) {
+                // Never sent: it goes once its window is stored.
+                continue;
+            }
             let packet = match inflight.stage {
                 OutboundStage::Published => {
                     let mut publish = super::delivery::outgoing_publish(

@@ -270,6 +270,8 @@ impl Broker {
                 let ticket = self.next_ticket();
                 let request = StoreRequest::Commit { ticket, writes };
                 if !out.store(provider, request) {
+                    // Not taken: written again with the record's retry.
+                    self.persist.log.forget_window(key);
                     return Err(Box::new(then));
                 }
             }

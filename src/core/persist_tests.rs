@@ -1484,3 +1484,50 @@ fn a_connect_refused_for_a_failed_write_leaves_the_waiting_will_and_the_session_
     rig.settle();
     assert!(rig.connack(back).unwrap().session_present);
 }
+
+/// A delivery held for a window write the storage thread could not take
+/// is still held when its session resumes on a new connection: it goes on
+/// the wire once, after its window is stored, not sent from memory first.
+#[test]
+fn a_delivery_held_for_its_window_goes_once_after_it_when_the_session_resumes() {
+    let mut rig = Rig::new(empty_disk(1 << 20));
+    let keeper = rig.open();
+    rig.packet(keeper, Packet::Connect(connect("keeper", true, 3600)));
+    rig.packet(keeper, subscribe("a/#"));
+    rig.settle();
+    rig.take(keeper);
+    let publisher = rig.open();
+    rig.packet(publisher, Packet::Connect(connect("publisher", false, 0)));
+    rig.packet(publisher, qos1_publish("a/1", 1));
+    rig.wire.busy = true;
+    rig.settle();
+    rig.broker
+        .handle_connection_lost(keeper, rig.now_ms, &mut rig.wire);
+    rig.wire.busy = false;
+    let again = rig.open();
+    rig.packet(again, Packet::Connect(connect("keeper", true, 3600)));
+    // Answered one storage request at a time: nothing is sent before the
+    // window naming it is stored.
+    let mut sent = Vec::new();
+    while !rig.wire.queue.is_empty() {
+        let windows_stored = rig
+            .disk
+            .entries(BROADCAST_SPACE)
+            .unwrap()
+            .iter()
+            .filter(|(key, _)| key.starts_with("$window"))
+            .count();
+        let before = rig.publishes_to(again);
+        assert!(
+            before.is_empty() || windows_stored == 1,
+            "sent before its window was stored (after {} requests): {before:?}",
+            rig.applied
+        );
+        sent.extend(before);
+        rig.budget = rig.applied + 1;
+        rig.settle();
+    }
+    sent.extend(rig.publishes_to(again));
+    let topics: Vec<_> = sent.iter().map(|p| p.topic.as_str()).collect();
+    assert_eq!(topics, ["a/1"], "{sent:?}");
+}
