@@ -553,12 +553,7 @@ impl Broker {
 
     /// Stores the window holding a session's unsent deliveries, and
     /// sends them once it is stored.
-    pub(crate) fn send_after_window(
-        &mut self,
-        session_key: Key,
-        now_ms: u64,
-        out: &mut impl Transport,
-    ) {
+    pub(crate) fn send_after_window(&mut self, session_key: Key, out: &mut impl Transport) {
         let log = &self.persist.log;
         if !log.unsent.iter().any(|(s, _)| *s == session_key)
             || log.window_writing.iter().any(|(s, _)| *s == session_key)
@@ -609,9 +604,9 @@ impl Broker {
 
     /// Writes again the windows a storage thread too far behind could not
     /// take, so what they hold goes on the wire.
-    pub(crate) fn retry_windows(&mut self, now_ms: u64, out: &mut impl Transport) {
+    pub(crate) fn retry_windows(&mut self, out: &mut impl Transport) {
         for session_key in self.persist.log.waiting_for_window() {
-            self.send_after_window(session_key, now_ms, out);
+            self.send_after_window(session_key, out);
         }
     }
 
@@ -696,7 +691,7 @@ impl Broker {
             out.send(conn, version, &packet, false);
         }
         // More may have been held while this write was in flight.
-        self.send_after_window(session_key, now_ms, out);
+        self.send_after_window(session_key, out);
     }
 
     /// The session's current window as one write, stored whether or not it

@@ -235,7 +235,7 @@ impl Broker {
                 },
             );
         }
-        self.send_after_window(session_key, now_ms, out);
+        self.send_after_window(session_key, out);
     }
 
     /// Sends a QoS 0 delivery at once, or sheds it when it has expired, is

@@ -533,7 +533,7 @@ impl Broker {
             self.last_position_commit_ms = now_ms;
             self.commit_positions(None, out);
             self.commit_cursors(out);
-            self.retry_windows(now_ms, out);
+            self.retry_windows(out);
             // Readers whose storage read could not be queued try again.
             for reader in self.readers.keys() {
                 self.pump_reader(reader, now_ms, out);
