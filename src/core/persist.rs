@@ -736,14 +736,13 @@ impl Broker {
             record.expiry_interval_s = expiry_s.min(self.settings.max_session_expiry_s);
         }
         record.disconnected_unix_ms = Some(self.unix_ms(now_ms));
-        record.will = None;
+        let user_name = record.will.take().and_then(|w| w.user_name);
         if disconnect.reason_code == ReasonCode::DISCONNECT_WITH_WILL {
             // A Will with a delay waits on the record; one without is
             // published as the connection closes.
             if let Some(will) = will {
                 let delay_s = will.properties.will_delay_interval_s.unwrap_or(0);
                 if delay_s > 0 && record.expiry_interval_s > 0 {
-                    let user_name = record.will.as_ref().and_then(|w| w.user_name.clone());
                     record.will = Some(StoredWill {
                         will: *will,
                         user_name,

@@ -1531,3 +1531,29 @@ fn a_delivery_held_for_its_window_goes_once_after_it_when_the_session_resumes() 
     let topics: Vec<_> = sent.iter().map(|p| p.topic.as_str()).collect();
     assert_eq!(topics, ["a/1"], "{sent:?}");
 }
+
+/// A DISCONNECT that leaves its delayed Will waiting stores it with the
+/// user name its CONNECT carried, in the very write the close waits on.
+#[test]
+fn a_will_left_waiting_by_a_disconnect_is_stored_with_its_user_name() {
+    let mut rig = Rig::new(empty_disk(1 << 20));
+    let conn = rig.open();
+    let mut with_will = connect("device", true, 3600);
+    with_will.will = Some(will(10));
+    with_will.username = Some("alice".into());
+    rig.packet(conn, Packet::Connect(with_will));
+    rig.settle();
+    rig.packet(
+        conn,
+        Packet::Disconnect(Disconnect {
+            reason_code: ReasonCode::DISCONNECT_WITH_WILL,
+            properties: Properties::default(),
+        }),
+    );
+    // Only the write the close waited on lands.
+    rig.budget = rig.applied + 1;
+    rig.settle();
+    let stored = rig.stored_record("device").unwrap().will.unwrap();
+    assert!(stored.due_unix_ms.is_some());
+    assert_eq!(stored.user_name.as_deref(), Some("alice"));
+}
