@@ -167,6 +167,9 @@ pub(crate) struct LoggedPublish {
     message: Message,
     /// The log already gave up its oldest to make room once.
     made_room: bool,
+    /// The cursors of durable groups it reaches that none is stored for
+    /// yet, written in its commit ahead of it.
+    group_cursors: Vec<Write>,
 }
 
 fn address(message: &Rc<Message>) -> usize {
@@ -216,14 +219,67 @@ impl Broker {
             return Some(message);
         }
         self.settings.session_provider?;
+        let group_cursors = self.new_group_cursors(&message.topic);
         let logged = LoggedPublish {
             conn,
             slot,
             message,
             made_room: false,
+            group_cursors,
         };
         self.append_to_log(logged, Vec::new(), now_ms, out);
         None
+    }
+
+    /// The cursor of each durable shared group matching `topic` that has
+    /// none stored: a group's first logged message must find it stored,
+    /// or a restart has nothing to give the group back from. Marked
+    /// stored here; `forget_group_cursors` undoes that where the commit
+    /// carrying them fails.
+    pub(crate) fn new_group_cursors(&mut self, topic: &str) -> Vec<Write> {
+        let mut groups = Vec::new();
+        self.index.for_each_match(topic, |subscriber| {
+            if let Target::Group(group) = subscriber.target {
+                if !groups.contains(&group) {
+                    groups.push(group);
+                }
+            }
+        });
+        let mut writes = Vec::new();
+        for group_key in groups {
+            if !self.group_is_durable(group_key) {
+                continue;
+            }
+            let Some(group) = self.groups.get(group_key) else {
+                continue;
+            };
+            let reader = group_reader(&group.share_name, &group.filter);
+            if self.persist.log.stored.contains_key(reader.as_str()) {
+                continue;
+            }
+            let Some(cursor) = self.group_cursor(group_key) else {
+                continue;
+            };
+            self.persist
+                .log
+                .stored
+                .insert(reader.as_str().into(), cursor);
+            writes.push(Write::SetPosition {
+                channel: BROADCAST_SPACE.to_string(),
+                reader,
+                offset: cursor,
+            });
+        }
+        writes
+    }
+
+    /// Group cursors a failed commit carried are written again later.
+    pub(crate) fn forget_group_cursors(&mut self, writes: &[Write]) {
+        for write in writes {
+            if let Write::SetPosition { reader, .. } = write {
+                self.persist.log.stored.remove(reader.as_str());
+            }
+        }
     }
 
     /// Appends a message to the log, after `first` in the same commit.
@@ -237,6 +293,7 @@ impl Broker {
         let Some(provider) = self.settings.session_provider else {
             return;
         };
+        first.extend(logged.group_cursors.iter().cloned());
         let message = &logged.message;
         let id = publisher_id(message)
             .unwrap_or_else(|| self.id_generator.next_id(message.received_at_unix_ms));
@@ -321,6 +378,9 @@ impl Broker {
             };
             self.append_to_log(logged, vec![trim], now_ms, out);
             return;
+        }
+        if !matches!(outcome, Some(Outcome::Appended { .. })) {
+            self.forget_group_cursors(&logged.group_cursors);
         }
         let LoggedPublish {
             conn,

@@ -1557,3 +1557,38 @@ fn a_will_left_waiting_by_a_disconnect_is_stored_with_its_user_name() {
     assert!(stored.due_unix_ms.is_some());
     assert_eq!(stored.user_name.as_deref(), Some("alice"));
 }
+
+/// A shared group's first logged message finds the group's cursor stored
+/// in the same commit, before its PUBACK: a crash at once still gives the
+/// group its backlog back.
+#[test]
+fn a_durable_groups_first_acknowledged_message_survives_a_crash_before_any_cursor_commit() {
+    let mut rig = Rig::new(empty_disk(1 << 20));
+    let member = rig.open();
+    rig.packet(member, Packet::Connect(connect("member", true, 3600)));
+    rig.packet(member, subscribe("$share/g/a/#"));
+    rig.settle();
+    rig.broker
+        .handle_connection_lost(member, rig.now_ms, &mut rig.wire);
+    rig.settle();
+    let publisher = rig.open();
+    rig.packet(publisher, Packet::Connect(connect("publisher", false, 0)));
+    rig.packet(publisher, qos1_publish("a/1", 1));
+    rig.settle();
+    assert!(rig
+        .take(publisher)
+        .iter()
+        .any(|p| matches!(p, Packet::Puback(a) if a.reason_code == ReasonCode::SUCCESS)));
+    // No ack_commit_interval has passed: nothing but the publish's own
+    // commit is stored.
+    let mut rig = Rig::new(rig.crash());
+    let member = rig.open();
+    rig.packet(member, Packet::Connect(connect("member", true, 3600)));
+    rig.settle();
+    let topics: Vec<_> = rig
+        .publishes_to(member)
+        .into_iter()
+        .map(|p| p.topic)
+        .collect();
+    assert_eq!(topics, ["a/1"]);
+}

@@ -59,6 +59,8 @@ pub(crate) enum HoldThen {
         packet_id: u16,
         message: Box<Message>,
         logged: bool,
+        /// Durable groups' first cursors, written ahead of the message.
+        group_cursors: Vec<Write>,
     },
 }
 
@@ -214,7 +216,13 @@ impl Broker {
             None => return Some(message),
         };
         let mut writes = Vec::new();
+        let group_cursors = if logged {
+            self.new_group_cursors(&message.topic)
+        } else {
+            Vec::new()
+        };
         if logged {
+            writes.extend(group_cursors.iter().cloned());
             let id = publisher_id(&message)
                 .unwrap_or_else(|| self.id_generator.next_id(message.received_at_unix_ms));
             writes.push(Write::Append {
@@ -231,6 +239,7 @@ impl Broker {
             packet_id,
             message: Box::new(message),
             logged,
+            group_cursors,
         }));
         if out.store(provider, request) {
             self.persist.track(ticket, then);
@@ -292,7 +301,13 @@ impl Broker {
                 packet_id,
                 message,
                 logged,
+                group_cursors,
             } => {
+                // Past the group cursors written ahead of it.
+                let outcomes = outcomes.map(|o| o[group_cursors.len().min(o.len())..].to_vec());
+                if !matches!(outcomes.as_deref(), Some([Outcome::Appended { .. }, ..])) {
+                    self.forget_group_cursors(&group_cursors);
+                }
                 let offset = match (logged, outcomes.as_deref()) {
                     (true, Some([Outcome::Appended { offset }, ..])) => Some(Some(*offset)),
                     // The log's provider is full: delivered from memory only.
