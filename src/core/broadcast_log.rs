@@ -132,6 +132,19 @@ impl BroadcastLog {
             .insert(client_id.into(), vec![(0, u64::MAX, false)]);
     }
 
+    /// Makes the next interval write every cursor and window again, and
+    /// trim again: a commit of them was not taken, or not stored.
+    pub(crate) fn forget_cursors(&mut self) {
+        for cursor in self.stored.values_mut() {
+            *cursor = u64::MAX;
+        }
+        let windows: Vec<Box<str>> = self.windows.keys().cloned().collect();
+        for client_id in windows {
+            self.forget_window(&client_id);
+        }
+        self.trimmed_to = 0;
+    }
+
     /// Whether a delivery waits on a window write, to be sent once it is
     /// stored rather than from memory.
     pub(crate) fn held_for_window(&self, session: Key, packet_id: u16) -> bool {
@@ -869,14 +882,11 @@ impl Broker {
                 ticket,
                 writes: chunk.to_vec(),
             };
-            if !out.store(provider, request) {
+            if out.store(provider, request) {
+                self.persist.track(ticket, Then::Cursors);
+            } else {
                 // Written again at the next interval.
-                self.persist.log.stored.clear();
-                self.persist.log.trimmed_to = 0;
-                let windows: Vec<Box<str>> = self.persist.log.windows.keys().cloned().collect();
-                for client_id in windows {
-                    self.persist.log.forget_window(&client_id);
-                }
+                self.persist.log.forget_cursors();
             }
         }
     }

@@ -104,6 +104,9 @@ pub(crate) enum Then {
     Logged(Box<super::broadcast_log::LoggedPublish>),
     /// An exactly-once publish's hold, or its release.
     Hold(Box<super::qos2_holds::HoldThen>),
+    /// The cursors and windows stored at an interval: nobody waits, and
+    /// a failure has them written again at the next.
+    Cursors,
     /// Deliveries waiting on the window that names them.
     Window {
         session: Key,
@@ -872,6 +875,12 @@ impl Broker {
             Then::Logged(logged) => self.logged(*logged, None, now_ms, out),
             Then::Hold(hold) => self.hold_written(*hold, None, now_ms, out),
             Then::Pubrel { conn, reply } => self.pubrel_written(conn, reply, written, now_ms, out),
+            Then::Cursors => {
+                if !matches!(written, Written::Stored) {
+                    log::warn!("the broadcast log's cursors were not stored; they are written again at the next interval");
+                    self.persist.log.forget_cursors();
+                }
+            }
             Then::Window { session } => {
                 let stored = matches!(written, Written::Stored);
                 self.send_unsent(session, stored, now_ms, out)

@@ -1592,3 +1592,38 @@ fn a_durable_groups_first_acknowledged_message_survives_a_crash_before_any_curso
         .collect();
     assert_eq!(topics, ["a/1"]);
 }
+
+/// A cursor commit the store fails is written again at the next interval:
+/// an acknowledged message is not sent again after a later crash.
+#[test]
+fn a_failed_cursor_commit_is_written_again_at_the_next_interval() {
+    let mut rig = Rig::new(empty_disk(1 << 20));
+    let keeper = rig.open();
+    rig.packet(keeper, Packet::Connect(connect("keeper", true, 3600)));
+    rig.packet(keeper, subscribe("a/#"));
+    rig.settle();
+    rig.take(keeper);
+    let publisher = rig.open();
+    rig.packet(publisher, Packet::Connect(connect("publisher", false, 0)));
+    rig.packet(publisher, qos1_publish("a/1", 1));
+    rig.settle();
+    let sent = rig.publishes_to(keeper);
+    assert_eq!(sent.len(), 1);
+    let ack = crate::codec::PubAck {
+        packet_id: sent[0].packet_id.unwrap(),
+        ..Default::default()
+    };
+    rig.packet(keeper, Packet::Puback(ack));
+    rig.failing = true;
+    rig.tick_to(200);
+    rig.failing = false;
+    rig.tick_to(400);
+    let mut rig = Rig::new(rig.crash());
+    let keeper = rig.open();
+    rig.packet(keeper, Packet::Connect(connect("keeper", true, 3600)));
+    rig.settle();
+    assert!(
+        rig.publishes_to(keeper).is_empty(),
+        "an acknowledged message was sent again"
+    );
+}
