@@ -105,6 +105,9 @@ pub(crate) struct BroadcastLog {
     /// Deliveries whose window write is in flight: exactly those the write
     /// names, so one held while it was on its way waits for the next.
     window_writing: Vec<(Key, u16)>,
+    /// PUBRELs whose window write the storage thread could not take yet:
+    /// connection, session, and the PUBREL.
+    pubrels: Vec<(Key, Key, PubAck)>,
 }
 
 impl BroadcastLog {
@@ -565,7 +568,6 @@ impl Broker {
         conn: Key,
         session_key: Key,
         reply: PubAck,
-        now_ms: u64,
         out: &mut impl Transport,
     ) {
         let logged = self
@@ -574,22 +576,29 @@ impl Broker {
             .and_then(|s| s.inflight.get(&reply.packet_id))
             .and_then(|f| self.offset_of(&f.delivery.message))
             .is_some();
-        let writes = if logged && reply.reason_code == ReasonCode::SUCCESS {
+        let mut writes = if logged && reply.reason_code == ReasonCode::SUCCESS {
             self.cursor_writes(session_key)
         } else {
             Vec::new()
         };
+        if logged && reply.reason_code == ReasonCode::SUCCESS && writes.is_empty() {
+            // Taken for writing by a commit that may not have landed yet.
+            writes = self.window_rewrite(session_key);
+        }
         let (false, Some(provider)) = (writes.is_empty(), self.settings.session_provider) else {
             self.send(conn, &Packet::Pubrel(reply), out);
             return;
         };
         let ticket = self.next_ticket();
         let request = StoreRequest::Commit { ticket, writes };
-        let then = Then::Pubrel { conn, reply };
         if out.store(provider, request) {
-            self.persist.track(ticket, then);
-        } else {
-            self.finish_session_write(then, Written::Failed, now_ms, out);
+            self.persist.track(ticket, Then::Pubrel { conn, reply });
+        } else if let Some(session) = self.sessions.get(session_key) {
+            // The storage thread is too far behind to take it: the PUBREL
+            // waits for the next `ack_commit_interval`, the connection kept.
+            let client_id = Rc::clone(&session.client_id);
+            self.persist.log.forget_window(&client_id);
+            self.persist.log.pubrels.push((conn, session_key, reply));
         }
     }
 
@@ -680,6 +689,13 @@ impl Broker {
     pub(crate) fn retry_windows(&mut self, out: &mut impl Transport) {
         for session_key in self.persist.log.waiting_for_window() {
             self.send_after_window(session_key, out);
+        }
+        for (conn, session_key, reply) in std::mem::take(&mut self.persist.log.pubrels) {
+            // Only while the connection that sent the PUBREC still owns the
+            // session: a resumed one is sent the PUBREL as it resumes.
+            if self.session_of(conn) == Some(session_key) {
+                self.pubrel_after_window(conn, session_key, reply, out);
+            }
         }
     }
 

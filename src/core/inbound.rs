@@ -677,7 +677,7 @@ impl Broker {
             _ => reply.reason_code = ReasonCode::PACKET_IDENTIFIER_NOT_FOUND,
         }
         // A logged delivery's PUBREL waits for its PUBREC to be stored.
-        self.pubrel_after_window(conn, session_key, reply, now_ms, out);
+        self.pubrel_after_window(conn, session_key, reply, out);
     }
 
     /// Ends an outbound exchange that has reached its last answer, and

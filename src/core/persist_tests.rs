@@ -1627,3 +1627,47 @@ fn a_failed_cursor_commit_is_written_again_at_the_next_interval() {
         "an acknowledged message was sent again"
     );
 }
+
+/// A PUBREC whose window write the storage thread cannot take yet has its
+/// PUBREL wait for the next interval, the subscriber's connection kept,
+/// and the exchange resumes at that PUBREL after a crash.
+#[test]
+fn a_pubrel_waits_for_a_busy_storage_thread_and_keeps_the_connection() {
+    let mut rig = Rig::new(empty_disk(1 << 20));
+    let keeper = rig.open();
+    rig.packet(keeper, Packet::Connect(connect("keeper", true, 3600)));
+    rig.packet(keeper, subscribe_qos2("q/#"));
+    rig.settle();
+    rig.take(keeper);
+    let publisher = rig.open();
+    rig.packet(publisher, Packet::Connect(connect("publisher", false, 0)));
+    rig.packet(publisher, qos2_publish("q/1", 1));
+    rig.packet(publisher, pubrel(1));
+    rig.settle();
+    let sent = rig.publishes_to(keeper);
+    assert_eq!(sent.len(), 1);
+    let id = sent[0].packet_id.unwrap();
+    rig.wire.busy = true;
+    rig.packet(
+        keeper,
+        Packet::Pubrec(crate::codec::PubAck {
+            packet_id: id,
+            ..Default::default()
+        }),
+    );
+    assert!(rig.take(keeper).is_empty(), "no PUBREL, and no DISCONNECT");
+    assert!(!rig.wire.closed.contains(&keeper));
+    rig.wire.busy = false;
+    rig.tick_to(200);
+    assert!(matches!(rig.take(keeper).as_slice(), [Packet::Pubrel(r)] if r.packet_id == id));
+
+    let mut rig = Rig::new(rig.crash());
+    let keeper = rig.open();
+    rig.packet(keeper, Packet::Connect(connect("keeper", true, 3600)));
+    rig.settle();
+    let answers = rig.take(keeper);
+    assert!(
+        matches!(answers.as_slice(), [Packet::Connack(_), Packet::Pubrel(r)] if r.packet_id == id),
+        "{answers:?}"
+    );
+}
