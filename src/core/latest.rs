@@ -159,7 +159,11 @@ pub(crate) struct LatestState {
     sweeping: bool,
     /// Replaced records whose removal storage could not take yet, tried
     /// again at the next tick. At most one per record the channel holds.
-    unremoved: Vec<u64>,
+    unremoved: Vec<(Rc<str>, u64)>,
+    /// Per topic, replaced records whose removal is not yet confirmed. The
+    /// sweep leaves such a topic alone: removing its current record first
+    /// would let a restart find the replaced one as current again.
+    removing: HashMap<Rc<str>, u32>,
 }
 
 impl LatestState {
@@ -188,6 +192,7 @@ impl LatestState {
             readers: Vec::new(),
             sweeping: false,
             unremoved: Vec::new(),
+            removing: HashMap::new(),
         }))
     }
 
@@ -200,6 +205,16 @@ impl LatestState {
         self.cache.bodies.get(&offset).cloned()
     }
 
+    /// A replaced record of `topic` is confirmed removed.
+    fn removed_replaced(&mut self, topic: &str) {
+        if let Some(count) = self.removing.get_mut(topic) {
+            *count -= 1;
+            if *count == 0 {
+                self.removing.remove(topic);
+            }
+        }
+    }
+
     /// The topic as the index holds it, so readers share one allocation.
     pub fn topic(&self, topic: &str) -> Option<Rc<str>> {
         self.values.get_key_value(topic).map(|(k, _)| Rc::clone(k))
@@ -208,8 +223,11 @@ impl LatestState {
 
 /// What a `latest` channel asked storage for.
 pub(crate) enum LatestPending {
-    /// Records newer values replaced are being removed.
-    Superseded { channel: usize, offsets: Vec<u64> },
+    /// Records newer values replaced are being removed, with their topics.
+    Superseded {
+        channel: usize,
+        removals: Vec<(Rc<str>, u64)>,
+    },
     /// Values past their period, by topic and offset.
     Sweep {
         channel: usize,
@@ -280,7 +298,8 @@ impl Broker {
         if let Some(old) = replaced {
             latest.by_offset.remove(&old.offset);
             latest.cache.forget(old.offset);
-            self.remove_replaced(channel, vec![old.offset], out);
+            *latest.removing.entry(Rc::clone(&topic)).or_insert(0) += 1;
+            self.remove_replaced(channel, vec![(Rc::clone(&topic), old.offset)], out);
         }
         self.offer_change(channel, &topic, offset, now_ms, out);
         // A shared group is served changes, one member at a time.
@@ -292,22 +311,27 @@ impl Broker {
     /// value even where the new one is refused. What storage cannot take
     /// now is tried again at the next tick (and a crash in between is
     /// mended at startup).
-    fn remove_replaced(&mut self, channel: usize, offsets: Vec<u64>, out: &mut impl Transport) {
+    fn remove_replaced(
+        &mut self,
+        channel: usize,
+        removals: Vec<(Rc<str>, u64)>,
+        out: &mut impl Transport,
+    ) {
         let settings = &self.channels[channel].settings;
         let (name, provider) = (settings.name.clone(), settings.provider);
-        let writes = offsets
+        let writes = removals
             .iter()
-            .map(|&offset| Write::Remove {
+            .map(|&(_, offset)| Write::Remove {
                 channel: name.clone(),
                 offset,
             })
             .collect();
         let ticket = self.next_ticket();
         if out.store(provider, StoreRequest::Commit { ticket, writes }) {
-            let pending = LatestPending::Superseded { channel, offsets };
+            let pending = LatestPending::Superseded { channel, removals };
             self.pending.insert(ticket, Pending::Latest(pending));
         } else if let Some(latest) = self.channels[channel].latest.as_deref_mut() {
-            latest.unremoved.extend(offsets);
+            latest.unremoved.extend(removals);
         }
     }
 
@@ -322,8 +346,8 @@ impl Broker {
                 continue;
             }
             let batch = latest.unremoved.len().min(store::MAX_BATCH_WRITES);
-            let offsets: Vec<u64> = latest.unremoved.drain(..batch).collect();
-            self.remove_replaced(channel, offsets, out);
+            let removals: Vec<(Rc<str>, u64)> = latest.unremoved.drain(..batch).collect();
+            self.remove_replaced(channel, removals, out);
         }
         self.pump_all_latest(now_ms, out);
     }
@@ -349,6 +373,10 @@ impl Broker {
         let mut removed = Vec::new();
         let mut more = false;
         for (topic, value) in &latest.values {
+            if latest.removing.contains_key(topic) {
+                // Taken at a later sweep, once what it replaced is gone.
+                continue;
+            }
             let cutoff_ms = if value.deleted {
                 deletion_cutoff_ms
             } else {
@@ -399,16 +427,23 @@ impl Broker {
         out: &mut impl Transport,
     ) {
         match (pending, answer) {
-            (LatestPending::Superseded { channel, offsets }, Answer::Committed(result)) => {
+            (LatestPending::Superseded { channel, removals }, Answer::Committed(result)) => {
                 match result {
-                    Ok(outcomes) => self.floor_after_removals(channel, &outcomes),
+                    Ok(outcomes) => {
+                        self.floor_after_removals(channel, &outcomes);
+                        if let Some(latest) = self.channels[channel].latest.as_deref_mut() {
+                            for (topic, _) in &removals {
+                                latest.removed_replaced(topic);
+                            }
+                        }
+                    }
                     Err(error) => {
                         log::warn!(
                             "removing replaced values of {} failed: {error}; it is tried again",
                             self.channels[channel].settings.name
                         );
                         if let Some(latest) = self.channels[channel].latest.as_deref_mut() {
-                            latest.unremoved.extend(offsets);
+                            latest.unremoved.extend(removals);
                         }
                     }
                 }

@@ -427,3 +427,73 @@ fn a_state_pass_is_a_cursor_over_stored_values_read_in_batches() {
         "one read per batch, the next from where the last ended"
     );
 }
+
+/// A deletion is the only thing standing between a restart and the value
+/// it replaced while that value's removal is outstanding: the sweep must
+/// not take the deletion first, or a restart would bring the old value back.
+#[test]
+fn a_deletion_outlives_the_removal_of_the_value_it_replaced() {
+    let mut h = Harness::new(state_channel(None, Some(2)));
+    let publisher = h.connect("pub", ProtocolVersion::V5);
+    set(&mut h, publisher, "state/a", b"1", 1);
+    h.commit_appends(1);
+    set(&mut h, publisher, "state/a", b"", 2);
+    let mut requests = h.stored();
+    let Some(StoreRequest::Commit { ticket, .. }) = requests.pop() else {
+        panic!("expected the deletion's append");
+    };
+    // Storage cannot take the removal of value 1 now: it is kept to retry.
+    h.out.storage_busy = true;
+    h.complete(
+        ticket,
+        Answer::Committed(Ok(vec![Outcome::Appended { offset: 2 }])),
+    );
+    h.out.storage_busy = false;
+    for _ in 0..6 {
+        h.advance(1_000);
+        for request in h.stored() {
+            let StoreRequest::Commit { ticket, writes } = request else {
+                continue;
+            };
+            let removes = |o: u64| {
+                writes
+                    .iter()
+                    .any(|w| matches!(w, Write::Remove { offset, .. } if *offset == o))
+            };
+            assert!(
+                !removes(2) || removes(1),
+                "the deletion was removed while the value it replaced may still be stored"
+            );
+            // The retried removal keeps failing.
+            h.complete(
+                ticket,
+                Answer::Committed(Err(crate::store::StoreError::Database {
+                    path: "state.redb".into(),
+                    action: "commit",
+                    detail: "disk".into(),
+                })),
+            );
+        }
+    }
+    // Once the removal is confirmed, the deletion's own period applies.
+    h.advance(1_000);
+    for request in h.stored() {
+        if let StoreRequest::Commit { ticket, writes } = request {
+            assert_eq!(
+                writes,
+                [Write::Remove {
+                    channel: "state".into(),
+                    offset: 1
+                }]
+            );
+            let removed = Outcome::Removed {
+                existed: true,
+                freed_bytes: 80,
+                floor: 2,
+            };
+            h.complete(ticket, Answer::Committed(Ok(vec![removed])));
+        }
+    }
+    h.advance(1_000);
+    assert_eq!(removals(&mut h), [2]);
+}
