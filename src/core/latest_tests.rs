@@ -497,3 +497,78 @@ fn a_deletion_outlives_the_removal_of_the_value_it_replaced() {
     h.advance(1_000);
     assert_eq!(removals(&mut h), [2]);
 }
+
+/// A subscriber that has fallen behind while every topic moves holds a
+/// bounded number of changes, and is still sent every topic's value, as a
+/// change (no RETAIN), lowest offset first.
+#[test]
+fn the_changes_a_slow_subscriber_holds_are_bounded_and_none_is_lost() {
+    use crate::core::latest_reader::WAITING_CHANGES_MAX;
+    let topics = 3 * WAITING_CHANGES_MAX as u64;
+    let mut h = Harness::new(state_channel(None, None));
+    let (subscriber, _) = connect_durable(&mut h, "slow", 1);
+    h.subscribe(subscriber, "state/#", qos(QoS::AtLeastOnce), None);
+    let publisher = h.connect("pub", ProtocolVersion::V5);
+    let mut next = 1u64;
+    while next <= topics {
+        let last = (next + 9).min(topics);
+        for offset in next..=last {
+            let packet_id = (offset - next + 1) as u16;
+            set(
+                &mut h,
+                publisher,
+                &format!("state/t{offset}"),
+                b"v",
+                packet_id,
+            );
+        }
+        h.commit_appends(next);
+        h.out.take(publisher);
+        next = last + 1;
+        let reader = h.broker.latest_readers.iter().next().unwrap().1;
+        assert!(
+            reader.held().1 <= WAITING_CHANGES_MAX,
+            "a slow subscriber holds at most {WAITING_CHANGES_MAX} changes"
+        );
+    }
+    let mut received = Vec::new();
+    for _ in 0..10 * topics {
+        for request in h.stored() {
+            let StoreRequest::Read {
+                ticket,
+                from_offset,
+                ..
+            } = request
+            else {
+                continue;
+            };
+            let last = (from_offset + 63).min(topics);
+            let records = (from_offset..=last)
+                .map(|o| record(o, &format!("state/t{o}"), b"v"))
+                .collect();
+            let batch = crate::store::ReadBatch {
+                floor: 1,
+                next: topics + 1,
+                records,
+            };
+            h.complete(ticket, Answer::Read(Ok(crate::store::Read::Records(batch))));
+        }
+        let packets = h.out.take(subscriber);
+        let sent = publishes(&packets);
+        if sent.is_empty() {
+            break;
+        }
+        for publish in sent {
+            assert!(!publish.retain, "a change, not state");
+            let offset: u64 = label(&publish, "saguin-offset").unwrap().parse().unwrap();
+            assert_eq!(publish.topic, format!("state/t{offset}"));
+            received.push(offset);
+            let ack = PubAck {
+                packet_id: publish.packet_id.unwrap(),
+                ..PubAck::default()
+            };
+            h.packet(subscriber, Packet::Puback(ack));
+        }
+    }
+    assert_eq!(received, (1..=topics).collect::<Vec<_>>());
+}
