@@ -560,7 +560,7 @@ fn the_changes_a_slow_subscriber_holds_are_bounded_and_none_is_lost() {
         }
         for publish in sent {
             assert!(!publish.retain, "a change, not state");
-            let offset: u64 = label(&publish, "saguin-offset").unwrap().parse().unwrap();
+            let offset: u64 = label(publish, "saguin-offset").unwrap().parse().unwrap();
             assert_eq!(publish.topic, format!("state/t{offset}"));
             received.push(offset);
             let ack = PubAck {
