@@ -15,7 +15,7 @@
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::rc::Rc;
 
-use super::channel::{labelled, ChannelSettings, Pending, StoreRequest};
+use super::channel::{labelled, ChannelSettings, Pending, PendingAck, StoreRequest};
 use super::latest_reader::ReadFor;
 use super::point_read::PointRead;
 use super::session::Message;
@@ -238,6 +238,13 @@ pub(crate) enum LatestPending {
     ReaderRead(ReadFor),
     /// A value's body for a point read.
     PointRead(PointRead),
+    /// The stored hold of an exactly-once deletion of nothing is being
+    /// removed; its PUBCOMP follows.
+    ReleaseDropped {
+        conn: super::Key,
+        ack: PendingAck,
+        message: Message,
+    },
 }
 
 impl Broker {
@@ -250,6 +257,42 @@ impl Broker {
         message.payload.is_empty()
             && latest.live_value(&message.topic).is_none()
             && !latest.storing.contains_key(&*message.topic)
+    }
+
+    /// A deletion of nothing: nothing to say is gone, so nothing is stored
+    /// and it is answered at once - unless it is an exactly-once release
+    /// whose hold is stored. Then the answer waits for the hold's removal:
+    /// a restart finding it still held would take the client's next
+    /// publish under that identifier for a resend (invariant 18). Gives
+    /// the message back when storage cannot take the removal now.
+    pub(crate) fn latest_release_of_nothing(
+        &mut self,
+        channel: usize,
+        message: Message,
+        conn: Option<(super::Key, PendingAck)>,
+        release_drop: Option<Write>,
+        now_ms: u64,
+        out: &mut impl Transport,
+    ) -> Result<(), Box<Message>> {
+        let provider = self.channels[channel].settings.provider;
+        match (release_drop, conn) {
+            (Some(drop), Some((conn, ack))) => {
+                let ticket = self.next_ticket();
+                let writes = vec![drop];
+                if !out.store(provider, StoreRequest::Commit { ticket, writes }) {
+                    return Err(Box::new(message));
+                }
+                let pending = LatestPending::ReleaseDropped { conn, ack, message };
+                self.pending.insert(ticket, Pending::Latest(pending));
+            }
+            (drop, conn) => {
+                self.holds_dropped(drop.map(|d| (provider, d)).into_iter().collect(), out);
+                if let Some((conn, ack)) = conn {
+                    self.answer_publish(conn, ack, Ok(()), now_ms, out);
+                }
+            }
+        }
+        Ok(())
     }
 
     /// Counts a publish to a `latest` topic on its way to storage
@@ -478,6 +521,24 @@ impl Broker {
             }
             (LatestPending::PointRead(read), Answer::Read(result)) => {
                 self.point_read_completed(read, result, now_ms, out)
+            }
+            (LatestPending::ReleaseDropped { conn, ack, message }, Answer::Committed(result)) => {
+                match result {
+                    Ok(_) => self.answer_publish(conn, ack, Ok(()), now_ms, out),
+                    Err(error) => {
+                        log::warn!("removing an exactly-once publish's hold failed: {error}");
+                        // Still stored, so held again: the PUBREL on the
+                        // next connection completes it.
+                        if let PendingAck::Pubcomp { packet_id } = ack {
+                            self.hold_again(conn, packet_id, message, now_ms);
+                        }
+                        let refusal = (
+                            crate::codec::ReasonCode::IMPLEMENTATION_SPECIFIC_ERROR,
+                            "storage could not complete the exactly-once publish",
+                        );
+                        self.answer_publish(conn, ack, Err(refusal), now_ms, out);
+                    }
+                }
             }
             (_, answer) => {
                 log::error!("a storage answer did not match its latest request: {answer:?}")

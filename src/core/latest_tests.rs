@@ -572,3 +572,63 @@ fn the_changes_a_slow_subscriber_holds_are_bounded_and_none_is_lost() {
     }
     assert_eq!(received, (1..=topics).collect::<Vec<_>>());
 }
+
+/// Answers every queued commit as a store that kept it would.
+fn answer_commits(h: &mut Harness) -> Vec<Vec<Write>> {
+    let mut answered = Vec::new();
+    for request in h.stored() {
+        let StoreRequest::Commit { ticket, writes } = request else {
+            continue;
+        };
+        let outcomes = writes
+            .iter()
+            .map(|w| match w {
+                Write::PutEntry { .. } => Outcome::EntryPut,
+                Write::DropEntry { .. } => Outcome::EntryDropped { existed: true },
+                other => panic!("unexpected write {other:?}"),
+            })
+            .collect();
+        h.complete(ticket, Answer::Committed(Ok(outcomes)));
+        answered.push(writes);
+    }
+    answered
+}
+
+/// A deletion of nothing stores nothing, but an exactly-once release of one
+/// still has a stored hold to remove: until that removal is stored a
+/// restart would find the identifier held, and take the client's next
+/// publish under it for a resend. The PUBCOMP waits for it (invariant 18).
+#[test]
+fn an_exactly_once_deletion_of_nothing_is_completed_once_its_hold_is_gone() {
+    let mut settings = state_channel(None, None);
+    settings.session_provider = Some(0);
+    let mut h = Harness::new(settings);
+    let conn = h.open();
+    let mut connect = connect_packet("pub", ProtocolVersion::V5);
+    connect.clean_start = false;
+    connect.properties.session_expiry_interval_s = Some(600);
+    h.packet(conn, Packet::Connect(connect));
+    answer_commits(&mut h);
+    assert!(matches!(h.out.take(conn).as_slice(), [Packet::Connack(_)]));
+    let publish = publish_packet("state/never", QoS::ExactlyOnce, Some(7), b"");
+    h.packet(conn, Packet::Publish(publish));
+    answer_commits(&mut h);
+    assert!(matches!(h.out.take(conn).as_slice(), [Packet::Pubrec(_)]));
+
+    let release = PubAck {
+        packet_id: 7,
+        ..PubAck::default()
+    };
+    h.packet(conn, Packet::Pubrel(release));
+    assert!(
+        h.out.take(conn).is_empty(),
+        "PUBCOMP before the hold's removal was stored"
+    );
+    let answered = answer_commits(&mut h);
+    assert!(
+        matches!(answered.as_slice(), [w] if matches!(w.as_slice(), [Write::DropEntry { .. }])),
+        "{answered:?}"
+    );
+    assert!(matches!(h.out.take(conn).as_slice(),
+        [Packet::Pubcomp(ack)] if ack.packet_id == 7 && ack.reason_code == ReasonCode::SUCCESS));
+}
