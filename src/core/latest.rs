@@ -243,7 +243,7 @@ pub(crate) enum LatestPending {
     ReleaseDropped {
         conn: super::Key,
         ack: PendingAck,
-        message: Message,
+        message: Box<Message>,
     },
 }
 
@@ -282,6 +282,7 @@ impl Broker {
                 if !out.store(provider, StoreRequest::Commit { ticket, writes }) {
                     return Err(Box::new(message));
                 }
+                let message = Box::new(message);
                 let pending = LatestPending::ReleaseDropped { conn, ack, message };
                 self.pending.insert(ticket, Pending::Latest(pending));
             }
@@ -530,7 +531,7 @@ impl Broker {
                         // Still stored, so held again: the PUBREL on the
                         // next connection completes it.
                         if let PendingAck::Pubcomp { packet_id } = ack {
-                            self.hold_again(conn, packet_id, message, now_ms);
+                            self.hold_again(conn, packet_id, *message, now_ms);
                         }
                         let refusal = (
                             crate::codec::ReasonCode::IMPLEMENTATION_SPECIFIC_ERROR,
