@@ -1052,18 +1052,15 @@ impl Broker {
             qos: body.qos as u8,
             retain: false,
         };
-        let writes = vec![
-            Write::Move {
-                channel: name.clone(),
-                offset,
-                to: self.channels[dlq].settings.name.clone(),
-                message: message.clone(),
-            },
-            Write::DropEntry {
-                channel: name.clone(),
-                key: attempts_key(offset),
-            },
-        ];
+        // The attempt count goes with the record, and stays if the move is
+        // refused: a refused write does not stop the rest of its batch.
+        let writes = vec![Write::Move {
+            channel: name.clone(),
+            offset,
+            to: self.channels[dlq].settings.name.clone(),
+            message: message.clone(),
+            drop_entry: Some(attempts_key(offset)),
+        }];
         let pending = QueuePending::DeadLetter {
             queue: q,
             offset,

@@ -1066,3 +1066,29 @@ fn a_refused_dead_letter_move_leaves_the_job_and_is_tried_again_once_there_is_ro
     assert_eq!(rig.held_in_store("jobs__dlq").len(), 1);
     assert_eq!(rig.held_in_store(QUEUE).len(), accepted - 2);
 }
+
+#[test]
+fn a_refused_dead_letter_move_keeps_the_stored_attempt_count() {
+    let provider = MemoryProvider::open("m", 4_000, 1, None).unwrap();
+    let mut rig = Rig::with(
+        channels(queue_settings(1, Backoff::None, 0), None),
+        provider,
+    );
+    let producer = rig.connect("producer");
+    for payload_bytes in [300usize, 30, 1] {
+        while rig.publish(producer, "jobs/a", &vec![b'x'; payload_bytes]) == ReasonCode::SUCCESS {}
+    }
+    let worker = rig.connect("worker");
+    rig.work(worker);
+    let poison = one_job(&mut rig, worker);
+    let offset = DeliveryId::decode(poison.properties.correlation_data.as_deref().unwrap())
+        .unwrap()
+        .offset;
+    rig.puback(worker, &poison);
+    rig.answer(worker, &poison, "return");
+    assert!(rig.held_in_store("jobs__dlq").is_empty(), "the move is refused");
+    // The job stays as it was, its spent attempt included: a restart now
+    // must still find it exhausted rather than start it over.
+    let stored = rig.shell.provider.entry(QUEUE, &attempts_key(offset)).unwrap();
+    assert_eq!(stored, Some(1u32.to_be_bytes().to_vec()));
+}
