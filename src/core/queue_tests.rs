@@ -16,6 +16,8 @@ struct Shell {
     closed: Vec<Key>,
     provider: MemoryProvider,
     answers: VecDeque<Completion>,
+    /// A storage thread too busy to take a commit.
+    busy: bool,
 }
 
 impl Transport for Shell {
@@ -29,6 +31,9 @@ impl Transport for Shell {
     }
 
     fn store(&mut self, _provider: usize, request: StoreRequest) -> bool {
+        if self.busy && matches!(request, StoreRequest::Commit { .. }) {
+            return false;
+        }
         let (ticket, answer) = match request {
             StoreRequest::Commit { ticket, writes } => {
                 (ticket, Answer::Committed(self.provider.commit(&writes)))
@@ -134,6 +139,7 @@ impl Rig {
                 closed: Vec::new(),
                 provider,
                 answers: VecDeque::new(),
+                busy: false,
             },
             now_ms: 1_000,
         }
@@ -1086,9 +1092,49 @@ fn a_refused_dead_letter_move_keeps_the_stored_attempt_count() {
         .offset;
     rig.puback(worker, &poison);
     rig.answer(worker, &poison, "return");
-    assert!(rig.held_in_store("jobs__dlq").is_empty(), "the move is refused");
+    assert!(
+        rig.held_in_store("jobs__dlq").is_empty(),
+        "the move is refused"
+    );
     // The job stays as it was, its spent attempt included: a restart now
     // must still find it exhausted rather than start it over.
-    let stored = rig.shell.provider.entry(QUEUE, &attempts_key(offset)).unwrap();
+    let stored = rig
+        .shell
+        .provider
+        .entry(QUEUE, &attempts_key(offset))
+        .unwrap();
+    assert_eq!(stored, Some(1u32.to_be_bytes().to_vec()));
+}
+
+#[test]
+fn an_attempt_count_storage_could_not_take_is_written_on_a_later_tick() {
+    let mut rig = Rig::new(queue_settings(5, Backoff::None, 0));
+    let producer = rig.connect("producer");
+    let worker = rig.connect("worker");
+    rig.work(worker);
+    rig.publish(producer, "jobs/a", b"x");
+    let job = one_job(&mut rig, worker);
+    let offset = DeliveryId::decode(job.properties.correlation_data.as_deref().unwrap())
+        .unwrap()
+        .offset;
+    rig.shell.busy = true;
+    rig.puback(worker, &job);
+    rig.advance_to(rig.now_ms + 400);
+    rig.shell.busy = false;
+    assert_eq!(
+        rig.shell
+            .provider
+            .entry(QUEUE, &attempts_key(offset))
+            .unwrap(),
+        None
+    );
+    // Once storage takes writes again the count is stored, so a restart
+    // still knows the attempt was spent.
+    rig.advance_to(rig.now_ms + 400);
+    let stored = rig
+        .shell
+        .provider
+        .entry(QUEUE, &attempts_key(offset))
+        .unwrap();
     assert_eq!(stored, Some(1u32.to_be_bytes().to_vec()));
 }
