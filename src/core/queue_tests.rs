@@ -1138,3 +1138,22 @@ fn an_attempt_count_storage_could_not_take_is_written_on_a_later_tick() {
         .unwrap();
     assert_eq!(stored, Some(1u32.to_be_bytes().to_vec()));
 }
+
+#[test]
+fn a_shared_subscription_to_a_queues_form_is_refused() {
+    let mut rig = Rig::new(queue_settings(5, Backoff::None, 0));
+    let worker = rig.connect("worker");
+    let options = SubscriptionOptions {
+        qos: QoS::AtLeastOnce,
+        ..SubscriptionOptions::default()
+    };
+    // Nothing is ever routed to a topic under $saguin/queue/, so a group
+    // there would wait for ever: refused as every other spelling is.
+    for filter in ["$share/g/$saguin/queue/jobs", "$share/g/$saguin/queue/#"] {
+        assert_eq!(
+            rig.subscribe_with(worker, filter, options),
+            ReasonCode::TOPIC_FILTER_INVALID,
+            "{filter}"
+        );
+    }
+}
