@@ -137,7 +137,6 @@ pub(crate) struct Queue {
     /// Bodies read from the provider and not yet offered.
     bodies: BTreeMap<u64, Rc<Message>>,
     reading: bool,
-    next_delivery: u64,
     /// A refused or failed dead-letter move holds every move back until
     /// the next tick, rather than retrying on each event.
     moves_paused_until_ms: u64,
@@ -160,6 +159,9 @@ pub(crate) struct Queues {
     on_wire: HashSet<(Key, u16)>,
     /// This run's nonce, the first part of every Delivery ID.
     run: u64,
+    /// The last delivery counted in this run, over every queue, so no two
+    /// attempts anywhere share an ID.
+    next_delivery: u64,
     last_offer_ms: Option<u64>,
 }
 
@@ -235,7 +237,6 @@ impl Queues {
                 exhausted,
                 bodies: BTreeMap::new(),
                 reading: false,
-                next_delivery: 0,
                 moves_paused_until_ms: 0,
                 unstored_counts: BTreeSet::new(),
             });
@@ -745,10 +746,9 @@ impl Broker {
             return;
         };
         let max_packet_size = active.client_max_packet_size;
-        let queue = &mut self.queues.list[q];
-        queue.next_delivery += 1;
-        let delivery = queue.next_delivery;
-        let attempt = queue.jobs[&offset].attempts + 1;
+        self.queues.next_delivery += 1;
+        let delivery = self.queues.next_delivery;
+        let attempt = self.queues.list[q].jobs[&offset].attempts + 1;
         let id = DeliveryId {
             run: self.queues.run,
             delivery,

@@ -1157,3 +1157,43 @@ fn a_shared_subscription_to_a_queues_form_is_refused() {
         );
     }
 }
+
+#[test]
+fn delivery_ids_differ_between_queues() {
+    let mut list = channels(queue_settings(5, Backoff::None, 0), None);
+    let mut more = channels(queue_settings(5, Backoff::None, 0), None);
+    for (channel, (name, filter)) in more
+        .iter_mut()
+        .zip([("more", "more/#"), ("more__dlq", "more/__dlq/#")])
+    {
+        channel.name = name.into();
+        channel.filters = vec![filter.into()];
+        channel.written_filter = filter.into();
+    }
+    list.extend(more);
+    let mut rig = Rig::with(
+        list,
+        MemoryProvider::open("m", 64 << 20, 2 << 20, None).unwrap(),
+    );
+    let producer = rig.connect("producer");
+    let worker = rig.connect("worker");
+    rig.work(worker);
+    let options = SubscriptionOptions {
+        qos: QoS::AtLeastOnce,
+        ..SubscriptionOptions::default()
+    };
+    assert_eq!(
+        rig.subscribe_with(worker, "$saguin/queue/more", options),
+        ReasonCode::GRANTED_QOS_1
+    );
+    rig.publish(producer, "jobs/a", b"x");
+    rig.publish(producer, "more/a", b"y");
+    let jobs = rig.jobs(worker);
+    assert_eq!(jobs.len(), 2);
+    // Each is its queue's first job at its first offset: the IDs must still
+    // differ, since a Delivery ID is unique to its attempt.
+    assert_ne!(
+        jobs[0].properties.correlation_data,
+        jobs[1].properties.correlation_data
+    );
+}
