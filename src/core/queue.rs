@@ -137,10 +137,12 @@ pub(crate) struct Queue {
     /// Bodies read from the provider and not yet offered.
     bodies: BTreeMap<u64, Rc<Message>>,
     reading: bool,
-    next_delivery: u64,
     /// A refused or failed dead-letter move holds every move back until
     /// the next tick, rather than retrying on each event.
     moves_paused_until_ms: u64,
+    /// Jobs whose attempt count storage did not take: written again on
+    /// the tick, since a restart reads the count from storage.
+    unstored_counts: BTreeSet<u64>,
 }
 
 /// Every queue, and the deliveries of theirs on a wire.
@@ -157,6 +159,9 @@ pub(crate) struct Queues {
     on_wire: HashSet<(Key, u16)>,
     /// This run's nonce, the first part of every Delivery ID.
     run: u64,
+    /// The last delivery counted in this run, over every queue, so no two
+    /// attempts anywhere share an ID.
+    next_delivery: u64,
     last_offer_ms: Option<u64>,
 }
 
@@ -177,7 +182,10 @@ pub(crate) enum QueuePending {
         offset: u64,
         message: Box<store::Message>,
     },
-    AttemptCount,
+    AttemptCount {
+        queue: usize,
+        offset: u64,
+    },
 }
 
 impl Queues {
@@ -229,8 +237,8 @@ impl Queues {
                 exhausted,
                 bodies: BTreeMap::new(),
                 reading: false,
-                next_delivery: 0,
                 moves_paused_until_ms: 0,
+                unstored_counts: BTreeSet::new(),
             });
         }
         queues
@@ -577,6 +585,7 @@ impl Broker {
                 let gap = self.gap_ms(q, attempts);
                 self.set_available(q, offset, available_at_ms(since_ms, gap));
             }
+            self.store_unstored_counts(q, out);
             self.service_queue(q, now_ms, out);
         }
     }
@@ -737,10 +746,9 @@ impl Broker {
             return;
         };
         let max_packet_size = active.client_max_packet_size;
-        let queue = &mut self.queues.list[q];
-        queue.next_delivery += 1;
-        let delivery = queue.next_delivery;
-        let attempt = queue.jobs[&offset].attempts + 1;
+        self.queues.next_delivery += 1;
+        let delivery = self.queues.next_delivery;
+        let attempt = self.queues.list[q].jobs[&offset].attempts + 1;
         let id = DeliveryId {
             run: self.queues.run,
             delivery,
@@ -845,6 +853,15 @@ impl Broker {
             return;
         };
         job.attempts = job.attempts.saturating_add(1);
+        self.store_attempts(q, offset, out);
+    }
+
+    /// Writes a job's attempt count as it stands; one storage cannot take
+    /// now is written again on the tick.
+    fn store_attempts(&mut self, q: usize, offset: u64, out: &mut impl Transport) {
+        let Some(job) = self.queues.list[q].jobs.get(&offset) else {
+            return;
+        };
         let attempts = job.attempts;
         // Written into the reserve if need be: an attempt count is what
         // lets a job reach its dead-lettering (RFC 0005 "Bounds").
@@ -854,10 +871,33 @@ impl Broker {
             value: attempts.to_be_bytes().to_vec(),
             use_reserve: true,
         };
-        if !self.queue_commit(q, vec![write], QueuePending::AttemptCount, out) {
-            log::warn!(
-                "storage is behind: the attempt count of job {offset} is kept in memory only"
-            );
+        let pending = QueuePending::AttemptCount { queue: q, offset };
+        if self.queue_commit(q, vec![write], pending, out) {
+            self.queues.list[q].unstored_counts.remove(&offset);
+        } else {
+            log::warn!("storage is behind: the attempt count of job {offset} is written again on the next tick");
+            self.queues.list[q].unstored_counts.insert(offset);
+        }
+    }
+
+    /// Writes again the attempt counts storage did not take. A job being
+    /// resolved or moved is left: its count goes with it, and a write after
+    /// that would outlive the job.
+    fn store_unstored_counts(&mut self, q: usize, out: &mut impl Transport) {
+        let offsets: Vec<u64> = self.queues.list[q]
+            .unstored_counts
+            .iter()
+            .copied()
+            .collect();
+        for offset in offsets {
+            let state = self.queues.list[q].jobs.get(&offset).map(|j| j.state);
+            match state {
+                None => {
+                    self.queues.list[q].unstored_counts.remove(&offset);
+                }
+                Some(JobState::Resolving | JobState::Moving) => {}
+                Some(_) => self.store_attempts(q, offset, out),
+            }
         }
     }
 
@@ -974,6 +1014,8 @@ impl Broker {
                 // lost; its worker's answer cannot be kept now.
                 log::warn!("storage is behind: job {offset} of {name} could not be resolved and is offered again");
                 self.set_available(q, offset, 0);
+                // An ack before the PUBACK counted its attempt in memory only.
+                self.queues.list[q].unstored_counts.insert(offset);
             }
         } else {
             let attempts = self.queues.list[q].jobs[&offset].attempts;
@@ -1052,18 +1094,15 @@ impl Broker {
             qos: body.qos as u8,
             retain: false,
         };
-        let writes = vec![
-            Write::Move {
-                channel: name.clone(),
-                offset,
-                to: self.channels[dlq].settings.name.clone(),
-                message: message.clone(),
-            },
-            Write::DropEntry {
-                channel: name.clone(),
-                key: attempts_key(offset),
-            },
-        ];
+        // The attempt count goes with the record, and stays if the move is
+        // refused: a refused write does not stop the rest of its batch.
+        let writes = vec![Write::Move {
+            channel: name.clone(),
+            offset,
+            to: self.channels[dlq].settings.name.clone(),
+            message: message.clone(),
+            drop_entry: Some(attempts_key(offset)),
+        }];
         let pending = QueuePending::DeadLetter {
             queue: q,
             offset,
@@ -1130,6 +1169,7 @@ impl Broker {
                             self.queue_name(queue)
                         );
                         self.set_available(queue, offset, 0);
+                        self.queues.list[queue].unstored_counts.insert(offset);
                     }
                 }
             }
@@ -1185,9 +1225,12 @@ impl Broker {
                     }
                 }
             }
-            (QueuePending::AttemptCount, Answer::Committed(result)) => {
+            (QueuePending::AttemptCount { queue, offset }, Answer::Committed(result)) => {
                 if !matches!(result.as_deref(), Ok([Outcome::EntryPut])) {
-                    log::warn!("an attempt count was not stored: {result:?}");
+                    log::warn!("the attempt count of job {offset} was not stored ({result:?}); it is written again on the next tick");
+                    if self.queues.list[queue].jobs.contains_key(&offset) {
+                        self.queues.list[queue].unstored_counts.insert(offset);
+                    }
                 }
             }
             (_, answer) => {

@@ -16,6 +16,8 @@ struct Shell {
     closed: Vec<Key>,
     provider: MemoryProvider,
     answers: VecDeque<Completion>,
+    /// A storage thread too busy to take a commit.
+    busy: bool,
 }
 
 impl Transport for Shell {
@@ -29,6 +31,9 @@ impl Transport for Shell {
     }
 
     fn store(&mut self, _provider: usize, request: StoreRequest) -> bool {
+        if self.busy && matches!(request, StoreRequest::Commit { .. }) {
+            return false;
+        }
         let (ticket, answer) = match request {
             StoreRequest::Commit { ticket, writes } => {
                 (ticket, Answer::Committed(self.provider.commit(&writes)))
@@ -134,6 +139,7 @@ impl Rig {
                 closed: Vec::new(),
                 provider,
                 answers: VecDeque::new(),
+                busy: false,
             },
             now_ms: 1_000,
         }
@@ -1065,4 +1071,129 @@ fn a_refused_dead_letter_move_leaves_the_job_and_is_tried_again_once_there_is_ro
     rig.advance_to(rig.now_ms + 400);
     assert_eq!(rig.held_in_store("jobs__dlq").len(), 1);
     assert_eq!(rig.held_in_store(QUEUE).len(), accepted - 2);
+}
+
+#[test]
+fn a_refused_dead_letter_move_keeps_the_stored_attempt_count() {
+    let provider = MemoryProvider::open("m", 4_000, 1, None).unwrap();
+    let mut rig = Rig::with(
+        channels(queue_settings(1, Backoff::None, 0), None),
+        provider,
+    );
+    let producer = rig.connect("producer");
+    for payload_bytes in [300usize, 30, 1] {
+        while rig.publish(producer, "jobs/a", &vec![b'x'; payload_bytes]) == ReasonCode::SUCCESS {}
+    }
+    let worker = rig.connect("worker");
+    rig.work(worker);
+    let poison = one_job(&mut rig, worker);
+    let offset = DeliveryId::decode(poison.properties.correlation_data.as_deref().unwrap())
+        .unwrap()
+        .offset;
+    rig.puback(worker, &poison);
+    rig.answer(worker, &poison, "return");
+    assert!(
+        rig.held_in_store("jobs__dlq").is_empty(),
+        "the move is refused"
+    );
+    // The job stays as it was, its spent attempt included: a restart now
+    // must still find it exhausted rather than start it over.
+    let stored = rig
+        .shell
+        .provider
+        .entry(QUEUE, &attempts_key(offset))
+        .unwrap();
+    assert_eq!(stored, Some(1u32.to_be_bytes().to_vec()));
+}
+
+#[test]
+fn an_attempt_count_storage_could_not_take_is_written_on_a_later_tick() {
+    let mut rig = Rig::new(queue_settings(5, Backoff::None, 0));
+    let producer = rig.connect("producer");
+    let worker = rig.connect("worker");
+    rig.work(worker);
+    rig.publish(producer, "jobs/a", b"x");
+    let job = one_job(&mut rig, worker);
+    let offset = DeliveryId::decode(job.properties.correlation_data.as_deref().unwrap())
+        .unwrap()
+        .offset;
+    rig.shell.busy = true;
+    rig.puback(worker, &job);
+    rig.advance_to(rig.now_ms + 400);
+    rig.shell.busy = false;
+    assert_eq!(
+        rig.shell
+            .provider
+            .entry(QUEUE, &attempts_key(offset))
+            .unwrap(),
+        None
+    );
+    // Once storage takes writes again the count is stored, so a restart
+    // still knows the attempt was spent.
+    rig.advance_to(rig.now_ms + 400);
+    let stored = rig
+        .shell
+        .provider
+        .entry(QUEUE, &attempts_key(offset))
+        .unwrap();
+    assert_eq!(stored, Some(1u32.to_be_bytes().to_vec()));
+}
+
+#[test]
+fn a_shared_subscription_to_a_queues_form_is_refused() {
+    let mut rig = Rig::new(queue_settings(5, Backoff::None, 0));
+    let worker = rig.connect("worker");
+    let options = SubscriptionOptions {
+        qos: QoS::AtLeastOnce,
+        ..SubscriptionOptions::default()
+    };
+    // Nothing is ever routed to a topic under $saguin/queue/, so a group
+    // there would wait for ever: refused as every other spelling is.
+    for filter in ["$share/g/$saguin/queue/jobs", "$share/g/$saguin/queue/#"] {
+        assert_eq!(
+            rig.subscribe_with(worker, filter, options),
+            ReasonCode::TOPIC_FILTER_INVALID,
+            "{filter}"
+        );
+    }
+}
+
+#[test]
+fn delivery_ids_differ_between_queues() {
+    let mut list = channels(queue_settings(5, Backoff::None, 0), None);
+    let mut more = channels(queue_settings(5, Backoff::None, 0), None);
+    for (channel, (name, filter)) in more
+        .iter_mut()
+        .zip([("more", "more/#"), ("more__dlq", "more/__dlq/#")])
+    {
+        channel.name = name.into();
+        channel.filters = vec![filter.into()];
+        channel.written_filter = filter.into();
+    }
+    list.extend(more);
+    let mut rig = Rig::with(
+        list,
+        MemoryProvider::open("m", 64 << 20, 2 << 20, None).unwrap(),
+    );
+    let producer = rig.connect("producer");
+    let worker = rig.connect("worker");
+    rig.work(worker);
+    let options = SubscriptionOptions {
+        qos: QoS::AtLeastOnce,
+        ..SubscriptionOptions::default()
+    };
+    assert_eq!(
+        rig.subscribe_with(worker, "$saguin/queue/more", options),
+        ReasonCode::GRANTED_QOS_1
+    );
+    rig.publish(producer, "jobs/a", b"x");
+    rig.publish(producer, "more/a", b"y");
+    let jobs = rig.jobs(worker);
+    assert_eq!(jobs.len(), 2);
+    // Each is its queue's first job at its first offset: the IDs must still
+    // differ, since a Delivery ID is unique to its attempt.
+    assert_ne!(
+        jobs[0].properties.correlation_data,
+        jobs[1].properties.correlation_data
+    );
 }

@@ -97,13 +97,20 @@ pub(crate) fn apply_batch<T: Tables>(
                 value,
                 use_reserve,
             } => put_entry(tables, budget, channel, key, value, *use_reserve)?,
-            Write::DropEntry { channel, key } => drop_entry(tables, budget, channel, key)?,
+            Write::DropEntry { channel, key } => drop_entry_of(tables, budget, channel, key)?,
             Write::Move {
                 channel,
                 offset,
                 to,
                 message,
-            } => move_record(tables, budget, channel, *offset, to, message)?,
+                drop_entry,
+            } => {
+                let outcome = move_record(tables, budget, channel, *offset, to, message)?;
+                if let (Outcome::Moved { .. }, Some(key)) = (&outcome, drop_entry) {
+                    drop_entry_of(tables, budget, channel, key)?;
+                }
+                outcome
+            }
         };
         outcomes.push(outcome);
     }
@@ -332,7 +339,7 @@ fn put_entry<T: Tables>(
     Ok(Outcome::EntryPut)
 }
 
-fn drop_entry<T: Tables>(
+fn drop_entry_of<T: Tables>(
     tables: &mut T,
     budget: &mut Budget,
     channel: &str,

@@ -936,6 +936,7 @@ fn move_to(channel: &str, offset: u64, to: &str, message: Message) -> Write {
         offset,
         to: to.into(),
         message,
+        drop_entry: None,
     }
 }
 
@@ -983,6 +984,45 @@ fn a_record_moves_into_another_channel_whole_or_not_at_all<H: Harness>(h: &H) {
     let p = h.reopen(p);
     assert_eq!(offsets(&p, "d", 1), vec![1]);
     assert_eq!(p.usage().used_bytes, 2 * size + letter.size_bytes());
+}
+
+fn a_move_drops_its_entry_only_when_the_record_moves<H: Harness>(h: &H) {
+    let entry_bytes = 2 + 4 + ENTRY_OVERHEAD_BYTES;
+    let mut p = h.open_bounded(3 * one_size() + 10 + 2 * entry_bytes, 10);
+    fill(&mut p, "q", 2);
+    let put = |key: &str| Write::PutEntry {
+        channel: "q".into(),
+        key: key.into(),
+        value: vec![0, 0, 0, 3],
+        use_reserve: true,
+    };
+    commit(&mut p, vec![put("k1"), put("k2")]);
+    let with_entry = |message: Message| Write::Move {
+        channel: "q".into(),
+        offset: 1,
+        to: "d".into(),
+        message,
+        drop_entry: Some("k1".into()),
+    };
+    // Refused: the record and its entry both stay.
+    let huge = msg("t/__dlq", &[1; 200], 9);
+    let out = commit(&mut p, vec![with_entry(huge)]);
+    assert_eq!(out, vec![Outcome::Refused(Refusal::ProviderFull)]);
+    assert_eq!(p.entry("q", "k1").unwrap(), Some(vec![0, 0, 0, 3]));
+    assert_eq!(offsets(&p, "q", 1), vec![1, 2]);
+    // Moved: the entry goes with the record, and only that entry.
+    let out = commit(&mut p, vec![with_entry(msg("t/__dlq", &[7; 12], 9))]);
+    assert!(matches!(
+        out[0],
+        Outcome::Moved {
+            to_offset: Some(1),
+            ..
+        }
+    ));
+    let p = h.reopen(p);
+    assert_eq!(p.entry("q", "k1").unwrap(), None);
+    assert_eq!(p.entry("q", "k2").unwrap(), Some(vec![0, 0, 0, 3]));
+    assert_eq!(p.channel("q").entry_count, 1);
 }
 
 fn entries_are_put_replaced_dropped_and_counted<H: Harness>(h: &H) {
@@ -1211,6 +1251,10 @@ macro_rules! conformance {
             #[test]
             fn a_record_moves_into_another_channel_whole_or_not_at_all() {
                 super::a_record_moves_into_another_channel_whole_or_not_at_all(&h("move"));
+            }
+            #[test]
+            fn a_move_drops_its_entry_only_when_the_record_moves() {
+                super::a_move_drops_its_entry_only_when_the_record_moves(&h("move-entry"));
             }
             #[test]
             fn entries_are_put_replaced_dropped_and_counted() {

@@ -238,6 +238,9 @@ pub enum Write {
         offset: u64,
         to: String,
         message: Message,
+        /// An entry of `channel` dropped with the record (a job's attempt
+        /// count): only when the record moves, so a refused move keeps it.
+        drop_entry: Option<String>,
     },
 }
 

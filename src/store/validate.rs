@@ -94,7 +94,11 @@ fn check_write(w: &Write) -> Result<(), String> {
             offset,
             to,
             message,
+            drop_entry,
         } => {
+            if let Some(key) = drop_entry {
+                check_entry_key(key)?;
+            }
             if channel == to {
                 return Err(format!(
                     "a move takes a record out of {channel:?} into another channel"
