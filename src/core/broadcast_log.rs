@@ -40,7 +40,7 @@ fn group_reader(share_name: &str, filter: &str) -> String {
 /// Leads a session's window entry in the log's entry space.
 const WINDOW_PREFIX: &str = "$window\u{0}";
 
-fn window_key(client_id: &str) -> String {
+pub(crate) fn window_key(client_id: &str) -> String {
     format!("{WINDOW_PREFIX}{client_id}")
 }
 
@@ -133,6 +133,13 @@ impl BroadcastLog {
         }
         self.windows
             .insert(client_id.into(), vec![(0, u64::MAX, false)]);
+    }
+
+    /// Forgets what was stored of a session's cursor and window: they are
+    /// being dropped, and what a session of the id holds is stored anew.
+    pub(crate) fn forget_stored(&mut self, client_id: &str) {
+        self.stored.remove(client_id);
+        self.windows.remove(client_id);
     }
 
     /// Makes the next interval write every cursor and window again, and
@@ -823,6 +830,7 @@ impl Broker {
         let Some(provider) = self.settings.session_provider else {
             return;
         };
+        self.send_log_ends(out);
         if self.persist.log.next == 0 {
             return;
         }
@@ -905,24 +913,6 @@ impl Broker {
                 self.persist.log.forget_cursors();
             }
         }
-    }
-
-    /// A session's cursor goes with its record.
-    pub(crate) fn cursor_ended(&mut self, client_id: &str) -> Vec<Write> {
-        let mut writes = Vec::new();
-        if self.persist.log.windows.remove(client_id).is_some() {
-            writes.push(Write::DropEntry {
-                channel: BROADCAST_SPACE.to_string(),
-                key: window_key(client_id),
-            });
-        }
-        if self.persist.log.stored.remove(client_id).is_some() {
-            writes.push(Write::DropPosition {
-                channel: BROADCAST_SPACE.to_string(),
-                reader: client_id.to_string(),
-            });
-        }
-        writes
     }
 
     /// Takes in what the provider held of the log at start.

@@ -585,6 +585,8 @@ fn answer_commits(h: &mut Harness) -> Vec<Vec<Write>> {
             .map(|w| match w {
                 Write::PutEntry { .. } => Outcome::EntryPut,
                 Write::DropEntry { .. } => Outcome::EntryDropped { existed: true },
+                // A new durable session's record drops any earlier cursor.
+                Write::DropPosition { .. } => Outcome::PositionDropped { existed: false },
                 other => panic!("unexpected write {other:?}"),
             })
             .collect();

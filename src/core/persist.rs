@@ -67,6 +67,12 @@ pub(crate) struct Persistence {
     pub log: super::broadcast_log::BroadcastLog,
     /// The removal of a stored hold, to go in the commit of its release.
     pub release_drop: Option<Write>,
+    /// Client ids whose stored cursor and window must be dropped before
+    /// anything else is stored for the id: an ended session's, or what an
+    /// earlier session may have left behind a new one.
+    log_ends: BTreeSet<Box<str>>,
+    /// Session writes carrying such drops, by ticket.
+    log_ends_riding: HashMap<u64, Box<str>>,
 }
 
 /// What follows a session write once it is answered.
@@ -107,6 +113,10 @@ pub(crate) enum Then {
     /// The cursors and windows stored at an interval: nobody waits, and
     /// a failure has them written again at the next.
     Cursors,
+    /// The drops of an ended session's cursor and window, alone.
+    LogEnded {
+        client_id: Box<str>,
+    },
     /// Deliveries waiting on the window that names them.
     Window {
         session: Key,
@@ -263,15 +273,32 @@ impl Broker {
         let Some(provider) = self.settings.session_provider else {
             return Err(Box::new(then));
         };
+        let mut writes = Vec::new();
+        let mut riding = None;
+        if let Write::PutEntry { key, .. } | Write::DropEntry { key, .. } = &write {
+            let client_id: Box<str> = key.as_str().into();
+            if self.persist.log_ends.remove(&client_id) {
+                // In the record's own commit: the record never lands
+                // beside a cursor or window an earlier session left.
+                writes.extend(log_drops(&client_id));
+                self.persist.log.forget_stored(&client_id);
+                riding = Some(client_id.clone());
+            }
+        }
         if let Write::PutEntry { key, .. } = &write {
             self.persist.stored.insert(key.as_str().into());
             // What the session acknowledged is stored before its record,
             // in the same order on the same provider.
             let session = self.sessions_by_client_id.get(key.as_str()).copied();
-            let writes = session.map(|s| self.cursor_writes(s)).unwrap_or_default();
-            if !writes.is_empty() {
+            let cursors = session.map(|s| self.cursor_writes(s)).unwrap_or_default();
+            if riding.is_some() {
+                writes.extend(cursors);
+            } else if !cursors.is_empty() {
                 let ticket = self.next_ticket();
-                let request = StoreRequest::Commit { ticket, writes };
+                let request = StoreRequest::Commit {
+                    ticket,
+                    writes: cursors,
+                };
                 if !out.store(provider, request) {
                     // Not taken: written again with the record's retry.
                     self.persist.log.forget_window(key);
@@ -279,7 +306,59 @@ impl Broker {
                 }
             }
         }
-        self.send_write(provider, write, then, out)
+        writes.push(write);
+        let ticket = self.next_ticket();
+        if !out.store(provider, StoreRequest::Commit { ticket, writes }) {
+            if let Some(client_id) = riding {
+                self.persist.log_ends.insert(client_id);
+            }
+            return Err(Box::new(then));
+        }
+        self.persist.track(ticket, then);
+        if let Some(client_id) = riding {
+            self.persist.log_ends_riding.insert(ticket, client_id);
+        }
+        Ok(())
+    }
+
+    /// A session write that carried a cursor and window drop came back
+    /// unstored: the drops are owed again.
+    fn log_ends_answered(&mut self, ticket: u64, stored: bool) {
+        if let Some(client_id) = self.persist.log_ends_riding.remove(&ticket) {
+            if !stored {
+                self.persist.log.forget_window(&client_id);
+                self.persist.log_ends.insert(client_id);
+            }
+        }
+    }
+
+    /// Sends the cursor and window drops owed for ids no session holds now:
+    /// at an end, and again every `ack_commit_interval` until they land.
+    pub(crate) fn send_log_ends(&mut self, out: &mut impl Transport) {
+        let Some(provider) = self.settings.session_provider else {
+            return;
+        };
+        let owed: Vec<Box<str>> = self
+            .persist
+            .log_ends
+            .iter()
+            .filter(|id| !self.sessions_by_client_id.contains_key(&***id))
+            .cloned()
+            .collect();
+        for client_id in owed {
+            self.persist.log_ends.remove(&client_id);
+            self.persist.log.forget_stored(&client_id);
+            let ticket = self.next_ticket();
+            let request = StoreRequest::Commit {
+                ticket,
+                writes: log_drops(&client_id),
+            };
+            if out.store(provider, request) {
+                self.persist.track(ticket, Then::LogEnded { client_id });
+            } else {
+                self.persist.log_ends.insert(client_id);
+            }
+        }
     }
 
     /// Sends one write to `provider`, to be answered through `then`.
@@ -345,11 +424,11 @@ impl Broker {
             return;
         }
         self.persist.user_names.remove(client_id);
-        let writes = self.cursor_ended(client_id);
-        if let (false, Some(provider)) = (writes.is_empty(), self.settings.session_provider) {
-            let ticket = self.next_ticket();
-            let request = StoreRequest::Commit { ticket, writes };
-            let _ = out.store(provider, request);
+        // Dropped unconditionally: the provider may hold what memory
+        // forgot (a drop that failed before a restart).
+        self.persist.log_ends.insert(client_id.into());
+        if !self.persist.stored.contains(client_id) {
+            self.send_log_ends(out);
         }
         if !self.persist.stored.remove(client_id) {
             return;
@@ -440,6 +519,11 @@ impl Broker {
             let record = self.session_record_for_connect(conn, session_key, now_ms)?;
             Self::record_write(&client_id, &record)
         };
+        if made && session.expiry_interval_s > 0 {
+            // Whatever an earlier session of the id left goes with the
+            // first record of this one.
+            self.persist.log_ends.insert(client_id.clone());
+        }
         self.persist.dirty.remove(&client_id);
         let then = Then::Connack {
             conn,
@@ -827,6 +911,8 @@ impl Broker {
             then => then,
         };
         let written = written(completion.answer);
+        let stored = matches!(written, Written::Stored);
+        self.log_ends_answered(completion.ticket.0, stored);
         self.finish_session_write(then, written, now_ms, out);
     }
 
@@ -875,6 +961,12 @@ impl Broker {
             Then::Logged(logged) => self.logged(*logged, None, now_ms, out),
             Then::Hold(hold) => self.hold_written(*hold, None, now_ms, out),
             Then::Pubrel { conn, reply } => self.pubrel_written(conn, reply, written, now_ms, out),
+            Then::LogEnded { client_id } => {
+                if !matches!(written, Written::Stored) {
+                    log::warn!("the cursor and window of the ended session {client_id} were not dropped; they are dropped at the next interval");
+                    self.persist.log_ends.insert(client_id);
+                }
+            }
             Then::Cursors => {
                 if !matches!(written, Written::Stored) {
                     log::warn!("the broadcast log's cursors were not stored; they are written again at the next interval");
@@ -1193,6 +1285,20 @@ impl Broker {
         }
         true
     }
+}
+
+/// The drops of a client id's stored cursor and window.
+fn log_drops(client_id: &str) -> Vec<Write> {
+    vec![
+        Write::DropEntry {
+            channel: super::broadcast_log::BROADCAST_SPACE.to_string(),
+            key: super::broadcast_log::window_key(client_id),
+        },
+        Write::DropPosition {
+            channel: super::broadcast_log::BROADCAST_SPACE.to_string(),
+            reader: client_id.to_string(),
+        },
+    ]
 }
 
 /// What a session write's answer says of it.

@@ -199,6 +199,7 @@ impl Rig {
     }
 }
 
+use super::broadcast_log::window_key;
 use super::session_record::SessionRecord;
 
 fn connect(client_id: &str, durable: bool, expiry_s: u32) -> Connect {
@@ -1669,5 +1670,74 @@ fn a_pubrel_waits_for_a_busy_storage_thread_and_keeps_the_connection() {
     assert!(
         matches!(answers.as_slice(), [Packet::Connack(_), Packet::Pubrel(r)] if r.packet_id == id),
         "{answers:?}"
+    );
+}
+
+/// The cursor and window of a session that ended while the store failed
+/// are dropped at a later interval, and a new session of the same client
+/// id is stored without them.
+#[test]
+fn an_ended_sessions_cursor_and_window_drops_are_written_again_until_they_land() {
+    let mut rig = Rig::new(empty_disk(1 << 20));
+    let keeper = rig.open();
+    rig.packet(keeper, Packet::Connect(connect("keeper", true, 1)));
+    rig.packet(keeper, subscribe("a/#"));
+    rig.settle();
+    rig.take(keeper);
+    let publisher = rig.open();
+    rig.packet(publisher, Packet::Connect(connect("publisher", false, 0)));
+    rig.packet(publisher, qos1_publish("a/1", 1));
+    rig.settle();
+    assert_eq!(
+        rig.publishes_to(keeper).len(),
+        1,
+        "on the wire, never acknowledged"
+    );
+    rig.tick_to(200);
+    let window = window_key("keeper");
+    assert!(rig.disk.entry(BROADCAST_SPACE, &window).unwrap().is_some());
+    rig.packet(keeper, clean_disconnect());
+    rig.settle();
+    // The session expires while every write fails.
+    rig.failing = true;
+    rig.tick_to(1_500);
+    rig.failing = false;
+    rig.tick_to(1_700);
+    assert!(rig.stored_record("keeper").is_none());
+    assert_eq!(rig.disk.entry(BROADCAST_SPACE, &window).unwrap(), None);
+    assert_eq!(rig.disk.position(BROADCAST_SPACE, "keeper").unwrap(), None);
+}
+
+/// A new session's first record drops whatever cursor and window an
+/// earlier session of its client id may have left, in the same commit.
+#[test]
+fn a_new_sessions_record_never_lands_beside_an_earlier_sessions_window() {
+    let mut rig = Rig::new(empty_disk(1 << 20));
+    let keeper = rig.open();
+    rig.packet(keeper, Packet::Connect(connect("keeper", true, 1)));
+    rig.packet(keeper, subscribe("a/#"));
+    rig.settle();
+    rig.take(keeper);
+    let publisher = rig.open();
+    rig.packet(publisher, Packet::Connect(connect("publisher", false, 0)));
+    rig.packet(publisher, qos1_publish("a/1", 1));
+    rig.settle();
+    rig.tick_to(200);
+    rig.packet(keeper, clean_disconnect());
+    rig.settle();
+    rig.failing = true;
+    rig.tick_to(1_300);
+    rig.failing = false;
+    // Before any interval retries the drops, the id connects again.
+    let again = rig.open();
+    rig.packet(again, Packet::Connect(connect("keeper", true, 3600)));
+    rig.settle();
+    assert!(rig.connack(again).is_some());
+    let disk = rig.crash();
+    assert!(disk.entry(SESSIONS_SPACE, "keeper").unwrap().is_some());
+    assert_eq!(
+        disk.entry(BROADCAST_SPACE, &window_key("keeper")).unwrap(),
+        None,
+        "the new session's record landed beside the old session's window"
     );
 }
