@@ -1005,7 +1005,12 @@ impl Broker {
         now_ms: u64,
         out: &mut impl Transport,
     ) {
-        self.persist.connecting.remove(&session_key);
+        // A newer CONNECT that took the session over while this write was
+        // in flight waits on its own write: its wait is not this one's.
+        let current = self.persist.connecting.get(&session_key) == Some(&conn);
+        if current {
+            self.persist.connecting.remove(&session_key);
+        }
         if !self.connections.contains(conn) {
             self.persist.forget_connection(conn);
             return;
@@ -1063,7 +1068,9 @@ impl Broker {
             }
         }
         // Accepted: what the CONNECT changed stands.
-        self.persist.claimed.remove(&session_key);
+        if current {
+            self.persist.claimed.remove(&session_key);
+        }
         self.complete_connect(conn, session_key, connack, now_ms, out);
         self.resume_connection(conn, now_ms, out);
     }

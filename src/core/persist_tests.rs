@@ -1741,3 +1741,28 @@ fn a_new_sessions_record_never_lands_beside_an_earlier_sessions_window() {
         "the new session's record landed beside the old session's window"
     );
 }
+
+/// A CONNECT that took a session over while an earlier CONNECT's write was
+/// in flight keeps its own wait when the earlier write completes: a third
+/// CONNECT still takes the session over from it.
+#[test]
+fn an_earlier_connects_write_does_not_release_a_newer_connects_wait() {
+    let mut rig = Rig::new(empty_disk(1 << 20));
+    let first = rig.open();
+    rig.packet(first, Packet::Connect(connect("device", true, 3600)));
+    let second = rig.open();
+    rig.packet(second, Packet::Connect(connect("device", true, 3600)));
+    assert!(rig.wire.closed.contains(&first));
+    // Only the first CONNECT's write comes back.
+    rig.budget = rig.applied + 1;
+    rig.settle();
+    rig.budget = usize::MAX;
+    let third = rig.open();
+    rig.packet(third, Packet::Connect(connect("device", true, 3600)));
+    rig.settle();
+    assert!(
+        rig.wire.closed.contains(&second),
+        "two connections were given the same session"
+    );
+    assert!(rig.connack(third).is_some());
+}
