@@ -304,6 +304,8 @@ impl Broker {
                     self.persist.log.forget_window(key);
                     return Err(Box::new(then));
                 }
+                // A failure has them written again at the next interval.
+                self.persist.track(ticket, Then::Cursors);
             }
         }
         writes.push(write);

@@ -1766,3 +1766,54 @@ fn an_earlier_connects_write_does_not_release_a_newer_connects_wait() {
     );
     assert!(rig.connack(third).is_some());
 }
+
+/// The cursor written ahead of a session's record is written again at the
+/// next interval when the store fails it, though the record after it lands.
+#[test]
+fn a_failed_cursor_write_ahead_of_a_record_is_written_again_at_the_next_interval() {
+    let mut rig = Rig::new(empty_disk(1 << 20));
+    let keeper = rig.open();
+    rig.packet(keeper, Packet::Connect(connect("keeper", true, 3600)));
+    rig.packet(keeper, subscribe("a/#"));
+    rig.settle();
+    rig.take(keeper);
+    // A session that acknowledges nothing keeps the log from being trimmed
+    // past what the keeper acknowledged.
+    let other = rig.open();
+    rig.packet(other, Packet::Connect(connect("other", true, 3600)));
+    rig.packet(other, subscribe("a/#"));
+    rig.settle();
+    let publisher = rig.open();
+    rig.packet(publisher, Packet::Connect(connect("publisher", false, 0)));
+    rig.packet(publisher, qos1_publish("a/1", 1));
+    rig.settle();
+    let sent = rig.publishes_to(keeper);
+    assert_eq!(sent.len(), 1);
+    // Its cursor is stored while it is owed.
+    rig.tick_to(200);
+    let ack = crate::codec::PubAck {
+        packet_id: sent[0].packet_id.unwrap(),
+        ..Default::default()
+    };
+    rig.packet(keeper, Packet::Puback(ack));
+    rig.settle();
+    // The SUBSCRIBE's record goes behind the moved cursor; only the
+    // cursor's commit fails.
+    rig.packet(keeper, subscribe("b/#"));
+    rig.failing = true;
+    rig.budget = rig.applied + 1;
+    rig.settle();
+    rig.failing = false;
+    rig.budget = usize::MAX;
+    rig.settle();
+    assert_eq!(rig.stored_record("keeper").unwrap().subscriptions.len(), 2);
+    rig.tick_to(400);
+    let mut rig = Rig::new(rig.crash());
+    let keeper = rig.open();
+    rig.packet(keeper, Packet::Connect(connect("keeper", true, 3600)));
+    rig.settle();
+    assert!(
+        rig.publishes_to(keeper).is_empty(),
+        "an acknowledged message was sent again"
+    );
+}
