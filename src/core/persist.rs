@@ -1172,6 +1172,11 @@ impl Broker {
                 }
             };
             self.persist.stored.insert(client_id.as_str().into());
+            // Held to the limit configured now, as a CONNECT's is.
+            let mut record = record;
+            record.expiry_interval_s = record
+                .expiry_interval_s
+                .min(self.settings.max_session_expiry_s);
             if record.expiry_interval_s == 0 {
                 self.session_record_ended(&client_id, out);
                 continue;

@@ -75,8 +75,13 @@ impl Rig {
 
     /// A broker starting at `start_unix_ms` on what `disk` kept.
     fn start(disk: MemoryProvider, start_unix_ms: u64) -> Rig {
+        Rig::start_with(disk, settings(start_unix_ms))
+    }
+
+    /// A broker starting with `settings` on what `disk` kept.
+    fn start_with(disk: MemoryProvider, settings: Settings) -> Rig {
         let mut rig = Rig {
-            broker: Broker::new(settings(start_unix_ms)),
+            broker: Broker::new(settings),
             wire: Wire::default(),
             disk,
             now_ms: 0,
@@ -1816,4 +1821,43 @@ fn a_failed_cursor_write_ahead_of_a_record_is_written_again_at_the_next_interval
         rig.publishes_to(keeper).is_empty(),
         "an acknowledged message was sent again"
     );
+}
+
+/// A session kept under a longer `max_session_expiry` than the broker now
+/// allows is held to the current limit from the start.
+#[test]
+fn a_restored_session_never_outlives_a_lowered_max_session_expiry() {
+    let mut rig = Rig::new(empty_disk(1 << 20));
+    let device = rig.open();
+    rig.packet(device, Packet::Connect(connect("device", true, 3600)));
+    rig.packet(device, subscribe("a/#"));
+    rig.packet(device, clean_disconnect());
+    rig.settle();
+    assert_eq!(rig.stored_record("device").unwrap().expiry_interval_s, 3600);
+    let lowered = Settings {
+        max_session_expiry_s: 10,
+        ..settings(START_UNIX_MS + 60_000)
+    };
+    let mut rig = Rig::start_with(rig.crash(), lowered);
+    assert!(
+        rig.stored_record("device").is_none(),
+        "the session outlived the limit"
+    );
+    let device = rig.open();
+    rig.packet(device, Packet::Connect(connect("device", true, 3600)));
+    rig.settle();
+    assert!(!rig.connack(device).unwrap().session_present);
+
+    // One still within the lowered limit is kept with its expiry capped.
+    let mut rig = Rig::new(empty_disk(1 << 20));
+    let device = rig.open();
+    rig.packet(device, Packet::Connect(connect("device", true, 3600)));
+    rig.packet(device, clean_disconnect());
+    rig.settle();
+    let lowered = Settings {
+        max_session_expiry_s: 100,
+        ..settings(START_UNIX_MS + 60_000)
+    };
+    let rig = Rig::start_with(rig.crash(), lowered);
+    assert_eq!(rig.stored_record("device").unwrap().expiry_interval_s, 100);
 }
