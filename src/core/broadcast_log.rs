@@ -99,7 +99,7 @@ pub(crate) struct BroadcastLog {
     /// The offset of the message being routed now, if it was logged.
     routing: Option<u64>,
     /// The floor the last trim asked for.
-    trimmed_to: u64,
+    pub(crate) trimmed_to: u64,
     /// Deliveries in a window not yet stored, and so not yet sent.
     unsent: Vec<(Key, u16)>,
     /// Deliveries whose window write is in flight: exactly those the write
@@ -340,7 +340,7 @@ impl Broker {
 
     /// The offset below which the log may give up its oldest to make
     /// room: nothing a session has on the wire is given up.
-    fn room_floor(&self) -> u64 {
+    pub(crate) fn room_floor(&self) -> u64 {
         let mut floor = self.persist.log.next;
         for key in self.sessions.keys() {
             let on_wire = self.sessions.get(key).into_iter().flat_map(|s| {

@@ -1861,3 +1861,52 @@ fn a_restored_session_never_outlives_a_lowered_max_session_expiry() {
     let rig = Rig::start_with(rig.crash(), lowered);
     assert_eq!(rig.stored_record("device").unwrap().expiry_interval_s, 100);
 }
+
+/// An exactly-once release into a full log makes room as a QoS 1 append
+/// does: the newest message is kept for the session away.
+#[test]
+fn a_full_log_gives_up_its_oldest_messages_for_a_released_qos2_one() {
+    let mut rig = Rig::new(empty_disk(2_000));
+    let keeper = rig.open();
+    rig.packet(keeper, Packet::Connect(connect("keeper", true, 3600)));
+    rig.packet(keeper, subscribe_qos2("a/#"));
+    rig.packet(keeper, clean_disconnect());
+    rig.settle();
+    let publisher = rig.open();
+    rig.packet(publisher, Packet::Connect(connect("publisher", false, 0)));
+    rig.take(publisher);
+    for n in 1..=6u16 {
+        rig.packet(
+            publisher,
+            Packet::Publish(Publish {
+                qos: QoS::ExactlyOnce,
+                topic: format!("a/{n}"),
+                packet_id: Some(n),
+                payload: vec![7; 300],
+                ..Publish::default()
+            }),
+        );
+        rig.packet(publisher, pubrel(n));
+        rig.settle();
+    }
+    let pubcomps = rig
+        .take(publisher)
+        .into_iter()
+        .filter(|p| matches!(p, Packet::Pubcomp(_)))
+        .count();
+    assert_eq!(pubcomps, 6);
+    assert!(rig.broker.stats().log_dropped > 0, "the loss is counted");
+    let mut rig = Rig::new(rig.crash());
+    let keeper = rig.open();
+    rig.packet(keeper, Packet::Connect(connect("keeper", true, 3600)));
+    rig.settle();
+    let topics: Vec<String> = rig
+        .publishes_to(keeper)
+        .into_iter()
+        .map(|p| p.topic)
+        .collect();
+    assert!(
+        topics.len() < 6 && topics.last().map(String::as_str) == Some("a/6"),
+        "{topics:?}"
+    );
+}

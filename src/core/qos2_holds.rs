@@ -61,6 +61,9 @@ pub(crate) enum HoldThen {
         logged: bool,
         /// Durable groups' first cursors, written ahead of the message.
         group_cursors: Vec<Write>,
+        /// The log already gave up its oldest to make room once: a trim
+        /// leads the commit.
+        made_room: bool,
     },
 }
 
@@ -240,6 +243,7 @@ impl Broker {
             message: Box::new(message),
             logged,
             group_cursors,
+            made_room: false,
         }));
         if out.store(provider, request) {
             self.persist.track(ticket, then);
@@ -302,16 +306,41 @@ impl Broker {
                 message,
                 logged,
                 group_cursors,
+                made_room,
             } => {
-                // Past the group cursors written ahead of it.
-                let outcomes = outcomes.map(|o| o[group_cursors.len().min(o.len())..].to_vec());
+                if let Some(Outcome::Trimmed(trimmed)) = outcomes.as_deref().and_then(|o| o.first())
+                {
+                    if made_room {
+                        self.stats.log_dropped += trimmed.removed_records;
+                    }
+                }
+                // Past the trim and the group cursors written ahead of it.
+                let ahead = group_cursors.len() + usize::from(made_room);
+                let outcomes = outcomes.map(|o| o[ahead.min(o.len())..].to_vec());
                 if !matches!(outcomes.as_deref(), Some([Outcome::Appended { .. }, ..])) {
                     self.forget_group_cursors(&group_cursors);
+                }
+                if logged
+                    && !made_room
+                    && matches!(outcomes.as_deref(), Some([Outcome::Refused(_), ..]))
+                {
+                    let floor = self.room_floor();
+                    if floor > self.persist.log.trimmed_to {
+                        // As for a QoS 1 append: the log gives up its oldest
+                        // messages, none on the wire, and the append is
+                        // tried once more; the hold's removal went with the
+                        // first commit.
+                        self.release_making_room(conn, packet_id, *message, floor, now_ms, out);
+                        return;
+                    }
                 }
                 let offset = match (logged, outcomes.as_deref()) {
                     (true, Some([Outcome::Appended { offset }, ..])) => Some(Some(*offset)),
                     // The log's provider is full: delivered from memory only.
                     (true, Some([Outcome::Refused(_), ..])) => Some(None),
+                    // The hold's removal is stored: the retry's failure
+                    // costs the sessions away, not the publisher.
+                    (true, None) if made_room => Some(None),
                     (false, Some([Outcome::EntryDropped { .. }])) => Some(None),
                     _ => None,
                 };
@@ -334,8 +363,13 @@ impl Broker {
                     self.end_connection(conn, Some(reason), true, now_ms, out);
                     return;
                 };
-                if let Some(offset) = offset {
-                    self.persist.log.routing_at(offset);
+                match offset {
+                    Some(offset) => self.persist.log.routing_at(offset),
+                    None if logged => {
+                        log::warn!("the broadcast log's provider is full: a released message owed to sessions away is kept in memory only");
+                        self.stats.log_dropped += 1;
+                    }
+                    None => {}
                 }
                 let before = std::mem::replace(&mut self.persist.writes_through, true);
                 let routed = self.accept_message(*message, now_ms, out);
@@ -349,6 +383,51 @@ impl Broker {
                 };
                 self.send(conn, &Packet::Pubcomp(ack), out);
             }
+        }
+    }
+
+    /// A release the full log refused, appended again behind a trim of
+    /// its oldest messages below `floor`.
+    fn release_making_room(
+        &mut self,
+        conn: Key,
+        packet_id: u16,
+        message: Message,
+        floor: u64,
+        now_ms: u64,
+        out: &mut impl Transport,
+    ) {
+        log::warn!(
+            "the broadcast log's provider is full: messages below offset {floor} are given up for the sessions away that were owed them"
+        );
+        self.persist.log.trimmed_to = floor;
+        let mut writes = vec![Write::Trim {
+            channel: BROADCAST_SPACE.to_string(),
+            rule: crate::store::TrimRule::BeforeOffset(floor),
+            max_records: crate::store::MAX_TRIM_RECORDS,
+        }];
+        let group_cursors = self.new_group_cursors(&message.topic);
+        writes.extend(group_cursors.iter().cloned());
+        let id = publisher_id(&message)
+            .unwrap_or_else(|| self.id_generator.next_id(message.received_at_unix_ms));
+        writes.push(Write::Append {
+            channel: BROADCAST_SPACE.to_string(),
+            message: to_stored(&message, &id),
+            channel_max_bytes: None,
+        });
+        let then = Then::Hold(Box::new(HoldThen::Release {
+            conn,
+            packet_id,
+            message: Box::new(message),
+            logged: true,
+            group_cursors,
+            made_room: true,
+        }));
+        let ticket = self.next_ticket();
+        let request = super::StoreRequest::Commit { ticket, writes };
+        match self.settings.session_provider {
+            Some(provider) if out.store(provider, request) => self.persist.track(ticket, then),
+            _ => self.finish_session_write(then, Written::Failed, now_ms, out),
         }
     }
 
