@@ -97,6 +97,10 @@ enum JobState {
 struct Job {
     received_at_unix_ms: u64,
     attempts: u32,
+    /// The count storage has confirmed. A job is offered only when this has
+    /// caught up with `attempts`: offering it sooner could hand out more
+    /// attempts than a restart would find spent.
+    stored_attempts: u32,
     /// Monotonic time before which it is not offered (its backoff).
     available_at_ms: u64,
     first_delivery_unix_ms: u64,
@@ -185,6 +189,7 @@ pub(crate) enum QueuePending {
     AttemptCount {
         queue: usize,
         offset: u64,
+        attempts: u32,
     },
 }
 
@@ -214,6 +219,7 @@ impl Queues {
                     let job = Job {
                         received_at_unix_ms: h.received_at_unix_ms,
                         attempts: h.attempts,
+                        stored_attempts: h.attempts,
                         // Restart: every held job is available at once.
                         available_at_ms: 0,
                         first_delivery_unix_ms: 0,
@@ -318,6 +324,7 @@ impl Broker {
             Job {
                 received_at_unix_ms,
                 attempts: 0,
+                stored_attempts: 0,
                 available_at_ms: 0,
                 first_delivery_unix_ms: 0,
                 last_delivery_unix_ms: 0,
@@ -598,8 +605,8 @@ impl Broker {
     /// Walks a queue's jobs. Jobs out of attempts are dead-lettered first,
     /// wherever they stand. Then, in offset order, a job older than
     /// `job_expires_after` is dead-lettered and an available one whose
-    /// backoff has passed is offered to the next free worker; a waiting one
-    /// is skipped, never waited on. The walk stops where a body must first
+    /// backoff has passed and whose attempt count is stored is offered to
+    /// the next free worker; a waiting one is skipped, never waited on. The walk stops where a body must first
     /// be read, and at the first due job no worker is free for: the jobs
     /// behind it arrived later, so none of them has expired either. On the
     /// tick this is the sweep of expired work.
@@ -650,7 +657,9 @@ impl Broker {
                 settings.job_expires_after_ms,
                 now_unix_ms,
             );
-            let waiting = job.attempts >= settings.max_attempts || job.available_at_ms > now_ms;
+            let waiting = job.attempts >= settings.max_attempts
+                || job.available_at_ms > now_ms
+                || job.stored_attempts < job.attempts;
             if (expired && !may_move) || (!expired && waiting) {
                 continue;
             }
@@ -871,7 +880,11 @@ impl Broker {
             value: attempts.to_be_bytes().to_vec(),
             use_reserve: true,
         };
-        let pending = QueuePending::AttemptCount { queue: q, offset };
+        let pending = QueuePending::AttemptCount {
+            queue: q,
+            offset,
+            attempts,
+        };
         if self.queue_commit(q, vec![write], pending, out) {
             self.queues.list[q].unstored_counts.remove(&offset);
         } else {
@@ -1225,12 +1238,28 @@ impl Broker {
                     }
                 }
             }
-            (QueuePending::AttemptCount { queue, offset }, Answer::Committed(result)) => {
+            (
+                QueuePending::AttemptCount {
+                    queue,
+                    offset,
+                    attempts,
+                },
+                Answer::Committed(result),
+            ) => {
                 if !matches!(result.as_deref(), Ok([Outcome::EntryPut])) {
                     log::warn!("the attempt count of job {offset} was not stored ({result:?}); it is written again on the next tick");
                     if self.queues.list[queue].jobs.contains_key(&offset) {
                         self.queues.list[queue].unstored_counts.insert(offset);
                     }
+                    return;
+                }
+                let Some(job) = self.queues.list[queue].jobs.get_mut(&offset) else {
+                    return;
+                };
+                job.stored_attempts = job.stored_attempts.max(attempts);
+                // A job held back for its count is offered once it is stored.
+                if job.state == JobState::Available && job.stored_attempts >= job.attempts {
+                    self.service_queue(queue, now_ms, out);
                 }
             }
             (_, answer) => {
