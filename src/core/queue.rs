@@ -563,11 +563,18 @@ impl Broker {
     /// Runs every queue's clocks and offers: leases past their deadline go
     /// back, waiting jobs past `job_expires_after` are dead-lettered, and
     /// free workers are offered work. On the offer tick.
+    ///
+    /// The offer tick runs on the first call in each `OFFER_TICK_MS` slot
+    /// of monotonic time, the slots due times are rounded to, rather than
+    /// `OFFER_TICK_MS` after the last run: whatever the phase of the
+    /// shell's tick, a job due at a slot's start goes out on the first call
+    /// at or after it.
     pub(crate) fn queue_tick(&mut self, now_ms: u64, out: &mut impl Transport) {
+        let slot = now_ms / OFFER_TICK_MS;
         if self
             .queues
             .last_offer_ms
-            .is_some_and(|at| now_ms.saturating_sub(at) < OFFER_TICK_MS)
+            .is_some_and(|at| at / OFFER_TICK_MS >= slot)
         {
             return;
         }

@@ -1358,3 +1358,36 @@ fn a_crash_never_finds_fewer_attempts_than_were_handed_out_less_the_last() {
     assert_eq!(attempt(&job), stored + 1);
     assert!(attempt(&job) >= handed_out);
 }
+
+#[test]
+fn a_due_job_is_offered_at_the_first_tick_at_or_after_its_due_time() {
+    // Whatever the phase of the shell's 100 ms tick against the 200 ms
+    // offer tick, a gap is honoured on the first tick at or after it ends.
+    for phase_ms in [0u64, 30, 99, 100, 150] {
+        let mut rig = Rig::new(queue_settings(5, Backoff::Linear, 1_000));
+        rig.now_ms = 1_000 + phase_ms;
+        let producer = rig.connect("producer");
+        let worker = rig.connect("worker");
+        rig.work(worker);
+        rig.advance_to(rig.now_ms + 100);
+        rig.publish(producer, "jobs/a", b"x");
+        let job = one_job(&mut rig, worker);
+        let returned_at = rig.now_ms;
+        rig.puback(worker, &job);
+        rig.answer(worker, &job, "return");
+        let due = (returned_at + 1_000).div_ceil(200) * 200;
+        let first_tick_at_or_after = returned_at + (due - returned_at).div_ceil(100) * 100;
+        let mut offered_at = None;
+        while offered_at.is_none() && rig.now_ms < returned_at + 5_000 {
+            rig.advance_to(rig.now_ms + 100);
+            if !rig.jobs(worker).is_empty() {
+                offered_at = Some(rig.now_ms);
+            }
+        }
+        assert_eq!(
+            offered_at,
+            Some(first_tick_at_or_after),
+            "phase {phase_ms}: returned at {returned_at}, due at {due}"
+        );
+    }
+}
