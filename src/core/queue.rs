@@ -35,6 +35,8 @@ type Refusal = (ReasonCode, &'static str);
 const READ_BATCH_RECORDS: u32 = 32;
 /// Bytes one body read may bring in.
 const READ_BATCH_BYTES: u64 = 256 * 1024;
+/// How often a dead-letter move that keeps failing the same way is warned of.
+const MOVE_WARNING_EVERY_MS: u64 = 60_000;
 
 /// One queue as configured, and the jobs its provider held at startup.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -110,7 +112,7 @@ struct Job {
 
 /// Why a job left for the dead-letter channel.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum DeadReason {
+pub(crate) enum DeadReason {
     AttemptsExhausted,
     Expired,
 }
@@ -147,6 +149,10 @@ pub(crate) struct Queue {
     /// Jobs whose attempt count storage did not take: written again on
     /// the tick, since a restart reads the count from storage.
     unstored_counts: BTreeSet<u64>,
+    /// Jobs whose dead-letter move failed, with the failure last warned of
+    /// and when: a move that never fits is retried every tick, and warned
+    /// of again only when its failure changes or a minute has passed.
+    move_warnings: HashMap<u64, (String, u64)>,
 }
 
 /// Every queue, and the deliveries of theirs on a wire.
@@ -184,6 +190,7 @@ pub(crate) enum QueuePending {
     DeadLetter {
         queue: usize,
         offset: u64,
+        reason: DeadReason,
         message: Box<store::Message>,
     },
     AttemptCount {
@@ -245,6 +252,7 @@ impl Queues {
                 reading: false,
                 moves_paused_until_ms: 0,
                 unstored_counts: BTreeSet::new(),
+                move_warnings: HashMap::new(),
             });
         }
         queues
@@ -1126,6 +1134,7 @@ impl Broker {
         let pending = QueuePending::DeadLetter {
             queue: q,
             offset,
+            reason,
             message: Box::new(message),
         };
         if !self.queue_commit(q, writes, pending, out) {
@@ -1134,10 +1143,6 @@ impl Broker {
         if let Some(job) = self.queues.list[q].jobs.get_mut(&offset) {
             job.state = JobState::Moving;
         }
-        log::info!(
-            "job {offset} of {name} is dead-lettered: {}",
-            reason.as_str()
-        );
         true
     }
 
@@ -1197,6 +1202,7 @@ impl Broker {
                 QueuePending::DeadLetter {
                     queue,
                     offset,
+                    reason,
                     message,
                 },
                 Answer::Committed(result),
@@ -1208,6 +1214,11 @@ impl Broker {
                             floor,
                         }, ..],
                     ) => {
+                        log::info!(
+                            "job {offset} of {} is dead-lettered: {}",
+                            self.queue_name(queue),
+                            reason.as_str()
+                        );
                         self.forget_job(queue, offset, *floor);
                         let dlq = self.queues.list[queue].dlq.expect("moved into it");
                         // Its readers are served as from any append.
@@ -1236,10 +1247,22 @@ impl Broker {
                         // Refused or failed: the job stays as it was, its
                         // attempts untouched, and moves are tried again on
                         // the next tick.
-                        log::warn!(
-                            "job {offset} of {} could not be dead-lettered ({other:?}); it is tried again",
-                            self.queue_name(queue)
-                        );
+                        let failure = format!("{other:?}");
+                        let q = &mut self.queues.list[queue];
+                        let warned = q.move_warnings.get(&offset).is_some_and(|(last, at)| {
+                            *last == failure && now_ms.saturating_sub(*at) < MOVE_WARNING_EVERY_MS
+                        });
+                        if warned {
+                            log::debug!("job {offset} still could not be dead-lettered");
+                        } else {
+                            log::warn!(
+                                "job {offset} of {} could not be dead-lettered ({failure}); it is tried again each tick",
+                                self.queue_name(queue)
+                            );
+                            self.queues.list[queue]
+                                .move_warnings
+                                .insert(offset, (failure, now_ms));
+                        }
                         self.queues.list[queue].moves_paused_until_ms = now_ms + OFFER_TICK_MS;
                         self.set_available(queue, offset, 0);
                     }
@@ -1292,6 +1315,7 @@ impl Broker {
             );
             queue.jobs.remove(&offset);
             queue.exhausted.remove(&offset);
+            queue.move_warnings.remove(&offset);
         }
     }
 
@@ -1299,6 +1323,7 @@ impl Broker {
         let queue = &mut self.queues.list[q];
         queue.jobs.remove(&offset);
         queue.bodies.remove(&offset);
+        queue.move_warnings.remove(&offset);
         let channel = &mut self.channels[queue.channel];
         channel.floor = channel.floor.max(floor);
     }

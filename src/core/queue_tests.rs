@@ -21,6 +21,8 @@ struct Shell {
     /// Commits taken but neither written nor answered yet, while `slow`.
     unanswered: Vec<(u64, Vec<Write>)>,
     slow: bool,
+    /// Dead-letter moves asked for.
+    moves_tried: u32,
 }
 
 impl Transport for Shell {
@@ -36,6 +38,10 @@ impl Transport for Shell {
     fn store(&mut self, _provider: usize, request: StoreRequest) -> bool {
         if self.busy && matches!(request, StoreRequest::Commit { .. }) {
             return false;
+        }
+        if let StoreRequest::Commit { writes, .. } = &request {
+            let moves = writes.iter().filter(|w| matches!(w, Write::Move { .. }));
+            self.moves_tried += moves.count() as u32;
         }
         let request = match request {
             StoreRequest::Commit { ticket, writes } if self.slow => {
@@ -152,6 +158,7 @@ impl Rig {
                 busy: false,
                 unanswered: Vec::new(),
                 slow: false,
+                moves_tried: 0,
             },
             now_ms: 1_000,
         }
@@ -1390,4 +1397,87 @@ fn a_due_job_is_offered_at_the_first_tick_at_or_after_its_due_time() {
             "phase {phase_ms}: returned at {returned_at}, due at {due}"
         );
     }
+}
+
+/// Captures the warnings logged on the calling test's own thread, so tests
+/// running beside it do not mix theirs in.
+mod captured_log {
+    use std::cell::RefCell;
+
+    thread_local! {
+        static WARNINGS: RefCell<Option<Vec<String>>> = const { RefCell::new(None) };
+    }
+
+    struct Capture;
+
+    impl log::Log for Capture {
+        fn enabled(&self, metadata: &log::Metadata) -> bool {
+            metadata.level() <= log::Level::Warn
+        }
+
+        fn log(&self, record: &log::Record) {
+            if !self.enabled(record.metadata()) {
+                return;
+            }
+            WARNINGS.with(|w| {
+                if let Some(lines) = w.borrow_mut().as_mut() {
+                    lines.push(record.args().to_string());
+                }
+            });
+        }
+
+        fn flush(&self) {}
+    }
+
+    static CAPTURE: Capture = Capture;
+
+    pub fn start() {
+        // Another test may have set it already: the same logger either way.
+        let _ = log::set_logger(&CAPTURE);
+        log::set_max_level(log::LevelFilter::Warn);
+        WARNINGS.with(|w| *w.borrow_mut() = Some(Vec::new()));
+    }
+
+    pub fn warnings() -> Vec<String> {
+        WARNINGS.with(|w| w.borrow().clone().unwrap_or_default())
+    }
+}
+
+#[test]
+fn a_dead_letter_move_that_cannot_fit_is_retried_each_tick_and_warned_of_once() {
+    let provider = MemoryProvider::open("m", 4_000, 1, None).unwrap();
+    let mut rig = Rig::with(
+        channels(queue_settings(1, Backoff::None, 0), None),
+        provider,
+    );
+    let producer = rig.connect("producer");
+    for payload_bytes in [300usize, 30, 1] {
+        while rig.publish(producer, "jobs/a", &vec![b'x'; payload_bytes]) == ReasonCode::SUCCESS {}
+    }
+    let worker = rig.connect("worker");
+    rig.work(worker);
+    captured_log::start();
+    let poison = one_job(&mut rig, worker);
+    rig.puback(worker, &poison);
+    rig.answer(worker, &poison, "return");
+    let next = one_job(&mut rig, worker);
+    rig.puback(worker, &next);
+    assert!(rig.held_in_store("jobs__dlq").is_empty());
+    let tries = rig.shell.moves_tried;
+    rig.advance_to(rig.now_ms + 5_000);
+    // 25 offer ticks: the move is asked for on each of them.
+    assert!(
+        rig.shell.moves_tried - tries >= 24,
+        "{} moves tried",
+        rig.shell.moves_tried - tries
+    );
+    let warned = captured_log::warnings()
+        .into_iter()
+        .filter(|w| w.contains("could not be dead-lettered"))
+        .count();
+    assert_eq!(warned, 1, "{:#?}", captured_log::warnings());
+    // Room freed: the next retry moves it.
+    rig.answer(worker, &next, "ack");
+    rig.advance_to(rig.now_ms + 400);
+    assert_eq!(rig.held_in_store("jobs__dlq").len(), 1);
 }
