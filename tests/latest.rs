@@ -897,6 +897,23 @@ fn the_catalogue_says_what_a_channel_is() {
         r#"{"name":"jobs","type":"queue","filter":"jobs/#","verbs":["write","consume"],"pin":"$saguin/queue/jobs"}"#
     );
     assert_eq!(ask("nothing"), "", "no such channel is the empty reply");
+    assert_eq!(ask(""), "", "nor is there one with no name");
+    // Correlation Data is echoed, so a request without it is answered without.
+    asker.send(&Packet::Publish(request(
+        "$saguin/catalogue/state",
+        b"",
+        Some("cat"),
+        None,
+    )));
+    match asker.recv() {
+        Received::Packet(Packet::Publish(reply)) => {
+            assert_eq!(reply.properties.correlation_data, None)
+        }
+        other => panic!("expected the reply, got {other:?}"),
+    }
+    assert!(
+        matches!(asker.recv(), Received::Packet(Packet::Puback(ack)) if ack.reason_code.0 == 0)
+    );
     let ack = publish_with(
         &mut asker,
         request("$saguin/catalogue/a/b", b"", Some("cat"), None),

@@ -256,18 +256,14 @@ impl Broker {
         // An exactly-once release takes its stored hold in the same commit.
         let release_drop = self.persist.release_drop.take();
         if self.latest_delete_of_nothing(channel, &message) {
-            // Nothing to say is gone: nothing is stored, and it is done.
-            self.holds_dropped(
-                release_drop
-                    .map(|drop| (self.channels[channel].settings.provider, drop))
-                    .into_iter()
-                    .collect(),
+            return self.latest_release_of_nothing(
+                channel,
+                message,
+                conn,
+                release_drop,
+                now_ms,
                 out,
             );
-            if let Some((conn, ack)) = conn {
-                self.answer_publish(conn, ack, Ok(()), now_ms, out);
-            }
-            return Ok(());
         }
         let mut message = message;
         self.prepare_for_channel(channel, &mut message);

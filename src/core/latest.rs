@@ -15,7 +15,7 @@
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::rc::Rc;
 
-use super::channel::{labelled, ChannelSettings, Pending, StoreRequest};
+use super::channel::{labelled, ChannelSettings, Pending, PendingAck, StoreRequest};
 use super::latest_reader::ReadFor;
 use super::point_read::PointRead;
 use super::session::Message;
@@ -159,7 +159,11 @@ pub(crate) struct LatestState {
     sweeping: bool,
     /// Replaced records whose removal storage could not take yet, tried
     /// again at the next tick. At most one per record the channel holds.
-    unremoved: Vec<u64>,
+    unremoved: Vec<(Rc<str>, u64)>,
+    /// Per topic, replaced records whose removal is not yet confirmed. The
+    /// sweep leaves such a topic alone: removing its current record first
+    /// would let a restart find the replaced one as current again.
+    removing: HashMap<Rc<str>, u32>,
 }
 
 impl LatestState {
@@ -188,6 +192,7 @@ impl LatestState {
             readers: Vec::new(),
             sweeping: false,
             unremoved: Vec::new(),
+            removing: HashMap::new(),
         }))
     }
 
@@ -200,6 +205,16 @@ impl LatestState {
         self.cache.bodies.get(&offset).cloned()
     }
 
+    /// A replaced record of `topic` is confirmed removed.
+    fn removed_replaced(&mut self, topic: &str) {
+        if let Some(count) = self.removing.get_mut(topic) {
+            *count -= 1;
+            if *count == 0 {
+                self.removing.remove(topic);
+            }
+        }
+    }
+
     /// The topic as the index holds it, so readers share one allocation.
     pub fn topic(&self, topic: &str) -> Option<Rc<str>> {
         self.values.get_key_value(topic).map(|(k, _)| Rc::clone(k))
@@ -208,8 +223,11 @@ impl LatestState {
 
 /// What a `latest` channel asked storage for.
 pub(crate) enum LatestPending {
-    /// Records newer values replaced are being removed.
-    Superseded { channel: usize, offsets: Vec<u64> },
+    /// Records newer values replaced are being removed, with their topics.
+    Superseded {
+        channel: usize,
+        removals: Vec<(Rc<str>, u64)>,
+    },
     /// Values past their period, by topic and offset.
     Sweep {
         channel: usize,
@@ -220,6 +238,13 @@ pub(crate) enum LatestPending {
     ReaderRead(ReadFor),
     /// A value's body for a point read.
     PointRead(PointRead),
+    /// The stored hold of an exactly-once deletion of nothing is being
+    /// removed; its PUBCOMP follows.
+    ReleaseDropped {
+        conn: super::Key,
+        ack: PendingAck,
+        message: Box<Message>,
+    },
 }
 
 impl Broker {
@@ -232,6 +257,43 @@ impl Broker {
         message.payload.is_empty()
             && latest.live_value(&message.topic).is_none()
             && !latest.storing.contains_key(&*message.topic)
+    }
+
+    /// A deletion of nothing: nothing to say is gone, so nothing is stored
+    /// and it is answered at once - unless it is an exactly-once release
+    /// whose hold is stored. Then the answer waits for the hold's removal:
+    /// a restart finding it still held would take the client's next
+    /// publish under that identifier for a resend (invariant 18). Gives
+    /// the message back when storage cannot take the removal now.
+    pub(crate) fn latest_release_of_nothing(
+        &mut self,
+        channel: usize,
+        message: Message,
+        conn: Option<(super::Key, PendingAck)>,
+        release_drop: Option<Write>,
+        now_ms: u64,
+        out: &mut impl Transport,
+    ) -> Result<(), Box<Message>> {
+        let provider = self.channels[channel].settings.provider;
+        match (release_drop, conn) {
+            (Some(drop), Some((conn, ack))) => {
+                let ticket = self.next_ticket();
+                let writes = vec![drop];
+                if !out.store(provider, StoreRequest::Commit { ticket, writes }) {
+                    return Err(Box::new(message));
+                }
+                let message = Box::new(message);
+                let pending = LatestPending::ReleaseDropped { conn, ack, message };
+                self.pending.insert(ticket, Pending::Latest(pending));
+            }
+            (drop, conn) => {
+                self.holds_dropped(drop.map(|d| (provider, d)).into_iter().collect(), out);
+                if let Some((conn, ack)) = conn {
+                    self.answer_publish(conn, ack, Ok(()), now_ms, out);
+                }
+            }
+        }
+        Ok(())
     }
 
     /// Counts a publish to a `latest` topic on its way to storage
@@ -280,7 +342,8 @@ impl Broker {
         if let Some(old) = replaced {
             latest.by_offset.remove(&old.offset);
             latest.cache.forget(old.offset);
-            self.remove_replaced(channel, vec![old.offset], out);
+            *latest.removing.entry(Rc::clone(&topic)).or_insert(0) += 1;
+            self.remove_replaced(channel, vec![(Rc::clone(&topic), old.offset)], out);
         }
         self.offer_change(channel, &topic, offset, now_ms, out);
         // A shared group is served changes, one member at a time.
@@ -292,22 +355,27 @@ impl Broker {
     /// value even where the new one is refused. What storage cannot take
     /// now is tried again at the next tick (and a crash in between is
     /// mended at startup).
-    fn remove_replaced(&mut self, channel: usize, offsets: Vec<u64>, out: &mut impl Transport) {
+    fn remove_replaced(
+        &mut self,
+        channel: usize,
+        removals: Vec<(Rc<str>, u64)>,
+        out: &mut impl Transport,
+    ) {
         let settings = &self.channels[channel].settings;
         let (name, provider) = (settings.name.clone(), settings.provider);
-        let writes = offsets
+        let writes = removals
             .iter()
-            .map(|&offset| Write::Remove {
+            .map(|&(_, offset)| Write::Remove {
                 channel: name.clone(),
                 offset,
             })
             .collect();
         let ticket = self.next_ticket();
         if out.store(provider, StoreRequest::Commit { ticket, writes }) {
-            let pending = LatestPending::Superseded { channel, offsets };
+            let pending = LatestPending::Superseded { channel, removals };
             self.pending.insert(ticket, Pending::Latest(pending));
         } else if let Some(latest) = self.channels[channel].latest.as_deref_mut() {
-            latest.unremoved.extend(offsets);
+            latest.unremoved.extend(removals);
         }
     }
 
@@ -322,8 +390,8 @@ impl Broker {
                 continue;
             }
             let batch = latest.unremoved.len().min(store::MAX_BATCH_WRITES);
-            let offsets: Vec<u64> = latest.unremoved.drain(..batch).collect();
-            self.remove_replaced(channel, offsets, out);
+            let removals: Vec<(Rc<str>, u64)> = latest.unremoved.drain(..batch).collect();
+            self.remove_replaced(channel, removals, out);
         }
         self.pump_all_latest(now_ms, out);
     }
@@ -349,6 +417,10 @@ impl Broker {
         let mut removed = Vec::new();
         let mut more = false;
         for (topic, value) in &latest.values {
+            if latest.removing.contains_key(topic) {
+                // Taken at a later sweep, once what it replaced is gone.
+                continue;
+            }
             let cutoff_ms = if value.deleted {
                 deletion_cutoff_ms
             } else {
@@ -399,16 +471,23 @@ impl Broker {
         out: &mut impl Transport,
     ) {
         match (pending, answer) {
-            (LatestPending::Superseded { channel, offsets }, Answer::Committed(result)) => {
+            (LatestPending::Superseded { channel, removals }, Answer::Committed(result)) => {
                 match result {
-                    Ok(outcomes) => self.floor_after_removals(channel, &outcomes),
+                    Ok(outcomes) => {
+                        self.floor_after_removals(channel, &outcomes);
+                        if let Some(latest) = self.channels[channel].latest.as_deref_mut() {
+                            for (topic, _) in &removals {
+                                latest.removed_replaced(topic);
+                            }
+                        }
+                    }
                     Err(error) => {
                         log::warn!(
                             "removing replaced values of {} failed: {error}; it is tried again",
                             self.channels[channel].settings.name
                         );
                         if let Some(latest) = self.channels[channel].latest.as_deref_mut() {
-                            latest.unremoved.extend(offsets);
+                            latest.unremoved.extend(removals);
                         }
                     }
                 }
@@ -443,6 +522,24 @@ impl Broker {
             }
             (LatestPending::PointRead(read), Answer::Read(result)) => {
                 self.point_read_completed(read, result, now_ms, out)
+            }
+            (LatestPending::ReleaseDropped { conn, ack, message }, Answer::Committed(result)) => {
+                match result {
+                    Ok(_) => self.answer_publish(conn, ack, Ok(()), now_ms, out),
+                    Err(error) => {
+                        log::warn!("removing an exactly-once publish's hold failed: {error}");
+                        // Still stored, so held again: the PUBREL on the
+                        // next connection completes it.
+                        if let PendingAck::Pubcomp { packet_id } = ack {
+                            self.hold_again(conn, packet_id, *message, now_ms);
+                        }
+                        let refusal = (
+                            crate::codec::ReasonCode::IMPLEMENTATION_SPECIFIC_ERROR,
+                            "storage could not complete the exactly-once publish",
+                        );
+                        self.answer_publish(conn, ack, Err(refusal), now_ms, out);
+                    }
+                }
             }
             (_, answer) => {
                 log::error!("a storage answer did not match its latest request: {answer:?}")

@@ -26,8 +26,14 @@ use crate::store::{self, ReadLimit, FIRST_OFFSET};
 /// Values a reader asks storage for at once.
 const READ_BATCH_RECORDS: u32 = 64;
 
-/// A cursor over the channel's current values, sent as state (RETAIN
-/// set): a SUBSCRIBE's state pass, or what a resume missed.
+/// Changes a reader holds one by one. Past this a subscriber that has
+/// fallen behind is served its changes by a cursor from the lowest one
+/// waiting instead, so what it holds stays small however many topics move.
+pub(crate) const WAITING_CHANGES_MAX: usize = 1_024;
+
+/// A cursor over the channel's current values: sent as state (RETAIN
+/// set) for a SUBSCRIBE's state pass or what a resume missed, or as changes
+/// for a subscriber whose waiting changes passed their bound.
 struct Pass {
     /// The filter it serves; `None` for every filter of the reader.
     filter: Option<Box<str>>,
@@ -36,8 +42,11 @@ struct Pass {
     /// The next offset to consider.
     next: u64,
     /// The channel's next offset when it began: what is committed after
-    /// that reaches the reader as a change.
+    /// that reaches the reader as a change. `u64::MAX` for a pass of
+    /// changes, which takes every change until it has caught up.
     end: u64,
+    /// Served as state rather than as changes.
+    as_state: bool,
 }
 
 /// One session's subscription to one `latest` channel.
@@ -78,8 +87,14 @@ impl LatestReader {
         (self.passes.len(), self.waiting.len())
     }
 
-    /// Adds a change of `topic` at `offset`, replacing an older one.
+    /// Adds a change of `topic` at `offset`, replacing an older one. Past
+    /// the bound, the waiting changes become one pass of changes from the
+    /// lowest of them, which also takes every change after (current
+    /// offsets only rise, so nothing a change pass has not reached is lost).
     fn offer(&mut self, topic: &Rc<str>, offset: u64) {
+        if self.passes.iter().any(|pass| !pass.as_state) {
+            return;
+        }
         if let Some(&queued) = self.waiting_topics.get(topic) {
             if queued >= offset {
                 return;
@@ -88,6 +103,19 @@ impl LatestReader {
         }
         self.waiting_topics.insert(Rc::clone(topic), offset);
         self.waiting.insert(offset, Rc::clone(topic));
+        if self.waiting.len() > WAITING_CHANGES_MAX {
+            let from = self.waiting.keys().next().copied().unwrap_or(offset);
+            self.waiting.clear();
+            self.waiting_topics.clear();
+            self.passes.push(Pass {
+                filter: None,
+                // A live deletion reaches every subscriber.
+                deletions: true,
+                next: from,
+                end: u64::MAX,
+                as_state: false,
+            });
+        }
     }
 
     fn withdraw(&mut self, offset: u64) {
@@ -97,8 +125,9 @@ impl LatestReader {
     }
 
     /// Moves each pass to its next value, dropping the passes that are
-    /// done; returns the lowest offset a pass offers.
-    fn settle_passes(&mut self, latest: &LatestState) -> Option<u64> {
+    /// done; returns the lowest offset a pass offers, and whether a state
+    /// pass offers it.
+    fn settle_passes(&mut self, latest: &LatestState) -> Option<(u64, bool)> {
         let filters = &self.filters;
         for pass in &mut self.passes {
             let found = latest
@@ -116,7 +145,12 @@ impl LatestReader {
             pass.next = found.unwrap_or(pass.end);
         }
         self.passes.retain(|pass| pass.next < pass.end);
-        self.passes.iter().map(|pass| pass.next).min()
+        let lowest = self.passes.iter().map(|pass| pass.next).min()?;
+        let as_state = self
+            .passes
+            .iter()
+            .any(|pass| pass.as_state && pass.next == lowest);
+        Some((lowest, as_state))
     }
 
     /// Marks `offset` as served: taken off the waiting changes, and every
@@ -265,6 +299,7 @@ impl Broker {
                 deletions,
                 next: ch.floor,
                 end: ch.next,
+                as_state: true,
             };
             let reader = self
                 .latest_readers
@@ -372,9 +407,10 @@ impl Broker {
                 .latest
                 .as_deref()
                 .expect("a latest channel");
-            let state = reader.settle_passes(latest);
+            let passed = reader.settle_passes(latest);
             let change = reader.waiting.keys().next().copied();
-            let Some(offset) = [state, change].into_iter().flatten().min() else {
+            let from_pass = passed.map(|(offset, _)| offset);
+            let Some(offset) = [from_pass, change].into_iter().flatten().min() else {
                 return;
             };
             let session_key = reader.session;
@@ -400,7 +436,7 @@ impl Broker {
                 .get(session_key)
                 .map(|s| Rc::clone(&s.client_id))
                 .unwrap_or_else(|| Rc::from(""));
-            let as_state = state == Some(offset);
+            let as_state = passed.is_some_and(|(o, state)| o == offset && state);
             let delivery = reader.delivery_for(&message, offset, as_state, &client_id);
             let sent = match delivery {
                 Some(delivery) => self.send_value(key, session_key, delivery, now_ms, out),
@@ -583,6 +619,7 @@ impl Broker {
                 deletions: false,
                 next: from,
                 end,
+                as_state: true,
             });
         }
     }

@@ -427,3 +427,208 @@ fn a_state_pass_is_a_cursor_over_stored_values_read_in_batches() {
         "one read per batch, the next from where the last ended"
     );
 }
+
+/// A deletion is the only thing standing between a restart and the value
+/// it replaced while that value's removal is outstanding: the sweep must
+/// not take the deletion first, or a restart would bring the old value back.
+#[test]
+fn a_deletion_outlives_the_removal_of_the_value_it_replaced() {
+    let mut h = Harness::new(state_channel(None, Some(2)));
+    let publisher = h.connect("pub", ProtocolVersion::V5);
+    set(&mut h, publisher, "state/a", b"1", 1);
+    h.commit_appends(1);
+    set(&mut h, publisher, "state/a", b"", 2);
+    let mut requests = h.stored();
+    let Some(StoreRequest::Commit { ticket, .. }) = requests.pop() else {
+        panic!("expected the deletion's append");
+    };
+    // Storage cannot take the removal of value 1 now: it is kept to retry.
+    h.out.storage_busy = true;
+    h.complete(
+        ticket,
+        Answer::Committed(Ok(vec![Outcome::Appended { offset: 2 }])),
+    );
+    h.out.storage_busy = false;
+    for _ in 0..6 {
+        h.advance(1_000);
+        for request in h.stored() {
+            let StoreRequest::Commit { ticket, writes } = request else {
+                continue;
+            };
+            let removes = |o: u64| {
+                writes
+                    .iter()
+                    .any(|w| matches!(w, Write::Remove { offset, .. } if *offset == o))
+            };
+            assert!(
+                !removes(2) || removes(1),
+                "the deletion was removed while the value it replaced may still be stored"
+            );
+            // The retried removal keeps failing.
+            h.complete(
+                ticket,
+                Answer::Committed(Err(crate::store::StoreError::Database {
+                    path: "state.redb".into(),
+                    action: "commit",
+                    detail: "disk".into(),
+                })),
+            );
+        }
+    }
+    // Once the removal is confirmed, the deletion's own period applies.
+    h.advance(1_000);
+    for request in h.stored() {
+        if let StoreRequest::Commit { ticket, writes } = request {
+            assert_eq!(
+                writes,
+                [Write::Remove {
+                    channel: "state".into(),
+                    offset: 1
+                }]
+            );
+            let removed = Outcome::Removed {
+                existed: true,
+                freed_bytes: 80,
+                floor: 2,
+            };
+            h.complete(ticket, Answer::Committed(Ok(vec![removed])));
+        }
+    }
+    h.advance(1_000);
+    assert_eq!(removals(&mut h), [2]);
+}
+
+/// A subscriber that has fallen behind while every topic moves holds a
+/// bounded number of changes, and is still sent every topic's value, as a
+/// change (no RETAIN), lowest offset first.
+#[test]
+fn the_changes_a_slow_subscriber_holds_are_bounded_and_none_is_lost() {
+    use crate::core::latest_reader::WAITING_CHANGES_MAX;
+    let topics = 3 * WAITING_CHANGES_MAX as u64;
+    let mut h = Harness::new(state_channel(None, None));
+    let (subscriber, _) = connect_durable(&mut h, "slow", 1);
+    h.subscribe(subscriber, "state/#", qos(QoS::AtLeastOnce), None);
+    let publisher = h.connect("pub", ProtocolVersion::V5);
+    let mut next = 1u64;
+    while next <= topics {
+        let last = (next + 9).min(topics);
+        for offset in next..=last {
+            let packet_id = (offset - next + 1) as u16;
+            set(
+                &mut h,
+                publisher,
+                &format!("state/t{offset}"),
+                b"v",
+                packet_id,
+            );
+        }
+        h.commit_appends(next);
+        h.out.take(publisher);
+        next = last + 1;
+        let reader = h.broker.latest_readers.iter().next().unwrap().1;
+        assert!(
+            reader.held().1 <= WAITING_CHANGES_MAX,
+            "a slow subscriber holds at most {WAITING_CHANGES_MAX} changes"
+        );
+    }
+    let mut received = Vec::new();
+    for _ in 0..10 * topics {
+        for request in h.stored() {
+            let StoreRequest::Read {
+                ticket,
+                from_offset,
+                ..
+            } = request
+            else {
+                continue;
+            };
+            let last = (from_offset + 63).min(topics);
+            let records = (from_offset..=last)
+                .map(|o| record(o, &format!("state/t{o}"), b"v"))
+                .collect();
+            let batch = crate::store::ReadBatch {
+                floor: 1,
+                next: topics + 1,
+                records,
+            };
+            h.complete(ticket, Answer::Read(Ok(crate::store::Read::Records(batch))));
+        }
+        let packets = h.out.take(subscriber);
+        let sent = publishes(&packets);
+        if sent.is_empty() {
+            break;
+        }
+        for publish in sent {
+            assert!(!publish.retain, "a change, not state");
+            let offset: u64 = label(publish, "saguin-offset").unwrap().parse().unwrap();
+            assert_eq!(publish.topic, format!("state/t{offset}"));
+            received.push(offset);
+            let ack = PubAck {
+                packet_id: publish.packet_id.unwrap(),
+                ..PubAck::default()
+            };
+            h.packet(subscriber, Packet::Puback(ack));
+        }
+    }
+    assert_eq!(received, (1..=topics).collect::<Vec<_>>());
+}
+
+/// Answers every queued commit as a store that kept it would.
+fn answer_commits(h: &mut Harness) -> Vec<Vec<Write>> {
+    let mut answered = Vec::new();
+    for request in h.stored() {
+        let StoreRequest::Commit { ticket, writes } = request else {
+            continue;
+        };
+        let outcomes = writes
+            .iter()
+            .map(|w| match w {
+                Write::PutEntry { .. } => Outcome::EntryPut,
+                Write::DropEntry { .. } => Outcome::EntryDropped { existed: true },
+                other => panic!("unexpected write {other:?}"),
+            })
+            .collect();
+        h.complete(ticket, Answer::Committed(Ok(outcomes)));
+        answered.push(writes);
+    }
+    answered
+}
+
+/// A deletion of nothing stores nothing, but an exactly-once release of one
+/// still has a stored hold to remove: until that removal is stored a
+/// restart would find the identifier held, and take the client's next
+/// publish under it for a resend. The PUBCOMP waits for it (invariant 18).
+#[test]
+fn an_exactly_once_deletion_of_nothing_is_completed_once_its_hold_is_gone() {
+    let mut settings = state_channel(None, None);
+    settings.session_provider = Some(0);
+    let mut h = Harness::new(settings);
+    let conn = h.open();
+    let mut connect = connect_packet("pub", ProtocolVersion::V5);
+    connect.clean_start = false;
+    connect.properties.session_expiry_interval_s = Some(600);
+    h.packet(conn, Packet::Connect(connect));
+    answer_commits(&mut h);
+    assert!(matches!(h.out.take(conn).as_slice(), [Packet::Connack(_)]));
+    let publish = publish_packet("state/never", QoS::ExactlyOnce, Some(7), b"");
+    h.packet(conn, Packet::Publish(publish));
+    answer_commits(&mut h);
+    assert!(matches!(h.out.take(conn).as_slice(), [Packet::Pubrec(_)]));
+
+    let release = PubAck {
+        packet_id: 7,
+        ..PubAck::default()
+    };
+    h.packet(conn, Packet::Pubrel(release));
+    assert!(
+        h.out.take(conn).is_empty(),
+        "PUBCOMP before the hold's removal was stored"
+    );
+    let answered = answer_commits(&mut h);
+    assert!(
+        matches!(answered.as_slice(), [w] if matches!(w.as_slice(), [Write::DropEntry { .. }])),
+        "{answered:?}"
+    );
+    assert!(matches!(h.out.take(conn).as_slice(),
+        [Packet::Pubcomp(ack)] if ack.packet_id == 7 && ack.reason_code == ReasonCode::SUCCESS));
+}

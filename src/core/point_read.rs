@@ -32,7 +32,9 @@ pub fn is_request(topic: &str) -> bool {
 pub(crate) struct ReplyTo {
     conn: Key,
     topic: String,
-    correlation_data: Vec<u8>,
+    /// `None` only for a catalogue request that sent none: a point read's
+    /// answer always carries one.
+    correlation_data: Option<Vec<u8>>,
     slot: u64,
 }
 
@@ -79,18 +81,15 @@ impl Broker {
             self.refuse_request(conn, &publish.topic, slot, refusal, now_ms, out);
             return;
         };
-        let reply = |correlation_data: Vec<u8>| ReplyTo {
+        let reply = |otherwise: Option<Vec<u8>>| ReplyTo {
             conn,
             topic: response_topic.clone(),
-            correlation_data: publish
-                .properties
-                .correlation_data
-                .clone()
-                .unwrap_or(correlation_data),
+            correlation_data: publish.properties.correlation_data.clone().or(otherwise),
             slot,
         };
         if let Some(name) = publish.topic.strip_prefix(CATALOGUE_PREFIX) {
-            if name.is_empty() || name.contains('/') {
+            // An empty name is a name no channel has: the empty reply.
+            if name.contains('/') {
                 let refusal = (
                     ReasonCode::TOPIC_NAME_INVALID,
                     "a channel's name is one topic level: this names no channel that could exist",
@@ -99,13 +98,13 @@ impl Broker {
                 return;
             }
             let answer = self.catalogue_entry(name).into_bytes();
-            self.answer_request(reply(Vec::new()), None, answer, now_ms, out);
+            self.answer_request(reply(None), None, answer, now_ms, out);
             return;
         }
         match self.point_read_target(&publish.payload) {
             Err(refusal) => self.refuse_request(conn, &publish.topic, slot, refusal, now_ms, out),
             Ok((channel, key)) => {
-                let reply = reply(key.as_bytes().to_vec());
+                let reply = reply(Some(key.as_bytes().to_vec()));
                 self.point_read(reply, channel, key, now_ms, out);
             }
         }
@@ -325,7 +324,7 @@ impl Broker {
         };
         let (version, max_packet_size) = (active.version, active.client_max_packet_size);
         let mut properties = properties.unwrap_or_default();
-        properties.correlation_data = Some(reply.correlation_data);
+        properties.correlation_data = reply.correlation_data;
         let publish = Publish {
             qos: QoS::AtMostOnce,
             topic: reply.topic,
