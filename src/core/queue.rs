@@ -35,6 +35,8 @@ type Refusal = (ReasonCode, &'static str);
 const READ_BATCH_RECORDS: u32 = 32;
 /// Bytes one body read may bring in.
 const READ_BATCH_BYTES: u64 = 256 * 1024;
+/// How often a dead-letter move that keeps failing the same way is warned of.
+const MOVE_WARNING_EVERY_MS: u64 = 60_000;
 
 /// One queue as configured, and the jobs its provider held at startup.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -97,6 +99,10 @@ enum JobState {
 struct Job {
     received_at_unix_ms: u64,
     attempts: u32,
+    /// The count storage has confirmed. A job is offered only when this has
+    /// caught up with `attempts`: offering it sooner could hand out more
+    /// attempts than a restart would find spent.
+    stored_attempts: u32,
     /// Monotonic time before which it is not offered (its backoff).
     available_at_ms: u64,
     first_delivery_unix_ms: u64,
@@ -106,7 +112,7 @@ struct Job {
 
 /// Why a job left for the dead-letter channel.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum DeadReason {
+pub(crate) enum DeadReason {
     AttemptsExhausted,
     Expired,
 }
@@ -143,6 +149,10 @@ pub(crate) struct Queue {
     /// Jobs whose attempt count storage did not take: written again on
     /// the tick, since a restart reads the count from storage.
     unstored_counts: BTreeSet<u64>,
+    /// Jobs whose dead-letter move failed, with the failure last warned of
+    /// and when: a move that never fits is retried every tick, and warned
+    /// of again only when its failure changes or a minute has passed.
+    move_warnings: HashMap<u64, (String, u64)>,
 }
 
 /// Every queue, and the deliveries of theirs on a wire.
@@ -180,11 +190,13 @@ pub(crate) enum QueuePending {
     DeadLetter {
         queue: usize,
         offset: u64,
+        reason: DeadReason,
         message: Box<store::Message>,
     },
     AttemptCount {
         queue: usize,
         offset: u64,
+        attempts: u32,
     },
 }
 
@@ -214,6 +226,7 @@ impl Queues {
                     let job = Job {
                         received_at_unix_ms: h.received_at_unix_ms,
                         attempts: h.attempts,
+                        stored_attempts: h.attempts,
                         // Restart: every held job is available at once.
                         available_at_ms: 0,
                         first_delivery_unix_ms: 0,
@@ -239,6 +252,7 @@ impl Queues {
                 reading: false,
                 moves_paused_until_ms: 0,
                 unstored_counts: BTreeSet::new(),
+                move_warnings: HashMap::new(),
             });
         }
         queues
@@ -318,6 +332,7 @@ impl Broker {
             Job {
                 received_at_unix_ms,
                 attempts: 0,
+                stored_attempts: 0,
                 available_at_ms: 0,
                 first_delivery_unix_ms: 0,
                 last_delivery_unix_ms: 0,
@@ -556,11 +571,18 @@ impl Broker {
     /// Runs every queue's clocks and offers: leases past their deadline go
     /// back, waiting jobs past `job_expires_after` are dead-lettered, and
     /// free workers are offered work. On the offer tick.
+    ///
+    /// The offer tick runs on the first call in each `OFFER_TICK_MS` slot
+    /// of monotonic time, the slots due times are rounded to, rather than
+    /// `OFFER_TICK_MS` after the last run: whatever the phase of the
+    /// shell's tick, a job due at a slot's start goes out on the first call
+    /// at or after it.
     pub(crate) fn queue_tick(&mut self, now_ms: u64, out: &mut impl Transport) {
+        let slot = now_ms / OFFER_TICK_MS;
         if self
             .queues
             .last_offer_ms
-            .is_some_and(|at| now_ms.saturating_sub(at) < OFFER_TICK_MS)
+            .is_some_and(|at| at / OFFER_TICK_MS >= slot)
         {
             return;
         }
@@ -598,8 +620,8 @@ impl Broker {
     /// Walks a queue's jobs. Jobs out of attempts are dead-lettered first,
     /// wherever they stand. Then, in offset order, a job older than
     /// `job_expires_after` is dead-lettered and an available one whose
-    /// backoff has passed is offered to the next free worker; a waiting one
-    /// is skipped, never waited on. The walk stops where a body must first
+    /// backoff has passed and whose attempt count is stored is offered to
+    /// the next free worker; a waiting one is skipped, never waited on. The walk stops where a body must first
     /// be read, and at the first due job no worker is free for: the jobs
     /// behind it arrived later, so none of them has expired either. On the
     /// tick this is the sweep of expired work.
@@ -650,7 +672,9 @@ impl Broker {
                 settings.job_expires_after_ms,
                 now_unix_ms,
             );
-            let waiting = job.attempts >= settings.max_attempts || job.available_at_ms > now_ms;
+            let waiting = job.attempts >= settings.max_attempts
+                || job.available_at_ms > now_ms
+                || job.stored_attempts < job.attempts;
             if (expired && !may_move) || (!expired && waiting) {
                 continue;
             }
@@ -871,7 +895,11 @@ impl Broker {
             value: attempts.to_be_bytes().to_vec(),
             use_reserve: true,
         };
-        let pending = QueuePending::AttemptCount { queue: q, offset };
+        let pending = QueuePending::AttemptCount {
+            queue: q,
+            offset,
+            attempts,
+        };
         if self.queue_commit(q, vec![write], pending, out) {
             self.queues.list[q].unstored_counts.remove(&offset);
         } else {
@@ -1106,6 +1134,7 @@ impl Broker {
         let pending = QueuePending::DeadLetter {
             queue: q,
             offset,
+            reason,
             message: Box::new(message),
         };
         if !self.queue_commit(q, writes, pending, out) {
@@ -1114,10 +1143,6 @@ impl Broker {
         if let Some(job) = self.queues.list[q].jobs.get_mut(&offset) {
             job.state = JobState::Moving;
         }
-        log::info!(
-            "job {offset} of {name} is dead-lettered: {}",
-            reason.as_str()
-        );
         true
     }
 
@@ -1177,6 +1202,7 @@ impl Broker {
                 QueuePending::DeadLetter {
                     queue,
                     offset,
+                    reason,
                     message,
                 },
                 Answer::Committed(result),
@@ -1188,6 +1214,11 @@ impl Broker {
                             floor,
                         }, ..],
                     ) => {
+                        log::info!(
+                            "job {offset} of {} is dead-lettered: {}",
+                            self.queue_name(queue),
+                            reason.as_str()
+                        );
                         self.forget_job(queue, offset, *floor);
                         let dlq = self.queues.list[queue].dlq.expect("moved into it");
                         // Its readers are served as from any append.
@@ -1216,21 +1247,49 @@ impl Broker {
                         // Refused or failed: the job stays as it was, its
                         // attempts untouched, and moves are tried again on
                         // the next tick.
-                        log::warn!(
-                            "job {offset} of {} could not be dead-lettered ({other:?}); it is tried again",
-                            self.queue_name(queue)
-                        );
+                        let failure = format!("{other:?}");
+                        let q = &mut self.queues.list[queue];
+                        let warned = q.move_warnings.get(&offset).is_some_and(|(last, at)| {
+                            *last == failure && now_ms.saturating_sub(*at) < MOVE_WARNING_EVERY_MS
+                        });
+                        if warned {
+                            log::debug!("job {offset} still could not be dead-lettered");
+                        } else {
+                            log::warn!(
+                                "job {offset} of {} could not be dead-lettered ({failure}); it is tried again each tick",
+                                self.queue_name(queue)
+                            );
+                            self.queues.list[queue]
+                                .move_warnings
+                                .insert(offset, (failure, now_ms));
+                        }
                         self.queues.list[queue].moves_paused_until_ms = now_ms + OFFER_TICK_MS;
                         self.set_available(queue, offset, 0);
                     }
                 }
             }
-            (QueuePending::AttemptCount { queue, offset }, Answer::Committed(result)) => {
+            (
+                QueuePending::AttemptCount {
+                    queue,
+                    offset,
+                    attempts,
+                },
+                Answer::Committed(result),
+            ) => {
                 if !matches!(result.as_deref(), Ok([Outcome::EntryPut])) {
                     log::warn!("the attempt count of job {offset} was not stored ({result:?}); it is written again on the next tick");
                     if self.queues.list[queue].jobs.contains_key(&offset) {
                         self.queues.list[queue].unstored_counts.insert(offset);
                     }
+                    return;
+                }
+                let Some(job) = self.queues.list[queue].jobs.get_mut(&offset) else {
+                    return;
+                };
+                job.stored_attempts = job.stored_attempts.max(attempts);
+                // A job held back for its count is offered once it is stored.
+                if job.state == JobState::Available && job.stored_attempts >= job.attempts {
+                    self.service_queue(queue, now_ms, out);
                 }
             }
             (_, answer) => {
@@ -1256,6 +1315,7 @@ impl Broker {
             );
             queue.jobs.remove(&offset);
             queue.exhausted.remove(&offset);
+            queue.move_warnings.remove(&offset);
         }
     }
 
@@ -1263,6 +1323,7 @@ impl Broker {
         let queue = &mut self.queues.list[q];
         queue.jobs.remove(&offset);
         queue.bodies.remove(&offset);
+        queue.move_warnings.remove(&offset);
         let channel = &mut self.channels[queue.channel];
         channel.floor = channel.floor.max(floor);
     }

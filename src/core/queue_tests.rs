@@ -18,6 +18,11 @@ struct Shell {
     answers: VecDeque<Completion>,
     /// A storage thread too busy to take a commit.
     busy: bool,
+    /// Commits taken but neither written nor answered yet, while `slow`.
+    unanswered: Vec<(u64, Vec<Write>)>,
+    slow: bool,
+    /// Dead-letter moves asked for.
+    moves_tried: u32,
 }
 
 impl Transport for Shell {
@@ -34,6 +39,17 @@ impl Transport for Shell {
         if self.busy && matches!(request, StoreRequest::Commit { .. }) {
             return false;
         }
+        if let StoreRequest::Commit { writes, .. } = &request {
+            let moves = writes.iter().filter(|w| matches!(w, Write::Move { .. }));
+            self.moves_tried += moves.count() as u32;
+        }
+        let request = match request {
+            StoreRequest::Commit { ticket, writes } if self.slow => {
+                self.unanswered.push((ticket, writes));
+                return true;
+            }
+            other => other,
+        };
         let (ticket, answer) = match request {
             StoreRequest::Commit { ticket, writes } => {
                 (ticket, Answer::Committed(self.provider.commit(&writes)))
@@ -140,6 +156,9 @@ impl Rig {
                 provider,
                 answers: VecDeque::new(),
                 busy: false,
+                unanswered: Vec::new(),
+                slow: false,
+                moves_tried: 0,
             },
             now_ms: 1_000,
         }
@@ -307,6 +326,52 @@ impl Rig {
             self.broker.tick(self.now_ms, &mut self.shell);
             self.settle();
         }
+    }
+
+    /// Writes and answers the commits held while `slow`, in order.
+    fn answer_slow_commits(&mut self) {
+        for (ticket, writes) in std::mem::take(&mut self.shell.unanswered) {
+            let answer = Answer::Committed(self.shell.provider.commit(&writes));
+            self.shell.answers.push_back(Completion {
+                ticket: Ticket(ticket),
+                answer,
+            });
+        }
+        self.settle();
+    }
+
+    /// A crash: the broker and every commit not yet written are lost, and
+    /// a new broker starts from what the provider holds, as at startup.
+    fn crash_and_restart(self, settings: QueueSettings) -> Rig {
+        let provider = self.shell.provider;
+        let mut held: Vec<HeldJob> = Vec::new();
+        let state = Provider::channel(&provider, QUEUE);
+        let limit = store::ReadLimit {
+            max_records: 1_000,
+            max_bytes: u64::MAX,
+        };
+        if let store::Read::Records(batch) = provider.read(QUEUE, state.floor, limit).unwrap() {
+            held.extend(batch.records.iter().map(|r| HeldJob {
+                offset: r.offset,
+                received_at_unix_ms: r.message.received_at_ms,
+                attempts: 0,
+            }));
+        }
+        for (key, value) in provider.entries(QUEUE).unwrap() {
+            if let Some((offset, attempts)) = super::queue::parse_attempts(&key, &value) {
+                if let Some(job) = held.iter_mut().find(|h| h.offset == offset) {
+                    job.attempts = attempts;
+                }
+            }
+        }
+        let mut chans = channels(QueueSettings { held, ..settings }, None);
+        chans[0].next = state.next;
+        chans[0].floor = state.floor;
+        let dlq = Provider::channel(&provider, "jobs__dlq");
+        chans[1].next = dlq.next;
+        chans[1].floor = dlq.floor;
+        // The provider outlives the broker, as a store on disk would.
+        Rig::with(chans, provider)
     }
 
     fn held_in_store(&self, channel: &str) -> Vec<store::Record> {
@@ -1196,4 +1261,223 @@ fn delivery_ids_differ_between_queues() {
         jobs[0].properties.correlation_data,
         jobs[1].properties.correlation_data
     );
+}
+
+fn offset_of(job: &Publish) -> u64 {
+    DeliveryId::decode(job.properties.correlation_data.as_deref().unwrap())
+        .unwrap()
+        .offset
+}
+
+fn stored_attempts(rig: &Rig, offset: u64) -> u32 {
+    rig.shell
+        .provider
+        .entry(QUEUE, &attempts_key(offset))
+        .unwrap()
+        .map_or(0, |v| u32::from_be_bytes(v.try_into().unwrap()))
+}
+
+#[test]
+fn a_job_is_not_offered_again_until_its_attempt_count_is_stored() {
+    let mut rig = Rig::new(queue_settings(5, Backoff::None, 0));
+    let producer = rig.connect("producer");
+    let worker = rig.connect("worker");
+    rig.work(worker);
+    rig.publish(producer, "jobs/a", b"x");
+    let job = one_job(&mut rig, worker);
+    let offset = offset_of(&job);
+
+    // Returned while its count's write is unanswered: held back, however
+    // many ticks pass.
+    rig.shell.slow = true;
+    rig.puback(worker, &job);
+    rig.answer(worker, &job, "return");
+    rig.advance_to(rig.now_ms + 1_000);
+    assert!(rig.jobs(worker).is_empty(), "offered before its count");
+    rig.answer_slow_commits();
+    let job = one_job(&mut rig, worker);
+    assert_eq!(attempt(&job), 2);
+    assert_eq!(stored_attempts(&rig, offset), 1);
+
+    // Timed out while its count's write is unanswered: the same.
+    rig.puback(worker, &job);
+    rig.advance_to(rig.now_ms + 31_000);
+    assert!(rig.jobs(worker).is_empty(), "offered before its count");
+    rig.answer_slow_commits();
+    let job = one_job(&mut rig, worker);
+    assert_eq!(attempt(&job), 3);
+    rig.shell.slow = false;
+
+    // A count storage refused waits for the tick that writes it again.
+    rig.shell.busy = true;
+    rig.puback(worker, &job);
+    rig.answer(worker, &job, "return");
+    rig.advance_to(rig.now_ms + 1_000);
+    assert!(rig.jobs(worker).is_empty(), "offered before its count");
+    rig.shell.busy = false;
+    rig.advance_to(rig.now_ms + 200);
+    assert_eq!(attempt(&one_job(&mut rig, worker)), 4);
+    assert_eq!(stored_attempts(&rig, offset), 3);
+}
+
+#[test]
+fn a_crash_never_finds_fewer_attempts_than_were_handed_out_less_the_last() {
+    let settings = queue_settings(50, Backoff::None, 0);
+    let mut rig = Rig::new(settings.clone());
+    let producer = rig.connect("producer");
+    let worker = rig.connect("worker");
+    rig.work(worker);
+    rig.publish(producer, "jobs/a", b"x");
+    rig.shell.slow = true;
+    let mut handed_out = 0;
+    let mut offset = 0;
+    for step in 0..12 {
+        for job in rig.jobs(worker) {
+            handed_out = attempt(&job);
+            offset = offset_of(&job);
+            // Answered before the PUBACK on odd steps, after it on even.
+            if step % 2 == 0 {
+                rig.puback(worker, &job);
+                rig.answer(worker, &job, "return");
+            } else {
+                rig.answer(worker, &job, "return");
+                rig.puback(worker, &job);
+            }
+        }
+        // A crash now would find the stored count: only the attempt whose
+        // count is still being written may be missing from it.
+        assert!(
+            stored_attempts(&rig, offset) + 1 >= handed_out,
+            "step {step}: {handed_out} handed out, {} stored",
+            stored_attempts(&rig, offset)
+        );
+        rig.advance_to(rig.now_ms + 200);
+        if step % 3 == 2 {
+            rig.answer_slow_commits();
+        }
+    }
+    assert!(handed_out >= 4, "the job went round: {handed_out}");
+    let stored = stored_attempts(&rig, offset);
+    let mut rig = rig.crash_and_restart(settings);
+    let worker = rig.connect("worker");
+    rig.work(worker);
+    let job = one_job(&mut rig, worker);
+    assert_eq!(attempt(&job), stored + 1);
+    assert!(attempt(&job) >= handed_out);
+}
+
+#[test]
+fn a_due_job_is_offered_at_the_first_tick_at_or_after_its_due_time() {
+    // Whatever the phase of the shell's 100 ms tick against the 200 ms
+    // offer tick, a gap is honoured on the first tick at or after it ends.
+    for phase_ms in [0u64, 30, 99, 100, 150] {
+        let mut rig = Rig::new(queue_settings(5, Backoff::Linear, 1_000));
+        rig.now_ms = 1_000 + phase_ms;
+        let producer = rig.connect("producer");
+        let worker = rig.connect("worker");
+        rig.work(worker);
+        rig.advance_to(rig.now_ms + 100);
+        rig.publish(producer, "jobs/a", b"x");
+        let job = one_job(&mut rig, worker);
+        let returned_at = rig.now_ms;
+        rig.puback(worker, &job);
+        rig.answer(worker, &job, "return");
+        let due = (returned_at + 1_000).div_ceil(200) * 200;
+        let first_tick_at_or_after = returned_at + (due - returned_at).div_ceil(100) * 100;
+        let mut offered_at = None;
+        while offered_at.is_none() && rig.now_ms < returned_at + 5_000 {
+            rig.advance_to(rig.now_ms + 100);
+            if !rig.jobs(worker).is_empty() {
+                offered_at = Some(rig.now_ms);
+            }
+        }
+        assert_eq!(
+            offered_at,
+            Some(first_tick_at_or_after),
+            "phase {phase_ms}: returned at {returned_at}, due at {due}"
+        );
+    }
+}
+
+/// Captures the warnings logged on the calling test's own thread, so tests
+/// running beside it do not mix theirs in.
+mod captured_log {
+    use std::cell::RefCell;
+
+    thread_local! {
+        static WARNINGS: RefCell<Option<Vec<String>>> = const { RefCell::new(None) };
+    }
+
+    struct Capture;
+
+    impl log::Log for Capture {
+        fn enabled(&self, metadata: &log::Metadata) -> bool {
+            metadata.level() <= log::Level::Warn
+        }
+
+        fn log(&self, record: &log::Record) {
+            if !self.enabled(record.metadata()) {
+                return;
+            }
+            WARNINGS.with(|w| {
+                if let Some(lines) = w.borrow_mut().as_mut() {
+                    lines.push(record.args().to_string());
+                }
+            });
+        }
+
+        fn flush(&self) {}
+    }
+
+    static CAPTURE: Capture = Capture;
+
+    pub fn start() {
+        // Another test may have set it already: the same logger either way.
+        let _ = log::set_logger(&CAPTURE);
+        log::set_max_level(log::LevelFilter::Warn);
+        WARNINGS.with(|w| *w.borrow_mut() = Some(Vec::new()));
+    }
+
+    pub fn warnings() -> Vec<String> {
+        WARNINGS.with(|w| w.borrow().clone().unwrap_or_default())
+    }
+}
+
+#[test]
+fn a_dead_letter_move_that_cannot_fit_is_retried_each_tick_and_warned_of_once() {
+    let provider = MemoryProvider::open("m", 4_000, 1, None).unwrap();
+    let mut rig = Rig::with(
+        channels(queue_settings(1, Backoff::None, 0), None),
+        provider,
+    );
+    let producer = rig.connect("producer");
+    for payload_bytes in [300usize, 30, 1] {
+        while rig.publish(producer, "jobs/a", &vec![b'x'; payload_bytes]) == ReasonCode::SUCCESS {}
+    }
+    let worker = rig.connect("worker");
+    rig.work(worker);
+    captured_log::start();
+    let poison = one_job(&mut rig, worker);
+    rig.puback(worker, &poison);
+    rig.answer(worker, &poison, "return");
+    let next = one_job(&mut rig, worker);
+    rig.puback(worker, &next);
+    assert!(rig.held_in_store("jobs__dlq").is_empty());
+    let tries = rig.shell.moves_tried;
+    rig.advance_to(rig.now_ms + 5_000);
+    // 25 offer ticks: the move is asked for on each of them.
+    assert!(
+        rig.shell.moves_tried - tries >= 24,
+        "{} moves tried",
+        rig.shell.moves_tried - tries
+    );
+    let warned = captured_log::warnings()
+        .into_iter()
+        .filter(|w| w.contains("could not be dead-lettered"))
+        .count();
+    assert_eq!(warned, 1, "{:#?}", captured_log::warnings());
+    // Room freed: the next retry moves it.
+    rig.answer(worker, &next, "ack");
+    rig.advance_to(rig.now_ms + 400);
+    assert_eq!(rig.held_in_store("jobs__dlq").len(), 1);
 }
