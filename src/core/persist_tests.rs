@@ -148,6 +148,14 @@ impl Rig {
         self.broker.accept(self.now_ms).unwrap()
     }
 
+    /// A new connection that has sent its CONNECT; the answer comes once
+    /// the rig settles.
+    fn connect_as(&mut self, client_id: &str, durable: bool, expiry_s: u32) -> Key {
+        let conn = self.open();
+        self.packet(conn, Packet::Connect(connect(client_id, durable, expiry_s)));
+        conn
+    }
+
     fn packet(&mut self, conn: Key, packet: Packet) {
         self.broker
             .handle_packet(conn, packet, self.now_ms, &mut self.wire);
@@ -176,8 +184,7 @@ impl Rig {
 
     /// A clean client that sees every publish on `filter`.
     fn watcher(&mut self, filter: &str) -> Key {
-        let conn = self.open();
-        self.packet(conn, Packet::Connect(connect("watcher", false, 0)));
+        let conn = self.connect_as("watcher", false, 0);
         self.settle();
         assert!(self.connack(conn).is_some());
         self.packet(conn, subscribe(filter));
@@ -276,8 +283,7 @@ fn publish(topic: &str) -> Packet {
 #[test]
 fn the_connack_waits_for_the_record_and_packets_sent_meanwhile_wait_in_order() {
     let mut rig = Rig::new(empty_disk(1 << 20));
-    let conn = rig.open();
-    rig.packet(conn, Packet::Connect(connect("device", true, 60)));
+    let conn = rig.connect_as("device", true, 60);
     rig.packet(conn, subscribe("a/#"));
     rig.packet(conn, Packet::Pingreq);
     assert!(rig.take(conn).is_empty(), "answered before the commit");
@@ -300,8 +306,7 @@ fn the_connack_waits_for_the_record_and_packets_sent_meanwhile_wait_in_order() {
 #[test]
 fn a_session_that_ends_with_its_connection_writes_nothing() {
     let mut rig = Rig::new(empty_disk(1 << 20));
-    let conn = rig.open();
-    rig.packet(conn, Packet::Connect(connect("device", false, 0)));
+    let conn = rig.connect_as("device", false, 0);
     assert!(rig.connack(conn).is_some(), "answered at once");
     assert!(rig.wire.queue.is_empty());
 }
@@ -310,8 +315,7 @@ fn a_session_that_ends_with_its_connection_writes_nothing() {
 fn a_failed_write_refuses_the_connect_with_0x83_and_keeps_no_session() {
     let mut rig = Rig::new(empty_disk(1 << 20));
     rig.failing = true;
-    let conn = rig.open();
-    rig.packet(conn, Packet::Connect(connect("device", true, 60)));
+    let conn = rig.connect_as("device", true, 60);
     rig.settle();
     let connack = rig.connack(conn).unwrap();
     assert_eq!(
@@ -334,8 +338,7 @@ fn a_full_store_refuses_a_will_with_0x97_and_a_bare_session_is_told_it_ends() {
         rig.connack(conn).unwrap().reason_code,
         ReasonCode::QUOTA_EXCEEDED
     );
-    let conn = rig.open();
-    rig.packet(conn, Packet::Connect(connect("device", true, 60)));
+    let conn = rig.connect_as("device", true, 60);
     rig.settle();
     let connack = rig.connack(conn).unwrap();
     assert_eq!(connack.reason_code, ReasonCode::SUCCESS);
@@ -353,8 +356,7 @@ fn a_full_store_refuses_a_will_with_0x97_and_a_bare_session_is_told_it_ends() {
 #[test]
 fn a_refused_subscribe_write_is_answered_per_filter_and_changes_nothing() {
     let mut rig = Rig::new(empty_disk(1 << 20));
-    let conn = rig.open();
-    rig.packet(conn, Packet::Connect(connect("device", true, 60)));
+    let conn = rig.connect_as("device", true, 60);
     rig.settle();
     rig.take(conn);
     rig.failing = true;
@@ -390,8 +392,7 @@ fn a_refused_subscribe_write_is_answered_per_filter_and_changes_nothing() {
 #[test]
 fn a_background_write_the_store_refused_is_written_again_every_second() {
     let mut rig = Rig::new(empty_disk(1 << 20));
-    let conn = rig.open();
-    rig.packet(conn, Packet::Connect(connect("device", true, 60)));
+    let conn = rig.connect_as("device", true, 60);
     rig.settle();
     rig.failing = true;
     rig.broker
@@ -417,14 +418,12 @@ fn a_background_write_the_store_refused_is_written_again_every_second() {
 #[test]
 fn subscriptions_come_back_after_a_crash_with_session_present() {
     let mut rig = Rig::new(empty_disk(1 << 20));
-    let conn = rig.open();
-    rig.packet(conn, Packet::Connect(connect("device", true, 60)));
+    let conn = rig.connect_as("device", true, 60);
     rig.packet(conn, subscribe("a/#"));
     rig.settle();
     let disk = rig.crash();
     let mut rig = Rig::new(disk);
-    let conn = rig.open();
-    rig.packet(conn, Packet::Connect(connect("device", true, 60)));
+    let conn = rig.connect_as("device", true, 60);
     rig.settle();
     assert!(rig.connack(conn).unwrap().session_present);
     let publisher = rig.watcher("nothing");
@@ -455,8 +454,7 @@ fn a_delayed_will_resumes_what_is_left_of_its_wait_after_a_restart() {
     // Back after the moment: published at the start, to a session that
     // keeps its own record and so is there to be owed it.
     let mut rig = Rig::new(empty_disk(1 << 20));
-    let away = rig.open();
-    rig.packet(away, Packet::Connect(connect("a-listener", true, 3600)));
+    let away = rig.connect_as("a-listener", true, 3600);
     rig.packet(away, subscribe("wills/#"));
     rig.packet(away, clean_disconnect());
     let conn = rig.open();
@@ -472,8 +470,7 @@ fn a_delayed_will_resumes_what_is_left_of_its_wait_after_a_restart() {
         rig.stored_record("device").unwrap().will.is_none(),
         "published at the start and taken off the record"
     );
-    let listener = rig.open();
-    rig.packet(listener, Packet::Connect(connect("a-listener", true, 3600)));
+    let listener = rig.connect_as("a-listener", true, 3600);
     rig.settle();
     let answers = rig.take(listener);
     assert!(
@@ -515,16 +512,14 @@ fn a_session_that_expired_while_stopped_is_ended_and_a_will_without_a_moment_goe
     // Cut by a stop, and away longer than its expiry? No: a session cut by
     // the stop counts its expiry from the start; one that went away before
     // the stop counts it from then.
-    let other = rig.open();
-    rig.packet(other, Packet::Connect(connect("gone", true, 10)));
+    let other = rig.connect_as("gone", true, 10);
     rig.settle();
     rig.packet(other, clean_disconnect());
     rig.settle();
     let mut rig = Rig::start(rig.crash(), START_UNIX_MS + 11_000);
     assert!(rig.stored_record("gone").is_none(), "expired while stopped");
     assert!(rig.stored_record("device").is_some());
-    let conn = rig.open();
-    rig.packet(conn, Packet::Connect(connect("gone", true, 10)));
+    let conn = rig.connect_as("gone", true, 10);
     rig.settle();
     assert!(!rig.connack(conn).unwrap().session_present);
 }
@@ -676,8 +671,7 @@ fn retained_publish(topic: &str, payload: &[u8]) -> Packet {
 fn a_retained_publish_is_acknowledged_and_routed_once_its_value_is_kept() {
     let mut rig = Rig::new(empty_disk(1 << 20));
     let watcher = rig.watcher("state/#");
-    let conn = rig.open();
-    rig.packet(conn, Packet::Connect(connect("setter", false, 0)));
+    let conn = rig.connect_as("setter", false, 0);
     rig.take(conn);
     rig.packet(conn, retained_publish("state/lamp", b"on"));
     assert!(rig.take(conn).is_empty(), "acknowledged before the commit");
@@ -697,8 +691,7 @@ fn a_retained_publish_is_acknowledged_and_routed_once_its_value_is_kept() {
         .is_some());
     // Restarted, the value is served to a new subscriber with RETAIN.
     let mut rig = Rig::new(rig.crash());
-    let reader = rig.open();
-    rig.packet(reader, Packet::Connect(connect("reader", false, 0)));
+    let reader = rig.connect_as("reader", false, 0);
     rig.packet(reader, subscribe("state/#"));
     let served = rig.publishes_to(reader);
     assert!(
@@ -718,8 +711,7 @@ fn a_retained_publish_is_acknowledged_and_routed_once_its_value_is_kept() {
 fn a_retained_value_its_provider_has_no_room_for_is_refused_0x97_and_not_delivered() {
     let mut rig = Rig::new(empty_disk(64));
     let watcher = rig.watcher("state/#");
-    let conn = rig.open();
-    rig.packet(conn, Packet::Connect(connect("setter", false, 0)));
+    let conn = rig.connect_as("setter", false, 0);
     rig.take(conn);
     rig.packet(conn, retained_publish("state/lamp", &[7; 200]));
     rig.settle();
@@ -743,13 +735,11 @@ fn qos1_publish(topic: &str, packet_id: u16) -> Packet {
 #[test]
 fn a_qos1_broadcast_owed_to_a_durable_session_is_logged_before_its_puback_and_replayed_once() {
     let mut rig = Rig::new(empty_disk(1 << 20));
-    let keeper = rig.open();
-    rig.packet(keeper, Packet::Connect(connect("keeper", true, 3600)));
+    let keeper = rig.connect_as("keeper", true, 3600);
     rig.packet(keeper, subscribe("a/#"));
     rig.packet(keeper, clean_disconnect());
     rig.settle();
-    let publisher = rig.open();
-    rig.packet(publisher, Packet::Connect(connect("publisher", false, 0)));
+    let publisher = rig.connect_as("publisher", false, 0);
     rig.take(publisher);
     // Owed to nobody durable: answered at once, nothing written.
     rig.packet(publisher, qos1_publish("b/1", 1));
@@ -768,8 +758,7 @@ fn a_qos1_broadcast_owed_to_a_durable_session_is_logged_before_its_puback_and_re
     assert_eq!(rig.take(publisher).len(), 2);
 
     let mut rig = Rig::new(rig.crash());
-    let keeper = rig.open();
-    rig.packet(keeper, Packet::Connect(connect("keeper", true, 3600)));
+    let keeper = rig.connect_as("keeper", true, 3600);
     rig.settle();
     let answers = rig.take(keeper);
     let topics: Vec<_> = answers
@@ -794,8 +783,7 @@ fn a_qos1_broadcast_owed_to_a_durable_session_is_logged_before_its_puback_and_re
     }
     rig.tick_to(200);
     let mut rig = Rig::new(rig.crash());
-    let keeper = rig.open();
-    rig.packet(keeper, Packet::Connect(connect("keeper", true, 3600)));
+    let keeper = rig.connect_as("keeper", true, 3600);
     rig.settle();
     let answers = rig.take(keeper);
     assert!(
@@ -824,8 +812,7 @@ fn qos2_publish(topic: &str, packet_id: u16) -> Packet {
 #[test]
 fn an_exactly_once_publish_held_at_a_crash_is_released_once_after_it() {
     let mut rig = Rig::new(empty_disk(1 << 20));
-    let sender = rig.open();
-    rig.packet(sender, Packet::Connect(connect("sender", true, 3600)));
+    let sender = rig.connect_as("sender", true, 3600);
     rig.settle();
     rig.take(sender);
     rig.packet(sender, qos2_publish("x/1", 5));
@@ -840,8 +827,7 @@ fn an_exactly_once_publish_held_at_a_crash_is_released_once_after_it() {
 
     let mut rig = Rig::new(rig.crash());
     let watcher = rig.watcher("x/#");
-    let sender = rig.open();
-    rig.packet(sender, Packet::Connect(connect("sender", true, 3600)));
+    let sender = rig.connect_as("sender", true, 3600);
     rig.settle();
     assert!(rig.connack(sender).unwrap().session_present);
     rig.packet(sender, pubrel(5));
@@ -859,8 +845,7 @@ fn an_exactly_once_publish_held_at_a_crash_is_released_once_after_it() {
     // the PUBREL sent again finds nothing, and nothing is delivered twice.
     let mut rig = Rig::new(rig.crash());
     let watcher = rig.watcher("x/#");
-    let sender = rig.open();
-    rig.packet(sender, Packet::Connect(connect("sender", true, 3600)));
+    let sender = rig.connect_as("sender", true, 3600);
     rig.settle();
     rig.take(sender);
     rig.packet(sender, pubrel(5));
@@ -873,8 +858,7 @@ fn an_exactly_once_publish_held_at_a_crash_is_released_once_after_it() {
 #[test]
 fn a_hold_whose_session_did_not_come_back_is_dropped_and_counted_at_the_start() {
     let mut rig = Rig::new(empty_disk(1 << 20));
-    let sender = rig.open();
-    rig.packet(sender, Packet::Connect(connect("sender", true, 1)));
+    let sender = rig.connect_as("sender", true, 1);
     rig.packet(sender, qos2_publish("x/1", 5));
     rig.settle();
     rig.broker
@@ -889,13 +873,11 @@ fn a_hold_whose_session_did_not_come_back_is_dropped_and_counted_at_the_start() 
 #[test]
 fn a_shared_groups_backlog_kept_for_a_durable_member_survives_a_crash() {
     let mut rig = Rig::new(empty_disk(1 << 20));
-    let worker = rig.open();
-    rig.packet(worker, Packet::Connect(connect("worker", true, 3600)));
+    let worker = rig.connect_as("worker", true, 3600);
     rig.packet(worker, subscribe("$share/g/jobs/#"));
     rig.packet(worker, clean_disconnect());
     rig.settle();
-    let publisher = rig.open();
-    rig.packet(publisher, Packet::Connect(connect("publisher", false, 0)));
+    let publisher = rig.connect_as("publisher", false, 0);
     rig.take(publisher);
     rig.packet(publisher, qos1_publish("jobs/1", 1));
     rig.packet(publisher, qos1_publish("jobs/2", 2));
@@ -908,8 +890,7 @@ fn a_shared_groups_backlog_kept_for_a_durable_member_survives_a_crash() {
     rig.tick_to(200);
 
     let mut rig = Rig::new(rig.crash());
-    let worker = rig.open();
-    rig.packet(worker, Packet::Connect(connect("worker", true, 3600)));
+    let worker = rig.connect_as("worker", true, 3600);
     rig.settle();
     let answers = rig.take(worker);
     assert!(matches!(answers.first(), Some(Packet::Connack(c)) if c.session_present));
@@ -926,13 +907,11 @@ fn a_shared_groups_backlog_kept_for_a_durable_member_survives_a_crash() {
 #[test]
 fn a_logged_message_on_the_wire_at_a_crash_is_sent_again_under_its_packet_identifier() {
     let mut rig = Rig::new(empty_disk(1 << 20));
-    let keeper = rig.open();
-    rig.packet(keeper, Packet::Connect(connect("keeper", true, 3600)));
+    let keeper = rig.connect_as("keeper", true, 3600);
     rig.packet(keeper, subscribe("a/#"));
     rig.settle();
     rig.take(keeper);
-    let publisher = rig.open();
-    rig.packet(publisher, Packet::Connect(connect("publisher", false, 0)));
+    let publisher = rig.connect_as("publisher", false, 0);
     // Two on the wire, neither acknowledged.
     rig.packet(publisher, qos1_publish("a/1", 1));
     rig.packet(publisher, qos1_publish("a/2", 2));
@@ -946,8 +925,7 @@ fn a_logged_message_on_the_wire_at_a_crash_is_sent_again_under_its_packet_identi
     rig.tick_to(200);
 
     let mut rig = Rig::new(rig.crash());
-    let keeper = rig.open();
-    rig.packet(keeper, Packet::Connect(connect("keeper", true, 3600)));
+    let keeper = rig.connect_as("keeper", true, 3600);
     rig.settle();
     let again: Vec<(String, u16, bool)> = rig
         .publishes_to(keeper)
@@ -965,13 +943,11 @@ fn a_logged_message_on_the_wire_at_a_crash_is_sent_again_under_its_packet_identi
 fn a_window_write_the_storage_thread_cannot_take_yet_delays_the_delivery_and_keeps_the_connection()
 {
     let mut rig = Rig::new(empty_disk(1 << 20));
-    let keeper = rig.open();
-    rig.packet(keeper, Packet::Connect(connect("keeper", true, 3600)));
+    let keeper = rig.connect_as("keeper", true, 3600);
     rig.packet(keeper, subscribe("a/#"));
     rig.settle();
     rig.take(keeper);
-    let publisher = rig.open();
-    rig.packet(publisher, Packet::Connect(connect("publisher", false, 0)));
+    let publisher = rig.connect_as("publisher", false, 0);
     rig.packet(publisher, qos1_publish("a/1", 1));
     // The log append is taken; the window write behind it is not.
     rig.wire.busy = true;
@@ -993,8 +969,7 @@ fn a_window_write_the_storage_thread_cannot_take_yet_delays_the_delivery_and_kee
 
     // Its identifier was stored: a crash now sends it again under it.
     let mut rig = Rig::new(rig.crash());
-    let keeper = rig.open();
-    rig.packet(keeper, Packet::Connect(connect("keeper", true, 3600)));
+    let keeper = rig.connect_as("keeper", true, 3600);
     rig.settle();
     let again: Vec<(String, u16, bool)> = rig
         .publishes_to(keeper)
@@ -1012,14 +987,12 @@ fn a_qos1_delivery_is_sent_only_under_a_stored_identifier_whatever_write_a_crash
     let mut budget = 0;
     loop {
         let mut rig = Rig::new(empty_disk(1 << 20));
-        let keeper = rig.open();
-        rig.packet(keeper, Packet::Connect(connect("keeper", true, 3600)));
+        let keeper = rig.connect_as("keeper", true, 3600);
         rig.packet(keeper, subscribe("a/#"));
         rig.settle();
         rig.take(keeper);
         rig.budget = rig.applied + budget;
-        let publisher = rig.open();
-        rig.packet(publisher, Packet::Connect(connect("publisher", false, 0)));
+        let publisher = rig.connect_as("publisher", false, 0);
         rig.packet(publisher, qos1_publish("a/1", 1));
         rig.packet(publisher, qos1_publish("a/2", 2));
         rig.settle();
@@ -1037,8 +1010,7 @@ fn a_qos1_delivery_is_sent_only_under_a_stored_identifier_whatever_write_a_crash
         let case = format!("after {budget} writes, {acknowledged} acknowledged, sent {sent:?}");
 
         let mut rig = Rig::new(rig.crash());
-        let keeper = rig.open();
-        rig.packet(keeper, Packet::Connect(connect("keeper", true, 3600)));
+        let keeper = rig.connect_as("keeper", true, 3600);
         rig.settle();
         let again: Vec<(String, u16, bool)> = rig
             .publishes_to(keeper)
@@ -1079,13 +1051,11 @@ fn subscribe_qos2(filter: &str) -> Packet {
 #[test]
 fn a_qos2_broadcast_to_a_durable_session_resumes_at_its_stage_after_a_crash() {
     let mut rig = Rig::new(empty_disk(1 << 20));
-    let keeper = rig.open();
-    rig.packet(keeper, Packet::Connect(connect("keeper", true, 3600)));
+    let keeper = rig.connect_as("keeper", true, 3600);
     rig.packet(keeper, subscribe_qos2("q/#"));
     rig.settle();
     rig.take(keeper);
-    let publisher = rig.open();
-    rig.packet(publisher, Packet::Connect(connect("publisher", false, 0)));
+    let publisher = rig.connect_as("publisher", false, 0);
     rig.packet(publisher, qos2_publish("q/1", 1));
     rig.packet(publisher, qos2_publish("q/2", 2));
     rig.packet(publisher, pubrel(1));
@@ -1124,8 +1094,7 @@ fn a_qos2_broadcast_to_a_durable_session_resumes_at_its_stage_after_a_crash() {
     assert!(matches!(rig.take(keeper).as_slice(), [Packet::Pubrel(r)] if r.packet_id == first));
 
     let mut rig = Rig::new(rig.crash());
-    let keeper = rig.open();
-    rig.packet(keeper, Packet::Connect(connect("keeper", true, 3600)));
+    let keeper = rig.connect_as("keeper", true, 3600);
     rig.settle();
     let answers = rig.take(keeper);
     // The first resumes at its PUBREL, never as a new message; the second
@@ -1140,13 +1109,11 @@ fn a_qos2_broadcast_to_a_durable_session_resumes_at_its_stage_after_a_crash() {
 #[test]
 fn a_retained_publish_and_a_will_owed_to_a_durable_session_are_logged_too() {
     let mut rig = Rig::new(empty_disk(1 << 20));
-    let keeper = rig.open();
-    rig.packet(keeper, Packet::Connect(connect("keeper", true, 3600)));
+    let keeper = rig.connect_as("keeper", true, 3600);
     rig.packet(keeper, subscribe("#"));
     rig.packet(keeper, clean_disconnect());
     rig.settle();
-    let setter = rig.open();
-    rig.packet(setter, Packet::Connect(connect("setter", false, 0)));
+    let setter = rig.connect_as("setter", false, 0);
     rig.packet(setter, retained_publish("state/lamp", b"on"));
     let device = rig.open();
     let mut with_will = connect("device", false, 0);
@@ -1157,8 +1124,7 @@ fn a_retained_publish_and_a_will_owed_to_a_durable_session_are_logged_too() {
         .handle_connection_lost(device, rig.now_ms, &mut rig.wire);
     rig.settle();
     let mut rig = Rig::new(rig.crash());
-    let keeper = rig.open();
-    rig.packet(keeper, Packet::Connect(connect("keeper", true, 3600)));
+    let keeper = rig.connect_as("keeper", true, 3600);
     rig.settle();
     let topics: Vec<_> = rig
         .publishes_to(keeper)
@@ -1171,13 +1137,11 @@ fn a_retained_publish_and_a_will_owed_to_a_durable_session_are_logged_too() {
 #[test]
 fn a_full_log_gives_up_its_oldest_messages_for_a_new_one() {
     let mut rig = Rig::new(empty_disk(2_000));
-    let keeper = rig.open();
-    rig.packet(keeper, Packet::Connect(connect("keeper", true, 3600)));
+    let keeper = rig.connect_as("keeper", true, 3600);
     rig.packet(keeper, subscribe("a/#"));
     rig.packet(keeper, clean_disconnect());
     rig.settle();
-    let publisher = rig.open();
-    rig.packet(publisher, Packet::Connect(connect("publisher", false, 0)));
+    let publisher = rig.connect_as("publisher", false, 0);
     rig.take(publisher);
     for n in 1..=6u16 {
         rig.packet(
@@ -1199,8 +1163,7 @@ fn a_full_log_gives_up_its_oldest_messages_for_a_new_one() {
         .iter()
         .all(|p| matches!(p, Packet::Puback(a) if a.reason_code == ReasonCode::SUCCESS)));
     let mut rig = Rig::new(rig.crash());
-    let keeper = rig.open();
-    rig.packet(keeper, Packet::Connect(connect("keeper", true, 3600)));
+    let keeper = rig.connect_as("keeper", true, 3600);
     rig.settle();
     let topics: Vec<String> = rig
         .publishes_to(keeper)
@@ -1241,15 +1204,13 @@ fn a_crash_at_every_write_of_a_publish_loses_no_acknowledged_message_and_doubles
     let mut budget = 0;
     loop {
         let mut rig = Rig::new(empty_disk(1 << 20));
-        let keeper = rig.open();
-        rig.packet(keeper, Packet::Connect(connect("keeper", true, 3600)));
+        let keeper = rig.connect_as("keeper", true, 3600);
         rig.packet(keeper, subscribe_qos2("#"));
         rig.packet(keeper, clean_disconnect());
         rig.settle();
         rig.budget = rig.applied + budget;
         let mut told = Told::default();
-        let sender = rig.open();
-        rig.packet(sender, Packet::Connect(connect("sender", true, 3600)));
+        let sender = rig.connect_as("sender", true, 3600);
         rig.settle();
         told.connack = rig.connack(sender).is_some();
         if told.connack {
@@ -1283,8 +1244,7 @@ fn a_crash_at_every_write_of_a_publish_loses_no_acknowledged_message_and_doubles
         // The sender resumes as MQTT has it: a PUBREL sent again where the
         // PUBREC came and the PUBCOMP did not, the PUBLISH again where the
         // PUBREC never came.
-        let sender = rig.open();
-        rig.packet(sender, Packet::Connect(connect("sender", true, 3600)));
+        let sender = rig.connect_as("sender", true, 3600);
         rig.settle();
         let present = rig.connack(sender).is_some_and(|c| c.session_present);
         if told.pubrec && !told.pubcomp {
@@ -1303,8 +1263,7 @@ fn a_crash_at_every_write_of_a_publish_loses_no_acknowledged_message_and_doubles
             rig.packet(sender, pubrel(2));
         }
         rig.settle();
-        let keeper = rig.open();
-        rig.packet(keeper, Packet::Connect(connect("keeper", true, 3600)));
+        let keeper = rig.connect_as("keeper", true, 3600);
         rig.settle();
         let got = received(&mut rig, keeper);
         let count = |topic: &str| got.iter().filter(|p| p.topic == topic).count();
@@ -1340,8 +1299,7 @@ fn a_crash_at_every_write_of_a_publish_loses_no_acknowledged_message_and_doubles
 #[test]
 fn what_waits_on_a_session_write_is_bounded() {
     let mut rig = Rig::new(empty_disk(1 << 20));
-    let conn = rig.open();
-    rig.packet(conn, Packet::Connect(connect("device", true, 60)));
+    let conn = rig.connect_as("device", true, 60);
     // Half of session_queue_bytes may wait; the client sending past it is
     // disconnected rather than buffered.
     let half = Settings::default().session_queue_bytes / 2;
@@ -1360,8 +1318,7 @@ fn what_waits_on_a_session_write_is_bounded() {
 #[test]
 fn a_refused_write_is_tried_once_more_as_the_broker_stops() {
     let mut rig = Rig::new(empty_disk(1 << 20));
-    let conn = rig.open();
-    rig.packet(conn, Packet::Connect(connect("device", true, 60)));
+    let conn = rig.connect_as("device", true, 60);
     rig.settle();
     rig.failing = true;
     rig.broker
@@ -1383,16 +1340,13 @@ fn a_refused_write_is_tried_once_more_as_the_broker_stops() {
 #[test]
 fn a_session_owed_messages_far_past_the_lowest_cursor_gets_them_after_a_restart() {
     let mut rig = Rig::new(empty_disk(64 << 20));
-    let slow = rig.open();
-    rig.packet(slow, Packet::Connect(connect("slow", true, 3600)));
+    let slow = rig.connect_as("slow", true, 3600);
     rig.packet(slow, subscribe("slow/#"));
-    let away = rig.open();
-    rig.packet(away, Packet::Connect(connect("away", true, 3600)));
+    let away = rig.connect_as("away", true, 3600);
     rig.packet(away, subscribe("b/#"));
     rig.packet(away, clean_disconnect());
     rig.settle();
-    let publisher = rig.open();
-    rig.packet(publisher, Packet::Connect(connect("publisher", false, 0)));
+    let publisher = rig.connect_as("publisher", false, 0);
     // Sent to the slow subscriber, never acknowledged: its cursor stays.
     rig.packet(publisher, qos1_publish("slow/1", 1));
     rig.settle();
@@ -1422,8 +1376,7 @@ fn a_session_owed_messages_far_past_the_lowest_cursor_gets_them_after_a_restart(
     rig.tick_to(200);
 
     let mut rig = Rig::new(rig.crash());
-    let away = rig.open();
-    rig.packet(away, Packet::Connect(connect("away", true, 3600)));
+    let away = rig.connect_as("away", true, 3600);
     rig.settle();
     let mut topics = Vec::new();
     loop {
@@ -1485,8 +1438,7 @@ fn a_connect_refused_for_a_failed_write_leaves_the_waiting_will_and_the_session_
         1,
         "the Will a refused CONNECT found waiting was lost"
     );
-    let back = rig.open();
-    rig.packet(back, Packet::Connect(connect("device", true, 3600)));
+    let back = rig.connect_as("device", true, 3600);
     rig.settle();
     assert!(rig.connack(back).unwrap().session_present);
 }
@@ -1497,21 +1449,18 @@ fn a_connect_refused_for_a_failed_write_leaves_the_waiting_will_and_the_session_
 #[test]
 fn a_delivery_held_for_its_window_goes_once_after_it_when_the_session_resumes() {
     let mut rig = Rig::new(empty_disk(1 << 20));
-    let keeper = rig.open();
-    rig.packet(keeper, Packet::Connect(connect("keeper", true, 3600)));
+    let keeper = rig.connect_as("keeper", true, 3600);
     rig.packet(keeper, subscribe("a/#"));
     rig.settle();
     rig.take(keeper);
-    let publisher = rig.open();
-    rig.packet(publisher, Packet::Connect(connect("publisher", false, 0)));
+    let publisher = rig.connect_as("publisher", false, 0);
     rig.packet(publisher, qos1_publish("a/1", 1));
     rig.wire.busy = true;
     rig.settle();
     rig.broker
         .handle_connection_lost(keeper, rig.now_ms, &mut rig.wire);
     rig.wire.busy = false;
-    let again = rig.open();
-    rig.packet(again, Packet::Connect(connect("keeper", true, 3600)));
+    let again = rig.connect_as("keeper", true, 3600);
     // Answered one storage request at a time: nothing is sent before the
     // window naming it is stored.
     let mut sent = Vec::new();
@@ -1570,15 +1519,13 @@ fn a_will_left_waiting_by_a_disconnect_is_stored_with_its_user_name() {
 #[test]
 fn a_durable_groups_first_acknowledged_message_survives_a_crash_before_any_cursor_commit() {
     let mut rig = Rig::new(empty_disk(1 << 20));
-    let member = rig.open();
-    rig.packet(member, Packet::Connect(connect("member", true, 3600)));
+    let member = rig.connect_as("member", true, 3600);
     rig.packet(member, subscribe("$share/g/a/#"));
     rig.settle();
     rig.broker
         .handle_connection_lost(member, rig.now_ms, &mut rig.wire);
     rig.settle();
-    let publisher = rig.open();
-    rig.packet(publisher, Packet::Connect(connect("publisher", false, 0)));
+    let publisher = rig.connect_as("publisher", false, 0);
     rig.packet(publisher, qos1_publish("a/1", 1));
     rig.settle();
     assert!(rig
@@ -1588,8 +1535,7 @@ fn a_durable_groups_first_acknowledged_message_survives_a_crash_before_any_curso
     // No ack_commit_interval has passed: nothing but the publish's own
     // commit is stored.
     let mut rig = Rig::new(rig.crash());
-    let member = rig.open();
-    rig.packet(member, Packet::Connect(connect("member", true, 3600)));
+    let member = rig.connect_as("member", true, 3600);
     rig.settle();
     let topics: Vec<_> = rig
         .publishes_to(member)
@@ -1604,13 +1550,11 @@ fn a_durable_groups_first_acknowledged_message_survives_a_crash_before_any_curso
 #[test]
 fn a_failed_cursor_commit_is_written_again_at_the_next_interval() {
     let mut rig = Rig::new(empty_disk(1 << 20));
-    let keeper = rig.open();
-    rig.packet(keeper, Packet::Connect(connect("keeper", true, 3600)));
+    let keeper = rig.connect_as("keeper", true, 3600);
     rig.packet(keeper, subscribe("a/#"));
     rig.settle();
     rig.take(keeper);
-    let publisher = rig.open();
-    rig.packet(publisher, Packet::Connect(connect("publisher", false, 0)));
+    let publisher = rig.connect_as("publisher", false, 0);
     rig.packet(publisher, qos1_publish("a/1", 1));
     rig.settle();
     let sent = rig.publishes_to(keeper);
@@ -1625,8 +1569,7 @@ fn a_failed_cursor_commit_is_written_again_at_the_next_interval() {
     rig.failing = false;
     rig.tick_to(400);
     let mut rig = Rig::new(rig.crash());
-    let keeper = rig.open();
-    rig.packet(keeper, Packet::Connect(connect("keeper", true, 3600)));
+    let keeper = rig.connect_as("keeper", true, 3600);
     rig.settle();
     assert!(
         rig.publishes_to(keeper).is_empty(),
@@ -1640,13 +1583,11 @@ fn a_failed_cursor_commit_is_written_again_at_the_next_interval() {
 #[test]
 fn a_pubrel_waits_for_a_busy_storage_thread_and_keeps_the_connection() {
     let mut rig = Rig::new(empty_disk(1 << 20));
-    let keeper = rig.open();
-    rig.packet(keeper, Packet::Connect(connect("keeper", true, 3600)));
+    let keeper = rig.connect_as("keeper", true, 3600);
     rig.packet(keeper, subscribe_qos2("q/#"));
     rig.settle();
     rig.take(keeper);
-    let publisher = rig.open();
-    rig.packet(publisher, Packet::Connect(connect("publisher", false, 0)));
+    let publisher = rig.connect_as("publisher", false, 0);
     rig.packet(publisher, qos2_publish("q/1", 1));
     rig.packet(publisher, pubrel(1));
     rig.settle();
@@ -1668,8 +1609,7 @@ fn a_pubrel_waits_for_a_busy_storage_thread_and_keeps_the_connection() {
     assert!(matches!(rig.take(keeper).as_slice(), [Packet::Pubrel(r)] if r.packet_id == id));
 
     let mut rig = Rig::new(rig.crash());
-    let keeper = rig.open();
-    rig.packet(keeper, Packet::Connect(connect("keeper", true, 3600)));
+    let keeper = rig.connect_as("keeper", true, 3600);
     rig.settle();
     let answers = rig.take(keeper);
     assert!(
@@ -1684,13 +1624,11 @@ fn a_pubrel_waits_for_a_busy_storage_thread_and_keeps_the_connection() {
 #[test]
 fn an_ended_sessions_cursor_and_window_drops_are_written_again_until_they_land() {
     let mut rig = Rig::new(empty_disk(1 << 20));
-    let keeper = rig.open();
-    rig.packet(keeper, Packet::Connect(connect("keeper", true, 1)));
+    let keeper = rig.connect_as("keeper", true, 1);
     rig.packet(keeper, subscribe("a/#"));
     rig.settle();
     rig.take(keeper);
-    let publisher = rig.open();
-    rig.packet(publisher, Packet::Connect(connect("publisher", false, 0)));
+    let publisher = rig.connect_as("publisher", false, 0);
     rig.packet(publisher, qos1_publish("a/1", 1));
     rig.settle();
     assert_eq!(
@@ -1718,13 +1656,11 @@ fn an_ended_sessions_cursor_and_window_drops_are_written_again_until_they_land()
 #[test]
 fn a_new_sessions_record_never_lands_beside_an_earlier_sessions_window() {
     let mut rig = Rig::new(empty_disk(1 << 20));
-    let keeper = rig.open();
-    rig.packet(keeper, Packet::Connect(connect("keeper", true, 1)));
+    let keeper = rig.connect_as("keeper", true, 1);
     rig.packet(keeper, subscribe("a/#"));
     rig.settle();
     rig.take(keeper);
-    let publisher = rig.open();
-    rig.packet(publisher, Packet::Connect(connect("publisher", false, 0)));
+    let publisher = rig.connect_as("publisher", false, 0);
     rig.packet(publisher, qos1_publish("a/1", 1));
     rig.settle();
     rig.tick_to(200);
@@ -1734,8 +1670,7 @@ fn a_new_sessions_record_never_lands_beside_an_earlier_sessions_window() {
     rig.tick_to(1_300);
     rig.failing = false;
     // Before any interval retries the drops, the id connects again.
-    let again = rig.open();
-    rig.packet(again, Packet::Connect(connect("keeper", true, 3600)));
+    let again = rig.connect_as("keeper", true, 3600);
     rig.settle();
     assert!(rig.connack(again).is_some());
     let disk = rig.crash();
@@ -1753,17 +1688,14 @@ fn a_new_sessions_record_never_lands_beside_an_earlier_sessions_window() {
 #[test]
 fn an_earlier_connects_write_does_not_release_a_newer_connects_wait() {
     let mut rig = Rig::new(empty_disk(1 << 20));
-    let first = rig.open();
-    rig.packet(first, Packet::Connect(connect("device", true, 3600)));
-    let second = rig.open();
-    rig.packet(second, Packet::Connect(connect("device", true, 3600)));
+    let first = rig.connect_as("device", true, 3600);
+    let second = rig.connect_as("device", true, 3600);
     assert!(rig.wire.closed.contains(&first));
     // Only the first CONNECT's write comes back.
     rig.budget = rig.applied + 1;
     rig.settle();
     rig.budget = usize::MAX;
-    let third = rig.open();
-    rig.packet(third, Packet::Connect(connect("device", true, 3600)));
+    let third = rig.connect_as("device", true, 3600);
     rig.settle();
     assert!(
         rig.wire.closed.contains(&second),
@@ -1777,19 +1709,16 @@ fn an_earlier_connects_write_does_not_release_a_newer_connects_wait() {
 #[test]
 fn a_failed_cursor_write_ahead_of_a_record_is_written_again_at_the_next_interval() {
     let mut rig = Rig::new(empty_disk(1 << 20));
-    let keeper = rig.open();
-    rig.packet(keeper, Packet::Connect(connect("keeper", true, 3600)));
+    let keeper = rig.connect_as("keeper", true, 3600);
     rig.packet(keeper, subscribe("a/#"));
     rig.settle();
     rig.take(keeper);
     // A session that acknowledges nothing keeps the log from being trimmed
     // past what the keeper acknowledged.
-    let other = rig.open();
-    rig.packet(other, Packet::Connect(connect("other", true, 3600)));
+    let other = rig.connect_as("other", true, 3600);
     rig.packet(other, subscribe("a/#"));
     rig.settle();
-    let publisher = rig.open();
-    rig.packet(publisher, Packet::Connect(connect("publisher", false, 0)));
+    let publisher = rig.connect_as("publisher", false, 0);
     rig.packet(publisher, qos1_publish("a/1", 1));
     rig.settle();
     let sent = rig.publishes_to(keeper);
@@ -1814,8 +1743,7 @@ fn a_failed_cursor_write_ahead_of_a_record_is_written_again_at_the_next_interval
     assert_eq!(rig.stored_record("keeper").unwrap().subscriptions.len(), 2);
     rig.tick_to(400);
     let mut rig = Rig::new(rig.crash());
-    let keeper = rig.open();
-    rig.packet(keeper, Packet::Connect(connect("keeper", true, 3600)));
+    let keeper = rig.connect_as("keeper", true, 3600);
     rig.settle();
     assert!(
         rig.publishes_to(keeper).is_empty(),
@@ -1828,8 +1756,7 @@ fn a_failed_cursor_write_ahead_of_a_record_is_written_again_at_the_next_interval
 #[test]
 fn a_restored_session_never_outlives_a_lowered_max_session_expiry() {
     let mut rig = Rig::new(empty_disk(1 << 20));
-    let device = rig.open();
-    rig.packet(device, Packet::Connect(connect("device", true, 3600)));
+    let device = rig.connect_as("device", true, 3600);
     rig.packet(device, subscribe("a/#"));
     rig.packet(device, clean_disconnect());
     rig.settle();
@@ -1843,15 +1770,13 @@ fn a_restored_session_never_outlives_a_lowered_max_session_expiry() {
         rig.stored_record("device").is_none(),
         "the session outlived the limit"
     );
-    let device = rig.open();
-    rig.packet(device, Packet::Connect(connect("device", true, 3600)));
+    let device = rig.connect_as("device", true, 3600);
     rig.settle();
     assert!(!rig.connack(device).unwrap().session_present);
 
     // One still within the lowered limit is kept with its expiry capped.
     let mut rig = Rig::new(empty_disk(1 << 20));
-    let device = rig.open();
-    rig.packet(device, Packet::Connect(connect("device", true, 3600)));
+    let device = rig.connect_as("device", true, 3600);
     rig.packet(device, clean_disconnect());
     rig.settle();
     let lowered = Settings {
@@ -1867,13 +1792,11 @@ fn a_restored_session_never_outlives_a_lowered_max_session_expiry() {
 #[test]
 fn a_full_log_gives_up_its_oldest_messages_for_a_released_qos2_one() {
     let mut rig = Rig::new(empty_disk(2_000));
-    let keeper = rig.open();
-    rig.packet(keeper, Packet::Connect(connect("keeper", true, 3600)));
+    let keeper = rig.connect_as("keeper", true, 3600);
     rig.packet(keeper, subscribe_qos2("a/#"));
     rig.packet(keeper, clean_disconnect());
     rig.settle();
-    let publisher = rig.open();
-    rig.packet(publisher, Packet::Connect(connect("publisher", false, 0)));
+    let publisher = rig.connect_as("publisher", false, 0);
     rig.take(publisher);
     for n in 1..=6u16 {
         rig.packet(
@@ -1897,8 +1820,7 @@ fn a_full_log_gives_up_its_oldest_messages_for_a_released_qos2_one() {
     assert_eq!(pubcomps, 6);
     assert!(rig.broker.stats().log_dropped > 0, "the loss is counted");
     let mut rig = Rig::new(rig.crash());
-    let keeper = rig.open();
-    rig.packet(keeper, Packet::Connect(connect("keeper", true, 3600)));
+    let keeper = rig.connect_as("keeper", true, 3600);
     rig.settle();
     let topics: Vec<String> = rig
         .publishes_to(keeper)
