@@ -904,11 +904,7 @@ impl Broker {
     /// it had outstanding is forgotten, and its era moves on so that a late
     /// acknowledgement cannot move the position past the seek.
     pub(crate) fn restart_reader_at(&mut self, session_key: Key, channel: usize, offset: u64) {
-        let readers = self
-            .sessions
-            .get(session_key)
-            .map(|s| s.readers.clone())
-            .unwrap_or_default();
+        let readers = self.readers_of(session_key);
         for key in readers {
             let Some(reader) = self.readers.get_mut(key).filter(|r| r.channel == channel) else {
                 continue;
@@ -930,6 +926,14 @@ impl Broker {
         release_reader_mark(&mut self.readers, delivery);
     }
 
+    /// The channel readers a session has, copied so each can be served.
+    fn readers_of(&self, session_key: Key) -> Vec<Key> {
+        self.sessions
+            .get(session_key)
+            .map(|s| s.readers.clone())
+            .unwrap_or_default()
+    }
+
     /// Serves every reader of `session`: after it reconnects or acknowledges.
     pub(crate) fn pump_readers_of(
         &mut self,
@@ -937,11 +941,7 @@ impl Broker {
         now_ms: u64,
         out: &mut impl Transport,
     ) {
-        let readers = self
-            .sessions
-            .get(session_key)
-            .map(|s| s.readers.clone())
-            .unwrap_or_default();
+        let readers = self.readers_of(session_key);
         for reader in readers {
             self.pump_reader(reader, now_ms, out);
         }
@@ -1099,11 +1099,7 @@ impl Broker {
     /// filter stops, keeping its stored position for a later subscription.
     pub(crate) fn unsubscribe_channels(&mut self, session_key: Key, filter: &str) {
         self.unsubscribe_latest(session_key, filter);
-        let readers = self
-            .sessions
-            .get(session_key)
-            .map(|s| s.readers.clone())
-            .unwrap_or_default();
+        let readers = self.readers_of(session_key);
         for key in readers {
             let Some(reader) = self.readers.get_mut(key) else {
                 continue;

@@ -362,17 +362,21 @@ impl Broker {
         }
     }
 
+    /// The latest readers a session has, copied so each can be served.
+    fn latest_readers_of(&self, session_key: Key) -> Vec<Key> {
+        self.sessions
+            .get(session_key)
+            .map(|s| s.latest_readers.clone())
+            .unwrap_or_default()
+    }
+
     pub(crate) fn pump_latest_of(
         &mut self,
         session_key: Key,
         now_ms: u64,
         out: &mut impl Transport,
     ) {
-        let readers = self
-            .sessions
-            .get(session_key)
-            .map(|s| s.latest_readers.clone())
-            .unwrap_or_default();
+        let readers = self.latest_readers_of(session_key);
         for key in readers {
             self.pump_latest(key, now_ms, out);
         }
@@ -550,11 +554,7 @@ impl Broker {
     /// reader remembers the lowest offset it has not delivered, and what
     /// was waiting is dropped (a resume serves it again from there).
     pub(crate) fn latest_readers_away(&mut self, session_key: Key) {
-        let readers = self
-            .sessions
-            .get(session_key)
-            .map(|s| s.latest_readers.clone())
-            .unwrap_or_default();
+        let readers = self.latest_readers_of(session_key);
         for key in readers {
             let Some(reader) = self.latest_readers.get(key) else {
                 continue;
@@ -577,11 +577,7 @@ impl Broker {
     /// A session restored at a start: its marks were not kept, so its
     /// client's next resume is served the whole of each channel's state.
     pub(crate) fn latest_readers_restored(&mut self, session_key: Key) {
-        let readers = self
-            .sessions
-            .get(session_key)
-            .map(|s| s.latest_readers.clone())
-            .unwrap_or_default();
+        let readers = self.latest_readers_of(session_key);
         for key in readers {
             let Some(reader) = self.latest_readers.get(key) else {
                 continue;
@@ -601,11 +597,7 @@ impl Broker {
     /// from a state pass without `saguin-deletions`.
     pub(crate) fn resume_latest_readers(&mut self, session_key: Key) {
         self.withdraw_superseded(session_key);
-        let readers = self
-            .sessions
-            .get(session_key)
-            .map(|s| s.latest_readers.clone())
-            .unwrap_or_default();
+        let readers = self.latest_readers_of(session_key);
         for key in readers {
             let Some(reader) = self.latest_readers.get_mut(key) else {
                 continue;
@@ -669,11 +661,7 @@ impl Broker {
     /// Removes `filter` from the session's `latest` readers; a reader left
     /// with no filter ends.
     pub(crate) fn unsubscribe_latest(&mut self, session_key: Key, filter: &str) {
-        let readers = self
-            .sessions
-            .get(session_key)
-            .map(|s| s.latest_readers.clone())
-            .unwrap_or_default();
+        let readers = self.latest_readers_of(session_key);
         for key in readers {
             let Some(reader) = self.latest_readers.get_mut(key) else {
                 continue;
