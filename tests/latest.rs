@@ -561,6 +561,42 @@ fn slow_subscriber(granted: QoS) {
     assert_nothing_more(&mut slow);
 }
 
+/// A provider at its bound refuses a new topic 0x97, and still takes a new
+/// value for a topic it holds, and its deletion: each replaces a record no
+/// smaller than itself, in the same write.
+#[test]
+fn a_full_provider_still_takes_new_values_and_deletions_of_topics_it_holds() {
+    let dir = TempDir::new("latest-full");
+    let broker_yaml = "  limits:\n    max_message_size: 1KiB\n    max_header_bytes: 1KiB\n  storage:\n    default: local\n    default_retention_period: none\n    default_retention_bytes: none\n    providers:\n      local:\n        type: redb\n        file_path: {dir}/saguin.redb\n        max_bytes: 8KiB\n";
+    let broker = BrokerProcess::start_in(dir.path(), broker_yaml, CHANNELS);
+    let mut publisher = RawClient::connect(&broker.address(), ProtocolVersion::V5, "pub");
+    let value = |n: u8| vec![n; 500];
+    let mut held = 0u8;
+    loop {
+        let topic = format!("state/t{held}");
+        let ack = publish_with(&mut publisher, publish_packet(&topic, &value(1), 7));
+        if ack.reason_code == ReasonCode::QUOTA_EXCEEDED {
+            break;
+        }
+        assert_eq!(ack.reason_code, ReasonCode::SUCCESS, "{ack:?}");
+        held += 1;
+        assert!(held < 100, "the provider never filled");
+    }
+    assert!(held > 1);
+    // Full: a new value for a held topic, then its deletion, are taken.
+    set(&mut publisher, "state/t0", &value(2));
+    set(&mut publisher, "state/t0", &value(3));
+    set(&mut publisher, "state/t1", b"");
+    let mut reader = RawClient::connect(&broker.address(), ProtocolVersion::V5, "reader");
+    subscribe_with(
+        &mut reader,
+        "state/t0",
+        qos(QoS::AtLeastOnce),
+        Properties::default(),
+    );
+    assert_eq!(next_publish(&mut reader).payload, value(3));
+}
+
 // ---- crash and restart -----------------------------------------------------
 
 #[test]

@@ -279,11 +279,20 @@ impl Broker {
         let id = publisher_id(&message)
             .unwrap_or_else(|| self.id_generator.next_id(message.received_at_unix_ms));
         let stored = to_stored(&message, &id);
+        let replaces = self.latest_replaces(channel, &message.topic);
         let settings = &self.channels[channel].settings;
-        let write = Write::Append {
-            channel: settings.name.clone(),
-            message: stored,
-            channel_max_bytes: settings.max_bytes,
+        let write = match replaces {
+            Some(offset) => Write::Replace {
+                channel: settings.name.clone(),
+                offset,
+                message: stored,
+                channel_max_bytes: settings.max_bytes,
+            },
+            None => Write::Append {
+                channel: settings.name.clone(),
+                message: stored,
+                channel_max_bytes: settings.max_bytes,
+            },
         };
         let provider = settings.provider;
         let ticket = self.next_ticket();

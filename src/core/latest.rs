@@ -296,6 +296,18 @@ impl Broker {
         Ok(())
     }
 
+    /// The record a new value for `topic` replaces, for a `latest`
+    /// channel: its current one, stored or a deletion. The write that
+    /// stores the new value removes it in the same transaction, so a value
+    /// no larger than the last is taken even by a full provider. Where
+    /// another value of the topic is still on its way, the record named
+    /// here may already be gone when the write runs; the write is then a
+    /// plain append, and the one in between is removed after its commit.
+    pub(crate) fn latest_replaces(&self, channel: usize, topic: &str) -> Option<u64> {
+        let latest = self.channels[channel].latest.as_deref()?;
+        latest.values.get(topic).map(|v| v.offset)
+    }
+
     /// Counts a publish to a `latest` topic on its way to storage
     /// (`started`) or answered.
     pub(crate) fn latest_storing(&mut self, channel: usize, topic: &str, started: bool) {

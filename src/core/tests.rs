@@ -1456,7 +1456,9 @@ impl Harness {
         let mut offset = first;
         for request in self.stored() {
             if let StoreRequest::Commit { ticket, writes } = request {
-                if let [Write::Append { message, .. }] = writes.as_slice() {
+                if let [Write::Append { message, .. } | Write::Replace { message, .. }] =
+                    writes.as_slice()
+                {
                     stored.push(message.clone());
                     self.complete(
                         ticket,

@@ -90,6 +90,19 @@ pub(crate) fn apply_batch<T: Tables>(
                 rule,
                 max_records,
             } => Outcome::Trimmed(trim(tables, budget, channel, *rule, *max_records)?),
+            Write::Replace {
+                channel,
+                offset,
+                message,
+                channel_max_bytes,
+            } => replace(
+                tables,
+                budget,
+                channel,
+                *offset,
+                message,
+                *channel_max_bytes,
+            )?,
             Write::Remove { channel, offset } => remove(tables, budget, channel, *offset)?,
             Write::PutEntry {
                 channel,
@@ -398,4 +411,47 @@ fn move_record<T: Tables>(
         to_offset: Some(to_offset),
         floor,
     })
+}
+
+/// Appends `message` and removes the record at `offset` in one write. The
+/// bounds see only the growth: the new record less the one it replaces.
+fn replace<T: Tables>(
+    tables: &mut T,
+    budget: &mut Budget,
+    channel: &str,
+    offset: u64,
+    message: &Message,
+    channel_max_bytes: Option<u64>,
+) -> Result<Outcome, StoreError> {
+    let Some(old) = tables.record_head(channel, offset)? else {
+        return append(tables, budget, channel, message, channel_max_bytes);
+    };
+    let state = tables.state(channel)?;
+    let size_bytes = message.size_bytes();
+    let growth = size_bytes.saturating_sub(old.size_bytes);
+    if state.next.checked_add(1).is_none() {
+        return Ok(Outcome::Refused(Refusal::ChannelFull));
+    }
+    let over_channel = channel_max_bytes.is_some_and(|max| {
+        growth > 0
+            && (state.record_bytes - old.size_bytes)
+                .checked_add(size_bytes)
+                .is_none_or(|after| after > max)
+    });
+    if over_channel {
+        return Ok(Outcome::Refused(Refusal::ChannelFull));
+    }
+    if growth > 0 && !budget.admits_append(growth) {
+        return Ok(Outcome::Refused(Refusal::ProviderFull));
+    }
+    remove(tables, budget, channel, offset)?;
+    let mut state = tables.state(channel)?;
+    let new_offset = state.next;
+    tables.insert_record(channel, new_offset, message)?;
+    state.next += 1;
+    state.record_bytes += size_bytes;
+    state.record_count += 1;
+    tables.set_state(channel, state)?;
+    budget.charge(size_bytes);
+    Ok(Outcome::Appended { offset: new_offset })
 }

@@ -1155,6 +1155,47 @@ fn a_batch_mixing_records_and_entries_is_all_or_nothing<H: Harness>(h: &H) {
     );
 }
 
+fn a_replacement_counts_only_its_growth_and_is_whole<H: Harness>(h: &H) {
+    let size = one_size();
+    let reserve = 100;
+    let mut p = h.open_bounded(3 * size + reserve, reserve);
+    assert_eq!(fill(&mut p, "v", 3), appended(&[1, 2, 3]));
+    assert_eq!(
+        fill(&mut p, "v", 1),
+        vec![Outcome::Refused(Refusal::ProviderFull)]
+    );
+    let replace = |offset: u64, payload: &[u8]| Write::Replace {
+        channel: "v".into(),
+        offset,
+        message: msg("t/x", payload, 9),
+        channel_max_bytes: None,
+    };
+    // No larger than what it replaces: taken at the bound, the old one gone
+    // in the same write.
+    let out = commit(&mut p, vec![replace(2, &[1; 10]), replace(1, &[2; 4])]);
+    assert_eq!(out, appended(&[4, 5]));
+    assert_eq!(offsets(&p, "v", 3), vec![3, 4, 5]);
+    assert_eq!(
+        p.channel("v").floor,
+        3,
+        "the oldest went, so the floor rose"
+    );
+    let used = p.usage().used_bytes;
+    assert_eq!(used, 2 * size + msg("t/x", &[2; 4], 9).size_bytes());
+    // Larger, with no room for the growth: refused whole, the old one kept.
+    let out = commit(&mut p, vec![replace(3, &[3; 200])]);
+    assert_eq!(out, vec![Outcome::Refused(Refusal::ProviderFull)]);
+    assert_eq!(offsets(&p, "v", 3), vec![3, 4, 5]);
+    assert_eq!(p.usage().used_bytes, used);
+    // Nothing held at the offset: a plain append, judged whole.
+    let out = commit(&mut p, vec![replace(2, &[4; 10])]);
+    assert_eq!(out, vec![Outcome::Refused(Refusal::ProviderFull)]);
+    let p = h.reopen(p);
+    assert_eq!(offsets(&p, "v", 3), vec![3, 4, 5]);
+    assert_eq!(p.channel("v").next, 6);
+    assert_eq!(p.usage().used_bytes, used);
+}
+
 macro_rules! conformance {
     ($module:ident, $harness:ty) => {
         mod $module {
@@ -1237,6 +1278,10 @@ macro_rules! conformance {
             #[test]
             fn usage_counts_records_and_positions_with_one_function() {
                 super::usage_counts_records_and_positions_with_one_function(&h("usage"));
+            }
+            #[test]
+            fn a_replacement_counts_only_its_growth_and_is_whole() {
+                super::a_replacement_counts_only_its_growth_and_is_whole(&h("replace"));
             }
             #[test]
             fn a_record_is_removed_from_anywhere_and_the_floor_follows_the_oldest() {

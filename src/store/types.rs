@@ -206,6 +206,17 @@ pub enum Write {
         rule: TrimRule,
         max_records: u32,
     },
+    /// Store a message at `next` and remove the record at `offset` it
+    /// replaces, both or neither: a `latest` channel's new value for a
+    /// topic. Judged against the bounds only for what it adds over the
+    /// record it replaces, so a value no larger than the last always fits.
+    /// Where no record is held at `offset`, it is a plain append.
+    Replace {
+        channel: String,
+        offset: u64,
+        message: Message,
+        channel_max_bytes: Option<u64>,
+    },
     /// Remove one record wherever it lies (a resolved job, a superseded
     /// value). May use the reserve: it relieves. When it was the oldest
     /// record held, the floor rises to the next one still held, or to
@@ -252,6 +263,7 @@ impl Write {
             | Write::SetPosition { channel, .. }
             | Write::DropPosition { channel, .. }
             | Write::Trim { channel, .. }
+            | Write::Replace { channel, .. }
             | Write::Remove { channel, .. }
             | Write::PutEntry { channel, .. }
             | Write::DropEntry { channel, .. }
@@ -268,7 +280,7 @@ impl Write {
     }
 
     pub fn is_append(&self) -> bool {
-        matches!(self, Write::Append { .. })
+        matches!(self, Write::Append { .. } | Write::Replace { .. })
     }
 }
 

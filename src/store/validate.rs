@@ -49,6 +49,16 @@ fn check_write(w: &Write) -> Result<(), String> {
     }
     match w {
         Write::Append { message, .. } => check_message(message),
+        Write::Replace {
+            offset, message, ..
+        } => {
+            if *offset < FIRST_OFFSET {
+                return Err(format!(
+                    "offsets start at {FIRST_OFFSET}, so {offset} names no record to replace"
+                ));
+            }
+            check_message(message)
+        }
         Write::SetPosition { reader, offset, .. } => {
             check_reader(reader)?;
             // Offsets start at 1, so 0 is no offset at all: as a seek it
