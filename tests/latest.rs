@@ -64,6 +64,11 @@ fn subscribe_with(
     }
 }
 
+/// Subscribes at QoS 1 and checks the SUBACK.
+fn subscribe_qos1(client: &mut RawClient, filter: &str, properties: Properties) {
+    subscribe_with(client, filter, qos(QoS::AtLeastOnce), properties);
+}
+
 fn qos(qos: QoS) -> SubscriptionOptions {
     SubscriptionOptions {
         qos,
@@ -154,12 +159,7 @@ fn a_subscriber_gets_current_state_with_retain_after_the_suback_then_changes_wit
     set(&mut publisher, "state/fw", b"1.2");
 
     let mut subscriber = RawClient::connect(&broker.address(), ProtocolVersion::V5, "sub");
-    subscribe_with(
-        &mut subscriber,
-        "state/#",
-        qos(QoS::AtLeastOnce),
-        Properties::default(),
-    );
+    subscribe_qos1(&mut subscriber, "state/#", Properties::default());
     let state = [next_publish(&mut subscriber), next_publish(&mut subscriber)];
     assert_eq!(
         topics_and_payloads(&state),
@@ -241,12 +241,7 @@ fn retain_handling_decides_the_state_pass() {
     subscribe_with(&mut subscriber, "state/#", if_new, Properties::default());
     assert_nothing_more(&mut subscriber);
     // Asked for always, on the next SUBSCRIBE: the whole state again.
-    subscribe_with(
-        &mut subscriber,
-        "state/#",
-        qos(QoS::AtLeastOnce),
-        Properties::default(),
-    );
+    subscribe_qos1(&mut subscriber, "state/#", Properties::default());
     assert_eq!(next_publish(&mut subscriber).payload, b"1");
 }
 
@@ -259,12 +254,7 @@ fn a_deletion_is_delivered_live_and_hidden_from_later_subscribers_unless_asked()
     set(&mut publisher, "state/a", b"1");
     set(&mut publisher, "state/b", b"2");
     let mut live = RawClient::connect(&address, ProtocolVersion::V5, "live");
-    subscribe_with(
-        &mut live,
-        "state/#",
-        qos(QoS::AtLeastOnce),
-        Properties::default(),
-    );
+    subscribe_qos1(&mut live, "state/#", Properties::default());
     let before = [next_publish(&mut live), next_publish(&mut live)];
 
     set(&mut publisher, "state/a", b"");
@@ -280,22 +270,12 @@ fn a_deletion_is_delivered_live_and_hidden_from_later_subscribers_unless_asked()
     );
 
     let mut later = RawClient::connect(&address, ProtocolVersion::V5, "later");
-    subscribe_with(
-        &mut later,
-        "state/#",
-        qos(QoS::AtLeastOnce),
-        Properties::default(),
-    );
+    subscribe_qos1(&mut later, "state/#", Properties::default());
     assert_eq!(next_publish(&mut later).topic, "state/b");
     assert_nothing_more(&mut later);
 
     let mut mirror = RawClient::connect(&address, ProtocolVersion::V5, "mirror");
-    subscribe_with(
-        &mut mirror,
-        "state/#",
-        qos(QoS::AtLeastOnce),
-        with_deletions(),
-    );
+    subscribe_qos1(&mut mirror, "state/#", with_deletions());
     let state = [next_publish(&mut mirror), next_publish(&mut mirror)];
     assert_eq!(
         topics_and_payloads(&state),
@@ -316,12 +296,7 @@ fn deleting_an_absent_topic_stores_nothing() {
     let address = broker.address();
     let mut publisher = RawClient::connect(&address, ProtocolVersion::V5, "pub");
     let mut watcher = RawClient::connect(&address, ProtocolVersion::V5, "watcher");
-    subscribe_with(
-        &mut watcher,
-        "state/#",
-        qos(QoS::AtLeastOnce),
-        Properties::default(),
-    );
+    subscribe_qos1(&mut watcher, "state/#", Properties::default());
     set(&mut publisher, "state/x", b"1");
     let first = offset(&next_publish(&mut watcher));
     for _ in 0..3 {
@@ -344,12 +319,7 @@ fn deleting_an_absent_topic_stores_nothing() {
         "nor on deleting a topic already deleted"
     );
     let mut mirror = RawClient::connect(&address, ProtocolVersion::V5, "mirror");
-    subscribe_with(
-        &mut mirror,
-        "state/#",
-        qos(QoS::AtLeastOnce),
-        with_deletions(),
-    );
+    subscribe_qos1(&mut mirror, "state/#", with_deletions());
     let state = [next_publish(&mut mirror), next_publish(&mut mirror)];
     assert_eq!(
         topics_and_payloads(&state),
@@ -371,12 +341,7 @@ fn a_resumed_session_gets_only_what_changed_and_qos0_gets_the_whole_state() {
         set(&mut publisher, topic, b"1");
     }
     let (mut consumer, _) = durable(&address, "consumer", None);
-    subscribe_with(
-        &mut consumer,
-        "state/#",
-        qos(QoS::AtLeastOnce),
-        Properties::default(),
-    );
+    subscribe_qos1(&mut consumer, "state/#", Properties::default());
     let (mut quiet, _) = durable(&address, "quiet", None);
     subscribe_with(
         &mut quiet,
@@ -431,12 +396,7 @@ fn a_shared_subscriber_gets_changes_only() {
     let mut publisher = RawClient::connect(&address, ProtocolVersion::V5, "pub");
     set(&mut publisher, "state/a", b"old");
     let mut member = RawClient::connect(&address, ProtocolVersion::V5, "member");
-    subscribe_with(
-        &mut member,
-        "$share/g/state/#",
-        qos(QoS::AtLeastOnce),
-        Properties::default(),
-    );
+    subscribe_qos1(&mut member, "$share/g/state/#", Properties::default());
     assert_nothing_more(&mut member);
     set(&mut publisher, "state/a", b"new");
     let change = next_publish(&mut member);
@@ -478,20 +438,10 @@ fn a_retained_publish_into_a_channel_is_kept_by_the_channel_alone() {
         assert_eq!(ack.reason_code, ReasonCode::SUCCESS);
     }
     let mut later = RawClient::connect(&address, ProtocolVersion::V5, "later");
-    subscribe_with(
-        &mut later,
-        "state/r",
-        qos(QoS::AtLeastOnce),
-        Properties::default(),
-    );
+    subscribe_qos1(&mut later, "state/r", Properties::default());
     let value = next_publish(&mut later);
     assert!(value.retain && label(&value, "saguin-offset").is_some());
-    subscribe_with(
-        &mut later,
-        "events/a/r",
-        qos(QoS::AtLeastOnce),
-        Properties::default(),
-    );
+    subscribe_qos1(&mut later, "events/a/r", Properties::default());
     let record = next_publish(&mut later);
     assert_eq!(record.payload, b"kept");
     assert!(
@@ -588,12 +538,7 @@ fn a_full_provider_still_takes_new_values_and_deletions_of_topics_it_holds() {
     set(&mut publisher, "state/t0", &value(3));
     set(&mut publisher, "state/t1", b"");
     let mut reader = RawClient::connect(&broker.address(), ProtocolVersion::V5, "reader");
-    subscribe_with(
-        &mut reader,
-        "state/t0",
-        qos(QoS::AtLeastOnce),
-        Properties::default(),
-    );
+    subscribe_qos1(&mut reader, "state/t0", Properties::default());
     assert_eq!(next_publish(&mut reader).payload, value(3));
 }
 
@@ -636,12 +581,7 @@ fn every_acknowledged_value_and_deletion_survives_sigkill_on_redb() {
             }
         });
         let mut watcher = RawClient::connect(&address, ProtocolVersion::V5, "watcher");
-        subscribe_with(
-            &mut watcher,
-            "state/run/#",
-            qos(QoS::AtLeastOnce),
-            Properties::default(),
-        );
+        subscribe_qos1(&mut watcher, "state/run/#", Properties::default());
         for _ in 0..200 {
             next_publish(&mut watcher);
         }
@@ -652,12 +592,7 @@ fn every_acknowledged_value_and_deletion_survives_sigkill_on_redb() {
 
     let broker = start(&dir);
     let mut reader = RawClient::connect(&broker.address(), ProtocolVersion::V5, "reader");
-    subscribe_with(
-        &mut reader,
-        "state/#",
-        qos(QoS::AtLeastOnce),
-        with_deletions(),
-    );
+    subscribe_qos1(&mut reader, "state/#", with_deletions());
     let mut state: HashMap<String, Vec<u8>> = HashMap::new();
     let mut offsets = Vec::new();
     while state.len() < 30 {
@@ -706,12 +641,7 @@ fn a_memory_channel_keeps_its_values_across_a_graceful_restart() {
     assert!(broker.terminate().success());
     let broker = BrokerProcess::start_in(dir.path(), MEMORY, CHANNELS);
     let mut reader = RawClient::connect(&broker.address(), ProtocolVersion::V5, "reader");
-    subscribe_with(
-        &mut reader,
-        "state/#",
-        qos(QoS::AtLeastOnce),
-        with_deletions(),
-    );
+    subscribe_qos1(&mut reader, "state/#", with_deletions());
     let state = [next_publish(&mut reader), next_publish(&mut reader)];
     assert_eq!(
         topics_and_payloads(&state),
@@ -804,12 +734,7 @@ fn a_point_read_answers_the_asking_session_alone_with_correlation_data() {
     set(&mut publisher, "state/gone", b"1");
     set(&mut publisher, "state/gone", b"");
     let mut bystander = RawClient::connect(&address, ProtocolVersion::V5, "bystander");
-    subscribe_with(
-        &mut bystander,
-        "replies/#",
-        qos(QoS::AtLeastOnce),
-        Properties::default(),
-    );
+    subscribe_qos1(&mut bystander, "replies/#", Properties::default());
 
     let mut asker = RawClient::connect(&address, ProtocolVersion::V5, "asker");
     let reply = point_read(&mut asker, b"state/pump", Some(b"req-1"));
@@ -976,12 +901,7 @@ fn a_consumer_finds_a_payloads_schema_by_point_read() {
     set(&mut registrar, "schemas/acme/weather-v1", schema);
 
     let mut consumer = RawClient::connect(&address, ProtocolVersion::V5, "consumer");
-    subscribe_with(
-        &mut consumer,
-        "state/weather/#",
-        qos(QoS::AtLeastOnce),
-        Properties::default(),
-    );
+    subscribe_qos1(&mut consumer, "state/weather/#", Properties::default());
     let mut producer = RawClient::connect(&address, ProtocolVersion::V5, "producer");
     let mut reading = publish_packet("state/weather/roof", br#"{"c":21.5}"#, 2);
     reading.properties.content_type = Some("application/json".into());

@@ -317,8 +317,7 @@ fn channel(
         };
     }
     if kind == TypeRead::Latest {
-        let deletions =
-            super::latest::deletion_retention_period(f, &path, t.get("deletion_retention_period"));
+        let deletions = super::latest::deletion_retention_period(f, &path, &t);
         config = config
             .zip(deletions)
             .map(|(config, deletions)| ChannelConfig {
@@ -363,18 +362,10 @@ fn settings(
         Some(Some(s)) => Some(s),
         _ => None,
     };
-    let retention_period_s = retention_period(
-        f,
-        path,
-        t.get("retention_period"),
-        defaults.map(|s| s.default_retention_period_s),
-    );
-    let retention_bytes = retention_bytes(
-        f,
-        path,
-        t.get("retention_bytes"),
-        defaults.map(|s| s.default_retention_bytes),
-    );
+    let retention_period_s =
+        RETENTION_PERIOD.read(f, path, t, defaults.map(|s| s.default_retention_period_s));
+    let retention_bytes =
+        RETENTION_BYTES.read(f, path, t, defaults.map(|s| s.default_retention_bytes));
     let max_bytes = max_bytes(f, path, t.get("max_bytes"));
     let start = start(f, path, t.get("start"));
     let (filter, filters) = filter?;
@@ -813,74 +804,67 @@ fn storage_required(f: &mut Findings, names: &[String]) {
 const ZERO_RETENTION: &str =
     "zero could be read as keep nothing or as keep everything, so it is refused";
 
-/// `Some(None)` is `none`. `default` is `None` while no default can be
-/// known, which `broker.storage` already reports.
-fn retention_period(
-    f: &mut Findings,
-    channel_path: &str,
-    value: Option<&Value>,
-    default: Option<Option<u64>>,
-) -> Option<Option<u64>> {
-    const ALLOWED: &str = "it is a duration in whole seconds, 1s or more, such as 7d, or `none` to keep records until a size bound removes them; omit it for broker.storage.default_retention_period";
-    let at = join(channel_path, "retention_period");
-    period_or_none_s(f, &at, value, default, ALLOWED, ZERO_RETENTION)
+/// A channel's `retention_period`. Its default is `None` while no default
+/// can be known, which `broker.storage` already reports.
+const RETENTION_PERIOD: PositiveOrNone = PositiveOrNone {
+    key: "retention_period",
+    unit: Unit::Seconds,
+    allowed: "it is a duration in whole seconds, 1s or more, such as 7d, or `none` to keep records until a size bound removes them; omit it for broker.storage.default_retention_period",
+    zero: ZERO_RETENTION,
+};
+
+const RETENTION_BYTES: PositiveOrNone = PositiveOrNone {
+    key: "retention_bytes",
+    unit: Unit::Bytes,
+    allowed: "it is a size, 1B or more, such as 20GiB, or `none` to keep records until a period removes them; omit it for broker.storage.default_retention_bytes",
+    zero: ZERO_RETENTION,
+};
+
+/// What a positive amount is counted in.
+pub(super) enum Unit {
+    /// A duration, in whole seconds.
+    Seconds,
+    /// A size, in bytes.
+    Bytes,
 }
 
-fn retention_bytes(
-    f: &mut Findings,
-    channel_path: &str,
-    value: Option<&Value>,
-    default: Option<Option<u64>>,
-) -> Option<Option<u64>> {
-    const ALLOWED: &str = "it is a size, 1B or more, such as 20GiB, or `none` to keep records until a period removes them; omit it for broker.storage.default_retention_bytes";
-    let at = join(channel_path, "retention_bytes");
-    size_or_none_bytes(f, &at, value, default, ALLOWED, ZERO_RETENTION)
+/// A key that takes a positive period or size, or `none`.
+pub(super) struct PositiveOrNone {
+    pub(super) key: &'static str,
+    pub(super) unit: Unit,
+    /// What the key takes, said with every finding about it.
+    pub(super) allowed: &'static str,
+    /// Why 0 is refused.
+    pub(super) zero: &'static str,
 }
 
-/// A period of whole seconds, 1s or more, or `none` (`Some(None)`); an
-/// absent key takes `default`. `allowed` says what the key takes, and
-/// `zero` why 0 is refused.
-pub(super) fn period_or_none_s(
-    f: &mut Findings,
-    at: &str,
-    value: Option<&Value>,
-    default: Option<Option<u64>>,
-    allowed: &str,
-    zero: &str,
-) -> Option<Option<u64>> {
-    let Some(value) = value else {
-        return default;
-    };
-    let Some(ms) = duration_ms(f, at, value, NoneRule::Allowed, allowed)? else {
-        return Some(None);
-    };
-    let seconds = whole_seconds(f, at, value, ms)?;
-    if seconds == 0 {
-        f.value(at, value, format!("{zero}; {allowed}"));
-        return None;
+impl PositiveOrNone {
+    /// The key under `parent` in `table`: `Some(None)` for `none`, and
+    /// `default` when it is absent.
+    pub(super) fn read(
+        &self,
+        f: &mut Findings,
+        parent: &str,
+        table: &Table<'_>,
+        default: Option<Option<u64>>,
+    ) -> Option<Option<u64>> {
+        let Some(value) = table.get(self.key) else {
+            return default;
+        };
+        let at = join(parent, self.key);
+        let amount = match self.unit {
+            Unit::Seconds => match duration_ms(f, &at, value, NoneRule::Allowed, self.allowed)? {
+                Some(ms) => Some(whole_seconds(f, &at, value, ms)?),
+                None => None,
+            },
+            Unit::Bytes => size(f, &at, value, NoneRule::Allowed, self.allowed)?,
+        };
+        if amount == Some(0) {
+            f.value(&at, value, format!("{}; {}", self.zero, self.allowed));
+            return None;
+        }
+        Some(amount)
     }
-    Some(Some(seconds))
-}
-
-/// A size of 1B or more, or `none` (`Some(None)`); an absent key takes
-/// `default`.
-pub(super) fn size_or_none_bytes(
-    f: &mut Findings,
-    at: &str,
-    value: Option<&Value>,
-    default: Option<Option<u64>>,
-    allowed: &str,
-    zero: &str,
-) -> Option<Option<u64>> {
-    let Some(value) = value else {
-        return default;
-    };
-    let bytes = size(f, at, value, NoneRule::Allowed, allowed)?;
-    if bytes == Some(0) {
-        f.value(at, value, format!("{zero}; {allowed}"));
-        return None;
-    }
-    Some(bytes)
 }
 
 fn max_bytes(f: &mut Findings, channel_path: &str, value: Option<&Value>) -> Option<Option<u64>> {

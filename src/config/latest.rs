@@ -6,10 +6,10 @@
 //! many topics are live rather than by a history: it takes
 //! `retention_period` and no size key.
 
-use serde_yaml::{Mapping, Value};
+use serde_yaml::Mapping;
 
-use super::channels::period_or_none_s;
-use super::parse::{join, Findings, Keys};
+use super::channels::{PositiveOrNone, Unit};
+use super::parse::{join, Findings, Keys, Table};
 
 /// The keys a latest channel reads.
 pub(super) const KEYS: Keys = Keys {
@@ -53,16 +53,20 @@ pub(super) fn without_other_type_keys(f: &mut Findings, path: &str, mapping: &Ma
 /// `deletion_retention_period`: how long a stored deletion is kept, in
 /// whole seconds; `Some(None)` for `none`, which keeps it as long as the
 /// channel exists.
+const DELETION_RETENTION_PERIOD: PositiveOrNone = PositiveOrNone {
+    key: "deletion_retention_period",
+    unit: Unit::Seconds,
+    allowed: "it is a duration in whole seconds, 1s or more, such as 1d: the longest outage after which a subscriber can still be told a topic was deleted; `none` keeps deletions as long as the channel exists; omit it for a day",
+    zero: "zero would forget a deletion before any subscriber could be told of it",
+};
+
 pub(super) fn deletion_retention_period(
     f: &mut Findings,
     channel_path: &str,
-    value: Option<&Value>,
+    table: &Table<'_>,
 ) -> Option<Option<u64>> {
-    const ALLOWED: &str = "it is a duration in whole seconds, 1s or more, such as 1d: the longest outage after which a subscriber can still be told a topic was deleted; `none` keeps deletions as long as the channel exists; omit it for a day";
-    let at = join(channel_path, "deletion_retention_period");
     let default = Some(Some(DEFAULT_DELETION_RETENTION_PERIOD_S));
-    const ZERO: &str = "zero would forget a deletion before any subscriber could be told of it";
-    period_or_none_s(f, &at, value, default, ALLOWED, ZERO)
+    DELETION_RETENTION_PERIOD.read(f, channel_path, table, default)
 }
 
 #[cfg(test)]

@@ -9,7 +9,7 @@
 
 use serde_yaml::{Mapping, Value};
 
-use super::channels::{period_or_none_s, size_or_none_bytes, ChannelConfig, ChannelKind, Start};
+use super::channels::{ChannelConfig, ChannelKind, PositiveOrNone, Start, Unit};
 use super::limits::{duration_ms, whole_number, whole_seconds, NoneRule};
 use super::parse::{join, Findings, Keys, Table};
 
@@ -138,8 +138,8 @@ pub(super) fn settings(
         Some((p, b)) => (Some(p), Some(b)),
         None => (None, None),
     };
-    let dlq_period = dlq_retention_period(f, path, t.get("dlq_retention_period"), period_default);
-    let dlq_bytes = dlq_retention_bytes(f, path, t.get("dlq_retention_bytes"), bytes_default);
+    let dlq_period = DLQ_RETENTION_PERIOD.read(f, path, t, period_default);
+    let dlq_bytes = DLQ_RETENTION_BYTES.read(f, path, t, bytes_default);
     let visibility_timeout_s = visibility.map(|v| v.unwrap_or(DEFAULT_VISIBILITY_TIMEOUT_S));
     if let (Some(v), Some(Some(e))) = (visibility_timeout_s, expires) {
         if e <= v {
@@ -268,27 +268,19 @@ fn retry(f: &mut Findings, path: &str, value: Option<&Value>) -> Option<(u32, Ba
     }
 }
 
-fn dlq_retention_period(
-    f: &mut Findings,
-    path: &str,
-    value: Option<&Value>,
-    default: Option<Option<u64>>,
-) -> Option<Option<u64>> {
-    const ALLOWED: &str = "it is how long the dead-letter channel keeps a record: a duration in whole seconds, 1s or more, such as 30d, or `none`; omit it for broker.storage.default_retention_period";
-    let at = join(path, "dlq_retention_period");
-    period_or_none_s(f, &at, value, default, ALLOWED, "zero is refused")
-}
+const DLQ_RETENTION_PERIOD: PositiveOrNone = PositiveOrNone {
+    key: "dlq_retention_period",
+    unit: Unit::Seconds,
+    allowed: "it is how long the dead-letter channel keeps a record: a duration in whole seconds, 1s or more, such as 30d, or `none`; omit it for broker.storage.default_retention_period",
+    zero: "zero is refused",
+};
 
-fn dlq_retention_bytes(
-    f: &mut Findings,
-    path: &str,
-    value: Option<&Value>,
-    default: Option<Option<u64>>,
-) -> Option<Option<u64>> {
-    const ALLOWED: &str = "it is how many bytes of dead letters are kept: a size, 1B or more, such as 1GiB, or `none`; omit it for broker.storage.default_retention_bytes";
-    let at = join(path, "dlq_retention_bytes");
-    size_or_none_bytes(f, &at, value, default, ALLOWED, "zero is refused")
-}
+const DLQ_RETENTION_BYTES: PositiveOrNone = PositiveOrNone {
+    key: "dlq_retention_bytes",
+    unit: Unit::Bytes,
+    allowed: "it is how many bytes of dead letters are kept: a size, 1B or more, such as 1GiB, or `none`; omit it for broker.storage.default_retention_bytes",
+    zero: "zero is refused",
+};
 
 /// The filter a queue's dead letters are filed under: `__dlq` takes the
 /// place of a final `#` (which follows it), or is appended.

@@ -148,6 +148,33 @@ impl Rig {
         self.broker.accept(self.now_ms).unwrap()
     }
 
+    /// The broker crashes; a new one starts on what the disk kept, and the
+    /// durable client `client_id` connects to it again.
+    fn crash_and_resume(self, client_id: &str) -> (Rig, Key) {
+        let mut rig = Rig::new(self.crash());
+        let conn = rig.connect_as(client_id, true, 3600);
+        rig.settle();
+        (rig, conn)
+    }
+
+    /// A durable client subscribed with `subscribe`, its answers taken.
+    fn durable_subscriber(&mut self, client_id: &str, subscribe: Packet) -> Key {
+        let conn = self.connect_as(client_id, true, 3600);
+        self.packet(conn, subscribe);
+        self.settle();
+        self.take(conn);
+        conn
+    }
+
+    /// A durable client subscribed with `subscribe` that has gone away
+    /// cleanly, so what follows is owed to it.
+    fn away_subscriber(&mut self, client_id: &str, subscribe: Packet) {
+        let conn = self.connect_as(client_id, true, 3600);
+        self.packet(conn, subscribe);
+        self.packet(conn, clean_disconnect());
+        self.settle();
+    }
+
     /// A new connection that has sent its CONNECT; the answer comes once
     /// the rig settles.
     fn connect_as(&mut self, client_id: &str, durable: bool, expiry_s: u32) -> Key {
@@ -735,10 +762,7 @@ fn qos1_publish(topic: &str, packet_id: u16) -> Packet {
 #[test]
 fn a_qos1_broadcast_owed_to_a_durable_session_is_logged_before_its_puback_and_replayed_once() {
     let mut rig = Rig::new(empty_disk(1 << 20));
-    let keeper = rig.connect_as("keeper", true, 3600);
-    rig.packet(keeper, subscribe("a/#"));
-    rig.packet(keeper, clean_disconnect());
-    rig.settle();
+    rig.away_subscriber("keeper", subscribe("a/#"));
     let publisher = rig.connect_as("publisher", false, 0);
     rig.take(publisher);
     // Owed to nobody durable: answered at once, nothing written.
@@ -757,9 +781,7 @@ fn a_qos1_broadcast_owed_to_a_durable_session_is_logged_before_its_puback_and_re
     rig.settle();
     assert_eq!(rig.take(publisher).len(), 2);
 
-    let mut rig = Rig::new(rig.crash());
-    let keeper = rig.connect_as("keeper", true, 3600);
-    rig.settle();
+    let (mut rig, keeper) = rig.crash_and_resume("keeper");
     let answers = rig.take(keeper);
     let topics: Vec<_> = answers
         .iter()
@@ -782,9 +804,7 @@ fn a_qos1_broadcast_owed_to_a_durable_session_is_logged_before_its_puback_and_re
         }
     }
     rig.tick_to(200);
-    let mut rig = Rig::new(rig.crash());
-    let keeper = rig.connect_as("keeper", true, 3600);
-    rig.settle();
+    let (mut rig, keeper) = rig.crash_and_resume("keeper");
     let answers = rig.take(keeper);
     assert!(
         matches!(answers.as_slice(), [Packet::Connack(c)] if c.session_present),
@@ -873,10 +893,7 @@ fn a_hold_whose_session_did_not_come_back_is_dropped_and_counted_at_the_start() 
 #[test]
 fn a_shared_groups_backlog_kept_for_a_durable_member_survives_a_crash() {
     let mut rig = Rig::new(empty_disk(1 << 20));
-    let worker = rig.connect_as("worker", true, 3600);
-    rig.packet(worker, subscribe("$share/g/jobs/#"));
-    rig.packet(worker, clean_disconnect());
-    rig.settle();
+    rig.away_subscriber("worker", subscribe("$share/g/jobs/#"));
     let publisher = rig.connect_as("publisher", false, 0);
     rig.take(publisher);
     rig.packet(publisher, qos1_publish("jobs/1", 1));
@@ -889,9 +906,7 @@ fn a_shared_groups_backlog_kept_for_a_durable_member_survives_a_crash() {
     assert_eq!(rig.take(publisher).len(), 2);
     rig.tick_to(200);
 
-    let mut rig = Rig::new(rig.crash());
-    let worker = rig.connect_as("worker", true, 3600);
-    rig.settle();
+    let (mut rig, worker) = rig.crash_and_resume("worker");
     let answers = rig.take(worker);
     assert!(matches!(answers.first(), Some(Packet::Connack(c)) if c.session_present));
     let topics: Vec<_> = answers
@@ -907,10 +922,7 @@ fn a_shared_groups_backlog_kept_for_a_durable_member_survives_a_crash() {
 #[test]
 fn a_logged_message_on_the_wire_at_a_crash_is_sent_again_under_its_packet_identifier() {
     let mut rig = Rig::new(empty_disk(1 << 20));
-    let keeper = rig.connect_as("keeper", true, 3600);
-    rig.packet(keeper, subscribe("a/#"));
-    rig.settle();
-    rig.take(keeper);
+    let keeper = rig.durable_subscriber("keeper", subscribe("a/#"));
     let publisher = rig.connect_as("publisher", false, 0);
     // Two on the wire, neither acknowledged.
     rig.packet(publisher, qos1_publish("a/1", 1));
@@ -924,9 +936,7 @@ fn a_logged_message_on_the_wire_at_a_crash_is_sent_again_under_its_packet_identi
     assert_eq!(sent.len(), 2);
     rig.tick_to(200);
 
-    let mut rig = Rig::new(rig.crash());
-    let keeper = rig.connect_as("keeper", true, 3600);
-    rig.settle();
+    let (mut rig, keeper) = rig.crash_and_resume("keeper");
     let again: Vec<(String, u16, bool)> = rig
         .publishes_to(keeper)
         .into_iter()
@@ -943,10 +953,7 @@ fn a_logged_message_on_the_wire_at_a_crash_is_sent_again_under_its_packet_identi
 fn a_window_write_the_storage_thread_cannot_take_yet_delays_the_delivery_and_keeps_the_connection()
 {
     let mut rig = Rig::new(empty_disk(1 << 20));
-    let keeper = rig.connect_as("keeper", true, 3600);
-    rig.packet(keeper, subscribe("a/#"));
-    rig.settle();
-    rig.take(keeper);
+    let keeper = rig.durable_subscriber("keeper", subscribe("a/#"));
     let publisher = rig.connect_as("publisher", false, 0);
     rig.packet(publisher, qos1_publish("a/1", 1));
     // The log append is taken; the window write behind it is not.
@@ -968,9 +975,7 @@ fn a_window_write_the_storage_thread_cannot_take_yet_delays_the_delivery_and_kee
     assert!(!rig.wire.closed.contains(&keeper));
 
     // Its identifier was stored: a crash now sends it again under it.
-    let mut rig = Rig::new(rig.crash());
-    let keeper = rig.connect_as("keeper", true, 3600);
-    rig.settle();
+    let (mut rig, keeper) = rig.crash_and_resume("keeper");
     let again: Vec<(String, u16, bool)> = rig
         .publishes_to(keeper)
         .into_iter()
@@ -987,10 +992,7 @@ fn a_qos1_delivery_is_sent_only_under_a_stored_identifier_whatever_write_a_crash
     let mut budget = 0;
     loop {
         let mut rig = Rig::new(empty_disk(1 << 20));
-        let keeper = rig.connect_as("keeper", true, 3600);
-        rig.packet(keeper, subscribe("a/#"));
-        rig.settle();
-        rig.take(keeper);
+        let keeper = rig.durable_subscriber("keeper", subscribe("a/#"));
         rig.budget = rig.applied + budget;
         let publisher = rig.connect_as("publisher", false, 0);
         rig.packet(publisher, qos1_publish("a/1", 1));
@@ -1009,9 +1011,7 @@ fn a_qos1_delivery_is_sent_only_under_a_stored_identifier_whatever_write_a_crash
         let finished = rig.wire.queue.is_empty();
         let case = format!("after {budget} writes, {acknowledged} acknowledged, sent {sent:?}");
 
-        let mut rig = Rig::new(rig.crash());
-        let keeper = rig.connect_as("keeper", true, 3600);
-        rig.settle();
+        let (mut rig, keeper) = rig.crash_and_resume("keeper");
         let again: Vec<(String, u16, bool)> = rig
             .publishes_to(keeper)
             .into_iter()
@@ -1051,10 +1051,7 @@ fn subscribe_qos2(filter: &str) -> Packet {
 #[test]
 fn a_qos2_broadcast_to_a_durable_session_resumes_at_its_stage_after_a_crash() {
     let mut rig = Rig::new(empty_disk(1 << 20));
-    let keeper = rig.connect_as("keeper", true, 3600);
-    rig.packet(keeper, subscribe_qos2("q/#"));
-    rig.settle();
-    rig.take(keeper);
+    let keeper = rig.durable_subscriber("keeper", subscribe_qos2("q/#"));
     let publisher = rig.connect_as("publisher", false, 0);
     rig.packet(publisher, qos2_publish("q/1", 1));
     rig.packet(publisher, qos2_publish("q/2", 2));
@@ -1093,9 +1090,7 @@ fn a_qos2_broadcast_to_a_durable_session_resumes_at_its_stage_after_a_crash() {
     rig.settle();
     assert!(matches!(rig.take(keeper).as_slice(), [Packet::Pubrel(r)] if r.packet_id == first));
 
-    let mut rig = Rig::new(rig.crash());
-    let keeper = rig.connect_as("keeper", true, 3600);
-    rig.settle();
+    let (mut rig, keeper) = rig.crash_and_resume("keeper");
     let answers = rig.take(keeper);
     // The first resumes at its PUBREL, never as a new message; the second
     // is sent again under its identifier.
@@ -1109,10 +1104,7 @@ fn a_qos2_broadcast_to_a_durable_session_resumes_at_its_stage_after_a_crash() {
 #[test]
 fn a_retained_publish_and_a_will_owed_to_a_durable_session_are_logged_too() {
     let mut rig = Rig::new(empty_disk(1 << 20));
-    let keeper = rig.connect_as("keeper", true, 3600);
-    rig.packet(keeper, subscribe("#"));
-    rig.packet(keeper, clean_disconnect());
-    rig.settle();
+    rig.away_subscriber("keeper", subscribe("#"));
     let setter = rig.connect_as("setter", false, 0);
     rig.packet(setter, retained_publish("state/lamp", b"on"));
     let device = rig.open();
@@ -1123,9 +1115,7 @@ fn a_retained_publish_and_a_will_owed_to_a_durable_session_are_logged_too() {
     rig.broker
         .handle_connection_lost(device, rig.now_ms, &mut rig.wire);
     rig.settle();
-    let mut rig = Rig::new(rig.crash());
-    let keeper = rig.connect_as("keeper", true, 3600);
-    rig.settle();
+    let (mut rig, keeper) = rig.crash_and_resume("keeper");
     let topics: Vec<_> = rig
         .publishes_to(keeper)
         .into_iter()
@@ -1176,9 +1166,7 @@ fn a_full_log_keeps_the_newest(qos: QoS) {
         .count();
     assert_eq!(answered, 6);
     assert!(rig.broker.stats().log_dropped > 0, "the loss is counted");
-    let mut rig = Rig::new(rig.crash());
-    let keeper = rig.connect_as("keeper", true, 3600);
-    rig.settle();
+    let (mut rig, keeper) = rig.crash_and_resume("keeper");
     let topics: Vec<String> = rig
         .publishes_to(keeper)
         .into_iter()
@@ -1223,10 +1211,7 @@ fn a_crash_at_every_write_of_a_publish_loses_no_acknowledged_message_and_doubles
     let mut budget = 0;
     loop {
         let mut rig = Rig::new(empty_disk(1 << 20));
-        let keeper = rig.connect_as("keeper", true, 3600);
-        rig.packet(keeper, subscribe_qos2("#"));
-        rig.packet(keeper, clean_disconnect());
-        rig.settle();
+        rig.away_subscriber("keeper", subscribe_qos2("#"));
         rig.budget = rig.applied + budget;
         let mut told = Told::default();
         let sender = rig.connect_as("sender", true, 3600);
@@ -1361,10 +1346,7 @@ fn a_session_owed_messages_far_past_the_lowest_cursor_gets_them_after_a_restart(
     let mut rig = Rig::new(empty_disk(64 << 20));
     let slow = rig.connect_as("slow", true, 3600);
     rig.packet(slow, subscribe("slow/#"));
-    let away = rig.connect_as("away", true, 3600);
-    rig.packet(away, subscribe("b/#"));
-    rig.packet(away, clean_disconnect());
-    rig.settle();
+    rig.away_subscriber("away", subscribe("b/#"));
     let publisher = rig.connect_as("publisher", false, 0);
     // Sent to the slow subscriber, never acknowledged: its cursor stays.
     rig.packet(publisher, qos1_publish("slow/1", 1));
@@ -1394,9 +1376,7 @@ fn a_session_owed_messages_far_past_the_lowest_cursor_gets_them_after_a_restart(
     assert_eq!(acknowledged, count + 1);
     rig.tick_to(200);
 
-    let mut rig = Rig::new(rig.crash());
-    let away = rig.connect_as("away", true, 3600);
-    rig.settle();
+    let (mut rig, away) = rig.crash_and_resume("away");
     let mut topics = Vec::new();
     loop {
         let sent = rig.publishes_to(away);
@@ -1468,10 +1448,7 @@ fn a_connect_refused_for_a_failed_write_leaves_the_waiting_will_and_the_session_
 #[test]
 fn a_delivery_held_for_its_window_goes_once_after_it_when_the_session_resumes() {
     let mut rig = Rig::new(empty_disk(1 << 20));
-    let keeper = rig.connect_as("keeper", true, 3600);
-    rig.packet(keeper, subscribe("a/#"));
-    rig.settle();
-    rig.take(keeper);
+    let keeper = rig.durable_subscriber("keeper", subscribe("a/#"));
     let publisher = rig.connect_as("publisher", false, 0);
     rig.packet(publisher, qos1_publish("a/1", 1));
     rig.wire.busy = true;
@@ -1553,9 +1530,7 @@ fn a_durable_groups_first_acknowledged_message_survives_a_crash_before_any_curso
         .any(|p| matches!(p, Packet::Puback(a) if a.reason_code == ReasonCode::SUCCESS)));
     // No ack_commit_interval has passed: nothing but the publish's own
     // commit is stored.
-    let mut rig = Rig::new(rig.crash());
-    let member = rig.connect_as("member", true, 3600);
-    rig.settle();
+    let (mut rig, member) = rig.crash_and_resume("member");
     let topics: Vec<_> = rig
         .publishes_to(member)
         .into_iter()
@@ -1569,10 +1544,7 @@ fn a_durable_groups_first_acknowledged_message_survives_a_crash_before_any_curso
 #[test]
 fn a_failed_cursor_commit_is_written_again_at_the_next_interval() {
     let mut rig = Rig::new(empty_disk(1 << 20));
-    let keeper = rig.connect_as("keeper", true, 3600);
-    rig.packet(keeper, subscribe("a/#"));
-    rig.settle();
-    rig.take(keeper);
+    let keeper = rig.durable_subscriber("keeper", subscribe("a/#"));
     let publisher = rig.connect_as("publisher", false, 0);
     rig.packet(publisher, qos1_publish("a/1", 1));
     rig.settle();
@@ -1587,9 +1559,7 @@ fn a_failed_cursor_commit_is_written_again_at_the_next_interval() {
     rig.tick_to(200);
     rig.failing = false;
     rig.tick_to(400);
-    let mut rig = Rig::new(rig.crash());
-    let keeper = rig.connect_as("keeper", true, 3600);
-    rig.settle();
+    let (mut rig, keeper) = rig.crash_and_resume("keeper");
     assert!(
         rig.publishes_to(keeper).is_empty(),
         "an acknowledged message was sent again"
@@ -1602,10 +1572,7 @@ fn a_failed_cursor_commit_is_written_again_at_the_next_interval() {
 #[test]
 fn a_pubrel_waits_for_a_busy_storage_thread_and_keeps_the_connection() {
     let mut rig = Rig::new(empty_disk(1 << 20));
-    let keeper = rig.connect_as("keeper", true, 3600);
-    rig.packet(keeper, subscribe_qos2("q/#"));
-    rig.settle();
-    rig.take(keeper);
+    let keeper = rig.durable_subscriber("keeper", subscribe_qos2("q/#"));
     let publisher = rig.connect_as("publisher", false, 0);
     rig.packet(publisher, qos2_publish("q/1", 1));
     rig.packet(publisher, pubrel(1));
@@ -1627,9 +1594,7 @@ fn a_pubrel_waits_for_a_busy_storage_thread_and_keeps_the_connection() {
     rig.tick_to(200);
     assert!(matches!(rig.take(keeper).as_slice(), [Packet::Pubrel(r)] if r.packet_id == id));
 
-    let mut rig = Rig::new(rig.crash());
-    let keeper = rig.connect_as("keeper", true, 3600);
-    rig.settle();
+    let (mut rig, keeper) = rig.crash_and_resume("keeper");
     let answers = rig.take(keeper);
     assert!(
         matches!(answers.as_slice(), [Packet::Connack(_), Packet::Pubrel(r)] if r.packet_id == id),
@@ -1728,10 +1693,7 @@ fn an_earlier_connects_write_does_not_release_a_newer_connects_wait() {
 #[test]
 fn a_failed_cursor_write_ahead_of_a_record_is_written_again_at_the_next_interval() {
     let mut rig = Rig::new(empty_disk(1 << 20));
-    let keeper = rig.connect_as("keeper", true, 3600);
-    rig.packet(keeper, subscribe("a/#"));
-    rig.settle();
-    rig.take(keeper);
+    let keeper = rig.durable_subscriber("keeper", subscribe("a/#"));
     // A session that acknowledges nothing keeps the log from being trimmed
     // past what the keeper acknowledged.
     let other = rig.connect_as("other", true, 3600);
@@ -1761,9 +1723,7 @@ fn a_failed_cursor_write_ahead_of_a_record_is_written_again_at_the_next_interval
     rig.settle();
     assert_eq!(rig.stored_record("keeper").unwrap().subscriptions.len(), 2);
     rig.tick_to(400);
-    let mut rig = Rig::new(rig.crash());
-    let keeper = rig.connect_as("keeper", true, 3600);
-    rig.settle();
+    let (mut rig, keeper) = rig.crash_and_resume("keeper");
     assert!(
         rig.publishes_to(keeper).is_empty(),
         "an acknowledged message was sent again"
@@ -1775,10 +1735,7 @@ fn a_failed_cursor_write_ahead_of_a_record_is_written_again_at_the_next_interval
 #[test]
 fn a_restored_session_never_outlives_a_lowered_max_session_expiry() {
     let mut rig = Rig::new(empty_disk(1 << 20));
-    let device = rig.connect_as("device", true, 3600);
-    rig.packet(device, subscribe("a/#"));
-    rig.packet(device, clean_disconnect());
-    rig.settle();
+    rig.away_subscriber("device", subscribe("a/#"));
     assert_eq!(rig.stored_record("device").unwrap().expiry_interval_s, 3600);
     let lowered = Settings {
         max_session_expiry_s: 10,

@@ -98,6 +98,17 @@ impl Harness {
         self.broker.accept(self.now_ms).expect("a free slot")
     }
 
+    /// The client acknowledges a QoS 1 delivery.
+    fn puback(&mut self, conn: Key, packet_id: u16) {
+        self.packet(
+            conn,
+            Packet::Puback(PubAck {
+                packet_id,
+                ..PubAck::default()
+            }),
+        );
+    }
+
     fn packet(&mut self, conn: Key, packet: Packet) {
         self.broker
             .handle_packet(conn, packet, self.now_ms, &mut self.out);
@@ -239,13 +250,7 @@ fn qos1_publish_reaches_a_subscriber_and_is_acknowledged() {
         .get(h.broker.sessions_by_client_id["sub"])
         .unwrap();
     assert_eq!(session.inflight.len(), 1);
-    h.packet(
-        subscriber,
-        Packet::Puback(PubAck {
-            packet_id,
-            ..PubAck::default()
-        }),
-    );
+    h.puback(subscriber, packet_id);
     let session = h
         .broker
         .sessions
@@ -711,13 +716,7 @@ fn session_queue_bytes_drops_the_oldest_waiting() {
         for publish in delivered {
             payloads.push(publish.payload[0]);
             let packet_id = publish.packet_id.unwrap();
-            h.packet(
-                subscriber,
-                Packet::Puback(PubAck {
-                    packet_id,
-                    ..PubAck::default()
-                }),
-            );
+            h.puback(subscriber, packet_id);
         }
     }
     // What survives is the newest, in order: five of 197 bytes fit in 1000.
@@ -742,13 +741,7 @@ fn receive_maximum_bounds_what_is_on_the_wire() {
     let first = publishes(&received);
     assert_eq!(first.len(), 2);
     let packet_id = first[0].packet_id.unwrap();
-    h.packet(
-        subscriber,
-        Packet::Puback(PubAck {
-            packet_id,
-            ..PubAck::default()
-        }),
-    );
+    h.puback(subscriber, packet_id);
     let received = h.out.take(subscriber);
     let next = publishes(&received);
     assert_eq!(next.len(), 1);
@@ -1046,13 +1039,7 @@ fn a_shared_group_skips_a_member_with_no_room_and_holds_what_none_can_take() {
         "one in flight; the rest wait in the group"
     );
     let packet_id = publishes(&first)[0].packet_id.unwrap();
-    h.packet(
-        a,
-        Packet::Puback(PubAck {
-            packet_id,
-            ..PubAck::default()
-        }),
-    );
+    h.puback(a, packet_id);
     let next = h.out.take(a);
     assert_eq!(
         publishes(&next)[0].payload,
@@ -1077,13 +1064,7 @@ fn a_shared_group_skips_a_member_with_no_room_and_holds_what_none_can_take() {
         "b has no room until it answers"
     );
     let packet_id = publishes(&joined)[0].packet_id.unwrap();
-    h.packet(
-        b,
-        Packet::Puback(PubAck {
-            packet_id,
-            ..PubAck::default()
-        }),
-    );
+    h.puback(b, packet_id);
     let redelivered: Vec<u8> = publishes(&h.out.take(b))
         .iter()
         .map(|p| p.payload[0])
@@ -1671,13 +1652,7 @@ fn a_durable_consumer_resumes_from_its_stored_position_and_stores_it_as_it_ackno
     // Acknowledging 7 and 8 moves the stored position to 9 at the next commit.
     for publish in &delivered[..2] {
         let packet_id = publish.packet_id.unwrap();
-        h.packet(
-            consumer,
-            Packet::Puback(PubAck {
-                packet_id,
-                ..PubAck::default()
-            }),
-        );
+        h.puback(consumer, packet_id);
     }
     h.advance(300);
     let positions = h.stored_positions();
@@ -1931,13 +1906,7 @@ fn a_channel_record_is_never_given_up_for_a_full_session_queue() {
     let delivered = publishes(&first);
     assert_eq!(delivered.len(), 1);
     let packet_id = delivered[0].packet_id.unwrap();
-    h.packet(
-        subscriber,
-        Packet::Puback(PubAck {
-            packet_id,
-            ..PubAck::default()
-        }),
-    );
+    h.puback(subscriber, packet_id);
     let second = h.out.take(subscriber);
     assert_eq!(
         publishes(&second).len(),

@@ -1196,131 +1196,60 @@ fn a_replacement_counts_only_its_growth_and_is_whole<H: Harness>(h: &H) {
     assert_eq!(p.usage().used_bytes, used);
 }
 
+/// Runs each named scenario against both providers, as a test of its own
+/// in `redb_provider` and in `memory_provider`, each in a directory named
+/// after it.
 macro_rules! conformance {
-    ($module:ident, $harness:ty) => {
-        mod $module {
+    ($($scenario:ident),* $(,)?) => {
+        mod redb_provider {
             use super::*;
-
-            fn h(test: &str) -> $harness {
-                <$harness as Harness>::new(test)
-            }
-
-            #[test]
-            fn offsets_start_at_one_and_strictly_rise() {
-                super::offsets_start_at_one_and_strictly_rise(&h("rise"));
-            }
-            #[test]
-            fn offsets_are_never_reused_after_removal_or_restart() {
-                super::offsets_are_never_reused_after_removal_or_restart(&h("reuse"));
-            }
-            #[test]
-            fn counters_positions_and_records_persist() {
-                super::counters_positions_and_records_persist(&h("persist"));
-            }
-            #[test]
-            fn every_field_round_trips() {
-                super::every_field_round_trips(&h("fields"));
-            }
-            #[test]
-            fn trimming_below_an_offset_raises_the_floor_with_the_removal() {
-                super::trimming_below_an_offset_raises_the_floor_with_the_removal(&h("floor"));
-            }
-            #[test]
-            fn trimming_by_age_stops_at_the_first_record_that_stays() {
-                super::trimming_by_age_stops_at_the_first_record_that_stays(&h("age"));
-            }
-            #[test]
-            fn trimming_to_a_size_removes_the_oldest() {
-                super::trimming_to_a_size_removes_the_oldest(&h("size"));
-            }
-            #[test]
-            fn a_trim_is_bounded_and_says_when_there_is_more() {
-                super::a_trim_is_bounded_and_says_when_there_is_more(&h("more"));
-            }
-            #[test]
-            fn positions_are_set_read_and_dropped() {
-                super::positions_are_set_read_and_dropped(&h("positions"));
-            }
-            #[test]
-            fn reads_respect_their_bounds() {
-                super::reads_respect_their_bounds(&h("reads"));
-            }
-            #[test]
-            fn a_full_provider_refuses_appends_and_keeps_the_reserve_for_positions() {
-                super::a_full_provider_refuses_appends_and_keeps_the_reserve_for_positions(&h(
-                    "full",
-                ));
-            }
-            #[test]
-            fn a_channel_bound_refuses_one_record_and_not_the_batch() {
-                super::a_channel_bound_refuses_one_record_and_not_the_batch(&h("channel-bound"));
-            }
-            #[test]
-            fn a_batch_is_all_or_nothing() {
-                super::a_batch_is_all_or_nothing(&h("atomic"));
-            }
-            #[test]
-            fn a_second_broker_is_refused_by_the_lock() {
-                super::a_second_broker_is_refused_by_the_lock(&h("lock"));
-            }
-            #[test]
-            fn a_seek_by_time_takes_the_earliest_offset() {
-                super::a_seek_by_time_takes_the_earliest_offset(&h("seek"));
-            }
-            #[test]
-            fn offsets_past_32_bits_survive() {
-                super::offsets_past_32_bits_survive(&h("wide"));
-            }
-            #[test]
-            fn a_stored_floor_of_zero_is_refused() {
-                super::a_stored_floor_of_zero_is_refused(&h("floor-zero"));
-            }
-            #[test]
-            fn usage_counts_records_and_positions_with_one_function() {
-                super::usage_counts_records_and_positions_with_one_function(&h("usage"));
-            }
-            #[test]
-            fn a_replacement_counts_only_its_growth_and_is_whole() {
-                super::a_replacement_counts_only_its_growth_and_is_whole(&h("replace"));
-            }
-            #[test]
-            fn a_record_is_removed_from_anywhere_and_the_floor_follows_the_oldest() {
-                super::a_record_is_removed_from_anywhere_and_the_floor_follows_the_oldest(&h(
-                    "remove",
-                ));
-            }
-            #[test]
-            fn a_removal_may_use_the_reserve_and_frees_room() {
-                super::a_removal_may_use_the_reserve_and_frees_room(&h("remove-reserve"));
-            }
-            #[test]
-            fn a_record_moves_into_another_channel_whole_or_not_at_all() {
-                super::a_record_moves_into_another_channel_whole_or_not_at_all(&h("move"));
-            }
-            #[test]
-            fn a_move_drops_its_entry_only_when_the_record_moves() {
-                super::a_move_drops_its_entry_only_when_the_record_moves(&h("move-entry"));
-            }
-            #[test]
-            fn entries_are_put_replaced_dropped_and_counted() {
-                super::entries_are_put_replaced_dropped_and_counted(&h("entries"));
-            }
-            #[test]
-            fn an_entry_is_refused_at_the_bound_unless_it_may_use_the_reserve() {
-                super::an_entry_is_refused_at_the_bound_unless_it_may_use_the_reserve(&h(
-                    "entry-bound",
-                ));
-            }
-            #[test]
-            fn a_batch_mixing_records_and_entries_is_all_or_nothing() {
-                super::a_batch_mixing_records_and_entries_is_all_or_nothing(&h("entry-atomic"));
-            }
+            $(
+                #[test]
+                fn $scenario() {
+                    super::$scenario(&RedbHarness::new(stringify!($scenario)));
+                }
+            )*
+        }
+        mod memory_provider {
+            use super::*;
+            $(
+                #[test]
+                fn $scenario() {
+                    super::$scenario(&MemoryHarness::new(stringify!($scenario)));
+                }
+            )*
         }
     };
 }
 
-conformance!(redb_provider, RedbHarness);
-conformance!(memory_provider, MemoryHarness);
+conformance!(
+    offsets_start_at_one_and_strictly_rise,
+    offsets_are_never_reused_after_removal_or_restart,
+    counters_positions_and_records_persist,
+    every_field_round_trips,
+    trimming_below_an_offset_raises_the_floor_with_the_removal,
+    trimming_by_age_stops_at_the_first_record_that_stays,
+    trimming_to_a_size_removes_the_oldest,
+    a_trim_is_bounded_and_says_when_there_is_more,
+    positions_are_set_read_and_dropped,
+    reads_respect_their_bounds,
+    a_full_provider_refuses_appends_and_keeps_the_reserve_for_positions,
+    a_channel_bound_refuses_one_record_and_not_the_batch,
+    a_batch_is_all_or_nothing,
+    a_second_broker_is_refused_by_the_lock,
+    a_seek_by_time_takes_the_earliest_offset,
+    offsets_past_32_bits_survive,
+    a_stored_floor_of_zero_is_refused,
+    usage_counts_records_and_positions_with_one_function,
+    a_replacement_counts_only_its_growth_and_is_whole,
+    a_record_is_removed_from_anywhere_and_the_floor_follows_the_oldest,
+    a_removal_may_use_the_reserve_and_frees_room,
+    a_record_moves_into_another_channel_whole_or_not_at_all,
+    a_move_drops_its_entry_only_when_the_record_moves,
+    entries_are_put_replaced_dropped_and_counted,
+    an_entry_is_refused_at_the_bound_unless_it_may_use_the_reserve,
+    a_batch_mixing_records_and_entries_is_all_or_nothing,
+);
 
 /// What only the redb provider promises: a crash loses nothing committed,
 /// and a file it cannot read stops the open with the file's name.
