@@ -705,6 +705,17 @@ impl Broker {
         }
     }
 
+    /// The session of `conn` and its record as it stands, where a change
+    /// to it must be stored before it is answered; `None` where nothing is
+    /// written first.
+    fn record_to_rewrite(&self, conn: Key, now_ms: u64) -> Option<(Key, SessionRecord)> {
+        let session_key = self.session_of(conn)?;
+        if !self.keeps_record(session_key) || self.persist.writes_through {
+            return None;
+        }
+        Some((session_key, self.session_record(session_key, now_ms)?))
+    }
+
     /// A SUBSCRIBE to a session that keeps a record: the record with the
     /// filters it adds is written first, and the SUBSCRIBE is served once
     /// it is stored. False when nothing needs writing first.
@@ -715,13 +726,7 @@ impl Broker {
         now_ms: u64,
         out: &mut impl Transport,
     ) -> bool {
-        let Some(session_key) = self.session_of(conn) else {
-            return false;
-        };
-        if !self.keeps_record(session_key) || self.persist.writes_through {
-            return false;
-        }
-        let Some(mut record) = self.session_record(session_key, now_ms) else {
+        let Some((session_key, mut record)) = self.record_to_rewrite(conn, now_ms) else {
             return false;
         };
         for (filter, options) in &subscribe.filters {
@@ -771,13 +776,7 @@ impl Broker {
         now_ms: u64,
         out: &mut impl Transport,
     ) -> bool {
-        let Some(session_key) = self.session_of(conn) else {
-            return false;
-        };
-        if !self.keeps_record(session_key) || self.persist.writes_through {
-            return false;
-        }
-        let Some(mut record) = self.session_record(session_key, now_ms) else {
+        let Some((session_key, mut record)) = self.record_to_rewrite(conn, now_ms) else {
             return false;
         };
         record

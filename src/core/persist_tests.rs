@@ -175,6 +175,14 @@ impl Rig {
         self.settle();
     }
 
+    /// Sends `packet`, lets storage answer, and says whether the broker's
+    /// reply was one `is_answer` recognises.
+    fn answered(&mut self, conn: Key, packet: Packet, is_answer: fn(&Packet) -> bool) -> bool {
+        self.packet(conn, packet);
+        self.settle();
+        self.take(conn).iter().any(is_answer)
+    }
+
     /// A new connection that has sent its CONNECT; the answer comes once
     /// the rig settles.
     fn connect_as(&mut self, client_id: &str, durable: bool, expiry_s: u32) -> Key {
@@ -580,28 +588,17 @@ fn a_crash_at_every_storage_write_loses_nothing_the_client_was_told() {
         let answers = rig.take(conn);
         if answers.iter().any(|p| matches!(p, Packet::Connack(_))) {
             told.connacks += 1;
-            rig.packet(conn, subscribe("a/#"));
-            rig.settle();
-            told.subscribed_a = rig
-                .take(conn)
-                .iter()
-                .any(|p| matches!(p, Packet::Suback(_)));
+            told.subscribed_a =
+                rig.answered(conn, subscribe("a/#"), |p| matches!(p, Packet::Suback(_)));
         }
         if told.subscribed_a {
-            rig.packet(conn, subscribe("b/#"));
-            rig.settle();
-            told.subscribed_b = rig
-                .take(conn)
-                .iter()
-                .any(|p| matches!(p, Packet::Suback(_)));
+            told.subscribed_b =
+                rig.answered(conn, subscribe("b/#"), |p| matches!(p, Packet::Suback(_)));
         }
         if told.subscribed_b {
-            rig.packet(conn, unsubscribe("a/#"));
-            rig.settle();
-            told.unsubscribed_a = rig
-                .take(conn)
-                .iter()
-                .any(|p| matches!(p, Packet::Unsuback(_)));
+            told.unsubscribed_a = rig.answered(conn, unsubscribe("a/#"), |p| {
+                matches!(p, Packet::Unsuback(_))
+            });
         }
         if told.unsubscribed_a {
             rig.packet(conn, clean_disconnect());
@@ -1218,28 +1215,17 @@ fn a_crash_at_every_write_of_a_publish_loses_no_acknowledged_message_and_doubles
         rig.settle();
         told.connack = rig.connack(sender).is_some();
         if told.connack {
-            rig.packet(sender, qos1_publish("a/1", 1));
-            rig.settle();
-            told.puback = rig
-                .take(sender)
-                .iter()
-                .any(|p| matches!(p, Packet::Puback(_)));
+            told.puback = rig.answered(sender, qos1_publish("a/1", 1), |p| {
+                matches!(p, Packet::Puback(_))
+            });
         }
         if told.puback {
-            rig.packet(sender, qos2_publish("q/1", 2));
-            rig.settle();
-            told.pubrec = rig
-                .take(sender)
-                .iter()
-                .any(|p| matches!(p, Packet::Pubrec(_)));
+            told.pubrec = rig.answered(sender, qos2_publish("q/1", 2), |p| {
+                matches!(p, Packet::Pubrec(_))
+            });
         }
         if told.pubrec {
-            rig.packet(sender, pubrel(2));
-            rig.settle();
-            told.pubcomp = rig
-                .take(sender)
-                .iter()
-                .any(|p| matches!(p, Packet::Pubcomp(_)));
+            told.pubcomp = rig.answered(sender, pubrel(2), |p| matches!(p, Packet::Pubcomp(_)));
         }
         let finished = told.pubcomp && rig.wire.queue.is_empty();
         let case = format!("after {budget} writes, told {told:?}");
