@@ -12,6 +12,7 @@ use serde_yaml::Value;
 
 use super::parse::{show, table, Findings, Keys};
 use super::{TcpDoor, DEFAULT_TCP_ADDRESS, DEFAULT_TCP_DOOR_NAME};
+use crate::net::tls::TlsSettings;
 
 const LISTEN_KEYS: Keys = Keys {
     supported: &["tcp"],
@@ -19,8 +20,8 @@ const LISTEN_KEYS: Keys = Keys {
 };
 
 const DOOR_KEYS: Keys = Keys {
-    supported: &["name", "address"],
-    not_yet: &["tls", "password_file", "allow_anonymous"],
+    supported: &["name", "address", "tls"],
+    not_yet: &["password_file", "allow_anonymous"],
 };
 
 /// Reads `broker.mqtt.listen`. With no listener written at all, one `tcp`
@@ -85,7 +86,7 @@ pub(super) fn parse(f: &mut Findings, path: &str, value: Option<&Value>) -> Opti
     // round.
     let mut clean = doors.iter().all(|d| {
         d.as_ref()
-            .is_some_and(|d| d.name.is_some() && d.address.is_some())
+            .is_some_and(|d| d.name.is_some() && d.address.is_some() && d.tls.is_some())
     });
     let doors: Vec<Door> = doors.into_iter().flatten().collect();
     for (j, later) in doors.iter().enumerate() {
@@ -132,6 +133,7 @@ pub(super) fn parse(f: &mut Findings, path: &str, value: Option<&Value>) -> Opti
             Some(TcpDoor {
                 name: d.name?,
                 address: d.address?.1.bind,
+                tls: d.tls?,
             })
         })
         .collect()
@@ -141,6 +143,7 @@ fn default_doors() -> Vec<TcpDoor> {
     vec![TcpDoor {
         name: DEFAULT_TCP_DOOR_NAME.to_string(),
         address: DEFAULT_TCP_ADDRESS.to_string(),
+        tls: None,
     }]
 }
 
@@ -151,6 +154,8 @@ struct Door {
     name: Option<String>,
     /// The address as written, and as read.
     address: Option<(String, Address)>,
+    /// Its `tls` block, `Some(None)` for a plain door.
+    tls: Option<Option<TlsSettings>>,
 }
 
 impl Door {
@@ -224,10 +229,15 @@ fn door(f: &mut Findings, path: &str, value: &Value, default_name: Option<&str>)
             None
         }
     };
+    let tls = match t.get("tls") {
+        None => Some(None),
+        Some(v) => super::tls::parse(f, &format!("{path}.tls"), v, name.as_deref()).map(Some),
+    };
     Some(Door {
         path: path.to_string(),
         name,
         address,
+        tls,
     })
 }
 

@@ -26,6 +26,7 @@ mod parse;
 mod persistence;
 pub mod queue;
 mod storage;
+mod tls;
 mod units;
 
 #[cfg(test)]
@@ -149,6 +150,8 @@ pub struct TcpDoor {
     /// that an empty host (`:1883`, every interface) is given as `0.0.0.0`,
     /// and the port is written as a plain decimal number.
     pub address: String,
+    /// Its `tls` block; `None` for a plain door.
+    pub tls: Option<crate::net::tls::TlsSettings>,
 }
 
 /// The name a door takes when the file gives it none.

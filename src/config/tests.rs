@@ -78,7 +78,8 @@ fn a_minimal_file_takes_every_default() {
         c.broker.mqtt.tcp,
         vec![TcpDoor {
             name: "tcp".into(),
-            address: "0.0.0.0:1883".into()
+            address: "0.0.0.0:1883".into(),
+            tls: None,
         }]
     );
     assert_eq!(c.broker.mqtt.min_protocol_version, MinProtocolVersion::V311);
@@ -731,6 +732,7 @@ fn door(name: &str, address: &str) -> TcpDoor {
     TcpDoor {
         name: name.into(),
         address: address.into(),
+        tls: None,
     }
 }
 

@@ -14,7 +14,7 @@ use crate::codec::{
 /// Why a CONNECT is refused: the code for its CONNACK and what to log.
 type Refusal = (ReasonCode, &'static str);
 
-fn has_control_character(text: &str) -> bool {
+pub(super) fn has_control_character(text: &str) -> bool {
     text.chars()
         .any(|c| matches!(c, '\u{0001}'..='\u{001F}' | '\u{007F}'..='\u{009F}'))
 }
@@ -36,7 +36,10 @@ impl Broker {
     ) {
         // Every check that can refuse a CONNECT runs before its session is
         // looked at, so a refused CONNECT changes nothing.
-        if let Err((code, reason)) = self.admit_connect(&connect) {
+        let admitted = self
+            .admit_certificate(conn)
+            .and_then(|()| self.admit_connect(&connect));
+        if let Err((code, reason)) = admitted {
             log::warn!(
                 "refusing CONNECT from client id {:?}: {reason}",
                 connect.client_id
@@ -139,7 +142,12 @@ impl Broker {
             }
         }
         // A session that keeps a record is answered once it is stored.
-        let user_name = connect.username.as_deref();
+        // A verified certificate's name wins over whatever the CONNECT says.
+        let certificate_user = self.certificate_user(conn);
+        if let Some(name) = &certificate_user {
+            log::info!("client {client_id} is user {name:?}, named by its certificate");
+        }
+        let user_name = certificate_user.as_deref().or(connect.username.as_deref());
         if let Some(connack) =
             self.connack_after_write(conn, session_key, connack, made, user_name, now_ms, out)
         {

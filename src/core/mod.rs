@@ -7,6 +7,7 @@
 //! deterministic test with simulated time and under the smol shell.
 
 mod broadcast_log;
+mod certificate;
 pub mod channel;
 pub mod claims;
 mod connect;
@@ -14,6 +15,7 @@ mod delivery;
 mod inbound;
 pub mod latest;
 mod latest_reader;
+pub mod origin;
 mod persist;
 #[cfg(test)]
 mod persist_tests;
@@ -46,6 +48,7 @@ pub use persist::SESSIONS_SPACE;
 pub use qos2_holds::{is_hold_key, StoredHold};
 pub use retained_persist::RETAINED_SPACE;
 use session::Session;
+pub use origin::Origin;
 pub use slab::Key;
 use slab::Slab;
 use topic_index::{Subscriber, TopicIndex};
@@ -231,6 +234,7 @@ pub(crate) struct Connection {
     pub accepted_at_ms: u64,
     pub last_received_ms: u64,
     pub active: Option<Active>,
+    pub origin: Origin,
 }
 
 /// A per-client token bucket for `publish_rate` and `publish_bytes`.
@@ -349,11 +353,12 @@ impl Broker {
 
     /// Takes a slot in the connection table for a new socket, or `None`
     /// when every slot is taken.
-    pub fn accept(&mut self, now_ms: u64) -> Option<Key> {
+    pub fn accept(&mut self, now_ms: u64, origin: Origin) -> Option<Key> {
         let key = self.connections.insert_with(|_| Connection {
             accepted_at_ms: now_ms,
             last_received_ms: now_ms,
             active: None,
+            origin,
         });
         match key {
             Some(_) => self.stats.connections_accepted += 1,

@@ -145,7 +145,7 @@ impl Rig {
     }
 
     fn open(&mut self) -> Key {
-        self.broker.accept(self.now_ms).unwrap()
+        self.broker.accept(self.now_ms, Origin::default()).unwrap()
     }
 
     /// The broker crashes; a new one starts on what the disk kept, and the

@@ -95,7 +95,7 @@ impl Harness {
     }
 
     fn open(&mut self) -> Key {
-        self.broker.accept(self.now_ms).expect("a free slot")
+        self.broker.accept(self.now_ms, Origin::default()).expect("a free slot")
     }
 
     /// The client acknowledges a QoS 1 delivery.
@@ -580,11 +580,11 @@ fn the_connection_table_is_bounded() {
     });
     let a = h.open();
     let _b = h.open();
-    assert!(h.broker.accept(h.now_ms).is_none());
+    assert!(h.broker.accept(h.now_ms, Origin::default()).is_none());
     assert_eq!(h.broker.stats().connections_refused_busy, 1);
     h.broker.handle_connection_lost(a, h.now_ms, &mut h.out);
     assert!(
-        h.broker.accept(h.now_ms).is_some(),
+        h.broker.accept(h.now_ms, Origin::default()).is_some(),
         "a freed slot is reused at once"
     );
 }

@@ -5,7 +5,9 @@ mod connection;
 mod latest_index;
 mod outbox;
 mod queue_load;
+mod socket;
 mod storage;
+pub mod tls;
 
 use std::cell::RefCell;
 use std::io;
@@ -129,6 +131,9 @@ async fn serve(executor: &'static LocalExecutor<'static>, config: Config) -> io:
         limits.max_subscriptions,
         limits.max_topic_levels
     );
+    // Certificates are read before any port opens: a broker that cannot
+    // serve one of its doors does not serve any.
+    let tls_doors = load_tls(&config)?;
     let mut listeners = Vec::new();
     for door in &config.broker.mqtt.tcp {
         let listener = TcpListener::bind(door.address.as_str())
@@ -146,8 +151,11 @@ async fn serve(executor: &'static LocalExecutor<'static>, config: Config) -> io:
         log::info!("listener {} bound to {}", door.name, listener.local_addr()?);
         listeners.push(listener);
     }
-    let signals =
-        async_signal::Signals::new([async_signal::Signal::Term, async_signal::Signal::Int])?;
+    let signals = async_signal::Signals::new([
+        async_signal::Signal::Term,
+        async_signal::Signal::Int,
+        async_signal::Signal::Usr1,
+    ])?;
     let _pid_file = match &config.broker.pid_file {
         Some(path) => Some(PidFile::write(path)?),
         None => None,
@@ -182,11 +190,13 @@ async fn serve(executor: &'static LocalExecutor<'static>, config: Config) -> io:
             .restore_holds(restored_holds, now_ms, &mut state.outboxes);
     }
     let mut tasks = Vec::new();
-    for listener in listeners {
+    for (door, listener) in listeners.into_iter().enumerate() {
         let accept = accept_loop(
             executor,
             shared.clone(),
             listener,
+            door,
+            tls_doors.clone(),
             limits.max_connect_rate_per_s,
             limits.write_timeout_ms,
             limits.connect_timeout_s,
@@ -197,8 +207,13 @@ async fn serve(executor: &'static LocalExecutor<'static>, config: Config) -> io:
     tasks.push(executor.spawn(completion_loop(shared.clone(), completions)));
 
     let mut signals = signals;
-    if let Some(Ok(signal)) = signals.next().await {
+    while let Some(Ok(signal)) = signals.next().await {
+        if signal == async_signal::Signal::Usr1 {
+            reload_certificates(&tls_doors);
+            continue;
+        }
         log::info!("received {signal:?}, stopping");
+        break;
     }
     drop(tasks);
     shutdown(&shared).await;
@@ -209,10 +224,30 @@ async fn serve(executor: &'static LocalExecutor<'static>, config: Config) -> io:
     Ok(())
 }
 
+/// Every door's TLS files, read and checked; the error names the door and
+/// the file.
+fn load_tls(config: &Config) -> io::Result<Rc<tls::TlsDoors>> {
+    let settings = config.broker.mqtt.tcp.iter().map(|d| d.tls.clone());
+    tls::TlsDoors::load(settings.collect(), tls::now_unix_s())
+        .map(Rc::new)
+        .map_err(|message| io::Error::new(io::ErrorKind::InvalidInput, message))
+}
+
+/// SIGUSR1: every TLS door's certificate, key and client authorities are
+/// read again, all or nothing. Connections already open keep theirs.
+fn reload_certificates(tls_doors: &tls::TlsDoors) {
+    if tls_doors.reload(tls::now_unix_s()) {
+        log::info!("SIGUSR1: certificates re-read; new connections are served with them");
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
 async fn accept_loop(
     executor: &'static LocalExecutor<'static>,
     shared: SharedRef,
     listener: TcpListener,
+    door: usize,
+    tls_doors: Rc<tls::TlsDoors>,
     max_connect_rate_per_s: Option<u32>,
     write_timeout_ms: Option<u64>,
     connect_timeout_s: u32,
@@ -230,23 +265,35 @@ async fn accept_loop(
             }
         };
         let _ = stream.set_nodelay(true);
+        let tls = tls_doors.current(door).map(|config| connection::Tls {
+            config,
+            door: tls_doors.name(door).into(),
+        });
         let mut guard = shared.borrow_mut();
         let state = &mut *guard;
         let now_ms = state.now_ms();
-        match state.broker.accept(now_ms) {
+        let origin = crate::core::Origin {
+            door,
+            certificate_user: None,
+        };
+        match state.broker.accept(now_ms, origin) {
             Some(key) => {
                 let outbox = state.outboxes.insert(key);
                 executor
                     .spawn(connection::serve(
                         shared.clone(),
                         stream,
+                        tls,
                         key,
                         outbox,
                         write_timeout_ms,
                     ))
                     .detach();
             }
-            None if state.overflow_in_use
+            // Answering Server Busy over TLS would cost a handshake for a
+            // connection that cannot be served, so a TLS door just closes.
+            None if tls.is_none()
+                && state.overflow_in_use
                 < OVERFLOW_BUDGET.min(state.broker.settings().max_connections as usize) =>
             {
                 state.overflow_in_use += 1;
