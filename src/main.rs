@@ -55,8 +55,14 @@ fn main() -> ExitCode {
         Command::Help => println!("{USAGE}"),
         Command::PrintDefaultConfig => print!("{}", config::DEFAULT_CONFIG_YAML),
         Command::CheckConfig(path) => {
-            if let Err(code) = load(Some(path.clone())) {
-                return code;
+            let config = match load(Some(path.clone())) {
+                Ok(config) => config,
+                Err(code) => return code,
+            };
+            // The files a door serves are read as a start would read them.
+            if let Err(error) = saguin::net::check_tls(&config) {
+                eprintln!("{error}");
+                return ExitCode::from(2);
             }
             println!("{}: configuration is valid", path.display());
         }

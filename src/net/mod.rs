@@ -233,6 +233,11 @@ fn load_tls(config: &Config) -> io::Result<Rc<tls::TlsDoors>> {
         .map_err(|message| io::Error::new(io::ErrorKind::InvalidInput, message))
 }
 
+/// `--check-config`: reads every door's TLS files as a start would.
+pub fn check_tls(config: &Config) -> io::Result<()> {
+    load_tls(config).map(drop)
+}
+
 /// SIGUSR1: every TLS door's certificate, key and client authorities are
 /// read again, all or nothing. Connections already open keep theirs.
 fn reload_certificates(tls_doors: &tls::TlsDoors) {

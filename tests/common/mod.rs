@@ -80,6 +80,13 @@ impl BrokerProcess {
             extra_broker_yaml.replace("{dir}", &dir_text),
             top_yaml.replace("{dir}", &dir_text)
         );
+        BrokerProcess::start_config(dir, &config)
+    }
+
+    /// Starts the broker on `config`, written whole into `dir`, which the
+    /// caller keeps. `port` is the first door's; [`BrokerProcess::door_port`]
+    /// reads any door's.
+    pub fn start_config(dir: &Path, config: &str) -> BrokerProcess {
         let config_path = dir.join("saguin.yaml");
         std::fs::write(&config_path, config).unwrap();
         let mut child = Command::new(env!("CARGO_BIN_EXE_saguin"))
@@ -106,6 +113,12 @@ impl BrokerProcess {
             .parse()
             .expect("a port in the listener line");
         broker
+    }
+
+    /// The port the door called `name` was bound to.
+    pub fn door_port(&mut self, name: &str) -> u16 {
+        let line = self.wait_for_log(&format!("listener {name} bound to"));
+        line.rsplit(':').next().unwrap().trim().parse().unwrap()
     }
 
     /// Waits for a log line containing `needle` and returns it.
