@@ -1947,3 +1947,27 @@ fn a_shared_group_over_a_channel_gets_each_new_record_once() {
 
 #[path = "latest_tests.rs"]
 mod latest_tests;
+
+/// A client certificate's name holding a control character names nobody:
+/// its CONNECT is refused as a bad user name, and the connection closed.
+#[test]
+fn a_certificate_name_with_a_control_character_is_refused() {
+    for name in ["dev\u{1b}[2Jice", "dev\0ice", "dev\u{85}ice"] {
+        let mut h = Harness::new(Settings::default());
+        let conn = h.open();
+        h.broker.certified(conn, name.into());
+        h.packet(conn, Packet::Connect(connect_packet("device", ProtocolVersion::V5)));
+        match h.out.take(conn).first() {
+            Some(Packet::Connack(connack)) => {
+                assert_eq!(connack.reason_code, ReasonCode::BAD_USER_NAME_OR_PASSWORD)
+            }
+            other => panic!("expected a CONNACK, got {other:?}"),
+        }
+        assert!(h.out.closed.contains(&conn));
+    }
+    let mut h = Harness::new(Settings::default());
+    let conn = h.open();
+    h.broker.certified(conn, "device 7".into());
+    h.packet(conn, Packet::Connect(connect_packet("device", ProtocolVersion::V5)));
+    assert!(h.broker.version(conn).is_some(), "a plain name is admitted");
+}

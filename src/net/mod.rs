@@ -120,7 +120,12 @@ async fn serve(executor: &'static LocalExecutor<'static>, config: Config) -> io:
     let restored_log = std::mem::take(&mut storage.restored.log);
     let restored_holds = std::mem::take(&mut storage.restored.holds);
     let limits = config.broker.limits.clone();
-    let per_connection_bytes = worst_case_connection_bytes(&settings);
+    let tls_bytes = if config.broker.mqtt.tcp.iter().any(|d| d.tls.is_some()) {
+        tls::WORST_CASE_CONNECTION_BYTES
+    } else {
+        0
+    };
+    let per_connection_bytes = worst_case_connection_bytes(&settings) + tls_bytes;
     log::info!(
         "broker {} starting: at most {} connections, each holding at most {} bytes of buffers and queued \
          deliveries, {} bytes in all (subscriptions come on top: at most {} filters of {} levels per client)",

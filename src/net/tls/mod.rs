@@ -21,6 +21,11 @@ use rustls::{RootCertStore, ServerConfig};
 /// authorities, and is refused before it is read.
 pub const MAX_PEM_FILE_BYTES: u64 = 1024 * 1024;
 
+/// What rustls may hold for one connection at worst: one incoming record
+/// (16 KiB of plaintext plus its overhead), 16 KiB of received plaintext
+/// and 64 KiB of records waiting to be sent, which are its default bounds.
+pub const WORST_CASE_CONNECTION_BYTES: u64 = (18 + 16 + 64) * 1024;
+
 /// The lowest TLS version a door accepts.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum TlsVersion {
