@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::Instant;
 
-use common::{have_mosquitto_clients, BrokerProcess, TempDir, WAIT};
+use common::{have_mosquitto_clients, have_tools, BrokerProcess, TempDir, WAIT};
 
 /// An authority and what it signed, as `openssl` makes them.
 struct Authority {
@@ -22,9 +22,21 @@ impl Authority {
         openssl(
             dir,
             &[
-                "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256",
-                "-days", "30", "-nodes", "-subj", &format!("/CN={name}"),
-                "-keyout", &format!("{name}-key.pem"), "-out", &format!("{name}.pem"),
+                "req",
+                "-x509",
+                "-newkey",
+                "ec",
+                "-pkeyopt",
+                "ec_paramgen_curve:P-256",
+                "-days",
+                "30",
+                "-nodes",
+                "-subj",
+                &format!("/CN={name}"),
+                "-keyout",
+                &format!("{name}-key.pem"),
+                "-out",
+                &format!("{name}.pem"),
             ],
         );
         Authority {
@@ -44,8 +56,18 @@ impl Authority {
         let key = format!("{file}-key.pem");
         let csr = format!("{file}.csr");
         let mut request = vec![
-            "req", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes",
-            "-subj", subject, "-keyout", &key, "-out", &csr,
+            "req",
+            "-newkey",
+            "ec",
+            "-pkeyopt",
+            "ec_paramgen_curve:P-256",
+            "-nodes",
+            "-subj",
+            subject,
+            "-keyout",
+            &key,
+            "-out",
+            &csr,
         ];
         // An extension makes it an X.509 v3 certificate: webpki refuses
         // v1, which openssl 3.0 issues for a request with none.
@@ -62,8 +84,21 @@ impl Authority {
         openssl(
             &self.dir,
             &[
-                "x509", "-req", "-in", &csr, "-CA", &ca, "-CAkey", &ca_key,
-                "-CAcreateserial", "-days", &days, "-copy_extensions", "copy", "-out", &cert,
+                "x509",
+                "-req",
+                "-in",
+                &csr,
+                "-CA",
+                &ca,
+                "-CAkey",
+                &ca_key,
+                "-CAcreateserial",
+                "-days",
+                &days,
+                "-copy_extensions",
+                "copy",
+                "-out",
+                &cert,
             ],
         );
         (self.dir.join(cert), self.dir.join(key))
@@ -73,6 +108,11 @@ impl Authority {
     fn server(&self, file: &str) -> (PathBuf, PathBuf) {
         self.issue(file, "/CN=broker", Some("DNS:localhost,IP:127.0.0.1"), 30)
     }
+}
+
+/// openssl to make the certificates, and the mosquitto clients to use them.
+fn have_tools_for(test: &str) -> bool {
+    have_tools(test, &["openssl"], "openssl") && have_mosquitto_clients(test)
 }
 
 fn openssl(dir: &Path, args: &[&str]) {
@@ -98,7 +138,16 @@ struct Client<'a> {
 impl Client<'_> {
     fn args(&self, command: &mut Command, client_id: &str, topic: &str) {
         command
-            .args(["-h", "127.0.0.1", "-p", &self.port.to_string(), "-V", "5", "-q", "1"])
+            .args([
+                "-h",
+                "127.0.0.1",
+                "-p",
+                &self.port.to_string(),
+                "-V",
+                "5",
+                "-q",
+                "1",
+            ])
             .args(["-i", client_id, "-t", topic, "--cafile"])
             .arg(self.cafile);
         if let Some((cert, key)) = self.identity {
@@ -178,7 +227,7 @@ fn signal_reload(broker: &BrokerProcess) {
 
 #[test]
 fn stock_clients_publish_and_subscribe_through_a_tls_door() {
-    if !have_mosquitto_clients("stock_clients_publish_and_subscribe_through_a_tls_door") {
+    if !have_tools_for("stock_clients_publish_and_subscribe_through_a_tls_door") {
         return;
     }
     let dir = TempDir::new("tls-door");
@@ -194,7 +243,10 @@ fn stock_clients_publish_and_subscribe_through_a_tls_door() {
         identity: None,
     };
     assert!(trusting.publish("door/state", "encrypted"));
-    assert_eq!(trusting.receive_one("door/state").as_deref(), Some("encrypted"));
+    assert_eq!(
+        trusting.receive_one("door/state").as_deref(),
+        Some("encrypted")
+    );
 
     // A client that trusts another authority refuses the broker.
     let doubting = Client {
@@ -226,7 +278,7 @@ fn stock_clients_publish_and_subscribe_through_a_tls_door() {
 
 #[test]
 fn client_certificates_are_verified_and_name_the_user() {
-    if !have_mosquitto_clients("client_certificates_are_verified_and_name_the_user") {
+    if !have_tools_for("client_certificates_are_verified_and_name_the_user") {
         return;
     }
     let dir = TempDir::new("tls-clients");
@@ -248,8 +300,14 @@ fn client_certificates_are_verified_and_name_the_user() {
     };
     assert!(with(Some(&device)).publish("fleet/d7", "hello"));
     let line = broker.wait_for_log("named by its certificate");
-    assert!(line.contains("client publisher is user \"device-7\""), "{line}");
-    assert_eq!(with(Some(&device)).receive_one("fleet/d7").as_deref(), Some("hello"));
+    assert!(
+        line.contains("client publisher is user \"device-7\""),
+        "{line}"
+    );
+    assert_eq!(
+        with(Some(&device)).receive_one("fleet/d7").as_deref(),
+        Some("hello")
+    );
 
     // With no Common Name, the first DNS name is the name.
     assert!(with(Some(&san_only)).publish("fleet/s9", "hi"));
@@ -263,12 +321,15 @@ fn client_certificates_are_verified_and_name_the_user() {
     broker.wait_for_log("UnknownIssuer");
     assert!(!with(Some(&expired)).publish("fleet/d7", "old"));
     broker.wait_for_log("Expired");
-    assert_eq!(with(Some(&device)).receive_one("fleet/d7").as_deref(), Some("hello"));
+    assert_eq!(
+        with(Some(&device)).receive_one("fleet/d7").as_deref(),
+        Some("hello")
+    );
 }
 
 #[test]
 fn without_require_certificate_a_client_may_come_without_one() {
-    if !have_mosquitto_clients("without_require_certificate_a_client_may_come_without_one") {
+    if !have_tools_for("without_require_certificate_a_client_may_come_without_one") {
         return;
     }
     let dir = TempDir::new("tls-optional");
@@ -297,7 +358,7 @@ fn without_require_certificate_a_client_may_come_without_one() {
 
 #[test]
 fn sigusr1_swaps_the_certificate_for_new_connections_only() {
-    if !have_mosquitto_clients("sigusr1_swaps_the_certificate_for_new_connections_only") {
+    if !have_tools_for("sigusr1_swaps_the_certificate_for_new_connections_only") {
         return;
     }
     let dir = TempDir::new("tls-reload");
@@ -370,7 +431,7 @@ fn wait_for_payload(client: &Client, topic: &str, payload: &str) {
 
 #[test]
 fn stalled_handshakes_hold_nothing_for_long() {
-    if !have_mosquitto_clients("stalled_handshakes_hold_nothing_for_long") {
+    if !have_tools_for("stalled_handshakes_hold_nothing_for_long") {
         return;
     }
     let dir = TempDir::new("tls-stalled");
@@ -391,7 +452,10 @@ fn stalled_handshakes_hold_nothing_for_long() {
         identity: None,
     };
     assert!(client.publish("stalled/state", "through"));
-    assert_eq!(client.receive_one("stalled/state").as_deref(), Some("through"));
+    assert_eq!(
+        client.receive_one("stalled/state").as_deref(),
+        Some("through")
+    );
     // Each is closed once the connect timeout runs out.
     broker.wait_for_log("did not finish in time");
     for mut socket in stalled {
@@ -399,7 +463,11 @@ fn stalled_handshakes_hold_nothing_for_long() {
         let mut byte = [0u8; 1];
         let read = std::io::Read::read(&mut socket, &mut byte);
         assert!(
-            matches!(read, Ok(0)) || read.as_ref().is_err_and(|e| e.kind() != std::io::ErrorKind::WouldBlock && e.kind() != std::io::ErrorKind::TimedOut),
+            matches!(read, Ok(0))
+                || read
+                    .as_ref()
+                    .is_err_and(|e| e.kind() != std::io::ErrorKind::WouldBlock
+                        && e.kind() != std::io::ErrorKind::TimedOut),
             "a stalled handshake was not closed: {read:?}"
         );
     }
@@ -407,6 +475,13 @@ fn stalled_handshakes_hold_nothing_for_long() {
 
 #[test]
 fn a_door_whose_files_cannot_serve_stops_the_broker_naming_door_and_file() {
+    if !have_tools(
+        "a_door_whose_files_cannot_serve_stops_the_broker",
+        &["openssl"],
+        "openssl",
+    ) {
+        return;
+    }
     let dir = TempDir::new("tls-refusals");
     let ca = Authority::new(dir.path(), "estate-ca");
     let server = ca.server("broker");

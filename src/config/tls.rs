@@ -170,7 +170,9 @@ mod tests {
 
     #[test]
     fn a_tls_block_is_read_with_its_defaults() {
-        let config = with_tls("cert_file: /etc/saguin/tls/cert.pem\nkey_file: /etc/saguin/tls/key.pem").unwrap();
+        let config =
+            with_tls("cert_file: /etc/saguin/tls/cert.pem\nkey_file: /etc/saguin/tls/key.pem")
+                .unwrap();
         let doors = &config.broker.mqtt.tcp;
         assert_eq!(doors[0].tls, None);
         let tls = doors[1].tls.as_ref().unwrap();
@@ -202,7 +204,8 @@ mod tests {
 
     #[test]
     fn every_shape_mistake_is_named() {
-        let text = refused("cert_file: tls/cert.pem\nmin_version: \"1.1\"\nrequire_certificate: true");
+        let text =
+            refused("cert_file: tls/cert.pem\nmin_version: \"1.1\"\nrequire_certificate: true");
         assert_contains(
             &text,
             &[

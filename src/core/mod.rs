@@ -44,11 +44,11 @@ use crate::codec::{
 };
 pub use broadcast_log::{read_log, LogAtStart, BROADCAST_SPACE};
 pub use channel::{ChannelSettings, ChannelStart, StoreRequest};
+pub use origin::Origin;
 pub use persist::SESSIONS_SPACE;
 pub use qos2_holds::{is_hold_key, StoredHold};
 pub use retained_persist::RETAINED_SPACE;
 use session::Session;
-pub use origin::Origin;
 pub use slab::Key;
 use slab::Slab;
 use topic_index::{Subscriber, TopicIndex};

@@ -1480,7 +1480,10 @@ fn a_will_left_waiting_by_a_disconnect_is_stored_with_its_user_name() {
 /// Will is published as, whatever user name the CONNECT carried.
 #[test]
 fn a_certificate_name_is_the_user_name_over_the_connects() {
-    assert_eq!(stored_will_user(Some("device-7")).as_deref(), Some("device-7"));
+    assert_eq!(
+        stored_will_user(Some("device-7")).as_deref(),
+        Some("device-7")
+    );
 }
 
 /// The user name stored with a Will left waiting by a DISCONNECT, from a

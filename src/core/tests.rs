@@ -95,7 +95,9 @@ impl Harness {
     }
 
     fn open(&mut self) -> Key {
-        self.broker.accept(self.now_ms, Origin::default()).expect("a free slot")
+        self.broker
+            .accept(self.now_ms, Origin::default())
+            .expect("a free slot")
     }
 
     /// The client acknowledges a QoS 1 delivery.
@@ -1956,7 +1958,10 @@ fn a_certificate_name_with_a_control_character_is_refused() {
         let mut h = Harness::new(Settings::default());
         let conn = h.open();
         h.broker.certified(conn, name.into());
-        h.packet(conn, Packet::Connect(connect_packet("device", ProtocolVersion::V5)));
+        h.packet(
+            conn,
+            Packet::Connect(connect_packet("device", ProtocolVersion::V5)),
+        );
         match h.out.take(conn).first() {
             Some(Packet::Connack(connack)) => {
                 assert_eq!(connack.reason_code, ReasonCode::BAD_USER_NAME_OR_PASSWORD)
@@ -1968,6 +1973,9 @@ fn a_certificate_name_with_a_control_character_is_refused() {
     let mut h = Harness::new(Settings::default());
     let conn = h.open();
     h.broker.certified(conn, "device 7".into());
-    h.packet(conn, Packet::Connect(connect_packet("device", ProtocolVersion::V5)));
+    h.packet(
+        conn,
+        Packet::Connect(connect_packet("device", ProtocolVersion::V5)),
+    );
     assert!(h.broker.version(conn).is_some(), "a plain name is admitted");
 }

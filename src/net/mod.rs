@@ -304,7 +304,7 @@ async fn accept_loop(
             // connection that cannot be served, so a TLS door just closes.
             None if tls.is_none()
                 && state.overflow_in_use
-                < OVERFLOW_BUDGET.min(state.broker.settings().max_connections as usize) =>
+                    < OVERFLOW_BUDGET.min(state.broker.settings().max_connections as usize) =>
             {
                 state.overflow_in_use += 1;
                 let shared = shared.clone();

@@ -102,9 +102,11 @@ fn directory_string(tag: u8, value: &[u8]) -> Option<String> {
         // TeletexString, read as Latin-1 as most software does.
         0x14 => Some(value.iter().map(|&b| char::from(b)).collect()),
         // BMPString: UTF-16, big-endian.
-        0x1e if value.len() % 2 == 0 => {
+        0x1e if value.len().is_multiple_of(2) => {
             let units = value.chunks(2).map(|p| u16::from_be_bytes([p[0], p[1]]));
-            char::decode_utf16(units).collect::<Result<String, _>>().ok()
+            char::decode_utf16(units)
+                .collect::<Result<String, _>>()
+                .ok()
         }
         _ => None,
     }
@@ -266,7 +268,10 @@ mod tests {
     #[test]
     fn truncated_or_foreign_input_reads_as_nothing() {
         assert_eq!(read(&[]), Facts::default());
-        assert_eq!(read(&[0x30, 0x84, 0xff, 0xff, 0xff, 0xff]), Facts::default());
+        assert_eq!(
+            read(&[0x30, 0x84, 0xff, 0xff, 0xff, 0xff]),
+            Facts::default()
+        );
         assert_eq!(read(&[0x30, 0x03, 0x30, 0x01]), Facts::default());
     }
 
