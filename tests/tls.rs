@@ -11,6 +11,10 @@ use std::time::Instant;
 
 use common::{have_mosquitto_clients, have_tools, BrokerProcess, TempDir, WAIT};
 
+/// An extension for a device's certificate: what it is for, and what
+/// makes it X.509 version 3.
+const CLIENT_AUTH: &str = "extendedKeyUsage=clientAuth";
+
 /// An authority and what it signed, as `openssl` makes them.
 struct Authority {
     dir: PathBuf,
@@ -49,10 +53,17 @@ impl Authority {
         self.dir.join(format!("{}.pem", self.name))
     }
 
-    /// Signs a new key pair for `subject`, with the subjectAltName `san`
-    /// if any, valid for `days` (negative: already
-    /// expired). Returns the certificate and key files, named `file`.
-    fn issue(&self, file: &str, subject: &str, san: Option<&str>, days: i32) -> (PathBuf, PathBuf) {
+    /// Signs a new key pair for `subject`, carrying `extension` if any,
+    /// valid for `days` (negative: already expired). Returns the
+    /// certificate and key files, named `file`. Without an extension,
+    /// openssl 3.0 issues an X.509 version 1 certificate.
+    fn issue(
+        &self,
+        file: &str,
+        subject: &str,
+        extension: Option<&str>,
+        days: i32,
+    ) -> (PathBuf, PathBuf) {
         let key = format!("{file}-key.pem");
         let csr = format!("{file}.csr");
         let mut request = vec![
@@ -69,13 +80,9 @@ impl Authority {
             "-out",
             &csr,
         ];
-        // An extension makes it an X.509 v3 certificate: webpki refuses
-        // v1, which openssl 3.0 issues for a request with none.
-        let extension = match san {
-            Some(san) => format!("subjectAltName={san}"),
-            None => "extendedKeyUsage=clientAuth".to_string(),
-        };
-        request.extend(["-addext", &extension]);
+        if let Some(extension) = extension {
+            request.extend(["-addext", extension]);
+        }
         openssl(&self.dir, &request);
         let ca = format!("{}.pem", self.name);
         let ca_key = format!("{}-key.pem", self.name);
@@ -106,13 +113,28 @@ impl Authority {
 
     /// A certificate for the broker at 127.0.0.1.
     fn server(&self, file: &str) -> (PathBuf, PathBuf) {
-        self.issue(file, "/CN=broker", Some("DNS:localhost,IP:127.0.0.1"), 30)
+        self.issue(
+            file,
+            "/CN=broker",
+            Some("subjectAltName=DNS:localhost,IP:127.0.0.1"),
+            30,
+        )
     }
 }
 
 /// openssl to make the certificates, and the mosquitto clients to use them.
 fn have_tools_for(test: &str) -> bool {
     have_tools(test, &["openssl"], "openssl") && have_mosquitto_clients(test)
+}
+
+/// Later openssl releases issue version 3 even without extensions.
+fn ca_issues_v3_anyway(cert: &Path) -> bool {
+    let text = Command::new("openssl")
+        .args(["x509", "-noout", "-text", "-in"])
+        .arg(cert)
+        .output()
+        .unwrap();
+    !String::from_utf8_lossy(&text.stdout).contains("Version: 1 ")
 }
 
 fn openssl(dir: &Path, args: &[&str]) {
@@ -285,10 +307,15 @@ fn client_certificates_are_verified_and_name_the_user() {
     let ca = Authority::new(dir.path(), "estate-ca");
     let stranger = Authority::new(dir.path(), "stranger-ca");
     let server = ca.server("broker");
-    let device = ca.issue("device-7", "/CN=device-7", None, 30);
-    let san_only = ca.issue("sensor", "/O=estate", Some("DNS:sensor-9.example"), 30);
-    let expired = ca.issue("expired", "/CN=device-old", None, -1);
-    let intruder = stranger.issue("intruder", "/CN=device-7", None, 30);
+    let device = ca.issue("device-7", "/CN=device-7", Some(CLIENT_AUTH), 30);
+    let san_only = ca.issue(
+        "sensor",
+        "/O=estate",
+        Some("subjectAltName=DNS:sensor-9.example"),
+        30,
+    );
+    let expired = ca.issue("expired", "/CN=device-old", Some(CLIENT_AUTH), -1);
+    let intruder = stranger.issue("intruder", "/CN=device-7", Some(CLIENT_AUTH), 30);
     let extra = format!("client_ca_file: {}\n", ca.pem().display());
     let (mut broker, port) = broker_with_tls(dir.path(), &tls_block(&server, &extra));
 
@@ -321,6 +348,12 @@ fn client_certificates_are_verified_and_name_the_user() {
     broker.wait_for_log("UnknownIssuer");
     assert!(!with(Some(&expired)).publish("fleet/d7", "old"));
     broker.wait_for_log("Expired");
+    // Version 1 is refused, and the log says how to reissue it.
+    let v1 = ca.issue("version-1", "/CN=device-8", None, 30);
+    if !ca_issues_v3_anyway(&v1.0) {
+        assert!(!with(Some(&v1)).publish("fleet/d8", "v1"));
+        broker.wait_for_log("is X.509 version 1, which is not accepted");
+    }
     assert_eq!(
         with(Some(&device)).receive_one("fleet/d7").as_deref(),
         Some("hello")
@@ -336,7 +369,7 @@ fn without_require_certificate_a_client_may_come_without_one() {
     let ca = Authority::new(dir.path(), "estate-ca");
     let stranger = Authority::new(dir.path(), "stranger-ca");
     let server = ca.server("broker");
-    let intruder = stranger.issue("intruder", "/CN=device-7", None, 30);
+    let intruder = stranger.issue("intruder", "/CN=device-7", Some(CLIENT_AUTH), 30);
     let extra = format!(
         "client_ca_file: {}\nrequire_certificate: false\n",
         ca.pem().display()

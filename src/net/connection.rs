@@ -91,7 +91,8 @@ async fn handshake(
     let established = match future::or(async { Some(accept.await) }, ended).await {
         Some(Ok(established)) => established,
         Some(Err(error)) => {
-            log::info!("{door}: TLS handshake with {peer} failed: {error}");
+            let hint = tls::handshake_hint(&error);
+            log::info!("{door}: TLS handshake with {peer} failed: {error}{hint}");
             let _ = stream.shutdown(Shutdown::Both);
             return None;
         }

@@ -285,3 +285,15 @@ pub fn client_certificate(connection: &rustls::ServerConnection) -> Option<x509:
     let leaf = connection.peer_certificates()?.first()?;
     Some(x509::read(leaf))
 }
+
+/// A word of advice for a handshake failure whose cause is not plain from
+/// the TLS library's words, or nothing.
+pub fn handshake_hint(error: &std::io::Error) -> &'static str {
+    // openssl 3.0 issues version 1 from `x509 -req` when the request has
+    // no extension; webpki names the refusal only by its variant.
+    if error.to_string().contains("UnsupportedCertVersion") {
+        " (the certificate is X.509 version 1, which is not accepted: reissue it with an extension, such as openssl req ... -addext extendedKeyUsage=clientAuth and openssl x509 -req ... -copy_extensions copy)"
+    } else {
+        ""
+    }
+}
