@@ -60,7 +60,8 @@ fn main() -> ExitCode {
                 Err(code) => return code,
             };
             // The files a door serves are read as a start would read them.
-            if let Err(error) = saguin::net::check_tls(&config) {
+            let tls = config.broker.mqtt.tcp.iter().map(|d| d.tls.clone());
+            if let Err(error) = saguin::net::load_tls(tls.collect()) {
                 eprintln!("{error}");
                 return ExitCode::from(2);
             }

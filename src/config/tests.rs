@@ -690,8 +690,8 @@ fn keys_not_supported_yet_are_refused_as_recognised() {
             "broker.mqtt.listen.unix:",
         ),
         (
-            &mqtt("listen:\n  tcp:\n    address: 0.0.0.0:8883\n    tls:\n      cert_file: /c"),
-            "broker.mqtt.listen.tcp.tls:",
+            &mqtt("listen:\n  tcp:\n    address: 0.0.0.0:8883\n    password_file: /p"),
+            "broker.mqtt.listen.tcp.password_file:",
         ),
     ];
     for (text, path) in cases {
@@ -870,12 +870,15 @@ fn an_empty_list_of_doors_is_refused() {
 #[test]
 fn every_door_problem_is_reported_at_once() {
     let all = findings(&mqtt(
-        "listen:\n  tcp:\n    - name: a\n      address: nope\n    - address: 0.0.0.0:1\n    - name: c\n      tls: {}\n      address: 0.0.0.0:2",
+        "listen:\n  tcp:\n    - name: a\n      address: nope\n    - address: 0.0.0.0:1\n    - name: c\n      password_file: /p\n      address: 0.0.0.0:2",
     ));
     assert_eq!(all.len(), 3, "{all:#?}");
     assert_contains(&all[0], &["broker.mqtt.listen.tcp[0].address \"nope\":"]);
     assert_contains(&all[1], &["broker.mqtt.listen.tcp[1]:", "needs a name"]);
-    assert_contains(&all[2], &["broker.mqtt.listen.tcp[2].tls:", "recognised"]);
+    assert_contains(
+        &all[2],
+        &["broker.mqtt.listen.tcp[2].password_file:", "recognised"],
+    );
 }
 
 // ---- the report -------------------------------------------------------------------------

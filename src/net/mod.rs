@@ -138,7 +138,15 @@ async fn serve(executor: &'static LocalExecutor<'static>, config: Config) -> io:
     );
     // Certificates are read before any port opens: a broker that cannot
     // serve one of its doors does not serve any.
-    let tls_doors = load_tls(&config)?;
+    let tls_doors = load_tls(
+        config
+            .broker
+            .mqtt
+            .tcp
+            .iter()
+            .map(|d| d.tls.clone())
+            .collect(),
+    )?;
     let mut listeners = Vec::new();
     for door in &config.broker.mqtt.tcp {
         let listener = TcpListener::bind(door.address.as_str())
@@ -229,18 +237,13 @@ async fn serve(executor: &'static LocalExecutor<'static>, config: Config) -> io:
     Ok(())
 }
 
-/// Every door's TLS files, read and checked; the error names the door and
-/// the file.
-fn load_tls(config: &Config) -> io::Result<Rc<tls::TlsDoors>> {
-    let settings = config.broker.mqtt.tcp.iter().map(|d| d.tls.clone());
-    tls::TlsDoors::load(settings.collect(), tls::now_unix_s())
+/// Every door's TLS files, read and checked, for the doors' `tls` blocks
+/// in door order; the error names the door and the file. `--check-config`
+/// calls it too, so a check refuses what a start would.
+pub fn load_tls(doors: Vec<Option<tls::TlsSettings>>) -> io::Result<Rc<tls::TlsDoors>> {
+    tls::TlsDoors::load(doors, tls::now_unix_s())
         .map(Rc::new)
         .map_err(|message| io::Error::new(io::ErrorKind::InvalidInput, message))
-}
-
-/// `--check-config`: reads every door's TLS files as a start would.
-pub fn check_tls(config: &Config) -> io::Result<()> {
-    load_tls(config).map(drop)
 }
 
 /// SIGUSR1: every TLS door's certificate, key and client authorities are
