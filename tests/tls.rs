@@ -589,3 +589,28 @@ fn a_door_whose_files_cannot_serve_stops_the_broker_naming_door_and_file() {
     assert!(log.contains("broker.mqtt.listen.tcp.tls.key_file"), "{log}");
     assert!(!log.contains("bound to"), "{log}");
 }
+
+#[test]
+fn an_expired_certificate_is_logged_as_expired() {
+    if !have_tools(
+        "an_expired_certificate_is_logged_as_expired",
+        &["openssl"],
+        "openssl",
+    ) {
+        return;
+    }
+    let dir = TempDir::new("tls-expired");
+    let ca = Authority::new(dir.path(), "estate-ca");
+    let lapsed = ca.issue(
+        "broker",
+        "/CN=broker",
+        Some("subjectAltName=IP:127.0.0.1"),
+        -1,
+    );
+    let (mut broker, _port) = broker_with_tls(dir.path(), &tls_block(&lapsed, ""));
+    let line = broker.wait_for_log("expired at");
+    assert!(
+        line.contains("WARN") && line.contains("broker.mqtt.listen.tcp[fleet]"),
+        "{line}"
+    );
+}
