@@ -614,3 +614,16 @@ fn an_expired_certificate_is_logged_as_expired() {
         "{line}"
     );
 }
+
+#[test]
+fn sigusr1_on_a_broker_without_tls_changes_nothing_and_stops_nothing() {
+    let mut broker = BrokerProcess::start("");
+    signal_reload(&broker);
+    broker.wait_for_log("no door serves TLS");
+    common::RawClient::connect(
+        &broker.address(),
+        saguin::codec::ProtocolVersion::V5,
+        "after-signal",
+    )
+    .assert_alive();
+}

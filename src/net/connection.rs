@@ -85,19 +85,27 @@ async fn handshake(
         None
     };
     let door = &tls.door;
-    let peer = stream
-        .peer_addr()
-        .map_or_else(|_| "a client".to_string(), |a| a.to_string());
+    let peer = || {
+        stream
+            .peer_addr()
+            .map_or_else(|_| "a client".to_string(), |a| a.to_string())
+    };
     let established = match future::or(async { Some(accept.await) }, ended).await {
         Some(Ok(established)) => established,
         Some(Err(error)) => {
             let hint = tls::handshake_hint(&error);
-            log::info!("{door}: TLS handshake with {peer} failed: {error}{hint}");
+            log::info!(
+                "{door}: TLS handshake with {} failed: {error}{hint}",
+                peer()
+            );
             let _ = stream.shutdown(Shutdown::Both);
             return None;
         }
         None => {
-            log::info!("{door}: TLS handshake with {peer} did not finish in time");
+            log::info!(
+                "{door}: TLS handshake with {} did not finish in time",
+                peer()
+            );
             let _ = stream.shutdown(Shutdown::Both);
             return None;
         }
@@ -106,7 +114,8 @@ async fn handshake(
         match certificate.name() {
             Some(name) => shared.borrow_mut().broker.certified(key, name.into()),
             None => log::warn!(
-                "{door}: the client certificate {peer} presented was verified but carries neither a Common Name nor a DNS name; it names nobody, so the client is taken as one without a certificate"
+                "{door}: the client certificate {} presented was verified but carries neither a Common Name nor a DNS name; it names nobody, so the client is taken as one without a certificate",
+                peer()
             ),
         }
     }

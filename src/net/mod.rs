@@ -249,7 +249,9 @@ pub fn load_tls(doors: Vec<Option<tls::TlsSettings>>) -> io::Result<Rc<tls::TlsD
 /// SIGUSR1: every TLS door's certificate, key and client authorities are
 /// read again, all or nothing. Connections already open keep theirs.
 fn reload_certificates(tls_doors: &tls::TlsDoors) {
-    if tls_doors.reload(tls::now_unix_s()) {
+    if !tls_doors.any() {
+        log::info!("SIGUSR1: no door serves TLS, so there are no certificates to re-read");
+    } else if tls_doors.reload(tls::now_unix_s()) {
         log::info!("SIGUSR1: certificates re-read; new connections are served with them");
     }
 }

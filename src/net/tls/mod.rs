@@ -219,13 +219,15 @@ impl TlsDoors {
         self.current.borrow().get(door).cloned().flatten()
     }
 
+    /// Whether any door serves TLS.
+    pub fn any(&self) -> bool {
+        self.settings.iter().any(Option::is_some)
+    }
+
     /// Re-reads every door's files from the paths it started with. Nothing
     /// changes unless all of them load; each failure is logged at `error`.
     /// Returns whether the new files are in force.
     pub fn reload(&self, now_unix_s: i64) -> bool {
-        if self.settings.iter().all(Option::is_none) {
-            return true;
-        }
         match load_all(&self.settings, now_unix_s) {
             Ok(current) => {
                 *self.current.borrow_mut() = current;
