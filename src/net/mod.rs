@@ -147,6 +147,13 @@ async fn serve(executor: &'static LocalExecutor<'static>, config: Config) -> io:
             .map(|d| d.tls.clone())
             .collect(),
     )?;
+    // Caught from before the first port opens, so that a SIGUSR1 sent as
+    // soon as the broker says it listens is a reload, not the default end.
+    let signals = async_signal::Signals::new([
+        async_signal::Signal::Term,
+        async_signal::Signal::Int,
+        async_signal::Signal::Usr1,
+    ])?;
     let mut listeners = Vec::new();
     for door in &config.broker.mqtt.tcp {
         let listener = TcpListener::bind(door.address.as_str())
@@ -164,11 +171,6 @@ async fn serve(executor: &'static LocalExecutor<'static>, config: Config) -> io:
         log::info!("listener {} bound to {}", door.name, listener.local_addr()?);
         listeners.push(listener);
     }
-    let signals = async_signal::Signals::new([
-        async_signal::Signal::Term,
-        async_signal::Signal::Int,
-        async_signal::Signal::Usr1,
-    ])?;
     let _pid_file = match &config.broker.pid_file {
         Some(path) => Some(PidFile::write(path)?),
         None => None,
