@@ -9,6 +9,7 @@ const USAGE: &str = "\
 usage: saguin [--config FILE]      run the broker (the embedded default configuration without --config)
        saguin --check-config FILE  validate FILE and exit
        saguin --print-default-config
+       saguin --passwd FILE add USER | delete USER | list
        saguin --version";
 
 enum Command {
@@ -17,6 +18,8 @@ enum Command {
     PrintDefaultConfig,
     Version,
     Help,
+    /// `--passwd` and what follows it.
+    Passwd(Vec<String>),
 }
 
 fn parse_args(args: &[String]) -> Result<Command, String> {
@@ -24,6 +27,7 @@ fn parse_args(args: &[String]) -> Result<Command, String> {
         [] => Ok(Command::Run(None)),
         [flag, path] if flag == "--config" => Ok(Command::Run(Some(path.into()))),
         [flag, path] if flag == "--check-config" => Ok(Command::CheckConfig(path.into())),
+        [flag, rest @ ..] if flag == "--passwd" => Ok(Command::Passwd(rest.to_vec())),
         [flag] if flag == "--print-default-config" => Ok(Command::PrintDefaultConfig),
         [flag] if flag == "--version" || flag == "-V" => Ok(Command::Version),
         [flag] if flag == "--help" || flag == "-h" => Ok(Command::Help),
@@ -53,6 +57,12 @@ fn main() -> ExitCode {
     match command {
         Command::Version => println!("saguin {}", env!("CARGO_PKG_VERSION")),
         Command::Help => println!("{USAGE}"),
+        Command::Passwd(args) => {
+            if let Err(message) = saguin::auth::command::run(&args) {
+                eprintln!("{message}");
+                return ExitCode::from(2);
+            }
+        }
         Command::PrintDefaultConfig => print!("{}", config::DEFAULT_CONFIG_YAML),
         Command::CheckConfig(path) => {
             if let Err(code) = load(Some(path.clone())) {
