@@ -201,9 +201,9 @@ fn write_atomically(path: &Path, text: &str) -> Result<(), String> {
         Some(dir) if !dir.as_os_str().is_empty() => dir,
         _ => Path::new("."),
     };
-    let name = path.file_name().ok_or_else(|| {
-        format!("{}: names a directory, not a file", path.display())
-    })?;
+    let name = path
+        .file_name()
+        .ok_or_else(|| format!("{}: names a directory, not a file", path.display()))?;
     let temp = dir.join(format!(
         ".{}.{}.tmp",
         name.to_string_lossy(),
@@ -256,10 +256,7 @@ mod tests {
             "# fleet\nbob:$7$new\ncarol:$6$c\n"
         );
         assert_eq!(with_user("", "dave", "$7$d"), "dave:$7$d\n");
-        assert_eq!(
-            without_user(text, "bob"),
-            "# fleet\ncarol:$6$c\n"
-        );
+        assert_eq!(without_user(text, "bob"), "# fleet\ncarol:$6$c\n");
         assert_eq!(users(text).collect::<Vec<_>>(), ["bob", "carol"]);
     }
 

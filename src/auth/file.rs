@@ -150,12 +150,18 @@ mod tests {
 
     #[test]
     fn unreadable_lines_are_refused_naming_the_line() {
-        let argon = format!("bob:{SHA512_HUNTER2}\neve:$argon2id$v=19$m=65536,t=3,p=4$c2FsdA$aGFzaA\n");
+        let argon =
+            format!("bob:{SHA512_HUNTER2}\neve:$argon2id$v=19$m=65536,t=3,p=4$c2FsdA$aGFzaA\n");
         let error = parse(&argon).unwrap_err();
         assert_eq!(error.lines, vec![2]);
-        assert!(error.to_string().starts_with("password file /etc/p, line 2: user \"eve\": an argon2 hash"));
+        assert!(error
+            .to_string()
+            .starts_with("password file /etc/p, line 2: user \"eve\": an argon2 hash"));
         assert_eq!(parse("nocolon\n").unwrap_err().lines, vec![1]);
-        assert_eq!(parse(&format!(":{SHA512_HUNTER2}")).unwrap_err().lines, vec![1]);
+        assert_eq!(
+            parse(&format!(":{SHA512_HUNTER2}")).unwrap_err().lines,
+            vec![1]
+        );
         let plain = parse("\n\ndave:letmein\n").unwrap_err();
         assert_eq!(plain.lines, vec![3]);
         // The refusal quotes no password.

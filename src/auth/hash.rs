@@ -219,7 +219,9 @@ mod tests {
     fn unreadable_hashes_are_refused_with_a_reason() {
         let argon = "$argon2id$v=19$m=65536,t=3,p=4$c2FsdA$aGFzaA";
         assert!(PasswordHash::parse(argon).unwrap_err().contains("argon2"));
-        assert!(PasswordHash::parse("plain").unwrap_err().contains("plain-text"));
+        assert!(PasswordHash::parse("plain")
+            .unwrap_err()
+            .contains("plain-text"));
         assert!(PasswordHash::parse("$5$abc$def")
             .unwrap_err()
             .contains("$6$"));

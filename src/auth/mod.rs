@@ -64,7 +64,9 @@ impl Refusal {
     /// For the log, which the operator reads and the caller does not.
     pub fn describe(self) -> &'static str {
         match self {
-            Refusal::NoUserName => "it offered no user name, and this door admits no anonymous client",
+            Refusal::NoUserName => {
+                "it offered no user name, and this door admits no anonymous client"
+            }
             Refusal::UnknownUser => "its user name is in no password file of this door",
             Refusal::NoPassword => "it offered a user name and no password",
             Refusal::WrongPassword => "its password is wrong",

@@ -52,7 +52,10 @@ fn each_door_answers_by_its_own_rule() {
         fleet(Some("bob"), Some(b"hunter3")),
         Verdict::Refused(Refusal::WrongPassword)
     );
-    assert_eq!(fleet(Some("bob"), None), Verdict::Refused(Refusal::NoPassword));
+    assert_eq!(
+        fleet(Some("bob"), None),
+        Verdict::Refused(Refusal::NoPassword)
+    );
     assert_eq!(
         fleet(Some("eve"), Some(b"hunter2")),
         Verdict::Refused(Refusal::UnknownUser)

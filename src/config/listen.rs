@@ -11,7 +11,7 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use serde_yaml::Value;
 
 use super::parse::{show, table, Findings, Keys};
-use super::{TcpDoor, DEFAULT_TCP_ADDRESS, DEFAULT_TCP_DOOR_NAME};
+use super::{AuthenticationKeys, TcpDoor, DEFAULT_TCP_ADDRESS, DEFAULT_TCP_DOOR_NAME};
 
 const LISTEN_KEYS: Keys = Keys {
     supported: &["tcp"],
@@ -19,8 +19,8 @@ const LISTEN_KEYS: Keys = Keys {
 };
 
 const DOOR_KEYS: Keys = Keys {
-    supported: &["name", "address"],
-    not_yet: &["tls", "password_file", "allow_anonymous"],
+    supported: &["name", "address", "password_file", "allow_anonymous"],
+    not_yet: &["tls"],
 };
 
 /// Reads `broker.mqtt.listen`. With no listener written at all, one `tcp`
@@ -132,6 +132,7 @@ pub(super) fn parse(f: &mut Findings, path: &str, value: Option<&Value>) -> Opti
             Some(TcpDoor {
                 name: d.name?,
                 address: d.address?.1.bind,
+                authentication: d.authentication?,
             })
         })
         .collect()
@@ -141,6 +142,7 @@ fn default_doors() -> Vec<TcpDoor> {
     vec![TcpDoor {
         name: DEFAULT_TCP_DOOR_NAME.to_string(),
         address: DEFAULT_TCP_ADDRESS.to_string(),
+        authentication: AuthenticationKeys::default(),
     }]
 }
 
@@ -151,6 +153,7 @@ struct Door {
     name: Option<String>,
     /// The address as written, and as read.
     address: Option<(String, Address)>,
+    authentication: Option<AuthenticationKeys>,
 }
 
 impl Door {
@@ -228,6 +231,7 @@ fn door(f: &mut Findings, path: &str, value: &Value, default_name: Option<&str>)
         path: path.to_string(),
         name,
         address,
+        authentication: super::authentication::keys(f, path, &t),
     })
 }
 

@@ -16,6 +16,7 @@
 //! place. An `!include` resolves against the directory of the file that
 //! holds it, so only [`load`] and [`parse_with_base`] can follow one.
 
+mod authentication;
 mod channels;
 mod exchanges;
 mod include;
@@ -34,6 +35,7 @@ mod tests;
 use std::fmt;
 use std::path::{Path, PathBuf};
 
+pub use authentication::{door_rules, AuthenticationKeys};
 pub use channels::{ChannelConfig, ChannelKind, Start, MAX_FILTER_EXPANSIONS};
 pub use exchanges::{Qos2Config, SessionConfig, ShareConfig};
 pub use latest::DEFAULT_DELETION_RETENTION_PERIOD_S;
@@ -136,6 +138,9 @@ pub struct MqttConfig {
     pub tcp: Vec<TcpDoor>,
     /// `broker.mqtt.min_protocol_version`.
     pub min_protocol_version: MinProtocolVersion,
+    /// `broker.mqtt.password_file` and `allow_anonymous`, as written;
+    /// [`door_rules`] settles what each door does.
+    pub authentication: AuthenticationKeys,
 }
 
 /// One TCP listener.
@@ -149,6 +154,8 @@ pub struct TcpDoor {
     /// that an empty host (`:1883`, every interface) is given as `0.0.0.0`,
     /// and the port is written as a plain decimal number.
     pub address: String,
+    /// The door's own `password_file` and `allow_anonymous`, as written.
+    pub authentication: AuthenticationKeys,
 }
 
 /// The name a door takes when the file gives it none.

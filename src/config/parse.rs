@@ -260,8 +260,13 @@ const BROKER_KEYS: Keys = Keys {
 };
 
 const MQTT_KEYS: Keys = Keys {
-    supported: &["listen", "min_protocol_version"],
-    not_yet: &["password_file", "allow_anonymous", "acl_file"],
+    supported: &[
+        "listen",
+        "min_protocol_version",
+        "password_file",
+        "allow_anonymous",
+    ],
+    not_yet: &["acl_file"],
 };
 
 /// Walks the whole tree and returns the broker's configuration and its
@@ -440,10 +445,14 @@ fn mqtt(f: &mut Findings, value: Option<&Value>) -> Option<MqttConfig> {
     let t = table(f, "broker.mqtt", value.unwrap_or(&Value::Null), &MQTT_KEYS)?;
     let tcp = listen::parse(f, "broker.mqtt.listen", t.get("listen"));
     let min_protocol_version = min_protocol_version(f, t.get("min_protocol_version"));
-    Some(MqttConfig {
+    let authentication = super::authentication::keys(f, "broker.mqtt", &t);
+    let mqtt = MqttConfig {
         tcp: tcp?,
         min_protocol_version: min_protocol_version?,
-    })
+        authentication: authentication?,
+    };
+    super::authentication::check(f, &mqtt);
+    Some(mqtt)
 }
 
 /// Accepts `"3.1.1"` (YAML reads the bare form as text too) and `5`,
