@@ -80,7 +80,15 @@ fn main() -> ExitCode {
             if let Err(error) = simple_logger::SimpleLogger::new().with_level(level).init() {
                 eprintln!("cannot start logging: {error}");
             }
-            if let Err(error) = saguin::net::run(config) {
+            let rules = config::door_rules(&config.broker.mqtt);
+            let authentication = match saguin::auth::Authentication::load(&rules) {
+                Ok(authentication) => authentication,
+                Err(error) => {
+                    log::error!("{error}");
+                    return ExitCode::FAILURE;
+                }
+            };
+            if let Err(error) = saguin::net::run(config, authentication) {
                 log::error!("{error}");
                 return ExitCode::FAILURE;
             }

@@ -118,6 +118,14 @@ impl Authentication {
         Authentication::load(&self.rules)
     }
 
+    /// Door `door`'s name, for the log; its index where it has no rule.
+    pub fn door_name(&self, door: usize) -> String {
+        match self.rules.get(door) {
+            Some(rule) => format!("{:?}", rule.door),
+            None => door.to_string(),
+        }
+    }
+
     pub fn files(&self) -> &[PasswordFile] {
         &self.files
     }

@@ -6,6 +6,7 @@
 //! clock, opens no socket and spawns nothing, so the same code runs under a
 //! deterministic test with simulated time and under the smol shell.
 
+mod authenticate;
 mod broadcast_log;
 pub mod channel;
 pub mod claims;
@@ -14,6 +15,7 @@ mod delivery;
 mod inbound;
 pub mod latest;
 mod latest_reader;
+pub mod origin;
 mod persist;
 #[cfg(test)]
 mod persist_tests;
@@ -36,12 +38,14 @@ mod tests;
 pub mod topic_index;
 
 use std::collections::{HashMap, VecDeque};
+use std::sync::Arc;
 
 use crate::codec::{
     DecodeError, Disconnect, Packet, Properties, ProtocolVersion, ReasonCode, Will,
 };
 pub use broadcast_log::{read_log, LogAtStart, BROADCAST_SPACE};
 pub use channel::{ChannelSettings, ChannelStart, StoreRequest};
+pub use origin::Origin;
 pub use persist::SESSIONS_SPACE;
 pub use qos2_holds::{is_hold_key, StoredHold};
 pub use retained_persist::RETAINED_SPACE;
@@ -231,6 +235,9 @@ pub(crate) struct Connection {
     pub accepted_at_ms: u64,
     pub last_received_ms: u64,
     pub active: Option<Active>,
+    pub origin: Origin,
+    /// Whom the connection speaks for once admitted; `None` if anonymous.
+    pub user: Option<Box<str>>,
 }
 
 /// A per-client token bucket for `publish_rate` and `publish_bytes`.
@@ -274,6 +281,8 @@ pub struct Broker {
     /// Session records in the session provider.
     pub(crate) persist: persist::Persistence,
     pub(crate) queues: queue::Queues,
+    /// Who may connect; replaced whole on a reload.
+    pub(crate) authentication: Arc<crate::auth::Authentication>,
 }
 
 impl Broker {
@@ -322,6 +331,7 @@ impl Broker {
             next_assigned_id: 0,
             match_scratch: Vec::new(),
             persist: persist::Persistence::default(),
+            authentication: Arc::default(),
             settings,
         }
     }
@@ -349,11 +359,13 @@ impl Broker {
 
     /// Takes a slot in the connection table for a new socket, or `None`
     /// when every slot is taken.
-    pub fn accept(&mut self, now_ms: u64) -> Option<Key> {
+    pub fn accept(&mut self, now_ms: u64, origin: Origin) -> Option<Key> {
         let key = self.connections.insert_with(|_| Connection {
             accepted_at_ms: now_ms,
             last_received_ms: now_ms,
             active: None,
+            origin,
+            user: None,
         });
         match key {
             Some(_) => self.stats.connections_accepted += 1,

@@ -5,20 +5,23 @@ mod connection;
 mod latest_index;
 mod outbox;
 mod queue_load;
+mod reload;
 mod storage;
 
 use std::cell::RefCell;
 use std::io;
 use std::rc::Rc;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use async_net::TcpListener;
 use smol::stream::StreamExt;
 use smol::LocalExecutor;
 
+use crate::auth::Authentication;
 use crate::codec::ProtocolVersion;
 use crate::config::{Config, MinProtocolVersion};
-use crate::core::{Broker, Settings};
+use crate::core::{Broker, Origin, Settings};
 use outbox::Outboxes;
 
 /// How often the core's clocks (keepalive, connect timeout, expiry) run.
@@ -101,13 +104,18 @@ pub fn worst_case_connection_bytes(settings: &Settings) -> u64 {
         + aliases
 }
 
-/// Binds every door, then serves until SIGTERM or SIGINT.
-pub fn run(config: Config) -> io::Result<()> {
+/// Binds every door, then serves until SIGTERM or SIGINT, admitting
+/// clients by `authentication` and re-reading its files on SIGUSR1.
+pub fn run(config: Config, authentication: Authentication) -> io::Result<()> {
     let executor: &'static LocalExecutor<'static> = Box::leak(Box::new(LocalExecutor::new()));
-    smol::block_on(executor.run(serve(executor, config)))
+    smol::block_on(executor.run(serve(executor, config, authentication)))
 }
 
-async fn serve(executor: &'static LocalExecutor<'static>, config: Config) -> io::Result<()> {
+async fn serve(
+    executor: &'static LocalExecutor<'static>,
+    config: Config,
+    authentication: Authentication,
+) -> io::Result<()> {
     let (mut storage, channels, completions) = storage::start(&config)?;
     let mut settings = settings_from_config(&config);
     settings.channels = channels;
@@ -146,8 +154,11 @@ async fn serve(executor: &'static LocalExecutor<'static>, config: Config) -> io:
         log::info!("listener {} bound to {}", door.name, listener.local_addr()?);
         listeners.push(listener);
     }
-    let signals =
-        async_signal::Signals::new([async_signal::Signal::Term, async_signal::Signal::Int])?;
+    let signals = async_signal::Signals::new([
+        async_signal::Signal::Term,
+        async_signal::Signal::Int,
+        async_signal::Signal::Usr1,
+    ])?;
     let _pid_file = match &config.broker.pid_file {
         Some(path) => Some(PidFile::write(path)?),
         None => None,
@@ -170,6 +181,8 @@ async fn serve(executor: &'static LocalExecutor<'static>, config: Config) -> io:
         let mut guard = shared.borrow_mut();
         let state = &mut *guard;
         let now_ms = state.now_ms();
+        log::info!("who may connect: {}", authentication.summary());
+        state.broker.set_authentication(Arc::new(authentication));
         state.broker.restore_retained(restored_retained);
         state.broker.restore_sessions(
             restored_sessions,
@@ -182,11 +195,11 @@ async fn serve(executor: &'static LocalExecutor<'static>, config: Config) -> io:
             .restore_holds(restored_holds, now_ms, &mut state.outboxes);
     }
     let mut tasks = Vec::new();
-    for listener in listeners {
+    for (door, listener) in listeners.into_iter().enumerate() {
         let accept = accept_loop(
             executor,
             shared.clone(),
-            listener,
+            (door, listener),
             limits.max_connect_rate_per_s,
             limits.write_timeout_ms,
             limits.connect_timeout_s,
@@ -197,8 +210,13 @@ async fn serve(executor: &'static LocalExecutor<'static>, config: Config) -> io:
     tasks.push(executor.spawn(completion_loop(shared.clone(), completions)));
 
     let mut signals = signals;
-    if let Some(Ok(signal)) = signals.next().await {
+    while let Some(Ok(signal)) = signals.next().await {
+        if signal == async_signal::Signal::Usr1 {
+            reload::reload(&shared).await;
+            continue;
+        }
         log::info!("received {signal:?}, stopping");
+        break;
     }
     drop(tasks);
     shutdown(&shared).await;
@@ -212,7 +230,7 @@ async fn serve(executor: &'static LocalExecutor<'static>, config: Config) -> io:
 async fn accept_loop(
     executor: &'static LocalExecutor<'static>,
     shared: SharedRef,
-    listener: TcpListener,
+    (door, listener): (usize, TcpListener),
     max_connect_rate_per_s: Option<u32>,
     write_timeout_ms: Option<u64>,
     connect_timeout_s: u32,
@@ -233,7 +251,13 @@ async fn accept_loop(
         let mut guard = shared.borrow_mut();
         let state = &mut *guard;
         let now_ms = state.now_ms();
-        match state.broker.accept(now_ms) {
+        match state.broker.accept(
+            now_ms,
+            Origin {
+                door,
+                ..Origin::default()
+            },
+        ) {
             Some(key) => {
                 let outbox = state.outboxes.insert(key);
                 executor
