@@ -80,6 +80,12 @@ impl BrokerProcess {
             extra_broker_yaml.replace("{dir}", &dir_text),
             top_yaml.replace("{dir}", &dir_text)
         );
+        BrokerProcess::start_config(dir, &config)
+    }
+
+    /// Starts the broker on `config`, written whole into `dir`, and returns
+    /// once its first door is bound; `port` is that door's.
+    pub fn start_config(dir: &Path, config: &str) -> BrokerProcess {
         let config_path = dir.join("saguin.yaml");
         std::fs::write(&config_path, config).unwrap();
         let mut child = Command::new(env!("CARGO_BIN_EXE_saguin"))
@@ -106,6 +112,22 @@ impl BrokerProcess {
             .parse()
             .expect("a port in the listener line");
         broker
+    }
+
+    /// The port of the door named `door`, from its "bound to" log line.
+    pub fn door_port(&mut self, door: &str) -> u16 {
+        let line = self.wait_for_log(&format!("listener {door} bound to"));
+        line.rsplit(':').next().unwrap().trim().parse().unwrap()
+    }
+
+    /// Sends `signal` (`USR1`, say) to the broker.
+    pub fn signal(&self, signal: &str) {
+        let sent = Command::new("kill")
+            .arg(format!("-{signal}"))
+            .arg(self.child.id().to_string())
+            .status()
+            .unwrap();
+        assert!(sent.success(), "kill -{signal} failed");
     }
 
     /// Waits for a log line containing `needle` and returns it.
