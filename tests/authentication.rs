@@ -92,8 +92,13 @@ fn saguin_passwd(file: &Path, args: &[&str], password: &str) -> Output {
 /// Two doors: `fleet` answers by the broker's password file; `local` also
 /// admits clients that offer no user name.
 fn two_doors(dir: &Path, password_file: &Path) -> BrokerProcess {
+    two_doors_with(dir, password_file, "")
+}
+
+/// [`two_doors`], with `broker_yaml` (indented by two spaces) under `broker:`.
+fn two_doors_with(dir: &Path, password_file: &Path, broker_yaml: &str) -> BrokerProcess {
     let config = format!(
-        "broker:\n  id: test\n  log_level: debug\n  mqtt:\n    password_file: {}\n    listen:\n      tcp:\n        - name: fleet\n          address: 127.0.0.1:0\n        - name: local\n          address: 127.0.0.1:0\n          allow_anonymous: true\n",
+        "broker:\n  id: test\n  log_level: debug\n{broker_yaml}  mqtt:\n    password_file: {}\n    listen:\n      tcp:\n        - name: fleet\n          address: 127.0.0.1:0\n        - name: local\n          address: 127.0.0.1:0\n          allow_anonymous: true\n",
         password_file.display()
     );
     BrokerProcess::start_config(dir, &config)
@@ -394,4 +399,45 @@ fn saguin_passwd_lists_deletes_and_refuses_what_it_cannot_keep() {
     let empty = saguin_passwd(&file, &["add", "mo"], "");
     assert_eq!(empty.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&empty.stderr).contains("empty password"));
+}
+
+/// Enough PBKDF2 iterations that one check takes seconds in a test build.
+const SLOW_ITERATIONS: u32 = 30_000;
+
+#[test]
+fn a_slow_password_check_holds_up_no_other_client() {
+    let dir = TempDir::new("auth-slow");
+    let file = dir.path().join("clients.passwd");
+    // The digest is no password's: each check is a costly refusal.
+    let zeros = format!("{}==", "A".repeat(86));
+    std::fs::write(
+        &file,
+        format!("slow:$7${SLOW_ITERATIONS}$BwcHBwcHBwcHBwcH${zeros}\n"),
+    )
+    .unwrap();
+    // The CONNECT waits on its check within connect_timeout.
+    let patient = "  limits:\n    connect_timeout: 120s\n";
+    let mut broker = two_doors_with(dir.path(), &file, patient);
+    let fleet = broker.door_port("fleet");
+    let local = broker.door_port("local");
+    let mut bystander = RawClient::connect(
+        &format!("127.0.0.1:{local}"),
+        ProtocolVersion::V5,
+        "bystander",
+    );
+    let mut slow = RawClient::open(&format!("127.0.0.1:{fleet}"), ProtocolVersion::V5);
+    let mut connect = common::connect_packet(ProtocolVersion::V5, "slow");
+    connect.username = Some("slow".into());
+    connect.password = Some(b"guess".to_vec());
+    slow.send(&Packet::Connect(connect));
+    broker.wait_for_log("checking a password off the executor");
+    // Served while the hash is still being computed.
+    bystander.assert_alive();
+    assert_eq!(slow.recv_within(std::time::Duration::ZERO), None);
+    match slow.recv() {
+        Received::Packet(Packet::Connack(connack)) => {
+            assert_eq!(connack.reason_code, ReasonCode::BAD_USER_NAME_OR_PASSWORD)
+        }
+        other => panic!("expected a CONNACK, got {other:?}"),
+    }
 }

@@ -143,6 +143,12 @@ impl Authentication {
         format!("password files {}", files.join(", "))
     }
 
+    /// Whether checking `user` on door `door` computes a hash, the one
+    /// costly step, which the shell runs off its executor thread.
+    pub fn computes_hash(&self, door: usize, user: Option<&str>) -> bool {
+        user.is_some() && self.door_files.get(door).is_some_and(Option::is_some)
+    }
+
     /// Checks what a CONNECT on door `door` offered. A door without a rule
     /// admits everybody.
     pub fn check(&self, door: usize, user: Option<&str>, password: Option<&[u8]>) -> Verdict {

@@ -33,6 +33,23 @@ impl Broker {
         self.connections.get(conn)?.user.as_deref()
     }
 
+    /// The door `conn` came in by, when its coming CONNECT's credentials
+    /// are still to be checked: not yet admitted, and named by no
+    /// certificate.
+    pub fn credential_door(&self, conn: Key) -> Option<usize> {
+        let connection = self.connections.get(conn)?;
+        let unchecked = connection.active.is_none() && connection.origin.certificate_user.is_none();
+        unchecked.then_some(connection.origin.door)
+    }
+
+    /// The verdict on `conn`'s CONNECT, checked by the shell against the
+    /// table in force; the CONNECT that follows is judged by it.
+    pub fn credentials_checked(&mut self, conn: Key, verdict: Verdict) {
+        if let Some(connection) = self.connections.get_mut(conn) {
+            connection.checked = Some(verdict);
+        }
+    }
+
     /// Checks a CONNECT's credentials by its door's rule, and on success
     /// records whom the connection speaks for.
     pub(crate) fn authenticate(
@@ -51,9 +68,12 @@ impl Broker {
         }
         let door = connection.origin.door;
         let user = connect.username.as_deref();
-        let verdict = self
-            .authentication
-            .check(door, user, connect.password.as_deref());
+        let verdict = match connection.checked.take() {
+            Some(verdict) => verdict,
+            None => self
+                .authentication
+                .check(door, user, connect.password.as_deref()),
+        };
         match verdict {
             Verdict::Refused(why) => {
                 // Never the password: only which of the refusals it was.

@@ -238,6 +238,9 @@ pub(crate) struct Connection {
     pub origin: Origin,
     /// Whom the connection speaks for once admitted; `None` if anonymous.
     pub user: Option<Box<str>>,
+    /// Its CONNECT's credentials as the shell checked them off the
+    /// executor; `None` where the core checks them itself.
+    pub checked: Option<crate::auth::Verdict>,
 }
 
 /// A per-client token bucket for `publish_rate` and `publish_bytes`.
@@ -366,6 +369,7 @@ impl Broker {
             active: None,
             origin,
             user: None,
+            checked: None,
         });
         match key {
             Some(_) => self.stats.connections_accepted += 1,
