@@ -11,7 +11,9 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::Instant;
 
-use common::{have_mosquitto_clients, BrokerProcess, RawClient, Received, TempDir, WAIT};
+use common::{
+    have_mosquitto_clients, have_tools, BrokerProcess, RawClient, Received, TempDir, WAIT,
+};
 use saguin::codec::{Packet, ProtocolVersion, ReasonCode};
 
 /// What `mosquitto_pub` exits with: the CONNACK's code when refused.
@@ -19,21 +21,10 @@ const ADMITTED: i32 = 0;
 const REFUSED_V311: i32 = 4;
 const REFUSED_V5: i32 = 0x86;
 
+/// The clients, and the broker with its `mosquitto_passwd`.
 fn have_mosquitto(test: &str) -> bool {
-    let found = have_mosquitto_clients(test)
-        && ["mosquitto_passwd", "mosquitto"].iter().all(|tool| {
-            Command::new(tool)
-                .arg("-h")
-                .stdout(Stdio::null())
-                .stderr(Stdio::null())
-                .status()
-                .is_ok()
-        });
-    if !found {
-        let message = format!("\n*** SKIPPED {test}: mosquitto and mosquitto_passwd are not installed (apt-get install mosquitto) ***\n");
-        let _ = std::io::stderr().write_all(message.as_bytes());
-    }
-    found
+    have_mosquitto_clients(test)
+        && have_tools(test, &["mosquitto", "mosquitto_passwd"], "mosquitto")
 }
 
 /// Publishes one message as `user` with `password` (either may be absent)

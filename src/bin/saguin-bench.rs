@@ -428,12 +428,12 @@ fn run_auth_storm_figure(
         "8. {} wrong-password CONNECTs ($7$, 101 iterations)",
         report::with_thousands(auth_storm::STORM_CONNECTS as f64)
     );
-    let mut refuse = Row::new(
+    let refuse = Row::new(
         format!("{title}: time to refuse all"),
         Unit::Milliseconds,
         Better::Lower,
     );
-    let mut bystander = Row::new(
+    let bystander = Row::new(
         format!("{title}: a bystander's QoS 1 PUBACK p99 meanwhile"),
         Unit::Microseconds,
         Better::Lower,
@@ -443,34 +443,56 @@ fn run_auth_storm_figure(
         brokers.push(Broker::start_with(kind, binaries, SaguinSetup::Passwords)?);
     }
     println!("\n== {title}");
+    let mut rows = [refuse, bystander];
+    alternate_runs(plan, &brokers, &mut rows, |broker, run| {
+        let outcome = auth_storm::run_storm(broker.address, &format!("f8r{run}{}", broker.kind));
+        match outcome.failure {
+            Some(failure) => Err(failure),
+            None => Ok((
+                [outcome.refuse_all_ms, outcome.bystander_p99_us],
+                format!(
+                    "refused all in {:.0} ms; bystander p99 {:.0} µs over {} publishes",
+                    outcome.refuse_all_ms, outcome.bystander_p99_us, outcome.bystander_samples
+                ),
+            )),
+        }
+    });
+    for broker in brokers {
+        broker.stop();
+    }
+    results.figures.extend(rows);
+    Ok(())
+}
+
+/// Runs `measure` on each broker in turn, `plan.runs_per_broker` times.
+/// A run gives one value for each of `rows` and a line to print, or why
+/// it failed, which every row records.
+fn alternate_runs<const N: usize>(
+    plan: &Plan,
+    brokers: &[Broker],
+    rows: &mut [Row; N],
+    mut measure: impl FnMut(&Broker, usize) -> Result<([f64; N], String), String>,
+) {
     for run in 1..=plan.runs_per_broker {
-        for broker in &brokers {
-            let outcome =
-                auth_storm::run_storm(broker.address, &format!("f8r{run}{}", broker.kind));
+        for broker in brokers {
             let prefix = format!("   run {run} {:<9}", broker.kind);
-            match outcome.failure {
-                Some(failure) => {
+            match measure(broker, run) {
+                Err(failure) => {
                     println!("{prefix} FAILED: {failure}");
-                    refuse.push(broker.kind, Sample::Failed(failure.clone()));
-                    bystander.push(broker.kind, Sample::Failed(failure));
+                    for row in rows.iter_mut() {
+                        row.push(broker.kind, Sample::Failed(failure.clone()));
+                    }
                 }
-                None => {
-                    println!(
-                        "{prefix} refused all in {:.0} ms; bystander p99 {:.0} µs over {} publishes",
-                        outcome.refuse_all_ms, outcome.bystander_p99_us, outcome.bystander_samples
-                    );
-                    refuse.push(broker.kind, Sample::Value(outcome.refuse_all_ms));
-                    bystander.push(broker.kind, Sample::Value(outcome.bystander_p99_us));
+                Ok((values, line)) => {
+                    println!("{prefix} {line}");
+                    for (row, value) in rows.iter_mut().zip(values) {
+                        row.push(broker.kind, Sample::Value(value));
+                    }
                 }
             }
             std::thread::sleep(BETWEEN_RUNS);
         }
     }
-    for broker in brokers {
-        broker.stop();
-    }
-    results.figures.extend([refuse, bystander]);
-    Ok(())
 }
 
 /// Jobs in figure 7's backlog: the 300 the drain is known by, and more
@@ -696,33 +718,24 @@ fn run_latency_figure(load: &Latency, plan: &Plan, brokers: &[Broker]) -> Vec<Ro
         "5. latency QoS 1, 1 → 1 at {} msg/s",
         report::with_thousands(f64::from(load.rate_per_s))
     );
-    let mut p50 = Row::new(format!("{title}: p50"), Unit::Microseconds, Better::Lower);
-    let mut p99 = Row::new(format!("{title}: p99"), Unit::Microseconds, Better::Lower);
+    let p50 = Row::new(format!("{title}: p50"), Unit::Microseconds, Better::Lower);
+    let p99 = Row::new(format!("{title}: p99"), Unit::Microseconds, Better::Lower);
     println!("\n== {title}, {:?} per run", load.duration);
-    for run in 1..=plan.runs_per_broker {
-        for broker in brokers {
-            let outcome =
-                load::run_latency(broker.address, load, &format!("f5r{run}{}", broker.kind));
-            let prefix = format!("   run {run} {:<9}", broker.kind);
-            match outcome.failure {
-                Some(failure) => {
-                    println!("{prefix} FAILED: {failure}");
-                    p50.push(broker.kind, Sample::Failed(failure.clone()));
-                    p99.push(broker.kind, Sample::Failed(failure));
-                }
-                None => {
-                    println!(
-                        "{prefix} p50 {:.0} µs, p99 {:.0} µs over {} samples",
-                        outcome.p50_us, outcome.p99_us, outcome.samples
-                    );
-                    p50.push(broker.kind, Sample::Value(outcome.p50_us));
-                    p99.push(broker.kind, Sample::Value(outcome.p99_us));
-                }
-            }
-            std::thread::sleep(BETWEEN_RUNS);
+    let mut rows = [p50, p99];
+    alternate_runs(plan, brokers, &mut rows, |broker, run| {
+        let outcome = load::run_latency(broker.address, load, &format!("f5r{run}{}", broker.kind));
+        match outcome.failure {
+            Some(failure) => Err(failure),
+            None => Ok((
+                [outcome.p50_us, outcome.p99_us],
+                format!(
+                    "p50 {:.0} µs, p99 {:.0} µs over {} samples",
+                    outcome.p50_us, outcome.p99_us, outcome.samples
+                ),
+            )),
         }
-    }
-    vec![p50, p99]
+    });
+    rows.into()
 }
 
 /// Binary sizes (building the cross binaries when it can), memory, then

@@ -361,7 +361,17 @@ pub fn connect_packet(version: ProtocolVersion, client_id: &str) -> Connect {
 /// True when the mosquitto command-line clients are installed. When they are
 /// not, says so loudly: the test that needed them did not run.
 pub fn have_mosquitto_clients(test: &str) -> bool {
-    let found = ["mosquitto_pub", "mosquitto_sub"].iter().all(|tool| {
+    have_tools(
+        test,
+        &["mosquitto_pub", "mosquitto_sub"],
+        "mosquitto-clients",
+    )
+}
+
+/// True when every one of `tools` can be run; otherwise says loudly that
+/// `test` was skipped, and which Debian package brings them.
+pub fn have_tools(test: &str, tools: &[&str], package: &str) -> bool {
+    let found = tools.iter().all(|tool| {
         Command::new(tool)
             .arg("--help")
             .stdout(Stdio::null())
@@ -371,7 +381,10 @@ pub fn have_mosquitto_clients(test: &str) -> bool {
     });
     if !found {
         // Written to the real stderr: the test harness captures eprintln!.
-        let message = format!("\n*** SKIPPED {test}: mosquitto_pub/mosquitto_sub are not installed (apt-get install mosquitto-clients) ***\n");
+        let message = format!(
+            "\n*** SKIPPED {test}: {} not installed (apt-get install {package}) ***\n",
+            tools.join(", ")
+        );
         let _ = std::io::stderr().write_all(message.as_bytes());
     }
     found
