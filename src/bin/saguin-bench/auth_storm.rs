@@ -59,13 +59,10 @@ pub fn run_storm(address: SocketAddr, run_label: &str) -> StormOutcome {
                 scope.spawn(move || refuse_each(address, &label, STORM_CONNECTS / STORM_THREADS))
             })
             .collect();
-        let storm: Result<(), String> = threads
-            .into_iter()
-            .map(|t| {
-                t.join()
-                    .unwrap_or_else(|_| Err("a storm thread panicked".into()))
-            })
-            .collect();
+        let storm: Result<(), String> = threads.into_iter().try_for_each(|t| {
+            t.join()
+                .unwrap_or_else(|_| Err("a storm thread panicked".into()))
+        });
         let elapsed = started.elapsed();
         storm_over.store(true, Ordering::Relaxed);
         let bystander = bystander
