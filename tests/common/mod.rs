@@ -303,6 +303,8 @@ impl RawClient {
                 {
                     return None
                 }
+                // A signal to the test process cut the read short: read again.
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
                 Err(_) => return Some(Received::Closed),
             }
         }
