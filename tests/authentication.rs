@@ -433,3 +433,42 @@ fn a_slow_password_check_holds_up_no_other_client() {
         other => panic!("expected a CONNACK, got {other:?}"),
     }
 }
+
+#[test]
+fn a_door_with_its_own_file_admits_its_users_only_beside_an_open_door() {
+    if !have_mosquitto_clients("a_door_with_its_own_file_admits_its_users_only_beside_an_open_door")
+    {
+        return;
+    }
+    let dir = TempDir::new("auth-own-file");
+    let file = dir.path().join("fleet.passwd");
+    assert!(saguin_passwd(&file, &["add", "nina"], "pw")
+        .status
+        .success());
+    // The broker admits anonymous clients; the fleet door names a file of
+    // its own, and so admits its users and nobody else.
+    let config = format!(
+        "broker:\n  id: test\n  log_level: debug\n  mqtt:\n    allow_anonymous: true\n    listen:\n      tcp:\n        - name: fleet\n          address: 127.0.0.1:0\n          password_file: {}\n        - name: local\n          address: 127.0.0.1:0\n",
+        file.display()
+    );
+    let mut broker = BrokerProcess::start_config(dir.path(), &config);
+    let fleet = broker.door_port("fleet");
+    let local = broker.door_port("local");
+    for (version, refused) in [("mqttv311", REFUSED_V311), ("mqttv5", REFUSED_V5)] {
+        assert_eq!(
+            publish_as(fleet, version, Some("nina"), Some("pw")),
+            ADMITTED
+        );
+        assert_eq!(publish_as(fleet, version, None, None), refused);
+        assert_eq!(
+            publish_as(fleet, version, Some("nina"), Some("no")),
+            refused
+        );
+        // No file on this door: anybody, named or not, unchecked.
+        assert_eq!(publish_as(local, version, None, None), ADMITTED);
+        assert_eq!(
+            publish_as(local, version, Some("nina"), Some("no")),
+            ADMITTED
+        );
+    }
+}
