@@ -23,7 +23,7 @@ use super::message_id::MessageIdGenerator;
 use super::redb::RedbProvider;
 use super::types::{Message, Outcome, Write};
 use super::writer::{Answer, StorageThread, Ticket};
-use crate::config::CommitPolicy;
+use super::settings::CommitPolicy;
 
 /// What one run measured.
 #[derive(Clone, Copy, Debug)]

@@ -34,7 +34,7 @@ use super::error::StoreError;
 use super::types::{Outcome, Read, ReadLimit, Write};
 use super::validate::MAX_BATCH_WRITES;
 use super::Provider;
-use crate::config::CommitPolicy;
+use super::settings::CommitPolicy;
 
 /// The most publishes a batch collects when no interval is set.
 pub const COLLECT_MAX_RECORDS: u32 = 256;
