@@ -122,7 +122,8 @@ fn crate_modules_named(code: &str, modules: &[&str]) -> BTreeSet<String> {
         let in_path = before.ends_with("crate::")
             || before.ends_with("saguin::")
             || before.ends_with("super::");
-        if in_path && (after.starts_with("::") || after.starts_with(';') || after.starts_with(',')) {
+        if in_path && (after.starts_with("::") || after.starts_with(';') || after.starts_with(','))
+        {
             named.insert(word.to_string());
         }
     }
@@ -180,7 +181,9 @@ fn group_heads(group: &str) -> Vec<&str> {
             '}' => depth -= 1,
             ',' if depth == 0 => expect_head = true,
             c if expect_head && depth == 0 && is_ident_char(c) => {
-                let len = group[at..].find(|c| !is_ident_char(c)).unwrap_or(group.len() - at);
+                let len = group[at..]
+                    .find(|c| !is_ident_char(c))
+                    .unwrap_or(group.len() - at);
                 heads.push(&group[at..at + len]);
                 expect_head = false;
             }
@@ -316,7 +319,10 @@ fn config_reading_helpers_are_leaves() {
         let uses = graph
             .get(helper)
             .unwrap_or_else(|| panic!("src/config/{helper}.rs is missing"));
-        let extra: Vec<&String> = uses.iter().filter(|u| !may_use.contains(&u.as_str())).collect();
+        let extra: Vec<&String> = uses
+            .iter()
+            .filter(|u| !may_use.contains(&u.as_str()))
+            .collect();
         assert!(
             extra.is_empty(),
             "src/config/{helper}.rs is a reading helper and uses only {may_use:?}, but it also uses {extra:?}"
@@ -353,7 +359,10 @@ fn the_checks_see_an_import_and_a_cycle() {
 
     let files: BTreeMap<String, String> = [
         ("mod", "mod a;\nmod b;\npub use a::A;\n"),
-        ("a", "use super::b::B;\n#[cfg(test)]\nmod tests {\n    use super::super::c;\n}\n"),
+        (
+            "a",
+            "use super::b::B;\n#[cfg(test)]\nmod tests {\n    use super::super::c;\n}\n",
+        ),
         ("b", "use super::{findings, a::{A, Z}};\n"),
         ("findings", "pub struct F;\n"),
     ]
@@ -362,12 +371,18 @@ fn the_checks_see_an_import_and_a_cycle() {
     .collect();
     let graph = config_graph(&files);
     assert_eq!(graph["a"], BTreeSet::from(["b".to_string()]));
-    assert_eq!(graph["b"], BTreeSet::from(["a".to_string(), "findings".to_string()]));
+    assert_eq!(
+        graph["b"],
+        BTreeSet::from(["a".to_string(), "findings".to_string()])
+    );
     let cycle = find_cycle(&graph).expect("a and b use each other");
     assert!(cycle.contains(&"a".to_string()) && cycle.contains(&"b".to_string()));
 
     let to_parent: BTreeMap<String, String> = [
-        ("mod", "mod a;\npub fn load() { a::read() }\npub struct Config;\n"),
+        (
+            "mod",
+            "mod a;\npub fn load() { a::read() }\npub struct Config;\n",
+        ),
         ("a", "use super::{Config, DEFAULT};\n"),
     ]
     .into_iter()

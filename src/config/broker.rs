@@ -133,7 +133,11 @@ const MQTT_KEYS: Keys = Keys {
 
 /// Reads `broker:`, and returns beside it what channels are checked
 /// against, which is known even where other parts of `broker:` are not.
-pub(super) fn broker(f: &mut Findings, value: &Value, origin: &Origin<'_>) -> (Option<BrokerConfig>, Scope) {
+pub(super) fn broker(
+    f: &mut Findings,
+    value: &Value,
+    origin: &Origin<'_>,
+) -> (Option<BrokerConfig>, Scope) {
     let Some(t) = table(f, "broker", value, &BROKER_KEYS) else {
         return (None, Scope::unknown());
     };
@@ -152,11 +156,8 @@ pub(super) fn broker(f: &mut Findings, value: &Value, origin: &Origin<'_>) -> (O
     let (session, retained) = match &storage {
         Some(known) => {
             let session = session.and_then(|(mut session, name)| {
-                session.storage = persistence::session_storage(name).resolve(
-                    f,
-                    known.as_ref(),
-                    "sessions",
-                )?;
+                session.storage =
+                    persistence::session_storage(name).resolve(f, known.as_ref(), "sessions")?;
                 Some(session)
             });
             let retained = retained.and_then(|r| r.resolve(f, known.as_ref()));
@@ -308,4 +309,3 @@ fn min_protocol_version(f: &mut Findings, value: Option<&Value>) -> Option<MinPr
     }
     version
 }
-

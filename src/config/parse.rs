@@ -39,4 +39,3 @@ pub(super) fn root(
         ]),
     }
 }
-

@@ -24,6 +24,8 @@ pub(super) fn shell(broker: &BrokerConfig, channels: &[ChannelConfig]) -> net::S
         .map_or_else(Vec::new, |s| s.providers.clone());
     let provider_index = |name: &str| providers.iter().position(|p| p.name == name);
     let mut core = core_settings(broker);
+    // A validated configuration names a provider it holds for every
+    // channel, the sessions and the retained values.
     core.channels = channels
         .iter()
         .filter_map(|c| Some(channel_settings(c, provider_index(&c.storage)?)))
@@ -131,5 +133,118 @@ fn queue_settings(queue: &QueueConfig) -> QueueSettings {
         },
         backoff_base_ms: queue.backoff_base_s * MS_PER_S,
         held: Vec::new(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::config::parse;
+    use crate::core::queue_rules;
+    use crate::core::ChannelStart;
+    use crate::net::Door;
+
+    const YAML: &str = "\
+broker:
+  id: gw-1
+  pid_file: /run/saguin.pid
+  mqtt:
+    listen:
+      tcp:
+        - {name: inside, address: '127.0.0.1:1883'}
+        - {name: outside, address: ':8883'}
+    min_protocol_version: 5
+  limits:
+    max_message_size: 64KiB
+    max_header_bytes: 1KiB
+    connect_timeout: 3s
+    write_timeout: 2s
+    max_connect_rate: none
+  qos2:
+    expires_after: 1m
+  share:
+    expires_after: 2s
+  session:
+    storage: second
+  retained:
+    storage: first
+    retention_period: 1h
+  storage:
+    default: first
+    default_retention_period: none
+    default_retention_bytes: none
+    providers:
+      first: {type: memory, max_bytes: 16MiB, snapshot_dir: none}
+      second: {type: memory, max_bytes: 8MiB, snapshot_dir: none}
+channels:
+  log: {type: append, filter: 'log/{a,b}', start: tail, retention_period: 1d}
+  jobs:
+    type: queue
+    storage: second
+    visibility_timeout: 10s
+    retry: {max_attempts: 3, backoff: linear, backoff_base: 2s}
+  state: {type: latest, deletion_retention_period: 5m}
+";
+
+    #[test]
+    fn each_layer_gets_its_settings_in_its_own_units() {
+        let shell = parse(YAML, "t.yaml").unwrap().shell_settings();
+        assert_eq!(shell.broker_id, "gw-1");
+        assert_eq!(
+            shell.doors,
+            [
+                Door {
+                    name: "inside".into(),
+                    address: "127.0.0.1:1883".into()
+                },
+                Door {
+                    name: "outside".into(),
+                    address: "0.0.0.0:8883".into()
+                }
+            ]
+        );
+        assert_eq!(shell.pid_file.as_deref(), Some("/run/saguin.pid".as_ref()));
+        assert_eq!(shell.max_connect_rate_per_s, None);
+        assert_eq!(shell.write_timeout_ms, Some(2_000));
+        assert_eq!(shell.reserve_bytes, 64 * 1024 + 1024);
+        let names: Vec<&str> = shell.providers.iter().map(|p| p.name.as_str()).collect();
+        assert_eq!(names, ["first", "second"]);
+
+        let core = &shell.core;
+        assert_eq!(core.max_message_size_bytes, 64 * 1024);
+        assert_eq!(core.connect_timeout_ms, 3_000);
+        assert_eq!(core.min_protocol_version, crate::codec::ProtocolVersion::V5);
+        assert_eq!(core.qos2_expires_after_ms, 60_000);
+        assert_eq!(core.share_expires_after_ms, Some(2_000));
+        assert_eq!(core.retained_retention_period_s, Some(3_600));
+        assert_eq!(
+            (core.session_provider, core.retained_provider),
+            (Some(1), Some(0))
+        );
+
+        let by_name = |name: &str| core.channels.iter().find(|c| c.name == name).unwrap();
+        let log = by_name("log");
+        assert_eq!((log.provider, log.start), (0, ChannelStart::Tail));
+        assert_eq!(log.filters, ["log/a", "log/b"]);
+        assert_eq!(log.written_filter, "log/{a,b}");
+        assert_eq!(log.retention_period_s, Some(86_400));
+        assert!(log.latest.is_none() && log.queue.is_none());
+
+        let jobs = by_name("jobs");
+        assert_eq!(jobs.provider, 1);
+        let queue = jobs.queue.as_ref().unwrap();
+        assert_eq!(queue.visibility_timeout_ms, 10_000);
+        assert_eq!(queue.max_attempts, 3);
+        assert_eq!(queue.backoff, queue_rules::Backoff::Linear);
+        assert_eq!(queue.backoff_base_ms, 2_000);
+        // The dead-letter channel the queue derives is on the queue's provider.
+        assert_eq!(by_name("jobs__dlq").provider, 1);
+
+        let state = by_name("state");
+        assert_eq!(
+            state.latest.as_ref().unwrap().deletion_retention_period_s,
+            Some(300)
+        );
+        let order: Vec<&str> = core.channels.iter().map(|c| c.name.as_str()).collect();
+        assert_eq!(order, ["log", "jobs", "state", "jobs__dlq"]);
     }
 }

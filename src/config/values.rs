@@ -192,7 +192,13 @@ pub(super) fn whole_seconds(f: &mut Findings, path: &str, value: &Value, ms: u64
     None
 }
 
-pub(super) fn to_u32(f: &mut Findings, path: &str, value: &Value, n: u64, allowed: &str) -> Option<u32> {
+pub(super) fn to_u32(
+    f: &mut Findings,
+    path: &str,
+    value: &Value,
+    n: u64,
+    allowed: &str,
+) -> Option<u32> {
     match u32::try_from(n) {
         Ok(n) => Some(n),
         Err(_) => {

@@ -198,7 +198,10 @@ mod tests {
         load_at_start(&mut provider, &mut channel).unwrap();
         let mut values = channel.latest.unwrap().values;
         values.sort_by_key(|v| v.offset);
-        let kept: Vec<_> = values.iter().map(|v| (v.topic.as_str(), v.offset, v.deleted)).collect();
+        let kept: Vec<_> = values
+            .iter()
+            .map(|v| (v.topic.as_str(), v.offset, v.deleted))
+            .collect();
         assert_eq!(kept, [("l/a", 3, false), ("l/b", 4, true)]);
         // The replaced records are gone from the provider, not only skipped.
         assert_eq!((channel.next, channel.floor), (5, 3));

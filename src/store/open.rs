@@ -3,8 +3,8 @@
 use super::error::StoreError;
 use super::memory::MemoryProvider;
 use super::redb::RedbProvider;
-use super::Provider;
 use super::settings::{ProviderKind, ProviderSettings};
+use super::Provider;
 
 /// Opens the provider `settings` describes, holding back `reserve_bytes`
 /// (see [`super::reserve_bytes`]) from appends. Takes the
