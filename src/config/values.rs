@@ -94,13 +94,7 @@ pub(super) fn size(
             }
         },
         Value::String(s) if s == "none" => none(f, path, value, rule, allowed),
-        Value::String(s) => match parse_size_bytes(s) {
-            Ok(bytes) => Some(Some(bytes)),
-            Err(why) => {
-                f.value(path, value, why);
-                None
-            }
-        },
+        Value::String(s) => parsed(f, path, value, parse_size_bytes(s)),
         _ => {
             f.value(
                 path,
@@ -132,19 +126,29 @@ pub(super) fn duration_ms(
             None
         }
         Value::String(s) if s == "none" => none(f, path, value, rule, allowed),
-        Value::String(s) => match parse_duration_ms(s) {
-            Ok(ms) => Some(Some(ms)),
-            Err(why) => {
-                f.value(path, value, why);
-                None
-            }
-        },
+        Value::String(s) => parsed(f, path, value, parse_duration_ms(s)),
         _ => {
             f.value(
                 path,
                 value,
                 "a duration is expected here: a whole number and one unit from ms, s, m, h and d, such as 30s",
             );
+            None
+        }
+    }
+}
+
+/// What a unit's parser made of `value`'s text, or its finding.
+fn parsed(
+    f: &mut Findings,
+    path: &str,
+    value: &Value,
+    read: Result<u64, String>,
+) -> Option<Option<u64>> {
+    match read {
+        Ok(amount) => Some(Some(amount)),
+        Err(why) => {
+            f.value(path, value, why);
             None
         }
     }
