@@ -10,6 +10,13 @@
 //! Entry points: [`load`] for a file on disk, [`parse`] for text already
 //! in memory, [`parse_with_base`] for text read from a file elsewhere,
 //! [`default_config`] for the file shipped in `config/saguin.yaml`.
+//! [`Config::shell_settings`] then gives `net`, `core` and `store` the
+//! settings each owns; none of them reads this module.
+//!
+//! Each block has its file (`broker`, `limits`, `storage`, `channels`, ...);
+//! they share leaf helpers that use no block's file: `findings` (how a
+//! mistake is said), `table` (a block's keys), `values` (numbers, sizes,
+//! durations, `none`) and `units`.
 //!
 //! `channels:` and `broker.storage.providers` may each be written as a
 //! list of groups, each a file named by `!include` or entries written in
