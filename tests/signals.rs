@@ -79,5 +79,8 @@ fn hup_and_usr1_leave_the_broker_serving_and_term_still_stops_it_gracefully() {
     drop(broker);
     let broker = BrokerProcess::start_in(dir.path(), MEMORY, "");
     assert_eq!(first_value(&broker.address(), "state/lamp").payload, b"on");
-    assert_eq!(first_value(&broker.address(), "state/door").payload, b"open");
+    assert_eq!(
+        first_value(&broker.address(), "state/door").payload,
+        b"open"
+    );
 }

@@ -755,7 +755,11 @@ fn render_document(
         machine.kernel,
         machine.saguin_revision,
         machine.mosquitto_version,
-        if options.quick { "--quick (smoke test)" } else { "full" },
+        if options.quick {
+            "--quick (smoke test)"
+        } else {
+            "full"
+        },
         plan.runs_per_broker,
         run.load_before,
         run.load_after,
