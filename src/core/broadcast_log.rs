@@ -14,6 +14,7 @@
 //! At a start, each restored session is queued what lies after its cursor
 //! and matches its subscriptions, within `limits.session_queue_bytes`.
 
+use super::refusal::Refusal;
 use std::collections::HashMap;
 use std::rc::{Rc, Weak};
 
@@ -431,14 +432,11 @@ impl Broker {
                 self.persist.writes_through = before;
                 routed
             }
-            _ => Err((
-                ReasonCode::IMPLEMENTATION_SPECIFIC_ERROR,
-                "storage could not keep the message for the sessions owed it",
-            )),
+            _ => Err(Refusal::LogNotStored),
         };
         match (conn, slot) {
             (Some(conn), Some(slot)) => {
-                if let Err((_, reason)) = answer {
+                if let Err(reason) = answer {
                     self.stats.publishes_refused += 1;
                     log::warn!(
                         "refusing a publish from {}: {reason}",
@@ -448,7 +446,7 @@ impl Broker {
                 self.complete_puback(conn, slot, answer, now_ms, out);
             }
             _ => {
-                if let Err((_, reason)) = answer {
+                if let Err(reason) = answer {
                     log::warn!("a message owed to sessions away was not kept: {reason}");
                 }
             }
@@ -633,10 +631,7 @@ impl Broker {
                 self.persist.log.forget_window(&session.client_id);
             }
         }
-        let reason = (
-            ReasonCode::UNSPECIFIED_ERROR,
-            "the store could not keep the exchange",
-        );
+        let reason = Refusal::OutboundExchangeNotStored;
         self.end_connection(conn, Some(reason), true, now_ms, out);
     }
 
@@ -741,10 +736,7 @@ impl Broker {
             {
                 self.persist.log.forget_window(&client_id);
             }
-            let reason = (
-                ReasonCode::UNSPECIFIED_ERROR,
-                "the store could not keep the window",
-            );
+            let reason = Refusal::WindowNotStored;
             self.end_connection(conn, Some(reason), true, now_ms, out);
             return;
         }

@@ -7,6 +7,7 @@
 //! [`Broker::handle_store_completion`], so a commit (an fsync) never runs on
 //! the thread that serves connections.
 
+use super::refusal::Refusal;
 use std::collections::{BTreeSet, HashMap, VecDeque};
 use std::rc::Rc;
 
@@ -16,7 +17,7 @@ use super::session::{Delivery, Message};
 use super::topic_index::Target;
 use super::{Broker, Key, Transport};
 use crate::codec::{
-    encoded_len, topic, Packet, Properties, QoS, ReasonCode, RetainHandling, SubscriptionOptions,
+    encoded_len, topic, Packet, Properties, QoS, RetainHandling, SubscriptionOptions,
 };
 use crate::store::{
     self, Answer, Completion, MessageId, Outcome, Read, ReadLimit, TrimRule, Write,
@@ -383,7 +384,7 @@ impl Broker {
                 Answer::Committed(result),
             ) => match commit_answer(result) {
                 Ok(offset) => self.record_committed(channel, message, &id, offset, now_ms, out),
-                Err((_, reason)) => {
+                Err(reason) => {
                     log::warn!(
                         "a message for channel {} was not stored: {reason}",
                         self.channels[channel].settings.name
@@ -495,7 +496,7 @@ impl Broker {
     ) {
         match (ack, answer) {
             (PendingAck::None, Ok(())) => {}
-            (PendingAck::None, Err((_, reason))) => {
+            (PendingAck::None, Err(reason)) => {
                 self.stats.publishes_refused += 1;
                 log::warn!(
                     "a QoS 0 publish from {} was not stored: {reason}",
@@ -503,7 +504,7 @@ impl Broker {
                 );
             }
             (PendingAck::Puback { slot }, answer) => {
-                if let Err((_, reason)) = answer {
+                if let Err(reason) = answer {
                     self.stats.publishes_refused += 1;
                     log::warn!(
                         "refusing a publish from {}: {reason}",
@@ -782,10 +783,7 @@ impl Broker {
             // is simply not made.
             StoredSend::Expired | StoredSend::Queued => true,
             StoredSend::TooLarge { conn, .. } => {
-                let reason = (
-                    ReasonCode::PACKET_TOO_LARGE,
-                    "a channel record is larger than your Maximum Packet Size",
-                );
+                let reason = Refusal::RecordTooLarge;
                 self.end_connection(conn, Some(reason), true, now_ms, out);
                 false
             }
@@ -1224,8 +1222,6 @@ impl Broker {
     }
 }
 
-type Refusal = (ReasonCode, &'static str);
-
 /// Lets a reader's position move past a delivery that is done with: its
 /// last answer came, or it was passed over. A delivery from before a seek
 /// (an older era) moves nothing.
@@ -1244,26 +1240,15 @@ pub(crate) fn release_reader_mark(readers: &mut super::slab::Slab<Reader>, deliv
 fn commit_answer(result: Result<Vec<Outcome>, store::StoreError>) -> Result<u64, Refusal> {
     match result.as_deref() {
         Ok([Outcome::Appended { offset }, ..]) => Ok(*offset),
-        Ok([Outcome::Refused(store::Refusal::ChannelFull), ..]) => Err((
-            ReasonCode::QUOTA_EXCEEDED,
-            "the channel is at its max_bytes",
-        )),
-        Ok([Outcome::Refused(_), ..]) => {
-            Err((ReasonCode::QUOTA_EXCEEDED, "the channel's storage is full"))
-        }
+        Ok([Outcome::Refused(store::Refusal::ChannelFull), ..]) => Err(Refusal::ChannelFull),
+        Ok([Outcome::Refused(_), ..]) => Err(Refusal::ChannelProviderFull),
         Ok(other) => {
             log::error!("a commit of one append came back as {other:?}");
-            Err((
-                ReasonCode::IMPLEMENTATION_SPECIFIC_ERROR,
-                "storage answered unexpectedly",
-            ))
+            Err(Refusal::StorageUnexpected)
         }
         Err(error) => {
             log::error!("storing a record failed: {error}");
-            Err((
-                ReasonCode::IMPLEMENTATION_SPECIFIC_ERROR,
-                "storage could not keep the record",
-            ))
+            Err(Refusal::RecordNotStored)
         }
     }
 }

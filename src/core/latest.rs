@@ -12,6 +12,7 @@
 //! recent bodies. Anything else is read back from the provider when it is
 //! served, so memory does not grow with the size of the values.
 
+use super::refusal::Refusal;
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::rc::Rc;
 
@@ -545,10 +546,7 @@ impl Broker {
                         if let PendingAck::Pubcomp { packet_id } = ack {
                             self.hold_again(conn, packet_id, *message, now_ms);
                         }
-                        let refusal = (
-                            crate::codec::ReasonCode::IMPLEMENTATION_SPECIFIC_ERROR,
-                            "storage could not complete the exactly-once publish",
-                        );
+                        let refusal = Refusal::ExactlyOnceNotCompleted;
                         self.answer_publish(conn, ack, Err(refusal), now_ms, out);
                     }
                 }

@@ -23,6 +23,7 @@ pub mod queue;
 pub mod queue_rules;
 #[cfg(test)]
 mod queue_tests;
+pub mod refusal;
 pub mod retained;
 mod retained_persist;
 pub mod seek;
@@ -44,6 +45,7 @@ pub use broadcast_log::{read_log, LogAtStart, BROADCAST_SPACE};
 pub use channel::{ChannelSettings, ChannelStart, StoreRequest};
 pub use persist::SESSIONS_SPACE;
 pub use qos2_holds::{is_hold_key, StoredHold};
+pub use refusal::Refusal;
 pub use retained_persist::RETAINED_SPACE;
 use session::Session;
 pub use slab::Key;
@@ -224,7 +226,7 @@ pub(crate) struct Active {
 pub(crate) struct PubackSlot {
     pub slot: u64,
     pub packet_id: u16,
-    pub answer: Option<Result<(), (ReasonCode, &'static str)>>,
+    pub answer: Option<Result<(), Refusal>>,
 }
 
 pub(crate) struct Connection {
@@ -366,7 +368,7 @@ impl Broker {
     pub fn busy_connack() -> Packet {
         Packet::Connack(crate::codec::Connack {
             session_present: false,
-            reason_code: ReasonCode::SERVER_BUSY,
+            reason_code: Refusal::ServerBusy.code(),
             properties: Properties::default(),
         })
     }
@@ -432,31 +434,15 @@ impl Broker {
             }
             Packet::Pingreq => self.send(conn, &Packet::Pingresp, out),
             Packet::Disconnect(disconnect) => self.handle_disconnect(conn, disconnect, now_ms, out),
-            Packet::Auth(_) => self.end_connection(
-                conn,
-                Some((
-                    ReasonCode::PROTOCOL_ERROR,
-                    "no authentication method is in use to re-authenticate with",
-                )),
-                true,
-                now_ms,
-                out,
-            ),
-            Packet::Connect(_) => self.end_connection(
-                conn,
-                Some((ReasonCode::PROTOCOL_ERROR, "a second CONNECT")),
-                true,
-                now_ms,
-                out,
-            ),
-            Packet::Connack(_) | Packet::Suback(_) | Packet::Unsuback(_) | Packet::Pingresp => self
-                .end_connection(
-                    conn,
-                    Some((ReasonCode::PROTOCOL_ERROR, "a packet only a server sends")),
-                    true,
-                    now_ms,
-                    out,
-                ),
+            Packet::Auth(_) => {
+                self.end_connection(conn, Some(Refusal::AuthWithoutMethod), true, now_ms, out)
+            }
+            Packet::Connect(_) => {
+                self.end_connection(conn, Some(Refusal::SecondConnect), true, now_ms, out)
+            }
+            Packet::Connack(_) | Packet::Suback(_) | Packet::Unsuback(_) | Packet::Pingresp => {
+                self.end_connection(conn, Some(Refusal::ServerOnlyPacket), true, now_ms, out)
+            }
         }
     }
 
@@ -474,7 +460,8 @@ impl Broker {
             return;
         };
         if connection.active.is_some() {
-            self.end_connection(conn, Some((error.code, error.reason)), true, now_ms, out);
+            let reason = Some((error.code, error.reason));
+            self.end_connection_saying(conn, reason, true, now_ms, out);
             return;
         }
         self.refuse_connect(conn, error, connect_version, out);
@@ -517,7 +504,7 @@ impl Broker {
                     // MQTT allows one and a half keepalives of silence.
                     let allowed_ms = u64::from(keep_alive_s) * 1500;
                     if now_ms.saturating_sub(last_received_ms) > allowed_ms {
-                        let reason = (ReasonCode::KEEP_ALIVE_TIMEOUT, "keepalive expired");
+                        let reason = Refusal::KeepAliveExpired;
                         self.end_connection(conn, Some(reason), true, now_ms, out);
                     }
                 }
@@ -582,13 +569,7 @@ impl Broker {
                 .and_then(|c| c.active.as_ref())
                 .is_some();
             if active {
-                self.end_connection(
-                    conn,
-                    Some((ReasonCode::SERVER_SHUTTING_DOWN, "the broker is stopping")),
-                    false,
-                    now_ms,
-                    out,
-                );
+                self.end_connection(conn, Some(Refusal::ShuttingDown), false, now_ms, out);
             } else {
                 self.close_silently(conn, now_ms, out);
             }
@@ -631,6 +612,20 @@ impl Broker {
     /// client is told `reason` on a DISCONNECT first. Its session is kept or
     /// ended as its expiry says, and its Will goes out where `publish_will`.
     pub(crate) fn end_connection(
+        &mut self,
+        conn: Key,
+        refusal: Option<Refusal>,
+        publish_will: bool,
+        now_ms: u64,
+        out: &mut impl Transport,
+    ) {
+        let reason = refusal.map(|r| (r.code(), r.reason()));
+        self.end_connection_saying(conn, reason, publish_will, now_ms, out);
+    }
+
+    /// [`Broker::end_connection`] with a code and words of the codec's own,
+    /// for a packet that could not be read.
+    fn end_connection_saying(
         &mut self,
         conn: Key,
         reason: Option<(ReasonCode, &str)>,

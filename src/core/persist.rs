@@ -15,6 +15,7 @@
 //! rebuilt from it for every write, so a retry always writes what is true
 //! now rather than what was true when the first attempt failed.
 
+use super::refusal::{Refusal, V311Answer};
 use std::collections::{BTreeSet, HashMap, HashSet, VecDeque};
 use std::rc::Rc;
 
@@ -618,8 +619,7 @@ impl Broker {
         conn: Key,
         session_key: Key,
         made: bool,
-        code: ReasonCode,
-        reason: &str,
+        refusal: Refusal,
         now_ms: u64,
         out: &mut impl Transport,
     ) {
@@ -635,9 +635,11 @@ impl Broker {
         // Its Will was never accepted.
         active.will = None;
         log::warn!(
-            "refusing CONNECT from {}: {reason}",
-            self.client_id_of(conn)
+            "refusing CONNECT from {}: {}",
+            self.client_id_of(conn),
+            refusal.reason()
         );
+        let (code, reason) = (refusal.code(), refusal.reason());
         self.send_connack_refusal(conn, version, code, reason, problem_information, out);
         self.persist.forget_connection(conn);
         let claimed = self.persist.claimed.remove(&session_key);
@@ -676,10 +678,7 @@ impl Broker {
         let max_bytes = self.settings.session_queue_bytes / 2;
         if !self.persist.hold(conn, packet, len_bytes, max_bytes) {
             self.persist.forget_connection(conn);
-            let reason = (
-                ReasonCode::IMPLEMENTATION_SPECIFIC_ERROR,
-                "storage is behind; too much waits on a session write",
-            );
+            let reason = Refusal::SessionWritesBehind;
             self.end_connection(conn, Some(reason), true, now_ms, out);
         }
         None
@@ -1030,8 +1029,7 @@ impl Broker {
                         conn,
                         session_key,
                         made,
-                        ReasonCode::QUOTA_EXCEEDED,
-                        "the session store is full and cannot hold the Will",
+                        Refusal::WillNoRoom,
                         now_ms,
                         out,
                     );
@@ -1060,8 +1058,7 @@ impl Broker {
                     conn,
                     session_key,
                     made,
-                    ReasonCode::IMPLEMENTATION_SPECIFIC_ERROR,
-                    "the session store failed; connect again",
+                    Refusal::SessionStoreFailedAtConnect,
                     now_ms,
                     out,
                 );
@@ -1086,17 +1083,11 @@ impl Broker {
         let Some(version) = self.version(conn) else {
             return;
         };
-        let (code, reason) = match (written, version) {
-            (_, ProtocolVersion::V311) => (ReasonCode::UNSPECIFIED_ERROR, ""),
-            (Written::Full, _) => (
-                ReasonCode::QUOTA_EXCEEDED,
-                "the session store is full; the session is kept as it was",
-            ),
-            _ => (
-                ReasonCode::IMPLEMENTATION_SPECIFIC_ERROR,
-                "the session store failed; the session is kept as it was",
-            ),
+        let refusal = match written {
+            Written::Full => Refusal::SessionStoreFullAtSubscribe,
+            _ => Refusal::SessionStoreFailedAtSubscribe,
         };
+        let (code, reason) = (refusal.suback_code(version), refusal.reason());
         log::warn!(
             "refusing a SUBSCRIBE from {}: {reason}",
             self.client_id_of(conn)
@@ -1119,10 +1110,10 @@ impl Broker {
         now_ms: u64,
         out: &mut impl Transport,
     ) {
-        let reason = "the session store failed; the filters stay subscribed";
+        let refusal = Refusal::UnsubscribeNotStored;
         if self.version(conn) != Some(ProtocolVersion::V5) {
             // A 3.1.1 UNSUBACK has no code to say it with.
-            let refusal = (ReasonCode::IMPLEMENTATION_SPECIFIC_ERROR, reason);
+            debug_assert_eq!(refusal.rule().v311, V311Answer::Close);
             self.persist.forget_connection(conn);
             self.end_connection(conn, Some(refusal), true, now_ms, out);
             return;
@@ -1130,13 +1121,10 @@ impl Broker {
         let unsuback = Unsuback {
             packet_id: unsubscribe.packet_id,
             properties: Properties {
-                reason_string: self.reason_string(conn, reason),
+                reason_string: self.reason_string(conn, refusal.reason()),
                 ..Properties::default()
             },
-            reason_codes: vec![
-                ReasonCode::IMPLEMENTATION_SPECIFIC_ERROR;
-                unsubscribe.filters.len()
-            ],
+            reason_codes: vec![refusal.code(); unsubscribe.filters.len()],
         };
         self.send(conn, &Packet::Unsuback(unsuback), out);
     }
@@ -1273,7 +1261,7 @@ impl Broker {
         }
         let form = match self.admit_filter(session_key, &stored.filter) {
             Ok(form) => form,
-            Err((_, reason)) => {
+            Err(reason) => {
                 log::warn!(
                     "a stored subscription to {:?} is refused: {reason}",
                     stored.filter

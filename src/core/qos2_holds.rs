@@ -10,6 +10,7 @@
 //! the exchange once; a hold whose session did not come back is dropped
 //! and counted as abandoned.
 
+use super::refusal::Refusal;
 use std::rc::Rc;
 
 use super::broadcast_log::BROADCAST_SPACE;
@@ -17,7 +18,7 @@ use super::channel::{from_stored, publisher_id, to_stored};
 use super::persist::{Then, Written};
 use super::session::{HeldPublish, Message};
 use super::{Broker, Key, Transport};
-use crate::codec::{Packet, PubAck, ReasonCode};
+use crate::codec::{Packet, PubAck};
 use crate::store::{encoding, Answer, Outcome, Write};
 
 /// Leads every hold's key, so holds never meet another use of a space.
@@ -284,18 +285,12 @@ impl Broker {
                         {
                             session.held_publishes.remove(&packet_id);
                         }
-                        let (code, reason) = match refused {
-                            Some([Outcome::Refused(_)]) => (
-                                ReasonCode::QUOTA_EXCEEDED,
-                                "the store has no room for the exchange",
-                            ),
-                            _ => (
-                                ReasonCode::IMPLEMENTATION_SPECIFIC_ERROR,
-                                "the store could not keep the exchange",
-                            ),
+                        let refusal = match refused {
+                            Some([Outcome::Refused(_)]) => Refusal::ExchangeNoRoom,
+                            _ => Refusal::ExchangeNotStored,
                         };
-                        ack.reason_code = code;
-                        ack.properties.reason_string = self.reason_string(conn, reason);
+                        ack.reason_code = refusal.code();
+                        ack.properties.reason_string = self.reason_string(conn, refusal.reason());
                     }
                 }
                 self.send(conn, &Packet::Pubrec(ack), out);
@@ -356,10 +351,7 @@ impl Broker {
                             session.held_publishes.insert(packet_id, held);
                         }
                     }
-                    let reason = (
-                        ReasonCode::IMPLEMENTATION_SPECIFIC_ERROR,
-                        "the release could not be stored",
-                    );
+                    let reason = Refusal::ReleaseNotStored;
                     self.end_connection(conn, Some(reason), true, now_ms, out);
                     return;
                 };
@@ -374,7 +366,7 @@ impl Broker {
                 let before = std::mem::replace(&mut self.persist.writes_through, true);
                 let routed = self.accept_message(*message, now_ms, out);
                 self.persist.writes_through = before;
-                if let Err((_, reason)) = routed {
+                if let Err(reason) = routed {
                     log::warn!("a released exactly-once publish was not routed: {reason}");
                 }
                 let ack = PubAck {

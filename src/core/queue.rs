@@ -14,6 +14,7 @@
 //! attempt count and the move into the dead-letter channel - is allowed
 //! into the provider's reserve, so a queue at its bound still drains.
 
+use super::refusal::Refusal;
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::rc::Rc;
 
@@ -28,8 +29,6 @@ use crate::codec::{
     encoded_len, Packet, ProtocolVersion, Publish, QoS, ReasonCode, SubscriptionOptions,
 };
 use crate::store::{self, Answer, MessageId, Outcome, Read, ReadLimit, Write};
-
-type Refusal = (ReasonCode, &'static str);
 
 /// Records one body read brings in: enough to feed a few workers in turn.
 const READ_BATCH_RECORDS: u32 = 32;
@@ -292,10 +291,9 @@ impl Broker {
     /// from its queue's dead-lettering and from nowhere else.
     pub(crate) fn admit_queue_topic(&self, topic: &str) -> Result<(), Refusal> {
         match self.channel_for(topic) {
-            Some(c) if self.queues.dead_letter_channels.contains(&c) => Err((
-                ReasonCode::NOT_AUTHORIZED,
-                "a dead-letter channel takes records only from its queue",
-            )),
+            Some(c) if self.queues.dead_letter_channels.contains(&c) => {
+                Err(Refusal::DeadLetterPublish)
+            }
             _ => Ok(()),
         }
     }
@@ -361,36 +359,21 @@ impl Broker {
         };
         let queue = form.ok().and_then(|name| self.queue_by_name(name));
         let Some(q) = queue else {
-            return Some(Err((
-                ReasonCode::TOPIC_FILTER_INVALID,
-                "not a queue's form: a worker subscribes to $saguin/queue/<name>, naming a queue exactly",
-            )));
+            return Some(Err(Refusal::NotAQueueForm));
         };
         if self.version(conn) != Some(ProtocolVersion::V5) {
-            return Some(Err((
-                ReasonCode::TOPIC_FILTER_INVALID,
-                "a queue is consumed over MQTT 5 only: a job is answered with its Response Topic and Correlation Data",
-            )));
+            return Some(Err(Refusal::QueueNeedsMqtt5));
         }
         if options.no_local {
-            return Some(Err((
-                ReasonCode::TOPIC_FILTER_INVALID,
-                "No Local on a queue's form would withhold a worker's own jobs from it for ever; subscribe without it",
-            )));
+            return Some(Err(Refusal::QueueNoLocal));
         }
         if options.qos == QoS::AtMostOnce {
-            return Some(Err((
-                ReasonCode::IMPLEMENTATION_SPECIFIC_ERROR,
-                "a queue's form is subscribed at QoS 1: its lease starts at the PUBACK",
-            )));
+            return Some(Err(Refusal::QueueAtQos0));
         }
         let session = self.sessions.get_mut(session_key)?;
         let is_new = !session.subscriptions.contains_key(filter);
         if is_new && session.subscriptions.len() >= self.settings.max_subscriptions as usize {
-            return Some(Err((
-                ReasonCode::QUOTA_EXCEEDED,
-                "more filters than limits.max_subscriptions",
-            )));
+            return Some(Err(Refusal::TooManySubscriptions));
         }
         let granted = SubscriptionOptions {
             qos: QoS::AtLeastOnce,
@@ -456,10 +439,7 @@ impl Broker {
                     .any(|f| rules::filter_within(filter, f))
             };
             if within(queue.channel) && !queue.dlq.is_some_and(within) {
-                return Some((
-                    ReasonCode::TOPIC_FILTER_INVALID,
-                    "that filter lies inside a queue, whose jobs are taken only through $saguin/queue/<name>",
-                ));
+                return Some(Refusal::FilterInsideQueue);
             }
         }
         None
@@ -795,10 +775,7 @@ impl Broker {
         let packet = Packet::Publish(outgoing_publish(&delivery_entry, Some(packet_id), None));
         if encoded_len(&packet, ProtocolVersion::V5) > max_packet_size as usize {
             // The job stays available, its attempt unspent.
-            let reason = (
-                ReasonCode::PACKET_TOO_LARGE,
-                "a queue's job is larger than your Maximum Packet Size",
-            );
+            let reason = Refusal::JobTooLarge;
             self.end_connection(conn, Some(reason), true, now_ms, out);
             return;
         }
@@ -959,10 +936,7 @@ impl Broker {
     ) -> Result<(), Refusal> {
         let name = rules::response_name(&publish.topic).unwrap_or_default();
         let Some(q) = self.queue_by_name(name) else {
-            return Err((
-                ReasonCode::TOPIC_NAME_INVALID,
-                "that response topic names no queue",
-            ));
+            return Err(Refusal::ResponseNamesNoQueue);
         };
         let client_id = self
             .sessions

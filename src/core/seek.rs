@@ -2,8 +2,9 @@
 //! `$saguin/consumer/<channel>/seek` whose payload names where to go.
 
 use super::channel::{Pending, PendingAck, StoreRequest};
+use super::refusal::Refusal;
 use super::{Broker, Key, Transport};
-use crate::codec::{Packet, Properties, ProtocolVersion, Publish, QoS, ReasonCode};
+use crate::codec::{Packet, Properties, ProtocolVersion, Publish, QoS};
 use crate::store::{Outcome, Write};
 
 /// Where a seek's payload asks to go, before the channel is consulted.
@@ -189,10 +190,7 @@ impl Broker {
             .filter(|&c| !self.queues.is_queue(c))
         else {
             // Which channel a topic names is the topic's business: 0x90.
-            let refusal = (
-                ReasonCode::TOPIC_NAME_INVALID,
-                "no append channel has that name",
-            );
+            let refusal = Refusal::SeekNoChannel;
             self.finish_seek_ack(conn, ack, Err(refusal), now_ms, out);
             return;
         };
@@ -406,12 +404,7 @@ impl Broker {
             };
             out.send(reply.conn, version, &Packet::Publish(publish), false);
         }
-        let refusal = answer.err().map(|word| {
-            (
-                ReasonCode::IMPLEMENTATION_SPECIFIC_ERROR,
-                seek_refusal_reason(word),
-            )
-        });
+        let refusal = answer.err().map(seek_refusal);
         self.finish_seek_ack(
             reply.conn,
             reply.ack,
@@ -425,17 +418,18 @@ impl Broker {
         &mut self,
         conn: Key,
         ack: PendingAck,
-        answer: Result<(), (ReasonCode, &'static str)>,
+        answer: Result<(), Refusal>,
         now_ms: u64,
         out: &mut impl Transport,
     ) {
         match ack {
             PendingAck::Puback { slot } => self.complete_puback(conn, slot, answer, now_ms, out),
             _ => {
-                if let Err((_, reason)) = answer {
+                if let Err(refusal) = answer {
                     log::warn!(
-                        "a seek from {} was refused: {reason}",
-                        self.client_id_of(conn)
+                        "a seek from {} was refused: {}",
+                        self.client_id_of(conn),
+                        refusal.reason()
                     );
                 }
             }
@@ -443,13 +437,13 @@ impl Broker {
     }
 }
 
-fn seek_refusal_reason(word: &str) -> &'static str {
+fn seek_refusal(word: &str) -> Refusal {
     match word {
-        "below-floor" => "seek refused: below the channel's floor",
-        "beyond-end" => "seek refused: beyond the channel's next offset",
-        "no-session" => "seek refused: no durable session to move",
-        MALFORMED => "seek refused: the payload is not an offset, a duration or an RFC 3339 time",
-        _ => "seek refused: the position could not be stored",
+        "below-floor" => Refusal::SeekBelowFloor,
+        "beyond-end" => Refusal::SeekBeyondEnd,
+        "no-session" => Refusal::SeekNoSession,
+        MALFORMED => Refusal::SeekMalformed,
+        _ => Refusal::SeekNotStored,
     }
 }
 
