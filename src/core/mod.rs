@@ -6,51 +6,38 @@
 //! clock, opens no socket and spawns nothing, so the same code runs under a
 //! deterministic test with simulated time and under the smol shell.
 
-mod broadcast_log;
+pub mod broadcast;
+mod broker;
 pub mod channel;
-pub mod claims;
-mod connect;
-mod delivery;
-mod inbound;
-pub mod latest;
-mod latest_reader;
-mod persist;
-#[cfg(test)]
-mod persist_tests;
-mod point_read;
-mod qos2_holds;
-pub mod queue;
-pub mod queue_rules;
-#[cfg(test)]
-mod queue_tests;
+pub mod connection;
+pub mod message;
 pub mod refusal;
-pub mod retained;
-mod retained_persist;
-pub mod seek;
 pub mod session;
-pub(crate) mod session_record;
-mod shared;
 pub mod slab;
-mod subscribe;
 #[cfg(test)]
 mod tests;
-pub mod topic_index;
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::HashMap;
 
 use crate::codec::{
-    DecodeError, Disconnect, Packet, Properties, ProtocolVersion, ReasonCode, Will,
+    Connack, DecodeError, Disconnect, Packet, Properties, ProtocolVersion, ReasonCode, Subscribe,
+    Unsubscribe,
 };
-pub use broadcast_log::{read_log, LogAtStart, BROADCAST_SPACE};
-pub use channel::{ChannelSettings, ChannelStart, StoreRequest};
-pub use persist::SESSIONS_SPACE;
-pub use qos2_holds::{is_hold_key, StoredHold};
+use crate::store::{ReadLimit, Write};
+pub use broadcast::log::{read_log, LogAtStart, BROADCAST_SPACE};
+pub use broadcast::qos2_holds::{is_hold_key, StoredHold};
+pub use broadcast::retained_persist::RETAINED_SPACE;
+use broadcast::topic_index::{Subscriber, TopicIndex};
+pub use broker::persist::SESSIONS_SPACE;
+pub use channel::{ChannelSettings, ChannelStart};
+// The paths the network shell and the configuration name channel kinds by.
+pub use channel::queue::rules as queue_rules;
+pub use channel::{claims, latest, queue};
+use connection::{Active, Connection};
 pub use refusal::Refusal;
-pub use retained_persist::RETAINED_SPACE;
 use session::Session;
 pub use slab::Key;
 use slab::Slab;
-use topic_index::{Subscriber, TopicIndex};
 
 /// How often retention sweeps each channel.
 /// How often retention by size runs; retention by age runs at a tenth of
@@ -83,6 +70,92 @@ pub trait Transport {
     /// comes back through [`Broker::handle_store_completion`]. False when the
     /// thread cannot take it now: the request was not queued.
     fn store(&mut self, provider: usize, request: StoreRequest) -> bool;
+}
+
+/// What follows a session write once it is answered.
+pub(crate) enum Then {
+    Connack {
+        conn: Key,
+        session: Key,
+        connack: Box<Connack>,
+        /// The session was made by this CONNECT: a refusal ends it.
+        made: bool,
+    },
+    Subscribe {
+        conn: Key,
+        subscribe: Subscribe,
+    },
+    Unsubscribe {
+        conn: Key,
+        unsubscribe: Unsubscribe,
+    },
+    Disconnect {
+        conn: Key,
+        disconnect: Disconnect,
+    },
+    /// Nobody waits: a refusal is written again.
+    Background {
+        client_id: Box<str>,
+    },
+    /// A retained publish, routed and acknowledged once its value is kept.
+    Retained(Box<crate::core::broadcast::retained_persist::RetainedWrite>),
+    /// A retained value's change nobody waits on.
+    RetainedBehind {
+        topic: Box<str>,
+    },
+    /// A QoS 1 broadcast waiting on its log write.
+    Logged(Box<crate::core::broadcast::log::LoggedPublish>),
+    /// An exactly-once publish's hold, or its release.
+    Hold(Box<crate::core::broadcast::qos2_holds::HoldThen>),
+    /// The cursors and windows stored at an interval: nobody waits, and
+    /// a failure has them written again at the next.
+    Cursors,
+    /// The drops of an ended session's cursor and window, alone.
+    LogEnded {
+        client_id: Box<str>,
+    },
+    /// Deliveries waiting on the window that names them.
+    Window {
+        session: Key,
+    },
+    /// A PUBREL waiting on the window that records its PUBREC.
+    Pubrel {
+        conn: Key,
+        reply: crate::codec::PubAck,
+    },
+}
+
+/// How a session write came back.
+pub(crate) enum Written {
+    Stored,
+    Full,
+    Failed,
+}
+
+/// What the core asks of a provider's storage thread.
+#[derive(Debug, Clone, PartialEq)]
+pub enum StoreRequest {
+    Commit {
+        ticket: u64,
+        writes: Vec<Write>,
+    },
+    Read {
+        ticket: u64,
+        channel: String,
+        from_offset: u64,
+        limit: ReadLimit,
+    },
+    Position {
+        ticket: u64,
+        channel: String,
+        reader: String,
+    },
+    /// The earliest offset received at or after a moment, for a seek.
+    FirstAtOrAfter {
+        ticket: u64,
+        channel: String,
+        at_unix_ms: u64,
+    },
 }
 
 /// The limits the core enforces, taken from the configuration.
@@ -199,50 +272,6 @@ pub struct Stats {
     pub queue_retain_ignored: u64,
 }
 
-/// A connection that has sent its CONNECT and been accepted.
-pub(crate) struct Active {
-    pub version: ProtocolVersion,
-    pub session: Key,
-    /// The keepalive in force, after any Server Keep Alive; 0 for none.
-    pub keep_alive_s: u16,
-    pub client_max_packet_size: u32,
-    pub client_receive_maximum: u16,
-    /// Made on the first alias: most connections never use one.
-    pub topic_aliases: Option<Box<[Option<Box<str>>; TOPIC_ALIAS_MAXIMUM as usize]>>,
-    /// False when the client asked not to be sent Reason Strings.
-    pub problem_information: bool,
-    /// The Session Expiry Interval granted at CONNECT.
-    pub connect_expiry_s: u32,
-    /// Boxed: a Will with its properties is large, and most have none.
-    pub will: Option<Box<Will>>,
-    /// QoS 1 publishes awaiting their PUBACK, in arrival order: MQTT has
-    /// PUBACKs sent in that order, and a stored publish is answered only
-    /// once its commit returns (MQTT-4.6.0-2).
-    pub pubacks: VecDeque<PubackSlot>,
-    pub next_puback_slot: u64,
-}
-
-/// One QoS 1 publish's place in the PUBACK order, and its answer once known.
-pub(crate) struct PubackSlot {
-    pub slot: u64,
-    pub packet_id: u16,
-    pub answer: Option<Result<(), Refusal>>,
-}
-
-pub(crate) struct Connection {
-    pub accepted_at_ms: u64,
-    pub last_received_ms: u64,
-    pub active: Option<Active>,
-}
-
-/// A per-client token bucket for `publish_rate` and `publish_bytes`.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct PublishBudget {
-    pub messages: f64,
-    pub bytes: f64,
-    pub updated_ms: u64,
-}
-
 pub struct Broker {
     pub(crate) settings: Settings,
     pub(crate) connections: Slab<Connection>,
@@ -250,14 +279,14 @@ pub struct Broker {
     pub(crate) sessions_by_client_id: HashMap<Box<str>, Key>,
     pub(crate) index: TopicIndex,
     pub(crate) stats: Stats,
-    pub(crate) budgets: HashMap<Box<str>, PublishBudget>,
-    pub(crate) retained: retained::RetainedStore,
-    pub(crate) groups: Slab<shared::SharedGroup>,
+    pub(crate) budgets: HashMap<Box<str>, connection::PublishBudget>,
+    pub(crate) retained: broadcast::retained::RetainedStore,
+    pub(crate) groups: Slab<broadcast::shared::SharedGroup>,
     pub(crate) groups_by_name: HashMap<(Box<str>, Box<str>), Key>,
     pub(crate) channels: Vec<channel::Channel>,
-    pub(crate) claims: claims::Claims,
+    pub(crate) claims: channel::claims::Claims,
     pub(crate) readers: Slab<channel::Reader>,
-    pub(crate) latest_readers: Slab<latest_reader::LatestReader>,
+    pub(crate) latest_readers: Slab<channel::latest::reader::LatestReader>,
     /// Storage requests in flight, by ticket.
     pub(crate) pending: HashMap<u64, channel::Pending>,
     pub(crate) next_ticket: u64,
@@ -274,15 +303,15 @@ pub struct Broker {
     /// Reused by routing so that a publish allocates no match list.
     pub(crate) match_scratch: Vec<Subscriber>,
     /// Session records in the session provider.
-    pub(crate) persist: persist::Persistence,
-    pub(crate) queues: queue::Queues,
+    pub(crate) persist: broker::persist::Persistence,
+    pub(crate) queues: channel::queue::Queues,
 }
 
 impl Broker {
     pub fn new(mut settings: Settings) -> Broker {
         let max_connections = settings.max_connections as usize;
         // Takes the job heads out of the settings, which are kept.
-        let queues = queue::Queues::new(&mut settings.channels, settings.start_unix_ms);
+        let queues = channel::queue::Queues::new(&mut settings.channels, settings.start_unix_ms);
         Broker {
             connections: Slab::with_capacity(max_connections),
             // Away sessions are bounded by their expiry; the table grows
@@ -292,13 +321,13 @@ impl Broker {
             index: TopicIndex::new(),
             stats: Stats::default(),
             budgets: HashMap::new(),
-            retained: retained::RetainedStore::new(settings.retained_max_bytes),
+            retained: broadcast::retained::RetainedStore::new(settings.retained_max_bytes),
             groups: Slab::growable(u32::MAX as usize),
             groups_by_name: HashMap::new(),
             channels: settings
                 .channels
                 .iter_mut()
-                .map(latest::moved_out)
+                .map(channel::latest::moved_out)
                 .map(channel::Channel::new)
                 .collect(),
             claims: claims_for(&settings.channels),
@@ -315,7 +344,7 @@ impl Broker {
             age_sweep_interval_ms: settings
                 .channels
                 .iter()
-                .flat_map(|c| [c.retention_period_s, latest::deletion_period_s(c)])
+                .flat_map(|c| [c.retention_period_s, channel::latest::deletion_period_s(c)])
                 .flatten()
                 .min()
                 .map_or(SIZE_SWEEP_MS, |s| {
@@ -323,7 +352,7 @@ impl Broker {
                 }),
             next_assigned_id: 0,
             match_scratch: Vec::new(),
-            persist: persist::Persistence::default(),
+            persist: broker::persist::Persistence::default(),
             settings,
         }
     }
@@ -679,10 +708,10 @@ impl Broker {
 }
 
 /// The claims table for a channel list.
-fn claims_for(channels: &[ChannelSettings]) -> claims::Claims {
+fn claims_for(channels: &[ChannelSettings]) -> channel::claims::Claims {
     let list: Vec<(&str, &[String])> = channels
         .iter()
         .map(|c| (c.name.as_str(), c.filters.as_slice()))
         .collect();
-    claims::Claims::new(&list)
+    channel::claims::Claims::new(&list)
 }

@@ -1,12 +1,12 @@
 //! Deterministic tests of the core: simulated clients, simulated time, and
 //! a transport that records what the broker said to whom.
 
-use super::*;
 use crate::codec::{
     Connack, Connect, PubAck, Publish, QoS, RetainHandling, Subscribe, SubscriptionOptions,
-    Unsubscribe,
+    Unsubscribe, Will,
 };
 use crate::core::channel::{ChannelSettings, ChannelStart};
+use crate::core::*;
 
 #[derive(Default)]
 struct Recorder {
@@ -1945,5 +1945,5 @@ fn a_shared_group_over_a_channel_gets_each_new_record_once() {
         .all(|p| label(p, "saguin-offset").is_some()));
 }
 
-#[path = "latest_tests.rs"]
+#[path = "channel/latest/broker_tests.rs"]
 mod latest_tests;

@@ -14,21 +14,26 @@
 //! attempt count and the move into the dead-letter channel - is allowed
 //! into the provider's reserve, so a queue at its bound still drains.
 
-use super::refusal::Refusal;
+#[cfg(test)]
+mod broker_tests;
+pub mod rules;
+
+use crate::core::refusal::Refusal;
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::rc::Rc;
 
-use super::channel::{from_stored, labelled, Pending, StoreRequest};
-use super::delivery::outgoing_publish;
-use super::queue_rules::{
-    self as rules, available_at_ms, backoff_gap_ms, is_expired, Backoff, DeliveryId, OFFER_TICK_MS,
-};
-use super::session::{Delivery, InFlight, Message, OutboundStage};
-use super::{Broker, Key, Transport};
 use crate::codec::{
     encoded_len, Packet, ProtocolVersion, Publish, QoS, ReasonCode, SubscriptionOptions,
 };
+use crate::core::channel::Pending;
+use crate::core::message::outgoing_publish;
+use crate::core::message::{from_stored, labelled};
+use crate::core::message::{Delivery, Message};
+use crate::core::session::{InFlight, OutboundStage};
+use crate::core::StoreRequest;
+use crate::core::{Broker, Key, Transport};
 use crate::store::{self, Answer, MessageId, Outcome, Read, ReadLimit, Write};
+use rules::{available_at_ms, backoff_gap_ms, is_expired, Backoff, DeliveryId, OFFER_TICK_MS};
 
 /// Records one body read brings in: enough to feed a few workers in turn.
 const READ_BATCH_RECORDS: u32 = 32;
@@ -203,7 +208,7 @@ impl Queues {
     /// Builds the queues from the channel list, taking the job heads out of
     /// it so they are held once; `run` makes this run's Delivery IDs unlike
     /// the last one's.
-    pub fn new(channels: &mut [super::ChannelSettings], run: u64) -> Queues {
+    pub fn new(channels: &mut [crate::core::ChannelSettings], run: u64) -> Queues {
         let mut queues = Queues {
             run,
             ..Queues::default()
@@ -381,7 +386,7 @@ impl Broker {
         };
         session.subscriptions.insert(
             filter.into(),
-            super::session::SubscriptionEntry {
+            crate::core::session::SubscriptionEntry {
                 options: granted,
                 subscription_id: None,
                 group: None,
@@ -409,7 +414,7 @@ impl Broker {
         };
         session.subscriptions.insert(
             filter.into(),
-            super::session::SubscriptionEntry {
+            crate::core::session::SubscriptionEntry {
                 options: granted,
                 subscription_id: None,
                 group: None,

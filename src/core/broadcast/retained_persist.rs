@@ -10,13 +10,13 @@
 //! (a deletion, the publisher's expiry, `retention_period`) are removed
 //! from the provider as they leave memory.
 
-use super::refusal::Refusal;
+use crate::core::refusal::Refusal;
 use std::rc::Rc;
 
-use super::channel::{from_stored, publisher_id, to_stored};
-use super::persist::{Then, Written};
-use super::session::Message;
-use super::{Broker, Key, Transport};
+use crate::core::message::Message;
+use crate::core::message::{from_stored, publisher_id, to_stored};
+use crate::core::{Broker, Key, Transport};
+use crate::core::{Then, Written};
 use crate::store::{encoding, Write};
 
 /// The internal space of retained values.

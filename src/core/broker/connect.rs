@@ -1,16 +1,17 @@
 //! CONNECT: admission, session ownership, and every way a session ends.
 
-use super::refusal::Refusal;
+use crate::core::refusal::Refusal;
 use std::collections::VecDeque;
 use std::rc::Rc;
 
-use super::session::{Delivery, Message, OutboundStage, Session};
-use super::topic_index::Target;
-use super::{Active, Broker, Key, Transport, TOPIC_ALIAS_MAXIMUM};
 use crate::codec::{
     topic, Connack, Connect, DecodeError, Disconnect, Packet, Properties, ProtocolVersion, PubAck,
     ReasonCode, Will,
 };
+use crate::core::broadcast::topic_index::Target;
+use crate::core::message::{Delivery, Message};
+use crate::core::session::{OutboundStage, Session};
+use crate::core::{Active, Broker, Key, Transport, TOPIC_ALIAS_MAXIMUM};
 
 fn has_control_character(text: &str) -> bool {
     text.chars()
@@ -366,7 +367,7 @@ impl Broker {
             }
             let packet = match inflight.stage {
                 OutboundStage::Published => {
-                    let mut publish = super::delivery::outgoing_publish(
+                    let mut publish = crate::core::message::outgoing_publish(
                         &inflight.delivery,
                         Some(packet_id),
                         None,

@@ -1,13 +1,15 @@
 //! A client's PUBLISH on its way in, and the acknowledgements it sends for
 //! what the broker delivered to it.
 
-use super::refusal::{Refusal, V311Answer};
+use crate::core::refusal::{Refusal, V311Answer};
 use std::rc::Rc;
 
-use super::channel::PendingAck;
-use super::session::{HeldPublish, Message, OutboundStage};
-use super::{Broker, Key, PublishBudget, Transport, TOPIC_ALIAS_MAXIMUM};
 use crate::codec::{Packet, Properties, ProtocolVersion, PubAck, Publish, QoS, ReasonCode};
+use crate::core::channel::PendingAck;
+use crate::core::connection::{PubackSlot, PublishBudget};
+use crate::core::message::Message;
+use crate::core::session::{HeldPublish, OutboundStage};
+use crate::core::{Broker, Key, Transport, TOPIC_ALIAS_MAXIMUM};
 
 impl Broker {
     pub(crate) fn handle_publish(
@@ -55,13 +57,14 @@ impl Broker {
             return;
         };
         let session_key = active.session;
-        if let Some(channel_name) = super::seek::seek_channel(&publish.topic) {
+        if let Some(channel_name) = crate::core::channel::append::seek::seek_channel(&publish.topic)
+        {
             let ack = slot.map_or(PendingAck::None, |slot| PendingAck::Puback { slot });
             let channel_name = channel_name.to_string();
             self.handle_seek(conn, session_key, &channel_name, &publish, ack, now_ms, out);
             return;
         }
-        if super::point_read::is_request(&publish.topic) {
+        if crate::core::channel::latest::point_read::is_request(&publish.topic) {
             self.handle_request(conn, &publish, slot, now_ms, out);
             return;
         }
@@ -145,7 +148,7 @@ impl Broker {
             .expect("an active connection");
         let slot = active.next_puback_slot;
         active.next_puback_slot += 1;
-        active.pubacks.push_back(super::PubackSlot {
+        active.pubacks.push_back(PubackSlot {
             slot,
             packet_id,
             answer: None,
@@ -261,9 +264,9 @@ impl Broker {
         if crate::codec::topic::level_count(topic) > self.settings.max_topic_levels as usize {
             return Err(Refusal::TopicTooDeep);
         }
-        let defined = super::seek::seek_channel(topic).is_some()
+        let defined = crate::core::channel::append::seek::seek_channel(topic).is_some()
             || Self::is_queue_response_topic(topic)
-            || super::point_read::is_request(topic);
+            || crate::core::channel::latest::point_read::is_request(topic);
         if (topic.starts_with("$saguin/") && !defined) || topic == "$saguin" {
             return Err(Refusal::TopicReserved);
         }
@@ -665,7 +668,9 @@ impl Broker {
 
 /// A seek is answered on its PUBACK, so it is published at QoS 0 or 1.
 fn admit_seek_qos(publish: &Publish) -> Result<(), Refusal> {
-    if publish.qos == QoS::ExactlyOnce && super::seek::seek_channel(&publish.topic).is_some() {
+    if publish.qos == QoS::ExactlyOnce
+        && crate::core::channel::append::seek::seek_channel(&publish.topic).is_some()
+    {
         return Err(Refusal::SeekAtQos2);
     }
     Ok(())

@@ -4,8 +4,8 @@
 use std::collections::HashMap;
 use std::rc::Rc;
 
-use super::session::Message;
 use crate::codec::topic;
+use crate::core::message::Message;
 
 /// Why a value was not stored.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

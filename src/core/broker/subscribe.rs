@@ -1,16 +1,17 @@
 //! SUBSCRIBE and UNSUBSCRIBE.
 
-use super::refusal::Refusal;
+use crate::core::refusal::Refusal;
 use std::rc::Rc;
 
-use super::session::{Delivery, SubscriptionEntry};
-use super::shared::Member;
-use super::topic_index::{Subscriber, Target};
-use super::{Broker, Key, Transport};
 use crate::codec::{
     topic, Packet, Properties, QoS, ReasonCode, RetainHandling, Suback, Subscribe,
     SubscriptionOptions, Unsuback, Unsubscribe,
 };
+use crate::core::broadcast::shared::Member;
+use crate::core::broadcast::topic_index::{Subscriber, Target};
+use crate::core::message::Delivery;
+use crate::core::session::SubscriptionEntry;
+use crate::core::{Broker, Key, Transport};
 
 /// The `saguin-` User Properties a SUBSCRIBE may carry: they ask something
 /// of a channel, and a broadcast topic has nothing to give them.
@@ -188,7 +189,7 @@ impl Broker {
         }
         let seek_reply = inner
             .strip_suffix("/reply")
-            .and_then(super::seek::seek_channel)
+            .and_then(crate::core::channel::append::seek::seek_channel)
             .is_some();
         if inner == "$saguin" || (inner.starts_with("$saguin/") && !seek_reply) {
             return Err(Refusal::FilterReserved);

@@ -10,15 +10,16 @@
 //! the exchange once; a hold whose session did not come back is dropped
 //! and counted as abandoned.
 
-use super::refusal::Refusal;
+use crate::core::refusal::Refusal;
 use std::rc::Rc;
 
-use super::broadcast_log::BROADCAST_SPACE;
-use super::channel::{from_stored, publisher_id, to_stored};
-use super::persist::{Then, Written};
-use super::session::{HeldPublish, Message};
-use super::{Broker, Key, Transport};
 use crate::codec::{Packet, PubAck};
+use crate::core::broadcast::log::BROADCAST_SPACE;
+use crate::core::message::Message;
+use crate::core::message::{from_stored, publisher_id, to_stored};
+use crate::core::session::HeldPublish;
+use crate::core::{Broker, Key, Transport};
+use crate::core::{Then, Written};
 use crate::store::{encoding, Answer, Outcome, Write};
 
 /// Leads every hold's key, so holds never meet another use of a space.
@@ -142,7 +143,7 @@ impl Broker {
         };
         if let Some((provider, write)) = self.hold_write(session_key, packet_id) {
             let ticket = self.next_ticket();
-            let request = super::StoreRequest::Commit {
+            let request = crate::core::StoreRequest::Commit {
                 ticket,
                 writes: vec![write],
             };
@@ -165,7 +166,7 @@ impl Broker {
     /// The same, for a session already taken out of the table.
     pub(crate) fn hold_drop_for(
         &self,
-        session: &super::session::Session,
+        session: &crate::core::session::Session,
         packet_id: u16,
         topic: &str,
     ) -> Option<(usize, Write)> {
@@ -188,7 +189,7 @@ impl Broker {
     pub(crate) fn holds_dropped(&mut self, drops: Vec<(usize, Write)>, out: &mut impl Transport) {
         for (provider, write) in drops {
             let ticket = self.next_ticket();
-            let request = super::StoreRequest::Commit {
+            let request = crate::core::StoreRequest::Commit {
                 ticket,
                 writes: vec![write],
             };
@@ -237,7 +238,7 @@ impl Broker {
         }
         writes.extend(drop.map(|(_, write)| write));
         let ticket = self.next_ticket();
-        let request = super::StoreRequest::Commit { ticket, writes };
+        let request = crate::core::StoreRequest::Commit { ticket, writes };
         let then = Then::Hold(Box::new(HoldThen::Release {
             conn,
             packet_id,
@@ -416,7 +417,7 @@ impl Broker {
             made_room: true,
         }));
         let ticket = self.next_ticket();
-        let request = super::StoreRequest::Commit { ticket, writes };
+        let request = crate::core::StoreRequest::Commit { ticket, writes };
         match self.settings.session_provider {
             Some(provider) if out.store(provider, request) => self.persist.track(ticket, then),
             _ => self.finish_session_write(then, Written::Failed, now_ms, out),

@@ -14,16 +14,17 @@
 //! At a start, each restored session is queued what lies after its cursor
 //! and matches its subscriptions, within `limits.session_queue_bytes`.
 
-use super::refusal::Refusal;
+use crate::core::refusal::Refusal;
 use std::collections::HashMap;
 use std::rc::{Rc, Weak};
 
-use super::channel::{from_stored, publisher_id, to_stored};
-use super::persist::{Then, Written};
-use super::session::{Delivery, InFlight, Message, OutboundStage};
-use super::topic_index::Target;
-use super::{Broker, Key, StoreRequest, Transport};
 use crate::codec::{topic, Packet, PubAck, QoS, ReasonCode};
+use crate::core::broadcast::topic_index::Target;
+use crate::core::message::{from_stored, publisher_id, to_stored};
+use crate::core::message::{Delivery, Message};
+use crate::core::session::{InFlight, OutboundStage};
+use crate::core::{Broker, Key, StoreRequest, Transport};
+use crate::core::{Then, Written};
 use crate::store::{self, encoding, Answer, Outcome, TrimRule, Write};
 
 /// The internal append space of the broadcast log.
@@ -771,7 +772,7 @@ impl Broker {
                 self.stats.deliveries_expired += 1;
                 continue;
             };
-            let packet = Packet::Publish(super::delivery::outgoing_publish(
+            let packet = Packet::Publish(crate::core::message::outgoing_publish(
                 &inflight.delivery,
                 Some(id),
                 remaining_expiry_s,
@@ -1077,7 +1078,7 @@ pub fn read_log(
             log.cursors.insert(client_id.clone(), cursor);
         }
         // The shared groups its record holds keep cursors of their own.
-        let Ok(record) = super::session_record::SessionRecord::from_bytes(bytes) else {
+        let Ok(record) = crate::core::session::record::SessionRecord::from_bytes(bytes) else {
             continue;
         };
         for subscription in &record.subscriptions {

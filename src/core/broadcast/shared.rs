@@ -5,10 +5,10 @@
 use std::collections::VecDeque;
 use std::rc::Rc;
 
-use super::session::{Delivery, Message};
-use super::topic_index::{Subscriber, Target};
-use super::{Broker, Key, Transport};
 use crate::codec::{QoS, SubscriptionOptions};
+use crate::core::broadcast::topic_index::{Subscriber, Target};
+use crate::core::message::{Delivery, Message};
+use crate::core::{Broker, Key, Transport};
 
 #[derive(Debug, Clone)]
 pub struct Member {

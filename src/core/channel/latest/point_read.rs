@@ -6,13 +6,13 @@
 //! Both are asked at QoS 1; at QoS 0 there is no PUBACK to refuse in, and
 //! the request is dropped.
 
-use super::refusal::Refusal;
+use crate::core::refusal::Refusal;
 use std::rc::Rc;
 
-use super::latest::LatestPending;
-use super::session::Message;
-use super::{Broker, Key, Transport};
 use crate::codec::{encoded_len, topic, Packet, Properties, ProtocolVersion, Publish, QoS};
+use crate::core::channel::latest::LatestPending;
+use crate::core::message::Message;
+use crate::core::{Broker, Key, Transport};
 use crate::store::{self, ReadLimit};
 
 const KV_GET: &str = "$saguin/kv/get";
@@ -196,7 +196,7 @@ impl Broker {
             );
             return;
         }
-        let found = super::latest::read_bodies(result)
+        let found = crate::core::channel::latest::read_bodies(result)
             .into_iter()
             .find(|(offset, _)| *offset == read.offset);
         let still_current = self.channels[read.channel]

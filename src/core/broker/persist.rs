@@ -15,18 +15,18 @@
 //! rebuilt from it for every write, so a retry always writes what is true
 //! now rather than what was true when the first attempt failed.
 
-use super::refusal::{Refusal, V311Answer};
+use crate::core::refusal::{Refusal, V311Answer};
 use std::collections::{BTreeSet, HashMap, HashSet, VecDeque};
 use std::rc::Rc;
 
-use super::session::Session;
-use super::session_record::{SessionRecord, StoredSubscription, StoredWill};
-use super::subscribe::Form;
-use super::{Broker, Key, StoreRequest, Transport};
 use crate::codec::{
     Connack, Disconnect, Packet, Properties, ProtocolVersion, QoS, ReasonCode, RetainHandling,
     Suback, Subscribe, SubscriptionOptions, Unsuback, Unsubscribe,
 };
+use crate::core::broker::subscribe::Form;
+use crate::core::session::record::{SessionRecord, StoredSubscription, StoredWill};
+use crate::core::session::Session;
+use crate::core::{Broker, Key, StoreRequest, Then, Transport, Written};
 use crate::store::{self, Answer, Completion, Outcome, Write};
 
 /// The internal space of session records.
@@ -65,7 +65,7 @@ pub(crate) struct Persistence {
     user_names: HashMap<Box<str>, Box<str>>,
     last_retry_ms: u64,
     /// The broadcast log's offsets and cursors.
-    pub log: super::broadcast_log::BroadcastLog,
+    pub log: crate::core::broadcast::log::BroadcastLog,
     /// The removal of a stored hold, to go in the commit of its release.
     pub release_drop: Option<Write>,
     /// Client ids whose stored cursor and window must be dropped before
@@ -74,59 +74,6 @@ pub(crate) struct Persistence {
     log_ends: BTreeSet<Box<str>>,
     /// Session writes carrying such drops, by ticket.
     log_ends_riding: HashMap<u64, Box<str>>,
-}
-
-/// What follows a session write once it is answered.
-pub(crate) enum Then {
-    Connack {
-        conn: Key,
-        session: Key,
-        connack: Box<Connack>,
-        /// The session was made by this CONNECT: a refusal ends it.
-        made: bool,
-    },
-    Subscribe {
-        conn: Key,
-        subscribe: Subscribe,
-    },
-    Unsubscribe {
-        conn: Key,
-        unsubscribe: Unsubscribe,
-    },
-    Disconnect {
-        conn: Key,
-        disconnect: Disconnect,
-    },
-    /// Nobody waits: a refusal is written again.
-    Background {
-        client_id: Box<str>,
-    },
-    /// A retained publish, routed and acknowledged once its value is kept.
-    Retained(Box<super::retained_persist::RetainedWrite>),
-    /// A retained value's change nobody waits on.
-    RetainedBehind {
-        topic: Box<str>,
-    },
-    /// A QoS 1 broadcast waiting on its log write.
-    Logged(Box<super::broadcast_log::LoggedPublish>),
-    /// An exactly-once publish's hold, or its release.
-    Hold(Box<super::qos2_holds::HoldThen>),
-    /// The cursors and windows stored at an interval: nobody waits, and
-    /// a failure has them written again at the next.
-    Cursors,
-    /// The drops of an ended session's cursor and window, alone.
-    LogEnded {
-        client_id: Box<str>,
-    },
-    /// Deliveries waiting on the window that names them.
-    Window {
-        session: Key,
-    },
-    /// A PUBREL waiting on the window that records its PUBREC.
-    Pubrel {
-        conn: Key,
-        reply: crate::codec::PubAck,
-    },
 }
 
 /// A resumed session as it stood before the CONNECT claiming it.
@@ -143,13 +90,6 @@ pub(crate) struct Claimed {
 pub(crate) struct Paused {
     packets: VecDeque<(Packet, u64)>,
     bytes: u64,
-}
-
-/// How a session write came back.
-pub(crate) enum Written {
-    Stored,
-    Full,
-    Failed,
 }
 
 impl Persistence {
@@ -730,7 +670,10 @@ impl Broker {
         };
         for (filter, options) in &subscribe.filters {
             // A queue's form is granted at QoS 1, as the queue keeps it.
-            let queue_form = matches!(super::queue_rules::form_name(filter), Some(Ok(_)));
+            let queue_form = matches!(
+                crate::core::channel::queue::rules::form_name(filter),
+                Some(Ok(_))
+            );
             if !queue_form && self.admit_filter(session_key, filter).is_err() {
                 continue;
             }
@@ -1137,7 +1080,7 @@ impl Broker {
     pub fn restore_sessions(
         &mut self,
         entries: Vec<(String, Vec<u8>)>,
-        log: &super::broadcast_log::LogAtStart,
+        log: &crate::core::broadcast::log::LogAtStart,
         now_ms: u64,
         out: &mut impl Transport,
     ) {
@@ -1292,11 +1235,11 @@ impl Broker {
 fn log_drops(client_id: &str) -> Vec<Write> {
     vec![
         Write::DropEntry {
-            channel: super::broadcast_log::BROADCAST_SPACE.to_string(),
-            key: super::broadcast_log::window_key(client_id),
+            channel: crate::core::broadcast::log::BROADCAST_SPACE.to_string(),
+            key: crate::core::broadcast::log::window_key(client_id),
         },
         Write::DropPosition {
-            channel: super::broadcast_log::BROADCAST_SPACE.to_string(),
+            channel: crate::core::broadcast::log::BROADCAST_SPACE.to_string(),
             reader: client_id.to_string(),
         },
     ]

@@ -16,11 +16,11 @@
 use std::collections::{BTreeMap, HashMap};
 use std::rc::Rc;
 
-use super::channel::StoredSend;
-use super::latest::{read_bodies, LatestPending, LatestState};
-use super::session::{Delivery, Message};
-use super::{Broker, Key, Transport};
 use crate::codec::{topic, QoS, SubscriptionOptions};
+use crate::core::channel::latest::{read_bodies, LatestPending, LatestState};
+use crate::core::channel::StoredSend;
+use crate::core::message::{Delivery, Message};
+use crate::core::{Broker, Key, Transport};
 use crate::store::{self, ReadLimit, FIRST_OFFSET};
 
 /// Values a reader asks storage for at once.
@@ -634,7 +634,8 @@ impl Broker {
             .inflight
             .iter()
             .filter(|(_, f)| {
-                f.stage == super::session::OutboundStage::Published && !current(self, &f.delivery)
+                f.stage == crate::core::session::OutboundStage::Published
+                    && !current(self, &f.delivery)
             })
             .map(|(&id, _)| id)
             .collect();

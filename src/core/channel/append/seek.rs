@@ -1,10 +1,11 @@
 //! A consumer moving its own position in an `append` channel: a publish to
 //! `$saguin/consumer/<channel>/seek` whose payload names where to go.
 
-use super::channel::{Pending, PendingAck, StoreRequest};
-use super::refusal::Refusal;
-use super::{Broker, Key, Transport};
 use crate::codec::{Packet, Properties, ProtocolVersion, Publish, QoS};
+use crate::core::channel::{Pending, PendingAck};
+use crate::core::refusal::Refusal;
+use crate::core::StoreRequest;
+use crate::core::{Broker, Key, Transport};
 use crate::store::{Outcome, Write};
 
 /// Where a seek's payload asks to go, before the channel is consulted.

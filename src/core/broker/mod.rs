@@ -1,0 +1,12 @@
+//! The broker's handlers, by event: what a CONNECT, a PUBLISH, a
+//! SUBSCRIBE or a session write sets in motion across the sub-machines.
+//! Each file extends [`Broker`](crate::core::Broker); none holds state of
+//! its own beyond what it hands back to the broker.
+
+mod connect;
+mod delivery;
+mod inbound;
+pub(crate) mod persist;
+#[cfg(test)]
+mod persist_tests;
+pub(crate) mod subscribe;
