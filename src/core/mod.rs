@@ -16,6 +16,7 @@ pub mod session;
 pub mod slab;
 #[cfg(test)]
 mod tests;
+mod timer;
 
 use std::collections::HashMap;
 
@@ -38,11 +39,6 @@ pub use refusal::Refusal;
 use session::Session;
 pub use slab::Key;
 use slab::Slab;
-
-/// How often retention sweeps each channel.
-/// How often retention by size runs; retention by age runs at a tenth of
-/// the shortest `retention_period`, and never more often than this.
-const SIZE_SWEEP_MS: u64 = 1_000;
 
 /// Topic aliases a client may register with the broker on one connection.
 /// Sixteen bounds the table at sixteen topics per connection.
@@ -279,7 +275,7 @@ pub struct Broker {
     pub(crate) sessions_by_client_id: HashMap<Box<str>, Key>,
     pub(crate) index: TopicIndex,
     pub(crate) stats: Stats,
-    pub(crate) budgets: HashMap<Box<str>, connection::PublishBudget>,
+    pub(crate) budgets: connection::budget::PublishBudgets,
     pub(crate) retained: broadcast::retained::RetainedStore,
     pub(crate) groups: Slab<broadcast::shared::SharedGroup>,
     pub(crate) groups_by_name: HashMap<(Box<str>, Box<str>), Key>,
@@ -293,12 +289,7 @@ pub struct Broker {
     /// What publishes waiting on storage hold, against its bound.
     pub(crate) pending_publish_bytes: u64,
     pub(crate) id_generator: crate::store::MessageIdGenerator,
-    last_position_commit_ms: u64,
-    /// When each retention sweep last ran; `None` until the first, which
-    /// runs at the first tick after startup.
-    last_size_sweep_ms: Option<u64>,
-    last_age_sweep_ms: Option<u64>,
-    age_sweep_interval_ms: u64,
+    timers: timer::Timers,
     next_assigned_id: u64,
     /// Reused by routing so that a publish allocates no match list.
     pub(crate) match_scratch: Vec<Subscriber>,
@@ -320,7 +311,10 @@ impl Broker {
             sessions_by_client_id: HashMap::new(),
             index: TopicIndex::new(),
             stats: Stats::default(),
-            budgets: HashMap::new(),
+            budgets: connection::budget::PublishBudgets::new(
+                settings.publish_rate_per_s,
+                settings.publish_bytes_per_s,
+            ),
             retained: broadcast::retained::RetainedStore::new(settings.retained_max_bytes),
             groups: Slab::growable(u32::MAX as usize),
             groups_by_name: HashMap::new(),
@@ -338,18 +332,15 @@ impl Broker {
             next_ticket: 0,
             pending_publish_bytes: 0,
             id_generator: crate::store::MessageIdGenerator::with_seed(settings.start_unix_ms),
-            last_position_commit_ms: 0,
-            last_size_sweep_ms: None,
-            last_age_sweep_ms: None,
-            age_sweep_interval_ms: settings
-                .channels
-                .iter()
-                .flat_map(|c| [c.retention_period_s, channel::latest::deletion_period_s(c)])
-                .flatten()
-                .min()
-                .map_or(SIZE_SWEEP_MS, |s| {
-                    (s.saturating_mul(1000) / 10).max(SIZE_SWEEP_MS)
-                }),
+            timers: timer::Timers::new(
+                settings.ack_commit_interval_ms,
+                settings
+                    .channels
+                    .iter()
+                    .flat_map(|c| [c.retention_period_s, channel::latest::deletion_period_s(c)])
+                    .flatten()
+                    .min(),
+            ),
             next_assigned_id: 0,
             match_scratch: Vec::new(),
             persist: broker::persist::Persistence::default(),
@@ -542,11 +533,9 @@ impl Broker {
         self.expire_sessions(now_ms, out);
         self.retry_session_writes(now_ms, out);
         self.expire_held_publishes(now_ms, out);
-        self.forget_full_budgets(now_ms);
-        if now_ms.saturating_sub(self.last_position_commit_ms)
-            >= self.settings.ack_commit_interval_ms
-        {
-            self.last_position_commit_ms = now_ms;
+        self.budgets.forget_full(now_ms);
+        let due = self.timers.due(now_ms);
+        if due.positions {
             self.commit_positions(None, out);
             self.commit_cursors(out);
             self.retry_windows(out);
@@ -556,21 +545,8 @@ impl Broker {
             }
             self.latest_tick(now_ms, out);
         }
-        let size_due = self
-            .last_size_sweep_ms
-            .is_none_or(|at| now_ms.saturating_sub(at) >= SIZE_SWEEP_MS);
-        let age_interval_ms = self.age_sweep_interval_ms;
-        let age_due = self
-            .last_age_sweep_ms
-            .is_none_or(|at| now_ms.saturating_sub(at) >= age_interval_ms);
-        if size_due {
-            self.last_size_sweep_ms = Some(now_ms);
-        }
-        if age_due {
-            self.last_age_sweep_ms = Some(now_ms);
-        }
-        if size_due || age_due {
-            self.sweep_retention(now_ms, age_due, size_due, out);
+        if due.size_sweep || due.age_sweep {
+            self.sweep_retention(now_ms, due.age_sweep, due.size_sweep, out);
         }
         let retention_ms = self
             .settings

@@ -1,7 +1,6 @@
 //! CONNECT: admission, session ownership, and every way a session ends.
 
 use crate::core::refusal::Refusal;
-use std::collections::VecDeque;
 use std::rc::Rc;
 
 use crate::codec::{
@@ -106,8 +105,7 @@ impl Broker {
             problem_information: properties.request_problem_information != Some(0),
             connect_expiry_s: granted_expiry_s,
             will: connect.will.map(Box::new),
-            pubacks: VecDeque::new(),
-            next_puback_slot: 0,
+            pubacks: Default::default(),
         };
         let connection = self
             .connections

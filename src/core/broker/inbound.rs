@@ -6,10 +6,9 @@ use std::rc::Rc;
 
 use crate::codec::{Packet, Properties, ProtocolVersion, PubAck, Publish, QoS, ReasonCode};
 use crate::core::channel::PendingAck;
-use crate::core::connection::{PubackSlot, PublishBudget};
 use crate::core::message::Message;
 use crate::core::session::{HeldPublish, OutboundStage};
-use crate::core::{Broker, Key, Transport, TOPIC_ALIAS_MAXIMUM};
+use crate::core::{Broker, Key, Transport};
 
 impl Broker {
     pub(crate) fn handle_publish(
@@ -146,14 +145,7 @@ impl Broker {
             .get_mut(conn)
             .and_then(|c| c.active.as_mut())
             .expect("an active connection");
-        let slot = active.next_puback_slot;
-        active.next_puback_slot += 1;
-        active.pubacks.push_back(PubackSlot {
-            slot,
-            packet_id,
-            answer: None,
-        });
-        slot
+        active.pubacks.reserve(packet_id)
     }
 
     /// Records a QoS 1 publish's answer and sends every PUBACK now due, in
@@ -173,9 +165,7 @@ impl Broker {
         else {
             return;
         };
-        if let Some(entry) = active.pubacks.iter_mut().find(|e| e.slot == slot) {
-            entry.answer = Some(answer);
-        }
+        active.pubacks.answer(slot, answer);
         loop {
             let Some(active) = self
                 .connections
@@ -185,15 +175,14 @@ impl Broker {
                 return;
             };
             let version = active.version;
-            if active.pubacks.front().is_none_or(|e| e.answer.is_none()) {
+            let Some((packet_id, answer)) = active.pubacks.next_due() else {
                 return;
-            }
-            let entry = active.pubacks.pop_front().expect("front exists");
+            };
             let mut ack = PubAck {
-                packet_id: entry.packet_id,
+                packet_id,
                 ..PubAck::default()
             };
-            if let Some(Err(refusal)) = entry.answer {
+            if let Err(refusal) = answer {
                 if version == ProtocolVersion::V311 {
                     debug_assert_eq!(refusal.rule().v311, V311Answer::Close);
                     self.end_connection(conn, None, true, now_ms, out);
@@ -234,25 +223,15 @@ impl Broker {
         let Some(alias) = publish.properties.topic_alias.take() else {
             return Ok(());
         };
-        if alias == 0 || alias > TOPIC_ALIAS_MAXIMUM {
-            return Err(Refusal::TopicAliasAboveMaximum);
-        }
+        let max_topic_length_bytes = self.settings.max_topic_length as usize;
         let active = self
             .connections
             .get_mut(conn)
             .and_then(|c| c.active.as_mut())
             .expect("an active connection");
-        let aliases = active.topic_aliases.get_or_insert_with(Default::default);
-        let slot = &mut aliases[usize::from(alias - 1)];
-        if publish.topic.is_empty() {
-            match slot {
-                Some(topic) => publish.topic = topic.to_string(),
-                None => return Err(Refusal::TopicAliasUnregistered),
-            }
-        } else if publish.topic.len() <= self.settings.max_topic_length as usize {
-            *slot = Some(publish.topic.as_str().into());
-        }
-        Ok(())
+        active
+            .topic_aliases
+            .resolve(alias, &mut publish.topic, max_topic_length_bytes)
     }
 
     /// The checks every topic a message is published to must pass, whoever
@@ -296,57 +275,24 @@ impl Broker {
         Ok(())
     }
 
-    /// Spends the client's `publish_rate` and `publish_bytes` budgets. The
-    /// budget is the client id's, so reconnecting does not refill it.
+    /// Spends the client's `publish_rate` and `publish_bytes` budgets.
     fn spend_publish_budget(
         &mut self,
         conn: Key,
         payload_bytes: usize,
         now_ms: u64,
     ) -> Result<(), Refusal> {
-        let (rate, bytes_rate) = (
-            self.settings.publish_rate_per_s,
-            self.settings.publish_bytes_per_s,
-        );
-        if rate.is_none() && bytes_rate.is_none() {
-            return Ok(());
-        }
-        let client_id: Box<str> = self.client_id_of(conn).into();
-        let capacity_messages = rate.map_or(f64::INFINITY, f64::from);
-        let capacity_bytes = bytes_rate.map_or(f64::INFINITY, |b| b as f64);
-        let budget = self.budgets.entry(client_id).or_insert(PublishBudget {
-            messages: capacity_messages,
-            bytes: capacity_bytes,
-            updated_ms: now_ms,
-        });
-        let elapsed_s = now_ms.saturating_sub(budget.updated_ms) as f64 / 1000.0;
-        budget.updated_ms = now_ms;
-        budget.messages = (budget.messages + elapsed_s * capacity_messages).min(capacity_messages);
-        budget.bytes = (budget.bytes + elapsed_s * capacity_bytes).min(capacity_bytes);
-        // A message larger than a whole second's bytes is let through into
-        // deficit, so the byte rate never becomes a ban on large messages.
-        if budget.messages < 1.0 || budget.bytes <= 0.0 {
+        let client_id = self
+            .connections
+            .get(conn)
+            .and_then(|c| c.active.as_ref())
+            .and_then(|a| self.sessions.get(a.session))
+            .map_or("-", |s| &*s.client_id);
+        let spent = self.budgets.spend(client_id, payload_bytes, now_ms);
+        if spent.is_err() {
             self.stats.publishes_rate_limited += 1;
-            return Err(Refusal::PublishRateExceeded);
         }
-        budget.messages -= 1.0;
-        budget.bytes -= payload_bytes as f64;
-        Ok(())
-    }
-
-    /// Drops budgets that have refilled: such a client lost nothing.
-    pub(crate) fn forget_full_budgets(&mut self, now_ms: u64) {
-        let (rate, bytes_rate) = (
-            self.settings.publish_rate_per_s,
-            self.settings.publish_bytes_per_s,
-        );
-        let capacity_messages = rate.map_or(f64::INFINITY, f64::from);
-        let capacity_bytes = bytes_rate.map_or(f64::INFINITY, |b| b as f64);
-        self.budgets.retain(|_, budget| {
-            let elapsed_s = now_ms.saturating_sub(budget.updated_ms) as f64 / 1000.0;
-            budget.messages + elapsed_s * capacity_messages < capacity_messages
-                || budget.bytes + elapsed_s * capacity_bytes < capacity_bytes
-        });
+        spent
     }
 
     /// A refused publish: MQTT 5 is told why on its PUBACK or PUBREC; a
