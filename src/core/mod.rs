@@ -381,6 +381,7 @@ impl Broker {
             Some(_) => self.stats.connections_accepted += 1,
             None => self.stats.connections_refused_busy += 1,
         }
+        debug_assert!(self.connections.len() <= self.settings.max_connections as usize);
         key
     }
 
@@ -579,6 +580,7 @@ impl Broker {
                 self.close_silently(conn, now_ms, out);
             }
         }
+        debug_assert_eq!(self.connections.len(), 0, "a stop closes every connection");
     }
 
     fn next_assigned_client_id(&mut self) -> String {
@@ -671,6 +673,10 @@ impl Broker {
         let connection = self.connections.remove(conn).expect("checked above");
         let active = connection.active.expect("checked above");
         self.detach_session(active, publish_will, now_ms, out);
+        debug_assert!(
+            !self.connections.contains(conn),
+            "an ended connection is gone"
+        );
     }
 
     pub(crate) fn client_id_of(&self, conn: Key) -> &str {

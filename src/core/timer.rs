@@ -5,6 +5,7 @@
 /// How often retention by size runs; retention by age runs at a tenth of
 /// the shortest `retention_period`, and never more often than this.
 pub(crate) const SIZE_SWEEP_MS: u64 = 1_000;
+const _: () = assert!(SIZE_SWEEP_MS > 0);
 
 pub(crate) struct Timers {
     position_commit_interval_ms: u64,

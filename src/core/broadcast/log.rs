@@ -72,6 +72,7 @@ fn window_from_bytes(bytes: &[u8]) -> Option<Vec<(u16, u64, bool)>> {
 
 /// Records removed per trim write.
 const TRIM_BATCH_RECORDS: u32 = 1_000;
+const _: () = assert!(TRIM_BATCH_RECORDS > 0);
 
 /// What the provider held of the log at start.
 #[derive(Debug, Default)]

@@ -71,6 +71,7 @@ impl RetainedStore {
         }
         self.held_bytes = after;
         self.values.insert(message.topic.clone(), message);
+        debug_assert!(self.held_bytes <= self.max_bytes);
         Ok(())
     }
 

@@ -325,7 +325,10 @@ impl Broker {
             .sessions
             .insert_with(|_| Session::new(client_id, expiry_interval_s))
             .expect("the session table is bounded far above its use");
-        self.sessions_by_client_id.insert(client_id.into(), key);
+        let replaced = self.sessions_by_client_id.insert(client_id.into(), key);
+        // Whatever held the client id before was ended above.
+        debug_assert!(replaced.is_none_or(|old| !self.sessions.contains(old)));
+        debug_assert!(self.sessions_by_client_id.len() <= self.sessions.len());
         key
     }
 
@@ -492,6 +495,8 @@ impl Broker {
         if self.sessions_by_client_id.get(&*session.client_id) == Some(&session_key) {
             self.sessions_by_client_id.remove(&*session.client_id);
         }
+        // Every client id names a session the table holds.
+        debug_assert!(self.sessions_by_client_id.len() <= self.sessions.len());
         if let Some((will, _)) = session.pending_will.take().map(|b| *b) {
             self.publish_will(will, Rc::clone(&session.client_id), now_ms, out);
         }

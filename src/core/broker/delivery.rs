@@ -204,6 +204,7 @@ impl Broker {
             }
             self.stats.deliveries_sent += 1;
             session.inflight_bytes += cost;
+            debug_assert!(!session.inflight.contains_key(&packet_id));
             session.inflight.insert(
                 packet_id,
                 InFlight {

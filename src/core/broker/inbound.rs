@@ -402,7 +402,9 @@ impl Broker {
             message,
             received_at_ms: now_ms,
         };
-        session.held_publishes.insert(packet_id, held);
+        let previous = session.held_publishes.insert(packet_id, held);
+        debug_assert!(previous.is_none(), "checked above: a new exchange");
+        debug_assert!(session.held_publishes.len() <= receive_maximum);
         // Stored first where the session keeps a record.
         self.pubrec_after_hold(conn, session_key, packet_id, now_ms, out);
     }

@@ -82,6 +82,8 @@ const TAIL_CACHE_BYTES: u64 = 256 * 1024;
 /// Records removed per trim write, so a sweep never holds the storage
 /// thread for long.
 const TRIM_BATCH_RECORDS: u32 = 1_000;
+// A batch of none would never make progress.
+const _: () = assert!(READ_BATCH_RECORDS > 0 && TRIM_BATCH_RECORDS > 0 && TAIL_CACHE_BYTES > 0);
 
 pub(crate) struct Channel {
     pub settings: ChannelSettings,
@@ -212,6 +214,10 @@ pub(crate) enum PendingAck {
 impl Broker {
     pub(crate) fn next_ticket(&mut self) -> u64 {
         self.next_ticket += 1;
+        debug_assert!(
+            !self.pending.contains_key(&self.next_ticket),
+            "a ticket names one request"
+        );
         self.next_ticket
     }
 
@@ -280,6 +286,11 @@ impl Broker {
             return Err(Box::new(message));
         }
         self.pending_publish_bytes += cost_bytes;
+        // One publish is always taken; past that, the bound holds.
+        debug_assert!(
+            self.pending_publish_bytes == cost_bytes
+                || self.pending_publish_bytes <= self.pending_publish_max_bytes()
+        );
         self.latest_storing(channel, &message.topic, true);
         let pending = match conn {
             Some((conn, ack)) => Pending::Publish {

@@ -99,10 +99,16 @@ impl Session {
     /// A packet identifier no outgoing exchange of this session holds.
     /// The window is bounded well below 65,535, so one is always free.
     pub fn allocate_packet_id(&mut self) -> u16 {
+        // Receive Maximum keeps far fewer than 65,535 exchanges open.
+        debug_assert!(
+            self.inflight.len() < usize::from(u16::MAX),
+            "a free identifier"
+        );
         loop {
             let id = self.next_packet_id;
             self.next_packet_id = if id == u16::MAX { 1 } else { id + 1 };
             if !self.inflight.contains_key(&id) {
+                debug_assert_ne!(id, 0, "0 is no packet identifier");
                 return id;
             }
         }

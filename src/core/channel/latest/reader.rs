@@ -30,6 +30,7 @@ const READ_BATCH_RECORDS: u32 = 64;
 /// fallen behind is served its changes by a cursor from the lowest one
 /// waiting instead, so what it holds stays small however many topics move.
 pub(crate) const WAITING_CHANGES_MAX: usize = 1_024;
+const _: () = assert!(READ_BATCH_RECORDS > 0 && WAITING_CHANGES_MAX > 0);
 
 /// A cursor over the channel's current values: sent as state (RETAIN
 /// set) for a SUBSCRIBE's state pass or what a resume missed, or as changes

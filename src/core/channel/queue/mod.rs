@@ -39,6 +39,7 @@ use rules::{available_at_ms, backoff_gap_ms, is_expired, Backoff, DeliveryId, OF
 const READ_BATCH_RECORDS: u32 = 32;
 /// Bytes one body read may bring in.
 const READ_BATCH_BYTES: u64 = 256 * 1024;
+const _: () = assert!(READ_BATCH_RECORDS > 0 && READ_BATCH_BYTES > 0);
 /// How often a dead-letter move that keeps failing the same way is warned of.
 const MOVE_WARNING_EVERY_MS: u64 = 60_000;
 
@@ -542,6 +543,8 @@ impl Broker {
     /// Puts a job back; one whose attempts are spent is dead-lettered instead.
     fn set_available(&mut self, q: usize, offset: u64, available_at: u64) {
         let queue = &mut self.queues.list[q];
+        // A job is in one state: one going back is no worker's.
+        debug_assert!(queue.held.values().all(|&held| held != offset));
         if let Some(job) = queue.jobs.get_mut(&offset) {
             job.state = JobState::Available;
             job.available_at_ms = available_at;
@@ -798,9 +801,15 @@ impl Broker {
         self.stats.deliveries_sent += 1;
         self.queues.on_wire.insert((worker, packet_id));
         let queue = &mut self.queues.list[q];
-        queue.held.insert(worker, offset);
+        let previous = queue.held.insert(worker, offset);
+        debug_assert!(previous.is_none(), "a worker holds one job at a time");
         queue.bodies.remove(&offset);
         let job = queue.jobs.get_mut(&offset).expect("offered above");
+        debug_assert_eq!(
+            job.state,
+            JobState::Available,
+            "only a waiting job is offered"
+        );
         job.state = JobState::Delivering {
             worker,
             packet_id,
@@ -840,6 +849,7 @@ impl Broker {
                 } = job.state
                 {
                     if on_wire == packet_id && worker == session_key {
+                        debug_assert!(timeout_ms > 0, "a lease runs for a while");
                         job.state = JobState::Leased {
                             worker,
                             delivery,
