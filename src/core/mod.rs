@@ -36,7 +36,6 @@ pub use channel::queue::rules as queue_rules;
 pub use channel::{claims, latest, queue};
 use connection::{Active, Connection};
 pub use refusal::Refusal;
-use session::Session;
 pub use slab::Key;
 use slab::Slab;
 
@@ -271,14 +270,12 @@ pub struct Stats {
 pub struct Broker {
     pub(crate) settings: Settings,
     pub(crate) connections: Slab<Connection>,
-    pub(crate) sessions: Slab<Session>,
-    pub(crate) sessions_by_client_id: HashMap<Box<str>, Key>,
+    pub(crate) sessions: session::table::Sessions,
     pub(crate) index: TopicIndex,
     pub(crate) stats: Stats,
     pub(crate) budgets: connection::budget::PublishBudgets,
     pub(crate) retained: broadcast::retained::RetainedStore,
-    pub(crate) groups: Slab<broadcast::shared::SharedGroup>,
-    pub(crate) groups_by_name: HashMap<(Box<str>, Box<str>), Key>,
+    pub(crate) groups: broadcast::shared::SharedGroups,
     pub(crate) channels: Vec<channel::Channel>,
     pub(crate) claims: channel::claims::Claims,
     pub(crate) readers: Slab<channel::Reader>,
@@ -290,7 +287,6 @@ pub struct Broker {
     pub(crate) pending_publish_bytes: u64,
     pub(crate) id_generator: crate::store::MessageIdGenerator,
     timers: timer::Timers,
-    next_assigned_id: u64,
     /// Reused by routing so that a publish allocates no match list.
     pub(crate) match_scratch: Vec<Subscriber>,
     /// Session records in the session provider.
@@ -305,10 +301,7 @@ impl Broker {
         let queues = channel::queue::Queues::new(&mut settings.channels, settings.start_unix_ms);
         Broker {
             connections: Slab::with_capacity(max_connections),
-            // Away sessions are bounded by their expiry; the table grows
-            // with use up to a bound far above what a gateway holds.
-            sessions: Slab::growable(u32::MAX as usize),
-            sessions_by_client_id: HashMap::new(),
+            sessions: session::table::Sessions::new(),
             index: TopicIndex::new(),
             stats: Stats::default(),
             budgets: connection::budget::PublishBudgets::new(
@@ -316,8 +309,7 @@ impl Broker {
                 settings.publish_bytes_per_s,
             ),
             retained: broadcast::retained::RetainedStore::new(settings.retained_max_bytes),
-            groups: Slab::growable(u32::MAX as usize),
-            groups_by_name: HashMap::new(),
+            groups: broadcast::shared::SharedGroups::new(),
             channels: settings
                 .channels
                 .iter_mut()
@@ -341,7 +333,6 @@ impl Broker {
                     .flatten()
                     .min(),
             ),
-            next_assigned_id: 0,
             match_scratch: Vec::new(),
             persist: broker::persist::Persistence::default(),
             settings,
@@ -581,16 +572,6 @@ impl Broker {
             }
         }
         debug_assert_eq!(self.connections.len(), 0, "a stop closes every connection");
-    }
-
-    fn next_assigned_client_id(&mut self) -> String {
-        loop {
-            self.next_assigned_id += 1;
-            let id = format!("saguin-{:016x}", self.next_assigned_id);
-            if !self.sessions_by_client_id.contains_key(id.as_str()) {
-                return id;
-            }
-        }
     }
 
     pub(crate) fn send(&mut self, conn: Key, packet: &Packet, out: &mut impl Transport) {

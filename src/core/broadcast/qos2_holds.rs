@@ -430,7 +430,7 @@ impl Broker {
         let (mut restored, mut abandoned) = (0u64, Vec::new());
         for hold in holds {
             let parsed = parse_hold_key(&hold.key).and_then(|(client_id, packet_id)| {
-                let session = *self.sessions_by_client_id.get(client_id)?;
+                let session = self.sessions.key_of(client_id)?;
                 Some((session, packet_id))
             });
             let message = encoding::message_from_bytes(&hold.value)

@@ -2,12 +2,13 @@
 //! one member of the group, taking turns among the members able to take it
 //! now, and holds what none can take yet.
 
-use std::collections::VecDeque;
+use std::collections::{HashMap, VecDeque};
 use std::rc::Rc;
 
 use crate::codec::{QoS, SubscriptionOptions};
 use crate::core::broadcast::topic_index::{Subscriber, Target};
 use crate::core::message::{Delivery, Message};
+use crate::core::slab::Slab;
 use crate::core::{Broker, Key, Transport};
 
 #[derive(Debug, Clone)]
@@ -28,16 +29,43 @@ pub struct SharedGroup {
     pub backlog_bytes: u64,
 }
 
-impl Broker {
-    /// Adds `session` to the group `share_name` over `filter`, making the
-    /// group on its first member. Returns the group.
-    pub(crate) fn join_group(&mut self, share_name: &str, filter: &str, member: Member) -> Key {
+/// Every shared group, by key and by its share name and filter. A group
+/// lives while it has members.
+pub(crate) struct SharedGroups {
+    table: Slab<SharedGroup>,
+    by_name: HashMap<(Box<str>, Box<str>), Key>,
+}
+
+impl SharedGroups {
+    pub fn new() -> SharedGroups {
+        SharedGroups {
+            // Bounded by the subscriptions that make them.
+            table: Slab::growable(u32::MAX as usize),
+            by_name: HashMap::new(),
+        }
+    }
+
+    pub fn get(&self, key: Key) -> Option<&SharedGroup> {
+        self.table.get(key)
+    }
+
+    pub fn get_mut(&mut self, key: Key) -> Option<&mut SharedGroup> {
+        self.table.get_mut(key)
+    }
+
+    pub fn keys(&self) -> Vec<Key> {
+        self.table.keys()
+    }
+
+    /// Adds a member to the group `share_name` over `filter`, or updates
+    /// the one it is; returns the group, and whether this made it.
+    pub fn join(&mut self, share_name: &str, filter: &str, member: Member) -> (Key, bool) {
         let name = (Box::<str>::from(share_name), Box::<str>::from(filter));
-        let key = match self.groups_by_name.get(&name) {
-            Some(&key) => key,
+        let (key, made) = match self.by_name.get(&name) {
+            Some(&key) => (key, false),
             None => {
                 let key = self
-                    .groups
+                    .table
                     .insert_with(|_| SharedGroup {
                         share_name: name.0.clone(),
                         filter: name.1.clone(),
@@ -47,17 +75,11 @@ impl Broker {
                         backlog_bytes: 0,
                     })
                     .expect("groups are bounded by the subscriptions that make them");
-                let entry = Subscriber {
-                    target: Target::Group(key),
-                    options: SubscriptionOptions::default(),
-                    subscription_id: None,
-                };
-                self.index.insert(filter, entry);
-                self.groups_by_name.insert(name, key);
-                key
+                self.by_name.insert(name, key);
+                (key, true)
             }
         };
-        let group = self.groups.get_mut(key).expect("found or made above");
+        let group = self.table.get_mut(key).expect("found or made above");
         match group
             .members
             .iter_mut()
@@ -66,22 +88,50 @@ impl Broker {
             Some(existing) => *existing = member,
             None => group.members.push(member),
         }
+        debug_assert_eq!(self.by_name.len(), self.table.len());
+        (key, made)
+    }
+
+    /// Takes `session` out of a group; the group its last member leaves
+    /// ends, and is handed back with whatever it still held.
+    pub fn leave(&mut self, key: Key, session: Key) -> Option<SharedGroup> {
+        let group = self.table.get_mut(key)?;
+        group.members.retain(|m| m.session != session);
+        if !group.members.is_empty() {
+            return None;
+        }
+        let group = self.table.remove(key).expect("checked above");
+        let named = self
+            .by_name
+            .remove(&(group.share_name.clone(), group.filter.clone()));
+        debug_assert_eq!(named, Some(key), "a group is found by its name");
+        debug_assert_eq!(self.by_name.len(), self.table.len());
+        Some(group)
+    }
+}
+
+impl Broker {
+    /// Adds `session` to the group `share_name` over `filter`, making the
+    /// group on its first member. Returns the group.
+    pub(crate) fn join_group(&mut self, share_name: &str, filter: &str, member: Member) -> Key {
+        let (key, made) = self.groups.join(share_name, filter, member);
+        if made {
+            let entry = Subscriber {
+                target: Target::Group(key),
+                options: SubscriptionOptions::default(),
+                subscription_id: None,
+            };
+            self.index.insert(filter, entry);
+        }
         key
     }
 
     /// Takes `session` out of a group; the last member to leave ends the
     /// group and whatever it still held.
     pub(crate) fn leave_group(&mut self, group_key: Key, session: Key) {
-        let Some(group) = self.groups.get_mut(group_key) else {
-            return;
-        };
-        group.members.retain(|m| m.session != session);
-        if group.members.is_empty() {
-            let group = self.groups.remove(group_key).expect("checked above");
+        if let Some(group) = self.groups.leave(group_key, session) {
             self.stats.shared_backlog_dropped += group.backlog.len() as u64;
             self.index.remove(&group.filter, Target::Group(group_key));
-            self.groups_by_name
-                .remove(&(group.share_name, group.filter));
         }
     }
 

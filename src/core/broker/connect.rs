@@ -53,7 +53,7 @@ impl Broker {
         }
         let version = connect.protocol_version;
         let client_id = if connect.client_id.is_empty() {
-            self.next_assigned_client_id()
+            self.sessions.assign_client_id()
         } else {
             connect.client_id.clone()
         };
@@ -291,7 +291,7 @@ impl Broker {
         now_ms: u64,
         out: &mut impl Transport,
     ) -> Key {
-        if let Some(&existing) = self.sessions_by_client_id.get(client_id) {
+        if let Some(existing) = self.sessions.key_of(client_id) {
             let owner = self
                 .sessions
                 .get(existing)
@@ -321,15 +321,9 @@ impl Broker {
                 }
             }
         }
-        let key = self
-            .sessions
-            .insert_with(|_| Session::new(client_id, expiry_interval_s))
-            .expect("the session table is bounded far above its use");
-        let replaced = self.sessions_by_client_id.insert(client_id.into(), key);
         // Whatever held the client id before was ended above.
-        debug_assert!(replaced.is_none_or(|old| !self.sessions.contains(old)));
-        debug_assert!(self.sessions_by_client_id.len() <= self.sessions.len());
-        key
+        self.sessions
+            .insert(Session::new(client_id, expiry_interval_s))
     }
 
     /// Disconnects the connection that held a session another CONNECT now
@@ -492,11 +486,6 @@ impl Broker {
         let Some(mut session) = self.sessions.remove(session_key) else {
             return;
         };
-        if self.sessions_by_client_id.get(&*session.client_id) == Some(&session_key) {
-            self.sessions_by_client_id.remove(&*session.client_id);
-        }
-        // Every client id names a session the table holds.
-        debug_assert!(self.sessions_by_client_id.len() <= self.sessions.len());
         if let Some((will, _)) = session.pending_will.take().map(|b| *b) {
             self.publish_will(will, Rc::clone(&session.client_id), now_ms, out);
         }

@@ -230,7 +230,7 @@ impl Broker {
             self.persist.stored.insert(key.as_str().into());
             // What the session acknowledged is stored before its record,
             // in the same order on the same provider.
-            let session = self.sessions_by_client_id.get(key.as_str()).copied();
+            let session = self.sessions.key_of(key.as_str());
             let cursors = session.map(|s| self.cursor_writes(s)).unwrap_or_default();
             if riding.is_some() {
                 writes.extend(cursors);
@@ -285,7 +285,7 @@ impl Broker {
             .persist
             .log_ends
             .iter()
-            .filter(|id| !self.sessions_by_client_id.contains_key(&***id))
+            .filter(|id| self.sessions.key_of(id).is_none())
             .cloned()
             .collect();
         for client_id in owed {
@@ -363,7 +363,7 @@ impl Broker {
             return;
         }
         // A session that replaced it under the same id writes its own.
-        if self.sessions_by_client_id.contains_key(client_id) {
+        if self.sessions.key_of(client_id).is_some() {
             return;
         }
         self.persist.user_names.remove(client_id);
@@ -408,7 +408,7 @@ impl Broker {
         self.persist.last_retry_ms = now_ms;
         let dirty = std::mem::take(&mut self.persist.dirty);
         for client_id in dirty {
-            match self.sessions_by_client_id.get(&client_id).copied() {
+            match self.sessions.key_of(&client_id) {
                 Some(session) => self.save_session(session, now_ms, out),
                 None => {
                     self.persist.stored.insert(client_id.clone());
@@ -1113,10 +1113,7 @@ impl Broker {
             }
             let key = self
                 .sessions
-                .insert_with(|_| Session::new(&client_id, record.expiry_interval_s))
-                .expect("the session table is bounded far above its use");
-            self.sessions_by_client_id
-                .insert(client_id.as_str().into(), key);
+                .insert(Session::new(&client_id, record.expiry_interval_s));
             let expires_unix_ms = match (record.expiry_interval_s, record.disconnected_unix_ms) {
                 (u32::MAX, _) => None,
                 (expiry_s, Some(at)) => Some(at.saturating_add(u64::from(expiry_s) * 1000)),

@@ -73,11 +73,8 @@ impl PubackOrder {
     /// as its packet identifier and answer. A later publish answered first
     /// waits behind it.
     pub fn next_due(&mut self) -> Option<(u16, Result<(), Refusal>)> {
-        if self.waiting.front()?.answer.is_none() {
-            return None;
-        }
+        let answer = self.waiting.front()?.answer?;
         let entry = self.waiting.pop_front()?;
-        let answer = entry.answer.expect("checked above");
         Some((entry.packet_id, answer))
     }
 }
@@ -88,8 +85,11 @@ impl PubackOrder {
 #[derive(Default)]
 pub(crate) struct TopicAliases {
     /// Made on the first alias: most connections never use one.
-    slots: Option<Box<heapless::Vec<(u16, Box<str>), ALIASES>>>,
+    slots: Option<Box<AliasTable>>,
 }
+
+/// Each registered alias with its topic.
+type AliasTable = heapless::Vec<(u16, Box<str>), ALIASES>;
 
 const ALIASES: usize = TOPIC_ALIAS_MAXIMUM as usize;
 // An alias is a nonzero u16, and the CONNACK advertises the bound.

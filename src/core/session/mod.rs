@@ -1,6 +1,7 @@
 //! What the broker keeps for a client id between connections.
 
 pub(crate) mod record;
+pub(crate) mod table;
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::rc::Rc;
