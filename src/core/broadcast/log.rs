@@ -484,8 +484,7 @@ impl Broker {
                     .map(|d| &d.message)
             });
         let owed = group
-            .backlog
-            .iter()
+            .backlog()
             .chain(handed)
             .filter_map(|m| self.offset_of(m))
             .min();
@@ -961,10 +960,7 @@ impl Broker {
                 backlog.push(message);
             }
             if let Some(group) = self.groups.get_mut(key) {
-                for message in backlog {
-                    group.backlog_bytes += message.cost_bytes();
-                    group.backlog.push_back(message);
-                }
+                group.restore(backlog);
             }
             self.drain_group(key, now_ms, out);
         }

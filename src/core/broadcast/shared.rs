@@ -1,15 +1,14 @@
-//! Shared subscriptions: `$share/<group>/<filter>` hands each message to
-//! one member of the group, taking turns among the members able to take it
-//! now, and holds what none can take yet.
+//! Shared subscriptions' groups: `$share/<group>/<filter>` makes a group
+//! whose members take turns at its messages, with a backlog of what none
+//! could take yet. How a message reaches a member is the broker's
+//! (`broker/shared.rs`).
 
 use std::collections::{HashMap, VecDeque};
 use std::rc::Rc;
 
 use crate::codec::{QoS, SubscriptionOptions};
-use crate::core::broadcast::topic_index::{Subscriber, Target};
-use crate::core::message::{Delivery, Message};
-use crate::core::slab::Slab;
-use crate::core::{Broker, Key, Transport};
+use crate::core::message::Message;
+use crate::core::slab::{Key, Slab};
 
 #[derive(Debug, Clone)]
 pub struct Member {
@@ -25,8 +24,87 @@ pub struct SharedGroup {
     /// Where the next turn starts.
     next_member: usize,
     /// QoS 1 and 2 messages no member could take yet, oldest first.
-    pub backlog: VecDeque<Rc<Message>>,
-    pub backlog_bytes: u64,
+    backlog: VecDeque<Rc<Message>>,
+    backlog_bytes: u64,
+}
+
+impl SharedGroup {
+    /// The QoS of the oldest message the backlog holds.
+    pub fn front_qos(&self) -> Option<QoS> {
+        self.backlog.front().map(|m| m.qos)
+    }
+
+    /// The messages the backlog holds, oldest first.
+    pub fn backlog(&self) -> impl Iterator<Item = &Rc<Message>> {
+        self.backlog.iter()
+    }
+
+    /// Members' indices in turn order, starting with whose turn it is.
+    pub fn turn_order(&self) -> impl Iterator<Item = usize> + '_ {
+        let count = self.members.len();
+        (0..count).map(move |step| (self.next_member + step) % count)
+    }
+
+    /// Gives member `index` this turn; the next starts after it.
+    pub fn take_turn(&mut self, index: usize) -> Member {
+        debug_assert!(index < self.members.len());
+        self.next_member = (index + 1) % self.members.len();
+        self.members[index].clone()
+    }
+
+    /// Keeps `message` for a member to collect, giving up the oldest while
+    /// the backlog would pass `bound_bytes`; returns how many it gave up.
+    pub fn hold(&mut self, message: Rc<Message>, bound_bytes: u64) -> u64 {
+        let cost = message.cost_bytes();
+        let mut dropped = 0;
+        while self.backlog_bytes + cost > bound_bytes {
+            let Some(oldest) = self.backlog.pop_front() else {
+                break;
+            };
+            self.backlog_bytes -= oldest.cost_bytes();
+            dropped += 1;
+        }
+        self.backlog_bytes += cost;
+        self.backlog.push_back(message);
+        // One message is always held, however large.
+        debug_assert!(self.backlog.len() == 1 || self.backlog_bytes <= bound_bytes);
+        dropped
+    }
+
+    /// Adds restored messages behind what the backlog holds.
+    pub fn restore(&mut self, messages: Vec<Rc<Message>>) {
+        for message in messages {
+            self.backlog_bytes += message.cost_bytes();
+            self.backlog.push_back(message);
+        }
+    }
+
+    /// Takes the oldest message out.
+    pub fn take_front(&mut self) -> Option<Rc<Message>> {
+        let message = self.backlog.pop_front()?;
+        self.backlog_bytes -= message.cost_bytes();
+        Some(message)
+    }
+
+    /// Puts back in front a message a member left unfinished.
+    pub fn put_back(&mut self, message: Rc<Message>) {
+        self.backlog_bytes += message.cost_bytes();
+        self.backlog.push_front(message);
+    }
+
+    /// Gives up messages received `expires_after_ms` or longer before
+    /// `now_unix_ms`; returns how many.
+    fn expire(&mut self, now_unix_ms: u64, expires_after_ms: u64) -> u64 {
+        let mut dropped = 0;
+        while let Some(oldest) = self.backlog.front() {
+            if now_unix_ms.saturating_sub(oldest.received_at_unix_ms) < expires_after_ms {
+                break;
+            }
+            self.take_front();
+            dropped += 1;
+        }
+        dropped
+    }
 }
 
 /// Every shared group, by key and by its share name and filter. A group
@@ -55,6 +133,17 @@ impl SharedGroups {
 
     pub fn keys(&self) -> Vec<Key> {
         self.table.keys()
+    }
+
+    /// Gives up every backlogged message past its time; returns how many.
+    pub fn expire_backlogs(&mut self, now_unix_ms: u64, expires_after_ms: u64) -> u64 {
+        let mut dropped = 0;
+        for key in self.table.keys() {
+            if let Some(group) = self.table.get_mut(key) {
+                dropped += group.expire(now_unix_ms, expires_after_ms);
+            }
+        }
+        dropped
     }
 
     /// Adds a member to the group `share_name` over `filter`, or updates
@@ -110,224 +199,76 @@ impl SharedGroups {
     }
 }
 
-impl Broker {
-    /// Adds `session` to the group `share_name` over `filter`, making the
-    /// group on its first member. Returns the group.
-    pub(crate) fn join_group(&mut self, share_name: &str, filter: &str, member: Member) -> Key {
-        let (key, made) = self.groups.join(share_name, filter, member);
-        if made {
-            let entry = Subscriber {
-                target: Target::Group(key),
-                options: SubscriptionOptions::default(),
-                subscription_id: None,
-            };
-            self.index.insert(filter, entry);
-        }
-        key
-    }
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::codec::Properties;
 
-    /// Takes `session` out of a group; the last member to leave ends the
-    /// group and whatever it still held.
-    pub(crate) fn leave_group(&mut self, group_key: Key, session: Key) {
-        if let Some(group) = self.groups.leave(group_key, session) {
-            self.stats.shared_backlog_dropped += group.backlog.len() as u64;
-            self.index.remove(&group.filter, Target::Group(group_key));
-        }
-    }
-
-    /// Hands `message` to one member of the group, or holds it in the
-    /// group's backlog when none can take it now. A message arriving while
-    /// the backlog holds anything waits behind it, to keep one publisher's
-    /// messages in order.
-    pub(crate) fn route_to_group(
-        &mut self,
-        group_key: Key,
-        message: &Rc<Message>,
-        now_ms: u64,
-        out: &mut impl Transport,
-    ) {
-        let Some(group) = self.groups.get(group_key) else {
-            return;
-        };
-        if group.backlog.is_empty() {
-            if let Some(member) = self.next_able_member(group_key, message.qos) {
-                self.deliver_to_member(group_key, member, Rc::clone(message), now_ms, out);
-                return;
-            }
-        }
-        if message.qos == QoS::AtMostOnce {
-            // A QoS 0 message is owed to nobody: no member could take it.
-            self.stats.shared_dropped += 1;
-            return;
-        }
-        if !self.group_can_hold(group_key) {
-            self.stats.shared_dropped += 1;
-            return;
-        }
-        let bound = self.settings.session_queue_bytes;
-        let group = self.groups.get_mut(group_key).expect("checked above");
-        let cost = message.cost_bytes();
-        // The backlog is bounded like a session's queue: the oldest goes.
-        while group.backlog_bytes + cost > bound {
-            let Some(oldest) = group.backlog.pop_front() else {
-                break;
-            };
-            group.backlog_bytes -= oldest.cost_bytes();
-            self.stats.shared_backlog_dropped += 1;
-        }
-        group.backlog_bytes += cost;
-        group.backlog.push_back(Rc::clone(message));
-        self.drain_group(group_key, now_ms, out);
-    }
-
-    /// A backlog is kept only while a member can come to collect it: one
-    /// that is connected, or whose session outlives its connection.
-    fn group_can_hold(&self, group_key: Key) -> bool {
-        let Some(group) = self.groups.get(group_key) else {
-            return false;
-        };
-        group.members.iter().any(|m| {
-            self.sessions
-                .get(m.session)
-                .is_some_and(|s| s.connection.is_some() || s.expiry_interval_s > 0)
+    fn message(payload_bytes: usize, received_at_unix_ms: u64) -> Rc<Message> {
+        Rc::new(Message {
+            topic: "t".into(),
+            payload: vec![0; payload_bytes],
+            qos: QoS::AtLeastOnce,
+            retain: false,
+            properties: Properties::default(),
+            received_at_unix_ms,
+            publisher: None,
         })
     }
 
-    /// Hands backlogged messages to members while any can take one.
-    pub(crate) fn drain_group(&mut self, group_key: Key, now_ms: u64, out: &mut impl Transport) {
-        loop {
-            let Some(front_qos) = self
-                .groups
-                .get(group_key)
-                .and_then(|g| g.backlog.front())
-                .map(|m| m.qos)
-            else {
-                return;
-            };
-            let Some(member) = self.next_able_member(group_key, front_qos) else {
-                return;
-            };
-            let group = self.groups.get_mut(group_key).expect("checked above");
-            let message = group.backlog.pop_front().expect("front exists");
-            group.backlog_bytes -= message.cost_bytes();
-            self.deliver_to_member(group_key, member, message, now_ms, out);
+    fn member(session: Key) -> Member {
+        Member {
+            session,
+            options: SubscriptionOptions::default(),
+            subscription_id: None,
         }
     }
 
-    /// Drains every group `session` belongs to, once it has room.
-    pub(crate) fn drain_groups_of(
-        &mut self,
-        session_key: Key,
-        now_ms: u64,
-        out: &mut impl Transport,
-    ) {
-        let Some(session) = self.sessions.get(session_key) else {
-            return;
-        };
-        let groups: Vec<Key> = session
-            .subscriptions
-            .values()
-            .filter_map(|s| s.group)
-            .collect();
-        for group in groups {
-            self.drain_group(group, now_ms, out);
-        }
+    #[test]
+    fn a_backlog_keeps_its_bound_by_giving_up_the_oldest() {
+        let mut groups = SharedGroups::new();
+        let (key, made) = groups.join(
+            "g",
+            "t/#",
+            member(Key {
+                index: 1,
+                generation: 0,
+            }),
+        );
+        assert!(made);
+        let group = groups.get_mut(key).expect("made");
+        let one = message(100, 0).cost_bytes();
+        assert_eq!(group.hold(message(100, 0), 2 * one), 0);
+        assert_eq!(group.hold(message(100, 1_000), 2 * one), 0);
+        assert_eq!(group.hold(message(100, 2_000), 2 * one), 1, "the oldest goes");
+        let kept: Vec<u64> = group.backlog().map(|m| m.received_at_unix_ms).collect();
+        assert_eq!(kept, [1_000, 2_000]);
+        assert_eq!(groups.expire_backlogs(2_500, 1_000), 1);
+        assert_eq!(groups.get(key).expect("kept").backlog().count(), 1);
     }
 
-    /// The member whose turn it is among those able to take a message of
-    /// `qos` now: connected and, above QoS 0, with room in its window and
-    /// nothing already waiting.
-    fn next_able_member(&mut self, group_key: Key, qos: QoS) -> Option<Member> {
-        let group = self.groups.get(group_key)?;
-        let count = group.members.len();
-        for step in 0..count {
-            let index = (group.next_member + step) % count;
-            let member = &group.members[index];
-            if self.member_is_able(member, qos) {
-                let member = member.clone();
-                let group = self.groups.get_mut(group_key).expect("checked above");
-                group.next_member = (index + 1) % count;
-                return Some(member);
-            }
-        }
-        None
-    }
-
-    fn member_is_able(&self, member: &Member, qos: QoS) -> bool {
-        if qos.min(member.options.qos) == QoS::AtMostOnce {
-            return self.session_is_connected(member.session);
-        }
-        self.session_has_room(member.session)
-    }
-
-    fn deliver_to_member(
-        &mut self,
-        group_key: Key,
-        member: Member,
-        message: Rc<Message>,
-        now_ms: u64,
-        out: &mut impl Transport,
-    ) {
-        let delivery = Delivery {
-            qos: message.qos.min(member.options.qos),
-            retain: member.options.retain_as_published && message.retain,
-            subscription_ids: member.subscription_id.into_iter().collect(),
-            group: Some(group_key),
-            reader: None,
-            latest: None,
-            message,
-        };
-        self.deliver(member.session, delivery, now_ms, out);
-    }
-
-    /// What an ending member leaves unfinished: QoS 1 goes back to the front
-    /// of its group, to be served again; QoS 2 goes to no other member.
-    pub(crate) fn return_to_groups(
-        &mut self,
-        deliveries: Vec<Delivery>,
-        now_ms: u64,
-        out: &mut impl Transport,
-    ) {
-        let mut touched = Vec::new();
-        for delivery in deliveries.into_iter().rev() {
-            let Some(group_key) = delivery.group else {
-                continue;
-            };
-            if delivery.qos != QoS::AtLeastOnce {
-                self.stats.shared_dropped += 1;
-                continue;
-            }
-            let Some(group) = self.groups.get_mut(group_key) else {
-                self.stats.shared_dropped += 1;
-                continue;
-            };
-            group.backlog_bytes += delivery.message.cost_bytes();
-            group.backlog.push_front(delivery.message);
-            if !touched.contains(&group_key) {
-                touched.push(group_key);
-            }
-        }
-        for group_key in touched {
-            self.drain_group(group_key, now_ms, out);
-        }
-    }
-
-    /// Drops backlogged messages older than `broker.share.expires_after`.
-    pub(crate) fn expire_group_backlogs(&mut self, now_ms: u64) {
-        let Some(expires_after_ms) = self.settings.share_expires_after_ms else {
-            return;
-        };
-        let now_unix_ms = self.unix_ms(now_ms);
-        for key in self.groups.keys() {
-            let group = self.groups.get_mut(key).expect("key just listed");
-            while let Some(oldest) = group.backlog.front() {
-                if now_unix_ms.saturating_sub(oldest.received_at_unix_ms) < expires_after_ms {
-                    break;
-                }
-                group.backlog_bytes -= oldest.cost_bytes();
-                group.backlog.pop_front();
-                self.stats.shared_backlog_dropped += 1;
-            }
-        }
+    #[test]
+    fn members_take_turns_and_the_last_to_leave_ends_the_group() {
+        let mut groups = SharedGroups::new();
+        let (a, b) = (
+            Key {
+                index: 1,
+                generation: 0,
+            },
+            Key {
+                index: 2,
+                generation: 0,
+            },
+        );
+        let (key, _) = groups.join("g", "t", member(a));
+        assert_eq!(groups.join("g", "t", member(b)), (key, false));
+        let group = groups.get_mut(key).expect("made");
+        assert_eq!(group.turn_order().collect::<Vec<_>>(), [0, 1]);
+        assert_eq!(group.take_turn(0).session, a);
+        assert_eq!(group.turn_order().collect::<Vec<_>>(), [1, 0]);
+        assert!(groups.leave(key, a).is_none());
+        assert!(groups.leave(key, b).is_some());
+        assert!(groups.get(key).is_none());
+        assert!(groups.join("g", "t", member(a)).1, "made anew");
     }
 }

@@ -9,4 +9,5 @@ mod inbound;
 pub(crate) mod persist;
 #[cfg(test)]
 mod persist_tests;
+mod shared;
 pub(crate) mod subscribe;
