@@ -15,7 +15,6 @@ const STILL_EXTENDING_BROKER: &[&str] = &[
     "broadcast/log.rs",
     "broadcast/qos2_holds.rs",
     "broadcast/retained_persist.rs",
-    "channel/append/seek.rs",
     "channel/latest/mod.rs",
     "channel/latest/point_read.rs",
     "channel/latest/reader.rs",

@@ -240,7 +240,11 @@ mod tests {
         let one = message(100, 0).cost_bytes();
         assert_eq!(group.hold(message(100, 0), 2 * one), 0);
         assert_eq!(group.hold(message(100, 1_000), 2 * one), 0);
-        assert_eq!(group.hold(message(100, 2_000), 2 * one), 1, "the oldest goes");
+        assert_eq!(
+            group.hold(message(100, 2_000), 2 * one),
+            1,
+            "the oldest goes"
+        );
         let kept: Vec<u64> = group.backlog().map(|m| m.received_at_unix_ms).collect();
         assert_eq!(kept, [1_000, 2_000]);
         assert_eq!(groups.expire_backlogs(2_500, 1_000), 1);

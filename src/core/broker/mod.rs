@@ -9,5 +9,6 @@ mod inbound;
 pub(crate) mod persist;
 #[cfg(test)]
 mod persist_tests;
+mod seek;
 mod shared;
 pub(crate) mod subscribe;
