@@ -27,7 +27,7 @@ use crate::codec::{
 use crate::store::{ReadLimit, Write};
 pub use broadcast::log::{read_log, LogAtStart, BROADCAST_SPACE};
 pub use broadcast::qos2_holds::{is_hold_key, StoredHold};
-pub use broadcast::retained_persist::RETAINED_SPACE;
+pub use broadcast::retained::RETAINED_SPACE;
 use broadcast::topic_index::{Subscriber, TopicIndex};
 pub use broker::persist::SESSIONS_SPACE;
 pub use channel::{ChannelSettings, ChannelStart};
@@ -93,7 +93,7 @@ pub(crate) enum Then {
         client_id: Box<str>,
     },
     /// A retained publish, routed and acknowledged once its value is kept.
-    Retained(Box<crate::core::broadcast::retained_persist::RetainedWrite>),
+    Retained(Box<crate::core::broker::retained_writes::RetainedWrite>),
     /// A retained value's change nobody waits on.
     RetainedBehind {
         topic: Box<str>,
@@ -101,7 +101,7 @@ pub(crate) enum Then {
     /// A QoS 1 broadcast waiting on its log write.
     Logged(Box<crate::core::broadcast::log::LoggedPublish>),
     /// An exactly-once publish's hold, or its release.
-    Hold(Box<crate::core::broadcast::qos2_holds::HoldThen>),
+    Hold(Box<crate::core::broker::exactly_once::HoldThen>),
     /// The cursors and windows stored at an interval: nobody waits, and
     /// a failure has them written again at the next.
     Cursors,

@@ -5,6 +5,5 @@
 pub(crate) mod log;
 pub(crate) mod qos2_holds;
 pub mod retained;
-pub(crate) mod retained_persist;
 pub mod shared;
 pub mod topic_index;

@@ -7,6 +7,9 @@ use std::rc::Rc;
 use crate::codec::topic;
 use crate::core::message::Message;
 
+/// The internal space of retained values in the provider that keeps them.
+pub const RETAINED_SPACE: &str = "$retained";
+
 /// Why a value was not stored.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct StoreFull;

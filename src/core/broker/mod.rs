@@ -5,10 +5,12 @@
 
 mod connect;
 mod delivery;
+pub(crate) mod exactly_once;
 mod inbound;
 pub(crate) mod persist;
 #[cfg(test)]
 mod persist_tests;
+pub(crate) mod retained_writes;
 mod seek;
 mod shared;
 pub(crate) mod subscribe;

@@ -13,14 +13,12 @@
 use crate::core::refusal::Refusal;
 use std::rc::Rc;
 
+use crate::core::broadcast::retained::RETAINED_SPACE;
 use crate::core::message::Message;
 use crate::core::message::{from_stored, publisher_id, to_stored};
 use crate::core::{Broker, Key, Transport};
 use crate::core::{Then, Written};
 use crate::store::{encoding, Write};
-
-/// The internal space of retained values.
-pub const RETAINED_SPACE: &str = "$retained";
 
 /// A retained publish waiting on its value's write.
 pub(crate) struct RetainedWrite {
