@@ -1,9 +1,10 @@
-//! Exactly-once publishes held between PUBREC and PUBREL, for a session
-//! that outlives its connection: kept as a keyed entry in the store the
-//! release writes to - the channel's own entry space for a channel topic,
-//! the broadcast log's for a broadcast - so the release (the record, and
-//! the hold's removal) is one commit in one provider, and a crash leaves
-//! either the hold or the record, never both and never neither.
+//! Holding and releasing exactly-once publishes between PUBREC and
+//! PUBREL, for a session that outlives its connection: each is kept as a
+//! keyed entry in the store the release writes to - the channel's own
+//! entry space for a channel topic, the broadcast log's for a broadcast -
+//! so the release (the record, and the hold's removal) is one commit in
+//! one provider, and a crash leaves either the hold or the record, never
+//! both and never neither.
 //!
 //! The PUBREC follows the hold's commit. A restart gives each restored
 //! session back its holds, so the PUBREL its client sends again completes
