@@ -10,6 +10,7 @@ mod inbound;
 pub(crate) mod persist;
 #[cfg(test)]
 mod persist_tests;
+mod point_read;
 pub(crate) mod retained_writes;
 mod seek;
 mod shared;
