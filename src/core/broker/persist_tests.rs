@@ -4,10 +4,10 @@
 
 use std::collections::VecDeque;
 
-use super::*;
 use crate::codec::{
     Connack, Connect, Publish, QoS, Subscribe, SubscriptionOptions, Unsubscribe, Will,
 };
+use crate::core::*;
 use crate::store::{Answer, Completion, MemoryProvider, Provider, StoreError, Ticket};
 
 const START_UNIX_MS: u64 = 1_700_000_000_000;
@@ -246,8 +246,8 @@ impl Rig {
     }
 }
 
-use super::broadcast_log::window_key;
-use super::session_record::SessionRecord;
+use crate::core::broadcast::log::window_key;
+use crate::core::session::record::SessionRecord;
 
 fn connect(client_id: &str, durable: bool, expiry_s: u32) -> Connect {
     Connect {

@@ -16,11 +16,11 @@
 use std::collections::{BTreeMap, HashMap};
 use std::rc::Rc;
 
-use super::channel::StoredSend;
-use super::latest::{read_bodies, LatestPending, LatestState};
-use super::session::{Delivery, Message};
-use super::{Broker, Key, Transport};
 use crate::codec::{topic, QoS, SubscriptionOptions};
+use crate::core::channel::latest::{read_bodies, LatestPending, LatestState};
+use crate::core::channel::StoredSend;
+use crate::core::message::{Delivery, Message};
+use crate::core::{Broker, Key, Transport};
 use crate::store::{self, ReadLimit, FIRST_OFFSET};
 
 /// Values a reader asks storage for at once.
@@ -30,6 +30,7 @@ const READ_BATCH_RECORDS: u32 = 64;
 /// fallen behind is served its changes by a cursor from the lowest one
 /// waiting instead, so what it holds stays small however many topics move.
 pub(crate) const WAITING_CHANGES_MAX: usize = 1_024;
+const _: () = assert!(READ_BATCH_RECORDS > 0 && WAITING_CHANGES_MAX > 0);
 
 /// A cursor over the channel's current values: sent as state (RETAIN
 /// set) for a SUBSCRIBE's state pass or what a resume missed, or as changes
@@ -634,7 +635,8 @@ impl Broker {
             .inflight
             .iter()
             .filter(|(_, f)| {
-                f.stage == super::session::OutboundStage::Published && !current(self, &f.delivery)
+                f.stage == crate::core::session::OutboundStage::Published
+                    && !current(self, &f.delivery)
             })
             .map(|(&id, _)| id)
             .collect();

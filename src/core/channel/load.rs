@@ -10,7 +10,7 @@
 
 use std::collections::HashMap;
 
-use super::channel::ChannelSettings;
+use super::ChannelSettings;
 use super::latest::{fold_records, StoredValue};
 use super::queue::{parse_attempts, HeldJob};
 use crate::codec::topic;
@@ -125,7 +125,7 @@ fn held_jobs(provider: &dyn Provider, queue: &str) -> Result<Vec<HeldJob>, Store
     })?;
     for (key, value) in provider.entries(queue)? {
         // An exactly-once publish held for the queue is the session's.
-        if super::is_hold_key(&key) {
+        if crate::core::broadcast::qos2_holds::is_hold_key(&key) {
             continue;
         }
         let Some((offset, attempts)) = parse_attempts(&key, &value) else {

@@ -6,8 +6,8 @@
 
 use std::collections::HashMap;
 
-use super::slab::Key;
 use crate::codec::SubscriptionOptions;
+use crate::core::slab::Key;
 
 /// Who a subscription delivers to: one session, or a shared group that
 /// hands each message to one of its members.

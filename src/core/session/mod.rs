@@ -1,78 +1,14 @@
 //! What the broker keeps for a client id between connections.
 
+pub(crate) mod record;
+pub(crate) mod table;
+
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::rc::Rc;
 
-use super::slab::Key;
-use crate::codec::{Properties, QoS, SubscriptionOptions, Will};
-
-/// An application message as the broker holds it once admitted: shared by
-/// every session it is owed to, never copied per subscriber.
-#[derive(Debug)]
-pub struct Message {
-    pub topic: Box<str>,
-    pub payload: Vec<u8>,
-    pub qos: QoS,
-    pub retain: bool,
-    /// The publisher's properties, less Topic Alias and Subscription
-    /// Identifiers, which belong to one hop.
-    pub properties: Properties,
-    /// When the broker received it, in Unix milliseconds.
-    pub received_at_unix_ms: u64,
-    /// The publishing client id, for No Local. Never sent to a subscriber.
-    pub publisher: Option<Rc<str>>,
-}
-
-impl Message {
-    /// What holding this message costs a session, for `session_queue_bytes`:
-    /// its bytes plus a fixed estimate of the entry that tracks it.
-    pub fn cost_bytes(&self) -> u64 {
-        const ENTRY_OVERHEAD_BYTES: u64 = 96;
-        let user_properties: usize = self
-            .properties
-            .user_properties
-            .iter()
-            .map(|(k, v)| k.len() + v.len() + 4)
-            .sum();
-        (self.payload.len() + self.topic.len() + user_properties) as u64 + ENTRY_OVERHEAD_BYTES
-    }
-
-    /// The Message Expiry Interval left after waiting until `now_ms`, or
-    /// `Err(Expired)` once it has run out. `Ok(None)` when the publisher set
-    /// none.
-    pub fn remaining_expiry_s(&self, now_unix_ms: u64) -> Result<Option<u32>, Expired> {
-        let Some(interval_s) = self.properties.message_expiry_interval_s else {
-            return Ok(None);
-        };
-        let waited_s = now_unix_ms.saturating_sub(self.received_at_unix_ms) / 1000;
-        match u64::from(interval_s).checked_sub(waited_s) {
-            Some(left_s) if left_s > 0 => Ok(Some(left_s as u32)),
-            _ => Err(Expired),
-        }
-    }
-}
-
-/// A message whose Message Expiry Interval has run out.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Expired;
-
-/// One message owed to one session, at the QoS and with the identifiers of
-/// the subscriptions that matched it.
-#[derive(Debug, Clone)]
-pub struct Delivery {
-    pub message: Rc<Message>,
-    pub qos: QoS,
-    pub retain: bool,
-    pub subscription_ids: Vec<u32>,
-    /// The shared group that handed it to this session, if one did.
-    pub group: Option<Key>,
-    /// The channel reader and record offset it came from, if a channel's.
-    pub reader: Option<(Key, u64, u32)>,
-    /// The offset of the `latest` value it carries, if it carries one: it
-    /// is never given up for room, and is withdrawn at a resume once a
-    /// newer value has replaced it.
-    pub latest: Option<u64>,
-}
+use crate::codec::{SubscriptionOptions, Will};
+use crate::core::message::{Delivery, Message};
+use crate::core::slab::Key;
 
 /// Where an outgoing QoS 1 or 2 exchange stands.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -164,10 +100,16 @@ impl Session {
     /// A packet identifier no outgoing exchange of this session holds.
     /// The window is bounded well below 65,535, so one is always free.
     pub fn allocate_packet_id(&mut self) -> u16 {
+        // Receive Maximum keeps far fewer than 65,535 exchanges open.
+        debug_assert!(
+            self.inflight.len() < usize::from(u16::MAX),
+            "a free identifier"
+        );
         loop {
             let id = self.next_packet_id;
             self.next_packet_id = if id == u16::MAX { 1 } else { id + 1 };
             if !self.inflight.contains_key(&id) {
+                debug_assert_ne!(id, 0, "0 is no packet identifier");
                 return id;
             }
         }

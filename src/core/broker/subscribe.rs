@@ -1,17 +1,17 @@
 //! SUBSCRIBE and UNSUBSCRIBE.
 
+use crate::core::refusal::Refusal;
 use std::rc::Rc;
 
-use super::session::{Delivery, SubscriptionEntry};
-use super::shared::Member;
-use super::topic_index::{Subscriber, Target};
-use super::{Broker, Key, Transport};
 use crate::codec::{
     topic, Packet, Properties, QoS, ReasonCode, RetainHandling, Suback, Subscribe,
     SubscriptionOptions, Unsuback, Unsubscribe,
 };
-
-type Refusal = (ReasonCode, &'static str);
+use crate::core::broadcast::shared::Member;
+use crate::core::broadcast::topic_index::{Subscriber, Target};
+use crate::core::message::Delivery;
+use crate::core::session::SubscriptionEntry;
+use crate::core::{Broker, Key, Transport};
 
 /// The `saguin-` User Properties a SUBSCRIBE may carry: they ask something
 /// of a channel, and a broadcast topic has nothing to give them.
@@ -45,10 +45,7 @@ impl Broker {
             .iter()
             .any(|(filter, options)| options.no_local && filter.starts_with("$share/"));
         if shared_no_local {
-            let reason = (
-                ReasonCode::PROTOCOL_ERROR,
-                "No Local on a shared subscription",
-            );
+            let reason = Refusal::SharedNoLocal;
             self.end_connection(conn, Some(reason), true, now_ms, out);
             return;
         }
@@ -63,12 +60,7 @@ impl Broker {
             .find(|(name, _)| {
                 name.starts_with("saguin-") && !READ_ON_SUBSCRIBE.contains(&name.as_str())
             });
-        let packet_refusal: Option<Refusal> = unread.map(|_| {
-            (
-                ReasonCode::IMPLEMENTATION_SPECIFIC_ERROR,
-                "a saguin- User Property this broker does not read",
-            )
-        });
+        let packet_refusal: Option<Refusal> = unread.map(|_| Refusal::ReservedSubscribeProperty);
 
         let subscription_id = subscribe
             .properties
@@ -84,13 +76,13 @@ impl Broker {
                 None => self.subscribe_queue(conn, session_key, filter, *options),
             };
             if let Some(answer) = queue_answer {
-                let code = answer.unwrap_or_else(|(code, reason)| {
+                let code = answer.unwrap_or_else(|refusal| {
                     log::warn!(
-                        "refusing a subscription to {filter:?} from {}: {reason}",
+                        "refusing a subscription to {filter:?} from {}: {refusal}",
                         self.client_id_of(conn)
                     );
-                    first_refusal.get_or_insert(reason);
-                    code
+                    first_refusal.get_or_insert(refusal.reason());
+                    refusal.code()
                 });
                 reason_codes.push(code);
                 continue;
@@ -121,13 +113,13 @@ impl Broker {
                     }
                     ReasonCode(options.qos.min(QoS::ExactlyOnce) as u8)
                 }
-                Err((code, reason)) => {
+                Err(refusal) => {
                     log::warn!(
-                        "refusing a subscription to {filter:?} from {}: {reason}",
+                        "refusing a subscription to {filter:?} from {}: {refusal}",
                         self.client_id_of(conn)
                     );
-                    first_refusal.get_or_insert(reason);
-                    code
+                    first_refusal.get_or_insert(refusal.reason());
+                    refusal.code()
                 }
             };
             reason_codes.push(code);
@@ -176,18 +168,10 @@ impl Broker {
                     share_name: shared.share_name,
                     filter: shared.filter,
                 },
-                _ => {
-                    return Err((
-                        ReasonCode::TOPIC_FILTER_INVALID,
-                        "a shared subscription is $share/<name>/<filter>",
-                    ))
-                }
+                _ => return Err(Refusal::ShareMalformed),
             }
         } else if filter.len() >= 6 && filter[..6].eq_ignore_ascii_case("$share") {
-            return Err((
-                ReasonCode::TOPIC_FILTER_INVALID,
-                "$share is written in lower case",
-            ));
+            return Err(Refusal::ShareCase);
         } else {
             Form::Plain(filter)
         };
@@ -195,32 +179,20 @@ impl Broker {
             Form::Plain(f) | Form::Shared { filter: f, .. } => f,
         };
         if !topic::is_valid_topic_filter(inner) {
-            return Err((
-                ReasonCode::TOPIC_FILTER_INVALID,
-                "a wildcard takes less than a whole level",
-            ));
+            return Err(Refusal::WildcardPartLevel);
         }
         if topic::level_count(inner) > self.settings.max_topic_levels as usize {
-            return Err((
-                ReasonCode::TOPIC_FILTER_INVALID,
-                "filter deeper than limits.max_topic_levels",
-            ));
+            return Err(Refusal::FilterTooDeep);
         }
         if inner == "$SYS" || inner.starts_with("$SYS/") {
-            return Err((
-                ReasonCode::NOT_AUTHORIZED,
-                "this broker publishes nothing under $SYS",
-            ));
+            return Err(Refusal::FilterSysTree);
         }
         let seek_reply = inner
             .strip_suffix("/reply")
-            .and_then(super::seek::seek_channel)
+            .and_then(crate::core::channel::append::seek::seek_channel)
             .is_some();
         if inner == "$saguin" || (inner.starts_with("$saguin/") && !seek_reply) {
-            return Err((
-                ReasonCode::TOPIC_FILTER_INVALID,
-                "nothing is delivered on that $saguin/ topic",
-            ));
+            return Err(Refusal::FilterReserved);
         }
         let session = self
             .sessions
@@ -228,10 +200,7 @@ impl Broker {
             .expect("an active connection's session");
         let is_new = !session.subscriptions.contains_key(filter);
         if is_new && session.subscriptions.len() >= self.settings.max_subscriptions as usize {
-            return Err((
-                ReasonCode::QUOTA_EXCEEDED,
-                "more filters than limits.max_subscriptions",
-            ));
+            return Err(Refusal::TooManySubscriptions);
         }
         Ok(form)
     }

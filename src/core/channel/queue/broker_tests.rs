@@ -4,11 +4,11 @@
 
 use std::collections::VecDeque;
 
-use super::queue::{attempts_key, HeldJob, QueueSettings};
-use super::queue_rules::{Backoff, DeliveryId};
-use super::*;
 use crate::codec::{Connect, PubAck, Publish, QoS, Subscribe, SubscriptionOptions};
+use crate::core::channel::queue::rules::{Backoff, DeliveryId};
+use crate::core::channel::queue::{attempts_key, HeldJob, QueueSettings};
 use crate::core::channel::{ChannelSettings, ChannelStart};
+use crate::core::*;
 use crate::store::{self, Answer, Completion, MemoryProvider, Provider, Ticket, Write};
 
 struct Shell {
@@ -358,7 +358,9 @@ impl Rig {
             }));
         }
         for (key, value) in provider.entries(QUEUE).unwrap() {
-            if let Some((offset, attempts)) = super::queue::parse_attempts(&key, &value) {
+            if let Some((offset, attempts)) =
+                crate::core::channel::queue::parse_attempts(&key, &value)
+            {
                 if let Some(job) = held.iter_mut().find(|h| h.offset == offset) {
                     job.attempts = attempts;
                 }

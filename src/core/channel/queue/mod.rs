@@ -14,27 +14,33 @@
 //! attempt count and the move into the dead-letter channel - is allowed
 //! into the provider's reserve, so a queue at its bound still drains.
 
+#[cfg(test)]
+mod broker_tests;
+pub mod dead_letter;
+pub mod rules;
+
+use crate::core::refusal::Refusal;
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::rc::Rc;
 
-use super::channel::{from_stored, labelled, Pending, StoreRequest};
-use super::delivery::outgoing_publish;
-use super::queue_rules::{
-    self as rules, available_at_ms, backoff_gap_ms, is_expired, Backoff, DeliveryId, OFFER_TICK_MS,
-};
-use super::session::{Delivery, InFlight, Message, OutboundStage};
-use super::{Broker, Key, Transport};
 use crate::codec::{
     encoded_len, Packet, ProtocolVersion, Publish, QoS, ReasonCode, SubscriptionOptions,
 };
+use crate::core::channel::Pending;
+use crate::core::message::outgoing_publish;
+use crate::core::message::{from_stored, labelled};
+use crate::core::message::{Delivery, Message};
+use crate::core::session::{InFlight, OutboundStage};
+use crate::core::StoreRequest;
+use crate::core::{Broker, Key, Transport};
 use crate::store::{self, Answer, MessageId, Outcome, Read, ReadLimit, Write};
-
-type Refusal = (ReasonCode, &'static str);
+use rules::{available_at_ms, backoff_gap_ms, is_expired, Backoff, DeliveryId, OFFER_TICK_MS};
 
 /// Records one body read brings in: enough to feed a few workers in turn.
 const READ_BATCH_RECORDS: u32 = 32;
 /// Bytes one body read may bring in.
 const READ_BATCH_BYTES: u64 = 256 * 1024;
+const _: () = assert!(READ_BATCH_RECORDS > 0 && READ_BATCH_BYTES > 0);
 /// How often a dead-letter move that keeps failing the same way is warned of.
 const MOVE_WARNING_EVERY_MS: u64 = 60_000;
 
@@ -204,7 +210,7 @@ impl Queues {
     /// Builds the queues from the channel list, taking the job heads out of
     /// it so they are held once; `run` makes this run's Delivery IDs unlike
     /// the last one's.
-    pub fn new(channels: &mut [super::ChannelSettings], run: u64) -> Queues {
+    pub fn new(channels: &mut [crate::core::ChannelSettings], run: u64) -> Queues {
         let mut queues = Queues {
             run,
             ..Queues::default()
@@ -215,7 +221,7 @@ impl Queues {
                 continue;
             };
             let held = std::mem::take(&mut settings.held);
-            let dlq_name = super::dead_letter::dead_letter_channel_name(&channel.name);
+            let dlq_name = dead_letter::dead_letter_channel_name(&channel.name);
             let dlq = names.iter().position(|n| *n == dlq_name);
             if let Some(dlq) = dlq {
                 queues.dead_letter_channels.insert(dlq);
@@ -292,10 +298,9 @@ impl Broker {
     /// from its queue's dead-lettering and from nowhere else.
     pub(crate) fn admit_queue_topic(&self, topic: &str) -> Result<(), Refusal> {
         match self.channel_for(topic) {
-            Some(c) if self.queues.dead_letter_channels.contains(&c) => Err((
-                ReasonCode::NOT_AUTHORIZED,
-                "a dead-letter channel takes records only from its queue",
-            )),
+            Some(c) if self.queues.dead_letter_channels.contains(&c) => {
+                Err(Refusal::DeadLetterPublish)
+            }
             _ => Ok(()),
         }
     }
@@ -361,36 +366,21 @@ impl Broker {
         };
         let queue = form.ok().and_then(|name| self.queue_by_name(name));
         let Some(q) = queue else {
-            return Some(Err((
-                ReasonCode::TOPIC_FILTER_INVALID,
-                "not a queue's form: a worker subscribes to $saguin/queue/<name>, naming a queue exactly",
-            )));
+            return Some(Err(Refusal::NotAQueueForm));
         };
         if self.version(conn) != Some(ProtocolVersion::V5) {
-            return Some(Err((
-                ReasonCode::TOPIC_FILTER_INVALID,
-                "a queue is consumed over MQTT 5 only: a job is answered with its Response Topic and Correlation Data",
-            )));
+            return Some(Err(Refusal::QueueNeedsMqtt5));
         }
         if options.no_local {
-            return Some(Err((
-                ReasonCode::TOPIC_FILTER_INVALID,
-                "No Local on a queue's form would withhold a worker's own jobs from it for ever; subscribe without it",
-            )));
+            return Some(Err(Refusal::QueueNoLocal));
         }
         if options.qos == QoS::AtMostOnce {
-            return Some(Err((
-                ReasonCode::IMPLEMENTATION_SPECIFIC_ERROR,
-                "a queue's form is subscribed at QoS 1: its lease starts at the PUBACK",
-            )));
+            return Some(Err(Refusal::QueueAtQos0));
         }
         let session = self.sessions.get_mut(session_key)?;
         let is_new = !session.subscriptions.contains_key(filter);
         if is_new && session.subscriptions.len() >= self.settings.max_subscriptions as usize {
-            return Some(Err((
-                ReasonCode::QUOTA_EXCEEDED,
-                "more filters than limits.max_subscriptions",
-            )));
+            return Some(Err(Refusal::TooManySubscriptions));
         }
         let granted = SubscriptionOptions {
             qos: QoS::AtLeastOnce,
@@ -398,7 +388,7 @@ impl Broker {
         };
         session.subscriptions.insert(
             filter.into(),
-            super::session::SubscriptionEntry {
+            crate::core::session::SubscriptionEntry {
                 options: granted,
                 subscription_id: None,
                 group: None,
@@ -426,7 +416,7 @@ impl Broker {
         };
         session.subscriptions.insert(
             filter.into(),
-            super::session::SubscriptionEntry {
+            crate::core::session::SubscriptionEntry {
                 options: granted,
                 subscription_id: None,
                 group: None,
@@ -456,10 +446,7 @@ impl Broker {
                     .any(|f| rules::filter_within(filter, f))
             };
             if within(queue.channel) && !queue.dlq.is_some_and(within) {
-                return Some((
-                    ReasonCode::TOPIC_FILTER_INVALID,
-                    "that filter lies inside a queue, whose jobs are taken only through $saguin/queue/<name>",
-                ));
+                return Some(Refusal::FilterInsideQueue);
             }
         }
         None
@@ -557,6 +544,8 @@ impl Broker {
     /// Puts a job back; one whose attempts are spent is dead-lettered instead.
     fn set_available(&mut self, q: usize, offset: u64, available_at: u64) {
         let queue = &mut self.queues.list[q];
+        // A job is in one state: one going back is no worker's.
+        debug_assert!(queue.held.values().all(|&held| held != offset));
         if let Some(job) = queue.jobs.get_mut(&offset) {
             job.state = JobState::Available;
             job.available_at_ms = available_at;
@@ -795,10 +784,7 @@ impl Broker {
         let packet = Packet::Publish(outgoing_publish(&delivery_entry, Some(packet_id), None));
         if encoded_len(&packet, ProtocolVersion::V5) > max_packet_size as usize {
             // The job stays available, its attempt unspent.
-            let reason = (
-                ReasonCode::PACKET_TOO_LARGE,
-                "a queue's job is larger than your Maximum Packet Size",
-            );
+            let reason = Refusal::JobTooLarge;
             self.end_connection(conn, Some(reason), true, now_ms, out);
             return;
         }
@@ -816,9 +802,15 @@ impl Broker {
         self.stats.deliveries_sent += 1;
         self.queues.on_wire.insert((worker, packet_id));
         let queue = &mut self.queues.list[q];
-        queue.held.insert(worker, offset);
+        let previous = queue.held.insert(worker, offset);
+        debug_assert!(previous.is_none(), "a worker holds one job at a time");
         queue.bodies.remove(&offset);
         let job = queue.jobs.get_mut(&offset).expect("offered above");
+        debug_assert_eq!(
+            job.state,
+            JobState::Available,
+            "only a waiting job is offered"
+        );
         job.state = JobState::Delivering {
             worker,
             packet_id,
@@ -858,6 +850,7 @@ impl Broker {
                 } = job.state
                 {
                     if on_wire == packet_id && worker == session_key {
+                        debug_assert!(timeout_ms > 0, "a lease runs for a while");
                         job.state = JobState::Leased {
                             worker,
                             delivery,
@@ -959,10 +952,7 @@ impl Broker {
     ) -> Result<(), Refusal> {
         let name = rules::response_name(&publish.topic).unwrap_or_default();
         let Some(q) = self.queue_by_name(name) else {
-            return Err((
-                ReasonCode::TOPIC_NAME_INVALID,
-                "that response topic names no queue",
-            ));
+            return Err(Refusal::ResponseNamesNoQueue);
         };
         let client_id = self
             .sessions
@@ -1081,7 +1071,7 @@ impl Broker {
             .filter(|c| c.channel == self.queues.list[q].channel)
             .map(|c| self.claims.filter(c).to_string())
             .unwrap_or_else(|| "#".to_string());
-        let topic = super::dead_letter::dead_letter_topic(&claimed_by, &body.topic);
+        let topic = dead_letter::dead_letter_topic(&claimed_by, &body.topic);
         let id = body
             .properties
             .user_properties

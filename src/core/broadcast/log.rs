@@ -14,15 +14,17 @@
 //! At a start, each restored session is queued what lies after its cursor
 //! and matches its subscriptions, within `limits.session_queue_bytes`.
 
+use crate::core::refusal::Refusal;
 use std::collections::HashMap;
 use std::rc::{Rc, Weak};
 
-use super::channel::{from_stored, publisher_id, to_stored};
-use super::persist::{Then, Written};
-use super::session::{Delivery, InFlight, Message, OutboundStage};
-use super::topic_index::Target;
-use super::{Broker, Key, StoreRequest, Transport};
 use crate::codec::{topic, Packet, PubAck, QoS, ReasonCode};
+use crate::core::broadcast::topic_index::Target;
+use crate::core::message::{from_stored, publisher_id, to_stored};
+use crate::core::message::{Delivery, Message};
+use crate::core::session::{InFlight, OutboundStage};
+use crate::core::{Broker, Key, StoreRequest, Transport};
+use crate::core::{Then, Written};
 use crate::store::{self, encoding, Answer, Outcome, TrimRule, Write};
 
 /// The internal append space of the broadcast log.
@@ -70,6 +72,7 @@ fn window_from_bytes(bytes: &[u8]) -> Option<Vec<(u16, u64, bool)>> {
 
 /// Records removed per trim write.
 const TRIM_BATCH_RECORDS: u32 = 1_000;
+const _: () = assert!(TRIM_BATCH_RECORDS > 0);
 
 /// What the provider held of the log at start.
 #[derive(Debug, Default)]
@@ -431,14 +434,11 @@ impl Broker {
                 self.persist.writes_through = before;
                 routed
             }
-            _ => Err((
-                ReasonCode::IMPLEMENTATION_SPECIFIC_ERROR,
-                "storage could not keep the message for the sessions owed it",
-            )),
+            _ => Err(Refusal::LogNotStored),
         };
         match (conn, slot) {
             (Some(conn), Some(slot)) => {
-                if let Err((_, reason)) = answer {
+                if let Err(reason) = answer {
                     self.stats.publishes_refused += 1;
                     log::warn!(
                         "refusing a publish from {}: {reason}",
@@ -448,7 +448,7 @@ impl Broker {
                 self.complete_puback(conn, slot, answer, now_ms, out);
             }
             _ => {
-                if let Err((_, reason)) = answer {
+                if let Err(reason) = answer {
                     log::warn!("a message owed to sessions away was not kept: {reason}");
                 }
             }
@@ -484,8 +484,7 @@ impl Broker {
                     .map(|d| &d.message)
             });
         let owed = group
-            .backlog
-            .iter()
+            .backlog()
             .chain(handed)
             .filter_map(|m| self.offset_of(m))
             .min();
@@ -633,10 +632,7 @@ impl Broker {
                 self.persist.log.forget_window(&session.client_id);
             }
         }
-        let reason = (
-            ReasonCode::UNSPECIFIED_ERROR,
-            "the store could not keep the exchange",
-        );
+        let reason = Refusal::OutboundExchangeNotStored;
         self.end_connection(conn, Some(reason), true, now_ms, out);
     }
 
@@ -741,10 +737,7 @@ impl Broker {
             {
                 self.persist.log.forget_window(&client_id);
             }
-            let reason = (
-                ReasonCode::UNSPECIFIED_ERROR,
-                "the store could not keep the window",
-            );
+            let reason = Refusal::WindowNotStored;
             self.end_connection(conn, Some(reason), true, now_ms, out);
             return;
         }
@@ -779,7 +772,7 @@ impl Broker {
                 self.stats.deliveries_expired += 1;
                 continue;
             };
-            let packet = Packet::Publish(super::delivery::outgoing_publish(
+            let packet = Packet::Publish(crate::core::message::outgoing_publish(
                 &inflight.delivery,
                 Some(id),
                 remaining_expiry_s,
@@ -967,10 +960,7 @@ impl Broker {
                 backlog.push(message);
             }
             if let Some(group) = self.groups.get_mut(key) {
-                for message in backlog {
-                    group.backlog_bytes += message.cost_bytes();
-                    group.backlog.push_back(message);
-                }
+                group.restore(backlog);
             }
             self.drain_group(key, now_ms, out);
         }
@@ -1085,7 +1075,7 @@ pub fn read_log(
             log.cursors.insert(client_id.clone(), cursor);
         }
         // The shared groups its record holds keep cursors of their own.
-        let Ok(record) = super::session_record::SessionRecord::from_bytes(bytes) else {
+        let Ok(record) = crate::core::session::record::SessionRecord::from_bytes(bytes) else {
             continue;
         };
         for subscription in &record.subscriptions {

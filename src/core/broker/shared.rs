@@ -1,70 +1,27 @@
-//! Shared subscriptions: `$share/<group>/<filter>` hands each message to
-//! one member of the group, taking turns among the members able to take it
-//! now, and holds what none can take yet.
+//! Shared subscriptions routed: a message for a group goes to the member
+//! whose turn it is among those able to take it now, or waits in the
+//! group's backlog, which members drain as they find room.
 
-use std::collections::VecDeque;
 use std::rc::Rc;
 
-use super::session::{Delivery, Message};
-use super::topic_index::{Subscriber, Target};
-use super::{Broker, Key, Transport};
 use crate::codec::{QoS, SubscriptionOptions};
-
-#[derive(Debug, Clone)]
-pub struct Member {
-    pub session: Key,
-    pub options: SubscriptionOptions,
-    pub subscription_id: Option<u32>,
-}
-
-pub struct SharedGroup {
-    pub share_name: Box<str>,
-    pub filter: Box<str>,
-    pub members: Vec<Member>,
-    /// Where the next turn starts.
-    next_member: usize,
-    /// QoS 1 and 2 messages no member could take yet, oldest first.
-    pub backlog: VecDeque<Rc<Message>>,
-    pub backlog_bytes: u64,
-}
+use crate::core::broadcast::shared::Member;
+use crate::core::broadcast::topic_index::{Subscriber, Target};
+use crate::core::message::{Delivery, Message};
+use crate::core::{Broker, Key, Transport};
 
 impl Broker {
     /// Adds `session` to the group `share_name` over `filter`, making the
     /// group on its first member. Returns the group.
     pub(crate) fn join_group(&mut self, share_name: &str, filter: &str, member: Member) -> Key {
-        let name = (Box::<str>::from(share_name), Box::<str>::from(filter));
-        let key = match self.groups_by_name.get(&name) {
-            Some(&key) => key,
-            None => {
-                let key = self
-                    .groups
-                    .insert_with(|_| SharedGroup {
-                        share_name: name.0.clone(),
-                        filter: name.1.clone(),
-                        members: Vec::new(),
-                        next_member: 0,
-                        backlog: VecDeque::new(),
-                        backlog_bytes: 0,
-                    })
-                    .expect("groups are bounded by the subscriptions that make them");
-                let entry = Subscriber {
-                    target: Target::Group(key),
-                    options: SubscriptionOptions::default(),
-                    subscription_id: None,
-                };
-                self.index.insert(filter, entry);
-                self.groups_by_name.insert(name, key);
-                key
-            }
-        };
-        let group = self.groups.get_mut(key).expect("found or made above");
-        match group
-            .members
-            .iter_mut()
-            .find(|m| m.session == member.session)
-        {
-            Some(existing) => *existing = member,
-            None => group.members.push(member),
+        let (key, made) = self.groups.join(share_name, filter, member);
+        if made {
+            let entry = Subscriber {
+                target: Target::Group(key),
+                options: SubscriptionOptions::default(),
+                subscription_id: None,
+            };
+            self.index.insert(filter, entry);
         }
         key
     }
@@ -72,16 +29,9 @@ impl Broker {
     /// Takes `session` out of a group; the last member to leave ends the
     /// group and whatever it still held.
     pub(crate) fn leave_group(&mut self, group_key: Key, session: Key) {
-        let Some(group) = self.groups.get_mut(group_key) else {
-            return;
-        };
-        group.members.retain(|m| m.session != session);
-        if group.members.is_empty() {
-            let group = self.groups.remove(group_key).expect("checked above");
-            self.stats.shared_backlog_dropped += group.backlog.len() as u64;
+        if let Some(group) = self.groups.leave(group_key, session) {
+            self.stats.shared_backlog_dropped += group.backlog().count() as u64;
             self.index.remove(&group.filter, Target::Group(group_key));
-            self.groups_by_name
-                .remove(&(group.share_name, group.filter));
         }
     }
 
@@ -99,7 +49,7 @@ impl Broker {
         let Some(group) = self.groups.get(group_key) else {
             return;
         };
-        if group.backlog.is_empty() {
+        if group.front_qos().is_none() {
             if let Some(member) = self.next_able_member(group_key, message.qos) {
                 self.deliver_to_member(group_key, member, Rc::clone(message), now_ms, out);
                 return;
@@ -114,19 +64,11 @@ impl Broker {
             self.stats.shared_dropped += 1;
             return;
         }
-        let bound = self.settings.session_queue_bytes;
+        // The backlog is bounded like a session's queue.
+        let bound_bytes = self.settings.session_queue_bytes;
         let group = self.groups.get_mut(group_key).expect("checked above");
-        let cost = message.cost_bytes();
-        // The backlog is bounded like a session's queue: the oldest goes.
-        while group.backlog_bytes + cost > bound {
-            let Some(oldest) = group.backlog.pop_front() else {
-                break;
-            };
-            group.backlog_bytes -= oldest.cost_bytes();
-            self.stats.shared_backlog_dropped += 1;
-        }
-        group.backlog_bytes += cost;
-        group.backlog.push_back(Rc::clone(message));
+        let dropped = group.hold(Rc::clone(message), bound_bytes);
+        self.stats.shared_backlog_dropped += dropped;
         self.drain_group(group_key, now_ms, out);
     }
 
@@ -146,20 +88,14 @@ impl Broker {
     /// Hands backlogged messages to members while any can take one.
     pub(crate) fn drain_group(&mut self, group_key: Key, now_ms: u64, out: &mut impl Transport) {
         loop {
-            let Some(front_qos) = self
-                .groups
-                .get(group_key)
-                .and_then(|g| g.backlog.front())
-                .map(|m| m.qos)
-            else {
+            let Some(front_qos) = self.groups.get(group_key).and_then(|g| g.front_qos()) else {
                 return;
             };
             let Some(member) = self.next_able_member(group_key, front_qos) else {
                 return;
             };
             let group = self.groups.get_mut(group_key).expect("checked above");
-            let message = group.backlog.pop_front().expect("front exists");
-            group.backlog_bytes -= message.cost_bytes();
+            let message = group.take_front().expect("front exists");
             self.deliver_to_member(group_key, member, message, now_ms, out);
         }
     }
@@ -189,18 +125,11 @@ impl Broker {
     /// nothing already waiting.
     fn next_able_member(&mut self, group_key: Key, qos: QoS) -> Option<Member> {
         let group = self.groups.get(group_key)?;
-        let count = group.members.len();
-        for step in 0..count {
-            let index = (group.next_member + step) % count;
-            let member = &group.members[index];
-            if self.member_is_able(member, qos) {
-                let member = member.clone();
-                let group = self.groups.get_mut(group_key).expect("checked above");
-                group.next_member = (index + 1) % count;
-                return Some(member);
-            }
-        }
-        None
+        let index = group
+            .turn_order()
+            .find(|&index| self.member_is_able(&group.members[index], qos))?;
+        let group = self.groups.get_mut(group_key).expect("checked above");
+        Some(group.take_turn(index))
     }
 
     fn member_is_able(&self, member: &Member, qos: QoS) -> bool {
@@ -251,8 +180,7 @@ impl Broker {
                 self.stats.shared_dropped += 1;
                 continue;
             };
-            group.backlog_bytes += delivery.message.cost_bytes();
-            group.backlog.push_front(delivery.message);
+            group.put_back(delivery.message);
             if !touched.contains(&group_key) {
                 touched.push(group_key);
             }
@@ -268,16 +196,7 @@ impl Broker {
             return;
         };
         let now_unix_ms = self.unix_ms(now_ms);
-        for key in self.groups.keys() {
-            let group = self.groups.get_mut(key).expect("key just listed");
-            while let Some(oldest) = group.backlog.front() {
-                if now_unix_ms.saturating_sub(oldest.received_at_unix_ms) < expires_after_ms {
-                    break;
-                }
-                group.backlog_bytes -= oldest.cost_bytes();
-                group.backlog.pop_front();
-                self.stats.shared_backlog_dropped += 1;
-            }
-        }
+        let dropped = self.groups.expire_backlogs(now_unix_ms, expires_after_ms);
+        self.stats.shared_backlog_dropped += dropped;
     }
 }

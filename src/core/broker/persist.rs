@@ -15,17 +15,18 @@
 //! rebuilt from it for every write, so a retry always writes what is true
 //! now rather than what was true when the first attempt failed.
 
+use crate::core::refusal::{Refusal, V311Answer};
 use std::collections::{BTreeSet, HashMap, HashSet, VecDeque};
 use std::rc::Rc;
 
-use super::session::Session;
-use super::session_record::{SessionRecord, StoredSubscription, StoredWill};
-use super::subscribe::Form;
-use super::{Broker, Key, StoreRequest, Transport};
 use crate::codec::{
     Connack, Disconnect, Packet, Properties, ProtocolVersion, QoS, ReasonCode, RetainHandling,
     Suback, Subscribe, SubscriptionOptions, Unsuback, Unsubscribe,
 };
+use crate::core::broker::subscribe::Form;
+use crate::core::session::record::{SessionRecord, StoredSubscription, StoredWill};
+use crate::core::session::Session;
+use crate::core::{Broker, Key, StoreRequest, Then, Transport, Written};
 use crate::store::{self, Answer, Completion, Outcome, Write};
 
 /// The internal space of session records.
@@ -64,7 +65,7 @@ pub(crate) struct Persistence {
     user_names: HashMap<Box<str>, Box<str>>,
     last_retry_ms: u64,
     /// The broadcast log's offsets and cursors.
-    pub log: super::broadcast_log::BroadcastLog,
+    pub log: crate::core::broadcast::log::BroadcastLog,
     /// The removal of a stored hold, to go in the commit of its release.
     pub release_drop: Option<Write>,
     /// Client ids whose stored cursor and window must be dropped before
@@ -73,59 +74,6 @@ pub(crate) struct Persistence {
     log_ends: BTreeSet<Box<str>>,
     /// Session writes carrying such drops, by ticket.
     log_ends_riding: HashMap<u64, Box<str>>,
-}
-
-/// What follows a session write once it is answered.
-pub(crate) enum Then {
-    Connack {
-        conn: Key,
-        session: Key,
-        connack: Box<Connack>,
-        /// The session was made by this CONNECT: a refusal ends it.
-        made: bool,
-    },
-    Subscribe {
-        conn: Key,
-        subscribe: Subscribe,
-    },
-    Unsubscribe {
-        conn: Key,
-        unsubscribe: Unsubscribe,
-    },
-    Disconnect {
-        conn: Key,
-        disconnect: Disconnect,
-    },
-    /// Nobody waits: a refusal is written again.
-    Background {
-        client_id: Box<str>,
-    },
-    /// A retained publish, routed and acknowledged once its value is kept.
-    Retained(Box<super::retained_persist::RetainedWrite>),
-    /// A retained value's change nobody waits on.
-    RetainedBehind {
-        topic: Box<str>,
-    },
-    /// A QoS 1 broadcast waiting on its log write.
-    Logged(Box<super::broadcast_log::LoggedPublish>),
-    /// An exactly-once publish's hold, or its release.
-    Hold(Box<super::qos2_holds::HoldThen>),
-    /// The cursors and windows stored at an interval: nobody waits, and
-    /// a failure has them written again at the next.
-    Cursors,
-    /// The drops of an ended session's cursor and window, alone.
-    LogEnded {
-        client_id: Box<str>,
-    },
-    /// Deliveries waiting on the window that names them.
-    Window {
-        session: Key,
-    },
-    /// A PUBREL waiting on the window that records its PUBREC.
-    Pubrel {
-        conn: Key,
-        reply: crate::codec::PubAck,
-    },
 }
 
 /// A resumed session as it stood before the CONNECT claiming it.
@@ -142,13 +90,6 @@ pub(crate) struct Claimed {
 pub(crate) struct Paused {
     packets: VecDeque<(Packet, u64)>,
     bytes: u64,
-}
-
-/// How a session write came back.
-pub(crate) enum Written {
-    Stored,
-    Full,
-    Failed,
 }
 
 impl Persistence {
@@ -289,7 +230,7 @@ impl Broker {
             self.persist.stored.insert(key.as_str().into());
             // What the session acknowledged is stored before its record,
             // in the same order on the same provider.
-            let session = self.sessions_by_client_id.get(key.as_str()).copied();
+            let session = self.sessions.key_of(key.as_str());
             let cursors = session.map(|s| self.cursor_writes(s)).unwrap_or_default();
             if riding.is_some() {
                 writes.extend(cursors);
@@ -344,7 +285,7 @@ impl Broker {
             .persist
             .log_ends
             .iter()
-            .filter(|id| !self.sessions_by_client_id.contains_key(&***id))
+            .filter(|id| self.sessions.key_of(id).is_none())
             .cloned()
             .collect();
         for client_id in owed {
@@ -422,7 +363,7 @@ impl Broker {
             return;
         }
         // A session that replaced it under the same id writes its own.
-        if self.sessions_by_client_id.contains_key(client_id) {
+        if self.sessions.key_of(client_id).is_some() {
             return;
         }
         self.persist.user_names.remove(client_id);
@@ -467,7 +408,7 @@ impl Broker {
         self.persist.last_retry_ms = now_ms;
         let dirty = std::mem::take(&mut self.persist.dirty);
         for client_id in dirty {
-            match self.sessions_by_client_id.get(&client_id).copied() {
+            match self.sessions.key_of(&client_id) {
                 Some(session) => self.save_session(session, now_ms, out),
                 None => {
                     self.persist.stored.insert(client_id.clone());
@@ -618,8 +559,7 @@ impl Broker {
         conn: Key,
         session_key: Key,
         made: bool,
-        code: ReasonCode,
-        reason: &str,
+        refusal: Refusal,
         now_ms: u64,
         out: &mut impl Transport,
     ) {
@@ -635,9 +575,11 @@ impl Broker {
         // Its Will was never accepted.
         active.will = None;
         log::warn!(
-            "refusing CONNECT from {}: {reason}",
-            self.client_id_of(conn)
+            "refusing CONNECT from {}: {}",
+            self.client_id_of(conn),
+            refusal.reason()
         );
+        let (code, reason) = (refusal.code(), refusal.reason());
         self.send_connack_refusal(conn, version, code, reason, problem_information, out);
         self.persist.forget_connection(conn);
         let claimed = self.persist.claimed.remove(&session_key);
@@ -676,10 +618,7 @@ impl Broker {
         let max_bytes = self.settings.session_queue_bytes / 2;
         if !self.persist.hold(conn, packet, len_bytes, max_bytes) {
             self.persist.forget_connection(conn);
-            let reason = (
-                ReasonCode::IMPLEMENTATION_SPECIFIC_ERROR,
-                "storage is behind; too much waits on a session write",
-            );
+            let reason = Refusal::SessionWritesBehind;
             self.end_connection(conn, Some(reason), true, now_ms, out);
         }
         None
@@ -731,7 +670,10 @@ impl Broker {
         };
         for (filter, options) in &subscribe.filters {
             // A queue's form is granted at QoS 1, as the queue keeps it.
-            let queue_form = matches!(super::queue_rules::form_name(filter), Some(Ok(_)));
+            let queue_form = matches!(
+                crate::core::channel::queue::rules::form_name(filter),
+                Some(Ok(_))
+            );
             if !queue_form && self.admit_filter(session_key, filter).is_err() {
                 continue;
             }
@@ -1030,8 +972,7 @@ impl Broker {
                         conn,
                         session_key,
                         made,
-                        ReasonCode::QUOTA_EXCEEDED,
-                        "the session store is full and cannot hold the Will",
+                        Refusal::WillNoRoom,
                         now_ms,
                         out,
                     );
@@ -1060,8 +1001,7 @@ impl Broker {
                     conn,
                     session_key,
                     made,
-                    ReasonCode::IMPLEMENTATION_SPECIFIC_ERROR,
-                    "the session store failed; connect again",
+                    Refusal::SessionStoreFailedAtConnect,
                     now_ms,
                     out,
                 );
@@ -1086,17 +1026,11 @@ impl Broker {
         let Some(version) = self.version(conn) else {
             return;
         };
-        let (code, reason) = match (written, version) {
-            (_, ProtocolVersion::V311) => (ReasonCode::UNSPECIFIED_ERROR, ""),
-            (Written::Full, _) => (
-                ReasonCode::QUOTA_EXCEEDED,
-                "the session store is full; the session is kept as it was",
-            ),
-            _ => (
-                ReasonCode::IMPLEMENTATION_SPECIFIC_ERROR,
-                "the session store failed; the session is kept as it was",
-            ),
+        let refusal = match written {
+            Written::Full => Refusal::SessionStoreFullAtSubscribe,
+            _ => Refusal::SessionStoreFailedAtSubscribe,
         };
+        let (code, reason) = (refusal.suback_code(version), refusal.reason());
         log::warn!(
             "refusing a SUBSCRIBE from {}: {reason}",
             self.client_id_of(conn)
@@ -1119,10 +1053,10 @@ impl Broker {
         now_ms: u64,
         out: &mut impl Transport,
     ) {
-        let reason = "the session store failed; the filters stay subscribed";
+        let refusal = Refusal::UnsubscribeNotStored;
         if self.version(conn) != Some(ProtocolVersion::V5) {
             // A 3.1.1 UNSUBACK has no code to say it with.
-            let refusal = (ReasonCode::IMPLEMENTATION_SPECIFIC_ERROR, reason);
+            debug_assert_eq!(refusal.rule().v311, V311Answer::Close);
             self.persist.forget_connection(conn);
             self.end_connection(conn, Some(refusal), true, now_ms, out);
             return;
@@ -1130,13 +1064,10 @@ impl Broker {
         let unsuback = Unsuback {
             packet_id: unsubscribe.packet_id,
             properties: Properties {
-                reason_string: self.reason_string(conn, reason),
+                reason_string: self.reason_string(conn, refusal.reason()),
                 ..Properties::default()
             },
-            reason_codes: vec![
-                ReasonCode::IMPLEMENTATION_SPECIFIC_ERROR;
-                unsubscribe.filters.len()
-            ],
+            reason_codes: vec![refusal.code(); unsubscribe.filters.len()],
         };
         self.send(conn, &Packet::Unsuback(unsuback), out);
     }
@@ -1149,7 +1080,7 @@ impl Broker {
     pub fn restore_sessions(
         &mut self,
         entries: Vec<(String, Vec<u8>)>,
-        log: &super::broadcast_log::LogAtStart,
+        log: &crate::core::broadcast::log::LogAtStart,
         now_ms: u64,
         out: &mut impl Transport,
     ) {
@@ -1182,10 +1113,7 @@ impl Broker {
             }
             let key = self
                 .sessions
-                .insert_with(|_| Session::new(&client_id, record.expiry_interval_s))
-                .expect("the session table is bounded far above its use");
-            self.sessions_by_client_id
-                .insert(client_id.as_str().into(), key);
+                .insert(Session::new(&client_id, record.expiry_interval_s));
             let expires_unix_ms = match (record.expiry_interval_s, record.disconnected_unix_ms) {
                 (u32::MAX, _) => None,
                 (expiry_s, Some(at)) => Some(at.saturating_add(u64::from(expiry_s) * 1000)),
@@ -1273,7 +1201,7 @@ impl Broker {
         }
         let form = match self.admit_filter(session_key, &stored.filter) {
             Ok(form) => form,
-            Err((_, reason)) => {
+            Err(reason) => {
                 log::warn!(
                     "a stored subscription to {:?} is refused: {reason}",
                     stored.filter
@@ -1304,11 +1232,11 @@ impl Broker {
 fn log_drops(client_id: &str) -> Vec<Write> {
     vec![
         Write::DropEntry {
-            channel: super::broadcast_log::BROADCAST_SPACE.to_string(),
-            key: super::broadcast_log::window_key(client_id),
+            channel: crate::core::broadcast::log::BROADCAST_SPACE.to_string(),
+            key: crate::core::broadcast::log::window_key(client_id),
         },
         Write::DropPosition {
-            channel: super::broadcast_log::BROADCAST_SPACE.to_string(),
+            channel: crate::core::broadcast::log::BROADCAST_SPACE.to_string(),
             reader: client_id.to_string(),
         },
     ]

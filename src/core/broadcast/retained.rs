@@ -4,8 +4,11 @@
 use std::collections::HashMap;
 use std::rc::Rc;
 
-use super::session::Message;
 use crate::codec::topic;
+use crate::core::message::Message;
+
+/// The internal space of retained values in the provider that keeps them.
+pub const RETAINED_SPACE: &str = "$retained";
 
 /// Why a value was not stored.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -71,6 +74,7 @@ impl RetainedStore {
         }
         self.held_bytes = after;
         self.values.insert(message.topic.clone(), message);
+        debug_assert!(self.held_bytes <= self.max_bytes);
         Ok(())
     }
 

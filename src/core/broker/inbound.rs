@@ -1,24 +1,14 @@
 //! A client's PUBLISH on its way in, and the acknowledgements it sends for
 //! what the broker delivered to it.
 
+use crate::core::refusal::{Refusal, V311Answer};
 use std::rc::Rc;
 
-use super::channel::PendingAck;
-use super::session::{HeldPublish, Message, OutboundStage};
-use super::{Broker, Key, PublishBudget, Transport, TOPIC_ALIAS_MAXIMUM};
 use crate::codec::{Packet, Properties, ProtocolVersion, PubAck, Publish, QoS, ReasonCode};
-
-type Refusal = (ReasonCode, &'static str);
-
-/// Kept apart from the other 0x97 refusals: a client held to its rate is
-/// logged at debug, since it may produce one refusal per publish.
-const RATE_EXCEEDED: &str = "publish rate exceeded";
-
-/// The storage thread's queue is full: the record cannot be kept now.
-const STORAGE_BEHIND: Refusal = (
-    ReasonCode::IMPLEMENTATION_SPECIFIC_ERROR,
-    "storage is behind; try again",
-);
+use crate::core::channel::PendingAck;
+use crate::core::message::Message;
+use crate::core::session::{HeldPublish, OutboundStage};
+use crate::core::{Broker, Key, Transport};
 
 impl Broker {
     pub(crate) fn handle_publish(
@@ -31,15 +21,12 @@ impl Broker {
         self.stats.publishes_received += 1;
         if !publish.properties.subscription_identifiers.is_empty() {
             // Only a server sets one (MQTT-3.3.4-6).
-            let reason = (
-                ReasonCode::PROTOCOL_ERROR,
-                "a client's PUBLISH carried a Subscription Identifier",
-            );
+            let reason = Refusal::SubscriptionIdFromClient;
             self.end_connection(conn, Some(reason), true, now_ms, out);
             return;
         }
-        if let Err((code, reason)) = self.resolve_topic_alias(conn, &mut publish) {
-            self.end_connection(conn, Some((code, reason)), true, now_ms, out);
+        if let Err(refusal) = self.resolve_topic_alias(conn, &mut publish) {
+            self.end_connection(conn, Some(refusal), true, now_ms, out);
             return;
         }
         let (qos, packet_id) = (publish.qos, publish.packet_id);
@@ -69,22 +56,20 @@ impl Broker {
             return;
         };
         let session_key = active.session;
-        if let Some(channel_name) = super::seek::seek_channel(&publish.topic) {
+        if let Some(channel_name) = crate::core::channel::append::seek::seek_channel(&publish.topic)
+        {
             let ack = slot.map_or(PendingAck::None, |slot| PendingAck::Puback { slot });
             let channel_name = channel_name.to_string();
             self.handle_seek(conn, session_key, &channel_name, &publish, ack, now_ms, out);
             return;
         }
-        if super::point_read::is_request(&publish.topic) {
+        if crate::core::channel::latest::point_read::is_request(&publish.topic) {
             self.handle_request(conn, &publish, slot, now_ms, out);
             return;
         }
         if Self::is_queue_response_topic(&publish.topic) {
             let answer = match qos {
-                QoS::ExactlyOnce => Err((
-                    ReasonCode::IMPLEMENTATION_SPECIFIC_ERROR,
-                    "a queue's response is published at QoS 0 or 1",
-                )),
+                QoS::ExactlyOnce => Err(Refusal::QueueResponseAtQos2),
                 _ => self.handle_queue_response(session_key, &publish, now_ms, out),
             };
             match (answer, slot) {
@@ -138,7 +123,7 @@ impl Broker {
                 {
                     return;
                 }
-                Err(STORAGE_BEHIND)
+                Err(Refusal::StorageBehind)
             }
         };
         match result {
@@ -160,14 +145,7 @@ impl Broker {
             .get_mut(conn)
             .and_then(|c| c.active.as_mut())
             .expect("an active connection");
-        let slot = active.next_puback_slot;
-        active.next_puback_slot += 1;
-        active.pubacks.push_back(super::PubackSlot {
-            slot,
-            packet_id,
-            answer: None,
-        });
-        slot
+        active.pubacks.reserve(packet_id)
     }
 
     /// Records a QoS 1 publish's answer and sends every PUBACK now due, in
@@ -187,9 +165,7 @@ impl Broker {
         else {
             return;
         };
-        if let Some(entry) = active.pubacks.iter_mut().find(|e| e.slot == slot) {
-            entry.answer = Some(answer);
-        }
+        active.pubacks.answer(slot, answer);
         loop {
             let Some(active) = self
                 .connections
@@ -199,21 +175,21 @@ impl Broker {
                 return;
             };
             let version = active.version;
-            if active.pubacks.front().is_none_or(|e| e.answer.is_none()) {
+            let Some((packet_id, answer)) = active.pubacks.next_due() else {
                 return;
-            }
-            let entry = active.pubacks.pop_front().expect("front exists");
+            };
             let mut ack = PubAck {
-                packet_id: entry.packet_id,
+                packet_id,
                 ..PubAck::default()
             };
-            if let Some(Err((code, reason))) = entry.answer {
+            if let Err(refusal) = answer {
                 if version == ProtocolVersion::V311 {
+                    debug_assert_eq!(refusal.rule().v311, V311Answer::Close);
                     self.end_connection(conn, None, true, now_ms, out);
                     return;
                 }
-                ack.reason_code = code;
-                ack.properties.reason_string = self.reason_string(conn, reason);
+                ack.reason_code = refusal.code();
+                ack.properties.reason_string = self.reason_string(conn, refusal.reason());
             }
             out.send(conn, version, &Packet::Puback(ack), false);
         }
@@ -232,7 +208,7 @@ impl Broker {
         self.note_logged(&message);
         if message.retain && self.retained.set(Rc::clone(&message)).is_err() {
             self.stats.retained_refused += 1;
-            return Err((ReasonCode::QUOTA_EXCEEDED, "the retained store is full"));
+            return Err(Refusal::RetainedStoreFull);
         }
         if message.retain {
             self.retained_set_behind(&message, out);
@@ -247,70 +223,37 @@ impl Broker {
         let Some(alias) = publish.properties.topic_alias.take() else {
             return Ok(());
         };
-        if alias == 0 || alias > TOPIC_ALIAS_MAXIMUM {
-            return Err((
-                ReasonCode::TOPIC_ALIAS_INVALID,
-                "topic alias above the maximum of 16",
-            ));
-        }
+        let max_topic_length_bytes = self.settings.max_topic_length as usize;
         let active = self
             .connections
             .get_mut(conn)
             .and_then(|c| c.active.as_mut())
             .expect("an active connection");
-        let aliases = active.topic_aliases.get_or_insert_with(Default::default);
-        let slot = &mut aliases[usize::from(alias - 1)];
-        if publish.topic.is_empty() {
-            match slot {
-                Some(topic) => publish.topic = topic.to_string(),
-                None => {
-                    return Err((
-                        ReasonCode::PROTOCOL_ERROR,
-                        "topic alias not registered on this connection",
-                    ))
-                }
-            }
-        } else if publish.topic.len() <= self.settings.max_topic_length as usize {
-            *slot = Some(publish.topic.as_str().into());
-        }
-        Ok(())
+        active
+            .topic_aliases
+            .resolve(alias, &mut publish.topic, max_topic_length_bytes)
     }
 
     /// The checks every topic a message is published to must pass, whoever
     /// publishes it.
     pub(crate) fn admit_topic(&self, topic: &str) -> Result<(), Refusal> {
         if topic.len() > self.settings.max_topic_length as usize {
-            return Err((
-                ReasonCode::TOPIC_NAME_INVALID,
-                "topic longer than limits.max_topic_length",
-            ));
+            return Err(Refusal::TopicTooLong);
         }
         if crate::codec::topic::level_count(topic) > self.settings.max_topic_levels as usize {
-            return Err((
-                ReasonCode::TOPIC_NAME_INVALID,
-                "topic deeper than limits.max_topic_levels",
-            ));
+            return Err(Refusal::TopicTooDeep);
         }
-        let defined = super::seek::seek_channel(topic).is_some()
+        let defined = crate::core::channel::append::seek::seek_channel(topic).is_some()
             || Self::is_queue_response_topic(topic)
-            || super::point_read::is_request(topic);
+            || crate::core::channel::latest::point_read::is_request(topic);
         if (topic.starts_with("$saguin/") && !defined) || topic == "$saguin" {
-            return Err((
-                ReasonCode::TOPIC_NAME_INVALID,
-                "no topic is defined there in the reserved $saguin/ space",
-            ));
+            return Err(Refusal::TopicReserved);
         }
         if topic.starts_with("$share/") {
-            return Err((
-                ReasonCode::TOPIC_NAME_INVALID,
-                "$share/ is a subscription form, not a topic",
-            ));
+            return Err(Refusal::TopicShareForm);
         }
         if topic == "$SYS" || topic.starts_with("$SYS/") {
-            return Err((
-                ReasonCode::NOT_AUTHORIZED,
-                "the $SYS tree is not published to by clients",
-            ));
+            return Err(Refusal::TopicSysTree);
         }
         Ok(())
     }
@@ -318,80 +261,38 @@ impl Broker {
     fn admit_properties(&self, publish: &Publish) -> Result<(), Refusal> {
         let user_properties = &publish.properties.user_properties;
         if user_properties.len() > self.settings.max_header_count as usize {
-            return Err((
-                ReasonCode::QUOTA_EXCEEDED,
-                "more User Properties than limits.max_header_count",
-            ));
+            return Err(Refusal::TooManyHeaders);
         }
         let header_bytes: usize = user_properties.iter().map(|(k, v)| k.len() + v.len()).sum();
         if header_bytes > self.settings.max_header_bytes as usize {
-            return Err((
-                ReasonCode::QUOTA_EXCEEDED,
-                "User Properties larger than limits.max_header_bytes",
-            ));
+            return Err(Refusal::HeadersTooLarge);
         }
         if publish.properties.payload_format_indicator == Some(1)
             && std::str::from_utf8(&publish.payload).is_err()
         {
-            return Err((
-                ReasonCode::PAYLOAD_FORMAT_INVALID,
-                "payload is not UTF-8 as its format indicator says",
-            ));
+            return Err(Refusal::PayloadNotUtf8);
         }
         Ok(())
     }
 
-    /// Spends the client's `publish_rate` and `publish_bytes` budgets. The
-    /// budget is the client id's, so reconnecting does not refill it.
+    /// Spends the client's `publish_rate` and `publish_bytes` budgets.
     fn spend_publish_budget(
         &mut self,
         conn: Key,
         payload_bytes: usize,
         now_ms: u64,
     ) -> Result<(), Refusal> {
-        let (rate, bytes_rate) = (
-            self.settings.publish_rate_per_s,
-            self.settings.publish_bytes_per_s,
-        );
-        if rate.is_none() && bytes_rate.is_none() {
-            return Ok(());
-        }
-        let client_id: Box<str> = self.client_id_of(conn).into();
-        let capacity_messages = rate.map_or(f64::INFINITY, f64::from);
-        let capacity_bytes = bytes_rate.map_or(f64::INFINITY, |b| b as f64);
-        let budget = self.budgets.entry(client_id).or_insert(PublishBudget {
-            messages: capacity_messages,
-            bytes: capacity_bytes,
-            updated_ms: now_ms,
-        });
-        let elapsed_s = now_ms.saturating_sub(budget.updated_ms) as f64 / 1000.0;
-        budget.updated_ms = now_ms;
-        budget.messages = (budget.messages + elapsed_s * capacity_messages).min(capacity_messages);
-        budget.bytes = (budget.bytes + elapsed_s * capacity_bytes).min(capacity_bytes);
-        // A message larger than a whole second's bytes is let through into
-        // deficit, so the byte rate never becomes a ban on large messages.
-        if budget.messages < 1.0 || budget.bytes <= 0.0 {
+        let client_id = self
+            .connections
+            .get(conn)
+            .and_then(|c| c.active.as_ref())
+            .and_then(|a| self.sessions.get(a.session))
+            .map_or("-", |s| &*s.client_id);
+        let spent = self.budgets.spend(client_id, payload_bytes, now_ms);
+        if spent.is_err() {
             self.stats.publishes_rate_limited += 1;
-            return Err((ReasonCode::QUOTA_EXCEEDED, RATE_EXCEEDED));
         }
-        budget.messages -= 1.0;
-        budget.bytes -= payload_bytes as f64;
-        Ok(())
-    }
-
-    /// Drops budgets that have refilled: such a client lost nothing.
-    pub(crate) fn forget_full_budgets(&mut self, now_ms: u64) {
-        let (rate, bytes_rate) = (
-            self.settings.publish_rate_per_s,
-            self.settings.publish_bytes_per_s,
-        );
-        let capacity_messages = rate.map_or(f64::INFINITY, f64::from);
-        let capacity_bytes = bytes_rate.map_or(f64::INFINITY, |b| b as f64);
-        self.budgets.retain(|_, budget| {
-            let elapsed_s = now_ms.saturating_sub(budget.updated_ms) as f64 / 1000.0;
-            budget.messages + elapsed_s * capacity_messages < capacity_messages
-                || budget.bytes + elapsed_s * capacity_bytes < capacity_bytes
-        });
+        spent
     }
 
     /// A refused publish: MQTT 5 is told why on its PUBACK or PUBREC; a
@@ -405,19 +306,20 @@ impl Broker {
         qos: QoS,
         packet_id: Option<u16>,
         puback_slot: Option<u64>,
-        (code, reason): Refusal,
+        refusal: Refusal,
         now_ms: u64,
         out: &mut impl Transport,
     ) {
         self.stats.publishes_refused += 1;
         let client_id = self.client_id_of(conn);
-        if code == ReasonCode::QUOTA_EXCEEDED && reason == RATE_EXCEEDED {
-            log::debug!("refusing a publish to {topic:?} from {client_id}: {reason}");
+        if refusal == Refusal::PublishRateExceeded {
+            // A client held to its rate may earn one per publish.
+            log::debug!("refusing a publish to {topic:?} from {client_id}: {refusal}");
         } else {
-            log::warn!("refusing a publish to {topic:?} from {client_id}: {reason}");
+            log::warn!("refusing a publish to {topic:?} from {client_id}: {refusal}");
         }
         if let Some(slot) = puback_slot {
-            self.complete_puback(conn, slot, Err((code, reason)), now_ms, out);
+            self.complete_puback(conn, slot, Err(refusal), now_ms, out);
             return;
         }
         let (Some(version), Some(packet_id), QoS::ExactlyOnce) =
@@ -431,9 +333,9 @@ impl Broker {
         }
         let ack = PubAck {
             packet_id,
-            reason_code: code,
+            reason_code: refusal.code(),
             properties: Properties {
-                reason_string: self.reason_string(conn, reason),
+                reason_string: self.reason_string(conn, refusal.reason()),
                 ..Properties::default()
             },
         };
@@ -470,20 +372,14 @@ impl Broker {
             return;
         }
         if session.held_publishes.len() >= receive_maximum {
-            let reason = (
-                ReasonCode::RECEIVE_MAXIMUM_EXCEEDED,
-                "more unfinished QoS 2 exchanges than Receive Maximum",
-            );
+            let reason = Refusal::ReceiveMaximumExceeded;
             self.end_connection(conn, Some(reason), true, now_ms, out);
             return;
         }
         let refusal = if session.held_publishes.len() >= limit {
-            Some((
-                ReasonCode::QUOTA_EXCEEDED,
-                "inflight allowance exceeded: broker.qos2.max_inflight_per_client",
-            ))
+            Some(Refusal::InflightExceeded)
         } else if !retained_room {
-            Some((ReasonCode::QUOTA_EXCEEDED, "the retained store is full"))
+            Some(Refusal::RetainedStoreFull)
         } else {
             None
         };
@@ -506,7 +402,9 @@ impl Broker {
             message,
             received_at_ms: now_ms,
         };
-        session.held_publishes.insert(packet_id, held);
+        let previous = session.held_publishes.insert(packet_id, held);
+        debug_assert!(previous.is_none(), "checked above: a new exchange");
+        debug_assert!(session.held_publishes.len() <= receive_maximum);
         // Stored first where the session keeps a record.
         self.pubrec_after_hold(conn, session_key, packet_id, now_ms, out);
     }
@@ -551,7 +449,7 @@ impl Broker {
             {
                 log::warn!("storage is behind; the exactly-once publish stays held");
                 self.hold_again(conn, packet_id, *message, now_ms);
-                self.end_connection(conn, Some(STORAGE_BEHIND), true, now_ms, out);
+                self.end_connection(conn, Some(Refusal::StorageBehind), true, now_ms, out);
             }
             return;
         }
@@ -562,7 +460,7 @@ impl Broker {
             if let Some(session) = self.sessions.get_mut(session_key) {
                 session.held_publishes.insert(packet_id, held);
             }
-            let reason = (ReasonCode::QUOTA_EXCEEDED, "the retained store is full");
+            let reason = Refusal::RetainedStoreFull;
             self.end_connection(conn, Some(reason), true, now_ms, out);
             return;
         }
@@ -718,11 +616,10 @@ impl Broker {
 
 /// A seek is answered on its PUBACK, so it is published at QoS 0 or 1.
 fn admit_seek_qos(publish: &Publish) -> Result<(), Refusal> {
-    if publish.qos == QoS::ExactlyOnce && super::seek::seek_channel(&publish.topic).is_some() {
-        return Err((
-            ReasonCode::IMPLEMENTATION_SPECIFIC_ERROR,
-            "a seek is published at QoS 0 or 1",
-        ));
+    if publish.qos == QoS::ExactlyOnce
+        && crate::core::channel::append::seek::seek_channel(&publish.topic).is_some()
+    {
+        return Err(Refusal::SeekAtQos2);
     }
     Ok(())
 }

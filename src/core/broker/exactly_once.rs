@@ -1,52 +1,28 @@
-//! Exactly-once publishes held between PUBREC and PUBREL, for a session
-//! that outlives its connection: kept as a keyed entry in the store the
-//! release writes to - the channel's own entry space for a channel topic,
-//! the broadcast log's for a broadcast - so the release (the record, and
-//! the hold's removal) is one commit in one provider, and a crash leaves
-//! either the hold or the record, never both and never neither.
+//! Holding and releasing exactly-once publishes between PUBREC and
+//! PUBREL, for a session that outlives its connection: each is kept as a
+//! keyed entry in the store the release writes to - the channel's own
+//! entry space for a channel topic, the broadcast log's for a broadcast -
+//! so the release (the record, and the hold's removal) is one commit in
+//! one provider, and a crash leaves either the hold or the record, never
+//! both and never neither.
 //!
 //! The PUBREC follows the hold's commit. A restart gives each restored
 //! session back its holds, so the PUBREL its client sends again completes
 //! the exchange once; a hold whose session did not come back is dropped
 //! and counted as abandoned.
 
+use crate::core::refusal::Refusal;
 use std::rc::Rc;
 
-use super::broadcast_log::BROADCAST_SPACE;
-use super::channel::{from_stored, publisher_id, to_stored};
-use super::persist::{Then, Written};
-use super::session::{HeldPublish, Message};
-use super::{Broker, Key, Transport};
-use crate::codec::{Packet, PubAck, ReasonCode};
+use crate::codec::{Packet, PubAck};
+use crate::core::broadcast::log::BROADCAST_SPACE;
+use crate::core::broadcast::qos2_holds::{hold_key, parse_hold_key, StoredHold};
+use crate::core::message::Message;
+use crate::core::message::{from_stored, publisher_id, to_stored};
+use crate::core::session::HeldPublish;
+use crate::core::{Broker, Key, Transport};
+use crate::core::{Then, Written};
 use crate::store::{encoding, Answer, Outcome, Write};
-
-/// Leads every hold's key, so holds never meet another use of a space.
-const HOLD_PREFIX: &str = "$qos2\u{0}";
-
-/// A hold as a provider kept it, read at start.
-#[derive(Debug)]
-pub struct StoredHold {
-    pub provider: usize,
-    /// The space it sits in: a channel's name, or the broadcast log's.
-    pub space: String,
-    pub key: String,
-    pub value: Vec<u8>,
-}
-
-/// Whether an entry key is a hold's.
-pub fn is_hold_key(key: &str) -> bool {
-    key.starts_with(HOLD_PREFIX)
-}
-
-fn hold_key(client_id: &str, packet_id: u16) -> String {
-    format!("{HOLD_PREFIX}{client_id}\u{0}{packet_id}")
-}
-
-fn parse_hold_key(key: &str) -> Option<(&str, u16)> {
-    let rest = key.strip_prefix(HOLD_PREFIX)?;
-    let (client_id, packet_id) = rest.rsplit_once('\u{0}')?;
-    Some((client_id, packet_id.parse().ok()?))
-}
 
 /// What waits on a hold's write.
 pub(crate) enum HoldThen {
@@ -141,7 +117,7 @@ impl Broker {
         };
         if let Some((provider, write)) = self.hold_write(session_key, packet_id) {
             let ticket = self.next_ticket();
-            let request = super::StoreRequest::Commit {
+            let request = crate::core::StoreRequest::Commit {
                 ticket,
                 writes: vec![write],
             };
@@ -164,7 +140,7 @@ impl Broker {
     /// The same, for a session already taken out of the table.
     pub(crate) fn hold_drop_for(
         &self,
-        session: &super::session::Session,
+        session: &crate::core::session::Session,
         packet_id: u16,
         topic: &str,
     ) -> Option<(usize, Write)> {
@@ -187,7 +163,7 @@ impl Broker {
     pub(crate) fn holds_dropped(&mut self, drops: Vec<(usize, Write)>, out: &mut impl Transport) {
         for (provider, write) in drops {
             let ticket = self.next_ticket();
-            let request = super::StoreRequest::Commit {
+            let request = crate::core::StoreRequest::Commit {
                 ticket,
                 writes: vec![write],
             };
@@ -236,7 +212,7 @@ impl Broker {
         }
         writes.extend(drop.map(|(_, write)| write));
         let ticket = self.next_ticket();
-        let request = super::StoreRequest::Commit { ticket, writes };
+        let request = crate::core::StoreRequest::Commit { ticket, writes };
         let then = Then::Hold(Box::new(HoldThen::Release {
             conn,
             packet_id,
@@ -284,18 +260,12 @@ impl Broker {
                         {
                             session.held_publishes.remove(&packet_id);
                         }
-                        let (code, reason) = match refused {
-                            Some([Outcome::Refused(_)]) => (
-                                ReasonCode::QUOTA_EXCEEDED,
-                                "the store has no room for the exchange",
-                            ),
-                            _ => (
-                                ReasonCode::IMPLEMENTATION_SPECIFIC_ERROR,
-                                "the store could not keep the exchange",
-                            ),
+                        let refusal = match refused {
+                            Some([Outcome::Refused(_)]) => Refusal::ExchangeNoRoom,
+                            _ => Refusal::ExchangeNotStored,
                         };
-                        ack.reason_code = code;
-                        ack.properties.reason_string = self.reason_string(conn, reason);
+                        ack.reason_code = refusal.code();
+                        ack.properties.reason_string = self.reason_string(conn, refusal.reason());
                     }
                 }
                 self.send(conn, &Packet::Pubrec(ack), out);
@@ -356,10 +326,7 @@ impl Broker {
                             session.held_publishes.insert(packet_id, held);
                         }
                     }
-                    let reason = (
-                        ReasonCode::IMPLEMENTATION_SPECIFIC_ERROR,
-                        "the release could not be stored",
-                    );
+                    let reason = Refusal::ReleaseNotStored;
                     self.end_connection(conn, Some(reason), true, now_ms, out);
                     return;
                 };
@@ -374,7 +341,7 @@ impl Broker {
                 let before = std::mem::replace(&mut self.persist.writes_through, true);
                 let routed = self.accept_message(*message, now_ms, out);
                 self.persist.writes_through = before;
-                if let Err((_, reason)) = routed {
+                if let Err(reason) = routed {
                     log::warn!("a released exactly-once publish was not routed: {reason}");
                 }
                 let ack = PubAck {
@@ -424,7 +391,7 @@ impl Broker {
             made_room: true,
         }));
         let ticket = self.next_ticket();
-        let request = super::StoreRequest::Commit { ticket, writes };
+        let request = crate::core::StoreRequest::Commit { ticket, writes };
         match self.settings.session_provider {
             Some(provider) if out.store(provider, request) => self.persist.track(ticket, then),
             _ => self.finish_session_write(then, Written::Failed, now_ms, out),
@@ -437,7 +404,7 @@ impl Broker {
         let (mut restored, mut abandoned) = (0u64, Vec::new());
         for hold in holds {
             let parsed = parse_hold_key(&hold.key).and_then(|(client_id, packet_id)| {
-                let session = *self.sessions_by_client_id.get(client_id)?;
+                let session = self.sessions.key_of(client_id)?;
                 Some((session, packet_id))
             });
             let message = encoding::message_from_bytes(&hold.value)

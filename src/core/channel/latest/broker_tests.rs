@@ -521,7 +521,7 @@ fn a_deletion_outlives_the_removal_of_the_value_it_replaced() {
 /// change (no RETAIN), lowest offset first.
 #[test]
 fn the_changes_a_slow_subscriber_holds_are_bounded_and_none_is_lost() {
-    use crate::core::latest_reader::WAITING_CHANGES_MAX;
+    use crate::core::channel::latest::reader::WAITING_CHANGES_MAX;
     let topics = 3 * WAITING_CHANGES_MAX as u64;
     let mut h = Harness::new(state_channel(None, None));
     let (subscriber, _) = connect_durable(&mut h, "slow", 1);

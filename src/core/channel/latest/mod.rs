@@ -12,14 +12,20 @@
 //! recent bodies. Anything else is read back from the provider when it is
 //! served, so memory does not grow with the size of the values.
 
+pub(crate) mod point_read;
+pub(crate) mod reader;
+
+use crate::core::refusal::Refusal;
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::rc::Rc;
 
-use super::channel::{labelled, ChannelSettings, Pending, PendingAck, StoreRequest};
-use super::latest_reader::ReadFor;
-use super::point_read::PointRead;
-use super::session::Message;
-use super::{Broker, Transport};
+use crate::core::channel::latest::point_read::PointRead;
+use crate::core::channel::latest::reader::ReadFor;
+use crate::core::channel::{ChannelSettings, Pending, PendingAck};
+use crate::core::message::labelled;
+use crate::core::message::Message;
+use crate::core::StoreRequest;
+use crate::core::{Broker, Transport};
 use crate::store::{self, Answer, MessageId, Outcome, Read, Record, Write};
 
 /// What the configuration and the provider say of a `latest` channel.
@@ -155,7 +161,7 @@ pub(crate) struct LatestState {
     storing: HashMap<Rc<str>, u32>,
     cache: BodyCache,
     /// The latest readers subscribed to this channel.
-    pub readers: Vec<super::Key>,
+    pub readers: Vec<crate::core::Key>,
     sweeping: bool,
     /// Replaced records whose removal storage could not take yet, tried
     /// again at the next tick. At most one per record the channel holds.
@@ -241,7 +247,7 @@ pub(crate) enum LatestPending {
     /// The stored hold of an exactly-once deletion of nothing is being
     /// removed; its PUBCOMP follows.
     ReleaseDropped {
-        conn: super::Key,
+        conn: crate::core::Key,
         ack: PendingAck,
         message: Box<Message>,
     },
@@ -269,7 +275,7 @@ impl Broker {
         &mut self,
         channel: usize,
         message: Message,
-        conn: Option<(super::Key, PendingAck)>,
+        conn: Option<(crate::core::Key, PendingAck)>,
         release_drop: Option<Write>,
         now_ms: u64,
         out: &mut impl Transport,
@@ -545,10 +551,7 @@ impl Broker {
                         if let PendingAck::Pubcomp { packet_id } = ack {
                             self.hold_again(conn, packet_id, *message, now_ms);
                         }
-                        let refusal = (
-                            crate::codec::ReasonCode::IMPLEMENTATION_SPECIFIC_ERROR,
-                            "storage could not complete the exactly-once publish",
-                        );
+                        let refusal = Refusal::ExactlyOnceNotCompleted;
                         self.answer_publish(conn, ack, Err(refusal), now_ms, out);
                     }
                 }
@@ -631,7 +634,7 @@ pub(crate) fn read_bodies(result: Result<Read, store::StoreError>) -> Vec<(u64, 
             .records
             .into_iter()
             .map(|record| {
-                let message = super::channel::from_stored(&record.message);
+                let message = crate::core::message::from_stored(&record.message);
                 let message = labelled(message, &record.message.id, record.offset);
                 (record.offset, Rc::new(message))
             })
@@ -685,7 +688,7 @@ mod tests {
         let mut cache = BodyCache::default();
         for offset in 0..2_000u64 {
             let message =
-                super::super::channel::from_stored(&record(offset, "t", &[0; 512]).message);
+                crate::core::message::from_stored(&record(offset, "t", &[0; 512]).message);
             cache.insert(offset, Rc::new(message));
             assert!(cache.bytes <= CACHE_BYTES);
         }

@@ -1,50 +1,19 @@
-//! Two requests answered to the asking connection alone, on the Response
-//! Topic it names: `$saguin/kv/get` (the current value of one topic of a
-//! `latest` channel) and `$saguin/catalogue/<channel>` (what a channel
-//! is). The reply carries an answer and nothing else - an empty one means
-//! "no value" or "no such channel" - so every refusal rides the PUBACK.
-//! Both are asked at QoS 1; at QoS 0 there is no PUBACK to refuse in, and
-//! the request is dropped.
+//! A point read or a catalogue request answered: the request is checked,
+//! the value read from memory or storage, and the answer sent to the
+//! Response Topic, or the refusal on the PUBACK. What the requests are is
+//! the `latest` channel's (`channel/latest/point_read.rs`).
 
 use std::rc::Rc;
 
-use super::latest::LatestPending;
-use super::session::Message;
-use super::{Broker, Key, Transport};
-use crate::codec::{
-    encoded_len, topic, Packet, Properties, ProtocolVersion, Publish, QoS, ReasonCode,
+use crate::codec::{encoded_len, topic, Packet, Properties, ProtocolVersion, Publish, QoS};
+use crate::core::channel::latest::point_read::{
+    json_string, PointRead, ReplyTo, CATALOGUE_PREFIX, KV_GET,
 };
+use crate::core::channel::latest::LatestPending;
+use crate::core::message::Message;
+use crate::core::refusal::Refusal;
+use crate::core::{Broker, Key, Transport};
 use crate::store::{self, ReadLimit};
-
-const KV_GET: &str = "$saguin/kv/get";
-const CATALOGUE_PREFIX: &str = "$saguin/catalogue/";
-
-type Refusal = (ReasonCode, &'static str);
-
-/// Whether a publish to `topic` is one of these requests.
-pub fn is_request(topic: &str) -> bool {
-    topic == KV_GET || topic.starts_with(CATALOGUE_PREFIX)
-}
-
-/// Where an answer goes: the asking connection, its Response Topic, the
-/// Correlation Data it is answered with, and its PUBACK slot.
-#[derive(Debug, Clone)]
-pub(crate) struct ReplyTo {
-    conn: Key,
-    topic: String,
-    /// `None` only for a catalogue request that sent none: a point read's
-    /// answer always carries one.
-    correlation_data: Option<Vec<u8>>,
-    slot: u64,
-}
-
-/// A point read waiting for a value's body.
-pub(crate) struct PointRead {
-    reply: ReplyTo,
-    channel: usize,
-    key: String,
-    offset: u64,
-}
 
 impl Broker {
     /// A publish to `$saguin/kv/get` or `$saguin/catalogue/<channel>`.
@@ -58,10 +27,7 @@ impl Broker {
     ) {
         let Some(slot) = slot else {
             if publish.qos == QoS::ExactlyOnce {
-                let refusal = (
-                    ReasonCode::IMPLEMENTATION_SPECIFIC_ERROR,
-                    "a request under $saguin/ is published at QoS 1, to be answered on its PUBACK",
-                );
+                let refusal = Refusal::RequestAtQos2;
                 let (topic, id) = (&publish.topic, publish.packet_id);
                 self.refuse_publish(conn, topic, publish.qos, id, None, refusal, now_ms, out);
             } else {
@@ -74,10 +40,7 @@ impl Broker {
             return;
         };
         let Some(response_topic) = publish.properties.response_topic.clone() else {
-            let refusal = (
-                ReasonCode::IMPLEMENTATION_SPECIFIC_ERROR,
-                "no Response Topic: the answer would have nowhere to go",
-            );
+            let refusal = Refusal::RequestWithoutResponseTopic;
             self.refuse_request(conn, &publish.topic, slot, refusal, now_ms, out);
             return;
         };
@@ -90,10 +53,7 @@ impl Broker {
         if let Some(name) = publish.topic.strip_prefix(CATALOGUE_PREFIX) {
             // An empty name is a name no channel has: the empty reply.
             if name.contains('/') {
-                let refusal = (
-                    ReasonCode::TOPIC_NAME_INVALID,
-                    "a channel's name is one topic level: this names no channel that could exist",
-                );
+                let refusal = Refusal::CatalogueNameHasLevels;
                 self.refuse_request(conn, &publish.topic, slot, refusal, now_ms, out);
                 return;
             }
@@ -113,46 +73,24 @@ impl Broker {
     /// The channel and topic a point read's payload names, or why it names
     /// nothing that holds a value.
     fn point_read_target(&self, payload: &[u8]) -> Result<(usize, String), Refusal> {
-        const NOT_A_TOPIC: Refusal = (
-            ReasonCode::TOPIC_NAME_INVALID,
-            "the key is not a topic: it is not UTF-8",
-        );
-        let key = std::str::from_utf8(payload).map_err(|_| NOT_A_TOPIC)?;
+        let key = std::str::from_utf8(payload).map_err(|_| Refusal::KeyNotUtf8)?;
         if key.is_empty() {
-            return Err((
-                ReasonCode::IMPLEMENTATION_SPECIFIC_ERROR,
-                "the key is empty: the payload is the topic to read",
-            ));
+            return Err(Refusal::KeyEmpty);
         }
         if key.len() > self.settings.max_topic_length as usize {
-            return Err((
-                ReasonCode::TOPIC_NAME_INVALID,
-                "the key is longer than limits.max_topic_length",
-            ));
+            return Err(Refusal::KeyTooLong);
         }
         if topic::level_count(key) > self.settings.max_topic_levels as usize {
-            return Err((
-                ReasonCode::TOPIC_NAME_INVALID,
-                "the key is deeper than limits.max_topic_levels",
-            ));
+            return Err(Refusal::KeyTooDeep);
         }
         if key.contains(['+', '#']) {
-            return Err((
-                ReasonCode::TOPIC_NAME_INVALID,
-                "the key holds a wildcard: a point read reads one topic, and a subscription reads many",
-            ));
+            return Err(Refusal::KeyHasWildcard);
         }
         if key.starts_with('$') {
-            return Err((
-                ReasonCode::TOPIC_NAME_INVALID,
-                "the key is in a reserved space, where no channel holds a value",
-            ));
+            return Err(Refusal::KeyReserved);
         }
         let Some(channel) = self.channel_for(key) else {
-            return Err((
-                ReasonCode::TOPIC_NAME_INVALID,
-                "no channel claims the key: it is a broadcast topic, which holds no value",
-            ));
+            return Err(Refusal::KeyUnclaimed);
         };
         if self.channels[channel].latest.is_none() {
             log::info!(
@@ -160,15 +98,9 @@ impl Broker {
                 self.channels[channel].settings.name
             );
             return Err(if self.queues.is_queue(channel) {
-                (
-                    ReasonCode::TOPIC_NAME_INVALID,
-                    "the key is on a queue, which holds work for one worker rather than values",
-                )
+                Refusal::KeyOnQueue
             } else {
-                (
-                    ReasonCode::TOPIC_NAME_INVALID,
-                    "the key is on an append channel, a log rather than a set of values: read it by subscribing",
-                )
+                Refusal::KeyOnAppend
             });
         }
         Ok((channel, key.to_string()))
@@ -210,10 +142,7 @@ impl Broker {
             offset,
         });
         if !self.read_latest(channel, offset, limit, pending, out) {
-            let refusal = (
-                ReasonCode::IMPLEMENTATION_SPECIFIC_ERROR,
-                "storage is behind; try again",
-            );
+            let refusal = Refusal::StorageBehind;
             let topic = KV_GET;
             self.refuse_request(reply.conn, topic, reply.slot, refusal, now_ms, out);
         }
@@ -228,10 +157,7 @@ impl Broker {
     ) {
         if let Err(error) = &result {
             log::warn!("a point read of {} failed: {error}", read.key);
-            let refusal = (
-                ReasonCode::IMPLEMENTATION_SPECIFIC_ERROR,
-                "storage could not read the value",
-            );
+            let refusal = Refusal::ValueNotRead;
             self.refuse_request(
                 read.reply.conn,
                 KV_GET,
@@ -242,7 +168,7 @@ impl Broker {
             );
             return;
         }
-        let found = super::latest::read_bodies(result)
+        let found = crate::core::channel::latest::read_bodies(result)
             .into_iter()
             .find(|(offset, _)| *offset == read.offset);
         let still_current = self.channels[read.channel]
@@ -263,10 +189,7 @@ impl Broker {
                     read.key,
                     read.offset
                 );
-                let refusal = (
-                    ReasonCode::IMPLEMENTATION_SPECIFIC_ERROR,
-                    "storage could not read the value",
-                );
+                let refusal = Refusal::ValueNotRead;
                 self.refuse_request(
                     read.reply.conn,
                     KV_GET,
@@ -335,10 +258,7 @@ impl Broker {
         let packet = Packet::Publish(publish);
         debug_assert_eq!(version, ProtocolVersion::V5, "a Response Topic is MQTT 5's");
         if encoded_len(&packet, version) > max_packet_size as usize {
-            let refusal = (
-                ReasonCode::IMPLEMENTATION_SPECIFIC_ERROR,
-                "the answer is larger than your Maximum Packet Size",
-            );
+            let refusal = Refusal::AnswerTooLarge;
             self.refuse_request(reply.conn, KV_GET, reply.slot, refusal, now_ms, out);
             return;
         }
@@ -388,40 +308,5 @@ impl Broker {
             json_string(&settings.name),
             json_string(&settings.written_filter)
         )
-    }
-}
-
-/// `text` as a JSON string.
-fn json_string(text: &str) -> String {
-    let mut quoted = String::with_capacity(text.len() + 2);
-    quoted.push('"');
-    for c in text.chars() {
-        match c {
-            '"' => quoted.push_str("\\\""),
-            '\\' => quoted.push_str("\\\\"),
-            c if u32::from(c) < 0x20 => quoted.push_str(&format!("\\u{:04x}", u32::from(c))),
-            c => quoted.push(c),
-        }
-    }
-    quoted.push('"');
-    quoted
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn json_strings_escape_what_json_requires() {
-        assert_eq!(json_string("a/{b,c}/#"), r#""a/{b,c}/#""#);
-        assert_eq!(json_string("q\"b\\s\n"), r#""q\"b\\s\u000a""#);
-    }
-
-    #[test]
-    fn only_the_two_request_topics_are_requests() {
-        assert!(is_request("$saguin/kv/get"));
-        assert!(is_request("$saguin/catalogue/readings"));
-        assert!(!is_request("$saguin/kv/get/x"));
-        assert!(!is_request("$saguin/kv"));
     }
 }

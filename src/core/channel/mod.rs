@@ -3,21 +3,26 @@
 //! through a cursor of its own.
 //!
 //! The core never touches a provider. It asks through
-//! [`Transport::store`](super::Transport::store) and is answered through
+//! [`Transport::store`](crate::core::Transport::store) and is answered through
 //! [`Broker::handle_store_completion`], so a commit (an fsync) never runs on
 //! the thread that serves connections.
 
+pub mod append;
+pub mod claims;
+pub mod latest;
+pub mod load;
+pub mod queue;
+
+use crate::core::refusal::Refusal;
 use std::collections::{BTreeSet, HashMap, VecDeque};
 use std::rc::Rc;
 
-use super::delivery::outgoing_publish;
-use super::seek::SeekReply;
-use super::session::{Delivery, Message};
-use super::topic_index::Target;
-use super::{Broker, Key, Transport};
-use crate::codec::{
-    encoded_len, topic, Packet, Properties, QoS, ReasonCode, RetainHandling, SubscriptionOptions,
-};
+use crate::codec::{encoded_len, topic, Packet, QoS, RetainHandling, SubscriptionOptions};
+use crate::core::broadcast::topic_index::Target;
+use crate::core::channel::append::seek::SeekReply;
+use crate::core::message::outgoing_publish;
+use crate::core::message::{from_stored, labelled, publisher_id, to_stored, Delivery, Message};
+use crate::core::{Broker, Key, StoreRequest, Transport};
 use crate::store::{
     self, Answer, Completion, MessageId, Outcome, Read, ReadLimit, TrimRule, Write,
 };
@@ -50,9 +55,9 @@ pub struct ChannelSettings {
     /// catalogue.
     pub written_filter: String,
     /// Set for a `latest` channel.
-    pub latest: Option<super::latest::LatestSettings>,
+    pub latest: Option<crate::core::channel::latest::LatestSettings>,
     /// Set when the channel is a `queue`.
-    pub queue: Option<super::queue::QueueSettings>,
+    pub queue: Option<crate::core::channel::queue::QueueSettings>,
 }
 
 /// How a stored record or value fared on its way to a session.
@@ -69,32 +74,6 @@ pub(crate) enum StoredSend {
     Sent(bool),
 }
 
-/// What the core asks of a provider's storage thread.
-#[derive(Debug, Clone, PartialEq)]
-pub enum StoreRequest {
-    Commit {
-        ticket: u64,
-        writes: Vec<Write>,
-    },
-    Read {
-        ticket: u64,
-        channel: String,
-        from_offset: u64,
-        limit: ReadLimit,
-    },
-    Position {
-        ticket: u64,
-        channel: String,
-        reader: String,
-    },
-    /// The earliest offset received at or after a moment, for a seek.
-    FirstAtOrAfter {
-        ticket: u64,
-        channel: String,
-        at_unix_ms: u64,
-    },
-}
-
 /// Records a reader is handed per storage read: enough to fill a window,
 /// few enough that one consumer catching up never holds the others.
 const READ_BATCH_RECORDS: u32 = 64;
@@ -104,6 +83,8 @@ const TAIL_CACHE_BYTES: u64 = 256 * 1024;
 /// Records removed per trim write, so a sweep never holds the storage
 /// thread for long.
 const TRIM_BATCH_RECORDS: u32 = 1_000;
+// A batch of none would never make progress.
+const _: () = assert!(READ_BATCH_RECORDS > 0 && TRIM_BATCH_RECORDS > 0 && TAIL_CACHE_BYTES > 0);
 
 pub(crate) struct Channel {
     pub settings: ChannelSettings,
@@ -116,13 +97,13 @@ pub(crate) struct Channel {
     /// A retention trim is in flight.
     trimming: bool,
     /// A `latest` channel's current values and subscribers.
-    pub latest: Option<Box<super::latest::LatestState>>,
+    pub latest: Option<Box<crate::core::channel::latest::LatestState>>,
 }
 
 impl Channel {
     pub fn new(mut settings: ChannelSettings) -> Channel {
         Channel {
-            latest: super::latest::LatestState::for_channel(&mut settings),
+            latest: crate::core::channel::latest::LatestState::for_channel(&mut settings),
             next: settings.next,
             floor: settings.floor,
             settings,
@@ -220,8 +201,8 @@ pub(crate) enum Pending {
         offset: u64,
     },
     /// A `latest` channel's own request.
-    Latest(super::latest::LatestPending),
-    Queue(super::queue::QueuePending),
+    Latest(crate::core::channel::latest::LatestPending),
+    Queue(crate::core::channel::queue::QueuePending),
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -234,6 +215,10 @@ pub(crate) enum PendingAck {
 impl Broker {
     pub(crate) fn next_ticket(&mut self) -> u64 {
         self.next_ticket += 1;
+        debug_assert!(
+            !self.pending.contains_key(&self.next_ticket),
+            "a ticket names one request"
+        );
         self.next_ticket
     }
 
@@ -302,6 +287,11 @@ impl Broker {
             return Err(Box::new(message));
         }
         self.pending_publish_bytes += cost_bytes;
+        // One publish is always taken; past that, the bound holds.
+        debug_assert!(
+            self.pending_publish_bytes == cost_bytes
+                || self.pending_publish_bytes <= self.pending_publish_max_bytes()
+        );
         self.latest_storing(channel, &message.topic, true);
         let pending = match conn {
             Some((conn, ack)) => Pending::Publish {
@@ -383,7 +373,7 @@ impl Broker {
                 Answer::Committed(result),
             ) => match commit_answer(result) {
                 Ok(offset) => self.record_committed(channel, message, &id, offset, now_ms, out),
-                Err((_, reason)) => {
+                Err(reason) => {
                     log::warn!(
                         "a message for channel {} was not stored: {reason}",
                         self.channels[channel].settings.name
@@ -495,7 +485,7 @@ impl Broker {
     ) {
         match (ack, answer) {
             (PendingAck::None, Ok(())) => {}
-            (PendingAck::None, Err((_, reason))) => {
+            (PendingAck::None, Err(reason)) => {
                 self.stats.publishes_refused += 1;
                 log::warn!(
                     "a QoS 0 publish from {} was not stored: {reason}",
@@ -503,7 +493,7 @@ impl Broker {
                 );
             }
             (PendingAck::Puback { slot }, answer) => {
-                if let Err((_, reason)) = answer {
+                if let Err(reason) = answer {
                     self.stats.publishes_refused += 1;
                     log::warn!(
                         "refusing a publish from {}: {reason}",
@@ -535,7 +525,7 @@ impl Broker {
             return;
         };
         if let Some(session) = self.sessions.get_mut(session_key) {
-            let held = super::session::HeldPublish {
+            let held = crate::core::session::HeldPublish {
                 message,
                 received_at_ms: now_ms,
             };
@@ -782,10 +772,7 @@ impl Broker {
             // is simply not made.
             StoredSend::Expired | StoredSend::Queued => true,
             StoredSend::TooLarge { conn, .. } => {
-                let reason = (
-                    ReasonCode::PACKET_TOO_LARGE,
-                    "a channel record is larger than your Maximum Packet Size",
-                );
+                let reason = Refusal::RecordTooLarge;
                 self.end_connection(conn, Some(reason), true, now_ms, out);
                 false
             }
@@ -1224,12 +1211,13 @@ impl Broker {
     }
 }
 
-type Refusal = (ReasonCode, &'static str);
-
 /// Lets a reader's position move past a delivery that is done with: its
 /// last answer came, or it was passed over. A delivery from before a seek
 /// (an older era) moves nothing.
-pub(crate) fn release_reader_mark(readers: &mut super::slab::Slab<Reader>, delivery: &Delivery) {
+pub(crate) fn release_reader_mark(
+    readers: &mut crate::core::slab::Slab<Reader>,
+    delivery: &Delivery,
+) {
     let Some((reader_key, offset, era)) = delivery.reader else {
         return;
     };
@@ -1244,26 +1232,15 @@ pub(crate) fn release_reader_mark(readers: &mut super::slab::Slab<Reader>, deliv
 fn commit_answer(result: Result<Vec<Outcome>, store::StoreError>) -> Result<u64, Refusal> {
     match result.as_deref() {
         Ok([Outcome::Appended { offset }, ..]) => Ok(*offset),
-        Ok([Outcome::Refused(store::Refusal::ChannelFull), ..]) => Err((
-            ReasonCode::QUOTA_EXCEEDED,
-            "the channel is at its max_bytes",
-        )),
-        Ok([Outcome::Refused(_), ..]) => {
-            Err((ReasonCode::QUOTA_EXCEEDED, "the channel's storage is full"))
-        }
+        Ok([Outcome::Refused(store::Refusal::ChannelFull), ..]) => Err(Refusal::ChannelFull),
+        Ok([Outcome::Refused(_), ..]) => Err(Refusal::ChannelProviderFull),
         Ok(other) => {
             log::error!("a commit of one append came back as {other:?}");
-            Err((
-                ReasonCode::IMPLEMENTATION_SPECIFIC_ERROR,
-                "storage answered unexpectedly",
-            ))
+            Err(Refusal::StorageUnexpected)
         }
         Err(error) => {
             log::error!("storing a record failed: {error}");
-            Err((
-                ReasonCode::IMPLEMENTATION_SPECIFIC_ERROR,
-                "storage could not keep the record",
-            ))
+            Err(Refusal::RecordNotStored)
         }
     }
 }
@@ -1305,78 +1282,4 @@ fn delivery_for(
         latest: None,
         message: Rc::clone(message),
     })
-}
-
-/// The publisher's own `saguin-id`, which becomes the record's id.
-pub(crate) fn publisher_id(message: &Message) -> Option<MessageId> {
-    message
-        .properties
-        .user_properties
-        .iter()
-        .find(|(name, _)| name == "saguin-id")
-        .map(|(_, value)| MessageId::from_publisher(value))
-}
-
-/// The record a provider keeps for `message`.
-pub(crate) fn to_stored(message: &Message, id: &MessageId) -> store::Message {
-    let p = &message.properties;
-    store::Message {
-        id: id.clone(),
-        received_at_ms: message.received_at_unix_ms,
-        topic: message.topic.to_string(),
-        payload: message.payload.clone(),
-        user_properties: p
-            .user_properties
-            .iter()
-            .filter(|(name, _)| name != "saguin-id")
-            .cloned()
-            .collect(),
-        payload_format_indicator: p.payload_format_indicator,
-        message_expiry_interval_s: p.message_expiry_interval_s,
-        content_type: p.content_type.clone(),
-        response_topic: p.response_topic.clone(),
-        correlation_data: p.correlation_data.clone(),
-        publisher: message.publisher.as_deref().map(str::to_string),
-        qos: message.qos as u8,
-        retain: message.retain,
-    }
-}
-
-/// The message a stored record delivers, before its labels.
-pub(crate) fn from_stored(stored: &store::Message) -> Message {
-    Message {
-        topic: stored.topic.as_str().into(),
-        payload: stored.payload.clone(),
-        qos: QoS::from_bits(stored.qos).unwrap_or(QoS::AtMostOnce),
-        retain: stored.retain,
-        properties: Properties {
-            payload_format_indicator: stored.payload_format_indicator,
-            message_expiry_interval_s: stored.message_expiry_interval_s,
-            content_type: stored.content_type.clone(),
-            response_topic: stored.response_topic.clone(),
-            correlation_data: stored.correlation_data.clone(),
-            user_properties: stored.user_properties.clone(),
-            ..Properties::default()
-        },
-        received_at_unix_ms: stored.received_at_ms,
-        publisher: stored.publisher.as_deref().map(Into::into),
-    }
-}
-
-/// A record as every reader is sent it: the publisher's User Properties,
-/// then `saguin-id`, `saguin-offset`, `saguin-timestamp`, and
-/// `saguin-expires` where the publisher set an expiry.
-pub(crate) fn labelled(mut message: Message, id: &MessageId, offset: u64) -> Message {
-    let received_ms = message.received_at_unix_ms;
-    let expiry_s = message.properties.message_expiry_interval_s;
-    let labels = &mut message.properties.user_properties;
-    labels.retain(|(name, _)| name != "saguin-id");
-    labels.push(("saguin-id".into(), id.to_string()));
-    labels.push(("saguin-offset".into(), offset.to_string()));
-    labels.push(("saguin-timestamp".into(), received_ms.to_string()));
-    if let Some(expiry_s) = expiry_s {
-        let expires_ms = received_ms.saturating_add(u64::from(expiry_s) * 1000);
-        labels.push(("saguin-expires".into(), expires_ms.to_string()));
-    }
-    message
 }

@@ -10,17 +10,15 @@
 //! (a deletion, the publisher's expiry, `retention_period`) are removed
 //! from the provider as they leave memory.
 
+use crate::core::refusal::Refusal;
 use std::rc::Rc;
 
-use super::channel::{from_stored, publisher_id, to_stored};
-use super::persist::{Then, Written};
-use super::session::Message;
-use super::{Broker, Key, Transport};
-use crate::codec::ReasonCode;
+use crate::core::broadcast::retained::RETAINED_SPACE;
+use crate::core::message::Message;
+use crate::core::message::{from_stored, publisher_id, to_stored};
+use crate::core::{Broker, Key, Transport};
+use crate::core::{Then, Written};
 use crate::store::{encoding, Write};
-
-/// The internal space of retained values.
-pub const RETAINED_SPACE: &str = "$retained";
 
 /// A retained publish waiting on its value's write.
 pub(crate) struct RetainedWrite {
@@ -112,19 +110,13 @@ impl Broker {
             }
             Written::Full => {
                 self.stats.retained_refused += 1;
-                Err((
-                    ReasonCode::QUOTA_EXCEEDED,
-                    "the retained store's provider is full",
-                ))
+                Err(Refusal::RetainedProviderFull)
             }
-            Written::Failed => Err((
-                ReasonCode::IMPLEMENTATION_SPECIFIC_ERROR,
-                "the retained store could not keep the value",
-            )),
+            Written::Failed => Err(Refusal::RetainedNotStored),
         };
         match (slot, answer) {
             (Some(slot), answer) => {
-                if let Err((_, reason)) = answer {
+                if let Err(reason) = answer {
                     self.stats.publishes_refused += 1;
                     log::warn!(
                         "refusing a retained publish from {}: {reason}",
@@ -133,7 +125,7 @@ impl Broker {
                 }
                 self.complete_puback(conn, slot, answer, now_ms, out)
             }
-            (None, Err((_, reason))) => {
+            (None, Err(reason)) => {
                 self.stats.publishes_refused += 1;
                 log::warn!("a retained QoS 0 publish was not kept: {reason}");
             }

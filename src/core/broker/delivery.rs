@@ -3,35 +3,12 @@
 
 use std::rc::Rc;
 
-use super::channel::release_reader_mark;
-use super::session::{Delivery, InFlight, Message, OutboundStage};
-use super::topic_index::{Subscriber, Target};
-use super::{Broker, Key, Transport};
-use crate::codec::{encoded_len, Packet, Publish, QoS};
-
-/// The PUBLISH that carries `delivery` to its subscriber. `remaining_expiry_s`
-/// replaces the publisher's Message Expiry Interval with what is left of it.
-pub(crate) fn outgoing_publish(
-    delivery: &Delivery,
-    packet_id: Option<u16>,
-    remaining_expiry_s: Option<u32>,
-) -> Publish {
-    let message = &delivery.message;
-    let mut properties = message.properties.clone();
-    properties.subscription_identifiers = delivery.subscription_ids.clone();
-    if remaining_expiry_s.is_some() {
-        properties.message_expiry_interval_s = remaining_expiry_s;
-    }
-    Publish {
-        dup: false,
-        qos: delivery.qos,
-        retain: delivery.retain,
-        topic: message.topic.to_string(),
-        packet_id,
-        properties,
-        payload: message.payload.clone(),
-    }
-}
+use crate::codec::{encoded_len, Packet, QoS};
+use crate::core::broadcast::topic_index::{Subscriber, Target};
+use crate::core::channel::release_reader_mark;
+use crate::core::message::{outgoing_publish, Delivery, Message};
+use crate::core::session::{InFlight, OutboundStage};
+use crate::core::{Broker, Key, Transport};
 
 /// One delivery for all of one session's subscriptions that matched.
 fn merge_subscriptions(matched: &[Subscriber], message: &Rc<Message>) -> Delivery {
@@ -227,6 +204,7 @@ impl Broker {
             }
             self.stats.deliveries_sent += 1;
             session.inflight_bytes += cost;
+            debug_assert!(!session.inflight.contains_key(&packet_id));
             session.inflight.insert(
                 packet_id,
                 InFlight {

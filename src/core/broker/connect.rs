@@ -1,18 +1,16 @@
 //! CONNECT: admission, session ownership, and every way a session ends.
 
-use std::collections::VecDeque;
+use crate::core::refusal::Refusal;
 use std::rc::Rc;
 
-use super::session::{Delivery, Message, OutboundStage, Session};
-use super::topic_index::Target;
-use super::{Active, Broker, Key, Transport, TOPIC_ALIAS_MAXIMUM};
 use crate::codec::{
     topic, Connack, Connect, DecodeError, Disconnect, Packet, Properties, ProtocolVersion, PubAck,
     ReasonCode, Will,
 };
-
-/// Why a CONNECT is refused: the code for its CONNACK and what to log.
-type Refusal = (ReasonCode, &'static str);
+use crate::core::broadcast::topic_index::Target;
+use crate::core::message::{Delivery, Message};
+use crate::core::session::{OutboundStage, Session};
+use crate::core::{Active, Broker, Key, Transport, TOPIC_ALIAS_MAXIMUM};
 
 fn has_control_character(text: &str) -> bool {
     text.chars()
@@ -36,17 +34,17 @@ impl Broker {
     ) {
         // Every check that can refuse a CONNECT runs before its session is
         // looked at, so a refused CONNECT changes nothing.
-        if let Err((code, reason)) = self.admit_connect(&connect) {
+        if let Err(refusal) = self.admit_connect(&connect) {
             log::warn!(
-                "refusing CONNECT from client id {:?}: {reason}",
+                "refusing CONNECT from client id {:?}: {refusal}",
                 connect.client_id
             );
             let problem_information = connect.properties.request_problem_information != Some(0);
             self.send_connack_refusal(
                 conn,
                 connect.protocol_version,
-                code,
-                reason,
+                refusal.code(),
+                refusal.reason(),
                 problem_information,
                 out,
             );
@@ -55,7 +53,7 @@ impl Broker {
         }
         let version = connect.protocol_version;
         let client_id = if connect.client_id.is_empty() {
-            self.next_assigned_client_id()
+            self.sessions.assign_client_id()
         } else {
             connect.client_id.clone()
         };
@@ -107,8 +105,7 @@ impl Broker {
             problem_information: properties.request_problem_information != Some(0),
             connect_expiry_s: granted_expiry_s,
             will: connect.will.map(Box::new),
-            pubacks: VecDeque::new(),
-            next_puback_slot: 0,
+            pubacks: Default::default(),
         };
         let connection = self
             .connections
@@ -189,51 +186,30 @@ impl Broker {
         if connect.protocol_version == ProtocolVersion::V311
             && settings.min_protocol_version == ProtocolVersion::V5
         {
-            return Err((
-                ReasonCode::UNSUPPORTED_PROTOCOL_VERSION,
-                "this broker admits MQTT 5 clients only",
-            ));
+            return Err(Refusal::OnlyMqtt5Admitted);
         }
         if connect.properties.authentication_method.is_some() {
-            return Err((
-                ReasonCode::BAD_AUTHENTICATION_METHOD,
-                "no enhanced authentication method is offered",
-            ));
+            return Err(Refusal::NoAuthenticationMethod);
         }
         let client_id = &connect.client_id;
         if client_id.len() > settings.max_client_id_length as usize {
-            return Err((
-                ReasonCode::CLIENT_IDENTIFIER_NOT_VALID,
-                "client id longer than limits.max_client_id_length",
-            ));
+            return Err(Refusal::ClientIdTooLong);
         }
         if client_id.is_empty() && !connect.clean_start {
-            return Err((
-                ReasonCode::CLIENT_IDENTIFIER_NOT_VALID,
-                "a session kept past its connection needs a client id",
-            ));
+            return Err(Refusal::KeptSessionWithoutClientId);
         }
         if has_control_character(client_id) {
-            return Err((
-                ReasonCode::CLIENT_IDENTIFIER_NOT_VALID,
-                "client id holds a control character",
-            ));
+            return Err(Refusal::ClientIdControlCharacter);
         }
         if connect
             .username
             .as_deref()
             .is_some_and(has_control_character)
         {
-            return Err((
-                ReasonCode::BAD_USER_NAME_OR_PASSWORD,
-                "user name holds a control character",
-            ));
+            return Err(Refusal::UserNameControlCharacter);
         }
         if has_reserved_user_property(&connect.properties) {
-            return Err((
-                ReasonCode::IMPLEMENTATION_SPECIFIC_ERROR,
-                "saguin- User Properties are reserved",
-            ));
+            return Err(Refusal::ReservedConnectProperty);
         }
         if let Some(will) = &connect.will {
             self.admit_will(will)?;
@@ -245,20 +221,9 @@ impl Broker {
     /// a Will that could never be delivered is better refused now.
     fn admit_will(&self, will: &Will) -> Result<(), Refusal> {
         if !topic::is_valid_topic_name(&will.topic) {
-            return Err((
-                ReasonCode::TOPIC_NAME_INVALID,
-                "Will topic holds a wildcard or is empty",
-            ));
+            return Err(Refusal::WillTopicNotAName);
         }
-        if let Err((code, reason)) = self.admit_topic(&will.topic) {
-            let code = if code == ReasonCode::NOT_AUTHORIZED {
-                ReasonCode::TOPIC_NAME_INVALID
-            } else {
-                code
-            };
-            return Err((code, reason));
-        }
-        Ok(())
+        self.admit_topic(&will.topic).map_err(Refusal::for_will)
     }
 
     pub(crate) fn send_connack_refusal(
@@ -326,7 +291,7 @@ impl Broker {
         now_ms: u64,
         out: &mut impl Transport,
     ) -> Key {
-        if let Some(&existing) = self.sessions_by_client_id.get(client_id) {
+        if let Some(existing) = self.sessions.key_of(client_id) {
             let owner = self
                 .sessions
                 .get(existing)
@@ -356,12 +321,9 @@ impl Broker {
                 }
             }
         }
-        let key = self
-            .sessions
-            .insert_with(|_| Session::new(client_id, expiry_interval_s))
-            .expect("the session table is bounded far above its use");
-        self.sessions_by_client_id.insert(client_id.into(), key);
-        key
+        // Whatever held the client id before was ended above.
+        self.sessions
+            .insert(Session::new(client_id, expiry_interval_s))
     }
 
     /// Disconnects the connection that held a session another CONNECT now
@@ -380,10 +342,7 @@ impl Broker {
                 active.will = None;
             }
         }
-        let reason = (
-            ReasonCode::SESSION_TAKEN_OVER,
-            "another connection took over this client id",
-        );
+        let reason = Refusal::SessionTakenOver;
         self.end_connection(old_conn, Some(reason), true, now_ms, out);
     }
 
@@ -403,7 +362,7 @@ impl Broker {
             }
             let packet = match inflight.stage {
                 OutboundStage::Published => {
-                    let mut publish = super::delivery::outgoing_publish(
+                    let mut publish = crate::core::message::outgoing_publish(
                         &inflight.delivery,
                         Some(packet_id),
                         None,
@@ -433,10 +392,7 @@ impl Broker {
         if let Some(expiry_s) = disconnect.properties.session_expiry_interval_s {
             if active.connect_expiry_s == 0 && expiry_s != 0 {
                 // MQTT forbids reviving a session its CONNECT said ends.
-                let reason = (
-                    ReasonCode::PROTOCOL_ERROR,
-                    "session expiry set on DISCONNECT after 0 at CONNECT",
-                );
+                let reason = Refusal::ExpiryRevived;
                 self.end_connection(conn, Some(reason), true, now_ms, out);
                 return;
             }
@@ -530,9 +486,6 @@ impl Broker {
         let Some(mut session) = self.sessions.remove(session_key) else {
             return;
         };
-        if self.sessions_by_client_id.get(&*session.client_id) == Some(&session_key) {
-            self.sessions_by_client_id.remove(&*session.client_id);
-        }
         if let Some((will, _)) = session.pending_will.take().map(|b| *b) {
             self.publish_will(will, Rc::clone(&session.client_id), now_ms, out);
         }
@@ -641,7 +594,7 @@ impl Broker {
                 None => Ok(()),
                 Some(message) => self
                     .accept_message(message, now_ms, out)
-                    .map_err(|(_, reason)| reason),
+                    .map_err(Refusal::reason),
             },
         };
         if let Err(reason) = result {
