@@ -79,7 +79,8 @@ done
 max_connections=$(sed -n 's/^ *max_connections: *\([0-9]*\)/\1/p' "$CONF")
 nofile=$(sed -n 's/^LimitNOFILE=//p' "$UNIT")
 [ "$nofile" -gt "$max_connections" ] || fail "LimitNOFILE=$nofile does not cover max_connections $max_connections"
-pass "unit verified by systemd-analyze; hardened; LimitNOFILE=$nofile for $max_connections connections"
+[ "$(systemctl is-enabled saguin.service 2>&1)" = enabled ] || fail "the package did not enable saguin.service"
+pass "unit verified by systemd-analyze, enabled, hardened; LimitNOFILE=$nofile for $max_connections connections"
 
 # ---- run as the package's user ---------------------------------------------
 # The administrator's edit: loopback, a port of the kernel's choosing, and
@@ -110,6 +111,7 @@ pass "upgrade to $version-2 kept the edited conffile and the stored data"
 # ---- remove, then purge ---------------------------------------------------
 dpkg -r saguin
 [ ! -e /usr/bin/saguin ] && [ ! -e "$UNIT" ] || fail "remove left the binary or the unit"
+[ -z "$(find /etc/systemd/system -name saguin.service 2>/dev/null)" ] || fail "remove left saguin.service enabled"
 dpkg-query -W -f='${Status}' saguin | grep -q 'config-files' || fail "remove did not leave the package's configuration"
 grep -q '127.0.0.1:0' "$CONF" || fail "remove did not keep the edited $CONF"
 [ -f "$DATA/saguin.redb" ] || fail "remove did not keep $DATA"
