@@ -33,13 +33,21 @@ DEB_PROFILE  ?= boards/raspberry-pi-4.yaml
 deb_binary_amd64 := $(TARGET_DIR)/release/$(BIN)
 deb_binary_arm64 := $(TARGET_DIR)/$(AARCH64_TARGET)/release/$(BIN)
 deb_binary_armhf := $(TARGET_DIR)/$(ARMV7_TARGET)/release/$(BIN)
-deb_build_amd64  := build
+deb_build_amd64  := release-host
 deb_build_arm64  := release-aarch64
 deb_build_armhf  := release-armv7
 
-IPK_RELEASE ?= 1
+# OpenWrt architecture names each static binary is packed for. A static
+# binary runs on any board of its instruction set, so other names (for
+# example aarch64_cortex-a53) can be added here.
+IPK_AARCH64_ARCHES ?= aarch64_generic
+IPK_ARMV7_ARCHES   ?= arm_cortex-a7_neon-vfpv4
 
-.PHONY: release-static test-static deb test-deb openwrt-ipk test-ipk
+.PHONY: release-host release-static test-static deb test-deb openwrt-ipk test-ipk
+
+# The host's release binary alone, for the amd64 package.
+release-host:
+	$(CARGO) build --release --bin $(BIN)
 
 release-static:
 	$(call cross-tools,aarch64-musl,$(STATIC_AARCH64),$(AARCH64_PREFIX),)
@@ -48,7 +56,9 @@ release-static:
 	$(STATIC_ENV) $(CARGO) build --release --target $(STATIC_ARMV7) --target-dir $(STATIC_DIR) --bin $(BIN)
 	@for t in $(STATIC_AARCH64) $(STATIC_ARMV7); do \
 	  bin=$(STATIC_DIR)/$$t/release/$(BIN); bytes=$$(stat -c %s $$bin); \
-	  echo "static $$t: $(BIN) $$bytes bytes ($$(awk -v b=$$bytes 'BEGIN {printf "%.2f", b/1048576}') MiB); $$(file -b $$bin | cut -d, -f1-2,5-)"; \
+	  linked=$$(file -b $$bin | grep -o '[a-z-]* linked'); \
+	  echo "static $$t: $(BIN) $$bytes bytes ($$(awk -v b=$$bytes 'BEGIN {printf "%.2f", b/1048576}') MiB), $$linked"; \
+	  [ "$$linked" = "statically linked" ] || { echo "static $$t: not statically linked" >&2; exit 1; }; \
 	  [ $$bytes -le $(STATIC_MAX_BYTES) ] || { echo "static $$t: over the $(STATIC_MAX_BYTES)-byte ceiling" >&2; exit 1; }; \
 	done
 
@@ -63,14 +73,16 @@ deb: $(foreach a,$(DEB_ARCHES),$(deb_build_$(a)))
 	    --profile $(DEB_PROFILE) --out $(PACKAGE_DIR); \
 	done
 
-test-deb: build
+test-deb: release-host
 	bash packaging/test-deb.sh $(deb_binary_amd64) $(PACKAGE_DIR)/test-deb
 
 openwrt-ipk: release-static
-	bash packaging/openwrt/build-ipk.sh --arch aarch64_generic \
-	  --binary $(STATIC_DIR)/$(STATIC_AARCH64)/release/$(BIN) --release $(IPK_RELEASE) --out $(PACKAGE_DIR)
-	bash packaging/openwrt/build-ipk.sh --arch arm_cortex-a7_neon-vfpv4 \
-	  --binary $(STATIC_DIR)/$(STATIC_ARMV7)/release/$(BIN) --release $(IPK_RELEASE) --out $(PACKAGE_DIR)
+	@for a in $(IPK_AARCH64_ARCHES); do \
+	  bash packaging/openwrt/build-ipk.sh --arch $$a --binary $(STATIC_DIR)/$(STATIC_AARCH64)/release/$(BIN) --out $(PACKAGE_DIR); \
+	done
+	@for a in $(IPK_ARMV7_ARCHES); do \
+	  bash packaging/openwrt/build-ipk.sh --arch $$a --binary $(STATIC_DIR)/$(STATIC_ARMV7)/release/$(BIN) --out $(PACKAGE_DIR); \
+	done
 
 test-ipk: openwrt-ipk
 	bash packaging/test-ipk.sh $(PACKAGE_DIR)

@@ -72,6 +72,9 @@ pass "$CONF is a conffile, the Raspberry Pi 4 profile, valid, with its data unde
 
 [ -f "$UNIT" ] || fail "no unit at $UNIT"
 systemd-analyze verify --man=no "$UNIT" || fail "systemd-analyze verify refuses $UNIT"
+# Exposure 2.0 or less on systemd's 0-10 scale (the threshold counts tenths).
+systemd-analyze security --offline=yes --threshold=20 --no-pager "$UNIT" | tail -n1 \
+  || fail "systemd-analyze security rates $UNIT above 2.0"
 for setting in User=saguin ProtectSystem=strict "ReadWritePaths=$DATA" NoNewPrivileges=yes \
   Restart=on-failure 'ExecReload=/bin/kill -USR1 $MAINPID' "ExecStart=/usr/bin/saguin --config $CONF"; do
   grep -qxF "$setting" "$UNIT" || fail "$UNIT lacks $setting"
