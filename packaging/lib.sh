@@ -19,6 +19,15 @@ need() {
   done
 }
 
+# use_scratch: WORK, a temporary directory removed on exit, together with
+# any broker a test left running.
+use_scratch() {
+  WORK=$(mktemp -d)
+  BROKER_PID=
+  trap 'kill_broker; rm -rf "$WORK"' EXIT
+}
+kill_broker() { [ -z "${BROKER_PID:-}" ] || kill -KILL "$BROKER_PID" 2>/dev/null || true; }
+
 # poll <seconds> <command...>: run the command every 0.1 s until it succeeds;
 # false if it never did within the time.
 poll() {

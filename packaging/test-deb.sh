@@ -29,7 +29,7 @@ getent passwd saguin >/dev/null && USER_EXISTED=1
 
 BROKER_PID=
 cleanup() {
-  [ -z "${BROKER_PID:-}" ] || kill -KILL "$BROKER_PID" 2>/dev/null || true
+  kill_broker
   dpkg --purge saguin >/dev/null 2>&1 || true
   if [ "$USER_EXISTED" = 0 ]; then
     userdel saguin 2>/dev/null || true

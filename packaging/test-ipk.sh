@@ -15,13 +15,7 @@ need tar gzip file readelf qemu-arm qemu-aarch64 mosquitto_pub mosquitto_sub
 FEED_MK=$PACKAGING_DIR/openwrt/saguin/Makefile
 PROFILE=$REPO_ROOT/boards/openwrt-128mb.yaml
 
-WORK=$(mktemp -d)
-BROKER_PID=
-cleanup() {
-  [ -z "${BROKER_PID:-}" ] || kill -KILL "$BROKER_PID" 2>/dev/null || true
-  rm -rf "$WORK"
-}
-trap cleanup EXIT
+use_scratch
 
 feed_version=$(sed -n 's/^PKG_VERSION:=//p' "$FEED_MK")
 feed_release=$(sed -n 's/^PKG_RELEASE:=//p' "$FEED_MK")

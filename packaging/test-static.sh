@@ -11,13 +11,7 @@ set -euo pipefail
 STATIC_DIR=${1:-${CARGO_TARGET_DIR:-$REPO_ROOT/target}/static}
 need file readelf qemu-arm qemu-aarch64 mosquitto_pub mosquitto_sub
 
-WORK=$(mktemp -d)
-BROKER_PID=
-cleanup() {
-  [ -z "${BROKER_PID:-}" ] || kill -KILL "$BROKER_PID" 2>/dev/null || true
-  rm -rf "$WORK"
-}
-trap cleanup EXIT
+use_scratch
 
 # check_static <binary> <what file(1) names the machine>
 check_static() {
