@@ -113,7 +113,7 @@ check_init_script() {
   local snapshot_dir
   snapshot_dir=$(sed -n 's/^ *snapshot_dir: *//p' "$dir/data/etc/saguin/saguin.yaml")
   grep -qx "mkdir -p $snapshot_dir" "$rec" || fail "$arch: the init script does not create the profile's snapshot_dir $snapshot_dir"
-  grep -qx "chown saguin:saguin $snapshot_dir" "$rec" || fail "$arch: the init script does not give $snapshot_dir to saguin"
+  grep -qx "chown -R saguin:saguin $snapshot_dir" "$rec" || fail "$arch: the init script does not give $snapshot_dir to saguin"
   [ "$(cat "$dir/data/lib/upgrade/keep.d/saguin")" = "$snapshot_dir/" ] || fail "$arch: sysupgrade does not keep $snapshot_dir"
   pass "$arch: init script runs as saguin with respawn, prepares $snapshot_dir, reload sends SIGUSR1"
 
