@@ -31,6 +31,8 @@ BROKER_PID=
 cleanup() {
   kill_broker
   dpkg --purge saguin >/dev/null 2>&1 || true
+  # Absent when the test began, so whatever is there now is the test's.
+  rm -rf /etc/saguin "$DATA"
   if [ "$USER_EXISTED" = 0 ]; then
     userdel saguin 2>/dev/null || true
     groupdel saguin 2>/dev/null || true
