@@ -29,7 +29,7 @@ DEB_ARCHES   ?= amd64 arm64 armhf
 DEB_VERSION  ?= $(shell sed -n 's/^version = "\(.*\)"/\1/p' Cargo.toml | head -n1)-1
 DEB_PROFILE  ?= boards/raspberry-pi-4.yaml
 # The binary each Debian architecture gets: the ordinary dynamically linked
-# glibc release builds (make build, release-aarch64, release-armv7).
+# glibc release builds (release-host, release-aarch64, release-armv7).
 deb_binary_amd64 := $(TARGET_DIR)/release/$(BIN)
 deb_binary_arm64 := $(TARGET_DIR)/$(AARCH64_TARGET)/release/$(BIN)
 deb_binary_armhf := $(TARGET_DIR)/$(ARMV7_TARGET)/release/$(BIN)
