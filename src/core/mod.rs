@@ -32,8 +32,8 @@ use broadcast::topic_index::{Subscriber, TopicIndex};
 pub use broker::persist::SESSIONS_SPACE;
 pub use channel::{ChannelSettings, ChannelStart};
 // The paths the network shell and the configuration name channel kinds by.
-pub use channel::queue::rules as queue_rules;
 pub use channel::queue::dead_letter;
+pub use channel::queue::rules as queue_rules;
 pub use channel::{claims, latest, load as channel_load, queue};
 use connection::{Active, Connection};
 pub use refusal::Refusal;

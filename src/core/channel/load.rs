@@ -10,9 +10,9 @@
 
 use std::collections::HashMap;
 
-use super::ChannelSettings;
 use super::latest::{fold_records, StoredValue};
 use super::queue::{parse_attempts, HeldJob};
+use super::ChannelSettings;
 use crate::codec::topic;
 use crate::store::{Provider, Read, ReadLimit, Record, StoreError, Write, MAX_BATCH_WRITES};
 
