@@ -93,7 +93,7 @@ fn two_doors_with(dir: &Path, password_file: &Path, broker_yaml: &str) -> Broker
         "broker:\n  id: test\n  log_level: debug\n{broker_yaml}  mqtt:\n    password_file: {}\n    listen:\n      tcp:\n        - name: fleet\n          address: 127.0.0.1:0\n        - name: local\n          address: 127.0.0.1:0\n          allow_anonymous: true\n",
         password_file.display()
     );
-    BrokerProcess::start_config(dir, &config)
+    BrokerProcess::start_with_config(dir, &config)
 }
 
 #[test]
@@ -451,7 +451,7 @@ fn a_door_with_its_own_file_admits_its_users_only_beside_an_open_door() {
         "broker:\n  id: test\n  log_level: debug\n  mqtt:\n    allow_anonymous: true\n    listen:\n      tcp:\n        - name: fleet\n          address: 127.0.0.1:0\n          password_file: {}\n        - name: local\n          address: 127.0.0.1:0\n",
         file.display()
     );
-    let mut broker = BrokerProcess::start_config(dir.path(), &config);
+    let mut broker = BrokerProcess::start_with_config(dir.path(), &config);
     let fleet = broker.door_port("fleet");
     let local = broker.door_port("local");
     for (version, refused) in [("mqttv311", REFUSED_V311), ("mqttv5", REFUSED_V5)] {

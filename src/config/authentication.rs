@@ -10,8 +10,8 @@ use std::path::PathBuf;
 
 use serde_yaml::Value;
 
-use super::parse::{Findings, Table};
-use super::{MqttConfig, TcpDoor};
+use super::findings::Findings;
+use super::table::Table;
 use crate::auth::{Authentication, DoorRule};
 
 /// The two keys as written in one place.
@@ -59,16 +59,16 @@ fn password_file(f: &mut Findings, path: &str, value: &Value) -> Option<PathBuf>
     None
 }
 
-/// Each door's rule, in door order. Assumes a validated configuration.
-pub fn door_rules(mqtt: &MqttConfig) -> Vec<DoorRule> {
-    mqtt.tcp
-        .iter()
-        .map(|door| rule(&mqtt.authentication, door))
-        .collect()
+/// Each door's rule, in door order, from the broker's keys and each
+/// door's name and keys. Assumes a validated configuration.
+pub(super) fn door_rules<'a>(
+    broker: &AuthenticationKeys,
+    doors: impl Iterator<Item = (&'a str, &'a AuthenticationKeys)>,
+) -> Vec<DoorRule> {
+    doors.map(|(name, own)| rule(broker, name, own)).collect()
 }
 
-fn rule(broker: &AuthenticationKeys, door: &TcpDoor) -> DoorRule {
-    let own = &door.authentication;
+fn rule(broker: &AuthenticationKeys, name: &str, own: &AuthenticationKeys) -> DoorRule {
     let password_file = own
         .password_file
         .clone()
@@ -80,37 +80,40 @@ fn rule(broker: &AuthenticationKeys, door: &TcpDoor) -> DoorRule {
         (None, None) => broker.allow_anonymous.unwrap_or(password_file.is_none()),
     };
     DoorRule {
-        door: door.name.clone(),
+        door: name.to_string(),
         password_file,
         allow_anonymous,
     }
 }
 
 /// Refuses a door nobody could pass, and reads every password file so a
-/// fault in one is reported with the rest of the configuration's.
-pub(super) fn check(f: &mut Findings, mqtt: &MqttConfig) {
-    let rules = door_rules(mqtt);
+/// fault in one is reported with the rest of the configuration's. `rules`
+/// are [`door_rules`] of `doors`.
+pub(super) fn check<'a>(
+    f: &mut Findings,
+    rules: &[DoorRule],
+    doors: impl Iterator<Item = (&'a str, &'a AuthenticationKeys)>,
+) {
     let mut passable = true;
-    for (rule, door) in rules.iter().zip(&mqtt.tcp) {
+    for (rule, (name, own)) in rules.iter().zip(doors) {
         if rule.allow_anonymous || rule.password_file.is_some() {
             continue;
         }
-        let key = if door.authentication.allow_anonymous.is_some() {
-            format!("broker.mqtt.listen.tcp ({}).allow_anonymous", door.name)
+        let key = if own.allow_anonymous.is_some() {
+            format!("broker.mqtt.listen.tcp ({name}).allow_anonymous")
         } else {
             "broker.mqtt.allow_anonymous".to_string()
         };
         f.key(
             &key,
             format!(
-                "false with no password_file leaves door {:?} admitting nobody; name a password_file beside it, or remove allow_anonymous",
-                door.name
+                "false with no password_file leaves door {name:?} admitting nobody; name a password_file beside it, or remove allow_anonymous"
             ),
         );
         passable = false;
     }
     if passable {
-        if let Err(error) = Authentication::load(&rules) {
+        if let Err(error) = Authentication::load(rules) {
             f.whole(error.to_string());
         }
     }
@@ -121,7 +124,7 @@ mod tests {
     use std::path::{Path, PathBuf};
 
     use crate::auth::DoorRule;
-    use crate::config::{door_rules, parse, ConfigError};
+    use crate::config::{parse, ConfigError};
 
     const USERS: &str = "bob:$6$DssEkUY/ld4blukw$9EvI2OdZOnUSp3rG8Qjszy7fwnQxLXJGRPu9kUowxiIPjM9xRKwAAn/h8/6b8fmq77JWiZKEY/HdIpz+/DUDrQ==\n";
 
@@ -136,7 +139,7 @@ mod tests {
 
     fn config(mqtt: &str) -> Result<Vec<DoorRule>, ConfigError> {
         let text = format!("broker:\n  id: a\n  mqtt:\n{mqtt}");
-        parse(&text, "saguin.yaml").map(|c| door_rules(&c.broker.mqtt))
+        parse(&text, "saguin.yaml").map(|c| c.broker.mqtt.door_rules())
     }
 
     fn two_doors(broker: &str, fleet: &str) -> String {

@@ -10,8 +10,30 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 use serde_yaml::Value;
 
-use super::parse::{show, table, Findings, Keys};
-use super::{AuthenticationKeys, TcpDoor, DEFAULT_TCP_ADDRESS, DEFAULT_TCP_DOOR_NAME};
+use super::authentication::{self, AuthenticationKeys};
+use super::findings::{show, Findings};
+use super::table::{table, Keys};
+
+/// One TCP listener.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TcpDoor {
+    /// Unique across every MQTT door; `tcp` for a door written as a single
+    /// mapping without a name.
+    pub name: String,
+    /// `host:port`, IPv6 in brackets, ready for `ToSocketAddrs` or
+    /// `async_net::TcpListener::bind`. The host is kept as written except
+    /// that an empty host (`:1883`, every interface) is given as `0.0.0.0`,
+    /// and the port is written as a plain decimal number.
+    pub address: String,
+    /// The door's own `password_file` and `allow_anonymous`, as written.
+    pub authentication: AuthenticationKeys,
+}
+
+/// The name a door takes when the file gives it none.
+pub const DEFAULT_TCP_DOOR_NAME: &str = "tcp";
+
+/// The address of the door opened when no listener is written.
+pub const DEFAULT_TCP_ADDRESS: &str = "0.0.0.0:1883";
 
 const LISTEN_KEYS: Keys = Keys {
     supported: &["tcp"],
@@ -231,7 +253,7 @@ fn door(f: &mut Findings, path: &str, value: &Value, default_name: Option<&str>)
         path: path.to_string(),
         name,
         address,
-        authentication: super::authentication::keys(f, path, &t),
+        authentication: authentication::keys(f, path, &t),
     })
 }
 

@@ -80,12 +80,12 @@ impl BrokerProcess {
             extra_broker_yaml.replace("{dir}", &dir_text),
             top_yaml.replace("{dir}", &dir_text)
         );
-        BrokerProcess::start_config(dir, &config)
+        BrokerProcess::start_with_config(dir, &config)
     }
 
-    /// Starts the broker on `config`, written whole into `dir`, and returns
-    /// once its first door is bound; `port` is that door's.
-    pub fn start_config(dir: &Path, config: &str) -> BrokerProcess {
+    /// Starts the broker on `config`, a whole configuration, written into
+    /// `dir` as saguin.yaml; it must log the port it bound.
+    pub fn start_with_config(dir: &Path, config: &str) -> BrokerProcess {
         let config_path = dir.join("saguin.yaml");
         std::fs::write(&config_path, config).unwrap();
         let mut child = Command::new(env!("CARGO_BIN_EXE_saguin"))
@@ -124,7 +124,7 @@ impl BrokerProcess {
     pub fn signal(&self, signal: &str) {
         let sent = Command::new("kill")
             .arg(format!("-{signal}"))
-            .arg(self.child.id().to_string())
+            .arg(self.pid().to_string())
             .status()
             .unwrap();
         assert!(sent.success(), "kill -{signal} failed");
