@@ -2,13 +2,19 @@
 #
 #   make build            release build for the host
 #   make run              run the broker on config/saguin.yaml
-#   make test             whole test suite on the host (unit + integration)
+#   make test             whole test suite on the host (unit + integration, both packages)
 #   make test-interop     paho-mqtt interoperability tests (Python, pytest)
 #   make bench            this broker against mosquitto, side by side; writes BENCHMARKS.md
 #   make lint             rustfmt check + clippy with warnings denied
 #   make test-cross       library tests for armv7 and aarch64, run under qemu-user
 #   make release-armv7    stripped release binary for armv7-unknown-linux-gnueabihf
 #   make release-aarch64  stripped release binary for aarch64-unknown-linux-gnu
+#   make release-static   static aarch64 (musl) and armv7 (glibc) binaries, sizes printed
+#   make test-static      run the static binaries under qemu-user without a sysroot
+#   make deb              Debian packages for amd64, arm64 and armhf (packaging/deb)
+#   make test-deb         install, run, upgrade and remove the amd64 package (as root)
+#   make openwrt-ipk      OpenWrt .ipk packages from the static binaries (packaging/openwrt)
+#   make test-ipk         check the .ipk files and their procd init script
 #
 # Cross-compilation uses the Debian cross toolchains and qemu-user
 # (apt: gcc-arm-linux-gnueabihf gcc-aarch64-linux-gnu libc6-dev-armhf-cross
@@ -62,18 +68,18 @@ run:
 
 # --no-fail-fast: run every test binary and report all failures, not just the first.
 test:
-	$(CARGO) test --no-fail-fast
+	$(CARGO) test --workspace --no-fail-fast
 
-# The benchmark harness, side by side with mosquitto. Not part of test or
-# CI: it takes minutes and wants a quiet machine. mosquitto comes from
-# Debian's package (apt-get install mosquitto).
+# The benchmark harness (the workspace member bench/), side by side with
+# mosquitto. Not part of test or CI: it takes minutes and wants a quiet
+# machine. mosquitto comes from Debian's package (apt-get install mosquitto).
 bench:
 	@command -v mosquitto >/dev/null 2>&1 || [ -x /usr/sbin/mosquitto ] || { \
 	  echo "bench: mosquitto is not installed; trying apt-get install mosquitto" >&2; \
 	  { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq mosquitto; } || \
 	  echo "bench: could not install mosquitto; its columns will be missing" >&2; }
-	$(CARGO) build --release
-	target/release/saguin-bench --write BENCHMARKS.md
+	$(CARGO) build --release --workspace
+	$(TARGET_DIR)/release/saguin-bench --write BENCHMARKS.md
 
 # Interoperability tests: the real broker binary driven by the paho-mqtt
 # Python client (pip install paho-mqtt pytest). Uses target/debug/saguin.
@@ -85,8 +91,8 @@ test-interop:
 # Both checks always run; the target fails if either does.
 lint:
 	@rc=0; \
-	echo "$(CARGO) fmt --check"; $(CARGO) fmt --check || rc=1; \
-	echo "$(CARGO) clippy --all-targets -- -D warnings"; $(CARGO) clippy --all-targets -- -D warnings || rc=1; \
+	echo "$(CARGO) fmt --all --check"; $(CARGO) fmt --all --check || rc=1; \
+	echo "$(CARGO) clippy --workspace --all-targets -- -D warnings"; $(CARGO) clippy --workspace --all-targets -- -D warnings || rc=1; \
 	exit $$rc
 
 # ---------------------------------------------------------------------------
@@ -145,3 +151,6 @@ release-armv7:
 
 release-aarch64:
 	$(call cross-release,aarch64,$(AARCH64_TARGET),$(AARCH64_PREFIX))
+
+# Static binaries, Debian and OpenWrt packages.
+include packaging/packaging.mk

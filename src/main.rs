@@ -6,9 +6,10 @@ use std::process::ExitCode;
 use saguin::config::{self, Config};
 
 const USAGE: &str = "\
-usage: saguin [--config FILE]      run the broker (the embedded default configuration without --config)
+usage: saguin [--config FILE]      run the broker (without --config: the embedded default, data in ./data)
        saguin --check-config FILE  validate FILE and exit
        saguin --print-default-config
+       saguin --passwd FILE add USER | delete USER | list
        saguin --version";
 
 enum Command {
@@ -17,6 +18,8 @@ enum Command {
     PrintDefaultConfig,
     Version,
     Help,
+    /// `--passwd` and what follows it.
+    Passwd(Vec<String>),
 }
 
 fn parse_args(args: &[String]) -> Result<Command, String> {
@@ -24,6 +27,7 @@ fn parse_args(args: &[String]) -> Result<Command, String> {
         [] => Ok(Command::Run(None)),
         [flag, path] if flag == "--config" => Ok(Command::Run(Some(path.into()))),
         [flag, path] if flag == "--check-config" => Ok(Command::CheckConfig(path.into())),
+        [flag, rest @ ..] if flag == "--passwd" => Ok(Command::Passwd(rest.to_vec())),
         [flag] if flag == "--print-default-config" => Ok(Command::PrintDefaultConfig),
         [flag] if flag == "--version" || flag == "-V" => Ok(Command::Version),
         [flag] if flag == "--help" || flag == "-h" => Ok(Command::Help),
@@ -33,12 +37,26 @@ fn parse_args(args: &[String]) -> Result<Command, String> {
 
 fn load(path: Option<PathBuf>) -> Result<Config, ExitCode> {
     match path {
-        None => Ok(config::default_config()),
+        None => embedded_default(),
         Some(path) => config::load(&path).map_err(|error| {
             eprintln!("{error}");
             ExitCode::from(2)
         }),
     }
+}
+
+/// The embedded default, keeping its records in `./data` under the
+/// working directory, which is created when missing.
+fn embedded_default() -> Result<Config, ExitCode> {
+    let fail = |what: &str, error: std::io::Error| {
+        eprintln!("{}: cannot {what}: {error}", config::EMBEDDED_SOURCE);
+        ExitCode::FAILURE
+    };
+    let working_dir = std::env::current_dir().map_err(|e| fail("read the working directory", e))?;
+    let data_dir = working_dir.join(config::EMBEDDED_DATA_DIR);
+    std::fs::create_dir_all(&data_dir)
+        .map_err(|e| fail(&format!("create {}", data_dir.display()), e))?;
+    Ok(config::default_config_in(&working_dir))
 }
 
 fn main() -> ExitCode {
@@ -53,6 +71,12 @@ fn main() -> ExitCode {
     match command {
         Command::Version => println!("saguin {}", env!("CARGO_PKG_VERSION")),
         Command::Help => println!("{USAGE}"),
+        Command::Passwd(args) => {
+            if let Err(message) = saguin::auth::command::run(&args) {
+                eprintln!("{message}");
+                return ExitCode::from(2);
+            }
+        }
         Command::PrintDefaultConfig => print!("{}", config::DEFAULT_CONFIG_YAML),
         Command::CheckConfig(path) => {
             let config = match load(Some(path.clone())) {
@@ -77,7 +101,15 @@ fn main() -> ExitCode {
             if let Err(error) = simple_logger::SimpleLogger::new().with_level(level).init() {
                 eprintln!("cannot start logging: {error}");
             }
-            if let Err(error) = saguin::net::run(config) {
+            let rules = config.broker.mqtt.door_rules();
+            let authentication = match saguin::auth::Authentication::load(&rules) {
+                Ok(authentication) => authentication,
+                Err(error) => {
+                    log::error!("{error}");
+                    return ExitCode::FAILURE;
+                }
+            };
+            if let Err(error) = saguin::net::run(config.shell_settings(), authentication) {
                 log::error!("{error}");
                 return ExitCode::FAILURE;
             }

@@ -226,7 +226,7 @@ fn broker_with_tls(dir: &Path, tls: &str) -> (BrokerProcess, u16) {
     let config = format!(
         "broker:\n  id: test\n  log_level: debug\n  limits:\n    connect_timeout: 2s\n  mqtt:\n    listen:\n      tcp:\n        - name: local\n          address: 127.0.0.1:0\n        - name: fleet\n          address: 127.0.0.1:0\n          tls:\n{tls}"
     );
-    let mut broker = BrokerProcess::start_config(dir, &config);
+    let mut broker = BrokerProcess::start_with_config(dir, &config);
     let port = broker.door_port("fleet");
     (broker, port)
 }
@@ -237,14 +237,6 @@ fn tls_block(server: &(PathBuf, PathBuf), extra: &str) -> String {
         server.0.display(),
         server.1.display()
     )
-}
-
-fn signal_reload(broker: &BrokerProcess) {
-    let status = Command::new("kill")
-        .args(["-USR1", &broker.pid().to_string()])
-        .status()
-        .unwrap();
-    assert!(status.success());
 }
 
 #[test]
@@ -420,7 +412,7 @@ fn sigusr1_swaps_the_certificate_for_new_connections_only() {
     let renewed = new_ca.server("renewed");
     std::fs::copy(&renewed.0, &served.0).unwrap();
     std::fs::copy(&renewed.1, &served.1).unwrap();
-    signal_reload(&broker);
+    broker.signal("USR1");
     broker.wait_for_log("certificates re-read");
 
     assert!(new_client.publish("reload/other", "new certificate"));
@@ -432,7 +424,7 @@ fn sigusr1_swaps_the_certificate_for_new_connections_only() {
     // nothing: the pair in force stays.
     let stray = old_ca.server("stray");
     std::fs::copy(&stray.1, &served.1).unwrap();
-    signal_reload(&broker);
+    broker.signal("USR1");
     let error = broker.wait_for_log("ERROR");
     assert!(
         error.contains("broker.mqtt.listen.tcp[fleet].tls.key_file")
@@ -618,7 +610,7 @@ fn an_expired_certificate_is_logged_as_expired() {
 #[test]
 fn sigusr1_on_a_broker_without_tls_changes_nothing_and_stops_nothing() {
     let mut broker = BrokerProcess::start("");
-    signal_reload(&broker);
+    broker.signal("USR1");
     broker.wait_for_log("no door serves TLS");
     common::RawClient::connect(
         &broker.address(),

@@ -10,9 +10,33 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 use serde_yaml::Value;
 
-use super::parse::{show, table, Findings, Keys};
-use super::{TcpDoor, DEFAULT_TCP_ADDRESS, DEFAULT_TCP_DOOR_NAME};
+use super::authentication::{self, AuthenticationKeys};
+use super::findings::{show, Findings};
+use super::table::{table, Keys};
 use crate::net::tls::TlsSettings;
+
+/// One TCP listener.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TcpDoor {
+    /// Unique across every MQTT door; `tcp` for a door written as a single
+    /// mapping without a name.
+    pub name: String,
+    /// `host:port`, IPv6 in brackets, ready for `ToSocketAddrs` or
+    /// `async_net::TcpListener::bind`. The host is kept as written except
+    /// that an empty host (`:1883`, every interface) is given as `0.0.0.0`,
+    /// and the port is written as a plain decimal number.
+    pub address: String,
+    /// The door's own `password_file` and `allow_anonymous`, as written.
+    pub authentication: AuthenticationKeys,
+    /// Its `tls` block; `None` for a plain door.
+    pub tls: Option<TlsSettings>,
+}
+
+/// The name a door takes when the file gives it none.
+pub const DEFAULT_TCP_DOOR_NAME: &str = "tcp";
+
+/// The address of the door opened when no listener is written.
+pub const DEFAULT_TCP_ADDRESS: &str = "0.0.0.0:1883";
 
 const LISTEN_KEYS: Keys = Keys {
     supported: &["tcp"],
@@ -20,8 +44,8 @@ const LISTEN_KEYS: Keys = Keys {
 };
 
 const DOOR_KEYS: Keys = Keys {
-    supported: &["name", "address", "tls"],
-    not_yet: &["password_file", "allow_anonymous"],
+    supported: &["name", "address", "password_file", "allow_anonymous", "tls"],
+    not_yet: &[],
 };
 
 /// Reads `broker.mqtt.listen`. With no listener written at all, one `tcp`
@@ -133,6 +157,7 @@ pub(super) fn parse(f: &mut Findings, path: &str, value: Option<&Value>) -> Opti
             Some(TcpDoor {
                 name: d.name?,
                 address: d.address?.1.bind,
+                authentication: d.authentication?,
                 tls: d.tls?,
             })
         })
@@ -143,6 +168,7 @@ fn default_doors() -> Vec<TcpDoor> {
     vec![TcpDoor {
         name: DEFAULT_TCP_DOOR_NAME.to_string(),
         address: DEFAULT_TCP_ADDRESS.to_string(),
+        authentication: AuthenticationKeys::default(),
         tls: None,
     }]
 }
@@ -154,6 +180,7 @@ struct Door {
     name: Option<String>,
     /// The address as written, and as read.
     address: Option<(String, Address)>,
+    authentication: Option<AuthenticationKeys>,
     /// Its `tls` block, `Some(None)` for a plain door.
     tls: Option<Option<TlsSettings>>,
 }
@@ -237,6 +264,7 @@ fn door(f: &mut Findings, path: &str, value: &Value, default_name: Option<&str>)
         path: path.to_string(),
         name,
         address,
+        authentication: authentication::keys(f, path, &t),
         tls,
     })
 }

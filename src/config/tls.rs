@@ -9,8 +9,9 @@ use std::path::PathBuf;
 
 use serde_yaml::Value;
 
-use super::parse::{table, Findings, Keys};
-use super::DEFAULT_TCP_DOOR_NAME;
+use super::findings::Findings;
+use super::listen::DEFAULT_TCP_DOOR_NAME;
+use super::table::{table, Keys};
 use crate::net::tls::{TlsSettings, TlsVersion};
 
 const TLS_KEYS: Keys = Keys {

@@ -2,9 +2,9 @@
 //! listeners, every connection's reader and writer, and the clock.
 
 mod connection;
-mod latest_index;
 mod outbox;
-mod queue_load;
+mod reload;
+mod settings;
 mod socket;
 mod storage;
 pub mod tls;
@@ -12,16 +12,18 @@ pub mod tls;
 use std::cell::RefCell;
 use std::io;
 use std::rc::Rc;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use async_net::TcpListener;
+use async_signal::{Signal, Signals};
 use smol::stream::StreamExt;
 use smol::LocalExecutor;
 
-use crate::codec::ProtocolVersion;
-use crate::config::{Config, MinProtocolVersion};
-use crate::core::{Broker, Settings};
+use crate::auth::Authentication;
+use crate::core::{Broker, Origin};
 use outbox::Outboxes;
+pub use settings::{Door, Settings};
 
 /// How often the core's clocks (keepalive, connect timeout, expiry) run.
 const TICK_MS: u64 = 100;
@@ -50,49 +52,10 @@ impl Shared {
     }
 }
 
-/// The core's settings from the configuration.
-pub fn settings_from_config(config: &Config) -> Settings {
-    let limits = &config.broker.limits;
-    Settings {
-        max_connections: limits.max_connections,
-        max_message_size_bytes: limits.max_message_size_bytes,
-        max_connect_size_bytes: limits.max_connect_size_bytes,
-        max_topic_length: limits.max_topic_length,
-        max_topic_levels: limits.max_topic_levels,
-        max_client_id_length: limits.max_client_id_length,
-        max_header_count: limits.max_header_count,
-        max_header_bytes: limits.max_header_bytes,
-        max_subscriptions: limits.max_subscriptions,
-        max_session_expiry_s: limits.max_session_expiry_s,
-        max_keepalive_s: limits.max_keepalive_s,
-        connect_timeout_ms: u64::from(limits.connect_timeout_s) * 1000,
-        session_queue_bytes: limits.session_queue_bytes,
-        publish_rate_per_s: limits.publish_rate_per_s,
-        publish_bytes_per_s: limits.publish_bytes_per_s,
-        min_protocol_version: match config.broker.mqtt.min_protocol_version {
-            MinProtocolVersion::V311 => ProtocolVersion::V311,
-            MinProtocolVersion::V5 => ProtocolVersion::V5,
-        },
-        start_unix_ms: std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_millis() as u64),
-        ack_commit_interval_ms: config.broker.session.ack_commit_interval_ms,
-        retained_retention_period_s: config.broker.retained.retention_period_s,
-        qos2_max_inflight_per_client: config.broker.qos2.max_inflight_per_client,
-        qos2_expires_after_ms: u64::from(config.broker.qos2.expires_after_s) * 1000,
-        share_expires_after_ms: config
-            .broker
-            .share
-            .expires_after_s
-            .map(|s| u64::from(s) * 1000),
-        ..Settings::default()
-    }
-}
-
 /// What one connection may hold at worst: a packet being read, its outbox
 /// up to the point reading pauses plus one packet, its session's queued
 /// deliveries, and its topic aliases.
-pub fn worst_case_connection_bytes(settings: &Settings) -> u64 {
+pub fn worst_case_connection_bytes(settings: &crate::core::Settings) -> u64 {
     let max_packet = u64::from(settings.max_message_size_bytes);
     let aliases =
         u64::from(crate::core::TOPIC_ALIAS_MAXIMUM) * u64::from(settings.max_topic_length);
@@ -103,24 +66,29 @@ pub fn worst_case_connection_bytes(settings: &Settings) -> u64 {
         + aliases
 }
 
-/// Binds every door, then serves until SIGTERM or SIGINT.
-pub fn run(config: Config) -> io::Result<()> {
+/// Binds every door, then serves until SIGTERM or SIGINT (SIGHUP and
+/// SIGUSR1 do not stop it), admitting clients by `authentication` and
+/// re-reading its password files on SIGUSR1.
+pub fn run(settings: Settings, authentication: Authentication) -> io::Result<()> {
     let executor: &'static LocalExecutor<'static> = Box::leak(Box::new(LocalExecutor::new()));
-    smol::block_on(executor.run(serve(executor, config)))
+    smol::block_on(executor.run(serve(executor, settings, authentication)))
 }
 
-async fn serve(executor: &'static LocalExecutor<'static>, config: Config) -> io::Result<()> {
-    let (mut storage, channels, completions) = storage::start(&config)?;
-    let mut settings = settings_from_config(&config);
-    settings.channels = channels;
-    settings.session_provider = storage.restored.session_provider;
-    settings.retained_provider = storage.restored.retained_provider;
+async fn serve(
+    executor: &'static LocalExecutor<'static>,
+    mut shell: Settings,
+    authentication: Authentication,
+) -> io::Result<()> {
+    let (mut storage, completions) = storage::start(&mut shell)?;
+    let mut settings = shell.core;
+    settings.start_unix_ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64);
     let restored_sessions = std::mem::take(&mut storage.restored.sessions);
     let restored_retained = std::mem::take(&mut storage.restored.retained);
     let restored_log = std::mem::take(&mut storage.restored.log);
     let restored_holds = std::mem::take(&mut storage.restored.holds);
-    let limits = config.broker.limits.clone();
-    let tls_bytes = if config.broker.mqtt.tcp.iter().any(|d| d.tls.is_some()) {
+    let tls_bytes = if shell.doors.iter().any(|d| d.tls.is_some()) {
         tls::WORST_CASE_CONNECTION_BYTES
     } else {
         0
@@ -129,33 +97,21 @@ async fn serve(executor: &'static LocalExecutor<'static>, config: Config) -> io:
     log::info!(
         "broker {} starting: at most {} connections, each holding at most {} bytes of buffers and queued \
          deliveries, {} bytes in all (subscriptions come on top: at most {} filters of {} levels per client)",
-        config.broker.id,
-        limits.max_connections,
+        shell.broker_id,
+        settings.max_connections,
         per_connection_bytes,
-        per_connection_bytes.saturating_mul(u64::from(limits.max_connections)),
-        limits.max_subscriptions,
-        limits.max_topic_levels
+        per_connection_bytes.saturating_mul(u64::from(settings.max_connections)),
+        settings.max_subscriptions,
+        settings.max_topic_levels
     );
     // Certificates are read before any port opens: a broker that cannot
     // serve one of its doors does not serve any.
-    let tls_doors = load_tls(
-        config
-            .broker
-            .mqtt
-            .tcp
-            .iter()
-            .map(|d| d.tls.clone())
-            .collect(),
-    )?;
-    // Caught from before the first port opens, so that a SIGUSR1 sent as
-    // soon as the broker says it listens is a reload, not the default end.
-    let signals = async_signal::Signals::new([
-        async_signal::Signal::Term,
-        async_signal::Signal::Int,
-        async_signal::Signal::Usr1,
-    ])?;
+    let tls_doors = load_tls(shell.doors.iter().map(|d| d.tls.clone()).collect())?;
+    // Caught before any door opens, so a signal sent once the log says a
+    // door is bound never meets its default action (ending the process).
+    let signals = Signals::new([Signal::Term, Signal::Int, Signal::Hup, Signal::Usr1])?;
     let mut listeners = Vec::new();
-    for door in &config.broker.mqtt.tcp {
+    for door in &shell.doors {
         let listener = TcpListener::bind(door.address.as_str())
             .await
             .map_err(|error| {
@@ -171,7 +127,7 @@ async fn serve(executor: &'static LocalExecutor<'static>, config: Config) -> io:
         log::info!("listener {} bound to {}", door.name, listener.local_addr()?);
         listeners.push(listener);
     }
-    let _pid_file = match &config.broker.pid_file {
+    let _pid_file = match &shell.pid_file {
         Some(path) => Some(PidFile::write(path)?),
         None => None,
     };
@@ -193,6 +149,8 @@ async fn serve(executor: &'static LocalExecutor<'static>, config: Config) -> io:
         let mut guard = shared.borrow_mut();
         let state = &mut *guard;
         let now_ms = state.now_ms();
+        log::info!("who may connect: {}", authentication.summary());
+        state.broker.set_authentication(Arc::new(authentication));
         state.broker.restore_retained(restored_retained);
         state.broker.restore_sessions(
             restored_sessions,
@@ -209,27 +167,17 @@ async fn serve(executor: &'static LocalExecutor<'static>, config: Config) -> io:
         let accept = accept_loop(
             executor,
             shared.clone(),
-            listener,
-            door,
+            (door, listener),
             tls_doors.clone(),
-            limits.max_connect_rate_per_s,
-            limits.write_timeout_ms,
-            limits.connect_timeout_s,
+            shell.max_connect_rate_per_s,
+            shell.write_timeout_ms,
         );
         tasks.push(executor.spawn(accept));
     }
     tasks.push(executor.spawn(tick_loop(shared.clone())));
     tasks.push(executor.spawn(completion_loop(shared.clone(), completions)));
 
-    let mut signals = signals;
-    while let Some(Ok(signal)) = signals.next().await {
-        if signal == async_signal::Signal::Usr1 {
-            reload_certificates(&tls_doors);
-            continue;
-        }
-        log::info!("received {signal:?}, stopping");
-        break;
-    }
+    wait_for_stop(signals, reload::Reload::new(shared.clone(), tls_doors)).await;
     drop(tasks);
     shutdown(&shared).await;
     // Queued writes, the positions just committed among them, land before
@@ -248,26 +196,13 @@ pub fn load_tls(doors: Vec<Option<tls::TlsSettings>>) -> io::Result<Rc<tls::TlsD
         .map_err(|message| io::Error::new(io::ErrorKind::InvalidInput, message))
 }
 
-/// SIGUSR1: every TLS door's certificate, key and client authorities are
-/// read again, all or nothing. Connections already open keep theirs.
-fn reload_certificates(tls_doors: &tls::TlsDoors) {
-    if !tls_doors.any() {
-        log::info!("SIGUSR1: no door serves TLS, so there are no certificates to re-read");
-    } else if tls_doors.reload(tls::now_unix_s()) {
-        log::info!("SIGUSR1: certificates re-read; new connections are served with them");
-    }
-}
-
-#[allow(clippy::too_many_arguments)]
 async fn accept_loop(
     executor: &'static LocalExecutor<'static>,
     shared: SharedRef,
-    listener: TcpListener,
-    door: usize,
+    (door, listener): (usize, TcpListener),
     tls_doors: Rc<tls::TlsDoors>,
     max_connect_rate_per_s: Option<u32>,
     write_timeout_ms: Option<u64>,
-    connect_timeout_s: u32,
 ) {
     let mut rate = ConnectRate::new(max_connect_rate_per_s);
     loop {
@@ -289,9 +224,9 @@ async fn accept_loop(
         let mut guard = shared.borrow_mut();
         let state = &mut *guard;
         let now_ms = state.now_ms();
-        let origin = crate::core::Origin {
+        let origin = Origin {
             door,
-            certificate_user: None,
+            ..Origin::default()
         };
         match state.broker.accept(now_ms, origin) {
             Some(key) => {
@@ -315,7 +250,7 @@ async fn accept_loop(
             {
                 state.overflow_in_use += 1;
                 let shared = shared.clone();
-                let wait_ms = OVERFLOW_WAIT_MS.min(u64::from(connect_timeout_s) * 1000);
+                let wait_ms = OVERFLOW_WAIT_MS.min(state.broker.settings().connect_timeout_ms);
                 executor
                     .spawn(async move {
                         connection::refuse_busy(stream, wait_ms).await;
@@ -351,6 +286,26 @@ async fn tick_loop(shared: SharedRef) {
         let state = &mut *guard;
         let now_ms = state.now_ms();
         state.broker.tick(now_ms, &mut state.outboxes);
+    }
+}
+
+/// Serves the signals until SIGTERM or SIGINT. SIGHUP is caught so that
+/// it cannot end the broker without its shutdown (a memory provider's
+/// snapshot would be lost); SIGUSR1 reloads.
+async fn wait_for_stop(mut signals: Signals, mut reload: reload::Reload) {
+    while let Some(signal) = signals.next().await {
+        match signal {
+            Ok(Signal::Hup) => log::warn!(
+                "received SIGHUP: ignored; it does not reload the configuration, \
+                 SIGUSR1 does, and SIGTERM stops the broker"
+            ),
+            Ok(Signal::Usr1) => reload.reload().await,
+            Ok(signal) => {
+                log::info!("received {signal:?}, stopping");
+                return;
+            }
+            Err(error) => log::warn!("reading a signal failed: {error}"),
+        }
     }
 }
 

@@ -80,13 +80,12 @@ impl BrokerProcess {
             extra_broker_yaml.replace("{dir}", &dir_text),
             top_yaml.replace("{dir}", &dir_text)
         );
-        BrokerProcess::start_config(dir, &config)
+        BrokerProcess::start_with_config(dir, &config)
     }
 
-    /// Starts the broker on `config`, written whole into `dir`, which the
-    /// caller keeps. `port` is the first door's; [`BrokerProcess::door_port`]
-    /// reads any door's.
-    pub fn start_config(dir: &Path, config: &str) -> BrokerProcess {
+    /// Starts the broker on `config`, a whole configuration, written into
+    /// `dir` as saguin.yaml; it must log the port it bound.
+    pub fn start_with_config(dir: &Path, config: &str) -> BrokerProcess {
         let config_path = dir.join("saguin.yaml");
         std::fs::write(&config_path, config).unwrap();
         let mut child = Command::new(env!("CARGO_BIN_EXE_saguin"))
@@ -115,10 +114,20 @@ impl BrokerProcess {
         broker
     }
 
-    /// The port the door called `name` was bound to.
-    pub fn door_port(&mut self, name: &str) -> u16 {
-        let line = self.wait_for_log(&format!("listener {name} bound to"));
+    /// The port of the door named `door`, from its "bound to" log line.
+    pub fn door_port(&mut self, door: &str) -> u16 {
+        let line = self.wait_for_log(&format!("listener {door} bound to"));
         line.rsplit(':').next().unwrap().trim().parse().unwrap()
+    }
+
+    /// Sends `signal` (`USR1`, say) to the broker.
+    pub fn signal(&self, signal: &str) {
+        let sent = Command::new("kill")
+            .arg(format!("-{signal}"))
+            .arg(self.pid().to_string())
+            .status()
+            .unwrap();
+        assert!(sent.success(), "kill -{signal} failed");
     }
 
     /// Waits for a log line containing `needle` and returns it.
@@ -294,6 +303,8 @@ impl RawClient {
                 {
                     return None
                 }
+                // A signal to the test process cut the read short: read again.
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
                 Err(_) => return Some(Received::Closed),
             }
         }
@@ -359,8 +370,8 @@ pub fn have_mosquitto_clients(test: &str) -> bool {
     )
 }
 
-/// True when every one of `tools` runs. When one does not, says so loudly,
-/// naming the Debian `package` that has it: the test did not run.
+/// True when every one of `tools` can be run; otherwise says loudly that
+/// `test` was skipped, and which Debian package brings them.
 pub fn have_tools(test: &str, tools: &[&str], package: &str) -> bool {
     let found = tools.iter().all(|tool| {
         Command::new(tool)
@@ -374,7 +385,7 @@ pub fn have_tools(test: &str, tools: &[&str], package: &str) -> bool {
         // Written to the real stderr: the test harness captures eprintln!.
         let message = format!(
             "\n*** SKIPPED {test}: {} not installed (apt-get install {package}) ***\n",
-            tools.join("/")
+            tools.join(", ")
         );
         let _ = std::io::stderr().write_all(message.as_bytes());
     }

@@ -199,10 +199,11 @@ pub struct TlsDoors {
 impl TlsDoors {
     /// Loads every door's files, refusing at the first that cannot be used.
     pub fn load(settings: Vec<Option<TlsSettings>>, now_unix_s: i64) -> Result<TlsDoors, String> {
-        let current = load_all(&settings, now_unix_s).map_err(|mut errors| errors.remove(0))?;
+        let certificates = read_all(&settings).map_err(|mut errors| errors.remove(0))?;
+        certificates.log_expiry(now_unix_s);
         Ok(TlsDoors {
             settings,
-            current: RefCell::new(current),
+            current: RefCell::new(certificates.configs),
         })
     }
 
@@ -224,31 +225,35 @@ impl TlsDoors {
         self.settings.iter().any(Option::is_some)
     }
 
-    /// Re-reads every door's files from the paths it started with. Nothing
-    /// changes unless all of them load; each failure is logged at `error`.
-    /// Returns whether the new files are in force.
-    pub fn reload(&self, now_unix_s: i64) -> bool {
-        match load_all(&self.settings, now_unix_s) {
-            Ok(current) => {
-                *self.current.borrow_mut() = current;
-                true
-            }
-            Err(errors) => {
-                for error in errors {
-                    log::error!("{error}");
-                }
-                log::error!(
-                    "certificates not reloaded: every TLS door goes on serving what it served before"
-                );
-                false
-            }
+    /// Every door's `tls` block, `None` for a plain door, in door order.
+    pub fn settings(&self) -> &[Option<TlsSettings>] {
+        &self.settings
+    }
+
+    /// Puts files read by [`read_all`] in force for the handshakes to come.
+    pub fn apply(&self, certificates: Certificates, now_unix_s: i64) {
+        certificates.log_expiry(now_unix_s);
+        *self.current.borrow_mut() = certificates.configs;
+    }
+}
+
+/// Every door's files, read and checked, not yet in force.
+pub struct Certificates {
+    configs: Vec<Option<Arc<ServerConfig>>>,
+    leaves: Vec<(TlsSettings, x509::Facts)>,
+}
+
+impl Certificates {
+    fn log_expiry(&self, now_unix_s: i64) {
+        for (door, leaf) in &self.leaves {
+            log_expiry(door, leaf, now_unix_s);
         }
     }
 }
 
-type Configs = Vec<Option<Arc<ServerConfig>>>;
-
-fn load_all(settings: &[Option<TlsSettings>], now_unix_s: i64) -> Result<Configs, Vec<String>> {
+/// Reads every door's files from `settings`; every door that cannot be
+/// served is one error, and then none is returned.
+pub fn read_all(settings: &[Option<TlsSettings>]) -> Result<Certificates, Vec<String>> {
     let mut configs = Vec::with_capacity(settings.len());
     let mut errors = Vec::new();
     let mut leaves = Vec::new();
@@ -260,7 +265,7 @@ fn load_all(settings: &[Option<TlsSettings>], now_unix_s: i64) -> Result<Configs
         match load(door) {
             Ok(loaded) => {
                 configs.push(Some(loaded.config));
-                leaves.push((door, loaded.leaf));
+                leaves.push((door.clone(), loaded.leaf));
             }
             Err(error) => errors.push(error),
         }
@@ -268,10 +273,7 @@ fn load_all(settings: &[Option<TlsSettings>], now_unix_s: i64) -> Result<Configs
     if !errors.is_empty() {
         return Err(errors);
     }
-    for (door, leaf) in &leaves {
-        log_expiry(door, leaf, now_unix_s);
-    }
-    Ok(configs)
+    Ok(Certificates { configs, leaves })
 }
 
 /// Now, in seconds since the Unix epoch.

@@ -1,0 +1,520 @@
+//! Starting, finding, probing and stopping the two brokers under test.
+//!
+//! Both listen on loopback ports the kernel picked. Saguin binds port 0 and
+//! logs at `warn`, so its port is read from /proc rather than its log: the
+//! listening socket among the process's file descriptors.
+
+use std::fmt;
+use std::fs;
+use std::net::{SocketAddr, TcpListener};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::{Duration, Instant};
+
+use saguin::codec::ProtocolVersion;
+
+use crate::client::{Client, ClientOptions};
+
+/// Longest a broker may take from spawn to answering a CONNECT.
+const START_TIMEOUT: Duration = Duration::from_secs(15);
+/// Longest a broker may take to exit after SIGTERM before it is killed.
+const STOP_TIMEOUT: Duration = Duration::from_secs(5);
+const POLL_INTERVAL: Duration = Duration::from_millis(20);
+
+/// Every limit that could drop or refuse a benchmark message is set well
+/// above what the load generator ever has outstanding (at most a few
+/// thousand messages), so both brokers deliver everything.
+pub const SAGUIN_CONFIG_YAML: &str = "\
+broker:
+  id: bench
+  log_level: warn
+  mqtt:
+    listen:
+      tcp:
+        address: 127.0.0.1:0
+  limits:
+    max_message_size: 1MiB
+    max_connections: 2000
+    max_connect_rate: none
+    session_queue_bytes: 64MiB
+";
+
+/// How saguin is set up: as for figures 1 to 5, or with `durable/#`
+/// claimed by an append channel on a redb file in the broker's own
+/// temporary directory (figure 6).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SaguinSetup {
+    /// No storage: every topic is broadcast.
+    Plain,
+    /// redb with `publish_commit_interval` absent: a publish finding no
+    /// commit running is committed at once, and whatever queues while a
+    /// commit runs forms the next one (group commit).
+    GroupCommit,
+    /// redb with `publish_commit_interval: none`: a commit per publish.
+    CommitPerPublish,
+    /// As `GroupCommit`, with a queue `work` claiming `work/#` (figure 7).
+    Queue,
+    /// No storage; both brokers check user names against one password
+    /// file that `saguin --passwd` wrote, and still admit clients that
+    /// offer none (figure 8).
+    Passwords,
+}
+
+/// The one user in figure 8's password file, and its password.
+pub const BENCH_USER: &str = "bench";
+pub const BENCH_PASSWORD: &str = "bench-password";
+
+/// Figure 8's password file, in the broker's directory.
+fn password_file(dir: &Path) -> PathBuf {
+    dir.join("clients.passwd")
+}
+
+/// Writes figure 8's password file with `saguin --passwd`, readable by
+/// mosquitto after it drops to its own user.
+fn write_password_file(saguin: &Path, dir: &Path) -> Result<(), String> {
+    use std::io::Write;
+    use std::os::unix::fs::PermissionsExt;
+    let path = password_file(dir);
+    let mut child = Command::new(saguin)
+        .arg("--passwd")
+        .arg(&path)
+        .args(["add", BENCH_USER])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .map_err(|e| format!("start {} --passwd: {e}", saguin.display()))?;
+    let _ = writeln!(child.stdin.take().expect("piped"), "{BENCH_PASSWORD}");
+    let output = child
+        .wait_with_output()
+        .map_err(|e| format!("saguin --passwd: {e}"))?;
+    if !output.status.success() {
+        return Err(format!(
+            "saguin --passwd failed: {}",
+            String::from_utf8_lossy(&output.stderr)
+        ));
+    }
+    fs::set_permissions(&path, fs::Permissions::from_mode(0o644))
+        .map_err(|e| format!("chmod {}: {e}", path.display()))
+}
+
+/// The topic filter the bench's queue claims, and its name.
+pub const QUEUE_FILTER: &str = "work/#";
+pub const QUEUE_NAME: &str = "work";
+
+/// The topic filter the bench's append channel claims.
+pub const DURABLE_FILTER: &str = "durable/#";
+
+/// The whole saguin configuration for `setup`; the redb file goes in
+/// `dir`, which must be absolute (a provider's `file_path` must be).
+fn saguin_config(setup: SaguinSetup, dir: &Path) -> String {
+    let commit = match setup {
+        SaguinSetup::Plain => return SAGUIN_CONFIG_YAML.to_string(),
+        SaguinSetup::Passwords => {
+            return SAGUIN_CONFIG_YAML.replacen(
+                "  mqtt:\n",
+                &format!(
+                    "  mqtt:\n    password_file: {}\n    allow_anonymous: true\n",
+                    password_file(dir).display()
+                ),
+                1,
+            )
+        }
+        SaguinSetup::GroupCommit | SaguinSetup::Queue => "",
+        SaguinSetup::CommitPerPublish => "        publish_commit_interval: none\n",
+    };
+    // `start: tail`: a new reader gets only what is published after it
+    // subscribes, so no run is replayed the records of the runs before it.
+    format!(
+        "{SAGUIN_CONFIG_YAML}  \
+         storage:\n    \
+           default: local\n    \
+           default_retention_period: none\n    \
+           default_retention_bytes: none\n    \
+           providers:\n      \
+             local:\n        \
+               type: redb\n        \
+               file_path: {}\n        \
+               max_bytes: 1GiB\n\
+         {commit}\
+         channels:\n  \
+           durable:\n    \
+             type: append\n    \
+             filter: {DURABLE_FILTER}\n    \
+             start: tail\n\
+         {queue}",
+        dir.join("bench.redb").display(),
+        queue = if setup == SaguinSetup::Queue {
+            format!("  {QUEUE_NAME}:\n    type: queue\n    filter: {QUEUE_FILTER}\n")
+        } else {
+            String::new()
+        }
+    )
+}
+
+/// The same bounds in mosquitto's terms. `max_inflight_messages 100`
+/// matches the Receive Maximum of 100 the bench's MQTT 5 subscribers send,
+/// which saguin honours; `sys_interval 0` because saguin publishes no $SYS
+/// topics; logging only warnings and errors, as saguin's `warn`.
+///
+/// `max_queued_messages` is 1,000,000 rather than 100,000 because
+/// mosquitto 2.0.11 over-counts its queue: in fan-in it logged "Outgoing
+/// messages are being dropped" and dropped about 1,000 messages once some
+/// 110,000 had passed through one subscriber, with never more than 1,000
+/// actually outstanding. No run comes near either bound honestly.
+fn mosquitto_config(port: u16) -> String {
+    format!(
+        "listener {port} 127.0.0.1\n\
+         allow_anonymous true\n\
+         persistence false\n\
+         max_queued_messages 1000000\n\
+         max_inflight_messages 100\n\
+         max_packet_size 1048576\n\
+         max_connections -1\n\
+         set_tcp_nodelay true\n\
+         sys_interval 0\n\
+         log_dest stderr\n\
+         log_type error\n\
+         log_type warning\n"
+    )
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BrokerKind {
+    Saguin,
+    Mosquitto,
+}
+
+impl BrokerKind {
+    pub const BOTH: [BrokerKind; 2] = [BrokerKind::Saguin, BrokerKind::Mosquitto];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            BrokerKind::Saguin => "saguin",
+            BrokerKind::Mosquitto => "mosquitto",
+        }
+    }
+}
+
+impl fmt::Display for BrokerKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        // `pad` honours a width such as `{:<9}`, so run lines line up.
+        f.pad(self.name())
+    }
+}
+
+/// Where each broker's executable is.
+#[derive(Clone, Debug)]
+pub struct BrokerBinaries {
+    pub saguin: PathBuf,
+    pub mosquitto: PathBuf,
+}
+
+impl BrokerBinaries {
+    pub fn path(&self, kind: BrokerKind) -> &Path {
+        match kind {
+            BrokerKind::Saguin => &self.saguin,
+            BrokerKind::Mosquitto => &self.mosquitto,
+        }
+    }
+}
+
+/// The saguin configuration, for BENCHMARKS.md, with a placeholder for
+/// the temporary directory.
+pub fn saguin_config_text(setup: SaguinSetup) -> String {
+    saguin_config(setup, Path::new("/<temporary directory>"))
+        .replace("/<temporary directory>", "<temporary directory>")
+}
+
+/// The mosquitto configuration with a placeholder port, for BENCHMARKS.md.
+pub fn mosquitto_config_text() -> String {
+    mosquitto_config(0).replacen("listener 0", "listener <free port>", 1)
+}
+
+/// Where the brokers' temporary directories, and figure 6's redb file,
+/// are made.
+pub fn temp_root() -> PathBuf {
+    std::env::temp_dir()
+}
+
+/// A directory removed when dropped.
+pub struct TempDir(PathBuf);
+
+impl TempDir {
+    pub fn new(label: &str) -> Result<TempDir, String> {
+        static COUNTER: AtomicU32 = AtomicU32::new(0);
+        let unique = COUNTER.fetch_add(1, Ordering::Relaxed);
+        let path = temp_root().join(format!(
+            "saguin-bench-{label}-{}-{unique}",
+            std::process::id()
+        ));
+        let _ = fs::remove_dir_all(&path);
+        fs::create_dir_all(&path).map_err(|e| format!("create {}: {e}", path.display()))?;
+        // Absolute even under a relative TMPDIR: saguin refuses a relative
+        // `file_path`.
+        let path = fs::canonicalize(&path).map_err(|e| format!("{}: {e}", path.display()))?;
+        Ok(TempDir(path))
+    }
+
+    /// Absolute.
+    pub fn path(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = fs::remove_dir_all(&self.0);
+    }
+}
+
+/// A running broker, killed when dropped.
+pub struct Broker {
+    pub kind: BrokerKind,
+    pub address: SocketAddr,
+    child: Child,
+    dir: TempDir,
+}
+
+impl Broker {
+    /// Starts `kind` on a loopback port and waits until it answers a CONNECT.
+    pub fn start(kind: BrokerKind, binaries: &BrokerBinaries) -> Result<Broker, String> {
+        Broker::start_with(kind, binaries, SaguinSetup::Plain)
+    }
+
+    /// As [`Broker::start`], saguin set up as `setup`; mosquitto has one
+    /// configuration, always without persistence.
+    pub fn start_with(
+        kind: BrokerKind,
+        binaries: &BrokerBinaries,
+        setup: SaguinSetup,
+    ) -> Result<Broker, String> {
+        let dir = TempDir::new(kind.name())?;
+        let binary = binaries.path(kind);
+        if setup == SaguinSetup::Passwords {
+            write_password_file(&binaries.saguin, &dir.0)?;
+        }
+        let (child, known_port) = match kind {
+            BrokerKind::Saguin => (spawn_saguin(binary, &dir.0, setup)?, None),
+            BrokerKind::Mosquitto => {
+                let port = free_loopback_port()?;
+                (spawn_mosquitto(binary, &dir.0, port, setup)?, Some(port))
+            }
+        };
+        let mut broker = Broker {
+            kind,
+            address: SocketAddr::from(([127, 0, 0, 1], known_port.unwrap_or(0))),
+            child,
+            dir,
+        };
+        let deadline = Instant::now() + START_TIMEOUT;
+        let port = broker.wait_for_listening_port(deadline)?;
+        broker.address.set_port(port);
+        broker.wait_until_serving(deadline)?;
+        Ok(broker)
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// Fails with the broker's own output when it has exited.
+    fn check_running(&mut self) -> Result<(), String> {
+        match self.child.try_wait() {
+            Ok(None) => Ok(()),
+            Ok(Some(status)) => Err(format!(
+                "{} exited ({status}); its output:\n{}",
+                self.kind,
+                self.output_tail()
+            )),
+            Err(e) => Err(format!("{}: wait: {e}", self.kind)),
+        }
+    }
+
+    fn output_tail(&self) -> String {
+        const TAIL_BYTES: usize = 4000;
+        let text = fs::read_to_string(self.dir.0.join("output.log")).unwrap_or_default();
+        let start = text.len().saturating_sub(TAIL_BYTES);
+        let start = (start..text.len())
+            .find(|&i| text.is_char_boundary(i))
+            .unwrap_or(text.len());
+        text[start..].to_string()
+    }
+
+    fn wait_for_listening_port(&mut self, deadline: Instant) -> Result<u16, String> {
+        loop {
+            self.check_running()?;
+            if let Some(port) = listening_port(self.pid()) {
+                return Ok(port);
+            }
+            if Instant::now() >= deadline {
+                return Err(format!("{} opened no listening socket in time", self.kind));
+            }
+            std::thread::sleep(POLL_INTERVAL);
+        }
+    }
+
+    /// Ready means a full CONNECT/CONNACK round trip, not just a bound port.
+    fn wait_until_serving(&mut self, deadline: Instant) -> Result<(), String> {
+        let options = ClientOptions {
+            version: ProtocolVersion::V311,
+            keep_alive_s: 60,
+            receive_maximum: None,
+        };
+        loop {
+            self.check_running()?;
+            match Client::connect(self.address, "bench-ready-probe", &options) {
+                Ok(client) => {
+                    client.disconnect();
+                    return Ok(());
+                }
+                Err(error) if Instant::now() >= deadline => {
+                    return Err(format!("{} never answered a CONNECT: {error}", self.kind))
+                }
+                Err(_) => std::thread::sleep(POLL_INTERVAL),
+            }
+        }
+    }
+
+    /// Resident set size from /proc/PID/status.
+    pub fn rss_bytes(&self) -> Result<u64, String> {
+        let path = format!("/proc/{}/status", self.pid());
+        let status = fs::read_to_string(&path).map_err(|e| format!("read {path}: {e}"))?;
+        let kib: u64 = status
+            .lines()
+            .find_map(|line| line.strip_prefix("VmRSS:"))
+            .and_then(|rest| rest.trim().trim_end_matches("kB").trim().parse().ok())
+            .ok_or_else(|| format!("no VmRSS line in {path}"))?;
+        Ok(kib * 1024)
+    }
+
+    /// User plus system CPU time the broker has used so far.
+    pub fn cpu_time(&self, clock_ticks_per_s: u64) -> Option<Duration> {
+        let stat = fs::read_to_string(format!("/proc/{}/stat", self.pid())).ok()?;
+        // Fields after the command name, which may itself hold spaces.
+        let fields: Vec<&str> = stat.rsplit_once(')')?.1.split_whitespace().collect();
+        // utime and stime are fields 14 and 15 of the whole line, so 12
+        // and 13 after the state field at index 0 here.
+        let ticks = fields.get(11)?.parse::<u64>().ok()? + fields.get(12)?.parse::<u64>().ok()?;
+        Some(Duration::from_micros(ticks * 1_000_000 / clock_ticks_per_s))
+    }
+
+    /// SIGTERM, then SIGKILL if it has not exited within `STOP_TIMEOUT`.
+    pub fn stop(mut self) {
+        let _ = Command::new("kill")
+            .arg("-TERM")
+            .arg(self.pid().to_string())
+            .stderr(Stdio::null())
+            .status();
+        let deadline = Instant::now() + STOP_TIMEOUT;
+        while Instant::now() < deadline {
+            if !matches!(self.child.try_wait(), Ok(None)) {
+                return;
+            }
+            std::thread::sleep(POLL_INTERVAL);
+        }
+        // Drop kills it.
+    }
+}
+
+impl Drop for Broker {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Output goes to a file, never a pipe: an undrained pipe would stall the
+/// broker the moment it logged more than the pipe holds.
+pub fn output_file(dir: &Path) -> Result<(Stdio, Stdio), String> {
+    let path = dir.join("output.log");
+    let file = fs::File::create(&path).map_err(|e| format!("create {}: {e}", path.display()))?;
+    let second = file
+        .try_clone()
+        .map_err(|e| format!("clone {}: {e}", path.display()))?;
+    Ok((Stdio::from(file), Stdio::from(second)))
+}
+
+fn spawn_saguin(binary: &Path, dir: &Path, setup: SaguinSetup) -> Result<Child, String> {
+    let config_path = dir.join("saguin.yaml");
+    fs::write(&config_path, saguin_config(setup, dir)).map_err(|e| format!("write config: {e}"))?;
+    let (stdout, stderr) = output_file(dir)?;
+    Command::new(binary)
+        .arg("--config")
+        .arg(&config_path)
+        .stdin(Stdio::null())
+        .stdout(stdout)
+        .stderr(stderr)
+        .spawn()
+        .map_err(|e| {
+            format!(
+                "start {}: {e} (run `cargo build --release --workspace`)",
+                binary.display()
+            )
+        })
+}
+
+fn spawn_mosquitto(
+    binary: &Path,
+    dir: &Path,
+    port: u16,
+    setup: SaguinSetup,
+) -> Result<Child, String> {
+    let config_path = dir.join("mosquitto.conf");
+    let mut config = mosquitto_config(port);
+    if setup == SaguinSetup::Passwords {
+        config.push_str(&format!("password_file {}\n", password_file(dir).display()));
+    }
+    fs::write(&config_path, config).map_err(|e| format!("write config: {e}"))?;
+    let (stdout, stderr) = output_file(dir)?;
+    Command::new(binary)
+        .arg("-c")
+        .arg(&config_path)
+        .stdin(Stdio::null())
+        .stdout(stdout)
+        .stderr(stderr)
+        .spawn()
+        .map_err(|e| format!("start {}: {e}", binary.display()))
+}
+
+/// A loopback port free a moment ago. Another process could take it
+/// before mosquitto binds it; the start then fails visibly, not silently.
+fn free_loopback_port() -> Result<u16, String> {
+    let listener =
+        TcpListener::bind("127.0.0.1:0").map_err(|e| format!("bind 127.0.0.1:0: {e}"))?;
+    let port = listener
+        .local_addr()
+        .map_err(|e| format!("local address: {e}"))?
+        .port();
+    drop(listener);
+    Ok(port)
+}
+
+/// The port of a TCP socket that process `pid` listens on: its socket
+/// inodes from /proc/PID/fd matched against the LISTEN rows (state 0A) of
+/// /proc/PID/net/tcp.
+fn listening_port(pid: u32) -> Option<u16> {
+    let socket_inodes: Vec<String> = fs::read_dir(format!("/proc/{pid}/fd"))
+        .ok()?
+        .filter_map(|entry| fs::read_link(entry.ok()?.path()).ok())
+        .filter_map(|target| {
+            let target = target.to_string_lossy().into_owned();
+            Some(
+                target
+                    .strip_prefix("socket:[")?
+                    .strip_suffix(']')?
+                    .to_string(),
+            )
+        })
+        .collect();
+    let table = fs::read_to_string(format!("/proc/{pid}/net/tcp")).ok()?;
+    table.lines().skip(1).find_map(|row| {
+        let columns: Vec<&str> = row.split_whitespace().collect();
+        let (local, state, inode) = (columns.get(1)?, columns.get(3)?, columns.get(9)?);
+        if *state != "0A" || !socket_inodes.iter().any(|i| i == inode) {
+            return None;
+        }
+        u16::from_str_radix(local.rsplit_once(':')?.1, 16).ok()
+    })
+}
