@@ -439,6 +439,67 @@ fn sigusr1_swaps_the_certificate_for_new_connections_only() {
     assert!(long.wait().unwrap().success());
 }
 
+/// The password files and the certificates are one reload: a broken
+/// certificate keeps a user added to the password file out until both read.
+#[test]
+fn sigusr1_applies_password_files_and_certificates_all_or_nothing() {
+    if !have_tools_for("sigusr1_applies_password_files_and_certificates_all_or_nothing") {
+        return;
+    }
+    let dir = TempDir::new("tls-reload-both");
+    let ca = Authority::new(dir.path(), "ca");
+    let served = ca.server("broker");
+    let kept_key = dir.path().join("kept-key.pem");
+    std::fs::copy(&served.1, &kept_key).unwrap();
+    // One salted hash of "hunter2"; the user name is not part of it.
+    let hash = "$6$DssEkUY/ld4blukw$9EvI2OdZOnUSp3rG8Qjszy7fwnQxLXJGRPu9kUowxiIPjM9xRKwAAn/h8/6b8fmq77JWiZKEY/HdIpz+/DUDrQ==";
+    let passwd = dir.path().join("clients.passwd");
+    std::fs::write(&passwd, format!("bob:{hash}\n")).unwrap();
+    let tls: String = tls_block(&served, "")
+        .lines()
+        .map(|l| format!("            {l}\n"))
+        .collect();
+    let config = format!(
+        "broker:\n  id: test\n  log_level: debug\n  mqtt:\n    listen:\n      tcp:\n        - name: local\n          address: 127.0.0.1:0\n          password_file: {}\n        - name: fleet\n          address: 127.0.0.1:0\n          tls:\n{tls}",
+        passwd.display()
+    );
+    let mut broker = BrokerProcess::start_with_config(dir.path(), &config);
+    let local = broker.door_port("local");
+    let admitted = |user: &str| {
+        run(Command::new("mosquitto_pub")
+            .args(["-h", "127.0.0.1", "-p", &local.to_string(), "-V", "5"])
+            .args(["-u", user, "-P", "hunter2", "-t", "t", "-m", "x"]))
+        .status
+        .success()
+    };
+    assert!(admitted("bob"));
+    assert!(!admitted("hank"));
+
+    // hank is added while the served key is broken: nothing is applied.
+    std::fs::write(&passwd, format!("bob:{hash}\nhank:{hash}\n")).unwrap();
+    let stray = ca.server("stray");
+    std::fs::copy(&stray.1, &served.1).unwrap();
+    broker.signal("USR1");
+    let line = broker.wait_for_log("certificates not reloaded");
+    assert!(
+        line.contains("ERROR")
+            && line.contains("broker.mqtt.listen.tcp[fleet].tls.key_file")
+            && line.contains("the password files read before stay in force"),
+        "{line}"
+    );
+    assert!(
+        !admitted("hank"),
+        "the new password file waits for the certificates"
+    );
+
+    // Mended, both go into force together.
+    std::fs::copy(&kept_key, &served.1).unwrap();
+    broker.signal("USR1");
+    let line = broker.wait_for_log("certificates re-read");
+    assert!(line.contains("read again and in force"), "{line}");
+    assert!(admitted("hank"));
+}
+
 /// Subscribes until the retained message on `topic` is `payload`.
 fn wait_for_payload(client: &Client, topic: &str, payload: &str) {
     let deadline = Instant::now() + WAIT;

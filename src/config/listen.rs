@@ -164,6 +164,17 @@ pub(super) fn parse(f: &mut Findings, path: &str, value: Option<&Value>) -> Opti
         .collect()
 }
 
+/// What messages about the door's files call it: the kind alone for the
+/// door a single mapping names after its kind, the kind and the name
+/// otherwise.
+fn door_label(name: &str) -> String {
+    if name == DEFAULT_TCP_DOOR_NAME {
+        "broker.mqtt.listen.tcp".to_string()
+    } else {
+        format!("broker.mqtt.listen.tcp[{name}]")
+    }
+}
+
 fn default_doors() -> Vec<TcpDoor> {
     vec![TcpDoor {
         name: DEFAULT_TCP_DOOR_NAME.to_string(),
@@ -258,7 +269,10 @@ fn door(f: &mut Findings, path: &str, value: &Value, default_name: Option<&str>)
     };
     let tls = match t.get("tls") {
         None => Some(None),
-        Some(v) => super::tls::parse(f, &format!("{path}.tls"), v, name.as_deref()).map(Some),
+        Some(v) => {
+            let label = name.as_deref().map(door_label);
+            super::tls::parse(f, &format!("{path}.tls"), v, label).map(Some)
+        }
     };
     Some(Door {
         path: path.to_string(),

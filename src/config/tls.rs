@@ -10,7 +10,6 @@ use std::path::PathBuf;
 use serde_yaml::Value;
 
 use super::findings::Findings;
-use super::listen::DEFAULT_TCP_DOOR_NAME;
 use super::table::{table, Keys};
 use crate::net::tls::{TlsSettings, TlsVersion};
 
@@ -25,23 +24,13 @@ const TLS_KEYS: Keys = Keys {
     not_yet: &[],
 };
 
-/// What messages about the door's files call it: the kind alone for the
-/// door a single mapping names after its kind, the kind and the name
-/// otherwise.
-pub(super) fn door_label(name: &str) -> String {
-    if name == DEFAULT_TCP_DOOR_NAME {
-        "broker.mqtt.listen.tcp".to_string()
-    } else {
-        format!("broker.mqtt.listen.tcp[{name}]")
-    }
-}
-
-/// Reads the `tls` block at `path` of the door called `door_name`.
+/// Reads the `tls` block at `path` of the door messages call `door_label`
+/// (`None` when the door's name was refused).
 pub(super) fn parse(
     f: &mut Findings,
     path: &str,
     value: &Value,
-    door_name: Option<&str>,
+    door_label: Option<String>,
 ) -> Option<TlsSettings> {
     let t = table(f, path, value, &TLS_KEYS)?;
     let cert_file = required_file(f, path, t.get("cert_file"), "cert_file", "cert.pem");
@@ -72,7 +61,7 @@ pub(super) fn parse(
         }
     };
     Some(TlsSettings {
-        door: door_label(door_name?),
+        door: door_label?,
         cert_file: cert_file?,
         key_file: key_file?,
         min_version: min_version?,

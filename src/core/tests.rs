@@ -2106,3 +2106,21 @@ fn a_new_credential_table_leaves_connected_clients_be() {
     let (_, code) = h.connect_on_door(0, credentials("c", None, None));
     assert_eq!(code, ReasonCode::SUCCESS, "the new table is in force");
 }
+
+#[test]
+fn a_certified_client_is_admitted_under_its_name_without_a_password() {
+    let mut h = Harness::new(Settings::default());
+    with_password_door(&mut h, "certified");
+    let conn = h.broker.accept(h.now_ms, Origin::default()).unwrap();
+    h.broker.certified(conn, "device-7".into());
+    // A CONNECT naming another user and no password, on the password door.
+    h.packet(conn, Packet::Connect(credentials("d", Some("bob"), None)));
+    match h.out.take(conn).first() {
+        Some(Packet::Connack(connack)) => assert_eq!(connack.reason_code, ReasonCode::SUCCESS),
+        other => panic!("expected a CONNACK, got {other:?}"),
+    }
+    assert_eq!(h.broker.user_name(conn), Some("device-7"));
+    // Without a certificate the same CONNECT meets the password file.
+    let (_, code) = h.connect_on_door(0, credentials("e", Some("bob"), None));
+    assert_eq!(code, ReasonCode::BAD_USER_NAME_OR_PASSWORD);
+}
