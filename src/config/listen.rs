@@ -240,6 +240,23 @@ pub(super) struct Address {
     bind: String,
 }
 
+impl Address {
+    /// Whether only this machine can reach it: a loopback IP, or the name
+    /// `localhost`.
+    pub(super) fn is_loopback(&self) -> bool {
+        match &self.host {
+            Host::Ip { ip, .. } => ip.is_loopback(),
+            Host::Name(name) => name.eq_ignore_ascii_case("localhost"),
+            Host::Any => false,
+        }
+    }
+
+    /// What to hand the socket layer.
+    pub(super) fn bind_text(&self) -> &str {
+        &self.bind
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Eq)]
 enum Host {
     /// No host written: every interface.
@@ -273,7 +290,7 @@ impl Host {
 /// Whether the kernel would refuse to bind both: the same port, not 0 (the
 /// kernel gives each a port of its own), and hosts that are equal or of
 /// which either is a wildcard. Host names are compared as written.
-fn clashes(a: &Address, b: &Address) -> bool {
+pub(super) fn clashes(a: &Address, b: &Address) -> bool {
     a.port != 0
         && a.port == b.port
         && (a.host.is_wildcard() || b.host.is_wildcard() || a.host.same_as(&b.host))

@@ -22,6 +22,7 @@ mod include;
 mod latest;
 mod limits;
 mod listen;
+mod operations;
 mod parse;
 mod persistence;
 pub mod queue;
@@ -88,6 +89,8 @@ pub struct BrokerConfig {
     /// `broker.storage`: `None` when the block is absent, which is valid
     /// while no channel needs a provider; written, it is complete.
     pub storage: Option<StorageConfig>,
+    /// `broker.operations`: `None` when absent, which opens no listener.
+    pub operations: Option<crate::ops::Settings>,
 }
 
 /// `broker.log_level`: how much the broker says.

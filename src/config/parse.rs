@@ -255,8 +255,9 @@ const BROKER_KEYS: Keys = Keys {
         "storage",
         "session",
         "retained",
+        "operations",
     ],
-    not_yet: &["operations"],
+    not_yet: &[],
 };
 
 const MQTT_KEYS: Keys = Keys {
@@ -305,6 +306,11 @@ fn broker(f: &mut Findings, value: &Value, origin: &Origin<'_>) -> (Option<Broke
     let share = super::exchanges::share(f, t.get("share"));
     let session = super::exchanges::session(f, t.get("session"));
     let retained = super::persistence::retained(f, t.get("retained"));
+    let operations = super::operations::parse(
+        f,
+        t.get("operations"),
+        mqtt.as_ref().map(|m| m.tcp.as_slice()),
+    );
     let storage = super::storage::parse(f, t.get("storage"), limits.as_ref(), origin);
     // Both name a provider, so they are settled once storage is known; a
     // broken broker.storage has its own findings.
@@ -339,6 +345,7 @@ fn broker(f: &mut Findings, value: &Value, origin: &Origin<'_>) -> (Option<Broke
             session: session?,
             retained: retained?,
             storage: storage?,
+            operations: operations?,
         })
     };
     (broker(), scope)

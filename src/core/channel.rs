@@ -179,6 +179,11 @@ impl Reader {
     pub fn position(&self) -> u64 {
         self.unacked.first().copied().unwrap_or(self.next_offset)
     }
+
+    /// The position, once the stored one has been read.
+    pub fn known_position(&self) -> Option<u64> {
+        self.ready.then(|| self.position())
+    }
 }
 
 /// What a storage request was for, so its completion can be answered.

@@ -14,6 +14,7 @@ mod delivery;
 mod inbound;
 pub mod latest;
 mod latest_reader;
+pub mod observe;
 mod persist;
 #[cfg(test)]
 mod persist_tests;

@@ -1367,3 +1367,24 @@ fn job_message(
         publisher: body.publisher.clone(),
     }
 }
+
+impl Queues {
+    /// Channel `channel`'s depth and work out with workers, if it is a queue.
+    pub(crate) fn observe(&self, channel: usize) -> Option<super::observe::QueueObservation> {
+        let queue = &self.list[*self.by_channel.get(&channel)?];
+        let inflight = queue
+            .jobs
+            .values()
+            .filter(|job| {
+                matches!(
+                    job.state,
+                    JobState::Delivering { .. } | JobState::Leased { .. }
+                )
+            })
+            .count();
+        Some(super::observe::QueueObservation {
+            depth: queue.jobs.len() as u64,
+            inflight: inflight as u64,
+        })
+    }
+}

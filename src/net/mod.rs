@@ -3,6 +3,7 @@
 
 mod connection;
 mod latest_index;
+mod operations;
 mod outbox;
 mod queue_load;
 mod storage;
@@ -146,6 +147,10 @@ async fn serve(executor: &'static LocalExecutor<'static>, config: Config) -> io:
         log::info!("listener {} bound to {}", door.name, listener.local_addr()?);
         listeners.push(listener);
     }
+    let operations = match &config.broker.operations {
+        Some(settings) => Some(crate::ops::bind(settings)?),
+        None => None,
+    };
     let signals =
         async_signal::Signals::new([async_signal::Signal::Term, async_signal::Signal::Int])?;
     let _pid_file = match &config.broker.pid_file {
@@ -192,6 +197,10 @@ async fn serve(executor: &'static LocalExecutor<'static>, config: Config) -> io:
             limits.connect_timeout_s,
         );
         tasks.push(executor.spawn(accept));
+    }
+    if let Some(bound) = operations {
+        let watches = storage.watches();
+        tasks.extend(operations::start(executor, &shared, &config, bound, watches)?);
     }
     tasks.push(executor.spawn(tick_loop(shared.clone())));
     tasks.push(executor.spawn(completion_loop(shared.clone(), completions)));

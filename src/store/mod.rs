@@ -54,7 +54,7 @@ pub use validate::{
     MAX_USER_PROPERTIES,
 };
 pub use writer::{
-    Answer, CommitStats, Completion, StorageHandle, StorageThread, SubmitError, Ticket,
+    Answer, CommitStats, Completion, StorageHandle, StorageThread, StorageWatch, SubmitError, Ticket,
     COLLECT_MAX_RECORDS, MAX_REQUEST_WRITES,
 };
 

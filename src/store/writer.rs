@@ -133,6 +133,8 @@ struct Counters {
     closed_by_records: AtomicU64,
     closed_by_interval: AtomicU64,
     failed_batches: AtomicU64,
+    /// Set when the thread has ended, cleanly or not.
+    stopped: std::sync::atomic::AtomicBool,
 }
 
 impl Counters {
@@ -226,6 +228,22 @@ impl StorageHandle {
     }
 }
 
+/// A storage thread's counters and whether it has ended, readable from
+/// any thread without asking the storage thread anything.
+#[derive(Clone)]
+pub struct StorageWatch(Arc<Counters>);
+
+impl StorageWatch {
+    pub fn stats(&self) -> CommitStats {
+        self.0.snapshot()
+    }
+
+    /// Whether the thread has ended: nothing it is asked is answered.
+    pub fn stopped(&self) -> bool {
+        self.0.stopped.load(Ordering::Relaxed)
+    }
+}
+
 /// A running storage thread.
 pub struct StorageThread {
     handle: StorageHandle,
@@ -262,11 +280,13 @@ impl StorageThread {
                     rx,
                     policy,
                     deliver: Box::new(deliver),
-                    counters: thread_counters,
+                    counters: Arc::clone(&thread_counters),
                     carried: None,
                     stopping: false,
                 };
-                worker.run()
+                let result = worker.run();
+                thread_counters.stopped.store(true, Ordering::Relaxed);
+                result
             })
             .map_err(|e| StoreError::io(name, "start the storage thread", e))?;
         Ok(StorageThread {
@@ -282,6 +302,11 @@ impl StorageThread {
 
     pub fn stats(&self) -> CommitStats {
         self.counters.snapshot()
+    }
+
+    /// A view of this thread's counters that another thread may keep.
+    pub fn watch(&self) -> StorageWatch {
+        StorageWatch(Arc::clone(&self.counters))
     }
 
     /// Finishes what is queued ahead of the request to stop, answers

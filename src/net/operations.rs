@@ -1,0 +1,89 @@
+//! Starts the operations listener beside the broker: its doors are bound
+//! with the MQTT doors, its thread is given a [`Link`] to this executor,
+//! and this executor answers the link's questions from the core.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use smol::LocalExecutor;
+
+use super::SharedRef;
+use crate::config::{CommitPolicy, Config, ProviderKind};
+use crate::ops::{self, Link, Provider};
+use crate::store::StorageWatch;
+
+/// How long the executor may go without turning before `/health` says a
+/// restart would help. The tick runs every 100 ms, so this is a wedge, not
+/// a busy moment.
+const HEALTH_STALL_MS: u64 = 10_000;
+/// How often the executor says it is turning.
+const HEARTBEAT_MS: u64 = 500;
+
+/// Starts serving `bound` on its own thread; the returned tasks answer it
+/// here and must live as long as the broker serves.
+pub fn start(
+    executor: &'static LocalExecutor<'static>,
+    shared: &SharedRef,
+    config: &Config,
+    bound: ops::Bound,
+    watches: Vec<StorageWatch>,
+) -> std::io::Result<Vec<smol::Task<()>>> {
+    let started = Instant::now();
+    let beat_ms = Arc::new(AtomicU64::new(0));
+    let healthy = {
+        let beat_ms = beat_ms.clone();
+        let watches = watches.clone();
+        Arc::new(move || {
+            let now_ms = started.elapsed().as_millis() as u64;
+            let turning = now_ms.saturating_sub(beat_ms.load(Ordering::Relaxed)) < HEALTH_STALL_MS;
+            turning && !watches.iter().any(StorageWatch::stopped)
+        })
+    };
+    let (link, asks) = Link::new(config.broker.id.clone(), healthy, providers(config, &watches));
+    bound.spawn(link)?;
+    let heartbeat = executor.spawn(async move {
+        loop {
+            beat_ms.store(started.elapsed().as_millis() as u64, Ordering::Relaxed);
+            smol::Timer::after(Duration::from_millis(HEARTBEAT_MS)).await;
+        }
+    });
+    let shared = shared.clone();
+    let answers = executor.spawn(async move {
+        while let Ok(ask) = asks.recv().await {
+            ops::answer(ask, &shared.borrow().broker);
+        }
+    });
+    Ok(vec![heartbeat, answers])
+}
+
+fn providers(config: &Config, watches: &[StorageWatch]) -> Vec<Provider> {
+    let Some(storage) = &config.broker.storage else {
+        return Vec::new();
+    };
+    storage
+        .providers
+        .iter()
+        .zip(watches)
+        .map(|(provider, watch)| {
+            let (kind, publish_commit_max_records) = match &provider.kind {
+                ProviderKind::Redb { commit, .. } => (
+                    "redb",
+                    Some(match commit {
+                        CommitPolicy::Collect => crate::store::COLLECT_MAX_RECORDS,
+                        CommitPolicy::PerPublish => 0,
+                        CommitPolicy::Interval { max_records, .. } => *max_records,
+                    }),
+                ),
+                ProviderKind::Memory { .. } => ("memory", None),
+            };
+            let watch = watch.clone();
+            Provider {
+                name: provider.name.clone(),
+                kind,
+                publish_commit_max_records,
+                commits: Arc::new(move || watch.stats()),
+            }
+        })
+        .collect()
+}

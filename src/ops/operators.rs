@@ -1,0 +1,333 @@
+//! The operators' password file: who may read this listener, and which
+//! routes each of them reaches.
+//!
+//! One line per operator, `name:hash` or `name:hash:routes`, in
+//! Mosquitto's hash formats (`$7$` PBKDF2-SHA512 and `$6$` salted
+//! SHA-512). The third field is a comma-separated list of route paths; a
+//! line without it reaches every route. A path grants itself and every
+//! route below it at a `/` boundary, so `/v1/operations` grants
+//! `/v1/operations/consumers` and not `/v1/operationsomething`.
+
+use std::path::Path;
+
+use base64::Engine;
+use sha2::{Digest, Sha512};
+
+/// The most operators one file may name; a bound on what is held.
+pub const MAX_OPERATORS: usize = 1_024;
+/// The largest password file read.
+pub const MAX_FILE_BYTES: u64 = 1024 * 1024;
+/// The most PBKDF2 iterations a `$7$` hash may ask for: each request
+/// with a password pays them on the listener's thread.
+pub const MAX_ITERATIONS: u32 = 1_000_000;
+
+/// The operators one file names.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Operators {
+    /// The file, as the configuration named it.
+    pub path: String,
+    list: Vec<Operator>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct Operator {
+    name: String,
+    hash: Hash,
+    /// `None` reaches every route.
+    scopes: Option<Vec<String>>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum Hash {
+    Pbkdf2 {
+        iterations: u32,
+        salt: Vec<u8>,
+        hash: Vec<u8>,
+    },
+    Sha512 {
+        salt: Vec<u8>,
+        hash: Vec<u8>,
+    },
+}
+
+/// What a name and password come to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Check {
+    /// The password is right.
+    Accepted,
+    /// An unknown name or a wrong password: told apart to nobody.
+    Refused,
+}
+
+impl Operators {
+    /// Reads and checks the file; `routes` are the paths this listener
+    /// serves, which every scope must reach at least one of.
+    pub fn load(path: &Path, routes: &[&str]) -> Result<Operators, String> {
+        let size = std::fs::metadata(path)
+            .map_err(|e| format!("cannot be read: {e}"))?
+            .len();
+        if size > MAX_FILE_BYTES {
+            return Err(format!(
+                "is {size} bytes, and an operators file is read only up to {MAX_FILE_BYTES}"
+            ));
+        }
+        let text = std::fs::read_to_string(path).map_err(|e| format!("cannot be read: {e}"))?;
+        Operators::parse(&path.display().to_string(), &text, routes)
+    }
+
+    /// [`Operators::load`] for text already read.
+    pub fn parse(path: &str, text: &str, routes: &[&str]) -> Result<Operators, String> {
+        let mut list: Vec<Operator> = Vec::new();
+        for (index, line) in text.lines().enumerate() {
+            let at = index + 1;
+            let line = line.trim_end_matches('\r');
+            if line.trim().is_empty() || line.starts_with('#') {
+                continue;
+            }
+            let operator = parse_line(line, routes).map_err(|why| format!("line {at}: {why}"))?;
+            if list.iter().any(|o| o.name == operator.name) {
+                return Err(format!(
+                    "line {at}: {:?} is named twice; one line per operator",
+                    operator.name
+                ));
+            }
+            if list.len() == MAX_OPERATORS {
+                return Err(format!("names more than {MAX_OPERATORS} operators"));
+            }
+            list.push(operator);
+        }
+        if list.is_empty() {
+            return Err("names nobody, so nobody could read this listener; add an operator with saguin --passwd, or remove the key".to_string());
+        }
+        Ok(Operators {
+            path: path.to_string(),
+            list,
+        })
+    }
+
+    /// Whether `name` has an entry.
+    pub fn knows(&self, name: &str) -> bool {
+        self.list.iter().any(|o| o.name == name)
+    }
+
+    pub fn check(&self, name: &str, password: &[u8]) -> Check {
+        match self.list.iter().find(|o| o.name == name) {
+            Some(operator) if operator.hash.matches(password) => Check::Accepted,
+            _ => Check::Refused,
+        }
+    }
+
+    /// Whether the operator `name` reaches `path`; `false` for a name the
+    /// file does not hold.
+    pub fn reaches(&self, name: &str, path: &str) -> bool {
+        match self.list.iter().find(|o| o.name == name) {
+            Some(Operator { scopes: None, .. }) => true,
+            Some(Operator {
+                scopes: Some(scopes),
+                ..
+            }) => scopes.iter().any(|scope| grants(scope, path)),
+            None => false,
+        }
+    }
+}
+
+/// Whether scope `scope` covers `path` at a segment boundary.
+pub fn grants(scope: &str, path: &str) -> bool {
+    let scope = scope.trim_end_matches('/');
+    match path.strip_prefix(scope) {
+        Some(rest) => rest.is_empty() || rest.starts_with('/'),
+        None => false,
+    }
+}
+
+fn parse_line(line: &str, routes: &[&str]) -> Result<Operator, String> {
+    let mut fields = line.splitn(3, ':');
+    let name = fields.next().unwrap_or_default();
+    let Some(hash) = fields.next() else {
+        return Err("is not name:hash; write it with saguin --passwd".to_string());
+    };
+    if name.is_empty() || name.chars().any(char::is_control) {
+        return Err("an operator's name is text that is not empty and holds no control characters".to_string());
+    }
+    let hash = parse_hash(hash)?;
+    let scopes = match fields.next() {
+        None => None,
+        Some(field) => Some(parse_scopes(field, routes)?),
+    };
+    Ok(Operator {
+        name: name.to_string(),
+        hash,
+        scopes,
+    })
+}
+
+fn parse_scopes(field: &str, routes: &[&str]) -> Result<Vec<String>, String> {
+    let mut scopes = Vec::new();
+    for scope in field.split(',').map(str::trim) {
+        if !scope.starts_with('/') {
+            return Err(format!(
+                "the route {scope:?} is not a path; routes are written from /, such as /metrics or /v1/operations"
+            ));
+        }
+        if !routes.iter().any(|route| grants(scope, route)) {
+            return Err(format!(
+                "the route {scope:?} names no route this listener serves, so it would grant nothing; the routes are {}",
+                routes.join(", ")
+            ));
+        }
+        scopes.push(scope.to_string());
+    }
+    Ok(scopes)
+}
+
+fn parse_hash(text: &str) -> Result<Hash, String> {
+    const FORMS: &str = "a hash is Mosquitto's $7$ (PBKDF2-SHA512) or $6$ (SHA-512) form, as saguin --passwd or mosquitto_passwd writes it";
+    let parts: Vec<&str> = text.split('$').collect();
+    let decode = |field: &str| {
+        base64::engine::general_purpose::STANDARD
+            .decode(field)
+            .map_err(|_| format!("{field:?} is not base64; {FORMS}"))
+    };
+    match parts.as_slice() {
+        ["", "7", iterations, salt, hash] => {
+            let iterations: u32 = iterations
+                .parse()
+                .ok()
+                .filter(|n| (1..=MAX_ITERATIONS).contains(n))
+                .ok_or_else(|| format!("the iteration count {iterations:?} is not a number from 1 to {MAX_ITERATIONS}"))?;
+            Ok(Hash::Pbkdf2 {
+                iterations,
+                salt: decode(salt)?,
+                hash: decode(hash)?,
+            })
+        }
+        ["", "6", salt, hash] => Ok(Hash::Sha512 {
+            salt: decode(salt)?,
+            hash: decode(hash)?,
+        }),
+        _ => Err(FORMS.to_string()),
+    }
+}
+
+impl Hash {
+    fn matches(&self, password: &[u8]) -> bool {
+        match self {
+            Hash::Pbkdf2 {
+                iterations,
+                salt,
+                hash,
+            } => {
+                let mut derived = vec![0u8; hash.len()];
+                pbkdf2::pbkdf2_hmac::<Sha512>(password, salt, *iterations, &mut derived);
+                same(&derived, hash)
+            }
+            Hash::Sha512 { salt, hash } => {
+                let mut digest = Sha512::new();
+                digest.update(password);
+                digest.update(salt);
+                same(&digest.finalize(), hash)
+            }
+        }
+    }
+}
+
+/// Compares in time that depends on the length only.
+fn same(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+/// A `$7$` line for `name`, for tests and tools: PBKDF2-SHA512 over a
+/// caller-chosen salt.
+pub fn hash_line(name: &str, password: &str, salt: &[u8], iterations: u32) -> String {
+    let mut derived = [0u8; 64];
+    pbkdf2::pbkdf2_hmac::<Sha512>(password.as_bytes(), salt, iterations, &mut derived);
+    let b64 = base64::engine::general_purpose::STANDARD;
+    format!(
+        "{name}:$7${iterations}${}${}",
+        b64.encode(salt),
+        b64.encode(derived)
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const ROUTES: &[&str] = &["/metrics", "/v1/operations/consumers", "/v1/operations/sessions"];
+
+    /// A line `mosquitto_passwd -b` wrote for user `alice`, password `secret`.
+    const MOSQUITTO_LINE: &str = "alice:$7$101$LGv+q/eNa4Ocl6mi$/O+L5TUsFPa3Uxp+p9eKIJ/dnD9t50t6E+XeHT4DwqQ6G224AiWSrQt/3oA3+be7DGn86nLY5ZkYif+n6AruTw==";
+
+    #[test]
+    fn scopes_match_at_a_segment_boundary() {
+        assert!(grants("/v1/operations", "/v1/operations/consumers"));
+        assert!(grants("/v1/operations/", "/v1/operations/consumers"));
+        assert!(grants("/metrics", "/metrics"));
+        assert!(!grants("/v1/operations", "/v1/operationsomething"));
+        assert!(!grants("/metrics", "/v1/operations/consumers"));
+    }
+
+    #[test]
+    fn a_hash_made_here_checks_and_a_wrong_password_does_not() {
+        let line = hash_line("prometheus", "pw", b"0123456789ab", 101);
+        let ops = Operators::parse("f", &format!("{line}:/metrics\n"), ROUTES).unwrap();
+        assert_eq!(ops.check("prometheus", b"pw"), Check::Accepted);
+        assert_eq!(ops.check("prometheus", b"px"), Check::Refused);
+        assert_eq!(ops.check("nobody", b"pw"), Check::Refused);
+        assert!(ops.reaches("prometheus", "/metrics"));
+        assert!(!ops.reaches("prometheus", "/v1/operations/sessions"));
+    }
+
+    #[test]
+    fn a_line_without_routes_reaches_every_route() {
+        let line = hash_line("oncall", "pw", b"salt", 5);
+        let ops = Operators::parse("f", &line, ROUTES).unwrap();
+        assert!(ops.reaches("oncall", "/v1/operations/sessions"));
+        assert!(ops.reaches("oncall", "/metrics"));
+    }
+
+    #[test]
+    fn pbkdf2_agrees_with_a_published_vector() {
+        // RFC 6070's first PBKDF2 input, with SHA-512 as the PRF.
+        let mut out = [0u8; 64];
+        pbkdf2::pbkdf2_hmac::<Sha512>(b"password", b"salt", 1, &mut out);
+        assert_eq!(
+            out[..8],
+            [0x86, 0x7f, 0x70, 0xcf, 0x1a, 0xde, 0x02, 0xcf]
+        );
+    }
+
+    #[test]
+    fn bad_files_are_refused_with_the_line() {
+        let good = hash_line("a", "pw", b"s", 1);
+        let cases = [
+            ("", "names nobody"),
+            ("a", "line 1: is not name:hash"),
+            ("a:plain", "Mosquitto's $7$"),
+            ("a:$7$0$c2FsdA==$aGFzaA==", "iteration count"),
+            ("a:$7$10$!!$aGFzaA==", "not base64"),
+            (&format!("{good}:/nothing"), "names no route"),
+            (&format!("{good}:metrics"), "not a path"),
+            (&format!("{good}\n{good}"), "line 2: \"a\" is named twice"),
+        ];
+        for (text, expected) in cases {
+            let e = Operators::parse("f", text, ROUTES).unwrap_err();
+            assert!(e.contains(expected), "{text:?}: {e}");
+        }
+    }
+
+    #[test]
+    fn a_scope_above_several_routes_is_one_that_grants_something() {
+        let line = format!("{}:/v1", hash_line("a", "pw", b"s", 1));
+        let ops = Operators::parse("f", &line, ROUTES).unwrap();
+        assert!(ops.reaches("a", "/v1/operations/consumers"));
+        assert!(!ops.reaches("a", "/metrics"));
+    }
+
+    #[test]
+    fn mosquitto_written_hashes_are_read() {
+        let ops = Operators::parse("f", MOSQUITTO_LINE, ROUTES).unwrap();
+        assert_eq!(ops.check("alice", b"secret"), Check::Accepted);
+        assert_eq!(ops.check("alice", b"Secret"), Check::Refused);
+    }
+}

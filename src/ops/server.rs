@@ -1,0 +1,245 @@
+//! The operations listener's doors and the thread that serves them.
+//!
+//! Every door is bound by [`bind`] on the caller's thread, with the MQTT
+//! doors, so a port in use is a startup error naming the door. The bound
+//! sockets then move to a thread of their own, where one executor serves
+//! every connection: at most [`MAX_CONNECTIONS`] at once, and up to as
+//! many more answered 429 and closed; past both, closed unanswered.
+//! A connection is served over any byte stream, so a TLS stream can take
+//! a TCP door's place without the routes knowing.
+
+use std::cell::Cell;
+use std::io;
+use std::os::unix::fs::PermissionsExt;
+use std::rc::Rc;
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_net::unix::UnixListener;
+use async_net::TcpListener;
+use smol::io::{AsyncRead, AsyncWrite};
+use smol::LocalExecutor;
+
+use super::http::{self, ReadBuffer, Response};
+use super::link::Link;
+use super::route::{Door, DoorKind, Service};
+use super::Settings;
+
+/// Connections served at once, over every door.
+pub const MAX_CONNECTIONS: usize = 16;
+
+/// The doors, bound and not yet served.
+pub struct Bound {
+    tcp: Vec<(Door, std::net::TcpListener)>,
+    unix: Vec<(Door, std::os::unix::net::UnixListener)>,
+    min_scrape_interval: Duration,
+}
+
+/// Binds every door `settings` names. Errors name the door's key.
+pub fn bind(settings: &Settings) -> io::Result<Bound> {
+    let mut bound = Bound {
+        tcp: Vec::new(),
+        unix: Vec::new(),
+        min_scrape_interval: Duration::from_secs(u64::from(settings.min_scrape_interval_s)),
+    };
+    for door in &settings.tcp {
+        let key = format!("broker.operations.listen.tcp {:?}", door.name);
+        let listener = std::net::TcpListener::bind(door.address.as_str())
+            .and_then(|l| l.set_nonblocking(true).map(|()| l))
+            .map_err(|e| named(&key, &format!("cannot listen on {}", door.address), e))?;
+        log::info!(
+            "operations door {} bound to {}",
+            door.name,
+            listener.local_addr()?
+        );
+        let operators = door.password_file.clone().or(settings.password_file.clone());
+        bound.tcp.push((door_of(&door.name, DoorKind::Tcp, operators), listener));
+    }
+    for door in &settings.unix {
+        let key = format!("broker.operations.listen.unix {:?}", door.name);
+        let at = format!("cannot listen on {}", door.path.display());
+        remove_stale_socket(&door.path).map_err(|e| named(&key, &at, e))?;
+        let listener = std::os::unix::net::UnixListener::bind(&door.path)
+            .and_then(|l| l.set_nonblocking(true).map(|()| l))
+            .map_err(|e| named(&key, &at, e))?;
+        std::fs::set_permissions(&door.path, std::fs::Permissions::from_mode(door.mode))
+            .map_err(|e| named(&key, "cannot set the socket's mode", e))?;
+        log::info!(
+            "operations door {} bound to {}",
+            door.name,
+            door.path.display()
+        );
+        let operators = door.password_file.clone().or(settings.password_file.clone());
+        bound.unix.push((door_of(&door.name, DoorKind::Unix, operators), listener));
+    }
+    Ok(bound)
+}
+
+fn door_of(name: &str, kind: DoorKind, operators: Option<Arc<super::operators::Operators>>) -> Door {
+    Door {
+        name: name.to_string(),
+        kind,
+        operators,
+    }
+}
+
+fn named(key: &str, what: &str, error: io::Error) -> io::Error {
+    io::Error::new(error.kind(), format!("{key}: {what}: {error}"))
+}
+
+/// A socket file left by a broker that did not stop cleanly is removed;
+/// any other file at the path is left alone and the bind refused.
+fn remove_stale_socket(path: &std::path::Path) -> io::Result<()> {
+    use std::os::unix::fs::FileTypeExt;
+    match std::fs::symlink_metadata(path) {
+        Ok(meta) if meta.file_type().is_socket() => std::fs::remove_file(path),
+        _ => Ok(()),
+    }
+}
+
+impl Bound {
+    /// The address each TCP door took, in order: how a test finds port 0.
+    pub fn tcp_addresses(&self) -> Vec<std::net::SocketAddr> {
+        self.tcp
+            .iter()
+            .filter_map(|(_, l)| l.local_addr().ok())
+            .collect()
+    }
+
+    /// Serves every door on a thread of its own until the process ends.
+    pub fn spawn(self, link: Link) -> io::Result<()> {
+        std::thread::Builder::new()
+            .name("saguin-ops".to_string())
+            .spawn(move || {
+                // One thread for the life of the process: the executor is never freed.
+                let executor: &'static LocalExecutor<'static> =
+                    Box::leak(Box::new(LocalExecutor::new()));
+                let service = Rc::new(Service::new(link, self.min_scrape_interval));
+                let slots = Rc::new(Slots::default());
+                let mut loops = Vec::new();
+                for (door, listener) in self.tcp {
+                    match TcpListener::try_from(listener) {
+                        Ok(listener) => loops.push(executor.spawn(accept_tcp(
+                            executor,
+                            listener,
+                            door,
+                            service.clone(),
+                            slots.clone(),
+                        ))),
+                        Err(e) => log::error!("operations door {}: {e}", door.name),
+                    }
+                }
+                for (door, listener) in self.unix {
+                    match UnixListener::try_from(listener) {
+                        Ok(listener) => loops.push(executor.spawn(accept_unix(
+                            executor,
+                            listener,
+                            door,
+                            service.clone(),
+                            slots.clone(),
+                        ))),
+                        Err(e) => log::error!("operations door {}: {e}", door.name),
+                    }
+                }
+                smol::block_on(executor.run(smol::future::pending::<()>()));
+                drop(loops);
+            })?;
+        Ok(())
+    }
+}
+
+/// Connections being served, and being answered 429.
+#[derive(Default)]
+struct Slots {
+    serving: Cell<usize>,
+    refusing: Cell<usize>,
+}
+
+async fn accept_tcp(
+    executor: &'static LocalExecutor<'static>,
+    listener: TcpListener,
+    door: Door,
+    service: Rc<Service>,
+    slots: Rc<Slots>,
+) {
+    loop {
+        match listener.accept().await {
+            Ok((stream, _)) => admit(executor, stream, &door, &service, &slots),
+            Err(e) => pause_after(&door, e).await,
+        }
+    }
+}
+
+async fn accept_unix(
+    executor: &'static LocalExecutor<'static>,
+    listener: UnixListener,
+    door: Door,
+    service: Rc<Service>,
+    slots: Rc<Slots>,
+) {
+    loop {
+        match listener.accept().await {
+            Ok((stream, _)) => admit(executor, stream, &door, &service, &slots),
+            Err(e) => pause_after(&door, e).await,
+        }
+    }
+}
+
+/// Out of descriptors, most likely: wait rather than spin.
+async fn pause_after(door: &Door, error: io::Error) {
+    log::warn!("operations door {}: accept failed: {error}", door.name);
+    smol::Timer::after(Duration::from_millis(100)).await;
+}
+
+fn admit<S>(executor: &'static LocalExecutor<'static>, stream: S, door: &Door, service: &Rc<Service>, slots: &Rc<Slots>)
+where
+    S: AsyncRead + AsyncWrite + Unpin + 'static,
+{
+    let (door, service, slots) = (door.clone(), service.clone(), slots.clone());
+    if slots.serving.get() < MAX_CONNECTIONS {
+        slots.serving.set(slots.serving.get() + 1);
+        executor
+            .spawn(async move {
+                serve(stream, &door, &service).await;
+                slots.serving.set(slots.serving.get() - 1);
+            })
+            .detach();
+    } else if slots.refusing.get() < MAX_CONNECTIONS {
+        slots.refusing.set(slots.refusing.get() + 1);
+        executor
+            .spawn(async move {
+                let mut stream = stream;
+                let busy = Response::text(
+                    429,
+                    "the operations listener is serving as many connections as it takes; try again shortly\n",
+                )
+                .with_header("Retry-After", "1");
+                http::write_response(&mut stream, &busy, false, false).await;
+                slots.refusing.set(slots.refusing.get() - 1);
+            })
+            .detach();
+    }
+}
+
+/// Serves requests on one connection until it closes, asks to, goes
+/// quiet, or reaches [`http::MAX_REQUESTS_PER_CONNECTION`].
+async fn serve<S: AsyncRead + AsyncWrite + Unpin>(mut stream: S, door: &Door, service: &Service) {
+    let mut buffer = ReadBuffer::default();
+    for served in 1..=http::MAX_REQUESTS_PER_CONNECTION {
+        let request = match buffer.read_request(&mut stream).await {
+            Ok(request) => request,
+            Err(error) => {
+                if let Some(response) = error.response() {
+                    http::write_response(&mut stream, &response, false, false).await;
+                }
+                return;
+            }
+        };
+        let response = service.respond(&request, door).await;
+        let keep_alive = request.keep_alive && served < http::MAX_REQUESTS_PER_CONNECTION;
+        let head_only = request.method == "HEAD";
+        if !http::write_response(&mut stream, &response, head_only, keep_alive).await || !keep_alive {
+            return;
+        }
+    }
+}
