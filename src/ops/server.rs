@@ -208,17 +208,45 @@ where
         slots.refusing.set(slots.refusing.get() + 1);
         executor
             .spawn(async move {
-                let mut stream = stream;
-                let busy = Response::text(
-                    429,
-                    "the operations listener is serving as many connections as it takes; try again shortly\n",
-                )
-                .with_header("Retry-After", "1");
-                http::write_response(&mut stream, &busy, false, false).await;
+                refuse_busy(stream).await;
                 slots.refusing.set(slots.refusing.get() - 1);
             })
             .detach();
     }
+}
+
+/// How long a refused connection is given to close its side, and the
+/// most of what it sent that is read and thrown away meanwhile.
+const REFUSAL_DRAIN_MS: u64 = 1_000;
+const REFUSAL_DRAIN_BYTES: usize = 64 * 1024;
+
+/// Answers 429 and closes. What the caller sent is read and discarded for
+/// a moment first, so the close does not reset the answer away.
+async fn refuse_busy<S: AsyncRead + AsyncWrite + Unpin>(mut stream: S) {
+    use smol::io::{AsyncReadExt, AsyncWriteExt};
+    let busy = Response::text(
+        429,
+        "the operations listener is serving as many connections as it takes; try again shortly\n",
+    )
+    .with_header("Retry-After", "1");
+    if !http::write_response(&mut stream, &busy, false, false).await {
+        return;
+    }
+    let _ = stream.close().await;
+    let drain = async {
+        let mut scratch = [0u8; 1024];
+        let mut drained = 0;
+        while drained < REFUSAL_DRAIN_BYTES {
+            match stream.read(&mut scratch).await {
+                Ok(0) | Err(_) => break,
+                Ok(n) => drained += n,
+            }
+        }
+    };
+    let deadline = async {
+        smol::Timer::after(Duration::from_millis(REFUSAL_DRAIN_MS)).await;
+    };
+    smol::future::or(drain, deadline).await;
 }
 
 /// Serves requests on one connection until it closes, asks to, goes

@@ -1,0 +1,330 @@
+//! The operations listener over real sockets: the broker binary with a
+//! `broker.operations` block, asked by a plain HTTP client written here,
+//! and the listener alone with a link whose answers the test decides.
+
+mod common;
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::os::unix::net::UnixStream;
+use std::path::Path;
+use std::process::Command;
+use std::sync::Arc;
+
+use common::{BrokerProcess, RawClient, TempDir, WAIT};
+use saguin::codec::{Packet, ProtocolVersion, Publish, QoS};
+use saguin::ops::operators::hash_line;
+
+/// A response as the test reads it.
+struct Answer {
+    status: u16,
+    head: String,
+    body: String,
+}
+
+impl Answer {
+    fn header(&self, name: &str) -> Option<String> {
+        self.head.lines().find_map(|line| {
+            let (n, v) = line.split_once(':')?;
+            n.eq_ignore_ascii_case(name).then(|| v.trim().to_string())
+        })
+    }
+}
+
+/// Sends `request` whole and reads until the listener closes.
+fn exchange(mut stream: impl Read + Write, request: &str) -> Answer {
+    stream.write_all(request.as_bytes()).unwrap();
+    let mut bytes = Vec::new();
+    stream.read_to_end(&mut bytes).unwrap();
+    let text = String::from_utf8(bytes).unwrap();
+    let (head, body) = text.split_once("\r\n\r\n").expect("a complete response");
+    let status = head.split(' ').nth(1).unwrap().parse().unwrap();
+    Answer {
+        status,
+        head: head.to_string(),
+        body: body.to_string(),
+    }
+}
+
+fn tcp(address: &str) -> TcpStream {
+    let stream = TcpStream::connect(address).unwrap();
+    stream.set_read_timeout(Some(WAIT)).unwrap();
+    stream
+}
+
+fn request(method: &str, path: &str, headers: &[(&str, &str)]) -> String {
+    let mut text = format!("{method} {path} HTTP/1.1\r\nConnection: close\r\n");
+    for (name, value) in headers {
+        text.push_str(&format!("{name}: {value}\r\n"));
+    }
+    text + "\r\n"
+}
+
+fn get(address: &str, path: &str, headers: &[(&str, &str)]) -> Answer {
+    exchange(tcp(address), &request("GET", path, headers))
+}
+
+fn publish_qos0(topic: &str, payload: &[u8]) -> Packet {
+    Packet::Publish(Publish {
+        dup: false,
+        qos: QoS::AtMostOnce,
+        retain: false,
+        topic: topic.into(),
+        packet_id: None,
+        properties: Default::default(),
+        payload: payload.to_vec(),
+    })
+}
+
+fn basic(user: &str, password: &str) -> String {
+    use base64::Engine;
+    let encoded = base64::engine::general_purpose::STANDARD.encode(format!("{user}:{password}"));
+    format!("Basic {encoded}")
+}
+
+/// A broker with an operations TCP door on a port the kernel picks, and
+/// that door's address.
+fn broker_with(operations_yaml: &str, top_yaml: &str) -> (BrokerProcess, String, TempDir) {
+    let dir = TempDir::new("ops");
+    let block = format!("  operations:\n{operations_yaml}");
+    let mut broker = BrokerProcess::start_in(dir.path(), &block, top_yaml);
+    let line = broker.wait_for_log("operations door tcp bound to");
+    let address = line.rsplit("bound to ").next().unwrap().trim().to_string();
+    (broker, address, dir)
+}
+
+const LOOPBACK_DOOR: &str = "    listen:\n      tcp:\n        address: 127.0.0.1:0\n";
+
+fn write_operators(dir: &Path) -> String {
+    let path = dir.join("operations.passwd");
+    let lines = [
+        format!("{}:/metrics", hash_line("prometheus", "scrape", b"salt-one", 101)),
+        hash_line("oncall", "pager", b"salt-two", 101),
+        format!("{}:/v1/operations/sessions", hash_line("viewer", "look", b"salt-3", 101)),
+    ];
+    std::fs::write(&path, lines.join("\n") + "\n").unwrap();
+    path.display().to_string()
+}
+
+#[test]
+fn health_answers_ok_to_get_and_head_and_refuses_other_methods() {
+    let (_broker, address, _dir) = broker_with(LOOPBACK_DOOR, "");
+    let ok = get(&address, "/health", &[]);
+    assert_eq!(ok.status, 200);
+    assert_eq!(ok.body, "{\"status\":\"ok\"}");
+    let head = exchange(tcp(&address), &request("HEAD", "/health", &[]));
+    assert_eq!(head.status, 200);
+    assert_eq!(head.body, "");
+    assert_eq!(head.header("Content-Length").as_deref(), Some("15"));
+    let post = exchange(tcp(&address), &request("POST", "/health", &[]));
+    assert_eq!(post.status, 405);
+    assert_eq!(post.header("Allow").as_deref(), Some("GET, HEAD"));
+    assert_eq!(get(&address, "/nothing", &[]).status, 404);
+    assert_eq!(get(&address, "/v1/operationsomething", &[]).status, 404);
+}
+
+#[test]
+fn metrics_are_prometheus_text_and_count_a_publish() {
+    let (broker, address, _dir) = broker_with(LOOPBACK_DOOR, "");
+    let mut client = RawClient::connect(&broker.address(), ProtocolVersion::V5, "pub-1");
+    client.send(&publish_qos0("t/1", b"x"));
+    client.assert_alive();
+    let first = get(&address, "/metrics", &[]);
+    assert_eq!(first.status, 200);
+    assert_eq!(
+        first.header("Content-Type").as_deref(),
+        Some("text/plain; version=0.0.4; charset=utf-8")
+    );
+    assert!(first.body.contains("\nsaguin_publishes_received_total 1\n"), "{}", first.body);
+    assert!(first.body.contains("saguin_connections_by_protocol{protocol=\"5\"} 1\n"));
+    assert!(first.body.contains("saguin_build_info{version="));
+    assert!(first.body.contains("\nsaguin_process_resident_memory_bytes "));
+    assert_parses_as_prometheus_text(&first.body);
+    // A second scrape inside min_scrape_interval is answered from the
+    // first, however much moved meanwhile.
+    client.send(&publish_qos0("t/1", b"y"));
+    client.assert_alive();
+    assert_eq!(get(&address, "/metrics", &[]).body, first.body);
+}
+
+/// Python's `prometheus_client` parser reads every family, when it is
+/// installed; the test says so loudly when it is not.
+fn assert_parses_as_prometheus_text(body: &str) {
+    let script = "import sys\nfrom prometheus_client.parser import text_string_to_metric_families as parse\nprint(len(list(parse(sys.stdin.read()))))\n";
+    let run = Command::new("python3")
+        .arg("-c")
+        .arg(script)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn();
+    let Ok(mut child) = run else {
+        eprintln!("SKIPPED the prometheus_client parse: python3 is missing");
+        return;
+    };
+    child.stdin.take().unwrap().write_all(body.as_bytes()).unwrap();
+    let output = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    if stderr.contains("No module named 'prometheus_client'") {
+        eprintln!("SKIPPED the prometheus_client parse: pip install prometheus_client");
+        return;
+    }
+    assert!(output.status.success(), "prometheus_client refused the body: {stderr}");
+    let families: usize = String::from_utf8_lossy(&output.stdout).trim().parse().unwrap();
+    let announced = body.lines().filter(|l| l.starts_with("# TYPE ")).count();
+    assert_eq!(families, announced);
+}
+
+#[test]
+fn credentials_are_checked_and_scoped() {
+    let dir = TempDir::new("ops-auth");
+    let passwd = write_operators(dir.path());
+    let yaml = format!("{LOOPBACK_DOOR}    password_file: {passwd}\n");
+    let (_broker, address, _d) = broker_with(&yaml, "");
+    let nothing = get(&address, "/metrics", &[]);
+    assert_eq!(nothing.status, 401);
+    assert!(nothing.header("WWW-Authenticate").unwrap().starts_with("Basic realm="));
+    let wrong = get(&address, "/metrics", &[("Authorization", &basic("prometheus", "nope"))]);
+    assert_eq!(wrong.status, 401);
+    assert!(wrong.header("WWW-Authenticate").is_some());
+    let scraper = basic("prometheus", "scrape");
+    assert_eq!(get(&address, "/metrics", &[("Authorization", &scraper)]).status, 200);
+    let narrowed = get(&address, "/v1/operations/sessions", &[("Authorization", &scraper)]);
+    assert_eq!(narrowed.status, 403);
+    let oncall = basic("oncall", "pager");
+    let sessions = get(&address, "/v1/operations/sessions", &[("Authorization", &oncall)]);
+    assert_eq!(sessions.status, 200);
+    assert_eq!(sessions.header("Content-Type").as_deref(), Some("application/json"));
+    assert!(sessions.body.contains("\"total\":0"), "{}", sessions.body);
+    // A scope at a segment boundary: the sessions route and nothing else.
+    let viewer = basic("viewer", "look");
+    assert_eq!(get(&address, "/v1/operations/sessions", &[("Authorization", &viewer)]).status, 200);
+    assert_eq!(get(&address, "/v1/operations/consumers", &[("Authorization", &viewer)]).status, 403);
+    // /health asks nobody.
+    assert_eq!(get(&address, "/health", &[]).status, 200);
+    // A principal header on a TCP door is not read.
+    let claimed = get(&address, "/metrics", &[("X-Saguin-Principal", "oncall")]);
+    assert_eq!(claimed.status, 401);
+}
+
+#[test]
+fn a_caller_with_no_credential_must_address_the_broker_by_ip_or_localhost() {
+    let (_broker, address, _dir) = broker_with(LOOPBACK_DOOR, "");
+    let rebound = get(&address, "/metrics", &[("Host", "attacker.example:9090")]);
+    assert_eq!(rebound.status, 403);
+    assert!(rebound.body.contains("broker.operations.password_file"), "{}", rebound.body);
+    assert_eq!(get(&address, "/metrics", &[("Host", &address)]).status, 200);
+    assert_eq!(get(&address, "/metrics", &[("Host", "localhost:9090")]).status, 200);
+    // /health is not behind the rule.
+    assert_eq!(get(&address, "/health", &[("Host", "attacker.example")]).status, 200);
+}
+
+#[test]
+fn a_unix_socket_carries_a_proxy_s_principal() {
+    let dir = TempDir::new("ops-unix");
+    let passwd = write_operators(dir.path());
+    let socket = dir.path().join("ops.sock");
+    let yaml = format!(
+        "{LOOPBACK_DOOR}      unix:\n        path: {}\n        mode: \"0600\"\n    password_file: {passwd}\n",
+        socket.display()
+    );
+    let (mut broker, _address, _d) = broker_with(&yaml, "");
+    broker.wait_for_log("operations door unix bound to");
+    use std::os::unix::fs::PermissionsExt;
+    let mode = std::fs::metadata(&socket).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode, 0o600);
+    let ask = |path: &str, headers: &[(&str, &str)]| {
+        let stream = UnixStream::connect(&socket).unwrap();
+        stream.set_read_timeout(Some(WAIT)).unwrap();
+        exchange(stream, &request("GET", path, headers))
+    };
+    let named = [("X-Saguin-Principal", "oncall")];
+    assert_eq!(ask("/v1/operations/consumers", &named).status, 200);
+    // A name the file does not hold is scraped and nothing more.
+    let stranger = [("X-Saguin-Principal", "grafana-agent")];
+    assert_eq!(ask("/metrics", &stranger).status, 200);
+    assert_eq!(ask("/v1/operations/sessions", &stranger).status, 403);
+    // A password that fails ends there, whatever the header says.
+    let both = [
+        ("X-Saguin-Principal", "oncall"),
+        ("Authorization", &basic("oncall", "wrong")),
+    ];
+    assert_eq!(ask("/metrics", &both).status, 401);
+    // Nothing at all, with a password file: a credential is asked for.
+    assert_eq!(ask("/metrics", &[]).status, 401);
+    assert_eq!(ask("/metrics", &[("X-Saguin-Principal", "bad\u{85}name")]).status, 403);
+}
+
+#[test]
+fn connections_past_the_bound_are_answered_429() {
+    let (_broker, address, _dir) = broker_with(LOOPBACK_DOOR, "");
+    // Each holds a slot until it sends a request or times out.
+    let held: Vec<TcpStream> = (0..saguin::ops::server::MAX_CONNECTIONS)
+        .map(|_| tcp(&address))
+        .collect();
+    let refused = get(&address, "/health", &[]);
+    assert_eq!(refused.status, 429);
+    assert_eq!(refused.header("Retry-After").as_deref(), Some("1"));
+    drop(held);
+}
+
+#[test]
+fn health_is_unavailable_when_the_broker_says_a_restart_would_help() {
+    let settings = saguin::ops::Settings {
+        tcp: vec![saguin::ops::TcpDoor {
+            name: "tcp".into(),
+            address: "127.0.0.1:0".into(),
+            password_file: None,
+        }],
+        unix: Vec::new(),
+        password_file: None,
+        min_scrape_interval_s: 60,
+    };
+    let bound = saguin::ops::bind(&settings).unwrap();
+    let address = bound.tcp_addresses()[0].to_string();
+    let (link, asks) = saguin::ops::Link::new("t".into(), Arc::new(|| false), Vec::new());
+    bound.spawn(link).unwrap();
+    let health = get(&address, "/health", &[]);
+    assert_eq!(health.status, 503);
+    assert_eq!(health.body, "{\"status\":\"unavailable\"}");
+    // An executor that cannot take the question: the route says so at once.
+    drop(asks);
+    assert_eq!(get(&address, "/metrics", &[]).status, 503);
+}
+
+#[test]
+fn startup_refusals_name_the_key() {
+    let dir = TempDir::new("ops-check");
+    let check = |yaml: &str| {
+        let path = dir.path().join("check.yaml");
+        std::fs::write(&path, format!("broker:\n  id: a\n  operations:\n{yaml}")).unwrap();
+        let output = Command::new(env!("CARGO_BIN_EXE_saguin"))
+            .arg("--check-config")
+            .arg(&path)
+            .output()
+            .unwrap();
+        assert!(!output.status.success());
+        String::from_utf8_lossy(&output.stderr).to_string()
+    };
+    let open = check("    listen:\n      tcp:\n        address: 0.0.0.0:9090\n");
+    assert!(open.contains("broker.operations.listen.tcp.address"), "{open}");
+    assert!(open.contains("password_file"), "{open}");
+    let fast = check(&format!("{LOOPBACK_DOOR}    min_scrape_interval: 10s\n"));
+    assert!(fast.contains("broker.operations.min_scrape_interval"), "{fast}");
+    let empty = check("    listen: {}\n");
+    assert!(empty.contains("broker.operations.listen"), "{empty}");
+    let tls = check("    listen:\n      tcp:\n        address: 127.0.0.1:9090\n        tls: {}\n");
+    assert!(tls.contains("broker.operations.listen.tcp.tls"), "{tls}");
+    let clash = check("    listen:\n      tcp:\n        - name: a\n          address: 127.0.0.1:9090\n        - name: a\n          address: 127.0.0.1:9090\n");
+    assert!(clash.contains("broker.operations.listen.tcp[1].name"), "{clash}");
+    assert!(clash.contains("broker.operations.listen.tcp[1].address"), "{clash}");
+    let mqtt_port = check("    listen:\n      tcp:\n        address: 127.0.0.1:1883\n");
+    assert!(mqtt_port.contains("broker.mqtt.listen.tcp"), "{mqtt_port}");
+    let nobody = dir.path().join("empty.passwd");
+    std::fs::write(&nobody, "\n").unwrap();
+    let unread = check(&format!("{LOOPBACK_DOOR}    password_file: {}\n", nobody.display()));
+    assert!(unread.contains("broker.operations.password_file"), "{unread}");
+    assert!(unread.contains("names nobody"), "{unread}");
+    let anonymous = check(&format!("{LOOPBACK_DOOR}        allow_anonymous: true\n"));
+    assert!(anonymous.contains("broker.operations.listen.tcp.allow_anonymous"), "{anonymous}");
+}
