@@ -2,7 +2,7 @@
 //!
 //! Every name is one the reference catalogue defines, with its type and
 //! labels; a figure this edition does not hold is left out rather than
-//! published as a zero that would read as a fact (rfcs/0008-operations.md
+//! published as a zero that would read as a fact (rfcs/0011-operations.md
 //! lists which). Every label value is a name the operator wrote - a
 //! channel, a provider, a broker id - or one from a closed set.
 
