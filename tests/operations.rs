@@ -98,9 +98,15 @@ const LOOPBACK_DOOR: &str = "    listen:\n      tcp:\n        address: 127.0.0.1
 fn write_operators(dir: &Path) -> String {
     let path = dir.join("operations.passwd");
     let lines = [
-        format!("{}:/metrics", hash_line("prometheus", "scrape", b"salt-one", 101)),
+        format!(
+            "{}:/metrics",
+            hash_line("prometheus", "scrape", b"salt-one", 101)
+        ),
         hash_line("oncall", "pager", b"salt-two", 101),
-        format!("{}:/v1/operations/sessions", hash_line("viewer", "look", b"salt-3", 101)),
+        format!(
+            "{}:/v1/operations/sessions",
+            hash_line("viewer", "look", b"salt-3", 101)
+        ),
     ];
     std::fs::write(&path, lines.join("\n") + "\n").unwrap();
     path.display().to_string()
@@ -135,10 +141,18 @@ fn metrics_are_prometheus_text_and_count_a_publish() {
         first.header("Content-Type").as_deref(),
         Some("text/plain; version=0.0.4; charset=utf-8")
     );
-    assert!(first.body.contains("\nsaguin_publishes_received_total 1\n"), "{}", first.body);
-    assert!(first.body.contains("saguin_connections_by_protocol{protocol=\"5\"} 1\n"));
+    assert!(
+        first.body.contains("\nsaguin_publishes_received_total 1\n"),
+        "{}",
+        first.body
+    );
+    assert!(first
+        .body
+        .contains("saguin_connections_by_protocol{protocol=\"5\"} 1\n"));
     assert!(first.body.contains("saguin_build_info{version="));
-    assert!(first.body.contains("\nsaguin_process_resident_memory_bytes "));
+    assert!(first
+        .body
+        .contains("\nsaguin_process_resident_memory_bytes "));
     assert_parses_as_prometheus_text(&first.body);
     // A second scrape inside min_scrape_interval is answered from the
     // first, however much moved meanwhile.
@@ -162,15 +176,26 @@ fn assert_parses_as_prometheus_text(body: &str) {
         eprintln!("SKIPPED the prometheus_client parse: python3 is missing");
         return;
     };
-    child.stdin.take().unwrap().write_all(body.as_bytes()).unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(body.as_bytes())
+        .unwrap();
     let output = child.wait_with_output().unwrap();
     let stderr = String::from_utf8_lossy(&output.stderr);
     if stderr.contains("No module named 'prometheus_client'") {
         eprintln!("SKIPPED the prometheus_client parse: pip install prometheus_client");
         return;
     }
-    assert!(output.status.success(), "prometheus_client refused the body: {stderr}");
-    let families: usize = String::from_utf8_lossy(&output.stdout).trim().parse().unwrap();
+    assert!(
+        output.status.success(),
+        "prometheus_client refused the body: {stderr}"
+    );
+    let families: usize = String::from_utf8_lossy(&output.stdout)
+        .trim()
+        .parse()
+        .unwrap();
     let announced = body.lines().filter(|l| l.starts_with("# TYPE ")).count();
     assert_eq!(families, announced);
 }
@@ -183,23 +208,60 @@ fn credentials_are_checked_and_scoped() {
     let (_broker, address, _d) = broker_with(&yaml, "");
     let nothing = get(&address, "/metrics", &[]);
     assert_eq!(nothing.status, 401);
-    assert!(nothing.header("WWW-Authenticate").unwrap().starts_with("Basic realm="));
-    let wrong = get(&address, "/metrics", &[("Authorization", &basic("prometheus", "nope"))]);
+    assert!(nothing
+        .header("WWW-Authenticate")
+        .unwrap()
+        .starts_with("Basic realm="));
+    let wrong = get(
+        &address,
+        "/metrics",
+        &[("Authorization", &basic("prometheus", "nope"))],
+    );
     assert_eq!(wrong.status, 401);
     assert!(wrong.header("WWW-Authenticate").is_some());
     let scraper = basic("prometheus", "scrape");
-    assert_eq!(get(&address, "/metrics", &[("Authorization", &scraper)]).status, 200);
-    let narrowed = get(&address, "/v1/operations/sessions", &[("Authorization", &scraper)]);
+    assert_eq!(
+        get(&address, "/metrics", &[("Authorization", &scraper)]).status,
+        200
+    );
+    let narrowed = get(
+        &address,
+        "/v1/operations/sessions",
+        &[("Authorization", &scraper)],
+    );
     assert_eq!(narrowed.status, 403);
     let oncall = basic("oncall", "pager");
-    let sessions = get(&address, "/v1/operations/sessions", &[("Authorization", &oncall)]);
+    let sessions = get(
+        &address,
+        "/v1/operations/sessions",
+        &[("Authorization", &oncall)],
+    );
     assert_eq!(sessions.status, 200);
-    assert_eq!(sessions.header("Content-Type").as_deref(), Some("application/json"));
+    assert_eq!(
+        sessions.header("Content-Type").as_deref(),
+        Some("application/json")
+    );
     assert!(sessions.body.contains("\"total\":0"), "{}", sessions.body);
     // A scope at a segment boundary: the sessions route and nothing else.
     let viewer = basic("viewer", "look");
-    assert_eq!(get(&address, "/v1/operations/sessions", &[("Authorization", &viewer)]).status, 200);
-    assert_eq!(get(&address, "/v1/operations/consumers", &[("Authorization", &viewer)]).status, 403);
+    assert_eq!(
+        get(
+            &address,
+            "/v1/operations/sessions",
+            &[("Authorization", &viewer)]
+        )
+        .status,
+        200
+    );
+    assert_eq!(
+        get(
+            &address,
+            "/v1/operations/consumers",
+            &[("Authorization", &viewer)]
+        )
+        .status,
+        403
+    );
     // /health asks nobody.
     assert_eq!(get(&address, "/health", &[]).status, 200);
     // A principal header on a TCP door is not read.
@@ -212,11 +274,21 @@ fn a_caller_with_no_credential_must_address_the_broker_by_ip_or_localhost() {
     let (_broker, address, _dir) = broker_with(LOOPBACK_DOOR, "");
     let rebound = get(&address, "/metrics", &[("Host", "attacker.example:9090")]);
     assert_eq!(rebound.status, 403);
-    assert!(rebound.body.contains("broker.operations.password_file"), "{}", rebound.body);
+    assert!(
+        rebound.body.contains("broker.operations.password_file"),
+        "{}",
+        rebound.body
+    );
     assert_eq!(get(&address, "/metrics", &[("Host", &address)]).status, 200);
-    assert_eq!(get(&address, "/metrics", &[("Host", "localhost:9090")]).status, 200);
+    assert_eq!(
+        get(&address, "/metrics", &[("Host", "localhost:9090")]).status,
+        200
+    );
     // /health is not behind the rule.
-    assert_eq!(get(&address, "/health", &[("Host", "attacker.example")]).status, 200);
+    assert_eq!(
+        get(&address, "/health", &[("Host", "attacker.example")]).status,
+        200
+    );
 }
 
 #[test]
@@ -252,7 +324,10 @@ fn a_unix_socket_carries_a_proxy_s_principal() {
     assert_eq!(ask("/metrics", &both).status, 401);
     // Nothing at all, with a password file: a credential is asked for.
     assert_eq!(ask("/metrics", &[]).status, 401);
-    assert_eq!(ask("/metrics", &[("X-Saguin-Principal", "bad\u{85}name")]).status, 403);
+    assert_eq!(
+        ask("/metrics", &[("X-Saguin-Principal", "bad\u{85}name")]).status,
+        403
+    );
 }
 
 #[test]
@@ -307,24 +382,45 @@ fn startup_refusals_name_the_key() {
         String::from_utf8_lossy(&output.stderr).to_string()
     };
     let open = check("    listen:\n      tcp:\n        address: 0.0.0.0:9090\n");
-    assert!(open.contains("broker.operations.listen.tcp.address"), "{open}");
+    assert!(
+        open.contains("broker.operations.listen.tcp.address"),
+        "{open}"
+    );
     assert!(open.contains("password_file"), "{open}");
     let fast = check(&format!("{LOOPBACK_DOOR}    min_scrape_interval: 10s\n"));
-    assert!(fast.contains("broker.operations.min_scrape_interval"), "{fast}");
+    assert!(
+        fast.contains("broker.operations.min_scrape_interval"),
+        "{fast}"
+    );
     let empty = check("    listen: {}\n");
     assert!(empty.contains("broker.operations.listen"), "{empty}");
     let tls = check("    listen:\n      tcp:\n        address: 127.0.0.1:9090\n        tls: {}\n");
     assert!(tls.contains("broker.operations.listen.tcp.tls"), "{tls}");
     let clash = check("    listen:\n      tcp:\n        - name: a\n          address: 127.0.0.1:9090\n        - name: a\n          address: 127.0.0.1:9090\n");
-    assert!(clash.contains("broker.operations.listen.tcp[1].name"), "{clash}");
-    assert!(clash.contains("broker.operations.listen.tcp[1].address"), "{clash}");
+    assert!(
+        clash.contains("broker.operations.listen.tcp[1].name"),
+        "{clash}"
+    );
+    assert!(
+        clash.contains("broker.operations.listen.tcp[1].address"),
+        "{clash}"
+    );
     let mqtt_port = check("    listen:\n      tcp:\n        address: 127.0.0.1:1883\n");
     assert!(mqtt_port.contains("broker.mqtt.listen.tcp"), "{mqtt_port}");
     let nobody = dir.path().join("empty.passwd");
     std::fs::write(&nobody, "\n").unwrap();
-    let unread = check(&format!("{LOOPBACK_DOOR}    password_file: {}\n", nobody.display()));
-    assert!(unread.contains("broker.operations.password_file"), "{unread}");
+    let unread = check(&format!(
+        "{LOOPBACK_DOOR}    password_file: {}\n",
+        nobody.display()
+    ));
+    assert!(
+        unread.contains("broker.operations.password_file"),
+        "{unread}"
+    );
     assert!(unread.contains("names nobody"), "{unread}");
     let anonymous = check(&format!("{LOOPBACK_DOOR}        allow_anonymous: true\n"));
-    assert!(anonymous.contains("broker.operations.listen.tcp.allow_anonymous"), "{anonymous}");
+    assert!(
+        anonymous.contains("broker.operations.listen.tcp.allow_anonymous"),
+        "{anonymous}"
+    );
 }

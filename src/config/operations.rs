@@ -98,7 +98,10 @@ pub(super) fn parse(
         if let Some((first, _)) = unix[..j].iter().find(|(_, d)| d.path == door.path) {
             f.key(
                 &format!("{path}.path"),
-                format!("{} is already the socket of the operations door at {first}", door.path.display()),
+                format!(
+                    "{} is already the socket of the operations door at {first}",
+                    door.path.display()
+                ),
             );
             clean = false;
         }
@@ -141,10 +144,12 @@ fn check_tcp_door(
         .iter()
         .take_while(|(p, _)| p != path)
         .map(|(p, d)| (p.clone(), d.address.clone()));
-    let mqtt = mqtt_doors
-        .unwrap_or_default()
-        .iter()
-        .map(|d| (format!("broker.mqtt.listen.tcp {:?}", d.name), d.address.clone()));
+    let mqtt = mqtt_doors.unwrap_or_default().iter().map(|d| {
+        (
+            format!("broker.mqtt.listen.tcp {:?}", d.name),
+            d.address.clone(),
+        )
+    });
     for (other_path, other) in mqtt.chain(earlier_ops) {
         if parse_address(&other).is_ok_and(|other| clashes(&other, &address)) {
             f.key(
@@ -280,7 +285,11 @@ fn tcp_door(f: &mut Findings, path: &str, t: &Table<'_>) -> Option<ops::TcpDoor>
             }
         },
         Some(v) => {
-            f.value(&address_path, v, "an address is host:port, such as 127.0.0.1:9090");
+            f.value(
+                &address_path,
+                v,
+                "an address is host:port, such as 127.0.0.1:9090",
+            );
             None
         }
     };
@@ -321,7 +330,11 @@ fn socket_mode(f: &mut Findings, path: &str, value: &Value) -> Option<u32> {
     };
     let mode = mode.filter(|m| *m <= 0o777);
     if mode.is_none() {
-        f.value(path, value, "a mode is octal permission bits in quotes, such as \"0660\"");
+        f.value(
+            path,
+            value,
+            "a mode is octal permission bits in quotes, such as \"0660\"",
+        );
     }
     mode
 }
@@ -329,7 +342,11 @@ fn socket_mode(f: &mut Findings, path: &str, value: &Value) -> Option<u32> {
 /// An absolute path to a file, as every path in this file is written.
 fn absolute_file(f: &mut Findings, path: &str, value: &Value, example: &str) -> Option<PathBuf> {
     let Value::String(text) = value else {
-        f.value(path, value, format!("it is an absolute file path, such as {example}"));
+        f.value(
+            path,
+            value,
+            format!("it is an absolute file path, such as {example}"),
+        );
         return None;
     };
     let last = text.rsplit('/').next().unwrap_or("");
@@ -338,7 +355,9 @@ fn absolute_file(f: &mut Findings, path: &str, value: &Value, example: &str) -> 
     } else if text.contains('\0') {
         Some("a path holds no NUL character".to_string())
     } else if last.is_empty() || last == "." || last == ".." {
-        Some(format!("it names a directory, not a file; end it with a file name, such as {example}"))
+        Some(format!(
+            "it names a directory, not a file; end it with a file name, such as {example}"
+        ))
     } else {
         None
     };
@@ -352,7 +371,11 @@ fn absolute_file(f: &mut Findings, path: &str, value: &Value, example: &str) -> 
 }
 
 /// Reads an operators file; `Some(None)` when the key is absent.
-fn operators(f: &mut Findings, path: &str, value: Option<&Value>) -> Option<Option<Arc<Operators>>> {
+fn operators(
+    f: &mut Findings,
+    path: &str,
+    value: Option<&Value>,
+) -> Option<Option<Arc<Operators>>> {
     let Some(value) = value else {
         return Some(None);
     };
@@ -371,8 +394,15 @@ fn min_scrape_interval(f: &mut Findings, value: Option<&Value>) -> Option<u32> {
     let Some(value) = value else {
         return Some(MIN_SCRAPE_INTERVAL_S);
     };
-    let allowed = format!("it is a duration of {MIN_SCRAPE_INTERVAL_S}s or more, such as 60s or 5m");
-    let ms = duration_ms(f, PATH, value, NoneRule::Refused("the metrics are always recomputed at some interval"), &allowed)??;
+    let allowed =
+        format!("it is a duration of {MIN_SCRAPE_INTERVAL_S}s or more, such as 60s or 5m");
+    let ms = duration_ms(
+        f,
+        PATH,
+        value,
+        NoneRule::Refused("the metrics are always recomputed at some interval"),
+        &allowed,
+    )??;
     let seconds = whole_seconds(f, PATH, value, ms)?;
     if seconds < u64::from(MIN_SCRAPE_INTERVAL_S) {
         f.value(

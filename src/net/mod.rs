@@ -200,7 +200,9 @@ async fn serve(executor: &'static LocalExecutor<'static>, config: Config) -> io:
     }
     if let Some(bound) = operations {
         let watches = storage.watches();
-        tasks.extend(operations::start(executor, &shared, &config, bound, watches)?);
+        tasks.extend(operations::start(
+            executor, &shared, &config, bound, watches,
+        )?);
     }
     tasks.push(executor.spawn(tick_loop(shared.clone())));
     tasks.push(executor.spawn(completion_loop(shared.clone(), completions)));

@@ -40,7 +40,11 @@ pub fn start(
             turning && !watches.iter().any(StorageWatch::stopped)
         })
     };
-    let (link, asks) = Link::new(config.broker.id.clone(), healthy, providers(config, &watches));
+    let (link, asks) = Link::new(
+        config.broker.id.clone(),
+        healthy,
+        providers(config, &watches),
+    );
     bound.spawn(link)?;
     let heartbeat = executor.spawn(async move {
         loop {

@@ -104,10 +104,7 @@ impl ReadError {
                 431,
                 "the request head is larger than this listener reads\n",
             )),
-            ReadError::HasBody => Some(Response::text(
-                413,
-                "no route here takes a request body\n",
-            )),
+            ReadError::HasBody => Some(Response::text(413, "no route here takes a request body\n")),
         }
     }
 }
@@ -182,8 +179,7 @@ fn parse(bytes: &[u8]) -> Result<Option<(Request, usize)>, ReadError> {
         Err(httparse::Error::TooManyHeaders) => return Err(ReadError::TooLarge),
         Err(_) => return Err(ReadError::Malformed),
     };
-    let (Some(method), Some(target), Some(version)) = (head.method, head.path, head.version)
-    else {
+    let (Some(method), Some(target), Some(version)) = (head.method, head.path, head.version) else {
         return Err(ReadError::Malformed);
     };
     let headers: Vec<(String, Vec<u8>)> = head
@@ -286,9 +282,7 @@ pub async fn write_response(
     keep_alive: bool,
 ) -> bool {
     let bytes = response.encode(head_only, keep_alive);
-    let write = async {
-        stream.write_all(&bytes).await.is_ok() && stream.flush().await.is_ok()
-    };
+    let write = async { stream.write_all(&bytes).await.is_ok() && stream.flush().await.is_ok() };
     smol::future::or(write, async {
         smol::Timer::after(Duration::from_millis(REQUEST_TIMEOUT_MS)).await;
         false
@@ -326,7 +320,10 @@ mod tests {
         let (request, used) = parsed("GET /v1/x?a=1&b=%2F HTTP/1.1\r\nHost: h\r\n\r\nrest")
             .unwrap()
             .unwrap();
-        assert_eq!(used, "GET /v1/x?a=1&b=%2F HTTP/1.1\r\nHost: h\r\n\r\n".len());
+        assert_eq!(
+            used,
+            "GET /v1/x?a=1&b=%2F HTTP/1.1\r\nHost: h\r\n\r\n".len()
+        );
         assert_eq!(request.path, "/v1/x");
         assert_eq!(request.query_values("b"), vec!["/".to_string()]);
         assert_eq!(request.header("host"), Some("h"));
@@ -337,7 +334,10 @@ mod tests {
     fn partial_heads_wait_and_bad_ones_are_refused() {
         assert_eq!(parsed("GET /health HTTP/1.1\r\nHo"), Ok(None));
         assert_eq!(parsed("GARBAGE\r\n\r\n"), Err(ReadError::Malformed));
-        assert_eq!(parsed("GET health HTTP/1.1\r\n\r\n"), Err(ReadError::Malformed));
+        assert_eq!(
+            parsed("GET health HTTP/1.1\r\n\r\n"),
+            Err(ReadError::Malformed)
+        );
         let body = "GET / HTTP/1.1\r\nContent-Length: 3\r\n\r\nabc";
         assert_eq!(parsed(body), Err(ReadError::HasBody));
         let chunked = "GET / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n";
@@ -351,7 +351,9 @@ mod tests {
 
     #[test]
     fn close_and_http_1_0_end_the_connection() {
-        let close = parsed("GET / HTTP/1.1\r\nConnection: Close\r\n\r\n").unwrap().unwrap();
+        let close = parsed("GET / HTTP/1.1\r\nConnection: Close\r\n\r\n")
+            .unwrap()
+            .unwrap();
         assert!(!close.0.keep_alive);
         let old = parsed("GET / HTTP/1.0\r\n\r\n").unwrap().unwrap();
         assert!(!old.0.keep_alive);

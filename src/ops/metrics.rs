@@ -27,35 +27,91 @@ pub fn render(figures: &Figures<'_>) -> String {
     let mut out = Exposition::default();
     let o = figures.observation;
     let s = &o.stats;
-    out.family("saguin_build_info", "gauge", "Always 1; carries the version.");
+    out.family(
+        "saguin_build_info",
+        "gauge",
+        "Always 1; carries the version.",
+    );
     out.sample(
         "saguin_build_info",
-        &[("version", env!("CARGO_PKG_VERSION")), ("broker_id", figures.broker_id)],
+        &[
+            ("version", env!("CARGO_PKG_VERSION")),
+            ("broker_id", figures.broker_id),
+        ],
         1u64,
     );
-    out.one("saguin_uptime_seconds", "gauge", "Seconds since the broker started.", figures.uptime_s);
+    out.one(
+        "saguin_uptime_seconds",
+        "gauge",
+        "Seconds since the broker started.",
+        figures.uptime_s,
+    );
     out.one(
         "saguin_connections",
         "gauge",
         "Clients connected now.",
         o.connected_v311 + o.connected_v5,
     );
-    out.family("saguin_connections_by_protocol", "gauge", "Clients connected now, by MQTT version.");
-    out.sample("saguin_connections_by_protocol", &[("protocol", "5")], o.connected_v5);
-    out.sample("saguin_connections_by_protocol", &[("protocol", "3.1.1")], o.connected_v311);
-    out.one("saguin_connections_total", "counter", "Connections accepted since start.", s.connections_accepted);
-    out.family("saguin_connections_refused_total", "counter", "Connections refused, by reason.");
-    out.sample("saguin_connections_refused_total", &[("reason", "server busy")], s.connections_refused_busy);
-    out.one("saguin_sessions_offline", "gauge", "Sessions held with nothing connected to them.", o.sessions_offline);
-    out.one("saguin_subscriptions", "gauge", "Subscriptions every session holds.", o.subscriptions);
+    out.family(
+        "saguin_connections_by_protocol",
+        "gauge",
+        "Clients connected now, by MQTT version.",
+    );
+    out.sample(
+        "saguin_connections_by_protocol",
+        &[("protocol", "5")],
+        o.connected_v5,
+    );
+    out.sample(
+        "saguin_connections_by_protocol",
+        &[("protocol", "3.1.1")],
+        o.connected_v311,
+    );
+    out.one(
+        "saguin_connections_total",
+        "counter",
+        "Connections accepted since start.",
+        s.connections_accepted,
+    );
+    out.family(
+        "saguin_connections_refused_total",
+        "counter",
+        "Connections refused, by reason.",
+    );
+    out.sample(
+        "saguin_connections_refused_total",
+        &[("reason", "server busy")],
+        s.connections_refused_busy,
+    );
+    out.one(
+        "saguin_sessions_offline",
+        "gauge",
+        "Sessions held with nothing connected to them.",
+        o.sessions_offline,
+    );
+    out.one(
+        "saguin_subscriptions",
+        "gauge",
+        "Subscriptions every session holds.",
+        o.subscriptions,
+    );
     out.one(
         "saguin_max_session_expiry_seconds",
         "gauge",
         "The configured limits.max_session_expiry.",
         o.max_session_expiry_s,
     );
-    out.one("saguin_wills_waiting", "gauge", "Wills waiting out their delay.", o.wills_waiting);
-    out.family("saguin_sessions_dropped_total", "counter", "Sessions the session store could not keep, by cause.");
+    out.one(
+        "saguin_wills_waiting",
+        "gauge",
+        "Wills waiting out their delay.",
+        o.wills_waiting,
+    );
+    out.family(
+        "saguin_sessions_dropped_total",
+        "counter",
+        "Sessions the session store could not keep, by cause.",
+    );
     out.sample(
         "saguin_sessions_dropped_total",
         &[("cause", "storage_full")],
@@ -73,8 +129,18 @@ pub fn render(figures: &Figures<'_>) -> String {
         "What those deliveries cost against limits.session_queue_bytes.",
         o.session_queue_bytes,
     );
-    out.one("saguin_retained_messages", "gauge", "Retained messages held.", o.retained_messages);
-    out.one("saguin_qos2_held", "gauge", "Exactly-once publishes received and not released.", o.qos2_held);
+    out.one(
+        "saguin_retained_messages",
+        "gauge",
+        "Retained messages held.",
+        o.retained_messages,
+    );
+    out.one(
+        "saguin_qos2_held",
+        "gauge",
+        "Exactly-once publishes received and not released.",
+        o.qos2_held,
+    );
     out.one(
         "saguin_qos2_abandoned_total",
         "counter",
@@ -93,7 +159,12 @@ pub fn render(figures: &Figures<'_>) -> String {
         "PUBLISH packets received, refused ones included.",
         s.publishes_received,
     );
-    out.one("saguin_deliveries_sent_total", "counter", "Publishes sent to subscribers.", s.deliveries_sent);
+    out.one(
+        "saguin_deliveries_sent_total",
+        "counter",
+        "Publishes sent to subscribers.",
+        s.deliveries_sent,
+    );
     out.one(
         "saguin_deliveries_dropped_total",
         "counter",
@@ -116,7 +187,11 @@ pub fn render(figures: &Figures<'_>) -> String {
         ("too_large", s.deliveries_too_large),
         ("no_shared_member", s.shared_dropped),
     ] {
-        out.sample("saguin_session_deliveries_dropped_total", &[("cause", cause)], n);
+        out.sample(
+            "saguin_session_deliveries_dropped_total",
+            &[("cause", cause)],
+            n,
+        );
     }
     channels(&mut out, figures);
     providers(&mut out, figures.providers);
@@ -128,23 +203,36 @@ fn label(c: &ChannelObservation) -> [(&'static str, &str); 1] {
     [("channel", c.name.as_str())]
 }
 
-fn provider_name<'a>(providers: &'a [Provider], index: usize) -> &'a str {
+fn provider_name(providers: &[Provider], index: usize) -> &str {
     providers.get(index).map_or("", |p| p.name.as_str())
 }
 
 fn channels(out: &mut Exposition, figures: &Figures<'_>) {
     let list = &figures.observation.channels;
     let appends = || list.iter().filter(|c| c.kind == "append");
-    out.family("saguin_channel_info", "gauge", "Always 1; the channel's filter, type and provider.");
+    out.family(
+        "saguin_channel_info",
+        "gauge",
+        "Always 1; the channel's filter, type and provider.",
+    );
     for c in list {
         let provider = provider_name(figures.providers, c.provider);
         out.sample(
             "saguin_channel_info",
-            &[("channel", &c.name), ("filter", &c.filter), ("type", c.kind), ("provider", provider)],
+            &[
+                ("channel", &c.name),
+                ("filter", &c.filter),
+                ("type", c.kind),
+                ("provider", provider),
+            ],
             1u64,
         );
     }
-    out.family("saguin_channel_records", "gauge", "Records held: next minus floor, or a latest channel's topics.");
+    out.family(
+        "saguin_channel_records",
+        "gauge",
+        "Records held: next minus floor, or a latest channel's topics.",
+    );
     for c in list {
         let records = match c.kind {
             "append" => Some(c.next_offset.saturating_sub(c.floor_offset)),
@@ -154,11 +242,19 @@ fn channels(out: &mut Exposition, figures: &Figures<'_>) {
             out.sample("saguin_channel_records", &label(c), records);
         }
     }
-    out.family("saguin_channel_next_offset", "gauge", "The offset the channel assigns next.");
+    out.family(
+        "saguin_channel_next_offset",
+        "gauge",
+        "The offset the channel assigns next.",
+    );
     for c in appends() {
         out.sample("saguin_channel_next_offset", &label(c), c.next_offset);
     }
-    out.family("saguin_channel_floor_offset", "gauge", "The oldest offset still readable.");
+    out.family(
+        "saguin_channel_floor_offset",
+        "gauge",
+        "The oldest offset still readable.",
+    );
     for c in appends() {
         out.sample("saguin_channel_floor_offset", &label(c), c.floor_offset);
     }
@@ -186,7 +282,11 @@ fn channels(out: &mut Exposition, figures: &Figures<'_>) {
             out.sample("saguin_queue_depth", &label(c), q.depth);
         }
     }
-    out.family("saguin_queue_inflight", "gauge", "Work out with a worker now.");
+    out.family(
+        "saguin_queue_inflight",
+        "gauge",
+        "Work out with a worker now.",
+    );
     for c in list {
         if let Some(q) = &c.queue {
             out.sample("saguin_queue_inflight", &label(c), q.inflight);
@@ -195,9 +295,17 @@ fn channels(out: &mut Exposition, figures: &Figures<'_>) {
 }
 
 fn providers(out: &mut Exposition, providers: &[Provider]) {
-    out.family("saguin_provider_info", "gauge", "Always 1; the provider's type.");
+    out.family(
+        "saguin_provider_info",
+        "gauge",
+        "Always 1; the provider's type.",
+    );
     for p in providers {
-        out.sample("saguin_provider_info", &[("provider", &p.name), ("type", p.kind)], 1u64);
+        out.sample(
+            "saguin_provider_info",
+            &[("provider", &p.name), ("type", p.kind)],
+            1u64,
+        );
     }
     let stats: Vec<_> = providers.iter().map(|p| (p, (p.commits)())).collect();
     out.family(
@@ -206,7 +314,10 @@ fn providers(out: &mut Exposition, providers: &[Provider]) {
         "Publish transactions, by what closed them.",
     );
     for (p, s) in &stats {
-        for (closed_by, n) in [("records", s.closed_by_records), ("interval", s.closed_by_interval)] {
+        for (closed_by, n) in [
+            ("records", s.closed_by_records),
+            ("interval", s.closed_by_interval),
+        ] {
             out.sample(
                 "saguin_storage_commits_total",
                 &[("provider", &p.name), ("closed_by", closed_by)],
@@ -220,7 +331,11 @@ fn providers(out: &mut Exposition, providers: &[Provider]) {
         "Records appended by committed transactions.",
     );
     for (p, s) in &stats {
-        out.sample("saguin_storage_committed_records_total", &[("provider", &p.name)], s.records);
+        out.sample(
+            "saguin_storage_committed_records_total",
+            &[("provider", &p.name)],
+            s.records,
+        );
     }
     out.family(
         "saguin_storage_errors_total",
@@ -229,7 +344,11 @@ fn providers(out: &mut Exposition, providers: &[Provider]) {
     );
     for (p, s) in &stats {
         if s.failed_batches > 0 {
-            out.sample("saguin_storage_errors_total", &[("provider", &p.name)], s.failed_batches);
+            out.sample(
+                "saguin_storage_errors_total",
+                &[("provider", &p.name)],
+                s.failed_batches,
+            );
         }
     }
     out.family(
@@ -239,19 +358,53 @@ fn providers(out: &mut Exposition, providers: &[Provider]) {
     );
     for p in providers {
         if let Some(max) = p.publish_commit_max_records {
-            out.sample("saguin_provider_publish_commit_max_records", &[("provider", &p.name)], max);
+            out.sample(
+                "saguin_provider_publish_commit_max_records",
+                &[("provider", &p.name)],
+                max,
+            );
         }
     }
 }
 
 fn process(out: &mut Exposition, p: &Process) {
     let rows: [(&str, &str, &str, Option<f64>); 6] = [
-        ("saguin_process_resident_memory_bytes", "gauge", "Resident memory.", p.resident_memory_bytes.map(|v| v as f64)),
-        ("saguin_process_virtual_memory_bytes", "gauge", "Virtual memory.", p.virtual_memory_bytes.map(|v| v as f64)),
-        ("saguin_process_open_fds", "gauge", "Open file descriptors.", p.open_fds.map(|v| v as f64)),
-        ("saguin_process_max_fds", "gauge", "The soft limit on open file descriptors.", p.max_fds.map(|v| v as f64)),
-        ("saguin_process_cpu_seconds_total", "counter", "User and system CPU time.", p.cpu_seconds),
-        ("saguin_process_start_time_seconds", "gauge", "When the process started, in Unix seconds.", p.start_time_seconds),
+        (
+            "saguin_process_resident_memory_bytes",
+            "gauge",
+            "Resident memory.",
+            p.resident_memory_bytes.map(|v| v as f64),
+        ),
+        (
+            "saguin_process_virtual_memory_bytes",
+            "gauge",
+            "Virtual memory.",
+            p.virtual_memory_bytes.map(|v| v as f64),
+        ),
+        (
+            "saguin_process_open_fds",
+            "gauge",
+            "Open file descriptors.",
+            p.open_fds.map(|v| v as f64),
+        ),
+        (
+            "saguin_process_max_fds",
+            "gauge",
+            "The soft limit on open file descriptors.",
+            p.max_fds.map(|v| v as f64),
+        ),
+        (
+            "saguin_process_cpu_seconds_total",
+            "counter",
+            "User and system CPU time.",
+            p.cpu_seconds,
+        ),
+        (
+            "saguin_process_start_time_seconds",
+            "gauge",
+            "When the process started, in Unix seconds.",
+            p.start_time_seconds,
+        ),
     ];
     for (name, kind, help, value) in rows {
         if let Some(value) = value {
@@ -369,7 +522,11 @@ mod tests {
     #[test]
     fn each_channel_carries_only_the_series_its_type_has() {
         let observation = Observation {
-            channels: vec![channel("events", "append"), channel("state", "latest"), channel("jobs", "queue")],
+            channels: vec![
+                channel("events", "append"),
+                channel("state", "latest"),
+                channel("jobs", "queue"),
+            ],
             ..Observation::default()
         };
         let text = rendered(&observation);
@@ -393,7 +550,10 @@ mod tests {
             ..Observation::default()
         };
         let text = rendered(&observation);
-        let types = text.lines().filter(|l| l.starts_with("# TYPE saguin_channel_info ")).count();
+        let types = text
+            .lines()
+            .filter(|l| l.starts_with("# TYPE saguin_channel_info "))
+            .count();
         assert_eq!(types, 1);
     }
 }

@@ -147,7 +147,10 @@ fn parse_line(line: &str, routes: &[&str]) -> Result<Operator, String> {
         return Err("is not name:hash; write it with saguin --passwd".to_string());
     };
     if name.is_empty() || name.chars().any(char::is_control) {
-        return Err("an operator's name is text that is not empty and holds no control characters".to_string());
+        return Err(
+            "an operator's name is text that is not empty and holds no control characters"
+                .to_string(),
+        );
     }
     let hash = parse_hash(hash)?;
     let scopes = match fields.next() {
@@ -253,7 +256,11 @@ pub fn hash_line(name: &str, password: &str, salt: &[u8], iterations: u32) -> St
 mod tests {
     use super::*;
 
-    const ROUTES: &[&str] = &["/metrics", "/v1/operations/consumers", "/v1/operations/sessions"];
+    const ROUTES: &[&str] = &[
+        "/metrics",
+        "/v1/operations/consumers",
+        "/v1/operations/sessions",
+    ];
 
     /// A line `mosquitto_passwd -b` wrote for user `alice`, password `secret`.
     const MOSQUITTO_LINE: &str = "alice:$7$101$LGv+q/eNa4Ocl6mi$/O+L5TUsFPa3Uxp+p9eKIJ/dnD9t50t6E+XeHT4DwqQ6G224AiWSrQt/3oA3+be7DGn86nLY5ZkYif+n6AruTw==";
@@ -291,10 +298,7 @@ mod tests {
         // RFC 6070's first PBKDF2 input, with SHA-512 as the PRF.
         let mut out = [0u8; 64];
         pbkdf2::pbkdf2_hmac::<Sha512>(b"password", b"salt", 1, &mut out);
-        assert_eq!(
-            out[..8],
-            [0x86, 0x7f, 0x70, 0xcf, 0x1a, 0xde, 0x02, 0xcf]
-        );
+        assert_eq!(out[..8], [0x86, 0x7f, 0x70, 0xcf, 0x1a, 0xde, 0x02, 0xcf]);
     }
 
     #[test]

@@ -224,7 +224,9 @@ fn authorize_principal(name: &str, door: &Door, path: &str) -> Result<(), Respon
             "operations door {}: refused a principal holding a control character",
             door.name
         );
-        return Err(forbidden("a principal holding a control character names nobody"));
+        return Err(forbidden(
+            "a principal holding a control character names nobody",
+        ));
     }
     let listed = door.operators.as_ref().filter(|ops| ops.knows(name));
     let reaches = match listed {
@@ -306,7 +308,10 @@ mod tests {
     fn a_caller_with_no_name_must_address_the_broker_by_ip_or_localhost() {
         let tcp = door(DoorKind::Tcp);
         for host in ["127.0.0.1:9090", "localhost", "[::1]:9090", "LOCALHOST:1"] {
-            assert!(authorize(&request(&[("host", host)]), &tcp).is_ok(), "{host}");
+            assert!(
+                authorize(&request(&[("host", host)]), &tcp).is_ok(),
+                "{host}"
+            );
         }
         let refused = authorize(&request(&[("host", "evil.example:9090")]), &tcp).unwrap_err();
         assert_eq!(refused.status, 403);

@@ -52,8 +52,13 @@ pub fn bind(settings: &Settings) -> io::Result<Bound> {
             door.name,
             listener.local_addr()?
         );
-        let operators = door.password_file.clone().or(settings.password_file.clone());
-        bound.tcp.push((door_of(&door.name, DoorKind::Tcp, operators), listener));
+        let operators = door
+            .password_file
+            .clone()
+            .or(settings.password_file.clone());
+        bound
+            .tcp
+            .push((door_of(&door.name, DoorKind::Tcp, operators), listener));
     }
     for door in &settings.unix {
         let key = format!("broker.operations.listen.unix {:?}", door.name);
@@ -69,13 +74,22 @@ pub fn bind(settings: &Settings) -> io::Result<Bound> {
             door.name,
             door.path.display()
         );
-        let operators = door.password_file.clone().or(settings.password_file.clone());
-        bound.unix.push((door_of(&door.name, DoorKind::Unix, operators), listener));
+        let operators = door
+            .password_file
+            .clone()
+            .or(settings.password_file.clone());
+        bound
+            .unix
+            .push((door_of(&door.name, DoorKind::Unix, operators), listener));
     }
     Ok(bound)
 }
 
-fn door_of(name: &str, kind: DoorKind, operators: Option<Arc<super::operators::Operators>>) -> Door {
+fn door_of(
+    name: &str,
+    kind: DoorKind,
+    operators: Option<Arc<super::operators::Operators>>,
+) -> Door {
     Door {
         name: name.to_string(),
         kind,
@@ -191,8 +205,13 @@ async fn pause_after(door: &Door, error: io::Error) {
     smol::Timer::after(Duration::from_millis(100)).await;
 }
 
-fn admit<S>(executor: &'static LocalExecutor<'static>, stream: S, door: &Door, service: &Rc<Service>, slots: &Rc<Slots>)
-where
+fn admit<S>(
+    executor: &'static LocalExecutor<'static>,
+    stream: S,
+    door: &Door,
+    service: &Rc<Service>,
+    slots: &Rc<Slots>,
+) where
     S: AsyncRead + AsyncWrite + Unpin + 'static,
 {
     let (door, service, slots) = (door.clone(), service.clone(), slots.clone());
@@ -266,7 +285,8 @@ async fn serve<S: AsyncRead + AsyncWrite + Unpin>(mut stream: S, door: &Door, se
         let response = service.respond(&request, door).await;
         let keep_alive = request.keep_alive && served < http::MAX_REQUESTS_PER_CONNECTION;
         let head_only = request.method == "HEAD";
-        if !http::write_response(&mut stream, &response, head_only, keep_alive).await || !keep_alive {
+        if !http::write_response(&mut stream, &response, head_only, keep_alive).await || !keep_alive
+        {
             return;
         }
     }
