@@ -381,46 +381,168 @@ fn startup_refusals_name_the_key() {
         assert!(!output.status.success());
         String::from_utf8_lossy(&output.stderr).to_string()
     };
-    let open = check("    listen:\n      tcp:\n        address: 0.0.0.0:9090\n");
-    assert!(
-        open.contains("broker.operations.listen.tcp.address"),
-        "{open}"
-    );
-    assert!(open.contains("password_file"), "{open}");
-    let fast = check(&format!("{LOOPBACK_DOOR}    min_scrape_interval: 10s\n"));
-    assert!(
-        fast.contains("broker.operations.min_scrape_interval"),
-        "{fast}"
-    );
-    let empty = check("    listen: {}\n");
-    assert!(empty.contains("broker.operations.listen"), "{empty}");
-    let tls = check("    listen:\n      tcp:\n        address: 127.0.0.1:9090\n        tls: {}\n");
-    assert!(tls.contains("broker.operations.listen.tcp.tls"), "{tls}");
-    let clash = check("    listen:\n      tcp:\n        - name: a\n          address: 127.0.0.1:9090\n        - name: a\n          address: 127.0.0.1:9090\n");
-    assert!(
-        clash.contains("broker.operations.listen.tcp[1].name"),
-        "{clash}"
-    );
-    assert!(
-        clash.contains("broker.operations.listen.tcp[1].address"),
-        "{clash}"
-    );
-    let mqtt_port = check("    listen:\n      tcp:\n        address: 127.0.0.1:1883\n");
-    assert!(mqtt_port.contains("broker.mqtt.listen.tcp"), "{mqtt_port}");
     let nobody = dir.path().join("empty.passwd");
     std::fs::write(&nobody, "\n").unwrap();
-    let unread = check(&format!(
-        "{LOOPBACK_DOOR}    password_file: {}\n",
-        nobody.display()
-    ));
-    assert!(
-        unread.contains("broker.operations.password_file"),
-        "{unread}"
+    let two_doors_one_name = "    listen:\n      tcp:\n        - name: a\n          address: 127.0.0.1:9090\n        - name: a\n          address: 127.0.0.1:9090\n";
+    let cases: [(String, &[&str]); 7] = [
+        (
+            "    listen:\n      tcp:\n        address: 0.0.0.0:9090\n".into(),
+            &["broker.operations.listen.tcp.address", "password_file"],
+        ),
+        (
+            format!("{LOOPBACK_DOOR}    min_scrape_interval: 10s\n"),
+            &["broker.operations.min_scrape_interval"],
+        ),
+        ("    listen: {}\n".into(), &["broker.operations.listen"]),
+        (
+            format!("{LOOPBACK_DOOR}        tls: {{}}\n"),
+            &["broker.operations.listen.tcp.tls"],
+        ),
+        (
+            two_doors_one_name.into(),
+            &[
+                "broker.operations.listen.tcp[1].name",
+                "broker.operations.listen.tcp[1].address",
+            ],
+        ),
+        (
+            format!("{LOOPBACK_DOOR}    password_file: {}\n", nobody.display()),
+            &["broker.operations.password_file", "names nobody"],
+        ),
+        (
+            format!("{LOOPBACK_DOOR}        allow_anonymous: true\n"),
+            &["broker.operations.listen.tcp.allow_anonymous"],
+        ),
+    ];
+    for (yaml, expected) in cases {
+        let refusal = check(&yaml);
+        for needle in expected {
+            assert!(refusal.contains(needle), "{yaml}: {refusal}");
+        }
+    }
+    let mqtt_port = check("    listen:\n      tcp:\n        address: 127.0.0.1:1883\n");
+    assert!(mqtt_port.contains("broker.mqtt.listen.tcp"), "{mqtt_port}");
+}
+
+/// The value of the sample `series` (name and labels as written) in a
+/// scrape.
+fn sample(body: &str, series: &str) -> f64 {
+    body.lines()
+        .find_map(|line| line.strip_prefix(series)?.strip_prefix(' '))
+        .unwrap_or_else(|| panic!("no {series} in:\n{body}"))
+        .parse()
+        .unwrap()
+}
+
+/// The first number after `"key":` in a JSON body.
+fn number(body: &str, key: &str) -> u64 {
+    let after = body
+        .split(&format!("\"{key}\":"))
+        .nth(1)
+        .expect("the key is present");
+    let digits: String = after.chars().take_while(char::is_ascii_digit).collect();
+    digits.parse().unwrap()
+}
+
+const REDB_EVENTS: &str = "  storage:\n    default: local\n    default_retention_period: none\n    default_retention_bytes: none\n    providers:\n      local:\n        type: redb\n        file_path: {dir}/saguin.redb\n        max_bytes: 64MiB\n";
+
+#[test]
+fn retention_passing_a_stopped_consumer_raises_the_alert_and_names_it() {
+    let dir = TempDir::new("ops-alert");
+    let channels =
+        "channels:\n  events:\n    type: append\n    filter: events/#\n    retention_bytes: 4KiB\n";
+    let block = format!("{REDB_EVENTS}  operations:\n{LOOPBACK_DOOR}");
+    let mut broker = BrokerProcess::start_in(dir.path(), &block, channels);
+    let line = broker.wait_for_log("operations door tcp bound to");
+    let ops = line.rsplit("bound to ").next().unwrap().trim().to_string();
+    let address = broker.address();
+    let (mut consumer, _) = common::durable_connect(&address, "truck-114");
+    consumer.subscribe("events/#", QoS::AtLeastOnce);
+    consumer.send(&Packet::Disconnect(Default::default()));
+    drop(consumer);
+    let mut publisher = RawClient::connect(&address, ProtocolVersion::V5, "publisher");
+    let records: Vec<Vec<u8>> = (0..40).map(|i| vec![i as u8; 1024]).collect();
+    common::publish_all(&mut publisher, "events/big", &records);
+    broker.wait_for_log("retention removed");
+    let scrape = get(&ops, "/metrics", &[]).body;
+    let floor = sample(&scrape, "saguin_channel_floor_offset{channel=\"events\"}");
+    let position_min = sample(
+        &scrape,
+        "saguin_channel_consumer_position_min{channel=\"events\"}",
     );
-    assert!(unread.contains("names nobody"), "{unread}");
-    let anonymous = check(&format!("{LOOPBACK_DOOR}        allow_anonymous: true\n"));
     assert!(
-        anonymous.contains("broker.operations.listen.tcp.allow_anonymous"),
-        "{anonymous}"
+        floor > position_min,
+        "the alert holds: floor {floor}, position {position_min}"
+    );
+    assert_eq!(
+        sample(&scrape, "saguin_channel_consumers{channel=\"events\"}"),
+        1.0
+    );
+    assert!(
+        sample(
+            &scrape,
+            "saguin_channel_retention_removed_total{channel=\"events\"}"
+        ) > 0.0
+    );
+    let consumers = get(&ops, "/v1/operations/consumers", &[]).body;
+    assert!(
+        consumers.contains("\"reader\":\"mqtt:truck-114\""),
+        "{consumers}"
+    );
+    // It comes back to a gap: told with Session Present 0, and named.
+    let (_consumer, session_present) = common::durable_connect(&address, "truck-114");
+    assert!(!session_present);
+    let lost = get(&ops, "/v1/operations/position-lost", &[]).body;
+    assert!(
+        lost.contains("\"reader\":\"mqtt:truck-114\",\"channel\":\"events\",\"kind\":\"session\",\"reported\":true,\"count\":1,"),
+        "{lost}"
+    );
+    // Retention may have moved on since the scrape; the row explains itself.
+    let (position, floor_then) = (number(&lost, "last_position"), number(&lost, "last_floor"));
+    assert_eq!(position as f64, position_min);
+    assert!(floor_then as f64 >= floor);
+    assert_eq!(number(&lost, "records_missed"), floor_then - position);
+    assert!(
+        lost.ends_with("\"returned\":1,\"tracked\":1,\"beyond\":0}"),
+        "{lost}"
+    );
+}
+
+#[test]
+fn a_queue_route_lists_its_work_and_an_unknown_queue_is_404() {
+    let dir = TempDir::new("ops-queue");
+    let channels = "channels:\n  jobs:\n    type: queue\n    filter: jobs/#\n";
+    let block = format!("{REDB_EVENTS}  operations:\n{LOOPBACK_DOOR}");
+    let mut broker = BrokerProcess::start_in(dir.path(), &block, channels);
+    let line = broker.wait_for_log("operations door tcp bound to");
+    let ops = line.rsplit("bound to ").next().unwrap().trim().to_string();
+    let mut publisher = RawClient::connect(&broker.address(), ProtocolVersion::V5, "producer");
+    common::publish_all(
+        &mut publisher,
+        "jobs/a",
+        &[b"one".to_vec(), b"two".to_vec()],
+    );
+    let queue = get(&ops, "/v1/operations/queues/jobs", &[]);
+    assert_eq!(queue.status, 200);
+    assert!(
+        queue
+            .body
+            .starts_with("{\"channel\":\"jobs\",\"unresolved\":2,\"returned\":2,"),
+        "{}",
+        queue.body
+    );
+    assert!(
+        queue.body.contains("\"attempts\":0,\"state\":\"waiting\""),
+        "{}",
+        queue.body
+    );
+    assert!(!queue.body.contains("one"), "no payload: {}", queue.body);
+    let unknown = get(&ops, "/v1/operations/queues/nothing", &[]);
+    assert_eq!(unknown.status, 404);
+    assert!(!unknown.body.contains("jobs"));
+    let metrics = get(&ops, "/metrics", &[]).body;
+    assert_eq!(
+        sample(&metrics, "saguin_queue_depth{channel=\"jobs\"}"),
+        2.0
     );
 }

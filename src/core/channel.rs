@@ -677,6 +677,11 @@ impl Broker {
             return;
         };
         let channel = &self.channels[reader.channel];
+        let passed = match &result {
+            Ok(Some(position)) if !reader.from_head && *position < channel.floor => Some(*position),
+            _ => None,
+        };
+        let (index, session) = (reader.channel, reader.session);
         let start = match result {
             Ok(Some(_)) if reader.from_head => start_offset(channel, true),
             Ok(Some(position)) if position < channel.floor => {
@@ -704,6 +709,16 @@ impl Broker {
         reader.ready = true;
         // Retain Handling 2 commits the head, dropping the backlog.
         reader.dirty = from_head;
+        let client_id = self.sessions.get(session).map(|s| Rc::clone(&s.client_id));
+        if let (Some(position), Some(id)) = (passed, client_id) {
+            self.record_loss(
+                index,
+                &id,
+                super::observe::LossKind::Consumer,
+                position,
+                now_ms,
+            );
+        }
         self.pump_reader(reader_key, now_ms, out);
     }
 
@@ -730,7 +745,16 @@ impl Broker {
                     channel.floor,
                     channel.floor
                 );
-                let floor = channel.floor;
+                let (floor, index, session) = (channel.floor, reader.channel, reader.session);
+                if let Some(id) = self.sessions.get(session).map(|s| Rc::clone(&s.client_id)) {
+                    self.record_loss(
+                        index,
+                        &id,
+                        super::observe::LossKind::Consumer,
+                        offset,
+                        now_ms,
+                    );
+                }
                 let reader = self.readers.get_mut(reader_key).expect("checked above");
                 reader.next_offset = floor;
                 reader.buffer.clear();
@@ -1215,6 +1239,8 @@ impl Broker {
                 }
                 ch.floor = ch.floor.max(trimmed.floor);
                 more |= trimmed.more;
+                self.tallies
+                    .retention_removed(channel, trimmed.removed_records);
             }
         }
         let floor = self.channels[channel].floor;

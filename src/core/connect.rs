@@ -349,6 +349,7 @@ impl Broker {
                     // it is told Session Present 0 rather than served a gap,
                     // and only the positions retention passed are dropped.
                     log::warn!("client {client_id}: a channel position fell below its floor; the session starts again");
+                    self.record_session_losses(existing, now_ms);
                     self.drop_positions_below_floor(existing, out);
                     self.end_session_keeping_positions(existing, now_ms, out);
                 } else {

@@ -275,6 +275,8 @@ pub struct Broker {
     /// Session records in the session provider.
     pub(crate) persist: persist::Persistence,
     pub(crate) queues: queue::Queues,
+    /// What only the operations listener reads.
+    pub(crate) tallies: observe::Tallies,
 }
 
 impl Broker {
@@ -323,6 +325,7 @@ impl Broker {
             next_assigned_id: 0,
             match_scratch: Vec::new(),
             persist: persist::Persistence::default(),
+            tallies: observe::Tallies::default(),
             settings,
         }
     }

@@ -49,6 +49,10 @@ pub struct ChannelObservation {
     pub consumers: u64,
     pub consumer_position_min: Option<u64>,
     pub queue: Option<QueueObservation>,
+    /// Records retention removed since start.
+    pub retention_removed: u64,
+    /// Passings of a reader's position by the floor since start.
+    pub position_lost: u64,
 }
 
 /// A queue's work, as the catalogue counts it.
@@ -58,6 +62,27 @@ pub struct QueueObservation {
     pub depth: u64,
     /// Jobs out with a worker now.
     pub inflight: u64,
+}
+
+/// One unresolved job, for `/v1/operations/queues/<channel>`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct JobRow {
+    pub offset: u64,
+    pub attempts: u32,
+    /// `waiting`, `delivering` or `leased`.
+    pub state: &'static str,
+    /// The worker's client id, while one holds it.
+    pub holder: Option<String>,
+    pub lease_until_unix_ms: Option<u64>,
+    pub first_seen_unix_ms: Option<u64>,
+    pub last_seen_unix_ms: Option<u64>,
+}
+
+/// A queue's jobs, oldest first and capped, beside how many there are.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct QueueView {
+    pub unresolved: u64,
+    pub rows: Vec<JobRow>,
 }
 
 /// One durable consumer's place in a channel.
@@ -150,11 +175,18 @@ impl Broker {
             consumers: positions.len() as u64,
             consumer_position_min: positions.iter().map(|(_, offset)| *offset).min(),
             queue: self.queues.observe(index),
+            retention_removed: self
+                .tallies
+                .retention_removed
+                .get(&index)
+                .copied()
+                .unwrap_or(0),
+            position_lost: self.tallies.position_lost.get(&index).copied().unwrap_or(0),
         }
     }
 
     /// Every durable consumer of channel `index` whose position is known:
-    /// a session that keeps its positions, with its reader's resume point.
+    /// a session that outlives its connection, at its reader's resume point.
     fn consumer_positions(&self, index: usize) -> Vec<(&str, u64)> {
         self.channels[index]
             .readers
@@ -163,9 +195,9 @@ impl Broker {
             .filter_map(|reader| {
                 let position = reader.known_position()?;
                 let session = self.sessions.get(reader.session)?;
-                session
-                    .keep_positions
-                    .then_some((&*session.client_id, position))
+                // A position is stored only for a session that outlives
+                // its connection.
+                (session.expiry_interval_s > 0).then_some((&*session.client_id, position))
             })
             .collect()
     }
@@ -227,5 +259,241 @@ impl Broker {
         rows.truncate(max_rows);
         view.rows = rows;
         view
+    }
+}
+
+/// Readers the position-loss record holds at most; a newcomer past it
+/// displaces the one that lost least, or is counted in `beyond`.
+pub const MAX_LOSSES_HELD: usize = 1_000;
+
+/// How a reader learned of its loss, as `/v1/operations/position-lost`
+/// names it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LossKind {
+    /// Overtaken while reading, or found passed when its stored position
+    /// was read: nothing told it.
+    Consumer,
+    /// Came back to a session whose position had been passed, and was told
+    /// with Session Present 0.
+    Session,
+}
+
+impl LossKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            LossKind::Consumer => "consumer",
+            LossKind::Session => "session",
+        }
+    }
+
+    fn reported(self) -> bool {
+        self == LossKind::Session
+    }
+}
+
+/// One reader's losses on one channel, summed over every passing.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Loss {
+    pub reader: String,
+    pub channel: String,
+    /// The most recent passing's kind.
+    pub kind: LossKind,
+    /// False once any passing went untold.
+    pub reported: bool,
+    pub count: u64,
+    pub records_missed: u64,
+    pub last_position: u64,
+    pub last_floor: u64,
+    pub last_seen_unix_ms: u64,
+}
+
+/// The losses held, worst first, and how many did not fit.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct LossesView {
+    pub rows: Vec<Loss>,
+    pub tracked: u64,
+    pub beyond: u64,
+}
+
+/// What the core counts for the operations listener alone, beside the
+/// figures its tables already hold.
+#[derive(Debug, Default)]
+pub(crate) struct Tallies {
+    /// Records retention removed, by channel index.
+    retention_removed: std::collections::HashMap<usize, u64>,
+    /// Passings of a reader by the floor, by channel index.
+    position_lost: std::collections::HashMap<usize, u64>,
+    losses: Vec<Loss>,
+    beyond: u64,
+}
+
+impl Tallies {
+    pub(crate) fn retention_removed(&mut self, channel: usize, records: u64) {
+        *self.retention_removed.entry(channel).or_default() += records;
+    }
+
+    /// Records that the floor passed `reader`'s position on a channel.
+    pub(crate) fn position_lost(&mut self, passing: Loss, channel: usize) {
+        *self.position_lost.entry(channel).or_default() += 1;
+        if let Some(held) = self
+            .losses
+            .iter_mut()
+            .find(|l| l.reader == passing.reader && l.channel == passing.channel)
+        {
+            held.kind = passing.kind;
+            held.reported &= passing.reported;
+            held.count += 1;
+            held.records_missed += passing.records_missed;
+            held.last_position = passing.last_position;
+            held.last_floor = passing.last_floor;
+            held.last_seen_unix_ms = passing.last_seen_unix_ms;
+            return;
+        }
+        if self.losses.len() < MAX_LOSSES_HELD {
+            self.losses.push(passing);
+            return;
+        }
+        self.beyond += 1;
+        let least = self
+            .losses
+            .iter()
+            .enumerate()
+            .min_by_key(|(_, l)| l.records_missed)
+            .map(|(i, l)| (i, l.records_missed));
+        if let Some((index, missed)) = least {
+            if passing.records_missed > missed {
+                self.losses[index] = passing;
+            }
+        }
+    }
+
+    fn view(&self, max_rows: usize) -> LossesView {
+        let mut rows = self.losses.clone();
+        rows.sort_by(|a, b| {
+            b.records_missed
+                .cmp(&a.records_missed)
+                .then_with(|| a.reader.cmp(&b.reader))
+        });
+        rows.truncate(max_rows);
+        LossesView {
+            rows,
+            tracked: self.losses.len() as u64,
+            beyond: self.beyond,
+        }
+    }
+}
+
+impl Loss {
+    /// One passing: `reader` stood at `position` when the floor was
+    /// `floor`.
+    pub(crate) fn new(
+        reader: &str,
+        channel: &str,
+        kind: LossKind,
+        position: u64,
+        floor: u64,
+        unix_ms: u64,
+    ) -> Loss {
+        Loss {
+            reader: format!("mqtt:{reader}"),
+            channel: channel.to_string(),
+            kind,
+            reported: kind.reported(),
+            count: 1,
+            records_missed: floor.saturating_sub(position),
+            last_position: position,
+            last_floor: floor,
+            last_seen_unix_ms: unix_ms,
+        }
+    }
+}
+
+impl Broker {
+    /// Readers the retention floor passed, the most lost first.
+    pub fn losses_view(&self, max_rows: usize) -> LossesView {
+        self.tallies.view(max_rows)
+    }
+
+    /// Records every channel position of a returning session that the
+    /// floor passed; it is told with Session Present 0.
+    pub(crate) fn record_session_losses(&mut self, session_key: super::Key, now_ms: u64) {
+        let Some(session) = self.sessions.get(session_key) else {
+            return;
+        };
+        let client_id = std::rc::Rc::clone(&session.client_id);
+        let passed: Vec<(usize, u64)> = session
+            .readers
+            .iter()
+            .filter_map(|&r| self.readers.get(r))
+            .filter_map(|reader| {
+                let position = reader.known_position()?;
+                (position < self.channels[reader.channel].floor)
+                    .then_some((reader.channel, position))
+            })
+            .collect();
+        for (channel, position) in passed {
+            self.record_loss(channel, &client_id, LossKind::Session, position, now_ms);
+        }
+    }
+
+    /// Records a reader passed by the floor of channel `channel`.
+    pub(crate) fn record_loss(
+        &mut self,
+        channel: usize,
+        reader: &str,
+        kind: LossKind,
+        position: u64,
+        now_ms: u64,
+    ) {
+        let ch = &self.channels[channel];
+        let passing = Loss::new(
+            reader,
+            &ch.settings.name,
+            kind,
+            position,
+            ch.floor,
+            self.unix_ms(now_ms),
+        );
+        self.tallies.position_lost(passing, channel);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn loss(reader: &str, missed: u64) -> Loss {
+        Loss::new(reader, "events", LossKind::Consumer, 10, 10 + missed, 0)
+    }
+
+    #[test]
+    fn passings_of_one_reader_accumulate_and_untold_ones_stick() {
+        let mut tallies = Tallies::default();
+        let mut told = loss("a", 5);
+        told.kind = LossKind::Session;
+        told.reported = true;
+        tallies.position_lost(told, 0);
+        tallies.position_lost(loss("a", 3), 0);
+        let view = tallies.view(100);
+        assert_eq!(view.rows.len(), 1);
+        assert_eq!(view.rows[0].count, 2);
+        assert_eq!(view.rows[0].records_missed, 8);
+        assert!(!view.rows[0].reported);
+        assert_eq!(tallies.position_lost[&0], 2);
+    }
+
+    #[test]
+    fn a_full_record_keeps_the_worst_and_counts_what_did_not_fit() {
+        let mut tallies = Tallies::default();
+        for i in 0..MAX_LOSSES_HELD {
+            tallies.position_lost(loss(&format!("r{i}"), 10), 0);
+        }
+        tallies.position_lost(loss("small", 1), 0);
+        tallies.position_lost(loss("large", 100), 0);
+        let view = tallies.view(2);
+        assert_eq!(view.beyond, 2);
+        assert_eq!(view.tracked, MAX_LOSSES_HELD as u64);
+        assert_eq!(view.rows[0].reader, "mqtt:large");
+        assert!(tallies.losses.iter().all(|l| l.reader != "mqtt:small"));
     }
 }

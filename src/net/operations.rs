@@ -55,7 +55,8 @@ pub fn start(
     let shared = shared.clone();
     let answers = executor.spawn(async move {
         while let Ok(ask) = asks.recv().await {
-            ops::answer(ask, &shared.borrow().broker);
+            let state = shared.borrow();
+            ops::answer(ask, &state.broker, state.now_ms());
         }
     });
     Ok(vec![heartbeat, answers])

@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use smol::channel::{Receiver, Sender};
 
-use crate::core::observe::{ChannelConsumers, Observation, SessionsView};
+use crate::core::observe::{ChannelConsumers, LossesView, Observation, QueueView, SessionsView};
 use crate::core::Broker;
 use crate::store::CommitStats;
 
@@ -31,11 +31,22 @@ pub enum Ask {
         max_rows: usize,
         reply: Sender<SessionsView>,
     },
+    Losses {
+        max_rows: usize,
+        reply: Sender<LossesView>,
+    },
+    /// `None` in the answer: no queue has that name.
+    Queue {
+        name: String,
+        max_rows: usize,
+        reply: Sender<Option<QueueView>>,
+    },
 }
 
 /// Answers `ask` from the broker's tables: the bounded copy the executor
-/// pays for a route. A caller that gave up is not waited for.
-pub fn answer(ask: Ask, broker: &Broker) {
+/// pays for a route. A caller that gave up is not waited for. `now_ms`
+/// is the core's clock.
+pub fn answer(ask: Ask, broker: &Broker, now_ms: u64) {
     match ask {
         Ask::Observe(reply) => {
             let _ = reply.try_send(broker.observe());
@@ -45,6 +56,16 @@ pub fn answer(ask: Ask, broker: &Broker) {
         }
         Ask::Sessions { max_rows, reply } => {
             let _ = reply.try_send(broker.sessions_view(max_rows));
+        }
+        Ask::Losses { max_rows, reply } => {
+            let _ = reply.try_send(broker.losses_view(max_rows));
+        }
+        Ask::Queue {
+            name,
+            max_rows,
+            reply,
+        } => {
+            let _ = reply.try_send(broker.queue_view(&name, max_rows, now_ms));
         }
     }
 }

@@ -6,7 +6,7 @@
 //! lists which). Every label value is a name the operator wrote - a
 //! channel, a provider, a broker id - or one from a closed set.
 
-use std::fmt::Write as _;
+use std::fmt::{Display, Write as _};
 
 use super::link::Provider;
 use super::process::Process;
@@ -276,6 +276,30 @@ fn channels(out: &mut Exposition, figures: &Figures<'_>) {
             out.sample("saguin_channel_consumer_position_min", &label(c), min);
         }
     }
+    out.family(
+        "saguin_channel_retention_removed_total",
+        "counter",
+        "Records retention has deleted.",
+    );
+    for c in list {
+        out.sample(
+            "saguin_channel_retention_removed_total",
+            &label(c),
+            c.retention_removed,
+        );
+    }
+    out.family(
+        "saguin_channel_position_lost_total",
+        "counter",
+        "Times the retention floor passed a reader's position.",
+    );
+    for c in list {
+        out.sample(
+            "saguin_channel_position_lost_total",
+            &label(c),
+            c.position_lost,
+        );
+    }
     out.family("saguin_queue_depth", "gauge", "Unresolved work.");
     for c in list {
         if let Some(q) = &c.queue {
@@ -413,29 +437,6 @@ fn process(out: &mut Exposition, p: &Process) {
     }
 }
 
-/// A number as the text format writes it.
-pub trait Number {
-    fn write(&self, out: &mut String);
-}
-
-impl Number for u64 {
-    fn write(&self, out: &mut String) {
-        let _ = write!(out, "{self}");
-    }
-}
-
-impl Number for u32 {
-    fn write(&self, out: &mut String) {
-        let _ = write!(out, "{self}");
-    }
-}
-
-impl Number for f64 {
-    fn write(&self, out: &mut String) {
-        let _ = write!(out, "{self}");
-    }
-}
-
 #[derive(Default)]
 struct Exposition {
     text: String,
@@ -446,12 +447,12 @@ impl Exposition {
         let _ = writeln!(self.text, "# HELP {name} {help}\n# TYPE {name} {kind}");
     }
 
-    fn one(&mut self, name: &str, kind: &str, help: &str, value: impl Number) {
+    fn one(&mut self, name: &str, kind: &str, help: &str, value: impl Display) {
         self.family(name, kind, help);
         self.sample(name, &[], value);
     }
 
-    fn sample(&mut self, name: &str, labels: &[(&str, &str)], value: impl Number) {
+    fn sample(&mut self, name: &str, labels: &[(&str, &str)], value: impl Display) {
         self.text.push_str(name);
         if !labels.is_empty() {
             self.text.push('{');
@@ -465,9 +466,7 @@ impl Exposition {
             }
             self.text.push('}');
         }
-        self.text.push(' ');
-        value.write(&mut self.text);
-        self.text.push('\n');
+        let _ = writeln!(self.text, " {value}");
     }
 }
 
@@ -500,6 +499,8 @@ mod tests {
             consumers: 0,
             consumer_position_min: None,
             queue: (kind == "queue").then(QueueObservation::default),
+            retention_removed: 0,
+            position_lost: 0,
         }
     }
 

@@ -24,8 +24,13 @@ use super::{metrics, process, v1};
 pub const ROUTES: &[&str] = &[
     "/metrics",
     "/v1/operations/consumers",
+    "/v1/operations/position-lost",
+    "/v1/operations/queues",
     "/v1/operations/sessions",
 ];
+
+/// The route a queue's name follows.
+const QUEUES: &str = "/v1/operations/queues/";
 
 /// Rows a `/v1` list carries at most; the body says how many there were.
 pub const MAX_ROWS: usize = 100;
@@ -71,7 +76,10 @@ impl Service {
     /// The response to `request` arriving at `door`.
     pub async fn respond(&self, request: &Request, door: &Door) -> Response {
         let path = request.path.as_str();
-        let known = path == "/health" || ROUTES.contains(&path);
+        let queue = path
+            .strip_prefix(QUEUES)
+            .filter(|name| !name.is_empty() && !name.contains('/'));
+        let known = path == "/health" || ROUTES.contains(&path) || queue.is_some();
         if !known {
             return Response::text(404, "no such route\n");
         }
@@ -85,29 +93,62 @@ impl Service {
         if let Err(refusal) = authorize(request, door) {
             return refusal;
         }
+        if let Some(name) = queue {
+            return self.queue(name).await;
+        }
         match path {
             "/metrics" => self.metrics().await,
             "/v1/operations/consumers" => {
-                let view = self
-                    .link
-                    .ask(|reply| Ask::Consumers {
-                        max_rows: MAX_ROWS,
-                        reply,
-                    })
-                    .await;
-                view.map_or_else(busy, |v| Response::json(200, v1::consumers(&v)))
+                let ask = |reply| Ask::Consumers {
+                    max_rows: MAX_ROWS,
+                    reply,
+                };
+                self.listed(ask, |v: &Vec<_>| v1::consumers(v)).await
             }
             "/v1/operations/sessions" => {
-                let view = self
-                    .link
-                    .ask(|reply| Ask::Sessions {
-                        max_rows: MAX_ROWS,
-                        reply,
-                    })
-                    .await;
-                view.map_or_else(busy, |v| Response::json(200, v1::sessions(&v)))
+                let ask = |reply| Ask::Sessions {
+                    max_rows: MAX_ROWS,
+                    reply,
+                };
+                self.listed(ask, v1::sessions).await
+            }
+            "/v1/operations/position-lost" => {
+                let ask = |reply| Ask::Losses {
+                    max_rows: MAX_ROWS,
+                    reply,
+                };
+                self.listed(ask, v1::position_lost).await
             }
             _ => Response::text(404, "no such route\n"),
+        }
+    }
+
+    /// Asks the executor with `make` and renders the answer as JSON.
+    async fn listed<T>(
+        &self,
+        make: impl FnOnce(smol::channel::Sender<T>) -> Ask,
+        render: impl FnOnce(&T) -> String,
+    ) -> Response {
+        match self.link.ask(make).await {
+            Some(view) => Response::json(200, render(&view)),
+            None => busy(),
+        }
+    }
+
+    /// A queue that is not configured is 404, naming none that are.
+    async fn queue(&self, written: &str) -> Response {
+        let Some(name) = super::http::percent_decode(written) else {
+            return Response::text(404, "no such queue\n");
+        };
+        let ask = |reply| Ask::Queue {
+            name: name.clone(),
+            max_rows: MAX_ROWS,
+            reply,
+        };
+        match self.link.ask(ask).await {
+            Some(Some(view)) => Response::json(200, v1::queue(&name, &view)),
+            Some(None) => Response::text(404, "no such queue\n"),
+            None => busy(),
         }
     }
 

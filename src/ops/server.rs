@@ -132,28 +132,12 @@ impl Bound {
                 let slots = Rc::new(Slots::default());
                 let mut loops = Vec::new();
                 for (door, listener) in self.tcp {
-                    match TcpListener::try_from(listener) {
-                        Ok(listener) => loops.push(executor.spawn(accept_tcp(
-                            executor,
-                            listener,
-                            door,
-                            service.clone(),
-                            slots.clone(),
-                        ))),
-                        Err(e) => log::error!("operations door {}: {e}", door.name),
-                    }
+                    let listener = TcpListener::try_from(listener);
+                    loops.extend(serve_door(executor, door, listener, &service, &slots));
                 }
                 for (door, listener) in self.unix {
-                    match UnixListener::try_from(listener) {
-                        Ok(listener) => loops.push(executor.spawn(accept_unix(
-                            executor,
-                            listener,
-                            door,
-                            service.clone(),
-                            slots.clone(),
-                        ))),
-                        Err(e) => log::error!("operations door {}: {e}", door.name),
-                    }
+                    let listener = UnixListener::try_from(listener);
+                    loops.extend(serve_door(executor, door, listener, &service, &slots));
                 }
                 smol::block_on(executor.run(smol::future::pending::<()>()));
                 drop(loops);
@@ -169,34 +153,51 @@ struct Slots {
     refusing: Cell<usize>,
 }
 
-async fn accept_tcp(
-    executor: &'static LocalExecutor<'static>,
-    listener: TcpListener,
-    door: Door,
-    service: Rc<Service>,
-    slots: Rc<Slots>,
-) {
-    loop {
-        match listener.accept().await {
-            Ok((stream, _)) => admit(executor, stream, &door, &service, &slots),
-            Err(e) => pause_after(&door, e).await,
-        }
+/// A listening socket of either kind.
+trait Accept: 'static {
+    type Stream: AsyncRead + AsyncWrite + Unpin + 'static;
+    fn accept_one(&self) -> impl std::future::Future<Output = io::Result<Self::Stream>> + '_;
+}
+
+impl Accept for TcpListener {
+    type Stream = async_net::TcpStream;
+    async fn accept_one(&self) -> io::Result<Self::Stream> {
+        self.accept().await.map(|(stream, _)| stream)
     }
 }
 
-async fn accept_unix(
-    executor: &'static LocalExecutor<'static>,
-    listener: UnixListener,
-    door: Door,
-    service: Rc<Service>,
-    slots: Rc<Slots>,
-) {
-    loop {
-        match listener.accept().await {
-            Ok((stream, _)) => admit(executor, stream, &door, &service, &slots),
-            Err(e) => pause_after(&door, e).await,
-        }
+impl Accept for UnixListener {
+    type Stream = async_net::unix::UnixStream;
+    async fn accept_one(&self) -> io::Result<Self::Stream> {
+        self.accept().await.map(|(stream, _)| stream)
     }
+}
+
+/// Spawns `door`'s accept loop, or logs why its socket could not be
+/// handed to the executor.
+fn serve_door(
+    executor: &'static LocalExecutor<'static>,
+    door: Door,
+    listener: io::Result<impl Accept>,
+    service: &Rc<Service>,
+    slots: &Rc<Slots>,
+) -> Option<smol::Task<()>> {
+    let listener = match listener {
+        Ok(listener) => listener,
+        Err(e) => {
+            log::error!("operations door {}: {e}", door.name);
+            return None;
+        }
+    };
+    let (service, slots) = (service.clone(), slots.clone());
+    Some(executor.spawn(async move {
+        loop {
+            match listener.accept_one().await {
+                Ok(stream) => admit(executor, stream, &door, &service, &slots),
+                Err(e) => pause_after(&door, e).await,
+            }
+        }
+    }))
 }
 
 /// Out of descriptors, most likely: wait rather than spin.

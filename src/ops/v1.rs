@@ -3,8 +3,8 @@
 //! at [`super::route::MAX_ROWS`] and says how many rows exist beside how
 //! many it carries.
 
-use super::json::string;
-use crate::core::observe::{ChannelConsumers, SessionsView};
+use super::json::{string, timestamp};
+use crate::core::observe::{ChannelConsumers, LossesView, QueueView, SessionsView};
 
 /// `/v1/operations/consumers`: per channel, the furthest behind first.
 pub fn consumers(channels: &[ChannelConsumers]) -> String {
@@ -61,6 +61,69 @@ pub fn sessions(view: &SessionsView) -> String {
         view.connected,
         view.total - view.connected,
         view.rows.len()
+    )
+}
+
+/// `/v1/operations/position-lost`: who lost most first.
+pub fn position_lost(view: &LossesView) -> String {
+    let rows: Vec<String> = view
+        .rows
+        .iter()
+        .map(|l| {
+            format!(
+                "{{\"reader\":{},\"channel\":{},\"kind\":\"{}\",\"reported\":{},\"count\":{},\"records_missed\":{},\"last_position\":{},\"last_floor\":{},\"last_seen\":{}}}",
+                string(&l.reader),
+                string(&l.channel),
+                l.kind.as_str(),
+                l.reported,
+                l.count,
+                l.records_missed,
+                l.last_position,
+                l.last_floor,
+                timestamp(Some(l.last_seen_unix_ms))
+            )
+        })
+        .collect();
+    format!(
+        "{{\"readers\":[{}],\"returned\":{},\"tracked\":{},\"beyond\":{}}}",
+        rows.join(","),
+        view.rows.len(),
+        view.tracked,
+        view.beyond
+    )
+}
+
+/// `/v1/operations/queues/<channel>`: the oldest unresolved work first.
+/// `holder` and `lease_until` appear only on a leased job.
+pub fn queue(channel: &str, view: &QueueView) -> String {
+    let rows: Vec<String> = view
+        .rows
+        .iter()
+        .map(|job| {
+            let lease = match (&job.holder, job.state) {
+                (Some(holder), "leased") => format!(
+                    ",\"holder\":{},\"lease_until\":{}",
+                    string(holder),
+                    timestamp(job.lease_until_unix_ms)
+                ),
+                _ => String::new(),
+            };
+            format!(
+                "{{\"offset\":{},\"attempts\":{},\"state\":\"{}\"{lease},\"first_seen\":{},\"last_seen\":{}}}",
+                job.offset,
+                job.attempts,
+                job.state,
+                timestamp(job.first_seen_unix_ms),
+                timestamp(job.last_seen_unix_ms)
+            )
+        })
+        .collect();
+    format!(
+        "{{\"channel\":{},\"unresolved\":{},\"returned\":{},\"records\":[{}]}}",
+        string(channel),
+        view.unresolved,
+        view.rows.len(),
+        rows.join(",")
     )
 }
 
