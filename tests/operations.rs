@@ -150,6 +150,10 @@ fn metrics_are_prometheus_text_and_count_a_publish() {
         .body
         .contains("saguin_connections_by_protocol{protocol=\"5\"} 1\n"));
     assert!(first.body.contains("saguin_build_info{version="));
+    // Nobody subscribes to t/1: accepted, and matched by nothing.
+    assert_eq!(sample(&first.body, "saguin_broadcast_unmatched_total"), 1.0);
+    let broadcast = "saguin_published_total{channel=\"broadcast\"}";
+    assert_eq!(sample(&first.body, broadcast), 1.0);
     assert!(first
         .body
         .contains("\nsaguin_process_resident_memory_bytes "));
@@ -545,4 +549,6 @@ fn a_queue_route_lists_its_work_and_an_unknown_queue_is_404() {
         sample(&metrics, "saguin_queue_depth{channel=\"jobs\"}"),
         2.0
     );
+    let published = "saguin_published_total{channel=\"jobs\"}";
+    assert_eq!(sample(&metrics, published), 2.0);
 }

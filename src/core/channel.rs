@@ -449,6 +449,7 @@ impl Broker {
         now_ms: u64,
         out: &mut impl Transport,
     ) {
+        self.tallies.published(channel);
         if self.channels[channel].latest.is_some() {
             self.latest_committed(channel, message, id, offset, now_ms, out);
             return;

@@ -325,7 +325,7 @@ impl Broker {
             next_assigned_id: 0,
             match_scratch: Vec::new(),
             persist: persist::Persistence::default(),
-            tallies: observe::Tallies::default(),
+            tallies: observe::Tallies::new(settings.channels.len()),
             settings,
         }
     }

@@ -29,6 +29,9 @@ pub struct Observation {
     pub wills_waiting: u64,
     pub max_session_expiry_s: u32,
     pub qos2_max_inflight_per_client: u32,
+    /// Broadcast publishes accepted, and those nobody subscribed to.
+    pub published_broadcast: u64,
+    pub broadcast_unmatched: u64,
     pub channels: Vec<ChannelObservation>,
 }
 
@@ -53,6 +56,8 @@ pub struct ChannelObservation {
     pub retention_removed: u64,
     /// Passings of a reader's position by the floor since start.
     pub position_lost: u64,
+    /// Records stored since start.
+    pub published: u64,
 }
 
 /// A queue's work, as the catalogue counts it.
@@ -130,6 +135,8 @@ impl Broker {
             retained_messages: self.retained.len() as u64,
             max_session_expiry_s: self.settings.max_session_expiry_s,
             qos2_max_inflight_per_client: self.settings.qos2_max_inflight_per_client,
+            published_broadcast: self.tallies.published_broadcast,
+            broadcast_unmatched: self.tallies.broadcast_unmatched,
             ..Observation::default()
         };
         for (_, connection) in self.connections.iter() {
@@ -182,6 +189,7 @@ impl Broker {
                 .copied()
                 .unwrap_or(0),
             position_lost: self.tallies.position_lost.get(&index).copied().unwrap_or(0),
+            published: self.tallies.published.get(index).copied().unwrap_or(0),
         }
     }
 
@@ -325,9 +333,34 @@ pub(crate) struct Tallies {
     position_lost: std::collections::HashMap<usize, u64>,
     losses: Vec<Loss>,
     beyond: u64,
+    /// Records stored, by channel index; sized once at startup.
+    published: Vec<u64>,
+    /// Broadcast publishes accepted, and those of them nobody matched.
+    published_broadcast: u64,
+    broadcast_unmatched: u64,
 }
 
 impl Tallies {
+    pub(crate) fn new(channels: usize) -> Tallies {
+        Tallies {
+            published: vec![0; channels],
+            ..Tallies::default()
+        }
+    }
+
+    /// A record stored in channel `channel`.
+    pub(crate) fn published(&mut self, channel: usize) {
+        if let Some(count) = self.published.get_mut(channel) {
+            *count += 1;
+        }
+    }
+
+    /// A broadcast publish accepted; `matched` when anybody took it.
+    pub(crate) fn broadcast(&mut self, matched: bool) {
+        self.published_broadcast += 1;
+        self.broadcast_unmatched += u64::from(!matched);
+    }
+
     pub(crate) fn retention_removed(&mut self, channel: usize, records: u64) {
         *self.retention_removed.entry(channel).or_default() += records;
     }

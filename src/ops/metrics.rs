@@ -193,6 +193,25 @@ pub fn render(figures: &Figures<'_>) -> String {
             n,
         );
     }
+    out.one(
+        "saguin_broadcast_unmatched_total",
+        "counter",
+        "Broadcast publishes that matched no subscription and no channel.",
+        o.broadcast_unmatched,
+    );
+    out.family(
+        "saguin_published_total",
+        "counter",
+        "Records stored per channel, and broadcast publishes accepted.",
+    );
+    for c in &o.channels {
+        out.sample("saguin_published_total", &label(c), c.published);
+    }
+    out.sample(
+        "saguin_published_total",
+        &[("channel", "broadcast")],
+        o.published_broadcast,
+    );
     channels(&mut out, figures);
     providers(&mut out, figures.providers);
     process(&mut out, &figures.process);
@@ -501,6 +520,7 @@ mod tests {
             queue: (kind == "queue").then(QueueObservation::default),
             retention_removed: 0,
             position_lost: 0,
+            published: 0,
         }
     }
 
