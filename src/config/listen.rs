@@ -199,13 +199,31 @@ fn door(f: &mut Findings, path: &str, value: &Value, default_name: Option<&str>)
             None
         }
     };
+    let address = door_address(
+        f,
+        path,
+        t.get("address"),
+        "this door has no address, and a door with no address is a mistake rather than a default; write address: with host:port, such as 0.0.0.0:1883",
+    );
+    Some(Door {
+        path: path.to_string(),
+        name,
+        address,
+    })
+}
+
+/// Reads the `address` of the door at `path`, as written and as read;
+/// `missing` is the finding when there is none.
+pub(super) fn door_address(
+    f: &mut Findings,
+    path: &str,
+    value: Option<&Value>,
+    missing: &str,
+) -> Option<(String, Address)> {
     let address_path = format!("{path}.address");
-    let address = match t.get("address") {
+    match value {
         None => {
-            f.key(
-                path,
-                "this door has no address, and a door with no address is a mistake rather than a default; write address: with host:port, such as 0.0.0.0:1883",
-            );
+            f.key(path, missing);
             None
         }
         Some(v @ Value::String(text)) => match parse_address(text) {
@@ -216,19 +234,10 @@ fn door(f: &mut Findings, path: &str, value: &Value, default_name: Option<&str>)
             }
         },
         Some(v) => {
-            f.value(
-                &address_path,
-                v,
-                "an address is host:port, such as 0.0.0.0:1883, [::1]:1883 or :1883 for every interface",
-            );
+            f.value(&address_path, v, ADDRESS_FORM);
             None
         }
-    };
-    Some(Door {
-        path: path.to_string(),
-        name,
-        address,
-    })
+    }
 }
 
 /// A door's address, read for binding and for comparing with others.

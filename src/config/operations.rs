@@ -13,7 +13,7 @@ use std::sync::Arc;
 use serde_yaml::Value;
 
 use super::limits::{duration_ms, whole_seconds, NoneRule};
-use super::listen::{clashes, parse_address};
+use super::listen::{clashes, door_address, parse_address};
 use super::parse::{table, Findings, Keys, Table};
 use super::TcpDoor as MqttDoor;
 use crate::ops::operators::Operators;
@@ -268,31 +268,13 @@ fn door_name(
 }
 
 fn tcp_door(f: &mut Findings, path: &str, t: &Table<'_>) -> Option<ops::TcpDoor> {
-    let address_path = format!("{path}.address");
-    let address = match t.get("address") {
-        None => {
-            f.key(
-                path,
-                "this door has no address, and there is no default, because a port opened by a default is a port nobody chose; write address: such as 127.0.0.1:9090",
-            );
-            None
-        }
-        Some(v @ Value::String(text)) => match parse_address(text) {
-            Ok(address) => Some(address.bind_text().to_string()),
-            Err(why) => {
-                f.value(&address_path, v, why);
-                None
-            }
-        },
-        Some(v) => {
-            f.value(
-                &address_path,
-                v,
-                "an address is host:port, such as 127.0.0.1:9090",
-            );
-            None
-        }
-    };
+    let address = door_address(
+        f,
+        path,
+        t.get("address"),
+        "this door has no address, and there is no default, because a port opened by a default is a port nobody chose; write address: such as 127.0.0.1:9090",
+    )
+    .map(|(_, address)| address.bind_text().to_string());
     let password_file = operators(f, &format!("{path}.password_file"), t.get("password_file"));
     Some(ops::TcpDoor {
         name: String::new(),

@@ -199,27 +199,10 @@ pub fn render(figures: &Figures<'_>) -> String {
         "Broadcast publishes that matched no subscription and no channel.",
         o.broadcast_unmatched,
     );
-    out.family(
-        "saguin_published_total",
-        "counter",
-        "Records stored per channel, and broadcast publishes accepted.",
-    );
-    for c in &o.channels {
-        out.sample("saguin_published_total", &label(c), c.published);
-    }
-    out.sample(
-        "saguin_published_total",
-        &[("channel", "broadcast")],
-        o.published_broadcast,
-    );
     channels(&mut out, figures);
     providers(&mut out, figures.providers);
     process(&mut out, &figures.process);
     out.text
-}
-
-fn label(c: &ChannelObservation) -> [(&'static str, &str); 1] {
-    [("channel", c.name.as_str())]
 }
 
 fn provider_name(providers: &[Provider], index: usize) -> &str {
@@ -228,7 +211,6 @@ fn provider_name(providers: &[Provider], index: usize) -> &str {
 
 fn channels(out: &mut Exposition, figures: &Figures<'_>) {
     let list = &figures.observation.channels;
-    let appends = || list.iter().filter(|c| c.kind == "append");
     out.family(
         "saguin_channel_info",
         "gauge",
@@ -236,103 +218,109 @@ fn channels(out: &mut Exposition, figures: &Figures<'_>) {
     );
     for c in list {
         let provider = provider_name(figures.providers, c.provider);
-        out.sample(
-            "saguin_channel_info",
-            &[
-                ("channel", &c.name),
-                ("filter", &c.filter),
-                ("type", c.kind),
-                ("provider", provider),
-            ],
-            1u64,
-        );
+        let labels = [
+            ("channel", c.name.as_str()),
+            ("filter", &c.filter),
+            ("type", c.kind),
+            ("provider", provider),
+        ];
+        out.sample("saguin_channel_info", &labels, 1u64);
     }
-    out.family(
-        "saguin_channel_records",
-        "gauge",
-        "Records held: next minus floor, or a latest channel's topics.",
+    let append = |c: &ChannelObservation| c.kind == "append";
+    let every = |_: &ChannelObservation| true;
+    // (name, type, help, which channels carry it, its value where it has one)
+    type Row = (
+        &'static str,
+        &'static str,
+        &'static str,
+        fn(&ChannelObservation) -> bool,
+        fn(&ChannelObservation) -> Option<u64>,
     );
-    for c in list {
-        let records = match c.kind {
-            "append" => Some(c.next_offset.saturating_sub(c.floor_offset)),
-            _ => c.latest_topics,
-        };
-        if let Some(records) = records {
-            out.sample("saguin_channel_records", &label(c), records);
-        }
-    }
-    out.family(
-        "saguin_channel_next_offset",
-        "gauge",
-        "The offset the channel assigns next.",
-    );
-    for c in appends() {
-        out.sample("saguin_channel_next_offset", &label(c), c.next_offset);
-    }
-    out.family(
-        "saguin_channel_floor_offset",
-        "gauge",
-        "The oldest offset still readable.",
-    );
-    for c in appends() {
-        out.sample("saguin_channel_floor_offset", &label(c), c.floor_offset);
-    }
-    out.family(
-        "saguin_channel_consumers",
-        "gauge",
-        "Durable consumers holding a position on the channel.",
-    );
-    for c in appends() {
-        out.sample("saguin_channel_consumers", &label(c), c.consumers);
-    }
-    out.family(
-        "saguin_channel_consumer_position_min",
-        "gauge",
-        "The lowest durable consumer position; below the floor, records were lost to it.",
-    );
-    for c in appends() {
-        if let Some(min) = c.consumer_position_min {
-            out.sample("saguin_channel_consumer_position_min", &label(c), min);
-        }
-    }
-    out.family(
-        "saguin_channel_retention_removed_total",
-        "counter",
-        "Records retention has deleted.",
-    );
-    for c in list {
-        out.sample(
+    let rows: [Row; 10] = [
+        (
+            "saguin_channel_records",
+            "gauge",
+            "Records held: next minus floor, or a latest channel's topics.",
+            every,
+            |c| match c.kind {
+                "append" => Some(c.next_offset.saturating_sub(c.floor_offset)),
+                _ => c.latest_topics,
+            },
+        ),
+        (
+            "saguin_channel_next_offset",
+            "gauge",
+            "The offset the channel assigns next.",
+            append,
+            |c| Some(c.next_offset),
+        ),
+        (
+            "saguin_channel_floor_offset",
+            "gauge",
+            "The oldest offset still readable.",
+            append,
+            |c| Some(c.floor_offset),
+        ),
+        (
+            "saguin_channel_consumers",
+            "gauge",
+            "Durable consumers holding a position on the channel.",
+            append,
+            |c| Some(c.consumers),
+        ),
+        (
+            "saguin_channel_consumer_position_min",
+            "gauge",
+            "The lowest durable consumer position; below the floor, records were lost to it.",
+            append,
+            |c| c.consumer_position_min,
+        ),
+        (
             "saguin_channel_retention_removed_total",
-            &label(c),
-            c.retention_removed,
-        );
-    }
-    out.family(
-        "saguin_channel_position_lost_total",
-        "counter",
-        "Times the retention floor passed a reader's position.",
-    );
-    for c in list {
-        out.sample(
+            "counter",
+            "Records retention has deleted.",
+            every,
+            |c| Some(c.retention_removed),
+        ),
+        (
             "saguin_channel_position_lost_total",
-            &label(c),
-            c.position_lost,
-        );
-    }
-    out.family("saguin_queue_depth", "gauge", "Unresolved work.");
-    for c in list {
-        if let Some(q) = &c.queue {
-            out.sample("saguin_queue_depth", &label(c), q.depth);
+            "counter",
+            "Times the retention floor passed a reader's position.",
+            every,
+            |c| Some(c.position_lost),
+        ),
+        (
+            "saguin_published_total",
+            "counter",
+            "Records stored per channel, and broadcast publishes accepted.",
+            every,
+            |c| Some(c.published),
+        ),
+        (
+            "saguin_queue_depth",
+            "gauge",
+            "Unresolved work.",
+            every,
+            |c| c.queue.as_ref().map(|q| q.depth),
+        ),
+        (
+            "saguin_queue_inflight",
+            "gauge",
+            "Work out with a worker now.",
+            every,
+            |c| c.queue.as_ref().map(|q| q.inflight),
+        ),
+    ];
+    for (name, kind, help, carries, value) in rows {
+        out.family(name, kind, help);
+        for c in list.iter().filter(|c| carries(c)) {
+            if let Some(value) = value(c) {
+                out.sample(name, &[("channel", c.name.as_str())], value);
+            }
         }
-    }
-    out.family(
-        "saguin_queue_inflight",
-        "gauge",
-        "Work out with a worker now.",
-    );
-    for c in list {
-        if let Some(q) = &c.queue {
-            out.sample("saguin_queue_inflight", &label(c), q.inflight);
+        if name == "saguin_published_total" {
+            let broadcast = figures.observation.published_broadcast;
+            out.sample(name, &[("channel", "broadcast")], broadcast);
         }
     }
 }
