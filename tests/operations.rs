@@ -552,3 +552,48 @@ fn a_queue_route_lists_its_work_and_an_unknown_queue_is_404() {
     let published = "saguin_published_total{channel=\"jobs\"}";
     assert_eq!(sample(&metrics, published), 2.0);
 }
+
+#[test]
+fn a_reload_reads_the_operators_again_and_a_broken_file_changes_nothing() {
+    let dir = TempDir::new("ops-reload");
+    let path = dir.path().join("operations.passwd");
+    std::fs::write(&path, hash_line("first", "one", b"salt", 101)).unwrap();
+    let routes = saguin::ops::route::ROUTES;
+    let operators = saguin::ops::operators::Operators::load(&path, routes).unwrap();
+    let settings = saguin::ops::Settings {
+        tcp: vec![saguin::ops::TcpDoor {
+            name: "tcp".into(),
+            address: "127.0.0.1:0".into(),
+            password_file: None,
+        }],
+        unix: Vec::new(),
+        password_file: Some(Arc::new(operators)),
+        min_scrape_interval_s: 60,
+    };
+    let bound = saguin::ops::bind(&settings).unwrap();
+    let address = bound.tcp_addresses()[0].to_string();
+    let reloader = bound.reloader();
+    let (link, _asks) = saguin::ops::Link::new("t".into(), Arc::new(|| true), Vec::new());
+    bound.spawn(link).unwrap();
+    // Answered 403 rather than 401 once accepted: the route asks for a
+    // scope the test grants below, and the credential is what is checked.
+    let status = |user: &str, password: &str| {
+        let credential = basic(user, password);
+        get(
+            &address,
+            "/v1/operations/sessions",
+            &[("Authorization", &credential)],
+        )
+        .status
+    };
+    assert_eq!(status("second", "two"), 401);
+    let second = format!("{}:/metrics", hash_line("second", "two", b"salt", 101));
+    std::fs::write(&path, second).unwrap();
+    reloader.reload();
+    assert_eq!(status("second", "two"), 403);
+    assert_eq!(status("first", "one"), 401);
+    // Half saved: refused, and the operators read before stay.
+    std::fs::write(&path, "second").unwrap();
+    reloader.reload();
+    assert_eq!(status("second", "two"), 403);
+}

@@ -9,6 +9,7 @@
 //! `/v1/operations/consumers` and not `/v1/operationsomething`.
 
 use std::path::Path;
+use std::sync::{Arc, RwLock};
 
 use base64::Engine;
 use sha2::{Digest, Sha512};
@@ -105,6 +106,15 @@ impl Operators {
         })
     }
 
+    /// How many operators the file names.
+    pub fn len(&self) -> usize {
+        self.list.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.list.is_empty()
+    }
+
     /// Whether `name` has an entry.
     pub fn knows(&self, name: &str) -> bool {
         self.list.iter().any(|o| o.name == name)
@@ -128,6 +138,36 @@ impl Operators {
             }) => scopes.iter().any(|scope| grants(scope, path)),
             None => false,
         }
+    }
+}
+
+/// An operators file the listener reads while a reload may replace it.
+#[derive(Debug)]
+pub struct Reloadable(RwLock<Arc<Operators>>);
+
+impl Reloadable {
+    pub fn new(operators: Arc<Operators>) -> Arc<Reloadable> {
+        Arc::new(Reloadable(RwLock::new(operators)))
+    }
+
+    /// The operators as last read.
+    pub fn current(&self) -> Arc<Operators> {
+        match self.0.read() {
+            Ok(guard) => Arc::clone(&guard),
+            Err(poisoned) => Arc::clone(&poisoned.into_inner()),
+        }
+    }
+
+    /// Reads the file again. One that cannot be read or does not check
+    /// changes nothing - it may be half saved - and the reason is returned.
+    pub fn reload(&self, routes: &[&str]) -> Result<Arc<Operators>, String> {
+        let path = self.current().path.clone();
+        let fresh = Arc::new(Operators::load(Path::new(&path), routes)?);
+        match self.0.write() {
+            Ok(mut guard) => *guard = Arc::clone(&fresh),
+            Err(poisoned) => *poisoned.into_inner() = Arc::clone(&fresh),
+        }
+        Ok(fresh)
     }
 }
 

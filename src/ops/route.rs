@@ -16,7 +16,7 @@ use base64::Engine;
 
 use super::http::{Request, Response};
 use super::link::{Ask, Link};
-use super::operators::{Check, Operators};
+use super::operators::{Check, Operators, Reloadable};
 use super::{metrics, process, v1};
 
 /// Every route that takes a credential, as a password file's scope names
@@ -51,7 +51,7 @@ pub struct Door {
     pub name: String,
     pub kind: DoorKind,
     /// The door's own operators, or the block's.
-    pub operators: Option<Arc<Operators>>,
+    pub operators: Option<Arc<Reloadable>>,
 }
 
 /// The state the routes share on the operations thread.
@@ -209,19 +209,21 @@ fn forbidden(body: impl std::fmt::Display) -> Response {
 /// `Ok` when the caller may read `request.path` at `door`.
 fn authorize(request: &Request, door: &Door) -> Result<(), Response> {
     let path = request.path.as_str();
+    let operators = door.operators.as_ref().map(|file| file.current());
+    let operators = operators.as_deref();
     if let Some(value) = request.header("authorization") {
-        return authorize_password(value, door, path);
+        return authorize_password(value, operators, &door.name, path);
     }
     if door.kind == DoorKind::Unix {
         // Only a socket carries somebody else's word: its permissions
         // decide who may speak to it. Elsewhere the header is not read.
         if let Some(name) = request.header(PRINCIPAL_HEADER).map(str::trim) {
             if !name.is_empty() {
-                return authorize_principal(name, door, path);
+                return authorize_principal(name, operators, &door.name, path);
             }
         }
     }
-    if door.operators.is_some() {
+    if operators.is_some() {
         return Err(challenge("this listener needs a credential"));
     }
     if door.kind == DoorKind::Tcp {
@@ -230,26 +232,22 @@ fn authorize(request: &Request, door: &Door) -> Result<(), Response> {
     Ok(())
 }
 
-fn authorize_password(value: &str, door: &Door, path: &str) -> Result<(), Response> {
+fn authorize_password(
+    value: &str,
+    operators: Option<&Operators>,
+    door: &str,
+    path: &str,
+) -> Result<(), Response> {
     let Some((name, password)) = basic_credential(value) else {
         return Err(challenge("the Authorization header is not HTTP Basic"));
     };
-    let accepted = door
-        .operators
-        .as_ref()
-        .is_some_and(|ops| ops.check(&name, &password) == Check::Accepted);
+    let accepted = operators.is_some_and(|ops| ops.check(&name, &password) == Check::Accepted);
     if !accepted {
         // The log says a credential failed and never what it was.
-        log::warn!(
-            "operations door {}: a credential was rejected for {path}",
-            door.name
-        );
+        log::warn!("operations door {door}: a credential was rejected for {path}");
         return Err(challenge("the credential was rejected"));
     }
-    let reaches = door
-        .operators
-        .as_ref()
-        .is_some_and(|ops| ops.reaches(&name, path));
+    let reaches = operators.is_some_and(|ops| ops.reaches(&name, path));
     if reaches {
         Ok(())
     } else {
@@ -259,17 +257,19 @@ fn authorize_password(value: &str, door: &Door, path: &str) -> Result<(), Respon
     }
 }
 
-fn authorize_principal(name: &str, door: &Door, path: &str) -> Result<(), Response> {
+fn authorize_principal(
+    name: &str,
+    operators: Option<&Operators>,
+    door: &str,
+    path: &str,
+) -> Result<(), Response> {
     if name.chars().any(char::is_control) {
-        log::warn!(
-            "operations door {}: refused a principal holding a control character",
-            door.name
-        );
+        log::warn!("operations door {door}: refused a principal holding a control character");
         return Err(forbidden(
             "a principal holding a control character names nobody",
         ));
     }
-    let listed = door.operators.as_ref().filter(|ops| ops.knows(name));
+    let listed = operators.filter(|ops| ops.knows(name));
     let reaches = match listed {
         Some(ops) => ops.reaches(name, path),
         // A name the file does not hold is scraped and nothing more.

@@ -22,7 +22,8 @@ use smol::LocalExecutor;
 
 use super::http::{self, ReadBuffer, Response};
 use super::link::Link;
-use super::route::{Door, DoorKind, Service};
+use super::operators::{Operators, Reloadable};
+use super::route::{Door, DoorKind, Service, ROUTES};
 use super::Settings;
 
 /// Connections served at once, over every door.
@@ -33,6 +34,32 @@ pub struct Bound {
     tcp: Vec<(Door, std::net::TcpListener)>,
     unix: Vec<(Door, std::os::unix::net::UnixListener)>,
     min_scrape_interval: Duration,
+    files: Vec<Arc<Reloadable>>,
+}
+
+/// Re-reads every operators file the doors read, on request: the reload
+/// signal's part in this listener. Cheap to clone; any thread may call it.
+#[derive(Clone)]
+pub struct Reloader(Vec<Arc<Reloadable>>);
+
+impl Reloader {
+    /// Reads each file again, logging what it now holds; a file that
+    /// cannot be read or does not check is logged and left as it was.
+    pub fn reload(&self) {
+        for file in &self.0 {
+            match file.reload(ROUTES) {
+                Ok(operators) => log::info!(
+                    "operations: re-read {}: {} operators",
+                    operators.path,
+                    operators.len()
+                ),
+                Err(why) => log::error!(
+                    "operations: {} was not re-read, and the operators read before stay in force: the file {why}",
+                    file.current().path
+                ),
+            }
+        }
+    }
 }
 
 /// Binds every door `settings` names. Errors name the door's key.
@@ -41,7 +68,20 @@ pub fn bind(settings: &Settings) -> io::Result<Bound> {
         tcp: Vec::new(),
         unix: Vec::new(),
         min_scrape_interval: Duration::from_secs(u64::from(settings.min_scrape_interval_s)),
+        files: Vec::new(),
     };
+    // The block's file is one for every door that names none of its own.
+    let shared_file = settings.password_file.clone().map(Reloadable::new);
+    bound.files.extend(shared_file.clone());
+    let mut door_file = |own: &Option<Arc<Operators>>| match own {
+        Some(own) => {
+            let file = Reloadable::new(own.clone());
+            bound.files.push(file.clone());
+            Some(file)
+        }
+        None => shared_file.clone(),
+    };
+    let (mut tcp, mut unix) = (Vec::new(), Vec::new());
     for door in &settings.tcp {
         let key = format!("broker.operations.listen.tcp {:?}", door.name);
         let listener = std::net::TcpListener::bind(door.address.as_str())
@@ -52,13 +92,8 @@ pub fn bind(settings: &Settings) -> io::Result<Bound> {
             door.name,
             listener.local_addr()?
         );
-        let operators = door
-            .password_file
-            .clone()
-            .or(settings.password_file.clone());
-        bound
-            .tcp
-            .push((door_of(&door.name, DoorKind::Tcp, operators), listener));
+        let operators = door_file(&door.password_file);
+        tcp.push((door_of(&door.name, DoorKind::Tcp, operators), listener));
     }
     for door in &settings.unix {
         let key = format!("broker.operations.listen.unix {:?}", door.name);
@@ -74,22 +109,15 @@ pub fn bind(settings: &Settings) -> io::Result<Bound> {
             door.name,
             door.path.display()
         );
-        let operators = door
-            .password_file
-            .clone()
-            .or(settings.password_file.clone());
-        bound
-            .unix
-            .push((door_of(&door.name, DoorKind::Unix, operators), listener));
+        let operators = door_file(&door.password_file);
+        unix.push((door_of(&door.name, DoorKind::Unix, operators), listener));
     }
+    bound.tcp = tcp;
+    bound.unix = unix;
     Ok(bound)
 }
 
-fn door_of(
-    name: &str,
-    kind: DoorKind,
-    operators: Option<Arc<super::operators::Operators>>,
-) -> Door {
+fn door_of(name: &str, kind: DoorKind, operators: Option<Arc<Reloadable>>) -> Door {
     Door {
         name: name.to_string(),
         kind,
@@ -118,6 +146,11 @@ impl Bound {
             .iter()
             .filter_map(|(_, l)| l.local_addr().ok())
             .collect()
+    }
+
+    /// What re-reads the doors' operators files once they are served.
+    pub fn reloader(&self) -> Reloader {
+        Reloader(self.files.clone())
     }
 
     /// Serves every door on a thread of its own until the process ends.
