@@ -36,8 +36,7 @@ pub fn start(
         let watches = watches.clone();
         Arc::new(move || {
             let now_ms = started.elapsed().as_millis() as u64;
-            let turning = now_ms.saturating_sub(beat_ms.load(Ordering::Relaxed)) < HEALTH_STALL_MS;
-            turning && !watches.iter().any(StorageWatch::stopped)
+            healthy(now_ms, beat_ms.load(Ordering::Relaxed), &watches)
         })
     };
     let (link, asks) = Link::new(
@@ -60,6 +59,13 @@ pub fn start(
         }
     });
     Ok(vec![heartbeat, answers])
+}
+
+/// Whether a restart would not help: the executor beat within
+/// [`HEALTH_STALL_MS`] of `now_ms` and every storage thread still runs.
+fn healthy(now_ms: u64, beat_ms: u64, watches: &[StorageWatch]) -> bool {
+    let turning = now_ms.saturating_sub(beat_ms) < HEALTH_STALL_MS;
+    turning && !watches.iter().any(StorageWatch::stopped)
 }
 
 fn providers(config: &Config, watches: &[StorageWatch]) -> Vec<Provider> {
@@ -91,4 +97,22 @@ fn providers(config: &Config, watches: &[StorageWatch]) -> Vec<Provider> {
             }
         })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::{MemoryProvider, StorageThread};
+
+    #[test]
+    fn a_stalled_executor_or_an_ended_storage_thread_is_unhealthy() {
+        let provider = MemoryProvider::open("m", 1 << 20, 0, None).unwrap();
+        let thread =
+            StorageThread::spawn(Box::new(provider), CommitPolicy::Collect, 4, |_| {}).unwrap();
+        let watches = vec![thread.watch()];
+        assert!(healthy(20_000, 19_500, &watches));
+        assert!(!healthy(20_000, 20_000 - HEALTH_STALL_MS, &watches));
+        thread.shutdown().unwrap();
+        assert!(!healthy(20_000, 19_500, &watches));
+    }
 }
