@@ -488,6 +488,11 @@ fn retention_passing_a_stopped_consumer_raises_the_alert_and_names_it() {
             "saguin_channel_retention_removed_total{channel=\"events\"}"
         ) > 0.0
     );
+    let provider = "{provider=\"local\"}";
+    assert!(sample(&scrape, &format!("saguin_provider_bytes{provider}")) > 0.0);
+    let max_bytes = sample(&scrape, &format!("saguin_provider_max_bytes{provider}"));
+    assert_eq!(max_bytes, 64.0 * 1024.0 * 1024.0);
+    assert!(scrape.contains("saguin_provider_info{provider=\"local\",type=\"redb\"} 1\n"));
     let consumers = get(&ops, "/v1/operations/consumers", &[]).body;
     assert!(
         consumers.contains("\"reader\":\"mqtt:truck-114\""),

@@ -92,6 +92,7 @@ fn providers(config: &Config, watches: &[StorageWatch]) -> Vec<Provider> {
             Provider {
                 name: provider.name.clone(),
                 kind,
+                max_bytes: provider.max_bytes,
                 publish_commit_max_records,
                 commits: Arc::new(move || watch.stats()),
             }

@@ -76,6 +76,8 @@ pub struct Provider {
     pub name: String,
     /// `redb` or `memory`.
     pub kind: &'static str,
+    /// Its `max_bytes`.
+    pub max_bytes: u64,
     /// The provider's `publish_commit_max_records`, for a provider that
     /// collects publishes; `None` for one that does not.
     pub publish_commit_max_records: Option<u32>,

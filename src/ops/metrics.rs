@@ -340,6 +340,30 @@ fn providers(out: &mut Exposition, providers: &[Provider]) {
     }
     let stats: Vec<_> = providers.iter().map(|p| (p, (p.commits)())).collect();
     out.family(
+        "saguin_provider_bytes",
+        "gauge",
+        "What the provider holds, as its max_bytes counts it.",
+    );
+    for (p, s) in &stats {
+        out.sample(
+            "saguin_provider_bytes",
+            &[("provider", p.name.as_str())],
+            s.used_bytes,
+        );
+    }
+    out.family(
+        "saguin_provider_max_bytes",
+        "gauge",
+        "The provider's max_bytes.",
+    );
+    for p in providers {
+        out.sample(
+            "saguin_provider_max_bytes",
+            &[("provider", p.name.as_str())],
+            p.max_bytes,
+        );
+    }
+    out.family(
         "saguin_storage_commits_total",
         "counter",
         "Publish transactions, by what closed them.",
@@ -374,11 +398,11 @@ fn providers(out: &mut Exposition, providers: &[Provider]) {
         "Storage transactions that failed; no series until one has.",
     );
     for (p, s) in &stats {
-        if s.failed_batches > 0 {
+        if s.failed_commits > 0 {
             out.sample(
                 "saguin_storage_errors_total",
                 &[("provider", &p.name)],
-                s.failed_batches,
+                s.failed_commits,
             );
         }
     }
