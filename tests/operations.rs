@@ -332,6 +332,9 @@ fn a_unix_socket_carries_a_proxy_s_principal() {
         ask("/metrics", &[("X-Saguin-Principal", "bad\u{85}name")]).status,
         403
     );
+    // A clean stop takes its socket file with it.
+    assert!(broker.terminate().success());
+    assert!(!socket.exists());
 }
 
 #[test]
@@ -362,7 +365,7 @@ fn health_is_unavailable_when_the_broker_says_a_restart_would_help() {
     let bound = saguin::ops::bind(&settings).unwrap();
     let address = bound.tcp_addresses()[0].to_string();
     let (link, asks) = saguin::ops::Link::new("t".into(), Arc::new(|| false), Vec::new());
-    bound.spawn(link).unwrap();
+    let _sockets = bound.spawn(link).unwrap();
     let health = get(&address, "/health", &[]);
     assert_eq!(health.status, 503);
     assert_eq!(health.body, "{\"status\":\"unavailable\"}");
@@ -579,7 +582,7 @@ fn a_reload_reads_the_operators_again_and_a_broken_file_changes_nothing() {
     let address = bound.tcp_addresses()[0].to_string();
     let reloader = bound.reloader();
     let (link, _asks) = saguin::ops::Link::new("t".into(), Arc::new(|| true), Vec::new());
-    bound.spawn(link).unwrap();
+    let _sockets = bound.spawn(link).unwrap();
     // Answered 403 rather than 401 once accepted: the route asks for a
     // scope the test grants below, and the credential is what is checked.
     let status = |user: &str, password: &str| {

@@ -198,12 +198,17 @@ async fn serve(executor: &'static LocalExecutor<'static>, config: Config) -> io:
         );
         tasks.push(executor.spawn(accept));
     }
-    if let Some(bound) = operations {
-        let watches = storage.watches();
-        tasks.extend(operations::start(
-            executor, &shared, &config, bound, watches,
-        )?);
-    }
+    // Held to the end: a clean stop removes the operations socket files.
+    let _operations_sockets = match operations {
+        Some(bound) => {
+            let watches = storage.watches();
+            let (answering, sockets) =
+                operations::start(executor, &shared, &config, bound, watches)?;
+            tasks.extend(answering);
+            Some(sockets)
+        }
+        None => None,
+    };
     tasks.push(executor.spawn(tick_loop(shared.clone())));
     tasks.push(executor.spawn(completion_loop(shared.clone(), completions)));
 

@@ -21,14 +21,15 @@ const HEALTH_STALL_MS: u64 = 10_000;
 const HEARTBEAT_MS: u64 = 500;
 
 /// Starts serving `bound` on its own thread; the returned tasks answer it
-/// here and must live as long as the broker serves.
+/// here and must live as long as the broker serves, and the socket files
+/// go when the returned guard does.
 pub fn start(
     executor: &'static LocalExecutor<'static>,
     shared: &SharedRef,
     config: &Config,
     bound: ops::Bound,
     watches: Vec<StorageWatch>,
-) -> std::io::Result<Vec<smol::Task<()>>> {
+) -> std::io::Result<(Vec<smol::Task<()>>, ops::SocketFiles)> {
     let started = Instant::now();
     let beat_ms = Arc::new(AtomicU64::new(0));
     let healthy = {
@@ -44,7 +45,7 @@ pub fn start(
         healthy,
         providers(config, &watches),
     );
-    bound.spawn(link)?;
+    let sockets = bound.spawn(link)?;
     let heartbeat = executor.spawn(async move {
         loop {
             beat_ms.store(started.elapsed().as_millis() as u64, Ordering::Relaxed);
@@ -58,7 +59,7 @@ pub fn start(
             ops::answer(ask, &state.broker, state.now_ms());
         }
     });
-    Ok(vec![heartbeat, answers])
+    Ok((vec![heartbeat, answers], sockets))
 }
 
 /// Whether a restart would not help: the executor beat within

@@ -30,7 +30,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 pub use link::{answer, Ask, Link, Provider};
-pub use server::{bind, Bound, Reloader};
+pub use server::{bind, Bound, Reloader, SocketFiles};
 
 /// The shortest `min_scrape_interval`, and its default.
 pub const MIN_SCRAPE_INTERVAL_S: u32 = 60;

@@ -154,7 +154,14 @@ impl Bound {
     }
 
     /// Serves every door on a thread of its own until the process ends.
-    pub fn spawn(self, link: Link) -> io::Result<()> {
+    /// The socket files are removed when the returned guard is dropped.
+    pub fn spawn(self, link: Link) -> io::Result<SocketFiles> {
+        let files = SocketFiles(
+            self.unix
+                .iter()
+                .filter_map(|(_, l)| socket_path(l))
+                .collect(),
+        );
         std::thread::Builder::new()
             .name("saguin-ops".to_string())
             .spawn(move || {
@@ -175,8 +182,28 @@ impl Bound {
                 smol::block_on(executor.run(smol::future::pending::<()>()));
                 drop(loops);
             })?;
-        Ok(())
+        Ok(files)
     }
+}
+
+/// The Unix doors' socket files, removed when the broker stops cleanly.
+#[must_use = "dropping it removes the socket files at once"]
+pub struct SocketFiles(Vec<std::path::PathBuf>);
+
+impl Drop for SocketFiles {
+    fn drop(&mut self) {
+        for path in &self.0 {
+            let _ = std::fs::remove_file(path);
+        }
+    }
+}
+
+fn socket_path(listener: &std::os::unix::net::UnixListener) -> Option<std::path::PathBuf> {
+    listener
+        .local_addr()
+        .ok()?
+        .as_pathname()
+        .map(|p| p.to_path_buf())
 }
 
 /// Connections being served, and being answered 429.
