@@ -130,6 +130,26 @@ fn health_answers_ok_to_get_and_head_and_refuses_other_methods() {
 }
 
 #[test]
+fn a_connection_serves_requests_in_turn_until_asked_to_close() {
+    let (_broker, address, _dir) = broker_with(LOOPBACK_DOOR, "");
+    let mut stream = tcp(&address);
+    let both = "GET /health HTTP/1.1\r\n\r\nHEAD /health HTTP/1.1\r\nConnection: close\r\n\r\n";
+    stream.write_all(both.as_bytes()).unwrap();
+    let mut text = String::new();
+    stream.read_to_string(&mut text).unwrap();
+    assert_eq!(text.matches("HTTP/1.1 200 OK\r\n").count(), 2, "{text}");
+    assert_eq!(text.matches("{\"status\":\"ok\"}").count(), 1, "{text}");
+    assert!(text.contains("Connection: keep-alive\r\n"));
+    assert!(text.ends_with("Connection: close\r\n\r\n"), "{text}");
+    // A head past the bound is refused, not read on.
+    let huge = format!(
+        "GET /health HTTP/1.1\r\nX-Pad: {}\r\n\r\n",
+        "a".repeat(9000)
+    );
+    assert_eq!(exchange(tcp(&address), &huge).status, 431);
+}
+
+#[test]
 fn metrics_are_prometheus_text_and_count_a_publish() {
     let (broker, address, _dir) = broker_with(LOOPBACK_DOOR, "");
     let mut client = RawClient::connect(&broker.address(), ProtocolVersion::V5, "pub-1");
@@ -604,4 +624,28 @@ fn a_reload_reads_the_operators_again_and_a_broken_file_changes_nothing() {
     std::fs::write(&path, "second").unwrap();
     reloader.reload();
     assert_eq!(status("second", "two"), 403);
+}
+
+#[test]
+fn a_port_in_use_stops_the_broker_naming_the_door() {
+    let dir = TempDir::new("ops-busy");
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = taken.local_addr().unwrap().port();
+    let path = dir.path().join("saguin.yaml");
+    let yaml = format!(
+        "broker:\n  id: a\n  mqtt:\n    listen:\n      tcp:\n        address: 127.0.0.1:0\n  operations:\n    listen:\n      tcp:\n        address: 127.0.0.1:{port}\n"
+    );
+    std::fs::write(&path, yaml).unwrap();
+    let output = Command::new(env!("CARGO_BIN_EXE_saguin"))
+        .arg("--config")
+        .arg(&path)
+        .output()
+        .unwrap();
+    assert!(!output.status.success());
+    let said = String::from_utf8_lossy(&output.stdout) + String::from_utf8_lossy(&output.stderr);
+    assert!(
+        said.contains("broker.operations.listen.tcp \"tcp\""),
+        "{said}"
+    );
+    drop(taken);
 }

@@ -295,21 +295,28 @@ fn admit<S>(
     }
 }
 
-/// How long a refused connection is given to close its side, and the
-/// most of what it sent that is read and thrown away meanwhile.
+/// How long a connection answered for the last time is given to close its
+/// side, and the most of what it sent that is read and thrown away
+/// meanwhile.
 const REFUSAL_DRAIN_MS: u64 = 1_000;
 const REFUSAL_DRAIN_BYTES: usize = 64 * 1024;
 
-/// Answers 429 and closes. What the caller sent is read and discarded for
-/// a moment first, so the close does not reset the answer away.
+/// Answers 429 and closes.
 async fn refuse_busy<S: AsyncRead + AsyncWrite + Unpin>(mut stream: S) {
-    use smol::io::{AsyncReadExt, AsyncWriteExt};
     let busy = Response::text(
         429,
         "the operations listener is serving as many connections as it takes; try again shortly\n",
     )
     .with_header("Retry-After", "1");
-    if !http::write_response(&mut stream, &busy, false, false).await {
+    answer_and_close(&mut stream, &busy).await;
+}
+
+/// Writes a final response and closes. What the caller sent and was not
+/// read is read and discarded for a moment first, so the close does not
+/// reset the answer away before the caller has it.
+async fn answer_and_close<S: AsyncRead + AsyncWrite + Unpin>(stream: &mut S, response: &Response) {
+    use smol::io::{AsyncReadExt, AsyncWriteExt};
+    if !http::write_response(stream, response, false, false).await {
         return;
     }
     let _ = stream.close().await;
@@ -338,7 +345,7 @@ async fn serve<S: AsyncRead + AsyncWrite + Unpin>(mut stream: S, door: &Door, se
             Ok(request) => request,
             Err(error) => {
                 if let Some(response) = error.response() {
-                    http::write_response(&mut stream, &response, false, false).await;
+                    answer_and_close(&mut stream, &response).await;
                 }
                 return;
             }
