@@ -70,7 +70,7 @@ fn main() -> ExitCode {
             if let Err(error) = simple_logger::SimpleLogger::new().with_level(level).init() {
                 eprintln!("cannot start logging: {error}");
             }
-            if let Err(error) = saguin::net::run(config) {
+            if let Err(error) = saguin::net::run(config.shell_settings()) {
                 log::error!("{error}");
                 return ExitCode::FAILURE;
             }

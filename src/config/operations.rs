@@ -12,10 +12,10 @@ use std::sync::Arc;
 
 use serde_yaml::Value;
 
-use super::limits::{duration_ms, whole_seconds, NoneRule};
-use super::listen::{clashes, door_address, parse_address};
-use super::parse::{table, Findings, Keys, Table};
-use super::TcpDoor as MqttDoor;
+use super::findings::Findings;
+use super::listen::{clashes, door_address, parse_address, TcpDoor as MqttDoor};
+use super::table::{table, Keys, Table};
+use super::values::{duration_ms, whole_seconds, NoneRule};
 use crate::ops::operators::Operators;
 use crate::ops::{self, route::ROUTES, MIN_SCRAPE_INTERVAL_S};
 

@@ -8,8 +8,10 @@
 
 mod broadcast_log;
 pub mod channel;
+pub mod channel_load;
 pub mod claims;
 mod connect;
+pub mod dead_letter;
 mod delivery;
 mod inbound;
 pub mod latest;

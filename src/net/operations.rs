@@ -9,9 +9,8 @@ use std::time::{Duration, Instant};
 use smol::LocalExecutor;
 
 use super::SharedRef;
-use crate::config::{CommitPolicy, Config, ProviderKind};
 use crate::ops::{self, Link, Provider};
-use crate::store::StorageWatch;
+use crate::store::{CommitPolicy, ProviderKind, ProviderSettings, StorageWatch};
 
 /// How long the executor may go without turning before `/health` says a
 /// restart would help. The tick runs every 100 ms, so this is a wedge, not
@@ -26,7 +25,8 @@ const HEARTBEAT_MS: u64 = 500;
 pub fn start(
     executor: &'static LocalExecutor<'static>,
     shared: &SharedRef,
-    config: &Config,
+    broker_id: &str,
+    providers_written: &[ProviderSettings],
     bound: ops::Bound,
     watches: Vec<StorageWatch>,
 ) -> std::io::Result<(Vec<smol::Task<()>>, ops::SocketFiles)> {
@@ -41,9 +41,9 @@ pub fn start(
         })
     };
     let (link, asks) = Link::new(
-        config.broker.id.clone(),
+        broker_id.to_string(),
         healthy,
-        providers(config, &watches),
+        providers(providers_written, &watches),
     );
     let sockets = bound.spawn(link)?;
     let heartbeat = executor.spawn(async move {
@@ -69,12 +69,8 @@ fn healthy(now_ms: u64, beat_ms: u64, watches: &[StorageWatch]) -> bool {
     turning && !watches.iter().any(StorageWatch::stopped)
 }
 
-fn providers(config: &Config, watches: &[StorageWatch]) -> Vec<Provider> {
-    let Some(storage) = &config.broker.storage else {
-        return Vec::new();
-    };
-    storage
-        .providers
+fn providers(written: &[ProviderSettings], watches: &[StorageWatch]) -> Vec<Provider> {
+    written
         .iter()
         .zip(watches)
         .map(|(provider, watch)| {
