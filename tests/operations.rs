@@ -370,19 +370,26 @@ fn connections_past_the_bound_are_answered_429() {
     drop(held);
 }
 
-#[test]
-fn health_is_unavailable_when_the_broker_says_a_restart_would_help() {
-    let settings = saguin::ops::Settings {
+/// The listener alone, for a test that runs it in process: one TCP door
+/// on a port the kernel picks.
+fn one_loopback_door(
+    password_file: Option<Arc<saguin::ops::operators::Operators>>,
+) -> saguin::ops::Settings {
+    saguin::ops::Settings {
         tcp: vec![saguin::ops::TcpDoor {
             name: "tcp".into(),
             address: "127.0.0.1:0".into(),
             password_file: None,
         }],
         unix: Vec::new(),
-        password_file: None,
+        password_file,
         min_scrape_interval_s: 60,
-    };
-    let bound = saguin::ops::bind(&settings).unwrap();
+    }
+}
+
+#[test]
+fn health_is_unavailable_when_the_broker_says_a_restart_would_help() {
+    let bound = saguin::ops::bind(&one_loopback_door(None)).unwrap();
     let address = bound.tcp_addresses()[0].to_string();
     let (link, asks) = saguin::ops::Link::new("t".into(), Arc::new(|| false), Vec::new());
     let _sockets = bound.spawn(link).unwrap();
@@ -588,17 +595,7 @@ fn a_reload_reads_the_operators_again_and_a_broken_file_changes_nothing() {
     std::fs::write(&path, hash_line("first", "one", b"salt", 101)).unwrap();
     let routes = saguin::ops::route::ROUTES;
     let operators = saguin::ops::operators::Operators::load(&path, routes).unwrap();
-    let settings = saguin::ops::Settings {
-        tcp: vec![saguin::ops::TcpDoor {
-            name: "tcp".into(),
-            address: "127.0.0.1:0".into(),
-            password_file: None,
-        }],
-        unix: Vec::new(),
-        password_file: Some(Arc::new(operators)),
-        min_scrape_interval_s: 60,
-    };
-    let bound = saguin::ops::bind(&settings).unwrap();
+    let bound = saguin::ops::bind(&one_loopback_door(Some(Arc::new(operators)))).unwrap();
     let address = bound.tcp_addresses()[0].to_string();
     let reloader = bound.reloader();
     let (link, _asks) = saguin::ops::Link::new("t".into(), Arc::new(|| true), Vec::new());
