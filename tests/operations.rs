@@ -522,6 +522,11 @@ fn retention_passing_a_stopped_consumer_raises_the_alert_and_names_it() {
     assert!(sample(&scrape, &format!("saguin_provider_bytes{provider}")) > 0.0);
     let max_bytes = sample(&scrape, &format!("saguin_provider_max_bytes{provider}"));
     assert_eq!(max_bytes, 64.0 * 1024.0 * 1024.0);
+    let committed = sample(
+        &scrape,
+        &format!("saguin_storage_committed_records_total{provider}"),
+    );
+    assert!(committed >= 40.0, "{committed}");
     assert!(scrape.contains("saguin_provider_info{provider=\"local\",type=\"redb\"} 1\n"));
     let consumers = get(&ops, "/v1/operations/consumers", &[]).body;
     assert!(

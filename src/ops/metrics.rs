@@ -368,7 +368,13 @@ fn providers(out: &mut Exposition, providers: &[Provider]) {
         "counter",
         "Publish transactions, by what closed them.",
     );
-    for (p, s) in &stats {
+    // A memory provider has no transaction to collect publishes into.
+    let collecting = || {
+        stats
+            .iter()
+            .filter(|(p, _)| p.publish_commit_max_records.is_some())
+    };
+    for (p, s) in collecting() {
         for (closed_by, n) in [
             ("records", s.closed_by_records),
             ("interval", s.closed_by_interval),
@@ -385,7 +391,7 @@ fn providers(out: &mut Exposition, providers: &[Provider]) {
         "counter",
         "Records appended by committed transactions.",
     );
-    for (p, s) in &stats {
+    for (p, s) in collecting() {
         out.sample(
             "saguin_storage_committed_records_total",
             &[("provider", &p.name)],
