@@ -651,3 +651,46 @@ fn a_port_in_use_stops_the_broker_naming_the_door() {
     );
     drop(taken);
 }
+
+#[test]
+fn a_start_says_how_many_sessions_it_put_back_and_ended() {
+    let dir = TempDir::new("ops-restart");
+    let block = format!("{REDB_EVENTS}  operations:\n{LOOPBACK_DOOR}");
+    let start = |dir: &TempDir| {
+        let mut broker = BrokerProcess::start_in(dir.path(), &block, "");
+        let line = broker.wait_for_log("operations door tcp bound to");
+        let ops = line.rsplit("bound to ").next().unwrap().trim().to_string();
+        (broker, ops)
+    };
+    let (mut broker, _) = start(&dir);
+    let (mut kept, _) = common::durable_connect(&broker.address(), "kept");
+    kept.subscribe("t/#", QoS::AtLeastOnce);
+    kept.send(&Packet::Disconnect(Default::default()));
+    drop(kept);
+    // Expires while the broker is stopped.
+    let mut brief = RawClient::open(&broker.address(), ProtocolVersion::V5);
+    let mut connect = common::connect_packet(ProtocolVersion::V5, "brief");
+    connect.clean_start = false;
+    connect.properties.session_expiry_interval_s = Some(1);
+    brief.send(&Packet::Connect(connect));
+    assert!(matches!(
+        brief.recv(),
+        common::Received::Packet(Packet::Connack(_))
+    ));
+    brief.send(&Packet::Disconnect(Default::default()));
+    drop(brief);
+    broker.wait_for_log("brief");
+    assert!(broker.terminate().success());
+    drop(broker);
+    // The condition is the wall clock itself: the brief session's second,
+    // counted from its disconnect, has run out before the start.
+    let due = std::time::SystemTime::now() + std::time::Duration::from_secs(1);
+    while std::time::SystemTime::now() <= due {
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let (_broker, ops) = start(&dir);
+    let scrape = get(&ops, "/metrics", &[]).body;
+    assert_eq!(sample(&scrape, "saguin_sessions_restored_total"), 1.0);
+    let expired = "saguin_sessions_dropped_total{cause=\"expired_while_stopped\"}";
+    assert_eq!(sample(&scrape, expired), 1.0);
+}

@@ -32,6 +32,11 @@ pub struct Observation {
     /// Broadcast publishes accepted, and those nobody subscribed to.
     pub published_broadcast: u64,
     pub broadcast_unmatched: u64,
+    /// Sessions the start put back, and ended for their expiry or for a
+    /// subscription now refused.
+    pub sessions_restored: u64,
+    pub sessions_expired_while_stopped: u64,
+    pub sessions_subscription_refused: u64,
     pub channels: Vec<ChannelObservation>,
 }
 
@@ -137,6 +142,9 @@ impl Broker {
             qos2_max_inflight_per_client: self.settings.qos2_max_inflight_per_client,
             published_broadcast: self.tallies.published_broadcast,
             broadcast_unmatched: self.tallies.broadcast_unmatched,
+            sessions_restored: self.tallies.sessions_restored,
+            sessions_expired_while_stopped: self.tallies.sessions_expired_while_stopped,
+            sessions_subscription_refused: self.tallies.sessions_subscription_refused,
             ..Observation::default()
         };
         for (_, connection) in self.connections.iter() {
@@ -338,6 +346,10 @@ pub(crate) struct Tallies {
     /// Broadcast publishes accepted, and those of them nobody matched.
     published_broadcast: u64,
     broadcast_unmatched: u64,
+    /// What the last start did with the stored sessions.
+    pub(crate) sessions_restored: u64,
+    pub(crate) sessions_expired_while_stopped: u64,
+    pub(crate) sessions_subscription_refused: u64,
 }
 
 impl Tallies {

@@ -1241,8 +1241,14 @@ impl Broker {
                 }
                 self.end_session(key, now_ms, out);
                 ended += 1;
+                if refused {
+                    self.tallies.sessions_subscription_refused += 1;
+                } else {
+                    self.tallies.sessions_expired_while_stopped += 1;
+                }
             } else {
                 restored += 1;
+                self.tallies.sessions_restored += 1;
                 self.replay_log(key, log, &mut replayed, now_ms, out);
                 self.save_session(key, now_ms, out);
             }

@@ -107,16 +107,24 @@ pub fn render(figures: &Figures<'_>) -> String {
         "Wills waiting out their delay.",
         o.wills_waiting,
     );
+    out.one(
+        "saguin_sessions_restored_total",
+        "counter",
+        "Sessions the last start put back from the session store.",
+        o.sessions_restored,
+    );
     out.family(
         "saguin_sessions_dropped_total",
         "counter",
         "Sessions the session store could not keep, by cause.",
     );
-    out.sample(
-        "saguin_sessions_dropped_total",
-        &[("cause", "storage_full")],
-        s.sessions_dropped_storage_full,
-    );
+    for (cause, n) in [
+        ("storage_full", s.sessions_dropped_storage_full),
+        ("expired_while_stopped", o.sessions_expired_while_stopped),
+        ("subscription_refused", o.sessions_subscription_refused),
+    ] {
+        out.sample("saguin_sessions_dropped_total", &[("cause", cause)], n);
+    }
     out.one(
         "saguin_session_queue_messages",
         "gauge",
