@@ -225,6 +225,56 @@ fn assert_parses_as_prometheus_text(body: &str) {
 }
 
 #[test]
+fn wills_are_counted_by_cause_and_a_return_cancels_one() {
+    let (mut broker, address, _dir) = broker_with(LOOPBACK_DOOR, "");
+    let mqtt = broker.address();
+    let with_will = |client_id: &str, delay_s: Option<u32>| {
+        let mut connect = common::connect_packet(ProtocolVersion::V5, client_id);
+        connect.clean_start = false;
+        connect.properties.session_expiry_interval_s = Some(3600);
+        let mut will = connect_will(&format!("wills/{client_id}"));
+        will.properties.will_delay_interval_s = delay_s;
+        connect.will = Some(will);
+        let mut client = RawClient::open(&mqtt, ProtocolVersion::V5);
+        client.send(&Packet::Connect(connect));
+        assert!(matches!(
+            client.recv(),
+            common::Received::Packet(Packet::Connack(_))
+        ));
+        client
+    };
+    // Gone without a DISCONNECT, with a delay; back inside it.
+    drop(with_will("returns", Some(600)));
+    broker.wait_for_log("client returns disconnected");
+    let (_back, present) = common::durable_connect(&mqtt, "returns");
+    assert!(present);
+    // Gone without a DISCONNECT and no delay.
+    drop(with_will("dies", None));
+    broker.wait_for_log("client dies disconnected");
+    let scrape = get(&address, "/metrics", &[]).body;
+    let cause = |c: &str| {
+        sample(
+            &scrape,
+            &format!("saguin_wills_published_total{{cause=\"{c}\"}}"),
+        )
+    };
+    assert_eq!(cause("immediate"), 1.0);
+    assert_eq!(cause("delayed"), 0.0);
+    assert_eq!(sample(&scrape, "saguin_wills_cancelled_total"), 1.0);
+    assert_eq!(sample(&scrape, "saguin_wills_waiting"), 0.0);
+}
+
+fn connect_will(topic: &str) -> saguin::codec::Will {
+    saguin::codec::Will {
+        topic: topic.into(),
+        payload: b"gone".to_vec(),
+        qos: QoS::AtMostOnce,
+        retain: false,
+        properties: Default::default(),
+    }
+}
+
+#[test]
 fn credentials_are_checked_and_scoped() {
     let dir = TempDir::new("ops-auth");
     let passwd = write_operators(dir.path());

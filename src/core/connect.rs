@@ -3,6 +3,7 @@
 use std::collections::VecDeque;
 use std::rc::Rc;
 
+use super::observe::WillCause;
 use super::session::{Delivery, Message, OutboundStage, Session};
 use super::topic_index::Target;
 use super::{Active, Broker, Key, Transport, TOPIC_ALIAS_MAXIMUM};
@@ -94,7 +95,9 @@ impl Broker {
         session.expires_at_ms = None;
         session.expiry_interval_s = granted_expiry_s;
         // A Will waiting from the previous connection is cancelled by this one.
-        session.pending_will = None;
+        if session.pending_will.take().is_some() {
+            self.tallies.wills_cancelled += 1;
+        }
 
         let properties = &connect.properties;
         let active = Active {
@@ -480,6 +483,7 @@ impl Broker {
         log::info!("client {client_id} disconnected");
         if session.expiry_interval_s == 0 {
             if let Some(will) = will {
+                self.tallies.will_published(WillCause::Immediate);
                 self.publish_will(will, client_id, now_ms, out);
             }
             self.end_session(session_key, now_ms, out);
@@ -497,7 +501,10 @@ impl Broker {
         };
         if let Some(will) = will {
             match will.properties.will_delay_interval_s.unwrap_or(0) {
-                0 => self.publish_will(will, client_id, now_ms, out),
+                0 => {
+                    self.tallies.will_published(WillCause::Immediate);
+                    self.publish_will(will, client_id, now_ms, out)
+                }
                 // A delay longer than the session is cut short by its end,
                 // which publishes a waiting Will first.
                 delay_s => {
@@ -535,6 +542,7 @@ impl Broker {
             self.sessions_by_client_id.remove(&*session.client_id);
         }
         if let Some((will, _)) = session.pending_will.take().map(|b| *b) {
+            self.tallies.will_published(WillCause::SessionEnded);
             self.publish_will(will, Rc::clone(&session.client_id), now_ms, out);
         }
         for (filter, entry) in &session.subscriptions {
@@ -591,6 +599,7 @@ impl Broker {
             if let Some(session) = self.sessions.get_mut(key) {
                 if let Some((will, _)) = session.pending_will.take().map(|b| *b) {
                     let client_id = Rc::clone(&session.client_id);
+                    self.tallies.will_published(WillCause::Delayed);
                     self.publish_will(will, client_id, now_ms, out);
                     // Published first, then taken off the record.
                     self.save_session(key, now_ms, out);

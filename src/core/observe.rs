@@ -37,6 +37,9 @@ pub struct Observation {
     pub sessions_restored: u64,
     pub sessions_expired_while_stopped: u64,
     pub sessions_subscription_refused: u64,
+    /// Wills published, in [`WillCause::ALL`] order, and cancelled.
+    pub wills_published: [u64; WillCause::ALL.len()],
+    pub wills_cancelled: u64,
     pub channels: Vec<ChannelObservation>,
 }
 
@@ -145,6 +148,8 @@ impl Broker {
             sessions_restored: self.tallies.sessions_restored,
             sessions_expired_while_stopped: self.tallies.sessions_expired_while_stopped,
             sessions_subscription_refused: self.tallies.sessions_subscription_refused,
+            wills_published: self.tallies.wills_published,
+            wills_cancelled: self.tallies.wills_cancelled,
             ..Observation::default()
         };
         for (_, connection) in self.connections.iter() {
@@ -331,6 +336,37 @@ pub struct LossesView {
     pub beyond: u64,
 }
 
+/// What made a Will due.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WillCause {
+    /// The connection ended without a DISCONNECT and with no delay.
+    Immediate,
+    /// Its Will Delay Interval ran out.
+    Delayed,
+    /// Its session ended while the Will waited.
+    SessionEnded,
+    /// A start found it already due.
+    Start,
+}
+
+impl WillCause {
+    pub const ALL: [WillCause; 4] = [
+        WillCause::Immediate,
+        WillCause::Delayed,
+        WillCause::SessionEnded,
+        WillCause::Start,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            WillCause::Immediate => "immediate",
+            WillCause::Delayed => "delayed",
+            WillCause::SessionEnded => "session_ended",
+            WillCause::Start => "start",
+        }
+    }
+}
+
 /// What the core counts for the operations listener alone, beside the
 /// figures its tables already hold.
 #[derive(Debug, Default)]
@@ -346,6 +382,10 @@ pub(crate) struct Tallies {
     /// Broadcast publishes accepted, and those of them nobody matched.
     published_broadcast: u64,
     broadcast_unmatched: u64,
+    /// Wills published, by [`WillCause`], and Wills a resuming client
+    /// cancelled inside their delay.
+    pub(crate) wills_published: [u64; WillCause::ALL.len()],
+    pub(crate) wills_cancelled: u64,
     /// What the last start did with the stored sessions.
     pub(crate) sessions_restored: u64,
     pub(crate) sessions_expired_while_stopped: u64,
@@ -358,6 +398,10 @@ impl Tallies {
             published: vec![0; channels],
             ..Tallies::default()
         }
+    }
+
+    pub(crate) fn will_published(&mut self, cause: WillCause) {
+        self.wills_published[cause as usize] += 1;
     }
 
     /// A record stored in channel `channel`.

@@ -1222,6 +1222,8 @@ impl Broker {
             if let Some(will) = will_due_now {
                 // Published before the record that holds it changes.
                 let id: Rc<str> = client_id.as_str().into();
+                self.tallies
+                    .will_published(super::observe::WillCause::Start);
                 self.publish_will(will, id, now_ms, out);
             }
             if expired || refused {

@@ -10,7 +10,7 @@ use std::fmt::{Display, Write as _};
 
 use super::link::Provider;
 use super::process::Process;
-use crate::core::observe::{ChannelObservation, Observation};
+use crate::core::observe::{ChannelObservation, Observation, WillCause};
 
 /// What one scrape reports.
 pub struct Figures<'a> {
@@ -100,6 +100,24 @@ pub fn render(figures: &Figures<'_>) -> String {
         "gauge",
         "The configured limits.max_session_expiry.",
         o.max_session_expiry_s,
+    );
+    out.family(
+        "saguin_wills_published_total",
+        "counter",
+        "Wills published on a client's behalf, by what made each due.",
+    );
+    for (cause, n) in WillCause::ALL.iter().zip(o.wills_published) {
+        out.sample(
+            "saguin_wills_published_total",
+            &[("cause", cause.as_str())],
+            n,
+        );
+    }
+    out.one(
+        "saguin_wills_cancelled_total",
+        "counter",
+        "Wills a client cancelled by resuming inside their delay.",
+        o.wills_cancelled,
     );
     out.one(
         "saguin_wills_waiting",
