@@ -226,12 +226,18 @@ fn assert_parses_as_prometheus_text(body: &str) {
 
 #[test]
 fn wills_are_counted_by_cause_and_a_return_cancels_one() {
-    let (mut broker, address, _dir) = broker_with(LOOPBACK_DOOR, "");
+    let limits = "  limits:\n    max_session_expiry: 1h\n";
+    let dir = TempDir::new("ops-wills");
+    let block = format!("{limits}  operations:\n{LOOPBACK_DOOR}");
+    let mut broker = BrokerProcess::start_in(dir.path(), &block, "");
+    let line = broker.wait_for_log("operations door tcp bound to");
+    let address = line.rsplit("bound to ").next().unwrap().trim().to_string();
     let mqtt = broker.address();
     let with_will = |client_id: &str, delay_s: Option<u32>| {
         let mut connect = common::connect_packet(ProtocolVersion::V5, client_id);
         connect.clean_start = false;
-        connect.properties.session_expiry_interval_s = Some(3600);
+        // Two hours asked, one granted.
+        connect.properties.session_expiry_interval_s = Some(7200);
         let mut will = connect_will(&format!("wills/{client_id}"));
         will.properties.will_delay_interval_s = delay_s;
         connect.will = Some(will);
@@ -262,6 +268,8 @@ fn wills_are_counted_by_cause_and_a_return_cancels_one() {
     assert_eq!(cause("delayed"), 0.0);
     assert_eq!(sample(&scrape, "saguin_wills_cancelled_total"), 1.0);
     assert_eq!(sample(&scrape, "saguin_wills_waiting"), 0.0);
+    let shortened = sample(&scrape, "saguin_session_expiry_shortened_total");
+    assert_eq!(shortened, 2.0, "the two CONNECTs that asked for two hours");
 }
 
 fn connect_will(topic: &str) -> saguin::codec::Will {

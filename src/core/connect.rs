@@ -70,6 +70,10 @@ impl Broker {
             ProtocolVersion::V311 => u32::MAX,
         };
         let granted_expiry_s = requested_expiry_s.min(self.settings.max_session_expiry_s);
+        // 3.1.1's "never" is this edition's own ceiling, not a request cut.
+        if version == ProtocolVersion::V5 && granted_expiry_s < requested_expiry_s {
+            self.tallies.session_expiry_shortened += 1;
+        }
 
         let (keep_alive_s, server_keep_alive_s) = match (version, self.settings.max_keepalive_s) {
             (ProtocolVersion::V5, Some(max_s))

@@ -40,6 +40,7 @@ pub struct Observation {
     /// Wills published, in [`WillCause::ALL`] order, and cancelled.
     pub wills_published: [u64; WillCause::ALL.len()],
     pub wills_cancelled: u64,
+    pub session_expiry_shortened: u64,
     pub channels: Vec<ChannelObservation>,
 }
 
@@ -150,6 +151,7 @@ impl Broker {
             sessions_subscription_refused: self.tallies.sessions_subscription_refused,
             wills_published: self.tallies.wills_published,
             wills_cancelled: self.tallies.wills_cancelled,
+            session_expiry_shortened: self.tallies.session_expiry_shortened,
             ..Observation::default()
         };
         for (_, connection) in self.connections.iter() {
@@ -386,6 +388,8 @@ pub(crate) struct Tallies {
     /// cancelled inside their delay.
     pub(crate) wills_published: [u64; WillCause::ALL.len()],
     pub(crate) wills_cancelled: u64,
+    /// CONNECTs granted less session expiry than they asked for.
+    pub(crate) session_expiry_shortened: u64,
     /// What the last start did with the stored sessions.
     pub(crate) sessions_restored: u64,
     pub(crate) sessions_expired_while_stopped: u64,

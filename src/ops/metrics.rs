@@ -96,6 +96,12 @@ pub fn render(figures: &Figures<'_>) -> String {
         o.subscriptions,
     );
     out.one(
+        "saguin_session_expiry_shortened_total",
+        "counter",
+        "CONNECTs that asked for a longer session than limits.max_session_expiry and were given the cap.",
+        o.session_expiry_shortened,
+    );
+    out.one(
         "saguin_max_session_expiry_seconds",
         "gauge",
         "The configured limits.max_session_expiry.",
