@@ -752,3 +752,27 @@ fn a_start_says_how_many_sessions_it_put_back_and_ended() {
     let expired = "saguin_sessions_dropped_total{cause=\"expired_while_stopped\"}";
     assert_eq!(sample(&scrape, expired), 1.0);
 }
+
+#[test]
+fn sigusr1_re_reads_the_operators_file() {
+    let dir = TempDir::new("ops-usr1");
+    let path = dir.path().join("operations.passwd");
+    std::fs::write(&path, hash_line("first", "one", b"salt", 101)).unwrap();
+    let yaml = format!("{LOOPBACK_DOOR}    password_file: {}\n", path.display());
+    let (mut broker, address, _d) = broker_with(&yaml, "");
+    let status = |user: &str, password: &str| {
+        let credential = basic(user, password);
+        get(&address, "/metrics", &[("Authorization", &credential)]).status
+    };
+    assert_eq!(status("second", "two"), 401);
+    std::fs::write(&path, hash_line("second", "two", b"salt", 101)).unwrap();
+    let sent = Command::new("kill")
+        .arg("-USR1")
+        .arg(broker.pid().to_string())
+        .status()
+        .unwrap();
+    assert!(sent.success());
+    broker.wait_for_log("operations: re-read");
+    assert_eq!(status("second", "two"), 200);
+    assert_eq!(status("first", "one"), 401);
+}

@@ -39,7 +39,7 @@ pub struct Bound {
 
 /// Re-reads every operators file the doors read, on request: the reload
 /// signal's part in this listener. Cheap to clone; any thread may call it.
-#[derive(Clone)]
+#[derive(Clone, Debug)]
 pub struct Reloader(Vec<Arc<Reloadable>>);
 
 impl Reloader {
