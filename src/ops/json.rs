@@ -36,9 +36,9 @@ pub fn timestamp(unix_ms: Option<u64>) -> String {
     )
 }
 
-/// The proleptic Gregorian date `days` after 1970-01-01 (Howard
-/// Hinnant's days-to-civil algorithm).
-fn civil_from_days(days: u64) -> (u64, u64, u64) {
+/// The proleptic Gregorian date `days` after 1970-01-01, as (year, month,
+/// day) (Howard Hinnant's days-to-civil algorithm).
+pub fn civil_from_days(days: u64) -> (u64, u64, u64) {
     let z = days + 719_468;
     let era = z / 146_097;
     let day_of_era = z % 146_097;
