@@ -77,8 +77,8 @@ fn publish_qos0(topic: &str, payload: &[u8]) -> Packet {
 }
 
 fn basic(user: &str, password: &str) -> String {
-    use base64::Engine;
-    let encoded = base64::engine::general_purpose::STANDARD.encode(format!("{user}:{password}"));
+    use base64ct::Encoding;
+    let encoded = base64ct::Base64::encode_string(format!("{user}:{password}").as_bytes());
     format!("Basic {encoded}")
 }
 
@@ -93,19 +93,19 @@ fn broker_with(operations_yaml: &str, top_yaml: &str) -> (BrokerProcess, String,
     (broker, address, dir)
 }
 
+/// Any salt does for a test's operators.
+const SALT: &[u8; 12] = b"test-salt-12";
+
 const LOOPBACK_DOOR: &str = "    listen:\n      tcp:\n        address: 127.0.0.1:0\n";
 
 fn write_operators(dir: &Path) -> String {
     let path = dir.join("operations.passwd");
     let lines = [
-        format!(
-            "{}:/metrics",
-            hash_line("prometheus", "scrape", b"salt-one", 101)
-        ),
-        hash_line("oncall", "pager", b"salt-two", 101),
+        format!("{}:/metrics", hash_line("prometheus", "scrape", SALT)),
+        hash_line("oncall", "pager", SALT),
         format!(
             "{}:/v1/operations/sessions",
-            hash_line("viewer", "look", b"salt-3", 101)
+            hash_line("viewer", "look", SALT)
         ),
     ];
     std::fs::write(&path, lines.join("\n") + "\n").unwrap();
@@ -655,7 +655,7 @@ fn a_queue_route_lists_its_work_and_an_unknown_queue_is_404() {
 fn a_reload_reads_the_operators_again_and_a_broken_file_changes_nothing() {
     let dir = TempDir::new("ops-reload");
     let path = dir.path().join("operations.passwd");
-    std::fs::write(&path, hash_line("first", "one", b"salt", 101)).unwrap();
+    std::fs::write(&path, hash_line("first", "one", SALT)).unwrap();
     let routes = saguin::ops::route::ROUTES;
     let operators = saguin::ops::operators::Operators::load(&path, routes).unwrap();
     let bound = saguin::ops::bind(&one_loopback_door(Some(Arc::new(operators)))).unwrap();
@@ -675,7 +675,7 @@ fn a_reload_reads_the_operators_again_and_a_broken_file_changes_nothing() {
         .status
     };
     assert_eq!(status("second", "two"), 401);
-    let second = format!("{}:/metrics", hash_line("second", "two", b"salt", 101));
+    let second = format!("{}:/metrics", hash_line("second", "two", SALT));
     std::fs::write(&path, second).unwrap();
     reloader.reload();
     assert_eq!(status("second", "two"), 403);
@@ -757,7 +757,7 @@ fn a_start_says_how_many_sessions_it_put_back_and_ended() {
 fn sigusr1_re_reads_the_operators_file() {
     let dir = TempDir::new("ops-usr1");
     let path = dir.path().join("operations.passwd");
-    std::fs::write(&path, hash_line("first", "one", b"salt", 101)).unwrap();
+    std::fs::write(&path, hash_line("first", "one", SALT)).unwrap();
     let yaml = format!("{LOOPBACK_DOOR}    password_file: {}\n", path.display());
     let (mut broker, address, _d) = broker_with(&yaml, "");
     let status = |user: &str, password: &str| {
@@ -765,7 +765,7 @@ fn sigusr1_re_reads_the_operators_file() {
         get(&address, "/metrics", &[("Authorization", &credential)]).status
     };
     assert_eq!(status("second", "two"), 401);
-    std::fs::write(&path, hash_line("second", "two", b"salt", 101)).unwrap();
+    std::fs::write(&path, hash_line("second", "two", SALT)).unwrap();
     let sent = Command::new("kill")
         .arg("-USR1")
         .arg(broker.pid().to_string())

@@ -1,31 +1,69 @@
 //! SIGUSR1: the one place a running broker re-reads what may change
 //! without a restart. A restart costs every connection and every delivery
 //! in flight, so what can be re-read is re-read here, and nowhere else.
+//!
+//! What is re-read is the password files the broker started with, and
+//! the operations listener's operators files. All or
+//! nothing: the new table goes into force only if every file read, and a
+//! failure leaves the old one in force, logged at `error` naming the file
+//! and line. Connected clients keep their connections either way. Every
+//! other setting is read once, at startup.
 
-/// What SIGUSR1 re-reads: the operations listener's operators files. Every
-/// other setting is read once, at startup; a setting that becomes
-/// re-readable keeps what it needs here and is re-read in [`Reload::reload`].
-#[derive(Debug, Default)]
+use std::sync::Arc;
+
+use super::SharedRef;
+
+/// What SIGUSR1 re-reads: the credential table in force in the broker,
+/// whose rules name the files.
 pub(crate) struct Reload {
-    /// The operators files of the operations listener, when it is open.
-    pub operators: Option<crate::ops::Reloader>,
+    shared: SharedRef,
+    /// The operations listener's operators files, when it is open.
+    operators: Option<crate::ops::Reloader>,
 }
 
 impl Reload {
+    pub(crate) fn new(shared: SharedRef, operators: Option<crate::ops::Reloader>) -> Reload {
+        Reload { shared, operators }
+    }
+
     /// Re-reads what may change under a running broker and logs what it
     /// applied, and that the rest waits for a restart.
-    pub(crate) fn reload(&mut self) {
-        let Some(operators) = &self.operators else {
+    pub(crate) async fn reload(&mut self) {
+        if let Some(operators) = self.operators.clone() {
+            log::info!("received SIGUSR1: re-reading the operations listener's operators files");
+            // Off the executor, as the password files below are.
+            smol::unblock(move || operators.reload()).await;
+        }
+        let current = Arc::clone(self.shared.borrow().broker.authentication());
+        if current.files().is_empty() && self.operators.is_some() {
+            return;
+        }
+        if current.files().is_empty() {
             log::info!(
-                "received SIGUSR1: nothing to reload; every setting is read at startup, \
-                 so a changed configuration takes effect at the next restart"
+                "received SIGUSR1: nothing to reload; no password file is configured, and every \
+                 other setting is read at startup, so a changed configuration takes effect at \
+                 the next restart"
             );
             return;
-        };
-        log::info!(
-            "received SIGUSR1: re-reading the operations listener's operators files; \
-             every other setting is read at startup and waits for the next restart"
-        );
-        operators.reload();
+        }
+        // Off the executor: a file on a slow card must not stall the clients.
+        match smol::unblock(move || current.reload()).await {
+            Ok(next) => {
+                log::info!(
+                    "received SIGUSR1: read again and in force: {}; addresses, limits and storage \
+                     change only with a restart",
+                    next.summary()
+                );
+                self.shared
+                    .borrow_mut()
+                    .broker
+                    .set_authentication(Arc::new(next));
+            }
+            Err(error) => {
+                log::error!(
+                    "received SIGUSR1: {error}; the password files read before stay in force"
+                );
+            }
+        }
     }
 }

@@ -3,7 +3,8 @@
 //!
 //! One line per operator, `name:hash` or `name:hash:routes`, in
 //! Mosquitto's hash formats (`$7$` PBKDF2-SHA512 and `$6$` salted
-//! SHA-512). The third field is a comma-separated list of route paths; a
+//! SHA-512), read and checked by [`crate::auth::PasswordHash`] as the MQTT
+//! password files are. The third field is a comma-separated list of route paths; a
 //! line without it reaches every route. A path grants itself and every
 //! route below it at a `/` boundary, so `/v1/operations` grants
 //! `/v1/operations/consumers` and not `/v1/operationsomething`.
@@ -11,16 +12,13 @@
 use std::path::Path;
 use std::sync::{Arc, RwLock};
 
-use base64::Engine;
-use sha2::{Digest, Sha512};
+use crate::auth::hash::SALT_BYTES;
+use crate::auth::PasswordHash;
 
 /// The most operators one file may name; a bound on what is held.
 pub const MAX_OPERATORS: usize = 1_024;
 /// The largest password file read.
 pub const MAX_FILE_BYTES: u64 = 1024 * 1024;
-/// The most PBKDF2 iterations a `$7$` hash may ask for: each request
-/// with a password pays them on the listener's thread.
-pub const MAX_ITERATIONS: u32 = 1_000_000;
 
 /// The operators one file names.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -33,22 +31,9 @@ pub struct Operators {
 #[derive(Clone, Debug, PartialEq, Eq)]
 struct Operator {
     name: String,
-    hash: Hash,
+    hash: PasswordHash,
     /// `None` reaches every route.
     scopes: Option<Vec<String>>,
-}
-
-#[derive(Clone, Debug, PartialEq, Eq)]
-enum Hash {
-    Pbkdf2 {
-        iterations: u32,
-        salt: Vec<u8>,
-        hash: Vec<u8>,
-    },
-    Sha512 {
-        salt: Vec<u8>,
-        hash: Vec<u8>,
-    },
 }
 
 /// What a name and password come to.
@@ -122,7 +107,7 @@ impl Operators {
 
     pub fn check(&self, name: &str, password: &[u8]) -> Check {
         match self.list.iter().find(|o| o.name == name) {
-            Some(operator) if operator.hash.matches(password) => Check::Accepted,
+            Some(operator) if operator.hash.verify(password) => Check::Accepted,
             _ => Check::Refused,
         }
     }
@@ -192,7 +177,7 @@ fn parse_line(line: &str, routes: &[&str]) -> Result<Operator, String> {
                 .to_string(),
         );
     }
-    let hash = parse_hash(hash)?;
+    let hash = PasswordHash::parse(hash)?;
     let scopes = match fields.next() {
         None => None,
         Some(field) => Some(parse_scopes(field, routes)?),
@@ -223,78 +208,20 @@ fn parse_scopes(field: &str, routes: &[&str]) -> Result<Vec<String>, String> {
     Ok(scopes)
 }
 
-fn parse_hash(text: &str) -> Result<Hash, String> {
-    const FORMS: &str = "a hash is Mosquitto's $7$ (PBKDF2-SHA512) or $6$ (SHA-512) form, as saguin --passwd or mosquitto_passwd writes it";
-    let parts: Vec<&str> = text.split('$').collect();
-    let decode = |field: &str| {
-        base64::engine::general_purpose::STANDARD
-            .decode(field)
-            .map_err(|_| format!("{field:?} is not base64; {FORMS}"))
-    };
-    match parts.as_slice() {
-        ["", "7", iterations, salt, hash] => {
-            let iterations: u32 = iterations
-                .parse()
-                .ok()
-                .filter(|n| (1..=MAX_ITERATIONS).contains(n))
-                .ok_or_else(|| format!("the iteration count {iterations:?} is not a number from 1 to {MAX_ITERATIONS}"))?;
-            Ok(Hash::Pbkdf2 {
-                iterations,
-                salt: decode(salt)?,
-                hash: decode(hash)?,
-            })
-        }
-        ["", "6", salt, hash] => Ok(Hash::Sha512 {
-            salt: decode(salt)?,
-            hash: decode(hash)?,
-        }),
-        _ => Err(FORMS.to_string()),
-    }
-}
-
-impl Hash {
-    fn matches(&self, password: &[u8]) -> bool {
-        match self {
-            Hash::Pbkdf2 {
-                iterations,
-                salt,
-                hash,
-            } => {
-                let mut derived = vec![0u8; hash.len()];
-                pbkdf2::pbkdf2_hmac::<Sha512>(password, salt, *iterations, &mut derived);
-                same(&derived, hash)
-            }
-            Hash::Sha512 { salt, hash } => {
-                let mut digest = Sha512::new();
-                digest.update(password);
-                digest.update(salt);
-                same(&digest.finalize(), hash)
-            }
-        }
-    }
-}
-
-/// Compares in time that depends on the length only.
-fn same(a: &[u8], b: &[u8]) -> bool {
-    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
-}
-
 /// A `$7$` line for `name`, for tests and tools: PBKDF2-SHA512 over a
 /// caller-chosen salt.
-pub fn hash_line(name: &str, password: &str, salt: &[u8], iterations: u32) -> String {
-    let mut derived = [0u8; 64];
-    pbkdf2::pbkdf2_hmac::<Sha512>(password.as_bytes(), salt, iterations, &mut derived);
-    let b64 = base64::engine::general_purpose::STANDARD;
+pub fn hash_line(name: &str, password: &str, salt: &[u8; SALT_BYTES]) -> String {
     format!(
-        "{name}:$7${iterations}${}${}",
-        b64.encode(salt),
-        b64.encode(derived)
+        "{name}:{}",
+        PasswordHash::new_pbkdf2(password.as_bytes(), salt)
     )
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    const SALT: &[u8; SALT_BYTES] = b"0123456789ab";
 
     const ROUTES: &[&str] = &[
         "/metrics",
@@ -316,7 +243,7 @@ mod tests {
 
     #[test]
     fn a_hash_made_here_checks_and_a_wrong_password_does_not() {
-        let line = hash_line("prometheus", "pw", b"0123456789ab", 101);
+        let line = hash_line("prometheus", "pw", SALT);
         let ops = Operators::parse("f", &format!("{line}:/metrics\n"), ROUTES).unwrap();
         assert_eq!(ops.check("prometheus", b"pw"), Check::Accepted);
         assert_eq!(ops.check("prometheus", b"px"), Check::Refused);
@@ -327,29 +254,20 @@ mod tests {
 
     #[test]
     fn a_line_without_routes_reaches_every_route() {
-        let line = hash_line("oncall", "pw", b"salt", 5);
+        let line = hash_line("oncall", "pw", SALT);
         let ops = Operators::parse("f", &line, ROUTES).unwrap();
         assert!(ops.reaches("oncall", "/v1/operations/sessions"));
         assert!(ops.reaches("oncall", "/metrics"));
     }
 
     #[test]
-    fn pbkdf2_agrees_with_a_published_vector() {
-        // RFC 6070's first PBKDF2 input, with SHA-512 as the PRF.
-        let mut out = [0u8; 64];
-        pbkdf2::pbkdf2_hmac::<Sha512>(b"password", b"salt", 1, &mut out);
-        assert_eq!(out[..8], [0x86, 0x7f, 0x70, 0xcf, 0x1a, 0xde, 0x02, 0xcf]);
-    }
-
-    #[test]
     fn bad_files_are_refused_with_the_line() {
-        let good = hash_line("a", "pw", b"s", 1);
+        let good = hash_line("a", "pw", SALT);
         let cases = [
             ("", "names nobody"),
             ("a", "line 1: is not name:hash"),
-            ("a:plain", "Mosquitto's $7$"),
-            ("a:$7$0$c2FsdA==$aGFzaA==", "iteration count"),
-            ("a:$7$10$!!$aGFzaA==", "not base64"),
+            ("a:plain", "not a hash"),
+            ("a:$9$x", "a hash kind this broker does not read"),
             (&format!("{good}:/nothing"), "names no route"),
             (&format!("{good}:metrics"), "not a path"),
             (&format!("{good}\n{good}"), "line 2: \"a\" is named twice"),
@@ -362,7 +280,7 @@ mod tests {
 
     #[test]
     fn a_scope_above_several_routes_is_one_that_grants_something() {
-        let line = format!("{}:/v1", hash_line("a", "pw", b"s", 1));
+        let line = format!("{}:/v1", hash_line("a", "pw", SALT));
         let ops = Operators::parse("f", &line, ROUTES).unwrap();
         assert!(ops.reaches("a", "/v1/operations/consumers"));
         assert!(!ops.reaches("a", "/metrics"));

@@ -12,7 +12,7 @@ use std::cell::RefCell;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use base64::Engine;
+use base64ct::{Base64, Encoding};
 
 use super::http::{Request, Response};
 use super::link::{Ask, Link};
@@ -252,7 +252,7 @@ fn authorize_password(
         Ok(())
     } else {
         Err(forbidden(format!(
-            "this credential does not reach {path}; its routes are set with saguin --passwd scope"
+            "this credential does not reach {path}; its routes are the third field of its line in the operators file"
         )))
     }
 }
@@ -290,9 +290,7 @@ fn basic_credential(value: &str) -> Option<(String, Vec<u8>)> {
     if !scheme.eq_ignore_ascii_case("basic") {
         return None;
     }
-    let decoded = base64::engine::general_purpose::STANDARD
-        .decode(encoded.trim())
-        .ok()?;
+    let decoded = Base64::decode_vec(encoded.trim()).ok()?;
     let colon = decoded.iter().position(|&b| b == b':')?;
     let name = String::from_utf8(decoded[..colon].to_vec()).ok()?;
     Some((name, decoded[colon + 1..].to_vec()))
