@@ -5,6 +5,7 @@
 //! - [`config`]: the YAML configuration and its validation;
 //! - [`core`]: the broker's rules as a sans-IO state machine;
 //! - [`net`]: the smol shell that connects the core to sockets and a clock;
+//! - [`ops`]: the operations listener: health, metrics and `/v1` routes;
 //! - [`store`]: storage providers (redb, memory) and the storage thread.
 
 pub mod auth;
@@ -12,4 +13,5 @@ pub mod codec;
 pub mod config;
 pub mod core;
 pub mod net;
+pub mod ops;
 pub mod store;
