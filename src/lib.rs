@@ -1,11 +1,13 @@
 //! Sagüin: an MQTT 3.1.1 and 5 broker for edge gateways.
 //!
+//! - [`acl`]: what a client may do: the authorization file's model and decisions;
 //! - [`codec`]: the MQTT 3.1.1 and 5 wire format, pure functions over bytes;
 //! - [`config`]: the YAML configuration and its validation;
 //! - [`core`]: the broker's rules as a sans-IO state machine;
 //! - [`net`]: the smol shell that connects the core to sockets and a clock;
 //! - [`store`]: storage providers (redb, memory) and the storage thread.
 
+pub mod acl;
 pub mod codec;
 pub mod config;
 pub mod core;

@@ -16,6 +16,8 @@
 //! place. An `!include` resolves against the directory of the file that
 //! holds it, so only [`load`] and [`parse_with_base`] can follow one.
 
+pub mod acl_file;
+mod acl_lines;
 mod channels;
 mod exchanges;
 mod include;
@@ -136,6 +138,9 @@ pub struct MqttConfig {
     pub tcp: Vec<TcpDoor>,
     /// `broker.mqtt.min_protocol_version`.
     pub min_protocol_version: MinProtocolVersion,
+    /// `broker.mqtt.acl_file`: an absolute path; `None` lets every client
+    /// do anything.
+    pub acl_file: Option<PathBuf>,
 }
 
 /// One TCP listener.

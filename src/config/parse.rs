@@ -260,8 +260,8 @@ const BROKER_KEYS: Keys = Keys {
 };
 
 const MQTT_KEYS: Keys = Keys {
-    supported: &["listen", "min_protocol_version"],
-    not_yet: &["password_file", "allow_anonymous", "acl_file"],
+    supported: &["listen", "min_protocol_version", "acl_file"],
+    not_yet: &["password_file", "allow_anonymous"],
 };
 
 /// Walks the whole tree and returns the broker's configuration and its
@@ -440,10 +440,31 @@ fn mqtt(f: &mut Findings, value: Option<&Value>) -> Option<MqttConfig> {
     let t = table(f, "broker.mqtt", value.unwrap_or(&Value::Null), &MQTT_KEYS)?;
     let tcp = listen::parse(f, "broker.mqtt.listen", t.get("listen"));
     let min_protocol_version = min_protocol_version(f, t.get("min_protocol_version"));
+    let acl_file = acl_file(f, t.get("acl_file"));
     Some(MqttConfig {
         tcp: tcp?,
         min_protocol_version: min_protocol_version?,
+        acl_file: acl_file?,
     })
+}
+
+/// `broker.mqtt.acl_file`: `Some(None)` when absent. The file itself is
+/// read by [`super::acl_file::load`], against the channels.
+fn acl_file(f: &mut Findings, value: Option<&Value>) -> Option<Option<PathBuf>> {
+    let Some(value) = value else {
+        return Some(None);
+    };
+    match value {
+        Value::String(path) if path.starts_with('/') => Some(Some(PathBuf::from(path))),
+        _ => {
+            f.value(
+                "broker.mqtt.acl_file",
+                value,
+                "it is an absolute path to the authorization file, such as /etc/saguin/acl.yaml; omit the key to let every client do anything",
+            );
+            None
+        }
+    }
 }
 
 /// Accepts `"3.1.1"` (YAML reads the bare form as text too) and `5`,
