@@ -8,12 +8,16 @@ use saguin::config::{self, Config};
 const USAGE: &str = "\
 usage: saguin [--config FILE]      run the broker (the embedded default configuration without --config)
        saguin --check-config FILE  validate FILE and exit
+       saguin --acl FILE [USER [CLIENT_ID]]
+                                   what USER may do under FILE's acl_file, and why;
+                                   without USER, one user name (and client id) a line on standard input
        saguin --print-default-config
        saguin --version";
 
 enum Command {
     Run(Option<PathBuf>),
     CheckConfig(PathBuf),
+    Acl(PathBuf, Option<String>, Option<String>),
     PrintDefaultConfig,
     Version,
     Help,
@@ -24,6 +28,11 @@ fn parse_args(args: &[String]) -> Result<Command, String> {
         [] => Ok(Command::Run(None)),
         [flag, path] if flag == "--config" => Ok(Command::Run(Some(path.into()))),
         [flag, path] if flag == "--check-config" => Ok(Command::CheckConfig(path.into())),
+        [flag, path, rest @ ..] if flag == "--acl" && rest.len() <= 2 => Ok(Command::Acl(
+            path.into(),
+            rest.first().cloned(),
+            rest.get(1).cloned(),
+        )),
         [flag] if flag == "--print-default-config" => Ok(Command::PrintDefaultConfig),
         [flag] if flag == "--version" || flag == "-V" => Ok(Command::Version),
         [flag] if flag == "--help" || flag == "-h" => Ok(Command::Help),
@@ -41,6 +50,64 @@ fn load(path: Option<PathBuf>) -> Result<Config, ExitCode> {
     }
 }
 
+/// The configuration's acl_file, read and checked against its channels;
+/// `None` where it names none.
+fn load_acl(config: &Config) -> Result<Option<saguin::acl::Acl>, ExitCode> {
+    let Some(path) = &config.broker.mqtt.acl_file else {
+        return Ok(None);
+    };
+    config::acl_file::load(path, &config.channels)
+        .map(Some)
+        .map_err(|error| {
+            eprintln!("{error}");
+            ExitCode::from(2)
+        })
+}
+
+/// `--acl`: the paragraph for one user, or the table for a list of them.
+fn explain_acl(path: PathBuf, user: Option<String>, client_id: Option<String>) -> ExitCode {
+    use saguin::acl::{explain, Limits};
+    let config = match load(Some(path)) {
+        Ok(config) => config,
+        Err(code) => return code,
+    };
+    let acl = match load_acl(&config) {
+        Ok(Some(acl)) => acl,
+        Ok(None) => {
+            println!(
+                "{} names no broker.mqtt.acl_file: every authenticated client may do anything",
+                config.source
+            );
+            return ExitCode::SUCCESS;
+        }
+        Err(code) => return code,
+    };
+    let limits = &config.broker.limits;
+    let broker_wide = Limits {
+        publish_rate_per_s: limits.publish_rate_per_s,
+        publish_bytes_per_s: limits.publish_bytes_per_s,
+    };
+    if let Some(user) = user {
+        print!(
+            "{}",
+            explain::paragraph(&acl, &user, client_id.as_deref(), broker_wide)
+        );
+        return ExitCode::SUCCESS;
+    }
+    println!("{}", explain::TABLE_HEADER);
+    for line in std::io::stdin().lines().map_while(Result::ok) {
+        let mut fields = line.split([' ', '\t']).filter(|f| !f.is_empty());
+        let Some(user) = fields.next().filter(|u| !u.starts_with('#')) else {
+            continue;
+        };
+        print!(
+            "{}",
+            explain::table_rows(&acl, user, fields.next(), broker_wide)
+        );
+    }
+    ExitCode::SUCCESS
+}
+
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let command = match parse_args(&args) {
@@ -55,14 +122,23 @@ fn main() -> ExitCode {
         Command::Help => println!("{USAGE}"),
         Command::PrintDefaultConfig => print!("{}", config::DEFAULT_CONFIG_YAML),
         Command::CheckConfig(path) => {
-            if let Err(code) = load(Some(path.clone())) {
+            let config = match load(Some(path.clone())) {
+                Ok(config) => config,
+                Err(code) => return code,
+            };
+            if let Err(code) = load_acl(&config) {
                 return code;
             }
             println!("{}: configuration is valid", path.display());
         }
+        Command::Acl(path, user, client_id) => return explain_acl(path, user, client_id),
         Command::Run(path) => {
             let config = match load(path) {
                 Ok(config) => config,
+                Err(code) => return code,
+            };
+            let acl = match load_acl(&config) {
+                Ok(acl) => acl,
                 Err(code) => return code,
             };
             let level = config.broker.log_level.to_level_filter();
@@ -70,7 +146,16 @@ fn main() -> ExitCode {
             if let Err(error) = simple_logger::SimpleLogger::new().with_level(level).init() {
                 eprintln!("cannot start logging: {error}");
             }
-            if let Err(error) = saguin::net::run(config) {
+            let acl = acl.map(|acl| {
+                let (path, channels) =
+                    (config.broker.mqtt.acl_file.clone(), config.channels.clone());
+                let read: saguin::net::AclReader = Box::new(move || {
+                    let path = path.as_deref().expect("an acl_file was read at startup");
+                    config::acl_file::load(path, &channels).map_err(|e| e.to_string())
+                });
+                saguin::net::AclSource { acl, read }
+            });
+            if let Err(error) = saguin::net::run_with_acl(config, acl) {
                 log::error!("{error}");
                 return ExitCode::FAILURE;
             }

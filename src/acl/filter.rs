@@ -224,7 +224,10 @@ mod tests {
 
     #[test]
     fn substitution_is_one_pass_and_refuses_topic_syntax() {
-        assert_eq!(substitute("iot/%u/%c", "u1", Some("c1")).unwrap(), "iot/u1/c1");
+        assert_eq!(
+            substitute("iot/%u/%c", "u1", Some("c1")).unwrap(),
+            "iot/u1/c1"
+        );
         assert_eq!(substitute("iot/%c", "u", Some("%u")).unwrap(), "iot/%u");
         assert_eq!(substitute("iot/%c", "u", None).unwrap(), "iot/%c");
         assert_eq!(substitute("50%", "u", None).unwrap(), "50%");

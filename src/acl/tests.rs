@@ -62,7 +62,9 @@ fn entry(pattern: &str, roles: &[usize]) -> Entry {
 /// on-call (5): disconnect.
 fn fleet() -> Acl {
     let constrained = Rule {
-        denies: Features::ALL.iter().fold(Features::NONE, |a, (f, _)| a.with(*f)),
+        denies: Features::ALL
+            .iter()
+            .fold(Features::NONE, |a, (f, _)| a.with(*f)),
         ..rule(Subject::Features, &[], Verbs::NONE)
     };
     let roles = vec![
@@ -75,7 +77,11 @@ fn fleet() -> Acl {
         },
         Role {
             name: "publisher".into(),
-            rules: vec![rule(channel("events"), &["events/telemetry/%u/#"], Verbs::WRITE)],
+            rules: vec![rule(
+                channel("events"),
+                &["events/telemetry/%u/#"],
+                Verbs::WRITE,
+            )],
         },
         Role {
             name: "device".into(),
@@ -115,30 +121,101 @@ fn fleet() -> Acl {
 fn each_verb_is_allowed_only_where_a_rule_grants_it() {
     let acl = fleet();
     // (user, client id, verb, channel, topic, allowed)
-    let cases: &[(&str, &str, Verbs, Option<usize>, &str, bool)] = &[
+    type Case<'a> = (&'a str, &'a str, Verbs, Option<usize>, &'a str, bool);
+    let cases: &[Case] = &[
         ("dashboard", "d1", Verbs::READ, EVENTS, "events/x", true),
         ("dashboard", "d1", Verbs::SEEK, EVENTS, "events/x", true),
         ("dashboard", "d1", Verbs::WRITE, EVENTS, "events/x", false),
         ("dashboard", "d1", Verbs::READ, STATE, "state/x", false),
         ("dashboard", "d1", Verbs::CONSUME, JOBS, "jobs/x", false),
-        ("dashboard", "d1", Verbs::READ, BROADCAST, "alerts/fire", true),
-        ("dashboard", "d1", Verbs::WRITE, BROADCAST, "alerts/fire", false),
+        (
+            "dashboard",
+            "d1",
+            Verbs::READ,
+            BROADCAST,
+            "alerts/fire",
+            true,
+        ),
+        (
+            "dashboard",
+            "d1",
+            Verbs::WRITE,
+            BROADCAST,
+            "alerts/fire",
+            false,
+        ),
         ("dashboard", "d1", Verbs::READ, BROADCAST, "other", false),
         // %u narrows a channel rule to the user's own subtree.
-        ("vessel-1", "v", Verbs::WRITE, EVENTS, "events/telemetry/vessel-1/t", true),
-        ("vessel-1", "v", Verbs::WRITE, EVENTS, "events/telemetry/vessel-2/t", false),
-        ("vessel-1", "v", Verbs::READ, EVENTS, "events/telemetry/vessel-1/t", false),
+        (
+            "vessel-1",
+            "v",
+            Verbs::WRITE,
+            EVENTS,
+            "events/telemetry/vessel-1/t",
+            true,
+        ),
+        (
+            "vessel-1",
+            "v",
+            Verbs::WRITE,
+            EVENTS,
+            "events/telemetry/vessel-2/t",
+            false,
+        ),
+        (
+            "vessel-1",
+            "v",
+            Verbs::READ,
+            EVENTS,
+            "events/telemetry/vessel-1/t",
+            false,
+        ),
         ("vessel-1", "v", Verbs::CONSUME, JOBS, "jobs/a", true),
         ("vessel-1", "v", Verbs::WRITE, JOBS, "jobs/a", false),
         // The most exact entry supplies everything: vessel-9 is a reader.
-        ("vessel-9", "v", Verbs::WRITE, EVENTS, "events/telemetry/vessel-9/t", false),
+        (
+            "vessel-9",
+            "v",
+            Verbs::WRITE,
+            EVENTS,
+            "events/telemetry/vessel-9/t",
+            false,
+        ),
         ("vessel-9", "v", Verbs::READ, EVENTS, "events/x", true),
         // %u and %c together: the cohort, then the device inside it.
-        ("cohort-n", "n-1", Verbs::WRITE, BROADCAST, "iot/cohort-n/health/n-1", true),
-        ("cohort-n", "n-1", Verbs::WRITE, BROADCAST, "iot/cohort-n/health/n-2", false),
-        ("cohort-n", "n-1", Verbs::WRITE, BROADCAST, "iot/cohort-s/health/n-1", false),
+        (
+            "cohort-n",
+            "n-1",
+            Verbs::WRITE,
+            BROADCAST,
+            "iot/cohort-n/health/n-1",
+            true,
+        ),
+        (
+            "cohort-n",
+            "n-1",
+            Verbs::WRITE,
+            BROADCAST,
+            "iot/cohort-n/health/n-2",
+            false,
+        ),
+        (
+            "cohort-n",
+            "n-1",
+            Verbs::WRITE,
+            BROADCAST,
+            "iot/cohort-s/health/n-1",
+            false,
+        ),
         // Nobody matched: nothing.
-        ("stranger", "s", Verbs::READ, BROADCAST, "alerts/fire", false),
+        (
+            "stranger",
+            "s",
+            Verbs::READ,
+            BROADCAST,
+            "alerts/fire",
+            false,
+        ),
         ("", "s", Verbs::READ, BROADCAST, "alerts/fire", false),
     ];
     for &(user, client_id, verb, channel, topic, want) in cases {
@@ -278,7 +355,10 @@ fn the_table_names_each_rule_and_the_bounds() {
     let rows = explain::table_rows(&acl, "nobody", None, Limits::default());
     assert_eq!(rows, "nobody\t-\t-\t-\t-\tno bound\tno bound\n");
     let paragraph = explain::paragraph(&acl, "vessel-9", None, Limits::default());
-    assert!(paragraph.contains("entry in force: \"vessel-9\""), "{paragraph}");
+    assert!(
+        paragraph.contains("entry in force: \"vessel-9\""),
+        "{paragraph}"
+    );
     assert!(paragraph.contains("shadows \"vessel-*\""), "{paragraph}");
     assert!(paragraph.contains("broker-wide bounds"), "{paragraph}");
     let paragraph = explain::paragraph(&acl, "cohort-n", None, Limits::default());

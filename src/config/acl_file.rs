@@ -176,11 +176,17 @@ impl Reader<'_> {
             };
             let at = [Step::Key("roles"), Step::Key(name)];
             let Value::Sequence(list) = rules else {
-                self.finding(&at, "a role is a list of rules, each beginning with channel:, topic: or broker:");
+                self.finding(
+                    &at,
+                    "a role is a list of rules, each beginning with channel:, topic: or broker:",
+                );
                 continue;
             };
             if list.is_empty() {
-                self.finding(&at, "a role with no rules grants nothing; give it a rule or remove it");
+                self.finding(
+                    &at,
+                    "a role with no rules grants nothing; give it a rule or remove it",
+                );
             }
             let rules = list
                 .iter()
@@ -197,7 +203,10 @@ impl Reader<'_> {
 
     fn rule(&mut self, at: &[Step<'_>], value: &Value) -> Option<Rule> {
         let Value::Mapping(map) = value else {
-            self.finding(at, "a rule is a mapping: channel:, topic: or broker:, with allow:");
+            self.finding(
+                at,
+                "a rule is a mapping: channel:, topic: or broker:, with allow:",
+            );
             return None;
         };
         let subjects: Vec<&str> = ["channel", "topic", "broker"]
@@ -207,13 +216,19 @@ impl Reader<'_> {
         let kind = match subjects.as_slice() {
             [one] => *one,
             [] => {
-                self.finding(at, "a rule names what it is about with one of channel:, topic: or broker:");
+                self.finding(
+                    at,
+                    "a rule names what it is about with one of channel:, topic: or broker:",
+                );
                 return None;
             }
             _ => {
                 self.finding(
                     at,
-                    format!("a rule is about one thing, and this names {}; write one rule each", subjects.join(" and ")),
+                    format!(
+                        "a rule is about one thing, and this names {}; write one rule each",
+                        subjects.join(" and ")
+                    ),
                 );
                 return None;
             }
@@ -245,17 +260,29 @@ impl Reader<'_> {
         rule.filter(|_| ok)
     }
 
-    fn verbs(&mut self, at: &[Step<'_>], value: Option<&Value>, allowed: Verbs, what: &str) -> Option<Verbs> {
+    fn verbs(
+        &mut self,
+        at: &[Step<'_>],
+        value: Option<&Value>,
+        allowed: Verbs,
+        what: &str,
+    ) -> Option<Verbs> {
         let at = [at, &[Step::Key("allow")]].concat();
         let Some(Value::Sequence(list)) = value else {
             self.finding(
                 &at,
-                format!("a {what} rule lists what it allows, such as allow: [{}]", allowed.names().join(", ")),
+                format!(
+                    "a {what} rule lists what it allows, such as allow: [{}]",
+                    allowed.names().join(", ")
+                ),
             );
             return None;
         };
         if list.is_empty() {
-            self.finding(&at, "an empty allow: grants nothing; name a verb or remove the rule");
+            self.finding(
+                &at,
+                "an empty allow: grants nothing; name a verb or remove the rule",
+            );
             return None;
         }
         let mut verbs = Verbs::NONE;
@@ -278,7 +305,11 @@ impl Reader<'_> {
                 _ => {
                     self.finding(
                         &at,
-                        format!("{} is not a verb of a {what} rule; it takes {}", show(item), allowed.names().join(", ")),
+                        format!(
+                            "{} is not a verb of a {what} rule; it takes {}",
+                            show(item),
+                            allowed.names().join(", ")
+                        ),
                     );
                     ok = false;
                 }
@@ -288,10 +319,22 @@ impl Reader<'_> {
     }
 
     /// A filter as a rule writes it, expanded and checked for shape.
-    fn rule_filters(&mut self, at: &[Step<'_>], key: &str, value: &Value, first_level_free: bool) -> Option<Vec<String>> {
+    fn rule_filters(
+        &mut self,
+        at: &[Step<'_>],
+        key: &str,
+        value: &Value,
+        first_level_free: bool,
+    ) -> Option<Vec<String>> {
         let at = [at, &[Step::Key(key)]].concat();
         let Some(written) = text(value) else {
-            self.finding(&at, format!("{} is not a topic filter; write it as text, such as {key}: iot/+/health/%u", show(value)));
+            self.finding(
+                &at,
+                format!(
+                    "{} is not a topic filter; write it as text, such as {key}: iot/+/health/%u",
+                    show(value)
+                ),
+            );
             return None;
         };
         let filters = match expand(written) {
@@ -310,7 +353,10 @@ impl Reader<'_> {
                 None
             };
             if let Some(why) = why {
-                self.finding(&at, format!("{written:?} is not a well-formed filter: {why}"));
+                self.finding(
+                    &at,
+                    format!("{written:?} is not a well-formed filter: {why}"),
+                );
                 return None;
             }
         }
@@ -334,7 +380,10 @@ impl Reader<'_> {
             } else {
                 format!("the channels are {}", known.join(", "))
             };
-            self.finding(&channel_at, format!("{name:?} is not a configured channel; {listed}"));
+            self.finding(
+                &channel_at,
+                format!("{name:?} is not a configured channel; {listed}"),
+            );
             return None;
         };
         let channel_type = channel_type(&channel.kind);
@@ -350,7 +399,11 @@ impl Reader<'_> {
                 let filters = self.rule_filters(at, "filter", value, false)?;
                 for filter in &filters {
                     // `%u` and `%c` stand as spelled-out levels here.
-                    if !channel.filters.iter().any(|own| intersect(filter, own).is_some()) {
+                    if !channel
+                        .filters
+                        .iter()
+                        .any(|own| intersect(filter, own).is_some())
+                    {
                         self.finding(
                             &[at, &[Step::Key("filter")]].concat(),
                             format!(
@@ -376,15 +429,18 @@ impl Reader<'_> {
     fn topic_rule(&mut self, at: &[Step<'_>], map: &Mapping) -> Option<Rule> {
         let value = map.get("topic")?;
         let filters = self.rule_filters(at, "topic", value, true);
-        let verbs = self.verbs(at, map.get("allow"), Verbs::WRITE.with(Verbs::READ), "topic");
+        let verbs = self.verbs(
+            at,
+            map.get("allow"),
+            Verbs::WRITE.with(Verbs::READ),
+            "topic",
+        );
         let filters = filters?;
         for filter in &filters {
-            let inside = self.channels.iter().find_map(|c| {
-                c.filters
-                    .iter()
-                    .find(|own| covers(own, filter))
-                    .map(|_| c)
-            });
+            let inside = self
+                .channels
+                .iter()
+                .find_map(|c| c.filters.iter().find(|own| covers(own, filter)).map(|_| c));
             if let Some(channel) = inside {
                 self.finding(
                     &[at, &[Step::Key("topic")]].concat(),
@@ -413,7 +469,8 @@ impl Reader<'_> {
                     self.finding(&[at, &[Step::Key("deny")]].concat(), "deny: is written only on a broker: features rule; broker: sessions takes allow: [disconnect]");
                     return None;
                 }
-                let verbs = self.verbs(at, map.get("allow"), Verbs::DISCONNECT, "broker: sessions")?;
+                let verbs =
+                    self.verbs(at, map.get("allow"), Verbs::DISCONNECT, "broker: sessions")?;
                 Some(Rule {
                     subject: Subject::Sessions,
                     written_filter: None,
@@ -452,8 +509,16 @@ impl Reader<'_> {
     fn denies(&mut self, at: &[Step<'_>], value: Option<&Value>) -> Option<Features> {
         let at = [at, &[Step::Key("deny")]].concat();
         let names: Vec<&str> = Features::ALL.iter().map(|(_, n)| *n).collect();
-        let Some(Value::Sequence(list)) = value.filter(|v| !matches!(v, Value::Sequence(l) if l.is_empty())) else {
-            self.finding(&at, format!("broker: features lists the features it takes away, from {}", names.join(", ")));
+        let Some(Value::Sequence(list)) =
+            value.filter(|v| !matches!(v, Value::Sequence(l) if l.is_empty()))
+        else {
+            self.finding(
+                &at,
+                format!(
+                    "broker: features lists the features it takes away, from {}",
+                    names.join(", ")
+                ),
+            );
             return None;
         };
         let mut denies = Features::NONE;
@@ -471,7 +536,14 @@ impl Reader<'_> {
                     ok = false;
                 }
                 None => {
-                    self.finding(&at, format!("{} is not a feature a role may take away; they are {}", show(item), names.join(", ")));
+                    self.finding(
+                        &at,
+                        format!(
+                            "{} is not a feature a role may take away; they are {}",
+                            show(item),
+                            names.join(", ")
+                        ),
+                    );
                     ok = false;
                 }
             }
@@ -485,12 +557,18 @@ impl Reader<'_> {
             return entries;
         };
         let Value::Mapping(map) = value else {
-            self.finding(&[Step::Key("users")], "it maps each user-name pattern to its roles, such as \"device-*\": [device]");
+            self.finding(
+                &[Step::Key("users")],
+                "it maps each user-name pattern to its roles, such as \"device-*\": [device]",
+            );
             return entries;
         };
         for (pattern, body) in map {
             let Some(pattern) = text(pattern) else {
-                self.findings.push(format!("users: the pattern {} is not text; write it in quotes", show(pattern)));
+                self.findings.push(format!(
+                    "users: the pattern {} is not text; write it in quotes",
+                    show(pattern)
+                ));
                 continue;
             };
             let at = [Step::Key("users"), Step::Key(pattern)];
@@ -500,7 +578,9 @@ impl Reader<'_> {
         }
         for (i, a) in entries.iter().enumerate() {
             for b in &entries[i + 1..] {
-                if literal_count(&a.pattern) == literal_count(&b.pattern) && globs_overlap(&a.pattern, &b.pattern) {
+                if literal_count(&a.pattern) == literal_count(&b.pattern)
+                    && globs_overlap(&a.pattern, &b.pattern)
+                {
                     let at = [Step::Key("users"), Step::Key(&b.pattern)];
                     let why = format!(
                         "{:?} and {:?} spell out as many characters and can match the same name, so nothing would decide which applies; spell one of them out further",
@@ -513,17 +593,30 @@ impl Reader<'_> {
         entries
     }
 
-    fn entry(&mut self, at: &[Step<'_>], pattern: &str, body: &Value, roles: &[Role]) -> Option<Entry> {
+    fn entry(
+        &mut self,
+        at: &[Step<'_>],
+        pattern: &str,
+        body: &Value,
+        roles: &[Role],
+    ) -> Option<Entry> {
         let (role_list, client_ids, limits) = match body {
             Value::Sequence(_) => (Some(body), None, None),
             Value::Mapping(map) => {
                 for (key, _) in map {
                     let key = text(key).unwrap_or("?");
                     if !["roles", "client_ids", "limits"].contains(&key) {
-                        self.finding(&[at, &[Step::Key(key)]].concat(), "not a key of a user entry; it takes roles, client_ids and limits");
+                        self.finding(
+                            &[at, &[Step::Key(key)]].concat(),
+                            "not a key of a user entry; it takes roles, client_ids and limits",
+                        );
                     }
                 }
-                (map.get("roles"), map.get("client_ids").map(Some), map.get("limits"))
+                (
+                    map.get("roles"),
+                    map.get("client_ids").map(Some),
+                    map.get("limits"),
+                )
             }
             _ => {
                 self.finding(at, "an entry is a list of roles, or a mapping with roles:, client_ids: and limits:");
@@ -547,7 +640,12 @@ impl Reader<'_> {
         })
     }
 
-    fn entry_roles(&mut self, at: &[Step<'_>], value: Option<&Value>, roles: &[Role]) -> Option<Vec<usize>> {
+    fn entry_roles(
+        &mut self,
+        at: &[Step<'_>],
+        value: Option<&Value>,
+        roles: &[Role],
+    ) -> Option<Vec<usize>> {
         let list = match value {
             Some(Value::Sequence(list)) if !list.is_empty() => list,
             _ => {
@@ -566,7 +664,14 @@ impl Reader<'_> {
                 Some(_) => {}
                 None => {
                     let known: Vec<&str> = roles.iter().map(|r| r.name.as_str()).collect();
-                    self.finding(at, format!("{} is not a role under roles:; the roles are {}", show(item), known.join(", ")));
+                    self.finding(
+                        at,
+                        format!(
+                            "{} is not a role under roles:; the roles are {}",
+                            show(item),
+                            known.join(", ")
+                        ),
+                    );
                     return None;
                 }
             }
@@ -605,7 +710,10 @@ impl Reader<'_> {
             let key = text(key).unwrap_or("?");
             let here = [at.as_slice(), &[Step::Key(key)]].concat();
             match key {
-                "publish_rate" => match value.as_u64().filter(|&n| n > 0 && n <= u64::from(u32::MAX)) {
+                "publish_rate" => match value
+                    .as_u64()
+                    .filter(|&n| n > 0 && n <= u64::from(u32::MAX))
+                {
                     Some(n) => limits.publish_rate_per_s = Some(n as u32),
                     None => {
                         self.finding(&here, format!("{} is not a rate: it is a whole number of messages per second above 0; omit it for no bound", show(value)));
@@ -627,7 +735,10 @@ impl Reader<'_> {
                     }
                 }
                 _ => {
-                    self.finding(&here, "not a limit an entry sets; it takes publish_rate and publish_bytes");
+                    self.finding(
+                        &here,
+                        "not a limit an entry sets; it takes publish_rate and publish_bytes",
+                    );
                     ok = false;
                 }
             }

@@ -131,7 +131,11 @@ users:
             Some(9)
         );
         assert_eq!(
-            lines.of(&[Step::Key("users"), Step::Key("device-*"), Step::Key("roles")]),
+            lines.of(&[
+                Step::Key("users"),
+                Step::Key("device-*"),
+                Step::Key("roles")
+            ]),
             Some(12)
         );
         assert_eq!(lines.of(&[Step::Key("users"), Step::Key("nobody")]), None);

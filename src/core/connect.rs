@@ -36,23 +36,29 @@ impl Broker {
     ) {
         // Every check that can refuse a CONNECT runs before its session is
         // looked at, so a refused CONNECT changes nothing.
-        if let Err((code, reason)) = self.admit_connect(&connect) {
-            log::warn!(
-                "refusing CONNECT from client id {:?}: {reason}",
-                connect.client_id
-            );
-            let problem_information = connect.properties.request_problem_information != Some(0);
-            self.send_connack_refusal(
-                conn,
-                connect.protocol_version,
-                code,
-                reason,
-                problem_information,
-                out,
-            );
-            self.close_silently(conn, now_ms, out);
-            return;
-        }
+        let admitted = self
+            .admit_connect(&connect)
+            .and_then(|()| self.authorize_connect(&connect, connect.username.as_deref()));
+        let admitted = match admitted {
+            Ok(admitted) => admitted,
+            Err((code, reason)) => {
+                log::warn!(
+                    "refusing CONNECT from client id {:?}: {reason}",
+                    connect.client_id
+                );
+                let problem_information = connect.properties.request_problem_information != Some(0);
+                self.send_connack_refusal(
+                    conn,
+                    connect.protocol_version,
+                    code,
+                    reason,
+                    problem_information,
+                    out,
+                );
+                self.close_silently(conn, now_ms, out);
+                return;
+            }
+        };
         let version = connect.protocol_version;
         let client_id = if connect.client_id.is_empty() {
             self.next_assigned_client_id()
@@ -68,7 +74,11 @@ impl Broker {
             ProtocolVersion::V311 if connect.clean_start => 0,
             ProtocolVersion::V311 => u32::MAX,
         };
-        let granted_expiry_s = requested_expiry_s.min(self.settings.max_session_expiry_s);
+        let granted_expiry_s =
+            admitted.expiry_s(requested_expiry_s.min(self.settings.max_session_expiry_s));
+        // A 3.1.1 session has no expiry to be told: it is made clean.
+        let clean_start =
+            connect.clean_start || granted_expiry_s == 0 && version == ProtocolVersion::V311;
 
         let (keep_alive_s, server_keep_alive_s) = match (version, self.settings.max_keepalive_s) {
             (ProtocolVersion::V5, Some(max_s))
@@ -79,13 +89,8 @@ impl Broker {
             _ => (connect.keep_alive_s, None),
         };
 
-        let session_key = self.claim_session(
-            &client_id,
-            connect.clean_start,
-            granted_expiry_s,
-            now_ms,
-            out,
-        );
+        let session_key =
+            self.claim_session(&client_id, clean_start, granted_expiry_s, now_ms, out);
         self.remember_claimed(session_key);
         let session = self.sessions.get_mut(session_key).expect("claimed above");
         let session_present = !session.is_new;
@@ -138,6 +143,7 @@ impl Broker {
                 p.assigned_client_identifier = Some(client_id.clone());
             }
         }
+        self.hold_grants(session_key, admitted, version, &mut connack.properties);
         // A session that keeps a record is answered once it is stored.
         let user_name = connect.username.as_deref();
         if let Some(connack) =
@@ -567,6 +573,7 @@ impl Broker {
             .collect();
         self.return_to_groups(unfinished, now_ms, out);
         self.session_record_ended(&session.client_id, out);
+        self.forget_grants(&session.client_id);
     }
 
     /// Ends sessions whose expiry has passed and publishes Wills whose delay
@@ -615,6 +622,13 @@ impl Broker {
         now_ms: u64,
         out: &mut impl Transport,
     ) {
+        if !self.may_publish_will(&client_id, &will.topic) {
+            log::warn!(
+                "the Will of {client_id} was not published: its roles no longer allow a publish to {:?}",
+                will.topic
+            );
+            return;
+        }
         let mut properties = will.properties;
         properties.will_delay_interval_s = None;
         properties

@@ -42,6 +42,10 @@ impl Broker {
             self.end_connection(conn, Some((code, reason)), true, now_ms, out);
             return;
         }
+        if let Some(breach) = self.feature_breach(conn, &publish) {
+            self.end_connection(conn, Some(breach), true, now_ms, out);
+            return;
+        }
         let (qos, packet_id) = (publish.qos, publish.packet_id);
         // A QoS 1 publish takes its place in the PUBACK order on arrival.
         let slot =
@@ -51,6 +55,7 @@ impl Broker {
             .and_then(|()| self.admit_properties(&publish))
             .and_then(|()| admit_seek_qos(&publish))
             .and_then(|()| self.admit_queue_topic(&publish.topic))
+            .and_then(|()| self.authorize_publish(conn, &publish))
             .and_then(|()| self.spend_publish_budget(conn, publish.payload.len(), now_ms));
         if let Err(refusal) = admitted {
             self.refuse_publish(
@@ -349,10 +354,8 @@ impl Broker {
         payload_bytes: usize,
         now_ms: u64,
     ) -> Result<(), Refusal> {
-        let (rate, bytes_rate) = (
-            self.settings.publish_rate_per_s,
-            self.settings.publish_bytes_per_s,
-        );
+        let limits = self.publish_limits(conn);
+        let (rate, bytes_rate) = (limits.publish_rate_per_s, limits.publish_bytes_per_s);
         if rate.is_none() && bytes_rate.is_none() {
             return Ok(());
         }
@@ -362,8 +365,13 @@ impl Broker {
         let budget = self.budgets.entry(client_id).or_insert(PublishBudget {
             messages: capacity_messages,
             bytes: capacity_bytes,
+            capacity_messages,
+            capacity_bytes,
             updated_ms: now_ms,
         });
+        // A reload may have changed the client's bounds.
+        budget.capacity_messages = capacity_messages;
+        budget.capacity_bytes = capacity_bytes;
         let elapsed_s = now_ms.saturating_sub(budget.updated_ms) as f64 / 1000.0;
         budget.updated_ms = now_ms;
         budget.messages = (budget.messages + elapsed_s * capacity_messages).min(capacity_messages);
@@ -381,16 +389,11 @@ impl Broker {
 
     /// Drops budgets that have refilled: such a client lost nothing.
     pub(crate) fn forget_full_budgets(&mut self, now_ms: u64) {
-        let (rate, bytes_rate) = (
-            self.settings.publish_rate_per_s,
-            self.settings.publish_bytes_per_s,
-        );
-        let capacity_messages = rate.map_or(f64::INFINITY, f64::from);
-        let capacity_bytes = bytes_rate.map_or(f64::INFINITY, |b| b as f64);
         self.budgets.retain(|_, budget| {
             let elapsed_s = now_ms.saturating_sub(budget.updated_ms) as f64 / 1000.0;
-            budget.messages + elapsed_s * capacity_messages < capacity_messages
-                || budget.bytes + elapsed_s * capacity_bytes < capacity_bytes
+            let (messages, bytes) = (budget.capacity_messages, budget.capacity_bytes);
+            budget.messages + elapsed_s * messages < messages
+                || budget.bytes + elapsed_s * bytes < bytes
         });
     }
 

@@ -6,6 +6,7 @@
 //! clock, opens no socket and spawns nothing, so the same code runs under a
 //! deterministic test with simulated time and under the smol shell.
 
+mod authorize;
 mod broadcast_log;
 pub mod channel;
 pub mod claims;
@@ -238,6 +239,9 @@ pub(crate) struct Connection {
 pub(crate) struct PublishBudget {
     pub messages: f64,
     pub bytes: f64,
+    /// What it refills to: the client's own bounds.
+    pub capacity_messages: f64,
+    pub capacity_bytes: f64,
     pub updated_ms: u64,
 }
 
@@ -274,6 +278,8 @@ pub struct Broker {
     /// Session records in the session provider.
     pub(crate) persist: persist::Persistence,
     pub(crate) queues: queue::Queues,
+    /// The authorization file in force and each session's grants.
+    pub(crate) authorization: authorize::Authorization,
 }
 
 impl Broker {
@@ -322,6 +328,7 @@ impl Broker {
             next_assigned_id: 0,
             match_scratch: Vec::new(),
             persist: persist::Persistence::default(),
+            authorization: Default::default(),
             settings,
         }
     }

@@ -366,6 +366,9 @@ impl Broker {
                 "not a queue's form: a worker subscribes to $saguin/queue/<name>, naming a queue exactly",
             )));
         };
+        if let Err(refusal) = self.authorize_worker(session_key, self.queues.list[q].channel) {
+            return Some(Err(refusal));
+        }
         if self.version(conn) != Some(ProtocolVersion::V5) {
             return Some(Err((
                 ReasonCode::TOPIC_FILTER_INVALID,
@@ -710,7 +713,10 @@ impl Broker {
             let queue = &self.queues.list[q];
             let index = (queue.next_worker + step) % count;
             let worker = queue.workers[index];
-            if queue.held.contains_key(&worker) || !self.session_has_room(worker) {
+            if queue.held.contains_key(&worker)
+                || !self.session_has_room(worker)
+                || !self.may_consume(worker, queue.channel)
+            {
                 continue;
             }
             self.queues.list[q].next_worker = index + 1;

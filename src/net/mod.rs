@@ -5,6 +5,7 @@ mod connection;
 mod latest_index;
 mod outbox;
 mod queue_load;
+mod reload;
 mod storage;
 
 use std::cell::RefCell;
@@ -101,13 +102,30 @@ pub fn worst_case_connection_bytes(settings: &Settings) -> u64 {
         + aliases
 }
 
-/// Binds every door, then serves until SIGTERM or SIGINT.
-pub fn run(config: Config) -> io::Result<()> {
-    let executor: &'static LocalExecutor<'static> = Box::leak(Box::new(LocalExecutor::new()));
-    smol::block_on(executor.run(serve(executor, config)))
+pub use reload::AclReader;
+
+/// The authorization file in force at startup, and how to read it again.
+pub struct AclSource {
+    pub acl: crate::acl::Acl,
+    pub read: AclReader,
 }
 
-async fn serve(executor: &'static LocalExecutor<'static>, config: Config) -> io::Result<()> {
+/// Binds every door, then serves until SIGTERM or SIGINT.
+pub fn run(config: Config) -> io::Result<()> {
+    run_with_acl(config, None)
+}
+
+/// [`run`], with an authorization file in force.
+pub fn run_with_acl(config: Config, acl: Option<AclSource>) -> io::Result<()> {
+    let executor: &'static LocalExecutor<'static> = Box::leak(Box::new(LocalExecutor::new()));
+    smol::block_on(executor.run(serve(executor, config, acl)))
+}
+
+async fn serve(
+    executor: &'static LocalExecutor<'static>,
+    config: Config,
+    acl: Option<AclSource>,
+) -> io::Result<()> {
     let (mut storage, channels, completions) = storage::start(&config)?;
     let mut settings = settings_from_config(&config);
     settings.channels = channels;
@@ -158,6 +176,7 @@ async fn serve(executor: &'static LocalExecutor<'static>, config: Config) -> io:
         settings.session_queue_bytes as usize,
     );
     outboxes.storage = storage.handles.clone();
+    let mut tasks_before_accept = Vec::new();
     let shared: SharedRef = Rc::new(RefCell::new(Shared {
         outboxes,
         broker: Broker::new(settings),
@@ -181,7 +200,18 @@ async fn serve(executor: &'static LocalExecutor<'static>, config: Config) -> io:
             .broker
             .restore_holds(restored_holds, now_ms, &mut state.outboxes);
     }
-    let mut tasks = Vec::new();
+    if let Some(source) = acl {
+        let mut guard = shared.borrow_mut();
+        let state = &mut *guard;
+        let now_ms = state.now_ms();
+        state
+            .broker
+            .set_acl(Some(source.acl), now_ms, &mut state.outboxes);
+        drop(guard);
+        tasks_before_accept
+            .push(executor.spawn(reload::on_reload_signal(shared.clone(), source.read)));
+    }
+    let mut tasks = tasks_before_accept;
     for listener in listeners {
         let accept = accept_loop(
             executor,

@@ -1,0 +1,37 @@
+//! SIGUSR1: the authorization file is read again and replaces the one in
+//! force, all or nothing. A file that cannot be used is logged at `error`
+//! and the broker goes on with what it had.
+
+use smol::stream::StreamExt;
+
+use super::SharedRef;
+use crate::acl::Acl;
+
+/// Reads the authorization file again; the caller knows where it is and
+/// how to check it, so the shell reads no file of its own.
+pub type AclReader = Box<dyn Fn() -> Result<Acl, String>>;
+
+/// Waits for SIGUSR1 and puts each new reading in force.
+pub(super) async fn on_reload_signal(shared: SharedRef, read: AclReader) {
+    let Ok(mut signals) = async_signal::Signals::new([async_signal::Signal::Usr1]) else {
+        log::error!("cannot listen for SIGUSR1: the acl_file will not be re-read");
+        return;
+    };
+    while let Some(Ok(_)) = signals.next().await {
+        match read() {
+            Ok(acl) => {
+                log::info!(
+                    "re-read {}: {} user entries, {} roles now in force",
+                    acl.source,
+                    acl.entries.len(),
+                    acl.roles.len()
+                );
+                let mut guard = shared.borrow_mut();
+                let state = &mut *guard;
+                let now_ms = state.now_ms();
+                state.broker.set_acl(Some(acl), now_ms, &mut state.outboxes);
+            }
+            Err(error) => log::error!("{error}; the rules read before stay in force"),
+        }
+    }
+}
