@@ -126,6 +126,10 @@ async fn serve(
     config: Config,
     acl: Option<AclSource>,
 ) -> io::Result<()> {
+    let reload_signal = match acl {
+        Some(_) => Some(reload::reload_signal()?),
+        None => None,
+    };
     let (mut storage, channels, completions) = storage::start(&config)?;
     let mut settings = settings_from_config(&config);
     settings.channels = channels;
@@ -200,7 +204,7 @@ async fn serve(
             .broker
             .restore_holds(restored_holds, now_ms, &mut state.outboxes);
     }
-    if let Some(source) = acl {
+    if let (Some(source), Some(signals)) = (acl, reload_signal) {
         let mut guard = shared.borrow_mut();
         let state = &mut *guard;
         let now_ms = state.now_ms();
@@ -208,8 +212,11 @@ async fn serve(
             .broker
             .set_acl(Some(source.acl), now_ms, &mut state.outboxes);
         drop(guard);
-        tasks_before_accept
-            .push(executor.spawn(reload::on_reload_signal(shared.clone(), source.read)));
+        tasks_before_accept.push(executor.spawn(reload::on_reload_signal(
+            shared.clone(),
+            signals,
+            source.read,
+        )));
     }
     let mut tasks = tasks_before_accept;
     for listener in listeners {

@@ -11,12 +11,18 @@ use crate::acl::Acl;
 /// how to check it, so the shell reads no file of its own.
 pub type AclReader = Box<dyn Fn() -> Result<Acl, String>>;
 
+/// Takes SIGUSR1 from the process, before any client can arrive: its
+/// default action would end the broker.
+pub(super) fn reload_signal() -> std::io::Result<async_signal::Signals> {
+    async_signal::Signals::new([async_signal::Signal::Usr1])
+}
+
 /// Waits for SIGUSR1 and puts each new reading in force.
-pub(super) async fn on_reload_signal(shared: SharedRef, read: AclReader) {
-    let Ok(mut signals) = async_signal::Signals::new([async_signal::Signal::Usr1]) else {
-        log::error!("cannot listen for SIGUSR1: the acl_file will not be re-read");
-        return;
-    };
+pub(super) async fn on_reload_signal(
+    shared: SharedRef,
+    mut signals: async_signal::Signals,
+    read: AclReader,
+) {
     while let Some(Ok(_)) = signals.next().await {
         match read() {
             Ok(acl) => {

@@ -1,0 +1,544 @@
+//! The authorization file over real sockets: what each role may and may
+//! not do, how a denied feature looks on the wire, and a reload that
+//! withdraws a grant from live subscribers and consumers.
+
+mod common;
+
+use std::process::Command;
+
+use common::{BrokerProcess, RawClient, Received, TempDir};
+use saguin::codec::{
+    Connack, Packet, Properties, ProtocolVersion, PubAck, Publish, QoS, Subscribe,
+    SubscriptionOptions, Will,
+};
+
+const STORAGE: &str = "  storage:\n    default: volatile\n    default_retention_period: none\n    default_retention_bytes: none\n    providers:\n      volatile:\n        type: memory\n        max_bytes: 64MiB\n        snapshot_dir: {dir}\n";
+const CHANNELS: &str = "channels:\n  events:\n    type: append\n    filter: events/#\n  state:\n    type: latest\n    filter: state/#\n  jobs:\n    type: queue\n    filter: jobs/#\n";
+
+const ACL: &str = "\
+roles:
+  watcher:
+    - channel: events
+      allow: [read]
+    - topic: alerts/#
+      allow: [read]
+    - topic: other/#
+      allow: [read]
+  writer:
+    - channel: events
+      allow: [write]
+    - channel: state
+      allow: [write]
+    - channel: jobs
+      allow: [write]
+    - topic: \"#\"
+      allow: [write]
+  device:
+    - topic: iot/%u/health/%c
+      allow: [write, read]
+  constrained:
+    - broker: features
+      deny: [persistent, will, share, retained, qos2]
+    - topic: \"#\"
+      allow: [write, read]
+users:
+  watcher: [watcher]
+  writer: [writer]
+  \"dev-*\":
+    roles: [device]
+    client_ids: \"%u-*\"
+  small: [constrained]
+";
+
+/// A broker whose acl_file is `acl`, in a directory of its own.
+fn start(dir: &TempDir, acl: &str) -> BrokerProcess {
+    std::fs::write(dir.path().join("acl.yaml"), acl).unwrap();
+    let broker_yaml = format!("    acl_file: {{dir}}/acl.yaml\n{STORAGE}");
+    BrokerProcess::start_in(dir.path(), &broker_yaml, CHANNELS)
+}
+
+/// Rewrites the acl_file and signals the broker to read it again.
+fn reload(broker: &mut BrokerProcess, dir: &TempDir, acl: &str) {
+    std::fs::write(dir.path().join("acl.yaml"), acl).unwrap();
+    // Each reload logs one line: the earlier ones are set aside first.
+    broker.log_lines.retain(|l| !l.contains("re-read"));
+    let status = Command::new("kill")
+        .args(["-USR1", &broker.pid().to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success());
+    broker.wait_for_log("re-read");
+}
+
+fn try_connect(
+    address: &str,
+    version: ProtocolVersion,
+    user: &str,
+    client_id: &str,
+    shape: impl FnOnce(&mut saguin::codec::Connect),
+) -> (RawClient, Connack) {
+    let mut client = RawClient::open(address, version);
+    let mut connect = common::connect_packet(version, client_id);
+    connect.username = Some(user.into());
+    shape(&mut connect);
+    client.send(&Packet::Connect(connect));
+    match client.recv() {
+        Received::Packet(Packet::Connack(connack)) => (client, connack),
+        other => panic!("expected a CONNACK, got {other:?}"),
+    }
+}
+
+fn connect(address: &str, version: ProtocolVersion, user: &str, client_id: &str) -> RawClient {
+    let (client, connack) = try_connect(address, version, user, client_id, |_| {});
+    assert_eq!(connack.reason_code.0, 0, "{user} refused: {connack:?}");
+    client
+}
+
+fn publish_qos1(client: &mut RawClient, topic: &str, payload: &[u8], properties: Properties) -> u8 {
+    client.send(&Packet::Publish(Publish {
+        qos: QoS::AtLeastOnce,
+        topic: topic.into(),
+        packet_id: Some(7),
+        payload: payload.to_vec(),
+        properties,
+        ..Publish::default()
+    }));
+    match client.recv() {
+        Received::Packet(Packet::Puback(PubAck { reason_code, .. })) => reason_code.0,
+        other => panic!("expected a PUBACK for {topic}, got {other:?}"),
+    }
+}
+
+fn suback(client: &mut RawClient, filters: &[&str]) -> Vec<u8> {
+    let options = SubscriptionOptions {
+        qos: QoS::AtLeastOnce,
+        ..SubscriptionOptions::default()
+    };
+    client.send(&Packet::Subscribe(Subscribe {
+        packet_id: 3,
+        properties: Properties::default(),
+        filters: filters.iter().map(|f| (f.to_string(), options)).collect(),
+    }));
+    match client.recv() {
+        Received::Packet(Packet::Suback(suback)) => {
+            suback.reason_codes.iter().map(|c| c.0).collect()
+        }
+        other => panic!("expected a SUBACK, got {other:?}"),
+    }
+}
+
+/// The next PUBLISH delivered, acknowledged; its topic and payload.
+fn next_delivery(client: &mut RawClient) -> (String, Vec<u8>) {
+    loop {
+        match client.recv() {
+            Received::Packet(Packet::Publish(publish)) => {
+                if let Some(packet_id) = publish.packet_id {
+                    client.send(&Packet::Puback(PubAck {
+                        packet_id,
+                        ..PubAck::default()
+                    }));
+                }
+                return (publish.topic, publish.payload);
+            }
+            Received::Packet(_) => continue,
+            Received::Closed => panic!("closed while waiting for a delivery"),
+        }
+    }
+}
+
+fn with_response_topic() -> Properties {
+    Properties {
+        response_topic: Some("replies/x".into()),
+        ..Properties::default()
+    }
+}
+
+#[test]
+fn a_role_reads_one_channel_and_nothing_else() {
+    let dir = TempDir::new("acl-verbs");
+    let broker = start(&dir, ACL);
+    let address = broker.address();
+    let mut watcher = connect(&address, ProtocolVersion::V5, "watcher", "w1");
+    // read on events is granted; the other channels and verbs are not.
+    assert_eq!(suback(&mut watcher, &["events/#"]), [1]);
+    assert_eq!(
+        publish_qos1(&mut watcher, "events/a", b"x", Properties::default()),
+        0x87
+    );
+    let seek = publish_qos1(
+        &mut watcher,
+        "$saguin/consumer/events/seek",
+        b"earliest",
+        with_response_topic(),
+    );
+    assert_eq!(seek, 0x87, "seek without the seek verb");
+    let point_read = publish_qos1(
+        &mut watcher,
+        "$saguin/kv/get",
+        b"state/a",
+        with_response_topic(),
+    );
+    assert_eq!(point_read, 0x87, "a point read without read on state");
+    assert_eq!(suback(&mut watcher, &["state/#"]), [0x87]);
+    assert_eq!(suback(&mut watcher, &["$saguin/queue/jobs"]), [0x87]);
+    assert_eq!(
+        publish_qos1(&mut watcher, "jobs/a", b"x", Properties::default()),
+        0x87
+    );
+    // A writer may write each channel, and read none of them.
+    let mut writer = connect(&address, ProtocolVersion::V5, "writer", "wr1");
+    assert_eq!(
+        publish_qos1(&mut writer, "events/a", b"x", Properties::default()),
+        0
+    );
+    assert_eq!(
+        publish_qos1(&mut writer, "state/a", b"x", Properties::default()),
+        0
+    );
+    assert_eq!(
+        publish_qos1(&mut writer, "jobs/a", b"x", Properties::default()),
+        0
+    );
+    // A deletion on a latest channel is its own verb.
+    assert_eq!(
+        publish_qos1(&mut writer, "state/a", b"", Properties::default()),
+        0x87
+    );
+    assert_eq!(suback(&mut writer, &["events/#", "alerts/#"]), [0x87, 0x87]);
+    // The watcher's granted subscription delivers what the writer wrote.
+    assert_eq!(
+        next_delivery(&mut watcher),
+        ("events/a".into(), b"x".to_vec())
+    );
+}
+
+#[test]
+fn a_refused_publish_is_0x87_and_a_311_client_is_closed() {
+    let dir = TempDir::new("acl-publish");
+    let broker = start(&dir, ACL);
+    let address = broker.address();
+    let mut watcher = connect(&address, ProtocolVersion::V5, "watcher", "w1");
+    assert_eq!(
+        publish_qos1(&mut watcher, "alerts/fire", b"x", Properties::default()),
+        0x87
+    );
+    watcher.assert_alive();
+    let mut old = connect(&address, ProtocolVersion::V311, "watcher", "w2");
+    old.send(&Packet::Publish(Publish {
+        qos: QoS::AtLeastOnce,
+        topic: "alerts/fire".into(),
+        packet_id: Some(1),
+        payload: b"x".to_vec(),
+        ..Publish::default()
+    }));
+    assert!(
+        old.recv_until_closed().is_empty(),
+        "3.1.1 is closed, never acknowledged"
+    );
+}
+
+#[test]
+fn a_subscribe_is_answered_per_filter() {
+    let dir = TempDir::new("acl-subscribe");
+    let broker = start(&dir, ACL);
+    let address = broker.address();
+    let mut watcher = connect(&address, ProtocolVersion::V5, "watcher", "w1");
+    // The interoperability suite's expectation: a denied filter is 0x87.
+    let codes = suback(
+        &mut watcher,
+        &["alerts/#", "test/nosubscribe", "events/#", "#"],
+    );
+    assert_eq!(codes, [1, 0x87, 1, 0x87]);
+    let mut old = connect(&address, ProtocolVersion::V311, "watcher", "w2");
+    assert_eq!(
+        suback(&mut old, &["test/nosubscribe", "alerts/x"]),
+        [0x80, 1]
+    );
+}
+
+#[test]
+fn patterns_give_each_device_its_own_subtree() {
+    let dir = TempDir::new("acl-patterns");
+    let broker = start(&dir, ACL);
+    let address = broker.address();
+    let mut device = connect(&address, ProtocolVersion::V5, "dev-a", "dev-a-1");
+    let own = publish_qos1(
+        &mut device,
+        "iot/dev-a/health/dev-a-1",
+        b"ok",
+        Properties::default(),
+    );
+    assert_eq!(own, 0);
+    for other in ["iot/dev-b/health/dev-a-1", "iot/dev-a/health/dev-a-2"] {
+        assert_eq!(
+            publish_qos1(&mut device, other, b"x", Properties::default()),
+            0x87,
+            "{other}"
+        );
+    }
+    assert_eq!(
+        suback(&mut device, &["iot/dev-a/health/dev-a-1", "iot/+/health/+"]),
+        [1, 0x87]
+    );
+    // client_ids: "%u-*" keeps the name to its own devices: 0x86.
+    let (_, connack) = try_connect(&address, ProtocolVersion::V5, "dev-a", "dev-b-1", |_| {});
+    assert_eq!(connack.reason_code.0, 0x86);
+    let (_, connack) = try_connect(&address, ProtocolVersion::V311, "dev-a", "dev-b-1", |_| {});
+    assert_eq!(
+        connack.reason_code.0, 0x86,
+        "3.1.1's return code 4 reads back as 0x86"
+    );
+}
+
+#[test]
+fn each_feature_denial_shows_on_the_wire() {
+    let dir = TempDir::new("acl-features");
+    let broker = start(&dir, ACL);
+    let address = broker.address();
+    let (mut small, connack) = try_connect(&address, ProtocolVersion::V5, "small", "s1", |c| {
+        c.clean_start = false;
+        c.properties.session_expiry_interval_s = Some(3600);
+    });
+    assert_eq!(connack.reason_code.0, 0);
+    assert_eq!(connack.properties.maximum_qos, Some(1), "qos2");
+    assert_eq!(
+        connack.properties.shared_subscription_available,
+        Some(0),
+        "share"
+    );
+    assert_eq!(
+        connack.properties.session_expiry_interval_s,
+        Some(0),
+        "persistent"
+    );
+    // QoS 2 asked is granted 1.
+    let options = SubscriptionOptions {
+        qos: QoS::ExactlyOnce,
+        ..SubscriptionOptions::default()
+    };
+    small.send(&Packet::Subscribe(Subscribe {
+        packet_id: 2,
+        properties: Properties::default(),
+        filters: vec![("anything/#".into(), options)],
+    }));
+    match small.recv() {
+        Received::Packet(Packet::Suback(s)) => assert_eq!(s.reason_codes[0].0, 1),
+        other => panic!("expected a SUBACK, got {other:?}"),
+    }
+    // A QoS 2 publish anyway is closed 0x9B.
+    small.send(&Packet::Publish(Publish {
+        qos: QoS::ExactlyOnce,
+        topic: "anything/x".into(),
+        packet_id: Some(1),
+        ..Publish::default()
+    }));
+    assert_disconnected(&mut small, 0x9B);
+    // A retained broadcast value is closed 0x9A; on a channel it is not asked.
+    let mut small = connect(&address, ProtocolVersion::V5, "small", "s2");
+    small.send(&Packet::Publish(Publish {
+        qos: QoS::AtMostOnce,
+        retain: true,
+        topic: "anything/x".into(),
+        ..Publish::default()
+    }));
+    assert_disconnected(&mut small, 0x9A);
+    // A shared subscription is a protocol breach: 0x9E.
+    let mut small = connect(&address, ProtocolVersion::V5, "small", "s3");
+    small.send(&Packet::Subscribe(Subscribe {
+        packet_id: 2,
+        properties: Properties::default(),
+        filters: vec![("$share/g/anything/#".into(), SubscriptionOptions::default())],
+    }));
+    assert_disconnected(&mut small, 0x9E);
+    // A Will is refused 0x87 on MQTT 5 and 0x05 on 3.1.1.
+    for (version, code) in [(ProtocolVersion::V5, 0x87), (ProtocolVersion::V311, 0x87)] {
+        let (_, connack) = try_connect(&address, version, "small", "s4", |c| {
+            c.will = Some(Will {
+                topic: "anything/gone".into(),
+                payload: b"bye".to_vec(),
+                qos: QoS::AtMostOnce,
+                retain: false,
+                properties: Properties::default(),
+            });
+        });
+        assert_eq!(connack.reason_code.0, code, "{version:?}");
+    }
+}
+
+fn assert_disconnected(client: &mut RawClient, code: u8) {
+    let packets = client.recv_until_closed();
+    match packets.last() {
+        Some(Packet::Disconnect(d)) => assert_eq!(d.reason_code.0, code, "{d:?}"),
+        other => panic!("expected a DISCONNECT 0x{code:02X}, got {other:?}"),
+    }
+}
+
+/// The watcher file with `read` on alerts/# and events taken away.
+fn narrowed() -> String {
+    ACL.replace(
+        "    - channel: events\n      allow: [read]\n    - topic: alerts/#\n      allow: [read]\n",
+        "",
+    )
+}
+
+#[test]
+fn a_reload_withdraws_a_grant_from_a_live_subscriber() {
+    let dir = TempDir::new("acl-reload");
+    let mut broker = start(&dir, ACL);
+    let address = broker.address();
+    let mut watcher = connect(&address, ProtocolVersion::V5, "watcher", "w1");
+    assert_eq!(suback(&mut watcher, &["alerts/#", "other/#"]), [1, 1]);
+    let mut writer = connect(&address, ProtocolVersion::V5, "writer", "wr1");
+    assert_eq!(
+        publish_qos1(&mut writer, "alerts/1", b"before", Properties::default()),
+        0
+    );
+    assert_eq!(
+        next_delivery(&mut watcher),
+        ("alerts/1".into(), b"before".to_vec())
+    );
+    reload(&mut broker, &dir, &narrowed());
+    assert_eq!(
+        publish_qos1(&mut writer, "alerts/2", b"withheld", Properties::default()),
+        0
+    );
+    assert_eq!(
+        publish_qos1(&mut writer, "other/1", b"marker", Properties::default()),
+        0
+    );
+    // Deliveries keep their order, so the marker arriving first means the
+    // withheld message was never sent.
+    assert_eq!(
+        next_delivery(&mut watcher),
+        ("other/1".into(), b"marker".to_vec())
+    );
+    assert_eq!(suback(&mut watcher, &["alerts/#"]), [0x87]);
+}
+
+#[test]
+fn a_channel_consumer_stalls_at_its_position_and_resumes() {
+    let dir = TempDir::new("acl-stall");
+    let mut broker = start(&dir, ACL);
+    let address = broker.address();
+    let mut watcher = connect(&address, ProtocolVersion::V5, "watcher", "w1");
+    assert_eq!(suback(&mut watcher, &["events/#", "other/#"]), [1, 1]);
+    let mut writer = connect(&address, ProtocolVersion::V5, "writer", "wr1");
+    assert_eq!(
+        publish_qos1(&mut writer, "events/1", b"first", Properties::default()),
+        0
+    );
+    assert_eq!(
+        next_delivery(&mut watcher),
+        ("events/1".into(), b"first".to_vec())
+    );
+    reload(&mut broker, &dir, &narrowed());
+    assert_eq!(
+        publish_qos1(&mut writer, "events/2", b"second", Properties::default()),
+        0
+    );
+    assert_eq!(
+        publish_qos1(&mut writer, "other/1", b"marker", Properties::default()),
+        0
+    );
+    assert_eq!(
+        next_delivery(&mut watcher),
+        ("other/1".into(), b"marker".to_vec())
+    );
+    // The grant returns, and the record the consumer stalled on follows.
+    reload(&mut broker, &dir, ACL);
+    assert_eq!(
+        next_delivery(&mut watcher),
+        ("events/2".into(), b"second".to_vec())
+    );
+}
+
+#[test]
+fn a_file_that_cannot_be_used_stops_the_start_and_a_reload_keeps_the_old_one() {
+    let dir = TempDir::new("acl-refused");
+    let config = dir.path().join("saguin.yaml");
+    std::fs::write(
+        dir.path().join("acl.yaml"),
+        "roles:\n  r:\n    - channel: nowhere\n      allow: [read]\n",
+    )
+    .unwrap();
+    std::fs::write(
+        &config,
+        format!(
+            "broker:\n  id: t\n  mqtt:\n    acl_file: {}/acl.yaml\n",
+            dir.path().display()
+        ),
+    )
+    .unwrap();
+    let output = Command::new(env!("CARGO_BIN_EXE_saguin"))
+        .arg("--check-config")
+        .arg(&config)
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("acl.yaml"), "{stderr}");
+    assert!(stderr.contains("line 3: roles.r[0].channel"), "{stderr}");
+    // A running broker keeps its rules when the new file is refused.
+    let dir = TempDir::new("acl-reload-refused");
+    let mut broker = start(&dir, ACL);
+    std::fs::write(dir.path().join("acl.yaml"), "roles: [").unwrap();
+    Command::new("kill")
+        .args(["-USR1", &broker.pid().to_string()])
+        .status()
+        .unwrap();
+    broker.wait_for_log("stay in force");
+    let mut watcher = connect(&broker.address(), ProtocolVersion::V5, "watcher", "w1");
+    assert_eq!(suback(&mut watcher, &["alerts/#"]), [1]);
+}
+
+#[test]
+fn acl_explains_a_user() {
+    let dir = TempDir::new("acl-explain");
+    std::fs::write(dir.path().join("acl.yaml"), ACL).unwrap();
+    let config = dir.path().join("saguin.yaml");
+    std::fs::write(
+        &config,
+        format!(
+            "broker:\n  id: t\n  mqtt:\n    acl_file: {}/acl.yaml\n{}{CHANNELS}",
+            dir.path().display(),
+            STORAGE.replace("{dir}", &dir.path().display().to_string())
+        ),
+    )
+    .unwrap();
+    let run = |args: &[&str], input: &str| {
+        use std::io::Write;
+        let mut child = Command::new(env!("CARGO_BIN_EXE_saguin"))
+            .arg("--acl")
+            .arg(&config)
+            .args(args)
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        child
+            .stdin
+            .take()
+            .unwrap()
+            .write_all(input.as_bytes())
+            .unwrap();
+        let output = child.wait_with_output().unwrap();
+        assert!(output.status.success());
+        String::from_utf8(output.stdout).unwrap()
+    };
+    let table = run(&[], "watcher\ndev-a dev-a-1\nnobody\n");
+    assert_eq!(
+        table,
+        "# user\trole\tkind\tsubject\tverbs\trate\tbytes\n\
+         watcher\twatcher\tchannel\tevents\tread\tno bound\tno bound\n\
+         watcher\twatcher\ttopic\talerts/#\tread\tno bound\tno bound\n\
+         watcher\twatcher\ttopic\tother/#\tread\tno bound\tno bound\n\
+         dev-a\tdevice\ttopic\tiot/dev-a/health/dev-a-1\twrite,read\tno bound\tno bound\n\
+         nobody\t-\t-\t-\t-\tno bound\tno bound\n"
+    );
+    let paragraph = run(&["dev-a", "dev-b-1"], "");
+    assert!(
+        paragraph.contains("entry in force: \"dev-*\""),
+        "{paragraph}"
+    );
+    assert!(paragraph.contains("may NOT carry this name"), "{paragraph}");
+}
