@@ -41,6 +41,14 @@ roles:
       deny: [persistent, will, share, retained, qos2]
     - topic: \"#\"
       allow: [write, read]
+  on-call:
+    - broker: sessions
+      allow: [disconnect]
+  worker:
+    - channel: jobs
+      allow: [consume]
+    - topic: other/#
+      allow: [read]
 users:
   watcher: [watcher]
   writer: [writer]
@@ -48,6 +56,8 @@ users:
     roles: [device]
     client_ids: \"%u-*\"
   small: [constrained]
+  oncall: [on-call]
+  worker: [worker]
 ";
 
 /// A broker whose acl_file is `acl`, in a directory of its own.
@@ -541,4 +551,147 @@ fn acl_explains_a_user() {
         "{paragraph}"
     );
     assert!(paragraph.contains("may NOT carry this name"), "{paragraph}");
+}
+
+fn request(
+    client: &mut RawClient,
+    topic: &str,
+    payload: &[u8],
+    response_topic: Option<&str>,
+) -> (u8, Option<Vec<u8>>) {
+    client.send(&Packet::Publish(Publish {
+        qos: QoS::AtLeastOnce,
+        topic: topic.into(),
+        packet_id: Some(9),
+        payload: payload.to_vec(),
+        properties: Properties {
+            response_topic: response_topic.map(Into::into),
+            correlation_data: Some(b"c1".to_vec()),
+            ..Properties::default()
+        },
+        ..Publish::default()
+    }));
+    let mut reply = None;
+    loop {
+        match client.recv() {
+            Received::Packet(Packet::Publish(p)) => {
+                assert_eq!(p.properties.correlation_data.as_deref(), Some(&b"c1"[..]));
+                reply = Some(p.payload);
+            }
+            Received::Packet(Packet::Puback(ack)) => return (ack.reason_code.0, reply),
+            other => panic!("expected a PUBACK, got {other:?}"),
+        }
+    }
+}
+
+#[test]
+fn the_hang_up_needs_its_verb_and_answers_in_a_word() {
+    let dir = TempDir::new("acl-hang-up");
+    let broker = start(&dir, ACL);
+    let address = broker.address();
+    let mut watcher = connect(&address, ProtocolVersion::V5, "watcher", "w1");
+    let mut oncall = connect(&address, ProtocolVersion::V5, "oncall", "o1");
+    let mut writer = connect(&address, ProtocolVersion::V5, "writer", "wr1");
+    let topic = "$saguin/sessions/disconnect";
+    // A topic rule of "#" reaches every broadcast topic and not this.
+    assert_eq!(
+        request(&mut writer, topic, b"w1", Some("r/x")),
+        (0x87, None)
+    );
+    assert_eq!(request(&mut oncall, topic, b"w1", None), (0x83, None));
+    assert_eq!(
+        request(&mut oncall, topic, b"o1", Some("r/x")),
+        (0x83, None)
+    );
+    assert_eq!(request(&mut oncall, topic, b"", Some("r/x")), (0x83, None));
+    let answer = request(&mut oncall, topic, b"w1", Some("r/x"));
+    assert_eq!(answer, (0, Some(b"hung-up".to_vec())));
+    assert_disconnected(&mut watcher, 0x98);
+    let answer = request(&mut oncall, topic, b"w1", Some("r/x"));
+    assert_eq!(answer, (0, Some(b"no-such-client".to_vec())));
+}
+
+#[test]
+fn the_catalogue_names_only_the_verbs_held() {
+    let dir = TempDir::new("acl-catalogue");
+    let broker = start(&dir, ACL);
+    let mut watcher = connect(&broker.address(), ProtocolVersion::V5, "watcher", "w1");
+    let (code, reply) = request(&mut watcher, "$saguin/catalogue/events", b"", Some("r/x"));
+    assert_eq!(code, 0);
+    let reply = String::from_utf8(reply.expect("an answer")).unwrap();
+    assert!(reply.contains(r#""verbs":["read"]"#), "{reply}");
+    // No verb on state: the same empty answer as no channel at all.
+    let (code, reply) = request(&mut watcher, "$saguin/catalogue/state", b"", Some("r/x"));
+    assert_eq!((code, reply), (0, Some(Vec::new())));
+}
+
+#[test]
+fn a_will_is_judged_again_when_it_fires() {
+    let dir = TempDir::new("acl-will");
+    let mut broker = start(&dir, ACL);
+    let address = broker.address();
+    let mut watcher = connect(&address, ProtocolVersion::V5, "watcher", "w1");
+    assert_eq!(suback(&mut watcher, &["other/#"]), [1]);
+    let with_will = |client_id: &str| {
+        let will = Will {
+            topic: format!("other/will/{client_id}"),
+            payload: b"gone".to_vec(),
+            qos: QoS::AtLeastOnce,
+            retain: false,
+            properties: Properties::default(),
+        };
+        let (client, connack) =
+            try_connect(&address, ProtocolVersion::V5, "writer", client_id, |c| {
+                c.will = Some(will)
+            });
+        assert_eq!(connack.reason_code.0, 0);
+        client
+    };
+    drop(with_will("a"));
+    assert_eq!(next_delivery(&mut watcher).0, "other/will/a");
+    let b = with_will("b");
+    // The writer loses write on broadcast; its Will is no longer its to send.
+    reload(
+        &mut broker,
+        &dir,
+        &ACL.replace("    - topic: \"#\"\n      allow: [write]\n", ""),
+    );
+    drop(b);
+    broker.wait_for_log("the Will of b was not published");
+    let mut small = connect(&address, ProtocolVersion::V5, "small", "s1");
+    assert_eq!(
+        publish_qos1(&mut small, "other/marker", b"m", Properties::default()),
+        0
+    );
+    assert_eq!(next_delivery(&mut watcher).0, "other/marker");
+}
+
+#[test]
+fn a_queue_worker_is_judged_when_a_job_is_chosen() {
+    let dir = TempDir::new("acl-worker");
+    let mut broker = start(&dir, ACL);
+    let address = broker.address();
+    let mut worker = connect(&address, ProtocolVersion::V5, "worker", "k1");
+    assert_eq!(
+        suback(&mut worker, &["$saguin/queue/jobs", "other/#"]),
+        [1, 1]
+    );
+    let without_consume = ACL.replace("    - channel: jobs\n      allow: [consume]\n", "");
+    reload(&mut broker, &dir, &without_consume);
+    let mut writer = connect(&address, ProtocolVersion::V5, "writer", "wr1");
+    assert_eq!(
+        publish_qos1(&mut writer, "jobs/1", b"job", Properties::default()),
+        0
+    );
+    let mut small = connect(&address, ProtocolVersion::V5, "small", "s1");
+    assert_eq!(
+        publish_qos1(&mut small, "other/marker", b"m", Properties::default()),
+        0
+    );
+    assert_eq!(next_delivery(&mut worker).0, "other/marker");
+    reload(&mut broker, &dir, ACL);
+    assert_eq!(
+        next_delivery(&mut worker),
+        ("jobs/1".into(), b"job".to_vec())
+    );
 }

@@ -30,6 +30,15 @@ pub enum ChannelType {
 }
 
 impl ChannelType {
+    /// The word the configuration's `type:` writes.
+    pub fn name(self) -> &'static str {
+        match self {
+            ChannelType::Append => "append",
+            ChannelType::Latest => "latest",
+            ChannelType::Queue => "queue",
+        }
+    }
+
     /// The verbs a rule on a channel of this type may name.
     pub fn verbs(self) -> Verbs {
         match self {

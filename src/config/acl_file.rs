@@ -387,12 +387,8 @@ impl Reader<'_> {
             return None;
         };
         let channel_type = channel_type(&channel.kind);
-        let what = match channel_type {
-            ChannelType::Append => "append channel",
-            ChannelType::Latest => "latest channel",
-            ChannelType::Queue => "queue channel",
-        };
-        let verbs = self.verbs(at, map.get("allow"), channel_type.verbs(), what);
+        let what = format!("{} channel", channel_type.name());
+        let verbs = self.verbs(at, map.get("allow"), channel_type.verbs(), &what);
         let (written_filter, filters) = match map.get("filter") {
             None => (None, Vec::new()),
             Some(value) => {

@@ -310,7 +310,9 @@ impl Broker {
             return Err(NOT_AUTHORIZED);
         };
         let topic_name = publish.topic.as_str();
-        let allowed = if let Some(name) = super::seek::seek_channel(topic_name) {
+        let allowed = if topic_name == super::hang_up::HANG_UP_TOPIC {
+            grants.may_disconnect()
+        } else if let Some(name) = super::seek::seek_channel(topic_name) {
             // A channel nobody configured is answered as it is without a file.
             Channels(&self.channels)
                 .index_of(name)
@@ -345,6 +347,21 @@ impl Broker {
             Some(channel) => grants.allows(Verbs::READ, Some(channel), key),
             None => true,
         }
+    }
+
+    /// The verbs of `offered` this connection holds on `channel`: all of
+    /// them without an authorization file.
+    pub(crate) fn verbs_held(&self, conn: Key, channel: usize, offered: Verbs) -> Verbs {
+        if self.authorization.acl.is_none() {
+            return offered;
+        }
+        let Some(grants) = self.grants_of_connection(conn) else {
+            return Verbs::NONE;
+        };
+        Verbs::ALL
+            .iter()
+            .filter(|(verb, _)| offered.contains(*verb) && grants.holds_on_channel(*verb, channel))
+            .fold(Verbs::NONE, |held, (verb, _)| held.with(*verb))
     }
 
     /// May this session subscribe to `filter` (a plain filter; a shared

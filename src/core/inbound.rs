@@ -80,6 +80,10 @@ impl Broker {
             self.handle_seek(conn, session_key, &channel_name, &publish, ack, now_ms, out);
             return;
         }
+        if publish.topic == super::hang_up::HANG_UP_TOPIC {
+            self.handle_hang_up(conn, &publish, slot, now_ms, out);
+            return;
+        }
         if super::point_read::is_request(&publish.topic) {
             self.handle_request(conn, &publish, slot, now_ms, out);
             return;
@@ -297,6 +301,7 @@ impl Broker {
             ));
         }
         let defined = super::seek::seek_channel(topic).is_some()
+            || topic == super::hang_up::HANG_UP_TOPIC
             || Self::is_queue_response_topic(topic)
             || super::point_read::is_request(topic);
         if (topic.starts_with("$saguin/") && !defined) || topic == "$saguin" {

@@ -12,6 +12,7 @@ pub mod channel;
 pub mod claims;
 mod connect;
 mod delivery;
+mod hang_up;
 mod inbound;
 pub mod latest;
 mod latest_reader;

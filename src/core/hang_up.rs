@@ -1,0 +1,110 @@
+//! `$saguin/sessions/disconnect`: hanging another client up.
+//!
+//! The client id to hang up is the payload, since a client id may hold
+//! `/` and a topic could not carry it back out. The PUBACK says whether the
+//! request was taken; what happened comes back as one word on the Response
+//! Topic, because a PUBACK may leave its reason code out and a payload
+//! cannot be left out. The connection ends and its session stays: the
+//! client comes back, and what it may do then is what the files say then.
+
+use super::{Broker, Key, Transport};
+use crate::codec::{Packet, Properties, ProtocolVersion, Publish, QoS, ReasonCode};
+
+/// The topic the request is published to.
+pub const HANG_UP_TOPIC: &str = "$saguin/sessions/disconnect";
+
+type Refusal = (ReasonCode, &'static str);
+
+impl Broker {
+    /// A publish to [`HANG_UP_TOPIC`], already authorized.
+    pub(crate) fn handle_hang_up(
+        &mut self,
+        conn: Key,
+        publish: &Publish,
+        slot: Option<u64>,
+        now_ms: u64,
+        out: &mut impl Transport,
+    ) {
+        if self.version(conn) == Some(ProtocolVersion::V311) {
+            let reason = (
+                ReasonCode::IMPLEMENTATION_SPECIFIC_ERROR,
+                "a hang-up is answered on a Response Topic, which 3.1.1 cannot name",
+            );
+            self.end_connection(conn, Some(reason), true, now_ms, out);
+            return;
+        }
+        let target = match self.hang_up_target(conn, publish) {
+            Ok(target) => target,
+            Err(refusal) => {
+                let (topic, qos, id) = (&publish.topic, publish.qos, publish.packet_id);
+                self.refuse_publish(conn, topic, qos, id, slot, refusal, now_ms, out);
+                return;
+            }
+        };
+        let (target_conn, client_id) = target;
+        let answer: &[u8] = match target_conn {
+            Some(target) => {
+                log::info!(
+                    "hanging up {client_id} at the request of {}",
+                    self.client_id_of(conn)
+                );
+                let reason = (ReasonCode::ADMINISTRATIVE_ACTION, "hung up by an operator");
+                self.end_connection(target, Some(reason), true, now_ms, out);
+                b"hung-up"
+            }
+            None => b"no-such-client",
+        };
+        let reply = Publish {
+            qos: QoS::AtMostOnce,
+            topic: publish
+                .properties
+                .response_topic
+                .clone()
+                .unwrap_or_default(),
+            payload: answer.to_vec(),
+            properties: Properties {
+                correlation_data: publish.properties.correlation_data.clone(),
+                ..Properties::default()
+            },
+            ..Publish::default()
+        };
+        self.send(conn, &Packet::Publish(reply), out);
+        if let Some(slot) = slot {
+            self.complete_puback(conn, slot, Ok(()), now_ms, out);
+        }
+    }
+
+    /// The connection to end, if any is connected under the client id the
+    /// payload names, and that id; or why the request names nobody.
+    fn hang_up_target(
+        &self,
+        conn: Key,
+        publish: &Publish,
+    ) -> Result<(Option<Key>, String), Refusal> {
+        if publish.properties.response_topic.is_none() {
+            return Err((
+                ReasonCode::IMPLEMENTATION_SPECIFIC_ERROR,
+                "no Response Topic: nobody would be told what happened, so nobody is hung up",
+            ));
+        }
+        let client_id = std::str::from_utf8(&publish.payload)
+            .ok()
+            .filter(|id| !id.is_empty())
+            .ok_or((
+                ReasonCode::IMPLEMENTATION_SPECIFIC_ERROR,
+                "the payload is the client id to hang up, and names none",
+            ))?;
+        if client_id == self.client_id_of(conn) {
+            return Err((
+                ReasonCode::IMPLEMENTATION_SPECIFIC_ERROR,
+                "a client cannot hang itself up: it sends DISCONNECT",
+            ));
+        }
+        let target = self
+            .sessions_by_client_id
+            .get(client_id)
+            .and_then(|&session| self.sessions.get(session))
+            .and_then(|session| session.connection);
+        Ok((target, client_id.to_string()))
+    }
+}
