@@ -100,7 +100,7 @@ impl Broker {
             return;
         };
         if group.backlog.is_empty() {
-            if let Some(member) = self.next_able_member(group_key, message.qos) {
+            if let Some(member) = self.next_able_member(group_key, message) {
                 self.deliver_to_member(group_key, member, Rc::clone(message), now_ms, out);
                 return;
             }
@@ -146,15 +146,15 @@ impl Broker {
     /// Hands backlogged messages to members while any can take one.
     pub(crate) fn drain_group(&mut self, group_key: Key, now_ms: u64, out: &mut impl Transport) {
         loop {
-            let Some(front_qos) = self
+            let Some(front) = self
                 .groups
                 .get(group_key)
                 .and_then(|g| g.backlog.front())
-                .map(|m| m.qos)
+                .map(Rc::clone)
             else {
                 return;
             };
-            let Some(member) = self.next_able_member(group_key, front_qos) else {
+            let Some(member) = self.next_able_member(group_key, &front) else {
                 return;
             };
             let group = self.groups.get_mut(group_key).expect("checked above");
@@ -185,15 +185,17 @@ impl Broker {
     }
 
     /// The member whose turn it is among those able to take a message of
-    /// `qos` now: connected and, above QoS 0, with room in its window and
-    /// nothing already waiting.
-    fn next_able_member(&mut self, group_key: Key, qos: QoS) -> Option<Member> {
+    /// `message`'s QoS now: connected and, above QoS 0, with room in its
+    /// window and nothing already waiting; and still allowed to read it.
+    fn next_able_member(&mut self, group_key: Key, message: &Message) -> Option<Member> {
         let group = self.groups.get(group_key)?;
         let count = group.members.len();
         for step in 0..count {
             let index = (group.next_member + step) % count;
             let member = &group.members[index];
-            if self.member_is_able(member, qos) {
+            if self.member_is_able(member, message.qos)
+                && self.may_read(member.session, &message.topic)
+            {
                 let member = member.clone();
                 let group = self.groups.get_mut(group_key).expect("checked above");
                 group.next_member = (index + 1) % count;
