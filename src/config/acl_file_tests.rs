@@ -188,3 +188,16 @@ users:
     assert_eq!(acl.entry_for("device-8").unwrap().pattern, "device-*");
     assert_eq!(acl.entry_for("x").unwrap().pattern, "*");
 }
+
+#[test]
+fn the_shipped_example_is_accepted() {
+    let acl = parse(
+        include_str!("../../examples/acl.yaml"),
+        "examples/acl.yaml",
+        &channels(),
+    )
+    .expect("examples/acl.yaml is valid");
+    let device = acl.entry_for("device-7").expect("matched");
+    assert!(device.admits_client_id("device-7", "device-7-a"));
+    assert!(!device.admits_client_id("device-7", "device-8"));
+}
