@@ -298,6 +298,9 @@ fn patterns_give_each_device_its_own_subtree() {
         connack.reason_code.0, 0x86,
         "3.1.1's return code 4 reads back as 0x86"
     );
+    // An id left to the broker to assign is not one the pattern admits.
+    let (_, connack) = try_connect(&address, ProtocolVersion::V5, "dev-a", "", |_| {});
+    assert_eq!(connack.reason_code.0, 0x86);
 }
 
 #[test]

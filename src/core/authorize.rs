@@ -17,10 +17,12 @@ use std::rc::Rc;
 
 use super::{Broker, Key, Transport};
 use crate::acl::{Acl, ChannelIndex, Features, Grants, Limits, Verbs};
-use crate::codec::{Connect, Properties, ProtocolVersion, Publish, QoS, Subscribe};
+use crate::codec::{Connect, Properties, ProtocolVersion, Publish, QoS, ReasonCode, Subscribe};
 
-type Refusal = (crate::codec::ReasonCode, &'static str);
-use crate::codec::ReasonCode;
+type Refusal = (ReasonCode, &'static str);
+
+/// The broker's own topic space, answered by its own rules.
+const RESERVED: &str = "$saguin/";
 
 const NOT_AUTHORIZED: Refusal = (
     ReasonCode::NOT_AUTHORIZED,
@@ -123,7 +125,9 @@ impl Broker {
         let Some(acl) = &self.authorization.acl else {
             return Ok(Admitted { grants: None, user });
         };
-        if !connect.client_id.is_empty() && !acl.admits_client_id(&user, &connect.client_id) {
+        // An empty id is asked as written: one the broker assigns would
+        // otherwise slip past a pattern.
+        if !acl.admits_client_id(&user, &connect.client_id) {
             log::warn!(
                 "refusing client id {:?} under user {user:?}: the acl_file's client_ids for that name do not admit it",
                 connect.client_id
@@ -227,7 +231,8 @@ impl Broker {
     /// A session with an authorization file in force and no grants (none
     /// compiled) is delivered nothing.
     pub(crate) fn may_read(&self, session_key: Key, topic_name: &str) -> bool {
-        if self.authorization.acl.is_none() || topic_name.starts_with('$') {
+        // Answers under $saguin/ go to the asking connection alone.
+        if self.authorization.acl.is_none() || topic_name.starts_with(RESERVED) {
             return true;
         }
         let channel = self.channel_for(topic_name);
@@ -288,7 +293,7 @@ impl Broker {
             ));
         }
         let broadcast =
-            !publish.topic.starts_with('$') && self.channel_for(&publish.topic).is_none();
+            !publish.topic.starts_with(RESERVED) && self.channel_for(&publish.topic).is_none();
         if publish.retain && broadcast && grants.denies(Features::RETAINED) {
             return Some((
                 ReasonCode::RETAIN_NOT_SUPPORTED,
@@ -368,7 +373,9 @@ impl Broker {
     /// subscription's after `$share/<name>/`): `read` on every channel it
     /// reaches and on broadcast where it reaches any, granted whole.
     pub(crate) fn authorize_filter(&self, session_key: Key, filter: &str) -> Result<(), Refusal> {
-        if self.authorization.acl.is_none() || filter.starts_with('$') {
+        // The reserved space admits only the reply forms, which carry
+        // answers to the subscriber's own requests.
+        if self.authorization.acl.is_none() || filter.starts_with(RESERVED) {
             return Ok(());
         }
         let Some(grants) = self.grants_of_session(session_key) else {
