@@ -49,7 +49,17 @@ roles:
       allow: [consume]
     - topic: other/#
       allow: [read]
+  everything:
+    - channel: events
+      allow: [read]
+    - channel: state
+      allow: [read]
+    - channel: jobs__dlq
+      allow: [read]
+    - topic: \"#\"
+      allow: [read]
 users:
+  all: [everything]
   watcher: [watcher]
   writer: [writer]
   \"dev-*\":
@@ -259,6 +269,10 @@ fn a_subscribe_is_answered_per_filter() {
         &["alerts/#", "test/nosubscribe", "events/#", "#", "$app/#"],
     );
     assert_eq!(codes, [1, 0x87, 1, 0x87, 0x87]);
+    // `#` crosses the queue, whose jobs it is never served: it asks only
+    // the channels it reads and broadcast.
+    let mut all = connect(&address, ProtocolVersion::V5, "all", "a1");
+    assert_eq!(suback(&mut all, &["#"]), [1]);
     let mut old = connect(&address, ProtocolVersion::V311, "watcher", "w2");
     assert_eq!(
         suback(&mut old, &["test/nosubscribe", "alerts/x"]),

@@ -381,7 +381,10 @@ impl Broker {
         let Some(grants) = self.grants_of_session(session_key) else {
             return Err(NOT_AUTHORIZED);
         };
-        let reach = self.claims.reach(filter);
+        let mut reach = self.claims.reach(filter);
+        // A filter crossing a queue is never served its jobs: the queue
+        // asks nothing of it.
+        reach.channels.retain(|&c| !self.queues.is_queue(c));
         let channels = Channels(&self.channels);
         grants
             .allows_filter(
