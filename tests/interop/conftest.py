@@ -163,6 +163,7 @@ class Client:
         connect_properties: Properties | None = None,
         keepalive: int = 60,
         will: dict | None = None,
+        username: str | None = None,
     ):
         self.port = port
         self.protocol = protocol
@@ -190,6 +191,8 @@ class Client:
         self.paho.on_publish = self._on_publish
         if will:
             self.paho.will_set(**will)
+        if username is not None:
+            self.paho.username_pw_set(username)
         connect_kwargs = {}
         if protocol == mqtt.MQTTv5:
             connect_kwargs["clean_start"] = clean_start
