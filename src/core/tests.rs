@@ -1947,3 +1947,6 @@ fn a_shared_group_over_a_channel_gets_each_new_record_once() {
 
 #[path = "latest_tests.rs"]
 mod latest_tests;
+
+#[path = "authorize_tests.rs"]
+mod authorize_tests;
