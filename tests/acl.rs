@@ -721,3 +721,32 @@ fn a_queue_worker_is_judged_when_a_job_is_chosen() {
         ("jobs/1".into(), b"job".to_vec())
     );
 }
+
+#[test]
+fn a_latest_reader_stalls_on_a_withdrawn_grant_and_resumes() {
+    let dir = TempDir::new("acl-latest");
+    let mut broker = start(&dir, ACL);
+    let address = broker.address();
+    let mut all = connect(&address, ProtocolVersion::V5, "all", "a1");
+    assert_eq!(suback(&mut all, &["state/#", "other/#"]), [1, 1]);
+    let mut writer = connect(&address, ProtocolVersion::V5, "writer", "wr1");
+    assert_eq!(
+        publish_qos1(&mut writer, "state/a", b"1", Properties::default()),
+        0
+    );
+    assert_eq!(next_delivery(&mut all), ("state/a".into(), b"1".to_vec()));
+    let without_state = ACL.replace("    - channel: state\n      allow: [read]\n", "");
+    reload(&mut broker, &dir, &without_state);
+    assert_eq!(
+        publish_qos1(&mut writer, "state/a", b"2", Properties::default()),
+        0
+    );
+    let mut small = connect(&address, ProtocolVersion::V5, "small", "s1");
+    assert_eq!(
+        publish_qos1(&mut small, "other/marker", b"m", Properties::default()),
+        0
+    );
+    assert_eq!(next_delivery(&mut all).0, "other/marker");
+    reload(&mut broker, &dir, ACL);
+    assert_eq!(next_delivery(&mut all), ("state/a".into(), b"2".to_vec()));
+}

@@ -113,3 +113,32 @@ fn qos2_taken_away_is_maximum_qos_1_and_a_qos2_subscription_granted_1() {
         [ReasonCode::NOT_AUTHORIZED]
     );
 }
+
+#[test]
+fn an_entry_s_limits_replace_the_broker_wide_ones() {
+    let mut file = acl(true);
+    file.entries[0].limits = Some(crate::acl::Limits {
+        publish_rate_per_s: Some(1),
+        publish_bytes_per_s: None,
+    });
+    let mut h = Harness::new(Settings::default());
+    h.broker.set_acl(Some(file), h.now_ms, &mut h.out);
+    let (reader, _) = connect_as(&mut h, "reader", "r1");
+    let (quiet, _) = connect_as(&mut h, "quiet", "q1");
+    let answer = |h: &mut Harness, conn: Key, packet_id: u16| {
+        let publish = publish_packet("news/a", QoS::AtLeastOnce, Some(packet_id), b"x");
+        h.packet(conn, Packet::Publish(publish));
+        match h.out.take(conn).as_slice() {
+            [Packet::Puback(ack)] => ack.reason_code,
+            other => panic!("expected a PUBACK, got {other:?}"),
+        }
+    };
+    assert_eq!(answer(&mut h, reader, 1), ReasonCode::SUCCESS);
+    assert_eq!(answer(&mut h, reader, 2), ReasonCode::QUOTA_EXCEEDED);
+    // The broker-wide bound is none: the other entry is not held.
+    for packet_id in 1..=5 {
+        assert_eq!(answer(&mut h, quiet, packet_id), ReasonCode::SUCCESS);
+    }
+    h.advance(1_000);
+    assert_eq!(answer(&mut h, reader, 3), ReasonCode::SUCCESS);
+}
