@@ -205,13 +205,7 @@ async fn serve(
             .restore_holds(restored_holds, now_ms, &mut state.outboxes);
     }
     if let (Some(source), Some(signals)) = (acl, reload_signal) {
-        let mut guard = shared.borrow_mut();
-        let state = &mut *guard;
-        let now_ms = state.now_ms();
-        state
-            .broker
-            .set_acl(Some(source.acl), now_ms, &mut state.outboxes);
-        drop(guard);
+        reload::put_in_force(&shared, source.acl, "read");
         tasks_before_accept.push(executor.spawn(reload::on_reload_signal(
             shared.clone(),
             signals,

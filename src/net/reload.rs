@@ -25,19 +25,22 @@ pub(super) async fn on_reload_signal(
 ) {
     while let Some(Ok(_)) = signals.next().await {
         match read() {
-            Ok(acl) => {
-                log::info!(
-                    "re-read {}: {} user entries, {} roles now in force",
-                    acl.source,
-                    acl.entries.len(),
-                    acl.roles.len()
-                );
-                let mut guard = shared.borrow_mut();
-                let state = &mut *guard;
-                let now_ms = state.now_ms();
-                state.broker.set_acl(Some(acl), now_ms, &mut state.outboxes);
-            }
+            Ok(acl) => put_in_force(&shared, acl, "re-read"),
             Err(error) => log::error!("{error}; the rules read before stay in force"),
         }
     }
+}
+
+/// Puts `acl` in force for every session, saying what it holds.
+pub(super) fn put_in_force(shared: &SharedRef, acl: Acl, how: &str) {
+    log::info!(
+        "{how} {}: {} user entries, {} roles now in force",
+        acl.source,
+        acl.entries.len(),
+        acl.roles.len()
+    );
+    let mut guard = shared.borrow_mut();
+    let state = &mut *guard;
+    let now_ms = state.now_ms();
+    state.broker.set_acl(Some(acl), now_ms, &mut state.outboxes);
 }
