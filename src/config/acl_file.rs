@@ -272,7 +272,7 @@ impl Reader<'_> {
             self.finding(
                 &at,
                 format!(
-                    "a {what} rule lists what it allows, such as allow: [{}]",
+                    "{what} rule lists what it allows, such as allow: [{}]",
                     allowed.names().join(", ")
                 ),
             );
@@ -295,7 +295,7 @@ impl Reader<'_> {
                     ok = false;
                 }
                 Some(verb) if allowed.contains(verb) => verbs = verbs.with(verb),
-                _ if name == "read" && what == "queue channel" => {
+                _ if name == "read" && what == "a queue channel" => {
                     self.finding(
                         &at,
                         "read is not a verb of a queue: taking a job holds it for one worker, so a queue cannot be watched at all - its depth is on the metrics listener; a worker is granted consume",
@@ -306,7 +306,7 @@ impl Reader<'_> {
                     self.finding(
                         &at,
                         format!(
-                            "{} is not a verb of a {what} rule; it takes {}",
+                            "{} is not a verb of {what} rule; it takes {}",
                             show(item),
                             allowed.names().join(", ")
                         ),
@@ -387,8 +387,12 @@ impl Reader<'_> {
             return None;
         };
         let channel_type = channel_type(&channel.kind);
-        let what = format!("{} channel", channel_type.name());
-        let verbs = self.verbs(at, map.get("allow"), channel_type.verbs(), &what);
+        let what = match channel_type {
+            ChannelType::Append => "an append channel",
+            ChannelType::Latest => "a latest channel",
+            ChannelType::Queue => "a queue channel",
+        };
+        let verbs = self.verbs(at, map.get("allow"), channel_type.verbs(), what);
         let (written_filter, filters) = match map.get("filter") {
             None => (None, Vec::new()),
             Some(value) => {
@@ -429,7 +433,7 @@ impl Reader<'_> {
             at,
             map.get("allow"),
             Verbs::WRITE.with(Verbs::READ),
-            "topic",
+            "a topic",
         );
         let filters = filters?;
         for filter in &filters {
@@ -465,8 +469,12 @@ impl Reader<'_> {
                     self.finding(&[at, &[Step::Key("deny")]].concat(), "deny: is written only on a broker: features rule; broker: sessions takes allow: [disconnect]");
                     return None;
                 }
-                let verbs =
-                    self.verbs(at, map.get("allow"), Verbs::DISCONNECT, "broker: sessions")?;
+                let verbs = self.verbs(
+                    at,
+                    map.get("allow"),
+                    Verbs::DISCONNECT,
+                    "a broker: sessions",
+                )?;
                 Some(Rule {
                     subject: Subject::Sessions,
                     written_filter: None,

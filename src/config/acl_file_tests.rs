@@ -96,7 +96,7 @@ fn every_refusal_names_its_line_and_the_fix() {
         ),
         (
             "roles:\n  r:\n    - channel: events\n      allow: [delete]\n",
-            "\"delete\" is not a verb of a append channel rule; it takes write, read, seek",
+            "\"delete\" is not a verb of an append channel rule; it takes write, read, seek",
         ),
         (
             "roles:\n  r:\n    - channel: nowhere\n      allow: [read]\n",
