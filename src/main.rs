@@ -8,16 +8,24 @@ use saguin::config::{self, Config};
 const USAGE: &str = "\
 usage: saguin [--config FILE]      run the broker (the embedded default configuration without --config)
        saguin --check-config FILE  validate FILE and exit
-       saguin --acl FILE [USER [CLIENT_ID]]
+       saguin --acl FILE [USER [CLIENT_ID]] [--json]
                                    what USER may do under FILE's acl_file, and why;
                                    without USER, one user name (and client id) a line on standard input
        saguin --print-default-config
        saguin --version";
 
+/// What `--acl` was asked.
+struct AclQuestion {
+    config: PathBuf,
+    user: Option<String>,
+    client_id: Option<String>,
+    json: bool,
+}
+
 enum Command {
     Run(Option<PathBuf>),
     CheckConfig(PathBuf),
-    Acl(PathBuf, Option<String>, Option<String>),
+    Acl(AclQuestion),
     PrintDefaultConfig,
     Version,
     Help,
@@ -28,11 +36,19 @@ fn parse_args(args: &[String]) -> Result<Command, String> {
         [] => Ok(Command::Run(None)),
         [flag, path] if flag == "--config" => Ok(Command::Run(Some(path.into()))),
         [flag, path] if flag == "--check-config" => Ok(Command::CheckConfig(path.into())),
-        [flag, path, rest @ ..] if flag == "--acl" && rest.len() <= 2 => Ok(Command::Acl(
-            path.into(),
-            rest.first().cloned(),
-            rest.get(1).cloned(),
-        )),
+        [flag, path, rest @ ..] if flag == "--acl" => {
+            let json = rest.iter().any(|a| a == "--json");
+            let names: Vec<&String> = rest.iter().filter(|a| *a != "--json").collect();
+            if names.len() > 2 || names.iter().any(|a| a.starts_with("--")) {
+                return Err(format!("unrecognised arguments: {}", args.join(" ")));
+            }
+            Ok(Command::Acl(AclQuestion {
+                config: path.into(),
+                user: names.first().map(|s| s.to_string()),
+                client_id: names.get(1).map(|s| s.to_string()),
+                json,
+            }))
+        }
         [flag] if flag == "--print-default-config" => Ok(Command::PrintDefaultConfig),
         [flag] if flag == "--version" || flag == "-V" => Ok(Command::Version),
         [flag] if flag == "--help" || flag == "-h" => Ok(Command::Help),
@@ -65,14 +81,24 @@ fn load_acl(config: &Config) -> Result<Option<saguin::acl::Acl>, ExitCode> {
 }
 
 /// `--acl`: the paragraph for one user, or the table for a list of them.
-fn explain_acl(path: PathBuf, user: Option<String>, client_id: Option<String>) -> ExitCode {
+fn explain_acl(question: AclQuestion) -> ExitCode {
     use saguin::acl::{explain, Limits};
-    let config = match load(Some(path)) {
+    let AclQuestion {
+        config,
+        user,
+        client_id,
+        json,
+    } = question;
+    let config = match load(Some(config)) {
         Ok(config) => config,
         Err(code) => return code,
     };
     let acl = match load_acl(&config) {
         Ok(Some(acl)) => acl,
+        Ok(None) if json => {
+            println!("{}", explain::JSON_NO_ACL);
+            return ExitCode::SUCCESS;
+        }
         Ok(None) => {
             println!(
                 "{} names no broker.mqtt.acl_file: every authenticated client may do anything",
@@ -88,22 +114,27 @@ fn explain_acl(path: PathBuf, user: Option<String>, client_id: Option<String>) -
         publish_bytes_per_s: limits.publish_bytes_per_s,
     };
     if let Some(user) = user {
-        print!(
-            "{}",
-            explain::paragraph(&acl, &user, client_id.as_deref(), broker_wide)
-        );
+        let answer = match json {
+            true => explain::json_paragraph(&acl, &user, client_id.as_deref()),
+            false => explain::paragraph(&acl, &user, client_id.as_deref(), broker_wide),
+        };
+        print!("{answer}");
         return ExitCode::SUCCESS;
     }
-    println!("{}", explain::TABLE_HEADER);
+    if !json {
+        println!("{}", explain::TABLE_HEADER);
+    }
     for line in std::io::stdin().lines().map_while(Result::ok) {
         let mut fields = line.split([' ', '\t']).filter(|f| !f.is_empty());
         let Some(user) = fields.next().filter(|u| !u.starts_with('#')) else {
             continue;
         };
-        print!(
-            "{}",
-            explain::table_rows(&acl, user, fields.next(), broker_wide)
-        );
+        let client_id = fields.next();
+        let rows = match json {
+            true => explain::json_rows(&acl, user, client_id, broker_wide),
+            false => explain::table_rows(&acl, user, client_id, broker_wide),
+        };
+        print!("{rows}");
     }
     ExitCode::SUCCESS
 }
@@ -131,7 +162,7 @@ fn main() -> ExitCode {
             }
             println!("{}: configuration is valid", path.display());
         }
-        Command::Acl(path, user, client_id) => return explain_acl(path, user, client_id),
+        Command::Acl(question) => return explain_acl(question),
         Command::Run(path) => {
             let config = match load(path) {
                 Ok(config) => config,

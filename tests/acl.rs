@@ -571,6 +571,25 @@ fn acl_explains_a_user() {
          dev-a\tdevice\ttopic\tiot/dev-a/health/dev-a-1\twrite,read\tno bound\tno bound\n\
          nobody\t-\t-\t-\t-\tno bound\tno bound\n"
     );
+    let json = run(&["--json"], "dev-a dev-a-1\nnobody\n");
+    assert_eq!(
+        json,
+        concat!(
+            r#"{"user":"dev-a","role":"device","kind":"topic","subject":"iot/dev-a/health/dev-a-1","verbs":["write","read"],"denies":[],"publish_rate":null,"publish_bytes":null}"#,
+            "\n",
+            r#"{"user":"nobody","role":null,"kind":null,"subject":null,"verbs":[],"denies":[],"publish_rate":null,"publish_bytes":null}"#,
+            "\n"
+        )
+    );
+    let one = run(&["dev-a", "dev-b-1", "--json"], "");
+    for field in [
+        r#""pattern_applied":"dev-*""#,
+        r#""patterns_matched":["dev-*"]"#,
+        r#""grants":[{"role":"device","kind":"topic","subject":"iot/dev-a/health/dev-b-1","verbs":["write","read"],"denies":[]}]"#,
+        r#""client_id_allowed":false"#,
+    ] {
+        assert!(one.contains(field), "{field} in {one}");
+    }
     let paragraph = run(&["dev-a", "dev-b-1"], "");
     assert!(
         paragraph.contains("entry in force: \"dev-*\""),

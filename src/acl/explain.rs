@@ -19,7 +19,29 @@ struct Row {
     role: String,
     kind: &'static str,
     subject: String,
-    verbs: String,
+    verbs: Vec<&'static str>,
+    denies: Vec<&'static str>,
+}
+
+impl Row {
+    /// The verbs column: the verbs, or what a features rule denies.
+    fn verbs_text(&self) -> String {
+        match self.denies.is_empty() {
+            true => self.verbs.join(","),
+            false => format!("deny {}", self.denies.join(",")),
+        }
+    }
+
+    fn json(&self) -> String {
+        format!(
+            r#""role":{},"kind":"{}","subject":{},"verbs":{},"denies":{}"#,
+            json_string(&self.role),
+            self.kind,
+            json_string(&self.subject),
+            json_list(&self.verbs),
+            json_list(&self.denies)
+        )
+    }
 }
 
 /// What an entry gives one user, rule by rule, and the rules withheld.
@@ -45,11 +67,7 @@ fn resolve<'a>(acl: &'a Acl, user: &str, client_id: Option<&str>) -> Resolved<'a
         let role = &acl.roles[role_index];
         for rule in &role.rules {
             resolved.uses_client_id |= rule.uses_client_id();
-            let verbs = if rule.denies.names().is_empty() {
-                rule.verbs.names().join(",")
-            } else {
-                format!("deny {}", rule.denies.names().join(","))
-            };
+            let (verbs, denies) = (rule.verbs.names(), rule.denies.names());
             let (kind, channel) = match &rule.subject {
                 Subject::Channel(name) => ("channel", Some(name.as_str())),
                 Subject::Topic => ("topic", None),
@@ -66,6 +84,7 @@ fn resolve<'a>(acl: &'a Acl, user: &str, client_id: Option<&str>) -> Resolved<'a
                     kind,
                     subject: subject.to_string(),
                     verbs: verbs.clone(),
+                    denies: denies.clone(),
                 });
                 continue;
             }
@@ -79,6 +98,7 @@ fn resolve<'a>(acl: &'a Acl, user: &str, client_id: Option<&str>) -> Resolved<'a
                             None => filter,
                         },
                         verbs: verbs.clone(),
+                        denies: denies.clone(),
                     }),
                     Err(withheld) => resolved.withheld.push(format!(
                         "role {}: {} {filter}: the name {} puts in holds +, # or /, which would change what the rule matches",
@@ -118,7 +138,10 @@ pub fn table_rows(acl: &Acl, user: &str, client_id: Option<&str>, broker_wide: L
         let _ = writeln!(
             out,
             "{user}\t{}\t{}\t{}\t{}\t{rate}\t{bytes}",
-            row.role, row.kind, row.subject, row.verbs
+            row.role,
+            row.kind,
+            row.subject,
+            row.verbs_text()
         );
     }
     out
@@ -196,7 +219,10 @@ pub fn paragraph(acl: &Acl, user: &str, client_id: Option<&str>, broker_wide: Li
         let _ = writeln!(
             out,
             "  role {}: {} {}: {}",
-            row.role, row.kind, row.subject, row.verbs
+            row.role,
+            row.kind,
+            row.subject,
+            row.verbs_text()
         );
     }
     for withheld in &resolved.withheld {
@@ -219,4 +245,87 @@ pub fn paragraph(acl: &Acl, user: &str, client_id: Option<&str>, broker_wide: Li
         }
     }
     out
+}
+
+/// `text` as a JSON string.
+pub fn json_string(text: &str) -> String {
+    let mut quoted = String::with_capacity(text.len() + 2);
+    quoted.push('"');
+    for c in text.chars() {
+        match c {
+            '"' => quoted.push_str("\\\""),
+            '\\' => quoted.push_str("\\\\"),
+            c if u32::from(c) < 0x20 => quoted.push_str(&format!("\\u{:04x}", u32::from(c))),
+            c => quoted.push(c),
+        }
+    }
+    quoted.push('"');
+    quoted
+}
+
+fn json_list<S: AsRef<str>>(items: &[S]) -> String {
+    let items: Vec<String> = items.iter().map(|i| json_string(i.as_ref())).collect();
+    format!("[{}]", items.join(","))
+}
+
+fn json_number(value: Option<u64>) -> String {
+    value.map_or_else(|| "null".to_string(), |v| v.to_string())
+}
+
+/// What `--json` answers for a configuration naming no acl_file.
+pub const JSON_NO_ACL: &str = r#"{"acl_file":null,"everything_allowed":true}"#;
+
+/// The table form as JSON: one compact object a line, `null` where the
+/// table prints `-` or `no bound`.
+pub fn json_rows(acl: &Acl, user: &str, client_id: Option<&str>, broker_wide: Limits) -> String {
+    let resolved = resolve(acl, user, client_id);
+    let limits = limits_for(resolved.entry, broker_wide);
+    let bounds = format!(
+        r#""publish_rate":{},"publish_bytes":{}"#,
+        json_number(limits.publish_rate_per_s.map(u64::from)),
+        json_number(limits.publish_bytes_per_s)
+    );
+    let user = json_string(user);
+    if resolved.rows.is_empty() {
+        return format!(
+            r#"{{"user":{user},"role":null,"kind":null,"subject":null,"verbs":[],"denies":[],{bounds}}}"#
+        ) + "\n";
+    }
+    resolved
+        .rows
+        .iter()
+        .map(|row| format!("{{\"user\":{user},{},{bounds}}}\n", row.json()))
+        .collect()
+}
+
+/// The paragraph form as one JSON object, every field always present.
+pub fn json_paragraph(acl: &Acl, user: &str, client_id: Option<&str>) -> String {
+    let resolved = resolve(acl, user, client_id);
+    let matched: Vec<&str> = acl
+        .entries_matching(user)
+        .map(|e| e.pattern.as_str())
+        .collect();
+    let in_file: Vec<&str> = acl.entries.iter().map(|e| e.pattern.as_str()).collect();
+    let grants: Vec<String> = resolved
+        .rows
+        .iter()
+        .map(|r| format!("{{{}}}", r.json()))
+        .collect();
+    let allowed = match (client_id, resolved.entry) {
+        (Some(id), Some(entry)) => entry.admits_client_id(user, id).to_string(),
+        (Some(_), None) => "true".to_string(),
+        (None, _) => "null".to_string(),
+    };
+    format!(
+        r#"{{"user":{},"acl_file":{},"pattern_applied":{},"patterns_matched":{},"patterns_in_file":{},"grants":[{}],"grants_withheld":{},"client_id_allowed":{allowed}}}"#,
+        json_string(user),
+        json_string(&acl.source),
+        resolved
+            .entry
+            .map_or_else(|| "null".to_string(), |e| json_string(&e.pattern)),
+        json_list(&matched),
+        json_list(&in_file),
+        grants.join(","),
+        json_list(&resolved.withheld)
+    ) + "\n"
 }

@@ -405,21 +405,7 @@ impl Broker {
     }
 }
 
-/// `text` as a JSON string.
-fn json_string(text: &str) -> String {
-    let mut quoted = String::with_capacity(text.len() + 2);
-    quoted.push('"');
-    for c in text.chars() {
-        match c {
-            '"' => quoted.push_str("\\\""),
-            '\\' => quoted.push_str("\\\\"),
-            c if u32::from(c) < 0x20 => quoted.push_str(&format!("\\u{:04x}", u32::from(c))),
-            c => quoted.push(c),
-        }
-    }
-    quoted.push('"');
-    quoted
-}
+use crate::acl::explain::json_string;
 
 #[cfg(test)]
 mod tests {
