@@ -186,7 +186,7 @@ fn main() -> ExitCode {
                 });
                 saguin::net::AclSource { acl, read }
             });
-            if let Err(error) = saguin::net::run_with_acl(config, acl) {
+            if let Err(error) = saguin::net::run_with_acl(config.shell_settings(), acl) {
                 log::error!("{error}");
                 return ExitCode::FAILURE;
             }

@@ -13,7 +13,7 @@ use serde_yaml::{Mapping, Value};
 
 use super::acl_lines::{Lines, Step};
 use super::channels::{expand, ChannelConfig, ChannelKind};
-use super::parse::{show, syntax_finding};
+use super::findings::{show, syntax_finding};
 use crate::acl::filter::{covers, globs_overlap, intersect, literal_count};
 use crate::acl::{Acl, ChannelType, Entry, Features, Limits, Role, Rule, Subject, Verbs};
 use crate::codec::topic::is_valid_topic_filter;

@@ -17,10 +17,15 @@ use std::collections::HashMap;
 
 use serde_yaml::{Mapping, Value};
 
+use super::findings::{join, show, Findings};
 use super::include::{self, Entry, Listed, Origin};
-use super::limits::{duration_ms, size, whole_seconds, Limits, NoneRule};
-use super::parse::{is_include, join, show, table, Findings, Keys, Table};
+use super::latest;
+use super::limits::Limits;
+use super::queue::{self, dead_letter_filter, QueueConfig, DLQ_LEVEL};
 use super::storage::StorageConfig;
+use super::table::{is_include, table, Keys, Table};
+use super::values::{size, NoneRule, PositiveOrNone, Unit};
+use crate::core::dead_letter::dead_letter_channel_name;
 use crate::store::{snapshot_file_name, MAX_CHANNEL_NAME_BYTES};
 
 /// One entry under `channels:`.
@@ -55,7 +60,7 @@ pub enum ChannelKind {
     /// A durable log each reader replays from its own position.
     Append,
     /// Jobs handed to one worker at a time (see [`super::queue`]).
-    Queue(super::queue::QueueConfig),
+    Queue(QueueConfig),
     /// The current value of each topic. A deletion is kept for
     /// `deletion_retention_period` in whole seconds; `None` for `none`.
     Latest {
@@ -76,9 +81,6 @@ pub enum Start {
 /// so a few braced levels reach thousands; a bound keeps a typo from
 /// holding startup and memory hostage.
 pub const MAX_FILTER_EXPANSIONS: usize = 1024;
-
-/// The level the dead letters of a queue are filed under.
-use super::queue::DLQ_LEVEL;
 
 const PATH: &str = "channels";
 
@@ -240,7 +242,7 @@ pub(super) fn parse(
         ok = false;
     }
     ok &= refuse_shared_filters(f, &gathered.claimed, origin);
-    super::queue::add_dead_letter_channels(&mut channels);
+    add_dead_letter_channels(&mut channels);
     ok.then_some(channels)
 }
 
@@ -278,18 +280,18 @@ fn channel(
     let kind = channel_type(f, &path, mapping.get("type"));
     let rest = match kind {
         TypeRead::Append => without_other_type_keys(f, &path, mapping),
-        TypeRead::Queue => super::queue::without_other_type_keys(f, &path, mapping),
-        TypeRead::Latest => super::latest::without_other_type_keys(f, &path, mapping),
+        TypeRead::Queue => queue::without_other_type_keys(f, &path, mapping),
+        TypeRead::Latest => latest::without_other_type_keys(f, &path, mapping),
         _ => mapping.clone(),
     };
     let keys = match kind {
         TypeRead::Append => &APPEND_KEYS,
-        TypeRead::Queue => &super::queue::QUEUE_KEYS,
-        TypeRead::Latest => &super::latest::KEYS,
+        TypeRead::Queue => &queue::QUEUE_KEYS,
+        TypeRead::Latest => &latest::KEYS,
         _ => &ANY_KEYS,
     };
     let braces_ok =
-        kind != TypeRead::Queue || super::queue::filter_has_no_braces(f, &path, rest.get("filter"));
+        kind != TypeRead::Queue || queue::filter_has_no_braces(f, &path, rest.get("filter"));
     let rest = Value::Mapping(rest);
     let t = table(f, &path, &rest, keys)?;
     let mut config = settings(
@@ -305,7 +307,7 @@ fn channel(
             Some(Some(s)) => Some((s.default_retention_period_s, s.default_retention_bytes)),
             _ => None,
         };
-        let queue = super::queue::settings(f, &path, &t, defaults);
+        let queue = queue::settings(f, &path, &t, defaults);
         config = match (config, queue) {
             (Some(c), Some(q)) if braces_ok => Some(ChannelConfig {
                 kind: ChannelKind::Queue(q),
@@ -317,7 +319,7 @@ fn channel(
         };
     }
     if kind == TypeRead::Latest {
-        let deletions = super::latest::deletion_retention_period(f, &path, &t);
+        let deletions = latest::deletion_retention_period(f, &path, &t);
         config = config
             .zip(deletions)
             .map(|(config, deletions)| ChannelConfig {
@@ -820,53 +822,6 @@ const RETENTION_BYTES: PositiveOrNone = PositiveOrNone {
     zero: ZERO_RETENTION,
 };
 
-/// What a positive amount is counted in.
-pub(super) enum Unit {
-    /// A duration, in whole seconds.
-    Seconds,
-    /// A size, in bytes.
-    Bytes,
-}
-
-/// A key that takes a positive period or size, or `none`.
-pub(super) struct PositiveOrNone {
-    pub(super) key: &'static str,
-    pub(super) unit: Unit,
-    /// What the key takes, said with every finding about it.
-    pub(super) allowed: &'static str,
-    /// Why 0 is refused.
-    pub(super) zero: &'static str,
-}
-
-impl PositiveOrNone {
-    /// The key under `parent` in `table`: `Some(None)` for `none`, and
-    /// `default` when it is absent.
-    pub(super) fn read(
-        &self,
-        f: &mut Findings,
-        parent: &str,
-        table: &Table<'_>,
-        default: Option<Option<u64>>,
-    ) -> Option<Option<u64>> {
-        let Some(value) = table.get(self.key) else {
-            return default;
-        };
-        let at = join(parent, self.key);
-        let amount = match self.unit {
-            Unit::Seconds => match duration_ms(f, &at, value, NoneRule::Allowed, self.allowed)? {
-                Some(ms) => Some(whole_seconds(f, &at, value, ms)?),
-                None => None,
-            },
-            Unit::Bytes => size(f, &at, value, NoneRule::Allowed, self.allowed)?,
-        };
-        if amount == Some(0) {
-            f.value(&at, value, format!("{}; {}", self.zero, self.allowed));
-            return None;
-        }
-        Some(amount)
-    }
-}
-
 fn max_bytes(f: &mut Findings, channel_path: &str, value: Option<&Value>) -> Option<Option<u64>> {
     const ALLOWED: &str = "it is a size, 1B or more, such as 1GiB: a publish that would take the channel past it is refused with 0x97 and nothing stored is removed; write `none`, or omit it, for no bound of the channel's own";
     let path = join(channel_path, "max_bytes");
@@ -975,6 +930,39 @@ fn listed(filters: &[&str]) -> String {
         Some((last, rest)) => format!("{} and {last}", rest.join(", ")),
         None => String::new(),
     }
+}
+
+/// The append channel every queue derives: same provider, the derived
+/// filter, the queue's `dlq_retention_*`.
+pub fn dead_letter_channel(queue: &ChannelConfig, settings: &QueueConfig) -> ChannelConfig {
+    let filters: Vec<String> = queue
+        .filters
+        .iter()
+        .map(|f| dead_letter_filter(f))
+        .collect();
+    ChannelConfig {
+        name: dead_letter_channel_name(&queue.name),
+        kind: ChannelKind::Append,
+        filter: dead_letter_filter(&queue.filter),
+        filters,
+        storage: queue.storage.clone(),
+        retention_period_s: settings.dlq_retention_period_s,
+        retention_bytes: settings.dlq_retention_bytes,
+        max_bytes: None,
+        start: Start::Floor,
+    }
+}
+
+/// Appends each queue's dead-letter channel after the channels written.
+fn add_dead_letter_channels(channels: &mut Vec<ChannelConfig>) {
+    let derived: Vec<ChannelConfig> = channels
+        .iter()
+        .filter_map(|c| match c.kind {
+            ChannelKind::Queue(q) => Some(dead_letter_channel(c, &q)),
+            _ => None,
+        })
+        .collect();
+    channels.extend(derived);
 }
 
 #[cfg(test)]

@@ -3,8 +3,9 @@
 
 use serde_yaml::Value;
 
-use super::limits::{count_key, duration_ms, whole_seconds, CountRule, NoneRule};
-use super::parse::{join, table, Findings, Keys};
+use super::findings::{join, Findings};
+use super::table::{table, Keys};
+use super::values::{count_key, duration_ms, whole_seconds, CountRule, NoneRule};
 
 /// `broker.qos2`.
 #[derive(Clone, Debug, PartialEq, Eq)]

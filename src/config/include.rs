@@ -21,7 +21,8 @@ use std::path::{Path, PathBuf};
 
 use serde_yaml::{Mapping, Value};
 
-use super::parse::{is_include, join, show, syntax_finding, Findings};
+use super::findings::{join, show, syntax_finding, Findings};
+use super::table::is_include;
 
 /// Where the configuration came from.
 pub(super) struct Origin<'a> {

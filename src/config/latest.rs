@@ -8,8 +8,9 @@
 
 use serde_yaml::Mapping;
 
-use super::channels::{PositiveOrNone, Unit};
-use super::parse::{join, Findings, Keys, Table};
+use super::findings::{join, Findings};
+use super::table::{Keys, Table};
+use super::values::{PositiveOrNone, Unit};
 
 /// The keys a latest channel reads.
 pub(super) const KEYS: Keys = Keys {

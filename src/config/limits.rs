@@ -7,8 +7,12 @@
 
 use serde_yaml::Value;
 
-use super::parse::{join, table, Findings, Keys};
-use super::units::{format_seconds, format_size, parse_duration_ms, parse_size_bytes, MS_PER_S};
+use super::findings::{join, Findings};
+use super::table::{table, Keys};
+use super::units::{format_size, MS_PER_S};
+use super::values::{
+    count_key, duration_ms, size, to_u32, whole_number, whole_seconds, CountRule, NoneRule,
+};
 
 const MIB: u64 = 1 << 20;
 
@@ -119,13 +123,6 @@ const KEYS: Keys = Keys {
     ],
     not_yet: &[],
 };
-
-/// Whether a key takes the word `none`, and if not, why not.
-#[derive(Clone, Copy)]
-pub(super) enum NoneRule {
-    Allowed,
-    Refused(&'static str),
-}
 
 /// Reads `broker.limits`; absent reads as every default.
 pub(super) fn parse(f: &mut Findings, path: &str, value: Option<&Value>) -> Option<Limits> {
@@ -281,36 +278,6 @@ pub(super) fn parse(f: &mut Findings, path: &str, value: Option<&Value>) -> Opti
         max_connect_rate_per_s: max_connect_rate?,
         session_queue_bytes: session_queue_bytes?,
     })
-}
-
-/// The range and the reasons for a key holding a plain count.
-pub(super) struct CountRule {
-    pub(super) min: u64,
-    pub(super) max: u64,
-    pub(super) allowed: &'static str,
-    pub(super) below: &'static str,
-    pub(super) none: &'static str,
-}
-
-pub(super) fn count_key(
-    f: &mut Findings,
-    (path, value): (String, Option<&Value>),
-    default: u32,
-    rule: CountRule,
-) -> Option<u32> {
-    let Some(value) = value else {
-        return Some(default);
-    };
-    let n = whole_number(f, &path, value, NoneRule::Refused(rule.none), rule.allowed)??;
-    if n < rule.min {
-        f.value(&path, value, format!("{}; {}", rule.below, rule.allowed));
-        return None;
-    }
-    if n > rule.max {
-        f.value(&path, value, format!("too large; {}", rule.allowed));
-        return None;
-    }
-    to_u32(f, &path, value, n, rule.allowed)
 }
 
 fn max_message_size(f: &mut Findings, path: &str, value: &Value) -> Option<u32> {
@@ -575,163 +542,6 @@ fn session_queue_bytes(
         return None;
     }
     Some(n)
-}
-
-/// Reads a whole number, or `none` under `rule`. `Some(None)` is `none`.
-pub(super) fn whole_number(
-    f: &mut Findings,
-    path: &str,
-    value: &Value,
-    rule: NoneRule,
-    allowed: &str,
-) -> Option<Option<u64>> {
-    match value {
-        Value::Number(n) if n.as_u64().is_some() => n.as_u64().map(Some),
-        Value::String(s) if s == "none" => none(f, path, value, rule, allowed),
-        Value::String(s) if !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit()) => {
-            match s.parse::<u64>() {
-                Ok(n) => Some(Some(n)),
-                Err(_) => {
-                    f.value(path, value, format!("too large; {allowed}"));
-                    None
-                }
-            }
-        }
-        _ => {
-            f.value(path, value, format!("not a whole number; {allowed}"));
-            None
-        }
-    }
-}
-
-/// Reads a size: a bare whole number of bytes, or text such as `512KiB`;
-/// `Some(None)` is `none`.
-pub(super) fn size(
-    f: &mut Findings,
-    path: &str,
-    value: &Value,
-    rule: NoneRule,
-    allowed: &str,
-) -> Option<Option<u64>> {
-    match value {
-        Value::Number(n) => match n.as_u64() {
-            Some(bytes) => Some(Some(bytes)),
-            None => {
-                f.value(
-                    path,
-                    value,
-                    format!("a size is a whole number of bytes, or one with a unit such as 512KiB; {allowed}"),
-                );
-                None
-            }
-        },
-        Value::String(s) if s == "none" => none(f, path, value, rule, allowed),
-        Value::String(s) => match parse_size_bytes(s) {
-            Ok(bytes) => Some(Some(bytes)),
-            Err(why) => {
-                f.value(path, value, why);
-                None
-            }
-        },
-        _ => {
-            f.value(
-                path,
-                value,
-                format!("a size is expected here, such as 512KiB; {allowed}"),
-            );
-            None
-        }
-    }
-}
-
-/// Reads a duration in milliseconds; `Some(None)` is `none`.
-pub(super) fn duration_ms(
-    f: &mut Findings,
-    path: &str,
-    value: &Value,
-    rule: NoneRule,
-    allowed: &str,
-) -> Option<Option<u64>> {
-    match value {
-        Value::Number(n) if n.as_u64().is_some() => {
-            f.value(
-                path,
-                value,
-                format!(
-                    "a duration needs a unit: write {n}s for seconds (units are ms, s, m, h and d)"
-                ),
-            );
-            None
-        }
-        Value::String(s) if s == "none" => none(f, path, value, rule, allowed),
-        Value::String(s) => match parse_duration_ms(s) {
-            Ok(ms) => Some(Some(ms)),
-            Err(why) => {
-                f.value(path, value, why);
-                None
-            }
-        },
-        _ => {
-            f.value(
-                path,
-                value,
-                "a duration is expected here: a whole number and one unit from ms, s, m, h and d, such as 30s",
-            );
-            None
-        }
-    }
-}
-
-fn none(
-    f: &mut Findings,
-    path: &str,
-    value: &Value,
-    rule: NoneRule,
-    allowed: &str,
-) -> Option<Option<u64>> {
-    match rule {
-        NoneRule::Allowed => Some(None),
-        NoneRule::Refused(why) => {
-            f.value(
-                path,
-                value,
-                format!("`none` is not accepted here: {why}; {allowed}"),
-            );
-            None
-        }
-    }
-}
-
-/// Refuses a duration that is not a whole number of seconds, for a key
-/// held in whole seconds: the fraction would be lost, and a sub-second
-/// value would become 0, which means something else entirely.
-pub(super) fn whole_seconds(f: &mut Findings, path: &str, value: &Value, ms: u64) -> Option<u64> {
-    if ms.is_multiple_of(MS_PER_S) {
-        return Some(ms / MS_PER_S);
-    }
-    let down = ms / MS_PER_S;
-    let up = down.saturating_add(1);
-    let instead = if down == 0 {
-        format_seconds(up)
-    } else {
-        format!("{} or {}", format_seconds(down), format_seconds(up))
-    };
-    f.value(
-        path,
-        value,
-        format!("this key is held in whole seconds, so a fraction of a second cannot be honoured; write {instead}"),
-    );
-    None
-}
-
-fn to_u32(f: &mut Findings, path: &str, value: &Value, n: u64, allowed: &str) -> Option<u32> {
-    match u32::try_from(n) {
-        Ok(n) => Some(n),
-        Err(_) => {
-            f.value(path, value, format!("too large; {allowed}"));
-            None
-        }
-    }
 }
 
 #[cfg(test)]

@@ -10,8 +10,27 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 use serde_yaml::Value;
 
-use super::parse::{show, table, Findings, Keys};
-use super::{TcpDoor, DEFAULT_TCP_ADDRESS, DEFAULT_TCP_DOOR_NAME};
+use super::findings::{show, Findings};
+use super::table::{table, Keys};
+
+/// One TCP listener.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TcpDoor {
+    /// Unique across every MQTT door; `tcp` for a door written as a single
+    /// mapping without a name.
+    pub name: String,
+    /// `host:port`, IPv6 in brackets, ready for `ToSocketAddrs` or
+    /// `async_net::TcpListener::bind`. The host is kept as written except
+    /// that an empty host (`:1883`, every interface) is given as `0.0.0.0`,
+    /// and the port is written as a plain decimal number.
+    pub address: String,
+}
+
+/// The name a door takes when the file gives it none.
+pub const DEFAULT_TCP_DOOR_NAME: &str = "tcp";
+
+/// The address of the door opened when no listener is written.
+pub const DEFAULT_TCP_ADDRESS: &str = "0.0.0.0:1883";
 
 const LISTEN_KEYS: Keys = Keys {
     supported: &["tcp"],

@@ -10,6 +10,13 @@
 //! Entry points: [`load`] for a file on disk, [`parse`] for text already
 //! in memory, [`parse_with_base`] for text read from a file elsewhere,
 //! [`default_config`] for the file shipped in `config/saguin.yaml`.
+//! [`Config::shell_settings`] then gives `net`, `core` and `store` the
+//! settings each owns; none of them reads this module.
+//!
+//! Each block has its file (`broker`, `limits`, `storage`, `channels`, ...);
+//! they share leaf helpers that use no block's file: `findings` (how a
+//! mistake is said), `table` (a block's keys), `values` (numbers, sizes,
+//! durations, `none`) and `units`.
 //!
 //! `channels:` and `broker.storage.providers` may each be written as a
 //! list of groups, each a file named by `!include` or entries written in
@@ -18,8 +25,10 @@
 
 pub mod acl_file;
 mod acl_lines;
+mod broker;
 mod channels;
 mod exchanges;
+mod findings;
 mod include;
 mod latest;
 mod limits;
@@ -27,19 +36,24 @@ mod listen;
 mod parse;
 mod persistence;
 pub mod queue;
+mod settings;
 mod storage;
+mod table;
 mod units;
+mod values;
 
 #[cfg(test)]
 mod tests;
 
 use std::fmt;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
+pub use broker::{BrokerConfig, LogLevel, MinProtocolVersion, MqttConfig};
 pub use channels::{ChannelConfig, ChannelKind, Start, MAX_FILTER_EXPANSIONS};
 pub use exchanges::{Qos2Config, SessionConfig, ShareConfig};
 pub use latest::DEFAULT_DELETION_RETENTION_PERIOD_S;
 pub use limits::Limits;
+pub use listen::{TcpDoor, DEFAULT_TCP_ADDRESS, DEFAULT_TCP_DOOR_NAME};
 pub use persistence::RetainedConfig;
 pub use queue::{Backoff, QueueConfig};
 pub use storage::{
@@ -66,119 +80,11 @@ pub struct Config {
     pub source: String,
 }
 
-/// Everything under `broker:`.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct BrokerConfig {
-    /// `broker.id`: names this broker in its logs and metrics. Required.
-    pub id: String,
-    /// `broker.log_level`.
-    pub log_level: LogLevel,
-    /// `broker.pid_file`: an absolute path, or `None` for no pid file.
-    pub pid_file: Option<PathBuf>,
-    /// `broker.mqtt`.
-    pub mqtt: MqttConfig,
-    /// `broker.limits`.
-    pub limits: Limits,
-    /// `broker.qos2`.
-    pub qos2: Qos2Config,
-    /// `broker.share`.
-    pub share: ShareConfig,
-    /// `broker.session`.
-    pub session: SessionConfig,
-    /// `broker.retained`.
-    pub retained: RetainedConfig,
-    /// `broker.storage`: `None` when the block is absent, which is valid
-    /// while no channel needs a provider; written, it is complete.
-    pub storage: Option<StorageConfig>,
-}
-
-/// `broker.log_level`: how much the broker says.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum LogLevel {
-    Debug,
-    Info,
-    Warn,
-    Error,
-}
-
-impl LogLevel {
-    /// The filter to hand the `log` facade.
-    pub fn to_level_filter(self) -> log::LevelFilter {
-        match self {
-            LogLevel::Debug => log::LevelFilter::Debug,
-            LogLevel::Info => log::LevelFilter::Info,
-            LogLevel::Warn => log::LevelFilter::Warn,
-            LogLevel::Error => log::LevelFilter::Error,
-        }
-    }
-
-    /// The word written in the file.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            LogLevel::Debug => "debug",
-            LogLevel::Info => "info",
-            LogLevel::Warn => "warn",
-            LogLevel::Error => "error",
-        }
-    }
-}
-
-impl fmt::Display for LogLevel {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
-/// Everything under `broker.mqtt:` that this version implements.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct MqttConfig {
-    /// The TCP doors to listen on, in the order written. Never empty in a
-    /// validated configuration: with no listener written, one door named
-    /// `tcp` on `0.0.0.0:1883`.
-    pub tcp: Vec<TcpDoor>,
-    /// `broker.mqtt.min_protocol_version`.
-    pub min_protocol_version: MinProtocolVersion,
-    /// `broker.mqtt.acl_file`: an absolute path; `None` lets every client
-    /// do anything.
-    pub acl_file: Option<PathBuf>,
-}
-
-/// One TCP listener.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct TcpDoor {
-    /// Unique across every MQTT door; `tcp` for a door written as a single
-    /// mapping without a name.
-    pub name: String,
-    /// `host:port`, IPv6 in brackets, ready for `ToSocketAddrs` or
-    /// `async_net::TcpListener::bind`. The host is kept as written except
-    /// that an empty host (`:1883`, every interface) is given as `0.0.0.0`,
-    /// and the port is written as a plain decimal number.
-    pub address: String,
-}
-
-/// The name a door takes when the file gives it none.
-pub const DEFAULT_TCP_DOOR_NAME: &str = "tcp";
-
-/// The address of the door opened when no listener is written.
-pub const DEFAULT_TCP_ADDRESS: &str = "0.0.0.0:1883";
-
-/// `broker.mqtt.min_protocol_version`: the oldest MQTT admitted.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum MinProtocolVersion {
-    /// `"3.1.1"`, the default: 3.1.1 and 5 clients are admitted.
-    V311,
-    /// `5`: MQTT 5 clients only.
-    V5,
-}
-
-impl MinProtocolVersion {
-    /// Whether a CONNECT's protocol level (4 for 3.1.1, 5 for MQTT 5) is
-    /// admitted. Level 3 (MQTT 3.1) never is.
-    pub fn admits(self, protocol_level: u8) -> bool {
-        match self {
-            MinProtocolVersion::V311 => protocol_level == 4 || protocol_level == 5,
-            MinProtocolVersion::V5 => protocol_level == 5,
-        }
+impl Config {
+    /// What the network shell runs with: the settings `net`, `core` and
+    /// `store` own, built from this configuration.
+    pub fn shell_settings(&self) -> crate::net::Settings {
+        settings::shell(&self.broker, &self.channels)
     }
 }
 
@@ -243,7 +149,7 @@ pub fn parse_with_base(
     };
     let mut root: serde_yaml::Value = match serde_yaml::from_str(text) {
         Ok(root) => root,
-        Err(e) => return Err(refuse(vec![parse::syntax_finding(&e)])),
+        Err(e) => return Err(refuse(vec![findings::syntax_finding(&e)])),
     };
     if let Err(e) = root.apply_merge() {
         return Err(refuse(vec![format!(

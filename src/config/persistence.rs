@@ -8,9 +8,10 @@
 
 use serde_yaml::Value;
 
-use super::limits::{duration_ms, whole_seconds, NoneRule};
-use super::parse::{join, table, Findings, Keys};
+use super::findings::{join, Findings};
 use super::storage::StorageConfig;
+use super::table::{table, Keys};
+use super::values::{duration_ms, whole_seconds, NoneRule};
 
 /// `broker.retained`.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]

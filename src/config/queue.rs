@@ -9,15 +9,10 @@
 
 use serde_yaml::{Mapping, Value};
 
-use super::channels::{ChannelConfig, ChannelKind, PositiveOrNone, Start, Unit};
-use super::limits::{duration_ms, whole_number, whole_seconds, NoneRule};
-use super::parse::{join, Findings, Keys, Table};
-
-/// The level a dead-lettered record's topic gains.
-pub const DLQ_LEVEL: &str = "__dlq";
-
-/// What a dead-letter channel's name ends with.
-pub const DLQ_SUFFIX: &str = "__dlq";
+use super::findings::{join, Findings};
+use super::table::{table, Keys, Table};
+use super::values::{duration_ms, whole_number, whole_seconds, NoneRule, PositiveOrNone, Unit};
+pub use crate::core::dead_letter::{dead_letter_filter, dead_letter_topic, DLQ_LEVEL};
 
 /// `visibility_timeout` where none is written.
 pub const DEFAULT_VISIBILITY_TIMEOUT_S: u64 = 30;
@@ -197,7 +192,7 @@ fn retry(f: &mut Findings, path: &str, value: Option<&Value>) -> Option<(u32, Ba
         return Some((DEFAULT_MAX_ATTEMPTS, Backoff::None, 0));
     };
     let path = join(path, "retry");
-    let t = super::parse::table(f, &path, value, &RETRY_KEYS)?;
+    let t = table(f, &path, value, &RETRY_KEYS)?;
     let attempts_allowed = "it is how many attempts a job is given before it is dead-lettered: a whole number, 1 or more; omit it for 5";
     let max_attempts = match t.get("max_attempts") {
         None => Some(DEFAULT_MAX_ATTEMPTS),
@@ -282,67 +277,11 @@ const DLQ_RETENTION_BYTES: PositiveOrNone = PositiveOrNone {
     zero: "zero is refused",
 };
 
-/// The filter a queue's dead letters are filed under: `__dlq` takes the
-/// place of a final `#` (which follows it), or is appended.
-pub fn dead_letter_filter(queue_filter: &str) -> String {
-    match queue_filter.strip_suffix('#') {
-        Some(head) => format!("{head}{DLQ_LEVEL}/#"),
-        None => format!("{queue_filter}/{DLQ_LEVEL}"),
-    }
-}
-
-/// A queue's job topic as its dead letter carries it. `queue_filter` is the
-/// filter that claimed it: a `#` there puts `__dlq` at the `#`'s level.
-pub fn dead_letter_topic(queue_filter: &str, topic: &str) -> String {
-    if queue_filter.ends_with('#') {
-        let fixed = queue_filter.split('/').count() - 1;
-        let mut levels: Vec<&str> = topic.split('/').collect();
-        let at = fixed.min(levels.len());
-        levels.insert(at, DLQ_LEVEL);
-        levels.join("/")
-    } else {
-        format!("{topic}/{DLQ_LEVEL}")
-    }
-}
-
-/// The append channel every queue derives: same provider, the derived
-/// filter, the queue's `dlq_retention_*`.
-pub fn dead_letter_channel(queue: &ChannelConfig, settings: &QueueConfig) -> ChannelConfig {
-    let filters: Vec<String> = queue
-        .filters
-        .iter()
-        .map(|f| dead_letter_filter(f))
-        .collect();
-    ChannelConfig {
-        name: format!("{}{DLQ_SUFFIX}", queue.name),
-        kind: ChannelKind::Append,
-        filter: dead_letter_filter(&queue.filter),
-        filters,
-        storage: queue.storage.clone(),
-        retention_period_s: settings.dlq_retention_period_s,
-        retention_bytes: settings.dlq_retention_bytes,
-        max_bytes: None,
-        start: Start::Floor,
-    }
-}
-
-/// Appends each queue's dead-letter channel after the channels written.
-pub(super) fn add_dead_letter_channels(channels: &mut Vec<ChannelConfig>) {
-    let derived: Vec<ChannelConfig> = channels
-        .iter()
-        .filter_map(|c| match c.kind {
-            ChannelKind::Queue(q) => Some(dead_letter_channel(c, &q)),
-            _ => None,
-        })
-        .collect();
-    channels.extend(derived);
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::config::tests::{assert_contains, the_one};
-    use crate::config::{parse as parse_config, ChannelConfig};
+    use crate::config::{parse as parse_config, ChannelConfig, ChannelKind};
 
     const BROKER: &str = "broker:
   id: t

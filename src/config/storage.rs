@@ -17,10 +17,14 @@ use std::path::{Component, Path, PathBuf};
 
 use serde_yaml::{Mapping, Value};
 
+use super::findings::{join, show, Findings};
 use super::include::{self, Listed, Origin};
-use super::limits::{duration_ms, size, whole_number, whole_seconds, Limits, NoneRule};
-use super::parse::{is_include, join, show, table, Findings, Keys};
+use super::limits::Limits;
+use super::table::{is_include, table, Keys};
 use super::units::format_size;
+use super::values::{duration_ms, size, whole_number, whole_seconds, NoneRule};
+use crate::store::{self, ProviderSettings};
+pub use crate::store::{CommitPolicy, ProviderKind};
 
 /// `broker.storage`.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -41,73 +45,20 @@ impl StorageConfig {
     }
 }
 
-/// One entry under `broker.storage.providers`.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct ProviderConfig {
-    pub name: String,
-    /// `max_bytes`: what the provider may hold, records and positions as
-    /// counted, not a file size. At least twice [`reserve_bytes`].
-    pub max_bytes: u64,
-    pub kind: ProviderKind,
-}
+/// One entry under `broker.storage.providers`: the store's own settings
+/// for the provider, which the store opens as written here.
+pub type ProviderConfig = ProviderSettings;
 
-impl ProviderConfig {
-    /// How the storage thread batches this provider's writes. A memory
-    /// provider has no transaction to wait for, so it takes whatever is
-    /// queued and never waits.
-    pub fn commit_policy(&self) -> CommitPolicy {
-        match &self.kind {
-            ProviderKind::Redb { commit, .. } => *commit,
-            ProviderKind::Memory { .. } => CommitPolicy::Collect,
-        }
-    }
-}
-
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum ProviderKind {
-    /// `type: redb`.
-    Redb {
-        /// `file_path`, absolute. Its lock is `<file_path>.lock`.
-        file_path: PathBuf,
-        commit: CommitPolicy,
-    },
-    /// `type: memory`.
-    Memory {
-        /// `snapshot_dir`, absolute; `None` for `none`, which keeps nothing
-        /// across a restart. Its lock is `saguin.lock` inside it.
-        snapshot_dir: Option<PathBuf>,
-    },
-}
-
-/// How a redb provider groups publishes into transactions.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum CommitPolicy {
-    /// Both keys absent: a publish finding no commit running is committed
-    /// at once; those arriving during a commit share the next one. Nothing
-    /// waits for company.
-    Collect,
-    /// `publish_commit_interval: none`: one transaction per publish.
-    PerPublish,
-    /// A transaction waits for company and closes at whichever comes first:
-    /// `max_records` publishes, or `interval_ms` since it opened.
-    Interval { interval_ms: u32, max_records: u32 },
-}
-
-/// What the memory providers may hold between them: the sum of their
-/// `max_bytes`, which no single provider's check can see. `u64::MAX` if
-/// the sum does not fit.
+/// What the memory providers may hold between them (see
+/// [`crate::store::declared_memory_bytes`]).
 pub fn declared_memory_bytes(storage: &StorageConfig) -> u64 {
-    storage
-        .providers
-        .iter()
-        .filter(|p| matches!(p.kind, ProviderKind::Memory { .. }))
-        .fold(0u64, |sum, p| sum.saturating_add(p.max_bytes))
+    store::declared_memory_bytes(&storage.providers)
 }
 
-/// What every provider holds back for the writes that relieve a full one:
-/// one largest record, `max_message_size + max_header_bytes`.
+/// What every provider holds back for the writes that relieve a full one
+/// (see [`crate::store::reserve_bytes`]).
 pub fn reserve_bytes(limits: &Limits) -> u64 {
-    u64::from(limits.max_message_size_bytes) + u64::from(limits.max_header_bytes)
+    store::reserve_bytes(limits.max_message_size_bytes, limits.max_header_bytes)
 }
 
 /// The longest `publish_commit_interval`: the wait is paid per connection,

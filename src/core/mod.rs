@@ -9,8 +9,10 @@
 mod authorize;
 mod broadcast_log;
 pub mod channel;
+pub mod channel_load;
 pub mod claims;
 mod connect;
+pub mod dead_letter;
 mod delivery;
 mod hang_up;
 mod inbound;

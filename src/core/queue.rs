@@ -215,7 +215,7 @@ impl Queues {
                 continue;
             };
             let held = std::mem::take(&mut settings.held);
-            let dlq_name = format!("{}__dlq", channel.name);
+            let dlq_name = super::dead_letter::dead_letter_channel_name(&channel.name);
             let dlq = names.iter().position(|n| *n == dlq_name);
             if let Some(dlq) = dlq {
                 queues.dead_letter_channels.insert(dlq);
@@ -1087,7 +1087,7 @@ impl Broker {
             .filter(|c| c.channel == self.queues.list[q].channel)
             .map(|c| self.claims.filter(c).to_string())
             .unwrap_or_else(|| "#".to_string());
-        let topic = crate::config::queue::dead_letter_topic(&claimed_by, &body.topic);
+        let topic = super::dead_letter::dead_letter_topic(&claimed_by, &body.topic);
         let id = body
             .properties
             .user_properties

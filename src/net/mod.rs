@@ -2,10 +2,9 @@
 //! listeners, every connection's reader and writer, and the clock.
 
 mod connection;
-mod latest_index;
 mod outbox;
-mod queue_load;
 mod reload;
+mod settings;
 mod storage;
 
 use std::cell::RefCell;
@@ -17,10 +16,9 @@ use async_net::TcpListener;
 use smol::stream::StreamExt;
 use smol::LocalExecutor;
 
-use crate::codec::ProtocolVersion;
-use crate::config::{Config, MinProtocolVersion};
-use crate::core::{Broker, Settings};
+use crate::core::Broker;
 use outbox::Outboxes;
+pub use settings::{Door, Settings};
 
 /// How often the core's clocks (keepalive, connect timeout, expiry) run.
 const TICK_MS: u64 = 100;
@@ -49,49 +47,10 @@ impl Shared {
     }
 }
 
-/// The core's settings from the configuration.
-pub fn settings_from_config(config: &Config) -> Settings {
-    let limits = &config.broker.limits;
-    Settings {
-        max_connections: limits.max_connections,
-        max_message_size_bytes: limits.max_message_size_bytes,
-        max_connect_size_bytes: limits.max_connect_size_bytes,
-        max_topic_length: limits.max_topic_length,
-        max_topic_levels: limits.max_topic_levels,
-        max_client_id_length: limits.max_client_id_length,
-        max_header_count: limits.max_header_count,
-        max_header_bytes: limits.max_header_bytes,
-        max_subscriptions: limits.max_subscriptions,
-        max_session_expiry_s: limits.max_session_expiry_s,
-        max_keepalive_s: limits.max_keepalive_s,
-        connect_timeout_ms: u64::from(limits.connect_timeout_s) * 1000,
-        session_queue_bytes: limits.session_queue_bytes,
-        publish_rate_per_s: limits.publish_rate_per_s,
-        publish_bytes_per_s: limits.publish_bytes_per_s,
-        min_protocol_version: match config.broker.mqtt.min_protocol_version {
-            MinProtocolVersion::V311 => ProtocolVersion::V311,
-            MinProtocolVersion::V5 => ProtocolVersion::V5,
-        },
-        start_unix_ms: std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_millis() as u64),
-        ack_commit_interval_ms: config.broker.session.ack_commit_interval_ms,
-        retained_retention_period_s: config.broker.retained.retention_period_s,
-        qos2_max_inflight_per_client: config.broker.qos2.max_inflight_per_client,
-        qos2_expires_after_ms: u64::from(config.broker.qos2.expires_after_s) * 1000,
-        share_expires_after_ms: config
-            .broker
-            .share
-            .expires_after_s
-            .map(|s| u64::from(s) * 1000),
-        ..Settings::default()
-    }
-}
-
 /// What one connection may hold at worst: a packet being read, its outbox
 /// up to the point reading pauses plus one packet, its session's queued
 /// deliveries, and its topic aliases.
-pub fn worst_case_connection_bytes(settings: &Settings) -> u64 {
+pub fn worst_case_connection_bytes(settings: &crate::core::Settings) -> u64 {
     let max_packet = u64::from(settings.max_message_size_bytes);
     let aliases =
         u64::from(crate::core::TOPIC_ALIAS_MAXIMUM) * u64::from(settings.max_topic_length);
@@ -111,48 +70,47 @@ pub struct AclSource {
 }
 
 /// Binds every door, then serves until SIGTERM or SIGINT.
-pub fn run(config: Config) -> io::Result<()> {
-    run_with_acl(config, None)
+pub fn run(settings: Settings) -> io::Result<()> {
+    run_with_acl(settings, None)
 }
 
 /// [`run`], with an authorization file in force.
-pub fn run_with_acl(config: Config, acl: Option<AclSource>) -> io::Result<()> {
+pub fn run_with_acl(settings: Settings, acl: Option<AclSource>) -> io::Result<()> {
     let executor: &'static LocalExecutor<'static> = Box::leak(Box::new(LocalExecutor::new()));
-    smol::block_on(executor.run(serve(executor, config, acl)))
+    smol::block_on(executor.run(serve(executor, settings, acl)))
 }
 
 async fn serve(
     executor: &'static LocalExecutor<'static>,
-    config: Config,
+    mut shell: Settings,
     acl: Option<AclSource>,
 ) -> io::Result<()> {
     let reload_signal = match acl {
         Some(_) => Some(reload::reload_signal()?),
         None => None,
     };
-    let (mut storage, channels, completions) = storage::start(&config)?;
-    let mut settings = settings_from_config(&config);
-    settings.channels = channels;
-    settings.session_provider = storage.restored.session_provider;
-    settings.retained_provider = storage.restored.retained_provider;
+    let (mut storage, completions) = storage::start(&mut shell)?;
+    let mut settings = shell.core;
+    settings.start_unix_ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64);
     let restored_sessions = std::mem::take(&mut storage.restored.sessions);
     let restored_retained = std::mem::take(&mut storage.restored.retained);
     let restored_log = std::mem::take(&mut storage.restored.log);
     let restored_holds = std::mem::take(&mut storage.restored.holds);
-    let limits = config.broker.limits.clone();
     let per_connection_bytes = worst_case_connection_bytes(&settings);
     log::info!(
         "broker {} starting: at most {} connections, each holding at most {} bytes of buffers and queued \
          deliveries, {} bytes in all (subscriptions come on top: at most {} filters of {} levels per client)",
-        config.broker.id,
-        limits.max_connections,
+        shell.broker_id,
+        settings.max_connections,
         per_connection_bytes,
-        per_connection_bytes.saturating_mul(u64::from(limits.max_connections)),
-        limits.max_subscriptions,
-        limits.max_topic_levels
+        per_connection_bytes.saturating_mul(u64::from(settings.max_connections)),
+        settings.max_subscriptions,
+        settings.max_topic_levels
     );
     let mut listeners = Vec::new();
-    for door in &config.broker.mqtt.tcp {
+    for door in &shell.doors {
         let listener = TcpListener::bind(door.address.as_str())
             .await
             .map_err(|error| {
@@ -170,7 +128,7 @@ async fn serve(
     }
     let signals =
         async_signal::Signals::new([async_signal::Signal::Term, async_signal::Signal::Int])?;
-    let _pid_file = match &config.broker.pid_file {
+    let _pid_file = match &shell.pid_file {
         Some(path) => Some(PidFile::write(path)?),
         None => None,
     };
@@ -180,7 +138,6 @@ async fn serve(
         settings.session_queue_bytes as usize,
     );
     outboxes.storage = storage.handles.clone();
-    let mut tasks_before_accept = Vec::new();
     let shared: SharedRef = Rc::new(RefCell::new(Shared {
         outboxes,
         broker: Broker::new(settings),
@@ -204,23 +161,22 @@ async fn serve(
             .broker
             .restore_holds(restored_holds, now_ms, &mut state.outboxes);
     }
+    let mut tasks = Vec::new();
     if let (Some(source), Some(signals)) = (acl, reload_signal) {
         reload::put_in_force(&shared, source.acl, "read");
-        tasks_before_accept.push(executor.spawn(reload::on_reload_signal(
+        tasks.push(executor.spawn(reload::on_reload_signal(
             shared.clone(),
             signals,
             source.read,
         )));
     }
-    let mut tasks = tasks_before_accept;
     for listener in listeners {
         let accept = accept_loop(
             executor,
             shared.clone(),
             listener,
-            limits.max_connect_rate_per_s,
-            limits.write_timeout_ms,
-            limits.connect_timeout_s,
+            shell.max_connect_rate_per_s,
+            shell.write_timeout_ms,
         );
         tasks.push(executor.spawn(accept));
     }
@@ -246,7 +202,6 @@ async fn accept_loop(
     listener: TcpListener,
     max_connect_rate_per_s: Option<u32>,
     write_timeout_ms: Option<u64>,
-    connect_timeout_s: u32,
 ) {
     let mut rate = ConnectRate::new(max_connect_rate_per_s);
     loop {
@@ -282,7 +237,7 @@ async fn accept_loop(
             {
                 state.overflow_in_use += 1;
                 let shared = shared.clone();
-                let wait_ms = OVERFLOW_WAIT_MS.min(u64::from(connect_timeout_s) * 1000);
+                let wait_ms = OVERFLOW_WAIT_MS.min(state.broker.settings().connect_timeout_ms);
                 executor
                     .spawn(async move {
                         connection::refuse_busy(stream, wait_ms).await;

@@ -21,9 +21,9 @@ use std::time::Instant;
 use super::error::StoreError;
 use super::message_id::MessageIdGenerator;
 use super::redb::RedbProvider;
+use super::settings::CommitPolicy;
 use super::types::{Message, Outcome, Write};
 use super::writer::{Answer, StorageThread, Ticket};
-use crate::config::CommitPolicy;
 
 /// What one run measured.
 #[derive(Clone, Copy, Debug)]

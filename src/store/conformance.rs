@@ -1618,15 +1618,15 @@ mod memory_only {
     }
 }
 
-/// From the parsed configuration to an open provider.
-mod from_config {
+/// From a provider's settings to an open provider.
+mod from_settings {
     use super::*;
-    use crate::config::{CommitPolicy, ProviderConfig, ProviderKind};
+    use crate::store::{CommitPolicy, ProviderKind, ProviderSettings};
 
     #[test]
     fn a_configured_provider_opens_with_its_bound_and_reserve() {
         let dir = TempDir::new("from-config");
-        let redb = ProviderConfig {
+        let redb = ProviderSettings {
             name: "local".into(),
             max_bytes: 1 << 20,
             kind: ProviderKind::Redb {
@@ -1637,7 +1637,7 @@ mod from_config {
                 },
             },
         };
-        let memory = ProviderConfig {
+        let memory = ProviderSettings {
             name: "volatile".into(),
             max_bytes: 1 << 20,
             kind: ProviderKind::Memory {

@@ -27,6 +27,7 @@ mod memory;
 mod message_id;
 mod open;
 mod redb;
+mod settings;
 mod snapshot;
 mod types;
 mod validate;
@@ -42,6 +43,9 @@ pub use error::StoreError;
 pub use memory::MemoryProvider;
 pub use message_id::{MessageId, MessageIdGenerator, MAX_MESSAGE_ID_TEXT_BYTES};
 pub use open::open_provider;
+pub use settings::{
+    declared_memory_bytes, reserve_bytes, CommitPolicy, ProviderKind, ProviderSettings,
+};
 pub use snapshot::snapshot_file_name;
 pub use types::{
     ChannelState, Message, Outcome, Read, ReadBatch, ReadLimit, Record, Refusal, TrimRule, Trimmed,

@@ -31,10 +31,10 @@ use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
 
 use super::error::StoreError;
+use super::settings::CommitPolicy;
 use super::types::{Outcome, Read, ReadLimit, Write};
 use super::validate::MAX_BATCH_WRITES;
 use super::Provider;
-use crate::config::CommitPolicy;
 
 /// The most publishes a batch collects when no interval is set.
 pub const COLLECT_MAX_RECORDS: u32 = 256;

@@ -8,7 +8,6 @@ use std::time::{Duration, Instant};
 use super::conformance::{append, msg, TempDir};
 use super::memory::MemoryProvider;
 use super::*;
-use crate::config::CommitPolicy;
 
 /// A memory provider that records each batch's size and can hold its
 /// first commit until the test lets it go, so requests can be queued
