@@ -8,8 +8,9 @@ use std::fs;
 use std::path::{Path, PathBuf};
 
 /// Each layer, and the crate modules it must never name.
-const LAYERS: [(&str, &[&str]); 4] = [
-    ("codec", &["config", "net", "core", "store"]),
+const LAYERS: [(&str, &[&str]); 5] = [
+    ("codec", &["config", "net", "core", "store", "acl"]),
+    ("acl", &["config", "net", "core", "store"]),
     ("store", &["config", "net", "core"]),
     ("core", &["config", "net"]),
     ("net", &["config"]),
