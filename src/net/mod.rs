@@ -13,6 +13,7 @@ use std::rc::Rc;
 use std::time::{Duration, Instant};
 
 use async_net::TcpListener;
+use async_signal::{Signal, Signals};
 use smol::stream::StreamExt;
 use smol::LocalExecutor;
 
@@ -69,12 +70,13 @@ pub struct AclSource {
     pub read: AclReader,
 }
 
-/// Binds every door, then serves until SIGTERM or SIGINT.
+/// Binds every door, then serves until SIGTERM or SIGINT (SIGHUP and
+/// SIGUSR1 do not stop it).
 pub fn run(settings: Settings) -> io::Result<()> {
     run_with_acl(settings, None)
 }
 
-/// [`run`], with an authorization file in force.
+/// [`run`], with an authorization file in force, re-read on SIGUSR1.
 pub fn run_with_acl(settings: Settings, acl: Option<AclSource>) -> io::Result<()> {
     let executor: &'static LocalExecutor<'static> = Box::leak(Box::new(LocalExecutor::new()));
     smol::block_on(executor.run(serve(executor, settings, acl)))
@@ -85,10 +87,6 @@ async fn serve(
     mut shell: Settings,
     acl: Option<AclSource>,
 ) -> io::Result<()> {
-    let reload_signal = match acl {
-        Some(_) => Some(reload::reload_signal()?),
-        None => None,
-    };
     let (mut storage, completions) = storage::start(&mut shell)?;
     let mut settings = shell.core;
     settings.start_unix_ms = std::time::SystemTime::now()
@@ -109,6 +107,9 @@ async fn serve(
         settings.max_subscriptions,
         settings.max_topic_levels
     );
+    // Caught before any door opens, so a signal sent once the log says a
+    // door is bound never meets its default action (ending the process).
+    let signals = Signals::new([Signal::Term, Signal::Int, Signal::Hup, Signal::Usr1])?;
     let mut listeners = Vec::new();
     for door in &shell.doors {
         let listener = TcpListener::bind(door.address.as_str())
@@ -126,8 +127,6 @@ async fn serve(
         log::info!("listener {} bound to {}", door.name, listener.local_addr()?);
         listeners.push(listener);
     }
-    let signals =
-        async_signal::Signals::new([async_signal::Signal::Term, async_signal::Signal::Int])?;
     let _pid_file = match &shell.pid_file {
         Some(path) => Some(PidFile::write(path)?),
         None => None,
@@ -161,15 +160,14 @@ async fn serve(
             .broker
             .restore_holds(restored_holds, now_ms, &mut state.outboxes);
     }
+    let reload = match acl {
+        Some(source) => {
+            reload::put_in_force(&shared, source.acl, "read");
+            reload::Reload::acl(shared.clone(), source.read)
+        }
+        None => reload::Reload::default(),
+    };
     let mut tasks = Vec::new();
-    if let (Some(source), Some(signals)) = (acl, reload_signal) {
-        reload::put_in_force(&shared, source.acl, "read");
-        tasks.push(executor.spawn(reload::on_reload_signal(
-            shared.clone(),
-            signals,
-            source.read,
-        )));
-    }
     for listener in listeners {
         let accept = accept_loop(
             executor,
@@ -183,10 +181,7 @@ async fn serve(
     tasks.push(executor.spawn(tick_loop(shared.clone())));
     tasks.push(executor.spawn(completion_loop(shared.clone(), completions)));
 
-    let mut signals = signals;
-    if let Some(Ok(signal)) = signals.next().await {
-        log::info!("received {signal:?}, stopping");
-    }
+    wait_for_stop(signals, reload).await;
     drop(tasks);
     shutdown(&shared).await;
     // Queued writes, the positions just committed among them, land before
@@ -273,6 +268,26 @@ async fn tick_loop(shared: SharedRef) {
         let state = &mut *guard;
         let now_ms = state.now_ms();
         state.broker.tick(now_ms, &mut state.outboxes);
+    }
+}
+
+/// Serves the signals until SIGTERM or SIGINT. SIGHUP is caught so that
+/// it cannot end the broker without its shutdown (a memory provider's
+/// snapshot would be lost); SIGUSR1 reloads.
+async fn wait_for_stop(mut signals: Signals, mut reload: reload::Reload) {
+    while let Some(signal) = signals.next().await {
+        match signal {
+            Ok(Signal::Hup) => log::warn!(
+                "received SIGHUP: ignored; it does not reload the configuration, \
+                 SIGUSR1 does, and SIGTERM stops the broker"
+            ),
+            Ok(Signal::Usr1) => reload.reload(),
+            Ok(signal) => {
+                log::info!("received {signal:?}, stopping");
+                return;
+            }
+            Err(error) => log::warn!("reading a signal failed: {error}"),
+        }
     }
 }
 

@@ -1,8 +1,10 @@
-//! SIGUSR1: the authorization file is read again and replaces the one in
-//! force, all or nothing. A file that cannot be used is logged at `error`
-//! and the broker goes on with what it had.
-
-use smol::stream::StreamExt;
+//! SIGUSR1: the one place a running broker re-reads what may change
+//! without a restart. A restart costs every connection and every delivery
+//! in flight, so what can be re-read is re-read here, and nowhere else.
+//!
+//! Today that is the authorization file: read again and put in force
+//! whole, or, where it cannot be used, logged at `error` while the rules
+//! already in force stay.
 
 use super::SharedRef;
 use crate::acl::Acl;
@@ -11,22 +13,36 @@ use crate::acl::Acl;
 /// how to check it, so the shell reads no file of its own.
 pub type AclReader = Box<dyn Fn() -> Result<Acl, String>>;
 
-/// Takes SIGUSR1 from the process, before any client can arrive: its
-/// default action would end the broker.
-pub(super) fn reload_signal() -> std::io::Result<async_signal::Signals> {
-    async_signal::Signals::new([async_signal::Signal::Usr1])
+/// What SIGUSR1 re-reads: the authorization file, where one is in force.
+/// Every other setting is read once, at startup.
+#[derive(Default)]
+pub(crate) struct Reload {
+    acl: Option<(SharedRef, AclReader)>,
 }
 
-/// Waits for SIGUSR1 and puts each new reading in force.
-pub(super) async fn on_reload_signal(
-    shared: SharedRef,
-    mut signals: async_signal::Signals,
-    read: AclReader,
-) {
-    while let Some(Ok(_)) = signals.next().await {
+impl Reload {
+    /// Re-reads the authorization file `read` gives into `shared`'s broker.
+    pub(crate) fn acl(shared: SharedRef, read: AclReader) -> Reload {
+        Reload {
+            acl: Some((shared, read)),
+        }
+    }
+
+    /// Re-reads what may change under a running broker and logs what it
+    /// applied, and that the rest waits for a restart.
+    pub(crate) fn reload(&mut self) {
+        let Some((shared, read)) = &self.acl else {
+            log::info!(
+                "received SIGUSR1: nothing to reload; every setting is read at startup, \
+                 so a changed configuration takes effect at the next restart"
+            );
+            return;
+        };
         match read() {
-            Ok(acl) => put_in_force(&shared, acl, "re-read"),
-            Err(error) => log::error!("{error}; the rules read before stay in force"),
+            Ok(acl) => put_in_force(shared, acl, "received SIGUSR1: re-read"),
+            Err(error) => {
+                log::error!("received SIGUSR1: {error}; the rules read before stay in force")
+            }
         }
     }
 }
