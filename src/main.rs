@@ -12,6 +12,7 @@ usage: saguin [--config FILE]      run the broker (without --config: the embedde
                                    what USER may do under FILE's acl_file, and why;
                                    without USER, one user name (and client id) a line on standard input
        saguin --print-default-config
+       saguin --passwd FILE add USER | delete USER | list
        saguin --version";
 
 /// What `--acl` was asked.
@@ -29,6 +30,8 @@ enum Command {
     PrintDefaultConfig,
     Version,
     Help,
+    /// `--passwd` and what follows it.
+    Passwd(Vec<String>),
 }
 
 fn parse_args(args: &[String]) -> Result<Command, String> {
@@ -49,6 +52,7 @@ fn parse_args(args: &[String]) -> Result<Command, String> {
                 json,
             }))
         }
+        [flag, rest @ ..] if flag == "--passwd" => Ok(Command::Passwd(rest.to_vec())),
         [flag] if flag == "--print-default-config" => Ok(Command::PrintDefaultConfig),
         [flag] if flag == "--version" || flag == "-V" => Ok(Command::Version),
         [flag] if flag == "--help" || flag == "-h" => Ok(Command::Help),
@@ -165,6 +169,12 @@ fn main() -> ExitCode {
     match command {
         Command::Version => println!("saguin {}", env!("CARGO_PKG_VERSION")),
         Command::Help => println!("{USAGE}"),
+        Command::Passwd(args) => {
+            if let Err(message) = saguin::auth::command::run(&args) {
+                eprintln!("{message}");
+                return ExitCode::from(2);
+            }
+        }
         Command::PrintDefaultConfig => print!("{}", config::DEFAULT_CONFIG_YAML),
         Command::CheckConfig(path) => {
             let config = match load(Some(path.clone())) {
@@ -191,16 +201,25 @@ fn main() -> ExitCode {
             if let Err(error) = simple_logger::SimpleLogger::new().with_level(level).init() {
                 eprintln!("cannot start logging: {error}");
             }
+            let rules = config.broker.mqtt.door_rules();
+            let authentication = match saguin::auth::Authentication::load(&rules) {
+                Ok(authentication) => authentication,
+                Err(error) => {
+                    log::error!("{error}");
+                    return ExitCode::FAILURE;
+                }
+            };
             let acl = acl.map(|acl| {
                 let (path, channels) =
                     (config.broker.mqtt.acl_file.clone(), config.channels.clone());
-                let read: saguin::net::AclReader = Box::new(move || {
+                let read: saguin::net::AclReader = std::sync::Arc::new(move || {
                     let path = path.as_deref().expect("an acl_file was read at startup");
                     config::acl_file::load(path, &channels).map_err(|e| e.to_string())
                 });
                 saguin::net::AclSource { acl, read }
             });
-            if let Err(error) = saguin::net::run_with_acl(config.shell_settings(), acl) {
+            let settings = config.shell_settings();
+            if let Err(error) = saguin::net::run_with_acl(settings, authentication, acl) {
                 log::error!("{error}");
                 return ExitCode::FAILURE;
             }

@@ -6,6 +6,7 @@ use std::path::PathBuf;
 
 use serde_yaml::Value;
 
+use super::authentication::{self, AuthenticationKeys};
 use super::channels::Scope;
 use super::exchanges::{self, Qos2Config, SessionConfig, ShareConfig};
 use super::findings::{show, Findings};
@@ -15,6 +16,7 @@ use super::listen::{self, TcpDoor};
 use super::persistence::{self, RetainedConfig};
 use super::storage::{self, StorageConfig};
 use super::table::{table, Keys};
+use crate::auth::DoorRule;
 
 /// Everything under `broker:`.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -91,6 +93,22 @@ pub struct MqttConfig {
     /// `broker.mqtt.acl_file`: an absolute path; `None` lets every client
     /// do anything.
     pub acl_file: Option<PathBuf>,
+    /// `broker.mqtt.password_file` and `allow_anonymous`, as written;
+    /// [`MqttConfig::door_rules`] settles what each door does.
+    pub authentication: AuthenticationKeys,
+}
+
+impl MqttConfig {
+    /// Each door's rule for who may connect, in door order.
+    pub fn door_rules(&self) -> Vec<DoorRule> {
+        authentication::door_rules(&self.authentication, self.door_keys())
+    }
+
+    fn door_keys(&self) -> impl Iterator<Item = (&str, &AuthenticationKeys)> {
+        self.tcp
+            .iter()
+            .map(|door| (door.name.as_str(), &door.authentication))
+    }
 }
 
 /// `broker.mqtt.min_protocol_version`: the oldest MQTT admitted.
@@ -130,8 +148,14 @@ const BROKER_KEYS: Keys = Keys {
 };
 
 const MQTT_KEYS: Keys = Keys {
-    supported: &["listen", "min_protocol_version", "acl_file"],
-    not_yet: &["password_file", "allow_anonymous"],
+    supported: &[
+        "listen",
+        "min_protocol_version",
+        "password_file",
+        "allow_anonymous",
+        "acl_file",
+    ],
+    not_yet: &[],
 };
 
 /// Reads `broker:`, and returns beside it what channels are checked
@@ -285,12 +309,16 @@ fn mqtt(f: &mut Findings, value: Option<&Value>) -> Option<MqttConfig> {
     let t = table(f, "broker.mqtt", value.unwrap_or(&Value::Null), &MQTT_KEYS)?;
     let tcp = listen::parse(f, "broker.mqtt.listen", t.get("listen"));
     let min_protocol_version = min_protocol_version(f, t.get("min_protocol_version"));
+    let authentication = authentication::keys(f, "broker.mqtt", &t);
     let acl_file = acl_file(f, t.get("acl_file"));
-    Some(MqttConfig {
+    let mqtt = MqttConfig {
         tcp: tcp?,
         min_protocol_version: min_protocol_version?,
+        authentication: authentication?,
         acl_file: acl_file?,
-    })
+    };
+    authentication::check(f, &mqtt.door_rules(), mqtt.door_keys());
+    Some(mqtt)
 }
 
 /// `broker.mqtt.acl_file`: `Some(None)` when absent. The file itself is

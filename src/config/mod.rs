@@ -25,6 +25,7 @@
 
 pub mod acl_file;
 mod acl_lines;
+mod authentication;
 mod broker;
 mod channels;
 mod embedded;
@@ -49,6 +50,7 @@ mod tests;
 use std::fmt;
 use std::path::Path;
 
+pub use authentication::AuthenticationKeys;
 pub use broker::{BrokerConfig, LogLevel, MinProtocolVersion, MqttConfig};
 pub use channels::{ChannelConfig, ChannelKind, Start, MAX_FILTER_EXPANSIONS};
 pub use embedded::{DEFAULT_CONFIG_YAML, EMBEDDED_DATA_DIR, EMBEDDED_SOURCE};

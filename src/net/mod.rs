@@ -10,6 +10,7 @@ mod storage;
 use std::cell::RefCell;
 use std::io;
 use std::rc::Rc;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use async_net::TcpListener;
@@ -17,7 +18,8 @@ use async_signal::{Signal, Signals};
 use smol::stream::StreamExt;
 use smol::LocalExecutor;
 
-use crate::core::Broker;
+use crate::auth::Authentication;
+use crate::core::{Broker, Origin};
 use outbox::Outboxes;
 pub use settings::{Door, Settings};
 
@@ -71,20 +73,27 @@ pub struct AclSource {
 }
 
 /// Binds every door, then serves until SIGTERM or SIGINT (SIGHUP and
-/// SIGUSR1 do not stop it).
-pub fn run(settings: Settings) -> io::Result<()> {
-    run_with_acl(settings, None)
+/// SIGUSR1 do not stop it), admitting clients by `authentication` and
+/// re-reading its password files on SIGUSR1.
+pub fn run(settings: Settings, authentication: Authentication) -> io::Result<()> {
+    run_with_acl(settings, authentication, None)
 }
 
-/// [`run`], with an authorization file in force, re-read on SIGUSR1.
-pub fn run_with_acl(settings: Settings, acl: Option<AclSource>) -> io::Result<()> {
+/// [`run`], with an authorization file in force, re-read on SIGUSR1
+/// together with the password files.
+pub fn run_with_acl(
+    settings: Settings,
+    authentication: Authentication,
+    acl: Option<AclSource>,
+) -> io::Result<()> {
     let executor: &'static LocalExecutor<'static> = Box::leak(Box::new(LocalExecutor::new()));
-    smol::block_on(executor.run(serve(executor, settings, acl)))
+    smol::block_on(executor.run(serve(executor, settings, authentication, acl)))
 }
 
 async fn serve(
     executor: &'static LocalExecutor<'static>,
     mut shell: Settings,
+    authentication: Authentication,
     acl: Option<AclSource>,
 ) -> io::Result<()> {
     let (mut storage, completions) = storage::start(&mut shell)?;
@@ -149,6 +158,8 @@ async fn serve(
         let mut guard = shared.borrow_mut();
         let state = &mut *guard;
         let now_ms = state.now_ms();
+        log::info!("who may connect: {}", authentication.summary());
+        state.broker.set_authentication(Arc::new(authentication));
         state.broker.restore_retained(restored_retained);
         state.broker.restore_sessions(
             restored_sessions,
@@ -160,19 +171,16 @@ async fn serve(
             .broker
             .restore_holds(restored_holds, now_ms, &mut state.outboxes);
     }
-    let reload = match acl {
-        Some(source) => {
-            reload::put_in_force(&shared, source.acl, "read");
-            reload::Reload::acl(shared.clone(), source.read)
-        }
-        None => reload::Reload::default(),
-    };
+    let read_acl = acl.map(|source| {
+        reload::put_in_force(&shared, source.acl, "read");
+        source.read
+    });
     let mut tasks = Vec::new();
-    for listener in listeners {
+    for (door, listener) in listeners.into_iter().enumerate() {
         let accept = accept_loop(
             executor,
             shared.clone(),
-            listener,
+            (door, listener),
             shell.max_connect_rate_per_s,
             shell.write_timeout_ms,
         );
@@ -181,7 +189,7 @@ async fn serve(
     tasks.push(executor.spawn(tick_loop(shared.clone())));
     tasks.push(executor.spawn(completion_loop(shared.clone(), completions)));
 
-    wait_for_stop(signals, reload).await;
+    wait_for_stop(signals, reload::Reload::new(shared.clone(), read_acl)).await;
     drop(tasks);
     shutdown(&shared).await;
     // Queued writes, the positions just committed among them, land before
@@ -194,7 +202,7 @@ async fn serve(
 async fn accept_loop(
     executor: &'static LocalExecutor<'static>,
     shared: SharedRef,
-    listener: TcpListener,
+    (door, listener): (usize, TcpListener),
     max_connect_rate_per_s: Option<u32>,
     write_timeout_ms: Option<u64>,
 ) {
@@ -214,7 +222,11 @@ async fn accept_loop(
         let mut guard = shared.borrow_mut();
         let state = &mut *guard;
         let now_ms = state.now_ms();
-        match state.broker.accept(now_ms) {
+        let origin = Origin {
+            door,
+            ..Origin::default()
+        };
+        match state.broker.accept(now_ms, origin) {
             Some(key) => {
                 let outbox = state.outboxes.insert(key);
                 executor
@@ -281,7 +293,7 @@ async fn wait_for_stop(mut signals: Signals, mut reload: reload::Reload) {
                 "received SIGHUP: ignored; it does not reload the configuration, \
                  SIGUSR1 does, and SIGTERM stops the broker"
             ),
-            Ok(Signal::Usr1) => reload.reload(),
+            Ok(Signal::Usr1) => reload.reload().await,
             Ok(signal) => {
                 log::info!("received {signal:?}, stopping");
                 return;
