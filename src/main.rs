@@ -184,6 +184,9 @@ fn main() -> ExitCode {
             if let Err(code) = load_acl(&config) {
                 return code;
             }
+            for warning in config.broker.mqtt.acl_warnings() {
+                eprintln!("warning: {warning}");
+            }
             println!("{}: configuration is valid", path.display());
         }
         Command::Acl(question) => return explain_acl(question),
@@ -200,6 +203,9 @@ fn main() -> ExitCode {
             // Logs go to standard output; the init system bounds them.
             if let Err(error) = simple_logger::SimpleLogger::new().with_level(level).init() {
                 eprintln!("cannot start logging: {error}");
+            }
+            for warning in config.broker.mqtt.acl_warnings() {
+                log::warn!("{warning}");
             }
             let rules = config.broker.mqtt.door_rules();
             let authentication = match saguin::auth::Authentication::load(&rules) {

@@ -6,6 +6,7 @@ use std::path::PathBuf;
 
 use serde_yaml::Value;
 
+use super::acl_identity;
 use super::authentication::{self, AuthenticationKeys};
 use super::channels::Scope;
 use super::exchanges::{self, Qos2Config, SessionConfig, ShareConfig};
@@ -102,6 +103,12 @@ impl MqttConfig {
     /// Each door's rule for who may connect, in door order.
     pub fn door_rules(&self) -> Vec<DoorRule> {
         authentication::door_rules(&self.authentication, self.door_keys())
+    }
+
+    /// What the configuration admits that an acl_file cannot tell apart:
+    /// one line for each door no password file guards.
+    pub fn acl_warnings(&self) -> Vec<String> {
+        acl_identity::unidentified_doors(self.acl_file.as_deref(), &self.door_rules())
     }
 
     fn door_keys(&self) -> impl Iterator<Item = (&str, &AuthenticationKeys)> {
@@ -317,7 +324,10 @@ fn mqtt(f: &mut Findings, value: Option<&Value>) -> Option<MqttConfig> {
         authentication: authentication?,
         acl_file: acl_file?,
     };
-    authentication::check(f, &mqtt.door_rules(), mqtt.door_keys());
+    let rules = mqtt.door_rules();
+    authentication::check(f, &rules, mqtt.door_keys());
+    let acl_file = mqtt.acl_file.as_deref();
+    acl_identity::check(f, acl_file, &mqtt.authentication, &rules, mqtt.door_keys());
     Some(mqtt)
 }
 

@@ -24,6 +24,7 @@
 //! holds it, so only [`load`] and [`parse_with_base`] can follow one.
 
 pub mod acl_file;
+mod acl_identity;
 mod acl_lines;
 mod authentication;
 mod broker;
