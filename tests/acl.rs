@@ -70,10 +70,33 @@ users:
   worker: [worker]
 ";
 
+/// The password every user of [`USERS`] connects with.
+const PASSWORD: &[u8] = b"secret";
+/// The user names the tests connect under.
+const USERS: [&str; 7] = ["all", "watcher", "writer", "dev-a", "small", "oncall", "worker"];
+
+/// Writes `dir`/clients.passwd naming every one of [`USERS`]: an acl_file
+/// governs authenticated names, so the broker needs a password file.
+fn write_password_file(dir: &TempDir) {
+    use saguin::auth::hash::{PasswordHash, SALT_BYTES};
+    let hash = PasswordHash::new_pbkdf2(PASSWORD, &[7; SALT_BYTES]);
+    let lines: String = USERS.iter().map(|user| format!("{user}:{hash}\n")).collect();
+    std::fs::write(dir.path().join("clients.passwd"), lines).unwrap();
+}
+
+/// `broker.mqtt`'s keys for the acl_file and password file in `dir`.
+fn mqtt_keys(dir: &TempDir) -> String {
+    write_password_file(dir);
+    format!(
+        "    acl_file: {0}/acl.yaml\n    password_file: {0}/clients.passwd\n",
+        dir.path().display()
+    )
+}
+
 /// A broker whose acl_file is `acl`, in a directory of its own.
 fn start(dir: &TempDir, acl: &str) -> BrokerProcess {
     std::fs::write(dir.path().join("acl.yaml"), acl).unwrap();
-    let broker_yaml = format!("    acl_file: {{dir}}/acl.yaml\n{STORAGE}");
+    let broker_yaml = format!("{}{STORAGE}", mqtt_keys(dir));
     BrokerProcess::start_in(dir.path(), &broker_yaml, CHANNELS)
 }
 
@@ -100,6 +123,7 @@ fn try_connect(
     let mut client = RawClient::open(address, version);
     let mut connect = common::connect_packet(version, client_id);
     connect.username = Some(user.into());
+    connect.password = Some(PASSWORD.to_vec());
     shape(&mut connect);
     client.send(&Packet::Connect(connect));
     match client.recv() {
@@ -499,10 +523,7 @@ fn a_file_that_cannot_be_used_stops_the_start_and_a_reload_keeps_the_old_one() {
     .unwrap();
     std::fs::write(
         &config,
-        format!(
-            "broker:\n  id: t\n  mqtt:\n    acl_file: {}/acl.yaml\n",
-            dir.path().display()
-        ),
+        format!("broker:\n  id: t\n  mqtt:\n{}", mqtt_keys(&dir)),
     )
     .unwrap();
     let output = Command::new(env!("CARGO_BIN_EXE_saguin"))
@@ -527,6 +548,50 @@ fn a_file_that_cannot_be_used_stops_the_start_and_a_reload_keeps_the_old_one() {
     assert_eq!(suback(&mut watcher, &["alerts/#"]), [1]);
 }
 
+/// `--check-config` on `mqtt` (the keys under `broker.mqtt`): its exit
+/// code and standard error.
+fn check_config(dir: &TempDir, mqtt: &str) -> (Option<i32>, String) {
+    let config = dir.path().join("saguin.yaml");
+    let text = format!(
+        "broker:\n  id: t\n  mqtt:\n{mqtt}{}{CHANNELS}",
+        STORAGE.replace("{dir}", &dir.path().display().to_string())
+    );
+    std::fs::write(&config, text).unwrap();
+    let output = Command::new(env!("CARGO_BIN_EXE_saguin"))
+        .arg("--check-config")
+        .arg(&config)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
+    (output.status.code(), stderr)
+}
+
+#[test]
+fn an_acl_file_needs_clients_named_and_a_door_nothing_guards_is_warned_about() {
+    let dir = TempDir::new("acl-identity");
+    std::fs::write(dir.path().join("acl.yaml"), ACL).unwrap();
+    let acl_only = format!("    acl_file: {}/acl.yaml\n", dir.path().display());
+    let (code, stderr) = check_config(&dir, &acl_only);
+    assert_eq!(code, Some(2), "{stderr}");
+    assert!(stderr.contains("broker.mqtt.acl_file: an authorization file needs"), "{stderr}");
+    let anonymous = format!("{}    allow_anonymous: true\n", mqtt_keys(&dir));
+    let (code, stderr) = check_config(&dir, &anonymous);
+    assert_eq!(code, Some(2), "{stderr}");
+    assert!(stderr.contains("broker.mqtt.allow_anonymous: true beside"), "{stderr}");
+    // The fleet's door checks its clients; the local one checks nobody.
+    let doors = format!(
+        "    acl_file: {0}/acl.yaml\n    listen:\n      tcp:\n        - name: fleet\n          address: 127.0.0.1:0\n          password_file: {0}/clients.passwd\n        - name: local\n          address: 127.0.0.1:0\n",
+        dir.path().display()
+    );
+    let (code, stderr) = check_config(&dir, &doors);
+    assert_eq!(code, Some(0), "{stderr}");
+    assert!(
+        stderr.contains("warning: broker.mqtt.listen.tcp (local): no password_file checks"),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("(fleet)"), "{stderr}");
+}
+
 #[test]
 fn acl_explains_a_user() {
     let dir = TempDir::new("acl-explain");
@@ -535,8 +600,8 @@ fn acl_explains_a_user() {
     std::fs::write(
         &config,
         format!(
-            "broker:\n  id: t\n  mqtt:\n    acl_file: {}/acl.yaml\n{}{CHANNELS}",
-            dir.path().display(),
+            "broker:\n  id: t\n  mqtt:\n{}{}{CHANNELS}",
+            mqtt_keys(&dir),
             STORAGE.replace("{dir}", &dir.path().display().to_string())
         ),
     )

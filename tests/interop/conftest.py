@@ -167,6 +167,7 @@ class Client:
         keepalive: int = 60,
         will: dict | None = None,
         username: str | None = None,
+        password: str | None = None,
     ):
         self.port = port
         self.protocol = protocol
@@ -195,7 +196,7 @@ class Client:
         if will:
             self.paho.will_set(**will)
         if username is not None:
-            self.paho.username_pw_set(username)
+            self.paho.username_pw_set(username, password)
         connect_kwargs = {}
         if protocol == mqtt.MQTTv5:
             connect_kwargs["clean_start"] = clean_start
