@@ -73,14 +73,19 @@ users:
 /// The password every user of [`USERS`] connects with.
 const PASSWORD: &[u8] = b"secret";
 /// The user names the tests connect under.
-const USERS: [&str; 7] = ["all", "watcher", "writer", "dev-a", "small", "oncall", "worker"];
+const USERS: [&str; 7] = [
+    "all", "watcher", "writer", "dev-a", "small", "oncall", "worker",
+];
 
 /// Writes `dir`/clients.passwd naming every one of [`USERS`]: an acl_file
 /// governs authenticated names, so the broker needs a password file.
 fn write_password_file(dir: &TempDir) {
     use saguin::auth::hash::{PasswordHash, SALT_BYTES};
     let hash = PasswordHash::new_pbkdf2(PASSWORD, &[7; SALT_BYTES]);
-    let lines: String = USERS.iter().map(|user| format!("{user}:{hash}\n")).collect();
+    let lines: String = USERS
+        .iter()
+        .map(|user| format!("{user}:{hash}\n"))
+        .collect();
     std::fs::write(dir.path().join("clients.passwd"), lines).unwrap();
 }
 
@@ -432,6 +437,53 @@ fn narrowed() -> String {
     )
 }
 
+/// Sends SIGUSR1 and waits for the log line saying a file was refused.
+fn refused_reload(broker: &mut BrokerProcess) {
+    broker.log_lines.retain(|l| !l.contains("stay in force"));
+    Command::new("kill")
+        .args(["-USR1", &broker.pid().to_string()])
+        .status()
+        .unwrap();
+    broker.wait_for_log("stay in force");
+}
+
+#[test]
+fn a_reload_puts_neither_file_in_force_unless_both_read() {
+    let dir = TempDir::new("acl-reload-both");
+    let mut broker = start(&dir, ACL);
+    let address = broker.address();
+    let passwd = dir.path().join("clients.passwd");
+    let users = std::fs::read_to_string(&passwd).unwrap();
+    // A narrowed acl_file beside a password file that does not read.
+    std::fs::write(dir.path().join("acl.yaml"), narrowed()).unwrap();
+    std::fs::write(&passwd, format!("{users}broken-line\n")).unwrap();
+    refused_reload(&mut broker);
+    let mut watcher = connect(&address, ProtocolVersion::V5, "watcher", "w1");
+    assert_eq!(
+        suback(&mut watcher, &["alerts/#"]),
+        [1],
+        "the old rules stay"
+    );
+    // A new user beside an acl_file that does not read.
+    std::fs::write(dir.path().join("acl.yaml"), "roles: [").unwrap();
+    let newbie = users.lines().next().unwrap().replacen("all:", "newbie:", 1);
+    std::fs::write(&passwd, format!("{users}{newbie}\n")).unwrap();
+    refused_reload(&mut broker);
+    let (_, connack) = try_connect(&address, ProtocolVersion::V5, "newbie", "n1", |_| {});
+    assert_eq!(connack.reason_code.0, 0x86, "the old password file stays");
+    // Both read: both in force.
+    std::fs::write(dir.path().join("acl.yaml"), narrowed()).unwrap();
+    reload(&mut broker, &dir, &narrowed());
+    let (_, connack) = try_connect(&address, ProtocolVersion::V5, "newbie", "n2", |_| {});
+    assert_eq!(connack.reason_code.0, 0, "the new user is in force");
+    let mut watcher = connect(&address, ProtocolVersion::V5, "watcher", "w3");
+    assert_eq!(
+        suback(&mut watcher, &["alerts/#"]),
+        [0x87],
+        "the new rules are"
+    );
+}
+
 #[test]
 fn a_reload_withdraws_a_grant_from_a_live_subscriber() {
     let dir = TempDir::new("acl-reload");
@@ -573,11 +625,17 @@ fn an_acl_file_needs_clients_named_and_a_door_nothing_guards_is_warned_about() {
     let acl_only = format!("    acl_file: {}/acl.yaml\n", dir.path().display());
     let (code, stderr) = check_config(&dir, &acl_only);
     assert_eq!(code, Some(2), "{stderr}");
-    assert!(stderr.contains("broker.mqtt.acl_file: an authorization file needs"), "{stderr}");
+    assert!(
+        stderr.contains("broker.mqtt.acl_file: an authorization file needs"),
+        "{stderr}"
+    );
     let anonymous = format!("{}    allow_anonymous: true\n", mqtt_keys(&dir));
     let (code, stderr) = check_config(&dir, &anonymous);
     assert_eq!(code, Some(2), "{stderr}");
-    assert!(stderr.contains("broker.mqtt.allow_anonymous: true beside"), "{stderr}");
+    assert!(
+        stderr.contains("broker.mqtt.allow_anonymous: true beside"),
+        "{stderr}"
+    );
     // The fleet's door checks its clients; the local one checks nobody.
     let doors = format!(
         "    acl_file: {0}/acl.yaml\n    listen:\n      tcp:\n        - name: fleet\n          address: 127.0.0.1:0\n          password_file: {0}/clients.passwd\n        - name: local\n          address: 127.0.0.1:0\n",

@@ -32,7 +32,12 @@ pub(super) fn check<'a>(
     }
     let said_true = |keys: &AuthenticationKeys| keys.allow_anonymous == Some(true);
     let keys = std::iter::once(("broker.mqtt.allow_anonymous".to_string(), broker)).chain(
-        doors.map(|(name, own)| (format!("broker.mqtt.listen.tcp ({name}).allow_anonymous"), own)),
+        doors.map(|(name, own)| {
+            (
+                format!("broker.mqtt.listen.tcp ({name}).allow_anonymous"),
+                own,
+            )
+        }),
     );
     for (key, _) in keys.filter(|(_, keys)| said_true(keys)) {
         f.key(

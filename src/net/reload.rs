@@ -75,10 +75,12 @@ impl Reload {
                 }
             }
             Err(error) => {
-                log::error!(
-                    "received SIGUSR1: {error}; the password files and acl_file read before stay \
-                     in force"
-                );
+                let kept = match (passwords, self.acl.is_some()) {
+                    (true, true) => "the password files and the acl_file",
+                    (true, false) => "the password files",
+                    _ => "the acl_file",
+                };
+                log::error!("received SIGUSR1: {error}; {kept} read before stay in force");
             }
         }
     }

@@ -132,7 +132,8 @@ impl Broker {
         let group = self.groups.get(group_key)?;
         let index = group.turn_order().find(|&index| {
             let member = &group.members[index];
-            self.member_is_able(member, message.qos) && self.may_read(member.session, &message.topic)
+            self.member_is_able(member, message.qos)
+                && self.may_read(member.session, &message.topic)
         })?;
         let group = self.groups.get_mut(group_key).expect("checked above");
         Some(group.take_turn(index))

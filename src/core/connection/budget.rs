@@ -44,7 +44,9 @@ impl PublishBudgets {
         payload_bytes: usize,
         now_ms: u64,
     ) -> Result<(), Refusal> {
-        let bounds = self.limited.then_some((self.capacity_messages, self.capacity_bytes));
+        let bounds = self
+            .limited
+            .then_some((self.capacity_messages, self.capacity_bytes));
         self.spend_within(client_id, payload_bytes, bounds, now_ms)
     }
 
