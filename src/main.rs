@@ -184,6 +184,12 @@ fn main() -> ExitCode {
             if let Err(code) = load_acl(&config) {
                 return code;
             }
+            // The files a door serves are read as a start would read them.
+            let tls = config.broker.mqtt.tcp.iter().map(|d| d.tls.clone());
+            if let Err(error) = saguin::net::load_tls(tls.collect()) {
+                eprintln!("{error}");
+                return ExitCode::from(2);
+            }
             for warning in config.broker.mqtt.acl_warnings() {
                 eprintln!("warning: {warning}");
             }

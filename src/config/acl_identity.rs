@@ -1,42 +1,52 @@
 //! What `broker.mqtt.acl_file` needs beside it: something that names each
-//! client. Its rules are about identities, so a broker that checks none
-//! would be governed by a file that governs nobody; and a client nothing
-//! names is the empty name, which a `*` user pattern matches.
+//! client - a password file, or a TLS door's `client_ca_file`, whose
+//! certificates carry the name. Its rules are about identities, so a
+//! broker that checks none would be governed by a file that governs
+//! nobody; and a client nothing names is the empty name, which a `*` user
+//! pattern matches.
 
 use std::path::Path;
 
 use super::authentication::AuthenticationKeys;
 use super::findings::Findings;
+use super::listen::TcpDoor;
 use crate::auth::DoorRule;
 
-/// Refuses an acl_file with no password file anywhere, and
+/// Whether `door` takes a client's name from a verified certificate.
+fn certifies(door: &TcpDoor) -> bool {
+    door.tls
+        .as_ref()
+        .is_some_and(|t| t.client_ca_file.is_some())
+}
+
+/// Refuses an acl_file with nothing that names a client, and
 /// `allow_anonymous: true` written beside one. `rules` are the doors'
 /// settled rules, in the order of `doors`.
-pub(super) fn check<'a>(
+pub(super) fn check(
     f: &mut Findings,
     acl_file: Option<&Path>,
     broker: &AuthenticationKeys,
     rules: &[DoorRule],
-    doors: impl Iterator<Item = (&'a str, &'a AuthenticationKeys)>,
+    doors: &[TcpDoor],
 ) {
     if acl_file.is_none() {
         return;
     }
-    if rules.iter().all(|rule| rule.password_file.is_none()) {
+    let names_someone = rules.iter().any(|rule| rule.password_file.is_some());
+    if !names_someone && !doors.iter().any(certifies) {
         f.key(
             "broker.mqtt.acl_file",
             "an authorization file needs something that names each client, and no password_file \
-             is configured for the broker or any door, so its rules would govern nobody; set \
-             broker.mqtt.password_file (saguin --passwd writes one), or remove acl_file",
+             is configured for the broker or any door, nor a client_ca_file on a TLS door, so its \
+             rules would govern nobody; set broker.mqtt.password_file (saguin --passwd writes \
+             one) or a door's tls.client_ca_file, or remove acl_file",
         );
     }
     let said_true = |keys: &AuthenticationKeys| keys.allow_anonymous == Some(true);
     let keys = std::iter::once(("broker.mqtt.allow_anonymous".to_string(), broker)).chain(
-        doors.map(|(name, own)| {
-            (
-                format!("broker.mqtt.listen.tcp ({name}).allow_anonymous"),
-                own,
-            )
+        doors.iter().map(|door| {
+            let key = format!("broker.mqtt.listen.tcp ({}).allow_anonymous", door.name);
+            (key, &door.authentication)
         }),
     );
     for (key, _) in keys.filter(|(_, keys)| said_true(keys)) {
@@ -49,22 +59,31 @@ pub(super) fn check<'a>(
     }
 }
 
-/// A warning for each door that, beside an acl_file, admits clients no
-/// password file checks: such a client is the empty name, or the name it
-/// states, taken unchecked.
-pub(super) fn unidentified_doors(acl_file: Option<&Path>, rules: &[DoorRule]) -> Vec<String> {
+/// A warning for each door that, beside an acl_file, admits clients that
+/// neither a password file checks nor a required certificate names: such a
+/// client is the empty name, or the name it states, taken unchecked.
+pub(super) fn unidentified_doors(
+    acl_file: Option<&Path>,
+    rules: &[DoorRule],
+    doors: &[TcpDoor],
+) -> Vec<String> {
     if acl_file.is_none() {
         return Vec::new();
     }
+    let demands_certificate = |door: &TcpDoor| {
+        certifies(door) && door.tls.as_ref().is_some_and(|t| t.require_certificate)
+    };
     rules
         .iter()
-        .filter(|rule| rule.password_file.is_none())
-        .map(|rule| {
+        .zip(doors)
+        .filter(|(rule, door)| rule.password_file.is_none() && !demands_certificate(door))
+        .map(|(rule, _)| {
             format!(
                 "broker.mqtt.listen.tcp ({}): no password_file checks the clients this door \
                  admits, so beside broker.mqtt.acl_file one without a user name is the empty \
                  name and gets what a \"*\" pattern grants, and a user name one states is taken \
-                 unchecked; give the door a password_file, or remove the door",
+                 unchecked; give the door a password_file or a tls block whose client_ca_file \
+                 every client must pass, or remove the door",
                 rule.door
             )
         })
@@ -144,5 +163,21 @@ mod tests {
             "{warnings:?}"
         );
         assert!(warnings[0].contains("give the door a password_file"));
+    }
+
+    #[test]
+    fn a_door_naming_clients_by_certificate_satisfies_an_acl_file() {
+        let tls = |require: &str| {
+            format!(
+                "          tls:\n            cert_file: /etc/saguin/cert.pem\n            key_file: /etc/saguin/key.pem\n            client_ca_file: /etc/saguin/ca.pem\n{require}"
+            )
+        };
+        let certified = config("", &tls("")).unwrap();
+        let warnings = certified.broker.mqtt.acl_warnings();
+        assert_eq!(warnings.len(), 1, "only the local door: {warnings:?}");
+        assert!(warnings[0].contains("(local)"), "{warnings:?}");
+        // A certificate a client may go without names nobody on its own.
+        let optional = config("", &tls("            require_certificate: false\n")).unwrap();
+        assert_eq!(optional.broker.mqtt.acl_warnings().len(), 2);
     }
 }

@@ -108,7 +108,7 @@ impl MqttConfig {
     /// What the configuration admits that an acl_file cannot tell apart:
     /// one line for each door no password file guards.
     pub fn acl_warnings(&self) -> Vec<String> {
-        acl_identity::unidentified_doors(self.acl_file.as_deref(), &self.door_rules())
+        acl_identity::unidentified_doors(self.acl_file.as_deref(), &self.door_rules(), &self.tcp)
     }
 
     fn door_keys(&self) -> impl Iterator<Item = (&str, &AuthenticationKeys)> {
@@ -327,7 +327,7 @@ fn mqtt(f: &mut Findings, value: Option<&Value>) -> Option<MqttConfig> {
     let rules = mqtt.door_rules();
     authentication::check(f, &rules, mqtt.door_keys());
     let acl_file = mqtt.acl_file.as_deref();
-    acl_identity::check(f, acl_file, &mqtt.authentication, &rules, mqtt.door_keys());
+    acl_identity::check(f, acl_file, &mqtt.authentication, &rules, &mqtt.tcp);
     Some(mqtt)
 }
 

@@ -42,6 +42,7 @@ pub mod queue;
 mod settings;
 mod storage;
 mod table;
+mod tls;
 mod units;
 mod values;
 

@@ -2,17 +2,20 @@
 //! without a restart. A restart costs every connection and every delivery
 //! in flight, so what can be re-read is re-read here, and nowhere else.
 //!
-//! What is re-read is the password files the broker started with and its
-//! authorization file. All or nothing: both are read before either is put
-//! in force, and a failure in either leaves both as they were, logged at
-//! `error` naming the file. Connected clients keep their connections
-//! either way; what they may do from then on is what the new
-//! authorization file grants. Every other setting is read once, at
-//! startup.
+//! What is re-read is the password files, every TLS door's certificate,
+//! key and client authorities, and the authorization file the broker
+//! started with. All or nothing: every file is read first, and the new
+//! credential table, certificates and rules go into force together only if
+//! every one of them read; a failure leaves all the old ones in force,
+//! logged at `error` naming the file. Connected clients keep their
+//! connections (and their handshakes) either way; what they may do from
+//! then on is what the new authorization file grants. Every other setting
+//! is read once, at startup.
 
+use std::rc::Rc;
 use std::sync::Arc;
 
-use super::SharedRef;
+use super::{tls, SharedRef};
 use crate::acl::Acl;
 
 /// Reads the authorization file again; the caller knows where it is and
@@ -21,16 +24,25 @@ use crate::acl::Acl;
 pub type AclReader = Arc<dyn Fn() -> Result<Acl, String> + Send + Sync>;
 
 /// What SIGUSR1 re-reads: the credential table in force in the broker,
-/// whose rules name the files, and the authorization file where one is in
-/// force.
+/// whose rules name the files, the doors' TLS files, and the authorization
+/// file where one is in force.
 pub(crate) struct Reload {
     shared: SharedRef,
+    tls_doors: Rc<tls::TlsDoors>,
     acl: Option<AclReader>,
 }
 
 impl Reload {
-    pub(crate) fn new(shared: SharedRef, acl: Option<AclReader>) -> Reload {
-        Reload { shared, acl }
+    pub(crate) fn new(
+        shared: SharedRef,
+        tls_doors: Rc<tls::TlsDoors>,
+        acl: Option<AclReader>,
+    ) -> Reload {
+        Reload {
+            shared,
+            tls_doors,
+            acl,
+        }
     }
 
     /// Re-reads what may change under a running broker and logs what it
@@ -38,57 +50,79 @@ impl Reload {
     pub(crate) async fn reload(&mut self) {
         let current = Arc::clone(self.shared.borrow().broker.authentication());
         let passwords = !current.files().is_empty();
-        if !passwords && self.acl.is_none() {
+        let certificates = self.tls_doors.any();
+        if !passwords && !certificates && self.acl.is_none() {
             log::info!(
-                "received SIGUSR1: nothing to reload; no password file or acl_file is configured, \
-                 and every other setting is read at startup, so a changed configuration takes \
-                 effect at the next restart"
+                "received SIGUSR1: nothing to reload; no password file or acl_file is \
+                 configured, no door serves TLS, and every other setting is read at startup, so \
+                 a changed configuration takes effect at the next restart"
             );
             return;
         }
+        let tls_settings = self.tls_doors.settings().to_vec();
         let read_acl = self.acl.clone();
         // Off the executor: a file on a slow card must not stall the clients.
-        let read = smol::unblock(move || {
-            let authentication = match passwords {
-                true => Some(current.reload().map_err(|e| e.to_string())?),
-                false => None,
-            };
-            let acl = read_acl.map(|read| read()).transpose()?;
-            Ok::<_, String>((authentication, acl))
+        let (table, read, acl) = smol::unblock(move || {
+            let table = passwords.then(|| current.reload());
+            let read = certificates.then(|| tls::read_all(&tls_settings));
+            let acl = read_acl.map(|read| read());
+            (table, read, acl)
         })
         .await;
-        match read {
-            Ok((authentication, acl)) => {
-                if let Some(next) = authentication {
-                    log::info!(
-                        "received SIGUSR1: read again and in force: {}; addresses, limits and \
-                         storage change only with a restart",
-                        next.summary()
-                    );
-                    self.shared
-                        .borrow_mut()
-                        .broker
-                        .set_authentication(Arc::new(next));
-                }
-                if let Some(acl) = acl {
-                    put_in_force(&self.shared, acl, "received SIGUSR1: re-read");
-                }
-            }
-            Err(error) => {
-                let kept = match (passwords, self.acl.is_some()) {
-                    (true, true) => "the password files and the acl_file",
-                    (true, false) => "the password files",
-                    _ => "the acl_file",
-                };
-                log::error!("received SIGUSR1: {error}; {kept} read before stay in force");
-            }
+        let mut errors = Vec::new();
+        if let Some(Err(error)) = &table {
+            errors.push(error.to_string());
         }
+        if let Some(Err(tls_errors)) = &read {
+            errors.extend(tls_errors.iter().cloned());
+        }
+        if let Some(Err(error)) = &acl {
+            errors.push(error.clone());
+        }
+        if !errors.is_empty() {
+            let mut kept = Vec::new();
+            if passwords {
+                kept.push("the password files read before stay in force");
+            }
+            if certificates {
+                kept.push("certificates not reloaded: every TLS door goes on serving what it served before");
+            }
+            if self.acl.is_some() {
+                kept.push("the acl_file read before stays in force");
+            }
+            log::error!(
+                "received SIGUSR1: {}; {}",
+                errors.join("; "),
+                kept.join("; ")
+            );
+            return;
+        }
+        let mut applied = Vec::new();
+        if let Some(Ok(next)) = table {
+            applied.push(format!("read again and in force: {}", next.summary()));
+            self.shared
+                .borrow_mut()
+                .broker
+                .set_authentication(Arc::new(next));
+        }
+        if let Some(Ok(read)) = read {
+            self.tls_doors.apply(read, tls::now_unix_s());
+            applied.push("certificates re-read; new connections are served with them".into());
+        }
+        if let Some(Ok(acl)) = acl {
+            applied.push(put_in_force(&self.shared, acl, "re-read"));
+        }
+        log::info!(
+            "received SIGUSR1: {}; addresses, limits and storage change only with a restart",
+            applied.join("; ")
+        );
     }
 }
 
-/// Puts `acl` in force for every session, saying what it holds.
-pub(super) fn put_in_force(shared: &SharedRef, acl: Acl, how: &str) {
-    log::info!(
+/// Puts `acl` in force for every session; says what it holds, `how` it
+/// came to be read.
+pub(super) fn put_in_force(shared: &SharedRef, acl: Acl, how: &str) -> String {
+    let said = format!(
         "{how} {}: {} user entries, {} roles now in force",
         acl.source,
         acl.entries.len(),
@@ -98,4 +132,5 @@ pub(super) fn put_in_force(shared: &SharedRef, acl: Acl, how: &str) {
     let state = &mut *guard;
     let now_ms = state.now_ms();
     state.broker.set_acl(Some(acl), now_ms, &mut state.outboxes);
+    said
 }

@@ -12,7 +12,7 @@ use crate::core::message::{Delivery, Message};
 use crate::core::session::{OutboundStage, Session};
 use crate::core::{Active, Broker, Key, Transport, TOPIC_ALIAS_MAXIMUM};
 
-fn has_control_character(text: &str) -> bool {
+pub(super) fn has_control_character(text: &str) -> bool {
     text.chars()
         .any(|c| matches!(c, '\u{0001}'..='\u{001F}' | '\u{007F}'..='\u{009F}'))
 }
@@ -35,7 +35,8 @@ impl Broker {
         // Every check that can refuse a CONNECT runs before its session is
         // looked at, so a refused CONNECT changes nothing.
         let admitted = self
-            .admit_connect(&connect)
+            .admit_certificate(conn)
+            .and_then(|()| self.admit_connect(&connect))
             .and_then(|()| self.authenticate(conn, &connect))
             .and_then(|()| self.authorize_connect(&connect, self.user_name(conn)));
         let admitted = match admitted {
@@ -143,13 +144,23 @@ impl Broker {
         }
         self.hold_grants(session_key, admitted, version, &mut connack.properties);
         // A session that keeps a record is answered once it is stored.
-        // The name the client was admitted under, which the acl_file's
-        // grants are compiled for again after a restart.
-        let user_name: Option<Box<str>> = self.user_name(conn).map(Into::into);
-        let user_name = user_name.as_deref();
-        if let Some(connack) =
-            self.connack_after_write(conn, session_key, connack, made, user_name, now_ms, out)
-        {
+        // The admitted name - a verified certificate's wins over whatever
+        // the CONNECT says - which the acl_file's grants are compiled for
+        // again after a restart.
+        let connection = self.connections.get(conn).expect("checked above");
+        let user_name = connection.user.clone();
+        if let (Some(name), Some(_)) = (&user_name, &connection.origin.certificate_user) {
+            log::info!("client {client_id} is user {name:?}, named by its certificate");
+        }
+        if let Some(connack) = self.connack_after_write(
+            conn,
+            session_key,
+            connack,
+            made,
+            user_name.as_deref(),
+            now_ms,
+            out,
+        ) {
             self.complete_connect(conn, session_key, connack, now_ms, out);
         }
     }

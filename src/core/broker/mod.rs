@@ -5,6 +5,7 @@
 
 mod authenticate;
 pub(crate) mod authorize;
+mod certificate;
 mod connect;
 mod delivery;
 pub(crate) mod exactly_once;
