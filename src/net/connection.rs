@@ -8,6 +8,7 @@ use smol::future;
 use smol::io::{AsyncReadExt, AsyncWriteExt};
 
 use super::outbox::{reader_may_continue, writable, Outbox};
+use super::quick_ack::acknowledge_now;
 use super::SharedRef;
 use crate::codec::{
     decode_fixed_header, decode_packet, peek_connect_version, DecodeError, PacketType,
@@ -161,6 +162,7 @@ async fn read_loop(shared: SharedRef, mut stream: TcpStream, key: Key, outbox: O
         .await;
         match read {
             Some(Ok(n)) if n > 0 => {
+                acknowledge_now(&stream);
                 buf.truncate(filled + n);
                 last_read_bytes = n;
             }

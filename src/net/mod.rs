@@ -3,6 +3,7 @@
 
 mod connection;
 mod outbox;
+mod quick_ack;
 mod reload;
 mod settings;
 mod storage;
