@@ -15,6 +15,7 @@ mod machine;
 mod queue;
 mod report;
 mod startup;
+mod stock;
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -34,7 +35,7 @@ const USAGE: &str = "\
 usage: saguin-bench [--quick] [--write FILE] [--only LIST] [--saguin-bin PATH]
   --quick            fewer messages and a 3 s latency run (a smoke test, not for BENCHMARKS.md)
   --write FILE       also write the report to FILE (BENCHMARKS.md)
-  --only LIST        comma-separated figures to run: 1,2,3,4,5,6,7,footprint (default: all)
+  --only LIST        comma-separated figures to run: 1,2,3,4,5,6,7,8,footprint  (8 is figures 8 and 9) (default: all)
   --saguin-bin PATH  the broker binary (default: saguin beside this executable)";
 
 /// Pause between runs, so the broker has finished closing the last run's
@@ -56,11 +57,12 @@ enum Figure {
     Latency,
     Durable,
     Queue,
+    Stock,
     Footprint,
 }
 
 impl Figure {
-    const ALL: [Figure; 8] = [
+    const ALL: [Figure; 9] = [
         Figure::Qos0,
         Figure::Qos1,
         Figure::FanOut,
@@ -68,6 +70,7 @@ impl Figure {
         Figure::Latency,
         Figure::Durable,
         Figure::Queue,
+        Figure::Stock,
         Figure::Footprint,
     ];
 
@@ -84,6 +87,7 @@ impl Figure {
             Figure::Latency => "5",
             Figure::Durable => "6",
             Figure::Queue => "7",
+            Figure::Stock => "8",
             Figure::Footprint => "footprint",
         }
     }
@@ -144,6 +148,8 @@ struct Plan {
     startup_records: u64,
     /// Jobs in figure 7's backlog for a rate.
     queue_rate_jobs: u64,
+    /// Fewer messages everywhere: a smoke test.
+    quick: bool,
 }
 
 impl Plan {
@@ -161,6 +167,7 @@ impl Plan {
                 durable_per_publish_messages: 2_000,
                 startup_records: 100_000,
                 queue_rate_jobs: 500,
+                quick,
             }
         } else {
             Plan {
@@ -175,6 +182,7 @@ impl Plan {
                 durable_per_publish_messages: 10_000,
                 startup_records: 1_000_000,
                 queue_rate_jobs: 3_000,
+                quick,
             }
         }
     }
@@ -190,7 +198,11 @@ impl Plan {
                 1,
                 self.fan_in_messages_per_publisher,
             ),
-            Figure::Latency | Figure::Durable | Figure::Queue | Figure::Footprint => return None,
+            Figure::Latency
+            | Figure::Durable
+            | Figure::Queue
+            | Figure::Stock
+            | Figure::Footprint => return None,
         };
         Some(Throughput {
             qos,
@@ -237,7 +249,7 @@ fn figure_label(figure: Figure) -> &'static str {
         Figure::Qos1 => "2. broadcast QoS 1, 1 → 1, 64 B",
         Figure::FanOut => "3. fan-out QoS 1, 1 → 10 subscribers: deliveries/s",
         Figure::FanIn => "4. fan-in QoS 1, 10 publishers → 1",
-        Figure::Latency | Figure::Durable | Figure::Queue | Figure::Footprint => "",
+        Figure::Latency | Figure::Durable | Figure::Queue | Figure::Stock | Figure::Footprint => "",
     }
 }
 
@@ -387,6 +399,12 @@ fn run_traffic_figures(
     }
     if wanted(Figure::Queue) {
         run_queue_figure(plan, binaries, results)?;
+    }
+    if wanted(Figure::Stock) {
+        let stock = stock::StockPlan::new(plan.runs_per_broker, plan.quick);
+        results
+            .figures
+            .extend(stock::run_figures(&stock, binaries)?);
     }
     Ok(())
 }
