@@ -881,7 +881,9 @@ fn method_notes(plan: &Plan) -> String {
          then subscribe to `$saguin/queue/work` and answer each job as a Paho handler does, \
          `ack` on the response topic and the PUBACK in one write. A run is timed from the first \
          SUBSCRIBE to the last answer's PUBACK, and fails if any job reaches two workers or any \
-         is missing. 7a: 300 jobs, one worker; 7b and 7c: {queue_jobs} jobs, 1 and 4 workers.\n",
+         is missing. 7a: 300 jobs, one worker; 7b and 7c: {queue_jobs} jobs, 1 and 4 workers.\n\
+         {stock}",
+        stock = stock::method_notes(&stock::StockPlan::new(plan.runs_per_broker, plan.quick)),
         cpus = std::thread::available_parallelism().map_or(0, |n| n.get()),
         qos0 = report::with_thousands(plan.qos0_messages as f64),
         qos1 = report::with_thousands(plan.qos1_messages as f64),

@@ -391,3 +391,43 @@ pub fn run_figures(plan: &StockPlan, binaries: &BrokerBinaries) -> Result<Vec<Ro
         board_latency,
     ])
 }
+
+/// How figures 8 and 9 are taken, for BENCHMARKS.md.
+pub fn method_notes(plan: &StockPlan) -> String {
+    let n = |count: u64| crate::report::with_thousands(count as f64);
+    format!(
+        "- Stock clients (figure 8): clients nobody here wrote, at their defaults, so Nagle's \
+         algorithm is on in every one. saguin runs the redb provider of figure 7 with sessions \
+         on it too; mosquitto runs with its own default `set_tcp_nodelay false` and no \
+         persistence, one fresh pair for the figure, a warm-up run each, then alternating runs. \
+         8a: paho-mqtt 2 (Python, `bench/paho/paho_load.py`) publishes a 300-job backlog, then \
+         one worker subscribes to `$saguin/queue/work` and answers `ack` from its callback, so \
+         paho writes the answer and then the job's PUBACK; timed from SUBSCRIBE to the last \
+         answer's PUBACK (mosquitto has no queue). 8b: a paho requester and responder over \
+         broadcast QoS 1, each request published from the callback that took the last answer, \
+         {round_trips} round trips. 8c: one libmosquitto 2.0 publisher (`bench/mosq/mosq_pub.c`, \
+         compiled at run time against libmosquitto-dev) at MQTT 3.1.1 and its default 20 \
+         messages in flight, {window} 64-byte QoS 1 publishes to `durable/...`, a durable \
+         append channel on saguin and plain QoS 1 on mosquitto; the rate is publishes \
+         acknowledged per second. 8d: the same publisher waiting for each PUBACK, {one} \
+         publishes.\n\
+         - Bytes written (figure 9): `write_bytes` of the broker's /proc/PID/io around a run, \
+         which counts each page the process dirtied once until it is written back, so a page \
+         rewritten after every fsync counts every time: what the flash sees, less the file \
+         system's own journal. saguin as in figure 8 (redb, group commit); mosquitto with \
+         `persistence true`, which writes its database only at `autosave_interval` (30 \
+         minutes by default) and at shutdown, so its 0 B is a record acknowledged with nothing \
+         on the device, not a cheaper durable write. 9a: {one} publishes one at a time; 9b: \
+         {wear_window} publishes, {in_flight} in flight; 9c: `mosquitto_sub -c -E` reconnecting \
+         4 persistent sessions {cycles} times (CONNECT with a kept session, SUBSCRIBE at QoS 1, \
+         DISCONNECT), each session's first connection not counted. 9d and 9e: another saguin \
+         whose provider has the Raspberry Pi 4 profile's `publish_commit_interval: 20ms` and \
+         `publish_commit_max_records: 16`: 9b's load, and a quarter of 8d's.\n",
+        round_trips = n(plan.round_trips),
+        window = n(plan.window_messages),
+        one = n(plan.one_at_a_time_messages),
+        wear_window = n(plan.wear_window_messages),
+        in_flight = WEAR_IN_FLIGHT,
+        cycles = n(plan.session_cycles),
+    )
+}
