@@ -9,6 +9,7 @@ const USAGE: &str = "\
 usage: saguin [--config FILE]      run the broker (without --config: the embedded default, data in ./data)
        saguin --check-config FILE  validate FILE and exit
        saguin --print-default-config
+       saguin --passwd FILE add USER | delete USER | list
        saguin --version";
 
 enum Command {
@@ -17,6 +18,8 @@ enum Command {
     PrintDefaultConfig,
     Version,
     Help,
+    /// `--passwd` and what follows it.
+    Passwd(Vec<String>),
 }
 
 fn parse_args(args: &[String]) -> Result<Command, String> {
@@ -24,6 +27,7 @@ fn parse_args(args: &[String]) -> Result<Command, String> {
         [] => Ok(Command::Run(None)),
         [flag, path] if flag == "--config" => Ok(Command::Run(Some(path.into()))),
         [flag, path] if flag == "--check-config" => Ok(Command::CheckConfig(path.into())),
+        [flag, rest @ ..] if flag == "--passwd" => Ok(Command::Passwd(rest.to_vec())),
         [flag] if flag == "--print-default-config" => Ok(Command::PrintDefaultConfig),
         [flag] if flag == "--version" || flag == "-V" => Ok(Command::Version),
         [flag] if flag == "--help" || flag == "-h" => Ok(Command::Help),
@@ -67,10 +71,23 @@ fn main() -> ExitCode {
     match command {
         Command::Version => println!("saguin {}", env!("CARGO_PKG_VERSION")),
         Command::Help => println!("{USAGE}"),
+        Command::Passwd(args) => {
+            if let Err(message) = saguin::auth::command::run(&args) {
+                eprintln!("{message}");
+                return ExitCode::from(2);
+            }
+        }
         Command::PrintDefaultConfig => print!("{}", config::DEFAULT_CONFIG_YAML),
         Command::CheckConfig(path) => {
-            if let Err(code) = load(Some(path.clone())) {
-                return code;
+            let config = match load(Some(path.clone())) {
+                Ok(config) => config,
+                Err(code) => return code,
+            };
+            // The files a door serves are read as a start would read them.
+            let tls = config.broker.mqtt.tcp.iter().map(|d| d.tls.clone());
+            if let Err(error) = saguin::net::load_tls(tls.collect()) {
+                eprintln!("{error}");
+                return ExitCode::from(2);
             }
             println!("{}: configuration is valid", path.display());
         }
@@ -84,7 +101,15 @@ fn main() -> ExitCode {
             if let Err(error) = simple_logger::SimpleLogger::new().with_level(level).init() {
                 eprintln!("cannot start logging: {error}");
             }
-            if let Err(error) = saguin::net::run(config.shell_settings()) {
+            let rules = config.broker.mqtt.door_rules();
+            let authentication = match saguin::auth::Authentication::load(&rules) {
+                Ok(authentication) => authentication,
+                Err(error) => {
+                    log::error!("{error}");
+                    return ExitCode::FAILURE;
+                }
+            };
+            if let Err(error) = saguin::net::run(config.shell_settings(), authentication) {
                 log::error!("{error}");
                 return ExitCode::FAILURE;
             }

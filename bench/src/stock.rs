@@ -1,4 +1,4 @@
-//! Figures 8 and 9: clients nobody here wrote, at their defaults, and the
+//! Figures 9 and 10: clients nobody here wrote, at their defaults, and the
 //! bytes a durable record or session costs the storage device.
 //!
 //! paho-mqtt (Python) runs `bench/paho/paho_load.py`; libmosquitto runs
@@ -189,7 +189,7 @@ pub struct Published {
     pub bytes_each: f64,
 }
 
-/// How much each run of figures 8 and 9 does.
+/// How much each run of figures 9 and 10 does.
 pub struct StockPlan {
     pub runs: usize,
     pub drain_jobs: u64,
@@ -215,16 +215,16 @@ impl StockPlan {
     }
 }
 
-pub const DRAIN_LABEL: &str = "8a. paho-mqtt queue worker at its defaults drains a 300-job backlog";
+pub const DRAIN_LABEL: &str = "9a. paho-mqtt queue worker at its defaults drains a 300-job backlog";
 pub const REQUEST_RESPONSE_LABEL: &str =
-    "8b. paho-mqtt request/response at its defaults, broadcast QoS 1, 200 round trips";
-pub const WINDOW_LABEL: &str = "8c. libmosquitto publisher at its defaults (20 in flight), 64 B QoS 1 (saguin: durable append; mosquitto: not durable)";
-pub const ONE_AT_A_TIME_LABEL: &str = "8d. libmosquitto publisher waiting for each PUBACK: time per acknowledged publish (saguin: durable append; mosquitto: not durable)";
-pub const WEAR_ONE_LABEL: &str = "9a. bytes written to the device per acknowledged 64 B record, one at a time (saguin: redb; mosquitto: persistence true)";
-pub const WEAR_WINDOW_LABEL: &str = "9b. bytes written to the device per acknowledged 64 B record, 16 in flight (saguin: redb; mosquitto: persistence true)";
-pub const WEAR_SESSION_LABEL: &str = "9c. bytes written to the device per durable session reconnect: CONNECT, SUBSCRIBE, DISCONNECT (saguin: redb; mosquitto: persistence true)";
-pub const BOARD_WEAR_LABEL: &str = "9d. as 9b, with the Raspberry Pi 4 profile's publish_commit_interval (20ms, 16 records), saguin only";
-pub const BOARD_LATENCY_LABEL: &str = "9e. as 8d, with the Raspberry Pi 4 profile's publish_commit_interval: what the wait costs a lone publisher, saguin only";
+    "9b. paho-mqtt request/response at its defaults, broadcast QoS 1, 200 round trips";
+pub const WINDOW_LABEL: &str = "9c. libmosquitto publisher at its defaults (20 in flight), 64 B QoS 1 (saguin: durable append; mosquitto: not durable)";
+pub const ONE_AT_A_TIME_LABEL: &str = "9d. libmosquitto publisher waiting for each PUBACK: time per acknowledged publish (saguin: durable append; mosquitto: not durable)";
+pub const WEAR_ONE_LABEL: &str = "10a. bytes written to the device per acknowledged 64 B record, one at a time (saguin: redb; mosquitto: persistence true)";
+pub const WEAR_WINDOW_LABEL: &str = "10b. bytes written to the device per acknowledged 64 B record, 16 in flight (saguin: redb; mosquitto: persistence true)";
+pub const WEAR_SESSION_LABEL: &str = "10c. bytes written to the device per durable session reconnect: CONNECT, SUBSCRIBE, DISCONNECT (saguin: redb; mosquitto: persistence true)";
+pub const BOARD_WEAR_LABEL: &str = "10d. as 10b, with the Raspberry Pi 4 profile's publish_commit_interval (20ms, 16 records), saguin only";
+pub const BOARD_LATENCY_LABEL: &str = "10e. as 9d, with the Raspberry Pi 4 profile's publish_commit_interval: what the wait costs a lone publisher, saguin only";
 
 fn sample(result: Result<f64, String>) -> Sample {
     match result {
@@ -252,7 +252,7 @@ fn start(
     Ok(broker)
 }
 
-/// Figures 8 and 9; their rows, in order.
+/// Figures 9 and 10; their rows, in order.
 pub fn run_figures(plan: &StockPlan, binaries: &BrokerBinaries) -> Result<Vec<Row>, String> {
     let clients = StockClients::prepare()?;
     let mut drain = Row::new(DRAIN_LABEL, Unit::Milliseconds, Better::Lower);
@@ -265,7 +265,7 @@ pub fn run_figures(plan: &StockPlan, binaries: &BrokerBinaries) -> Result<Vec<Ro
     let mut board_wear = Row::new(BOARD_WEAR_LABEL, Unit::Bytes, Better::Lower);
     let mut board_latency = Row::new(BOARD_LATENCY_LABEL, Unit::Microseconds, Better::Lower);
 
-    println!("\n== 8. stock clients at their defaults");
+    println!("\n== 9. stock clients at their defaults");
     let brokers = [
         start(
             BrokerKind::Saguin,
@@ -308,7 +308,7 @@ pub fn run_figures(plan: &StockPlan, binaries: &BrokerBinaries) -> Result<Vec<Ro
         broker.stop();
     }
 
-    println!("\n== 9. bytes written to the storage device");
+    println!("\n== 10. bytes written to the storage device");
     let brokers = [
         start(
             BrokerKind::Saguin,
@@ -392,37 +392,37 @@ pub fn run_figures(plan: &StockPlan, binaries: &BrokerBinaries) -> Result<Vec<Ro
     ])
 }
 
-/// How figures 8 and 9 are taken, for BENCHMARKS.md.
+/// How figures 9 and 10 are taken, for BENCHMARKS.md.
 pub fn method_notes(plan: &StockPlan) -> String {
     let n = |count: u64| crate::report::with_thousands(count as f64);
     format!(
-        "- Stock clients (figure 8): clients nobody here wrote, at their defaults, so Nagle's \
+        "- Stock clients (figure 9): clients nobody here wrote, at their defaults, so Nagle's \
          algorithm is on in every one. saguin runs the redb provider of figure 7 with sessions \
          on it too; mosquitto runs with its own default `set_tcp_nodelay false` and no \
          persistence, one fresh pair for the figure, a warm-up run each, then alternating runs. \
-         8a: paho-mqtt 2 (Python, `bench/paho/paho_load.py`) publishes a 300-job backlog, then \
+         9a: paho-mqtt 2 (Python, `bench/paho/paho_load.py`) publishes a 300-job backlog, then \
          one worker subscribes to `$saguin/queue/work` and answers `ack` from its callback, so \
          paho writes the answer and then the job's PUBACK; timed from SUBSCRIBE to the last \
-         answer's PUBACK (mosquitto has no queue). 8b: a paho requester and responder over \
+         answer's PUBACK (mosquitto has no queue). 9b: a paho requester and responder over \
          broadcast QoS 1, each request published from the callback that took the last answer, \
-         {round_trips} round trips. 8c: one libmosquitto 2.0 publisher (`bench/mosq/mosq_pub.c`, \
+         {round_trips} round trips. 9c: one libmosquitto 2.0 publisher (`bench/mosq/mosq_pub.c`, \
          compiled at run time against libmosquitto-dev) at MQTT 3.1.1 and its default 20 \
          messages in flight, {window} 64-byte QoS 1 publishes to `durable/...`, a durable \
          append channel on saguin and plain QoS 1 on mosquitto; the rate is publishes \
-         acknowledged per second. 8d: the same publisher waiting for each PUBACK, {one} \
+         acknowledged per second. 9d: the same publisher waiting for each PUBACK, {one} \
          publishes.\n\
-         - Bytes written (figure 9): `write_bytes` of the broker's /proc/PID/io around a run, \
+         - Bytes written (figure 10): `write_bytes` of the broker's /proc/PID/io around a run, \
          which counts each page the process dirtied once until it is written back, so a page \
          rewritten after every fsync counts every time: what the flash sees, less the file \
-         system's own journal. saguin as in figure 8 (redb, group commit); mosquitto with \
+         system's own journal. saguin as in figure 9 (redb, group commit); mosquitto with \
          `persistence true`, which writes its database only at `autosave_interval` (30 \
          minutes by default) and at shutdown, so its 0 B is a record acknowledged with nothing \
-         on the device, not a cheaper durable write. 9a: {one} publishes one at a time; 9b: \
-         {wear_window} publishes, {in_flight} in flight; 9c: `mosquitto_sub -c -E` reconnecting \
+         on the device, not a cheaper durable write. 10a: {one} publishes one at a time; 10b: \
+         {wear_window} publishes, {in_flight} in flight; 10c: `mosquitto_sub -c -E` reconnecting \
          4 persistent sessions {cycles} times (CONNECT with a kept session, SUBSCRIBE at QoS 1, \
-         DISCONNECT), each session's first connection not counted. 9d and 9e: another saguin \
+         DISCONNECT), each session's first connection not counted. 10d and 10e: another saguin \
          whose provider has the Raspberry Pi 4 profile's `publish_commit_interval: 20ms` and \
-         `publish_commit_max_records: 16`: 9b's load, and a quarter of 8d's.\n",
+         `publish_commit_max_records: 16`: 10b's load, and a quarter of 9d's.\n",
         round_trips = n(plan.round_trips),
         window = n(plan.window_messages),
         one = n(plan.one_at_a_time_messages),
