@@ -4,10 +4,13 @@
 //! - [`config`]: the YAML configuration and its validation;
 //! - [`core`]: the broker's rules as a sans-IO state machine;
 //! - [`net`]: the smol shell that connects the core to sockets and a clock;
-//! - [`store`]: storage providers (redb, memory) and the storage thread.
+//! - [`store`]: storage providers (redb, memory) and the storage thread;
+//! - [`tools`]: the operator's command-line tools (route, inspect,
+//!   conversions, backup).
 
 pub mod codec;
 pub mod config;
 pub mod core;
 pub mod net;
 pub mod store;
+pub mod tools;

@@ -9,7 +9,8 @@ const USAGE: &str = "\
 usage: saguin [--config FILE]      run the broker (the embedded default configuration without --config)
        saguin --check-config FILE  validate FILE and exit
        saguin --print-default-config
-       saguin --version";
+       saguin --version
+{}";
 
 enum Command {
     Run(Option<PathBuf>),
@@ -41,18 +42,25 @@ fn load(path: Option<PathBuf>) -> Result<Config, ExitCode> {
     }
 }
 
+fn usage() -> String {
+    USAGE.replace("{}", saguin::tools::USAGE)
+}
+
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
+    if let Some(code) = saguin::tools::dispatch(&args) {
+        return code;
+    }
     let command = match parse_args(&args) {
         Ok(command) => command,
         Err(message) => {
-            eprintln!("{message}\n{USAGE}");
+            eprintln!("{message}\n{}", usage());
             return ExitCode::from(2);
         }
     };
     match command {
         Command::Version => println!("saguin {}", env!("CARGO_PKG_VERSION")),
-        Command::Help => println!("{USAGE}"),
+        Command::Help => println!("{}", usage()),
         Command::PrintDefaultConfig => print!("{}", config::DEFAULT_CONFIG_YAML),
         Command::CheckConfig(path) => {
             if let Err(code) = load(Some(path.clone())) {
