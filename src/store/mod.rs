@@ -20,6 +20,7 @@ mod apply;
 pub mod bench;
 mod budget;
 mod checksum;
+mod convert;
 pub(crate) mod encoding;
 mod error;
 mod lock;
@@ -29,6 +30,7 @@ mod open;
 mod redb;
 mod settings;
 mod snapshot;
+mod stored;
 mod types;
 mod validate;
 mod writer;
@@ -39,6 +41,7 @@ mod conformance;
 mod writer_tests;
 
 pub use self::redb::{RedbProvider, REDB_CACHE_BYTES, REDB_FORMAT_VERSION};
+pub use convert::{redb_to_snapshots, snapshots_to_redb, Converted};
 pub use error::StoreError;
 pub use memory::MemoryProvider;
 pub use message_id::{MessageId, MessageIdGenerator, MAX_MESSAGE_ID_TEXT_BYTES};
@@ -47,6 +50,7 @@ pub use settings::{
     declared_memory_bytes, reserve_bytes, CommitPolicy, ProviderKind, ProviderSettings,
 };
 pub use snapshot::snapshot_file_name;
+pub use stored::{stored_kind, ChannelSummary, StoredKind, StoredProvider};
 pub use types::{
     ChannelState, Message, Outcome, Read, ReadBatch, ReadLimit, Record, Refusal, TrimRule, Trimmed,
     Usage, Write, ENTRY_OVERHEAD_BYTES, FIRST_OFFSET, POSITION_OVERHEAD_BYTES,

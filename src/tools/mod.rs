@@ -1,10 +1,15 @@
 //! The operator's command-line tools, each run instead of a broker:
 //!
 //! - [`route`]: `--route CONFIG [TOPIC]`, where a topic lands;
+//! - [`inspect`]: `inspect FILE`, what a stopped broker's provider holds;
+//! - `--snapshots-to-redb` and `--redb-to-snapshots`: the conversions
+//!   between a memory provider's snapshots and a redb file
+//!   ([`crate::store::snapshots_to_redb`]).
 //!
 //! Every tool answers bad input with one line naming the file and what to
 //! do, and exits non-zero.
 
+pub mod inspect;
 pub mod json;
 pub mod route;
 
@@ -12,10 +17,16 @@ use std::io::{self, IsTerminal as _};
 use std::path::Path;
 use std::process::ExitCode;
 
+use crate::store::{self, StoreError};
+
 /// The tools' part of `saguin --help`.
 pub const USAGE: &str = "\
        saguin --route CONFIG [TOPIC-OR-FILTER] [--json]
-                                   where a topic lands; without one, a subject a line from stdin";
+                                   where a topic lands; without one, a subject a line from stdin
+       saguin inspect PATH [--json]  what a stopped broker's redb file or snapshot directory holds
+       saguin --snapshots-to-redb SNAPSHOT_DIR REDB_FILE
+       saguin --redb-to-snapshots REDB_FILE SNAPSHOT_DIR
+                                   convert a stopped provider; the destination must be new";
 
 /// Exit status for a usage or input mistake, as `--check-config` uses.
 const BAD_INPUT: u8 = 2;
@@ -31,10 +42,85 @@ pub fn dispatch(args: &[String]) -> Option<ExitCode> {
         ["--route", ..] => Some(usage_error(
             "--route takes a configuration file and at most one topic or filter",
         )),
+        ["inspect", path] => Some(inspect_command(Path::new(path), json)),
+        ["inspect", ..] => Some(usage_error(
+            "inspect takes one redb file or snapshot directory",
+        )),
         _ if json => Some(usage_error(
-            "--json is how --route answers for a program; it is not a flag of its own",
+            "--json is how --route and inspect answer for a program; it is not a flag of its own",
+        )),
+        ["--snapshots-to-redb", from, to] => {
+            Some(convert_command(from, to, store::snapshots_to_redb))
+        }
+        ["--redb-to-snapshots", from, to] => {
+            Some(convert_command(from, to, store::redb_to_snapshots))
+        }
+        ["--snapshots-to-redb" | "--redb-to-snapshots", ..] => Some(usage_error(
+            "a conversion takes a source and a destination that does not exist yet",
         )),
         _ => None,
+    }
+}
+
+/// One line for a store error, with what to do where the error alone
+/// does not say.
+fn explain(error: &StoreError) -> String {
+    match error {
+        StoreError::Io { source, .. } if source.kind() == io::ErrorKind::NotFound => {
+            format!("{error}: check the path")
+        }
+        StoreError::Locked { lock_path, .. } => format!(
+            "{} is in use by a running broker ({} is locked): stop the broker first, or take an online backup with `saguin backup` and use the copy",
+            error_subject(lock_path),
+            lock_path.display()
+        ),
+        _ => error.to_string(),
+    }
+}
+
+/// The provider a lock file guards.
+fn error_subject(lock_path: &Path) -> String {
+    let text = lock_path.display().to_string();
+    match text.strip_suffix(".lock") {
+        Some(file) if !text.ends_with("/saguin.lock") => file.to_string(),
+        _ => lock_path
+            .parent()
+            .map_or(text.clone(), |p| p.display().to_string()),
+    }
+}
+
+fn inspect_command(path: &Path, json: bool) -> ExitCode {
+    match inspect::read(path) {
+        Ok(report) if json => println!("{}", inspect::json(&report)),
+        Ok(report) => print!("{}", inspect::text(&report)),
+        Err(error) => {
+            eprintln!("saguin inspect: {}", explain(&error));
+            return ExitCode::FAILURE;
+        }
+    }
+    ExitCode::SUCCESS
+}
+
+fn convert_command(
+    from: &str,
+    to: &str,
+    convert: fn(&Path, &Path) -> Result<store::Converted, StoreError>,
+) -> ExitCode {
+    match convert(Path::new(from), Path::new(to)) {
+        Ok(c) => {
+            println!(
+                "{to}: {} channels, {} records, {} positions and {} entries from {from}, read back and equal to the source",
+                c.channels, c.records, c.positions, c.entries
+            );
+            ExitCode::SUCCESS
+        }
+        Err(error) => {
+            eprintln!(
+                "saguin: converting {from} to {to} failed, and nothing was left at {to}: {}",
+                explain(&error)
+            );
+            ExitCode::FAILURE
+        }
     }
 }
 

@@ -13,8 +13,8 @@ use std::sync::mpsc::{self, Receiver};
 use std::time::{Duration, Instant};
 
 use saguin::codec::{
-    decode_fixed_header, decode_packet, encode, Connect, Packet, Properties, ProtocolVersion, QoS,
-    Subscribe, SubscriptionOptions,
+    decode_fixed_header, decode_packet, encode, Connect, Packet, Properties, ProtocolVersion,
+    Publish, QoS, Subscribe, SubscriptionOptions,
 };
 
 /// How long any wait in a test may take before the test fails. Generous,
@@ -353,4 +353,55 @@ pub fn have_mosquitto_clients(test: &str) -> bool {
         let _ = std::io::stderr().write_all(message.as_bytes());
     }
     found
+}
+
+/// A durable consumer: Clean Start 0 and an hour's session.
+pub fn durable_connect(address: &str, client_id: &str) -> (RawClient, bool) {
+    let mut client = RawClient::open(address, ProtocolVersion::V5);
+    let mut connect: Connect = connect_packet(ProtocolVersion::V5, client_id);
+    connect.clean_start = false;
+    connect.properties.session_expiry_interval_s = Some(3600);
+    client.send(&Packet::Connect(connect));
+    match client.recv() {
+        Received::Packet(Packet::Connack(connack)) => {
+            assert_eq!(connack.reason_code.0, 0);
+            (client, connack.session_present)
+        }
+        other => panic!("expected a CONNACK, got {other:?}"),
+    }
+}
+
+/// Publishes `payloads` at QoS 1 with a bounded window; returns those the
+/// broker acknowledged before the connection ended (all, unless it dies).
+pub fn publish_all(client: &mut RawClient, topic: &str, payloads: &[Vec<u8>]) -> Vec<Vec<u8>> {
+    const WINDOW: usize = 16;
+    let mut acknowledged = Vec::new();
+    let mut in_flight = std::collections::VecDeque::new();
+    let mut sent = 0;
+    while acknowledged.len() < payloads.len() {
+        while sent < payloads.len() && in_flight.len() < WINDOW {
+            let packet_id = (sent % 60_000) as u16 + 1;
+            let publish = Publish {
+                qos: QoS::AtLeastOnce,
+                topic: topic.into(),
+                packet_id: Some(packet_id),
+                payload: payloads[sent].clone(),
+                ..Publish::default()
+            };
+            client.send(&Packet::Publish(publish));
+            in_flight.push_back((packet_id, sent));
+            sent += 1;
+        }
+        match client.recv() {
+            Received::Packet(Packet::Puback(ack)) => {
+                assert_eq!(ack.reason_code.0, 0, "publish refused: {ack:?}");
+                let (packet_id, index) = in_flight.pop_front().expect("an ack for something sent");
+                assert_eq!(ack.packet_id, packet_id, "PUBACKs come in order");
+                acknowledged.push(payloads[index].clone());
+            }
+            Received::Closed => break,
+            other => panic!("expected a PUBACK, got {other:?}"),
+        }
+    }
+    acknowledged
 }
