@@ -10,7 +10,9 @@ use std::process::Command;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use common::{durable_connect, publish_all, BrokerProcess, RawClient, Received, TempDir};
-use saguin::codec::{Packet, ProtocolVersion, PubAck, Publish, QoS, Subscribe, SubscriptionOptions};
+use saguin::codec::{
+    Packet, ProtocolVersion, PubAck, Publish, QoS, Subscribe, SubscriptionOptions,
+};
 
 const REDB: &str = "  storage:\n    default: local\n    default_retention_period: none\n    default_retention_bytes: none\n    providers:\n      local:\n        type: redb\n        file_path: {dir}/saguin.redb\n        max_bytes: 64MiB\n";
 const MEMORY: &str = "  storage:\n    default: local\n    default_retention_period: none\n    default_retention_bytes: none\n    providers:\n      local:\n        type: memory\n        max_bytes: 64MiB\n        snapshot_dir: {dir}/snapshots\n";
@@ -130,10 +132,22 @@ fn publish_to_every_channel(dir: &Path, storage: &str) -> (BrokerProcess, Publis
     let (mut reader, _) = durable_connect(&address, "reader");
     reader.subscribe("events/#", QoS::AtLeastOnce);
     let mut publisher = RawClient::connect(&address, ProtocolVersion::V5, "publisher");
-    assert_eq!(publish_all(&mut publisher, "events/a", &payloads("e", 5)).len(), 5);
-    assert_eq!(publish_all(&mut publisher, "state/a", &payloads("s", 2)).len(), 2);
-    assert_eq!(publish_all(&mut publisher, "state/b", &payloads("t", 1)).len(), 1);
-    assert_eq!(publish_all(&mut publisher, "jobs/x", &payloads("j", 1)).len(), 1);
+    assert_eq!(
+        publish_all(&mut publisher, "events/a", &payloads("e", 5)).len(),
+        5
+    );
+    assert_eq!(
+        publish_all(&mut publisher, "state/a", &payloads("s", 2)).len(),
+        2
+    );
+    assert_eq!(
+        publish_all(&mut publisher, "state/b", &payloads("t", 1)).len(),
+        1
+    );
+    assert_eq!(
+        publish_all(&mut publisher, "jobs/x", &payloads("j", 1)).len(),
+        1
+    );
     assert_eq!(consume(&mut reader, 3), vec![1, 2, 3]);
     reader.send(&Packet::Disconnect(Default::default()));
     // A worker that goes away mid-job spends an attempt; the job is offered
@@ -191,7 +205,10 @@ fn assert_inspected(path: &Path, published: &Published, settled: bool) {
     let jobs = channel_block(&text, "jobs");
     assert!(jobs.contains("records    1 ("), "{jobs}");
     assert!(
-        jobs.contains(&format!("job {}: {attempts} attempts", published.job_offset)),
+        jobs.contains(&format!(
+            "job {}: {attempts} attempts",
+            published.job_offset
+        )),
         "{jobs}"
     );
     let (code, json, err) = saguin(&["inspect", path.to_str().unwrap(), "--json"]);
@@ -199,7 +216,7 @@ fn assert_inspected(path: &Path, published: &Published, settled: bool) {
     let times: Vec<u64> = ["oldest_received_unix_ms", "newest_received_unix_ms"]
         .iter()
         .map(|key| {
-            let at = json.find(&format!("\"name\":\"events\"")).expect("events") ;
+            let at = json.find(&format!("\"name\":\"events\"")).expect("events");
             let from = at + json[at..].find(&format!("\"{key}\":")).expect(key) + key.len() + 3;
             let end = from + json[from..].find(',').expect("a comma");
             json[from..end].parse().expect("a number")
@@ -280,7 +297,10 @@ fn inspect_reads_a_snapshot_directory() {
     let snapshots = dir.path().join("snapshots");
     let before = fingerprint(&snapshots);
     assert_inspected(&snapshots, &published, true);
-    assert!(before == fingerprint(&snapshots), "inspect changed the directory");
+    assert!(
+        before == fingerprint(&snapshots),
+        "inspect changed the directory"
+    );
 }
 
 #[test]
@@ -296,4 +316,81 @@ fn inspect_refuses_a_provider_the_running_broker_holds() {
     assert!(err.contains("in use by a running broker"), "{err}");
     assert!(err.contains("stop the broker first"), "{err}");
     drop(broker);
+}
+
+/// The `channels` part of inspect's JSON: everything but the path and
+/// how the file describes itself.
+fn inspected_channels(path: &Path) -> String {
+    let (code, json, err) = saguin(&["inspect", path.to_str().unwrap(), "--json"]);
+    assert_eq!(code, 0, "{err}");
+    json[json.find("\"channels\":").expect("channels")..].to_string()
+}
+
+fn convert(flag: &str, from: &Path, to: &Path) {
+    let (code, out, err) = saguin(&[flag, from.to_str().unwrap(), to.to_str().unwrap()]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("read back and equal to the source"), "{out}");
+    assert_eq!(inspected_channels(from), inspected_channels(to));
+}
+
+#[test]
+fn snapshots_to_redb_and_back_keep_every_consumer_where_it_was() {
+    let dir = TempDir::new("round-trip");
+    let (memory_a, redb_b, memory_c) = (
+        dir.path().join("a"),
+        dir.path().join("b"),
+        dir.path().join("c"),
+    );
+    for d in [&memory_a, &redb_b, &memory_c] {
+        std::fs::create_dir(d).unwrap();
+    }
+    std::fs::create_dir(memory_a.join("snapshots")).unwrap();
+    // A memory broker: the reader takes 3 of 6 records.
+    let broker = BrokerProcess::start_in(&memory_a, MEMORY, CHANNELS);
+    let address = broker.address();
+    let (mut reader, _) = durable_connect(&address, "reader");
+    reader.subscribe("events/#", QoS::AtLeastOnce);
+    let mut publisher = RawClient::connect(&address, ProtocolVersion::V5, "publisher");
+    publish_all(&mut publisher, "events/a", &payloads("first", 6));
+    publish_all(&mut publisher, "jobs/x", &payloads("job", 1));
+    assert_eq!(consume(&mut reader, 3), vec![1, 2, 3]);
+    reader.send(&Packet::Disconnect(Default::default()));
+    let (_worker, job, _) = take_one_job(&address, "worker-1");
+    stop(broker);
+    // Into redb: the reader resumes at 4, and takes the rest.
+    convert(
+        "--snapshots-to-redb",
+        &memory_a.join("snapshots"),
+        &redb_b.join("saguin.redb"),
+    );
+    let broker = BrokerProcess::start_in(&redb_b, REDB, CHANNELS);
+    let address = broker.address();
+    let (mut reader, present) = durable_connect(&address, "reader");
+    assert!(present, "the session came across");
+    assert_eq!(consume(&mut reader, 3), vec![4, 5, 6]);
+    let mut publisher = RawClient::connect(&address, ProtocolVersion::V5, "publisher");
+    publish_all(&mut publisher, "events/a", &payloads("second", 2));
+    assert_eq!(consume(&mut reader, 1), vec![7]);
+    reader.send(&Packet::Disconnect(Default::default()));
+    // The held job's attempt counted at the stop carried across: offered
+    // again as its second attempt.
+    let (_worker, again, attempt) = take_one_job(&address, "worker-2");
+    assert_eq!((again, attempt), (job, 2));
+    stop(broker);
+    // And back into snapshots: the reader resumes at 8.
+    convert(
+        "--redb-to-snapshots",
+        &redb_b.join("saguin.redb"),
+        &memory_c.join("snapshots"),
+    );
+    let broker = BrokerProcess::start_in(&memory_c, MEMORY, CHANNELS);
+    let (mut reader, present) = durable_connect(&broker.address(), "reader");
+    assert!(present, "the session came back");
+    assert_eq!(consume(&mut reader, 1), vec![8]);
+    let (_worker, again, attempt) = take_one_job(&broker.address(), "worker-3");
+    assert_eq!((again, attempt), (job, 3));
+}
+
+fn stop(mut broker: BrokerProcess) {
+    assert!(broker.terminate().success());
 }

@@ -115,10 +115,7 @@ fn convert_command(
             ExitCode::SUCCESS
         }
         Err(error) => {
-            eprintln!(
-                "saguin: converting {from} to {to} failed, and nothing was left at {to}: {}",
-                explain(&error)
-            );
+            eprintln!("saguin: cannot convert {from} to {to}: {}", explain(&error));
             ExitCode::FAILURE
         }
     }
