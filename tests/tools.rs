@@ -394,3 +394,147 @@ fn snapshots_to_redb_and_back_keep_every_consumer_where_it_was() {
 fn stop(mut broker: BrokerProcess) {
     assert!(broker.terminate().success());
 }
+
+/// A tool refusing input: a failing exit, one line on stderr naming
+/// `named`, containing `says`, and nothing on stdout.
+fn assert_refused(args: &[&str], named: &Path, says: &str) {
+    let (code, out, err) = saguin(args);
+    assert_ne!(code, 0, "{args:?} succeeded: {out}");
+    assert!(out.is_empty(), "{args:?} printed {out}");
+    assert_eq!(err.trim_end().lines().count(), 1, "{args:?}: {err}");
+    assert!(err.contains(named.to_str().unwrap()), "{args:?}: {err}");
+    assert!(err.contains(says), "{args:?}: {err}");
+}
+
+#[test]
+fn bad_input_is_one_line_naming_the_file_and_a_failing_exit() {
+    let dir = TempDir::new("bad-input");
+    std::fs::create_dir(dir.path().join("snapshots")).unwrap();
+    stop(BrokerProcess::start_in(dir.path(), MEMORY, CHANNELS).tap_publish());
+    let snapshots = dir.path().join("snapshots");
+    let text = |p: &Path| p.to_str().unwrap().to_string();
+
+    let missing = dir.path().join("missing.redb");
+    assert_refused(&["inspect", &text(&missing)], &missing, "check the path");
+    assert_refused(
+        &["--route", &text(&missing), "a/b"],
+        &missing,
+        "cannot be read as a file",
+    );
+
+    let not_ours = dir.path().join("notes.txt");
+    std::fs::write(&not_ours, "hello").unwrap();
+    assert_refused(
+        &["inspect", &text(&not_ours)],
+        &not_ours,
+        "neither a redb file nor a snapshot directory",
+    );
+    let one_file = snapshots.join("events.snapshot");
+    assert_refused(
+        &["inspect", &text(&one_file)],
+        &one_file,
+        "give the snapshot directory",
+    );
+
+    // A damaged channel file, and one of a format this build does not read.
+    let damaged = dir.path().join("damaged");
+    copy_dir(&snapshots, &damaged);
+    let file = damaged.join("events.snapshot");
+    let mut bytes = std::fs::read(&file).unwrap();
+    let middle = bytes.len() / 2;
+    bytes[middle] ^= 0x40;
+    std::fs::write(&file, &bytes).unwrap();
+    assert_refused(&["inspect", &text(&damaged)], &file, "damaged");
+    bytes[middle] ^= 0x40;
+    bytes[8..12].copy_from_slice(&99u32.to_le_bytes());
+    std::fs::write(&file, &bytes).unwrap();
+    assert_refused(&["inspect", &text(&damaged)], &file, "snapshot format 99");
+
+    // A redb file another program wrote, and one of a later format.
+    let foreign = dir.path().join("foreign.redb");
+    write_meta(&foreign, "other", b"x");
+    assert_refused(
+        &["inspect", &text(&foreign)],
+        &foreign,
+        "not a Sagüin provider",
+    );
+    let future = dir.path().join("future.redb");
+    write_meta(&future, "format_version", &99u32.to_le_bytes());
+    assert_refused(
+        &["inspect", &text(&future)],
+        &future,
+        "redb provider format 99",
+    );
+
+    // A redb file cut short, and one with bytes altered after it was written.
+    let real = dir.path().join("real.redb");
+    assert_eq!(
+        saguin(&["--snapshots-to-redb", &text(&snapshots), &text(&real)]).0,
+        0
+    );
+    let whole = std::fs::read(&real).unwrap();
+    let cut = dir.path().join("cut.redb");
+    std::fs::write(&cut, &whole[..whole.len() / 2]).unwrap();
+    assert_refused(&["inspect", &text(&cut)], &cut, "is damaged");
+    let altered = dir.path().join("altered.redb");
+    let mut bytes = whole.clone();
+    for at in (600..bytes.len()).step_by(97) {
+        bytes[at] ^= 0xff;
+    }
+    std::fs::write(&altered, &bytes).unwrap();
+    assert_refused(
+        &["inspect", &text(&altered)],
+        &altered,
+        "restore the provider from a backup",
+    );
+
+    // Conversions: the wrong kind of source, and a destination that exists.
+    let target = dir.path().join("new.redb");
+    assert_refused(
+        &["--redb-to-snapshots", &text(&snapshots), &text(&target)],
+        &snapshots,
+        "use --snapshots-to-redb",
+    );
+    assert_refused(
+        &["--snapshots-to-redb", &text(&snapshots), &text(&future)],
+        &future,
+        "already exists",
+    );
+    assert!(!target.exists());
+    let occupied = dir.path().join("damaged");
+    assert_refused(
+        &["--redb-to-snapshots", &text(&future), &text(&occupied)],
+        &future,
+        "redb provider format 99",
+    );
+}
+
+/// Writes a redb file whose `meta` table holds one key.
+fn write_meta(path: &Path, key: &str, value: &[u8]) {
+    const META: redb::TableDefinition<&str, &[u8]> = redb::TableDefinition::new("meta");
+    let db = redb::Database::create(path).unwrap();
+    let txn = db.begin_write().unwrap();
+    txn.open_table(META).unwrap().insert(key, value).unwrap();
+    txn.commit().unwrap();
+}
+
+fn copy_dir(from: &Path, to: &Path) {
+    std::fs::create_dir(to).unwrap();
+    for entry in std::fs::read_dir(from).unwrap() {
+        let entry = entry.unwrap();
+        std::fs::copy(entry.path(), to.join(entry.file_name())).unwrap();
+    }
+}
+
+trait TapPublish {
+    fn tap_publish(self) -> Self;
+}
+
+impl TapPublish for BrokerProcess {
+    /// Publishes one record to `events`, so a snapshot gets written.
+    fn tap_publish(self) -> Self {
+        let mut publisher = RawClient::connect(&self.address(), ProtocolVersion::V5, "publisher");
+        publish_all(&mut publisher, "events/a", &payloads("x", 1));
+        self
+    }
+}

@@ -5,18 +5,17 @@
 //! Reading never writes. The provider's lock is taken shared, which a
 //! running broker's exclusive lock refuses, so a file being written is
 //! never read and a broker cannot start half-way through. A redb file is
-//! opened read-only; one a killed broker left needing recovery is
-//! recovered in a temporary copy, and the original stays as it was.
+//! copied to a temporary file and the copy opened as the broker would open
+//! it - recovered if a killed broker left it needing that, its integrity
+//! checked - so the original is only ever read.
 
 use std::collections::BTreeMap;
 use std::fs::{self, File};
 use std::io::Read as _;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU32, Ordering};
 
-use ::redb::{
-    Builder, Database, DatabaseError, ReadOnlyDatabase, ReadTransaction, ReadableDatabase,
-    TableHandle,
-};
+use ::redb::{Builder, Database, ReadTransaction, ReadableDatabase, TableHandle};
 
 use super::encoding::{message_from_bytes, message_header};
 use super::error::StoreError;
@@ -107,28 +106,22 @@ impl Drop for TempFile {
     }
 }
 
-enum RedbHandle {
-    ReadOnly(ReadOnlyDatabase),
-    /// A recovered copy of a file its broker did not close.
-    Recovered {
-        db: Database,
-        // Dropped after `db`: the copy goes once nothing reads it.
-        _copy: TempFile,
-    },
+/// A checked copy of a redb file, removed when dropped.
+struct RedbCopy {
+    db: Database,
+    // Dropped after `db`: the copy goes once nothing reads it.
+    _copy: TempFile,
 }
 
-impl RedbHandle {
+impl RedbCopy {
     fn begin_read(&self) -> Result<ReadTransaction, ::redb::TransactionError> {
-        match self {
-            RedbHandle::ReadOnly(db) => db.begin_read(),
-            RedbHandle::Recovered { db, .. } => db.begin_read(),
-        }
+        self.db.begin_read()
     }
 }
 
 enum Source {
     Redb {
-        db: RedbHandle,
+        db: RedbCopy,
         channels: BTreeMap<String, ChannelEntry>,
     },
     Snapshots {
@@ -290,7 +283,7 @@ impl StoredProvider {
     /// hands each record to `record`, in one read transaction.
     fn read_redb_channel(
         &self,
-        db: &RedbHandle,
+        db: &RedbCopy,
         name: &str,
         entry: ChannelEntry,
         summary: &mut ChannelSummary,
@@ -373,23 +366,7 @@ fn open_snapshots(path: &Path) -> Result<StoredProvider, StoreError> {
 }
 
 fn open_redb(path: &Path) -> Result<StoredProvider, StoreError> {
-    let mut notes = Vec::new();
-    let mut builder = Builder::new();
-    builder.set_cache_size(REDB_CACHE_BYTES);
-    let db = match builder.open_read_only(path) {
-        Ok(db) => RedbHandle::ReadOnly(db),
-        Err(DatabaseError::DatabaseAlreadyOpen) => {
-            return Err(StoreError::Locked {
-                provider: path.display().to_string(),
-                lock_path: path.to_path_buf(),
-            })
-        }
-        Err(DatabaseError::RepairAborted) => {
-            notes.push("the broker did not close this file (it was killed or lost power): it was read from a recovered copy, and the file itself is unchanged; the broker recovers it the same way at its next start".to_string());
-            recovered_copy(path)?
-        }
-        Err(e) => return Err(db_error(path, "open the redb file")(e)),
-    };
+    let db = checked_copy(path)?;
     let txn = db
         .begin_read()
         .map_err(db_error(path, "begin a read transaction"))?;
@@ -400,17 +377,21 @@ fn open_redb(path: &Path) -> Result<StoredProvider, StoreError> {
         path: path.to_path_buf(),
         source: Source::Redb { db, channels },
         described,
-        notes,
+        notes: Vec::new(),
         _lock: None,
     })
 }
 
-/// Copies a file that needs recovery to a temporary file and recovers the
-/// copy, so that reading it never writes the original.
-fn recovered_copy(path: &Path) -> Result<RedbHandle, StoreError> {
+/// Copies the file to a temporary one and opens the copy as the broker
+/// opens a provider: recovered if its broker never closed it, and its
+/// integrity checked, which reports a damaged file as such where a
+/// read-only open would stop the process. The original is only read.
+fn checked_copy(path: &Path) -> Result<RedbCopy, StoreError> {
+    static COPIES: AtomicU32 = AtomicU32::new(0);
     let temp = std::env::temp_dir().join(format!(
-        "saguin-read-{}-{}.redb",
+        "saguin-read-{}-{}-{}.redb",
         std::process::id(),
+        COPIES.fetch_add(1, Ordering::Relaxed),
         path.file_name()
             .and_then(|n| n.to_str())
             .unwrap_or("provider")
@@ -419,15 +400,21 @@ fn recovered_copy(path: &Path) -> Result<RedbHandle, StoreError> {
     fs::copy(path, &temp.0).map_err(|e| {
         StoreError::io(
             &temp.0,
-            "copy the file to recover it (TMPDIR needs room for the whole file)",
+            "copy the redb file to read it (TMPDIR needs room for the whole file)",
             e,
         )
     })?;
     let db = Builder::new()
         .set_cache_size(REDB_CACHE_BYTES)
+        .set_check_integrity_on_open(true)
         .create(&temp.0)
-        .map_err(db_error(path, "recover a copy of the redb file"))?;
-    Ok(RedbHandle::Recovered { db, _copy: temp })
+        .map_err(|e| {
+            StoreError::format(
+                path,
+                format!("is damaged ({e}): restore the provider from a backup"),
+            )
+        })?;
+    Ok(RedbCopy { db, _copy: temp })
 }
 
 /// Checks the file is a Sagüin provider in the format this build reads,

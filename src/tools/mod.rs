@@ -127,6 +127,15 @@ fn usage_error(message: &str) -> ExitCode {
 }
 
 fn route_command(config_path: &Path, subject: Option<&str>, json: bool) -> ExitCode {
+    if !config_path.is_file() {
+        eprintln!(
+            "saguin --route: {} cannot be read as a file: give the configuration file the broker runs with",
+            config_path.display()
+        );
+        return ExitCode::from(BAD_INPUT);
+    }
+    // A configuration with mistakes is answered as --check-config answers
+    // it: every finding, one a line.
     let config = match crate::config::load(config_path) {
         Ok(config) => config,
         Err(error) => {
