@@ -17,6 +17,7 @@
 //! has the formats and the reasoning.
 
 mod apply;
+mod backup;
 pub mod bench;
 mod budget;
 mod checksum;
@@ -36,11 +37,14 @@ mod validate;
 mod writer;
 
 #[cfg(test)]
+mod backup_tests;
+#[cfg(test)]
 mod conformance;
 #[cfg(test)]
 mod writer_tests;
 
 pub use self::redb::{RedbProvider, REDB_CACHE_BYTES, REDB_FORMAT_VERSION};
+pub use backup::{take_backup, BackupReply, BackupReport, BackupView};
 pub use convert::{redb_to_snapshots, snapshots_to_redb, Converted};
 pub use error::StoreError;
 pub use memory::MemoryProvider;
@@ -120,6 +124,13 @@ pub trait Provider: Send {
 
     /// One keyed entry's value.
     fn entry(&self, channel: &str, key: &str) -> Result<Option<Vec<u8>>, StoreError>;
+
+    /// A consistent view of everything the provider holds, for an online
+    /// backup to copy while commits go on; `None` for a provider with
+    /// nothing on disk to copy until it closes (memory).
+    fn backup_view(&self) -> Option<Result<BackupView, StoreError>> {
+        None
+    }
 
     /// A graceful close: a memory provider writes its snapshot, a redb
     /// provider closes its file; both then release their lock.

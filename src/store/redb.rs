@@ -31,6 +31,7 @@ use ::redb::{
 };
 
 use super::apply::{apply_batch, RecordHead, Tables};
+use super::backup::BackupView;
 use super::budget::Budget;
 use super::encoding::{
     decode_channel_state, encode_channel_state, message_bytes, message_from_bytes, message_header,
@@ -765,6 +766,21 @@ impl Provider for RedbProvider {
             .get((entry.id, key))
             .map_err(db_error(path, "read an entry"))?
             .map(|v| v.value().to_vec()))
+    }
+
+    /// A read transaction: redb's snapshot of the last commit, begun
+    /// without waiting for or holding up any write.
+    fn backup_view(&self) -> Option<Result<BackupView, StoreError>> {
+        Some(
+            self.db
+                .begin_read()
+                .map_err(db_error(&self.path, "begin the backup's read transaction"))
+                .map(|txn| BackupView {
+                    provider: self.name.clone(),
+                    source: self.path.clone(),
+                    txn,
+                }),
+        )
     }
 
     fn close(self: Box<Self>) -> Result<(), StoreError> {

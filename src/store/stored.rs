@@ -106,11 +106,12 @@ impl Drop for TempFile {
     }
 }
 
-/// A checked copy of a redb file, removed when dropped.
+/// A redb file open for reading: a checked copy of the original, removed
+/// when dropped, or a file this process has just written.
 struct RedbCopy {
     db: Database,
     // Dropped after `db`: the copy goes once nothing reads it.
-    _copy: TempFile,
+    _copy: Option<TempFile>,
 }
 
 impl RedbCopy {
@@ -151,6 +152,11 @@ impl StoredProvider {
     /// exclusive lock of, to read it back.
     pub(crate) fn open_while_locked(path: &Path) -> Result<StoredProvider, StoreError> {
         Self::open_with(path, false)
+    }
+
+    /// Reads a redb file this process has just written and opened.
+    pub(crate) fn from_database(path: &Path, db: Database) -> Result<StoredProvider, StoreError> {
+        redb_provider(path, RedbCopy { db, _copy: None })
     }
 
     fn open_with(path: &Path, share_lock: bool) -> Result<StoredProvider, StoreError> {
@@ -366,7 +372,10 @@ fn open_snapshots(path: &Path) -> Result<StoredProvider, StoreError> {
 }
 
 fn open_redb(path: &Path) -> Result<StoredProvider, StoreError> {
-    let db = checked_copy(path)?;
+    redb_provider(path, checked_copy(path)?)
+}
+
+fn redb_provider(path: &Path, db: RedbCopy) -> Result<StoredProvider, StoreError> {
     let txn = db
         .begin_read()
         .map_err(db_error(path, "begin a read transaction"))?;
@@ -414,7 +423,10 @@ fn checked_copy(path: &Path) -> Result<RedbCopy, StoreError> {
                 format!("is damaged ({e}): restore the provider from a backup"),
             )
         })?;
-    Ok(RedbCopy { db, _copy: temp })
+    Ok(RedbCopy {
+        db,
+        _copy: Some(temp),
+    })
 }
 
 /// Checks the file is a Sagüin provider in the format this build reads,
