@@ -1,6 +1,7 @@
 //! The I/O shell around the core: one smol executor thread runs the
 //! listeners, every connection's reader and writer, and the clock.
 
+mod backup;
 mod connection;
 mod outbox;
 mod settings;
@@ -16,6 +17,7 @@ use smol::stream::StreamExt;
 use smol::LocalExecutor;
 
 use crate::core::Broker;
+pub use backup::{BackupAnswer, Backups};
 use outbox::Outboxes;
 pub use settings::{Door, Settings};
 
