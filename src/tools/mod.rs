@@ -4,11 +4,14 @@
 //! - [`inspect`]: `inspect FILE`, what a stopped broker's provider holds;
 //! - `--snapshots-to-redb` and `--redb-to-snapshots`: the conversions
 //!   between a memory provider's snapshots and a redb file
-//!   ([`crate::store::snapshots_to_redb`]).
+//!   ([`crate::store::snapshots_to_redb`]);
+//! - [`backup`]: `backup ADDRESS DIR`, an online backup of a running
+//!   broker's redb providers through its operations listener.
 //!
 //! Every tool answers bad input with one line naming the file and what to
 //! do, and exits non-zero.
 
+pub mod backup;
 pub mod inspect;
 pub mod json;
 pub mod route;
@@ -26,7 +29,10 @@ pub const USAGE: &str = "\
        saguin inspect PATH [--json]  what a stopped broker's redb file or snapshot directory holds
        saguin --snapshots-to-redb SNAPSHOT_DIR REDB_FILE
        saguin --redb-to-snapshots REDB_FILE SNAPSHOT_DIR
-                                   convert a stopped provider; the destination must be new";
+                                   convert a stopped provider; the destination must be new
+       saguin backup OPERATIONS_ADDRESS DIR
+                                   back up a running broker's redb providers into DIR (host:port or a socket path;
+                                   a credential from SAGUIN_OPERATOR=name:password)";
 
 /// Exit status for a usage or input mistake, as `--check-config` uses.
 const BAD_INPUT: u8 = 2;
@@ -45,6 +51,10 @@ pub fn dispatch(args: &[String]) -> Option<ExitCode> {
         ["inspect", path] => Some(inspect_command(Path::new(path), json)),
         ["inspect", ..] => Some(usage_error(
             "inspect takes one redb file or snapshot directory",
+        )),
+        ["backup", address, dir] if !json => Some(backup_command(address, dir)),
+        ["backup", ..] => Some(usage_error(
+            "backup takes the operations listener's address and the directory to write into",
         )),
         _ if json => Some(usage_error(
             "--json is how --route and inspect answer for a program; it is not a flag of its own",
@@ -116,6 +126,32 @@ fn convert_command(
         }
         Err(error) => {
             eprintln!("saguin: cannot convert {from} to {to}: {}", explain(&error));
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn backup_command(address: &str, dir: &str) -> ExitCode {
+    if let Err(why) = backup::check_dir(dir) {
+        eprintln!("saguin backup: {why}");
+        return ExitCode::from(BAD_INPUT);
+    }
+    let credential = std::env::var(backup::CREDENTIAL_VARIABLE).ok();
+    match backup::ask(address, dir, credential.as_deref()) {
+        Ok(answer) if answer.status == 200 => {
+            print!("{}", answer.body);
+            ExitCode::SUCCESS
+        }
+        Ok(answer) => {
+            eprintln!(
+                "saguin backup: the broker at {address} answered {}: {}",
+                answer.status,
+                answer.body.trim().replace('\n', " ")
+            );
+            ExitCode::FAILURE
+        }
+        Err(error) => {
+            eprintln!("saguin backup: cannot reach the operations listener at {address}: {error}; check broker.operations.listen and that the broker runs");
             ExitCode::FAILURE
         }
     }
