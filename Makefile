@@ -2,7 +2,7 @@
 #
 #   make build            release build for the host
 #   make run              run the broker on config/saguin.yaml
-#   make test             whole test suite on the host (unit + integration)
+#   make test             whole test suite on the host (unit + integration, both packages)
 #   make test-interop     paho-mqtt interoperability tests (Python, pytest)
 #   make bench            this broker against mosquitto, side by side; writes BENCHMARKS.md
 #   make lint             rustfmt check + clippy with warnings denied
@@ -62,18 +62,18 @@ run:
 
 # --no-fail-fast: run every test binary and report all failures, not just the first.
 test:
-	$(CARGO) test --no-fail-fast
+	$(CARGO) test --workspace --no-fail-fast
 
-# The benchmark harness, side by side with mosquitto. Not part of test or
-# CI: it takes minutes and wants a quiet machine. mosquitto comes from
-# Debian's package (apt-get install mosquitto).
+# The benchmark harness (the workspace member bench/), side by side with
+# mosquitto. Not part of test or CI: it takes minutes and wants a quiet
+# machine. mosquitto comes from Debian's package (apt-get install mosquitto).
 bench:
 	@command -v mosquitto >/dev/null 2>&1 || [ -x /usr/sbin/mosquitto ] || { \
 	  echo "bench: mosquitto is not installed; trying apt-get install mosquitto" >&2; \
 	  { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq mosquitto; } || \
 	  echo "bench: could not install mosquitto; its columns will be missing" >&2; }
-	$(CARGO) build --release
-	target/release/saguin-bench --write BENCHMARKS.md
+	$(CARGO) build --release --workspace
+	$(TARGET_DIR)/release/saguin-bench --write BENCHMARKS.md
 
 # Interoperability tests: the real broker binary driven by the paho-mqtt
 # Python client (pip install paho-mqtt pytest). Uses target/debug/saguin.
@@ -85,8 +85,8 @@ test-interop:
 # Both checks always run; the target fails if either does.
 lint:
 	@rc=0; \
-	echo "$(CARGO) fmt --check"; $(CARGO) fmt --check || rc=1; \
-	echo "$(CARGO) clippy --all-targets -- -D warnings"; $(CARGO) clippy --all-targets -- -D warnings || rc=1; \
+	echo "$(CARGO) fmt --all --check"; $(CARGO) fmt --all --check || rc=1; \
+	echo "$(CARGO) clippy --workspace --all-targets -- -D warnings"; $(CARGO) clippy --workspace --all-targets -- -D warnings || rc=1; \
 	exit $$rc
 
 # ---------------------------------------------------------------------------

@@ -6,7 +6,7 @@ use std::process::ExitCode;
 use saguin::config::{self, Config};
 
 const USAGE: &str = "\
-usage: saguin [--config FILE]      run the broker (the embedded default configuration without --config)
+usage: saguin [--config FILE]      run the broker (without --config: the embedded default, data in ./data)
        saguin --check-config FILE  validate FILE and exit
        saguin --print-default-config
        saguin --version
@@ -34,7 +34,7 @@ fn parse_args(args: &[String]) -> Result<Command, String> {
 
 fn load(path: Option<PathBuf>) -> Result<Config, ExitCode> {
     match path {
-        None => Ok(config::default_config()),
+        None => embedded_default(),
         Some(path) => config::load(&path).map_err(|error| {
             eprintln!("{error}");
             ExitCode::from(2)
@@ -44,6 +44,20 @@ fn load(path: Option<PathBuf>) -> Result<Config, ExitCode> {
 
 fn usage() -> String {
     USAGE.replace("{}", saguin::tools::USAGE)
+}
+
+/// The embedded default, keeping its records in `./data` under the
+/// working directory, which is created when missing.
+fn embedded_default() -> Result<Config, ExitCode> {
+    let fail = |what: &str, error: std::io::Error| {
+        eprintln!("{}: cannot {what}: {error}", config::EMBEDDED_SOURCE);
+        ExitCode::FAILURE
+    };
+    let working_dir = std::env::current_dir().map_err(|e| fail("read the working directory", e))?;
+    let data_dir = working_dir.join(config::EMBEDDED_DATA_DIR);
+    std::fs::create_dir_all(&data_dir)
+        .map_err(|e| fail(&format!("create {}", data_dir.display()), e))?;
+    Ok(config::default_config_in(&working_dir))
 }
 
 fn main() -> ExitCode {

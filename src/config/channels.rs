@@ -1609,7 +1609,9 @@ mod tests {
 
     #[test]
     fn the_shipped_file_enables_no_channel() {
-        assert!(crate::config::default_config().channels.is_empty());
+        assert!(crate::config::default_config_in(std::path::Path::new("/"))
+            .channels
+            .is_empty());
     }
 
     /// The commented-out example in `config/saguin.yaml`, uncommented

@@ -9,7 +9,7 @@
 //!
 //! Entry points: [`load`] for a file on disk, [`parse`] for text already
 //! in memory, [`parse_with_base`] for text read from a file elsewhere,
-//! [`default_config`] for the file shipped in `config/saguin.yaml`.
+//! [`default_config_in`] for the file shipped in `config/saguin.yaml`.
 //! [`Config::shell_settings`] then gives `net`, `core` and `store` the
 //! settings each owns; none of them reads this module.
 //!
@@ -25,6 +25,7 @@
 
 mod broker;
 mod channels;
+mod embedded;
 mod exchanges;
 mod findings;
 mod include;
@@ -48,6 +49,7 @@ use std::path::Path;
 
 pub use broker::{BrokerConfig, LogLevel, MinProtocolVersion, MqttConfig};
 pub use channels::{ChannelConfig, ChannelKind, Start, MAX_FILTER_EXPANSIONS};
+pub use embedded::{DEFAULT_CONFIG_YAML, EMBEDDED_DATA_DIR, EMBEDDED_SOURCE};
 pub use exchanges::{Qos2Config, SessionConfig, ShareConfig};
 pub use latest::DEFAULT_DELETION_RETENTION_PERIOD_S;
 pub use limits::Limits;
@@ -59,12 +61,6 @@ pub use storage::{
     StorageConfig, MAX_PUBLISH_COMMIT_INTERVAL_MS,
 };
 pub use units::{format_seconds, format_size, parse_duration_ms, parse_size_bytes};
-
-/// The configuration shipped with the broker, used when none is given.
-pub const DEFAULT_CONFIG_YAML: &str = include_str!("../../config/saguin.yaml");
-
-/// The source name [`default_config`] reports.
-pub const EMBEDDED_SOURCE: &str = "<embedded default>";
 
 /// A validated configuration.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -141,13 +137,24 @@ pub fn parse_with_base(
     source: &str,
     base: Option<&Path>,
 ) -> Result<Config, ConfigError> {
+    match serde_yaml::from_str(text) {
+        Ok(root) => parse_tree(root, source, base),
+        Err(e) => Err(ConfigError {
+            file: source.to_string(),
+            findings: vec![findings::syntax_finding(&e)],
+        }),
+    }
+}
+
+/// [`parse_with_base`] for a tree already read from its text.
+pub(super) fn parse_tree(
+    mut root: serde_yaml::Value,
+    source: &str,
+    base: Option<&Path>,
+) -> Result<Config, ConfigError> {
     let refuse = |findings: Vec<String>| ConfigError {
         file: source.to_string(),
         findings,
-    };
-    let mut root: serde_yaml::Value = match serde_yaml::from_str(text) {
-        Ok(root) => root,
-        Err(e) => return Err(refuse(vec![findings::syntax_finding(&e)])),
     };
     if let Err(e) = root.apply_merge() {
         return Err(refuse(vec![format!(
@@ -165,13 +172,14 @@ pub fn parse_with_base(
     }
 }
 
-/// The shipped default configuration.
+/// The shipped default configuration, its `./` paths anchored at
+/// `working_dir`.
 ///
 /// # Panics
 ///
 /// Only if `config/saguin.yaml` is invalid, which a unit test rules out.
-pub fn default_config() -> Config {
-    match parse(DEFAULT_CONFIG_YAML, EMBEDDED_SOURCE) {
+pub fn default_config_in(working_dir: &Path) -> Config {
+    match parse_tree(embedded::tree_in(working_dir), EMBEDDED_SOURCE, None) {
         Ok(config) => config,
         Err(e) => panic!("the shipped default configuration is invalid: {e}"),
     }

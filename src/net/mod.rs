@@ -4,6 +4,7 @@
 mod backup;
 mod connection;
 mod outbox;
+mod reload;
 mod settings;
 mod storage;
 
@@ -13,6 +14,7 @@ use std::rc::Rc;
 use std::time::{Duration, Instant};
 
 use async_net::TcpListener;
+use async_signal::{Signal, Signals};
 use smol::stream::StreamExt;
 use smol::LocalExecutor;
 
@@ -62,7 +64,8 @@ pub fn worst_case_connection_bytes(settings: &crate::core::Settings) -> u64 {
         + aliases
 }
 
-/// Binds every door, then serves until SIGTERM or SIGINT.
+/// Binds every door, then serves until SIGTERM or SIGINT (SIGHUP and
+/// SIGUSR1 do not stop it).
 pub fn run(settings: Settings) -> io::Result<()> {
     let executor: &'static LocalExecutor<'static> = Box::leak(Box::new(LocalExecutor::new()));
     smol::block_on(executor.run(serve(executor, settings)))
@@ -89,6 +92,9 @@ async fn serve(executor: &'static LocalExecutor<'static>, mut shell: Settings) -
         settings.max_subscriptions,
         settings.max_topic_levels
     );
+    // Caught before any door opens, so a signal sent once the log says a
+    // door is bound never meets its default action (ending the process).
+    let signals = Signals::new([Signal::Term, Signal::Int, Signal::Hup, Signal::Usr1])?;
     let mut listeners = Vec::new();
     for door in &shell.doors {
         let listener = TcpListener::bind(door.address.as_str())
@@ -106,8 +112,6 @@ async fn serve(executor: &'static LocalExecutor<'static>, mut shell: Settings) -
         log::info!("listener {} bound to {}", door.name, listener.local_addr()?);
         listeners.push(listener);
     }
-    let signals =
-        async_signal::Signals::new([async_signal::Signal::Term, async_signal::Signal::Int])?;
     let _pid_file = match &shell.pid_file {
         Some(path) => Some(PidFile::write(path)?),
         None => None,
@@ -155,10 +159,7 @@ async fn serve(executor: &'static LocalExecutor<'static>, mut shell: Settings) -
     tasks.push(executor.spawn(tick_loop(shared.clone())));
     tasks.push(executor.spawn(completion_loop(shared.clone(), completions)));
 
-    let mut signals = signals;
-    if let Some(Ok(signal)) = signals.next().await {
-        log::info!("received {signal:?}, stopping");
-    }
+    wait_for_stop(signals, reload::Reload::default()).await;
     drop(tasks);
     shutdown(&shared).await;
     // Queued writes, the positions just committed among them, land before
@@ -245,6 +246,26 @@ async fn tick_loop(shared: SharedRef) {
         let state = &mut *guard;
         let now_ms = state.now_ms();
         state.broker.tick(now_ms, &mut state.outboxes);
+    }
+}
+
+/// Serves the signals until SIGTERM or SIGINT. SIGHUP is caught so that
+/// it cannot end the broker without its shutdown (a memory provider's
+/// snapshot would be lost); SIGUSR1 reloads.
+async fn wait_for_stop(mut signals: Signals, mut reload: reload::Reload) {
+    while let Some(signal) = signals.next().await {
+        match signal {
+            Ok(Signal::Hup) => log::warn!(
+                "received SIGHUP: ignored; it does not reload the configuration, \
+                 SIGUSR1 does, and SIGTERM stops the broker"
+            ),
+            Ok(Signal::Usr1) => reload.reload(),
+            Ok(signal) => {
+                log::info!("received {signal:?}, stopping");
+                return;
+            }
+            Err(error) => log::warn!("reading a signal failed: {error}"),
+        }
     }
 }
 

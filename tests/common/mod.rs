@@ -80,6 +80,12 @@ impl BrokerProcess {
             extra_broker_yaml.replace("{dir}", &dir_text),
             top_yaml.replace("{dir}", &dir_text)
         );
+        BrokerProcess::start_with_config(dir, &config)
+    }
+
+    /// Starts the broker on `config`, a whole configuration, written into
+    /// `dir` as saguin.yaml; it must log the port it bound.
+    pub fn start_with_config(dir: &Path, config: &str) -> BrokerProcess {
         let config_path = dir.join("saguin.yaml");
         std::fs::write(&config_path, config).unwrap();
         let mut child = Command::new(env!("CARGO_BIN_EXE_saguin"))

@@ -394,7 +394,7 @@ fn spawn_saguin(binary: &Path, dir: &Path, setup: SaguinSetup) -> Result<Child, 
         .spawn()
         .map_err(|e| {
             format!(
-                "start {}: {e} (run `cargo build --release`)",
+                "start {}: {e} (run `cargo build --release --workspace`)",
                 binary.display()
             )
         })
