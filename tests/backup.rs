@@ -114,7 +114,9 @@ fn a_backup_under_full_publishing_holds_everything_acknowledged_before_it() {
         );
         std::thread::spawn(move || publish_until(address, stop, acked, measured))
     };
-    wait_until("the first records", || acked.load(Ordering::SeqCst) >= BEFORE);
+    wait_until("the first records", || {
+        acked.load(Ordering::SeqCst) >= BEFORE
+    });
 
     let acknowledged_before = acked.load(Ordering::SeqCst);
     let began = Instant::now();
@@ -125,7 +127,9 @@ fn a_backup_under_full_publishing_holds_everything_acknowledged_before_it() {
     let ended = Instant::now();
     // A little more publishing after the backup, then stop.
     let after = acked.load(Ordering::SeqCst) + 200;
-    wait_until("publishing after the backup", || acked.load(Ordering::SeqCst) >= after);
+    wait_until("publishing after the backup", || {
+        acked.load(Ordering::SeqCst) >= after
+    });
     stop.store(true, Ordering::Relaxed);
     publisher.join().expect("the publisher");
     let answer = String::from_utf8_lossy(&out.stdout).into_owned();

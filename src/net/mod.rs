@@ -1,7 +1,6 @@
 //! The I/O shell around the core: one smol executor thread runs the
 //! listeners, every connection's reader and writer, and the clock.
 
-mod backup;
 mod connection;
 mod outbox;
 mod reload;
@@ -19,7 +18,6 @@ use smol::stream::StreamExt;
 use smol::LocalExecutor;
 
 use crate::core::Broker;
-pub use backup::{BackupAnswer, Backups};
 use outbox::Outboxes;
 pub use settings::{Door, Settings};
 

@@ -14,6 +14,7 @@
 use std::fs::OpenOptions;
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use ::redb::{
@@ -53,6 +54,25 @@ pub struct BackupReport {
 
 /// Where a finished backup is reported, from the thread that took it.
 pub type BackupReply = Box<dyn FnOnce(Result<BackupReport, StoreError>) + Send>;
+
+/// A reply several places may hold and the first to answer uses: the
+/// thread that copies, and whoever must answer when that thread never
+/// gets the request.
+#[derive(Clone)]
+pub(crate) struct SharedReply(Arc<Mutex<Option<BackupReply>>>);
+
+impl SharedReply {
+    pub(crate) fn new(reply: BackupReply) -> SharedReply {
+        SharedReply(Arc::new(Mutex::new(Some(reply))))
+    }
+
+    /// Answers, unless somebody already did.
+    pub(crate) fn answer(&self, result: Result<BackupReport, StoreError>) {
+        if let Some(reply) = self.0.lock().ok().and_then(|mut r| r.take()) {
+            reply(result);
+        }
+    }
+}
 
 /// Every table's row count and a checksum over its rows, in key order.
 #[derive(Debug, Default, PartialEq, Eq)]

@@ -18,6 +18,7 @@
 
 mod apply;
 mod backup;
+mod backups;
 pub mod bench;
 mod budget;
 mod checksum;
@@ -45,6 +46,7 @@ mod writer_tests;
 
 pub use self::redb::{RedbProvider, REDB_CACHE_BYTES, REDB_FORMAT_VERSION};
 pub use backup::{take_backup, BackupReply, BackupReport, BackupView};
+pub use backups::Backups;
 pub use convert::{redb_to_snapshots, snapshots_to_redb, Converted};
 pub use error::StoreError;
 pub use memory::MemoryProvider;

@@ -27,11 +27,11 @@
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError, SyncSender, TryRecvError, TrySendError};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
 
-use super::backup::{take_backup, BackupReply};
+use super::backup::{take_backup, BackupReply, SharedReply};
 use super::error::StoreError;
 use super::settings::CommitPolicy;
 use super::types::{Outcome, Read, ReadLimit, Write};
@@ -466,23 +466,14 @@ impl Worker {
             }
         };
         // Shared so that a thread that cannot be started still answers.
-        let reply = Arc::new(Mutex::new(Some(reply)));
-        let thread_reply = Arc::clone(&reply);
+        let reply = SharedReply::new(reply);
+        let thread_reply = reply.clone();
         let spawned = thread::Builder::new()
             .name(format!("saguin-backup-{name}"))
-            .spawn(move || {
-                let result = take_backup(view, &destination);
-                if let Some(reply) = thread_reply.lock().ok().and_then(|mut r| r.take()) {
-                    reply(result);
-                }
-            });
+            .spawn(move || thread_reply.answer(take_backup(view, &destination)));
         match spawned {
             Ok(handle) => self.backup = Some(handle),
-            Err(e) => {
-                if let Some(reply) = reply.lock().ok().and_then(|mut r| r.take()) {
-                    reply(Err(StoreError::io(name, "start a backup thread", e)));
-                }
-            }
+            Err(e) => reply.answer(Err(StoreError::io(name, "start a backup thread", e))),
         }
     }
 
