@@ -11,8 +11,6 @@
 //! never wait for any of this; while the copy runs, redb keeps the pages
 //! the snapshot reads, so the file may grow by what is written meanwhile.
 
-use std::fs::OpenOptions;
-use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
@@ -23,6 +21,7 @@ use ::redb::{
 };
 
 use super::checksum::crc32c;
+use super::convert::create_new_file;
 use super::error::StoreError;
 use super::redb::{
     db_error, sync_parent, CHANNELS, ENTRIES, META, POSITIONS, RECORDS, REDB_CACHE_BYTES,
@@ -163,18 +162,7 @@ fn digest(txn: &ReadTransaction, path: &Path) -> Result<Digest, StoreError> {
 /// verify is removed.
 pub fn take_backup(view: BackupView, destination: &Path) -> Result<BackupReport, StoreError> {
     let started = Instant::now();
-    OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(0o600)
-        .open(destination)
-        .map_err(|e| match e.kind() {
-            std::io::ErrorKind::AlreadyExists => StoreError::format(
-                destination,
-                "already exists, and a backup never writes over anything: give a new file name",
-            ),
-            _ => StoreError::io(destination, "create the backup file", e),
-        })?;
+    create_new_file(destination, "a backup")?;
     let result = copy_and_verify(&view, destination);
     if result.is_err() {
         let _ = std::fs::remove_file(destination);

@@ -55,6 +55,27 @@ impl Converted {
     }
 }
 
+/// Creates `path` for the broker's user only (it holds what applications
+/// published), refusing one that exists: `what` never writes over
+/// anything.
+pub(crate) fn create_new_file(path: &Path, what: &str) -> Result<(), StoreError> {
+    OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(path)
+        .map(drop)
+        .map_err(|e| match e.kind() {
+            std::io::ErrorKind::AlreadyExists => StoreError::format(
+                path,
+                format!(
+                    "already exists, and {what} never writes over anything: give a new file name"
+                ),
+            ),
+            _ => StoreError::io(path, "create the file", e),
+        })
+}
+
 /// Opens the source and checks it is the kind the conversion reads.
 fn open_source(source: &Path, kind: StoredKind) -> Result<StoredProvider, StoreError> {
     let stored = StoredProvider::open(source)?;
@@ -145,18 +166,7 @@ pub fn snapshots_to_redb(source: &Path, destination: &Path) -> Result<Converted,
         &lock_path_for(destination),
         &destination.display().to_string(),
     )?;
-    OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(0o600)
-        .open(destination)
-        .map_err(|e| match e.kind() {
-            std::io::ErrorKind::AlreadyExists => StoreError::format(
-                destination,
-                "already exists, and a conversion never writes over anything: give a new file name",
-            ),
-            _ => StoreError::io(destination, "create the redb file", e),
-        })?;
+    create_new_file(destination, "a conversion")?;
     let result = write_redb(&stored, destination).and_then(|converted| {
         let written = StoredProvider::open_while_locked(destination)?;
         verify(&stored, &written).map(|()| converted)

@@ -330,6 +330,28 @@ pub(crate) fn read_channel_rows(
     Ok(channels)
 }
 
+/// Calls `each` with every row of one channel in a table keyed by
+/// (channel id, text) - its positions or its entries - in key order.
+pub(crate) fn for_each_keyed<V: Value + 'static>(
+    table: &ReadOnlyTable<(u32, &'static str), V>,
+    id: u32,
+    path: &Path,
+    mut each: impl FnMut(&str, V::SelfType<'_>) -> Result<(), StoreError>,
+) -> Result<(), StoreError> {
+    for row in table
+        .range((id, "")..)
+        .map_err(db_error(path, "read a table"))?
+    {
+        let (k, v) = row.map_err(db_error(path, "read a row"))?;
+        let (row_id, key) = k.value();
+        if row_id != id {
+            break;
+        }
+        each(key, v.value())?;
+    }
+    Ok(())
+}
+
 /// The tables inside one write transaction, with the channels this batch
 /// has touched staged beside the committed cache.
 struct RedbTables<'a, 't> {
@@ -699,17 +721,10 @@ impl Provider for RedbProvider {
         let path = self.path.as_path();
         let table = self.read_table(POSITIONS, "open the positions table")?;
         let mut lowest: Option<u64> = None;
-        for row in table
-            .range((entry.id, "")..)
-            .map_err(db_error(path, "read positions"))?
-        {
-            let (k, v) = row.map_err(db_error(path, "read a position"))?;
-            if k.value().0 != entry.id {
-                break;
-            }
-            let offset = v.value();
+        for_each_keyed(&table, entry.id, path, |_, offset| {
             lowest = Some(lowest.map_or(offset, |l| l.min(offset)));
-        }
+            Ok(())
+        })?;
         Ok(lowest)
     }
 
@@ -742,17 +757,10 @@ impl Provider for RedbProvider {
         let path = self.path.as_path();
         let table = self.read_table(ENTRIES, "open the entries table")?;
         let mut all = Vec::new();
-        for row in table
-            .range((entry.id, "")..)
-            .map_err(db_error(path, "read entries"))?
-        {
-            let (k, v) = row.map_err(db_error(path, "read an entry"))?;
-            let (id, key) = k.value();
-            if id != entry.id {
-                break;
-            }
-            all.push((key.to_string(), v.value().to_vec()));
-        }
+        for_each_keyed(&table, entry.id, path, |key, value| {
+            all.push((key.to_string(), value.to_vec()));
+            Ok(())
+        })?;
         Ok(all)
     }
 

@@ -22,9 +22,9 @@ use super::error::StoreError;
 use super::lock::LockFile;
 use super::memory::MemoryChannel;
 use super::redb::{
-    db_error, format_refusal, lock_path_for, not_a_provider, read_channel_rows, ChannelEntry,
-    ENTRIES, META, META_CREATED_AT_MS, META_CREATED_BY, META_FORMAT_VERSION, POSITIONS, RECORDS,
-    REDB_CACHE_BYTES, REDB_FORMAT_VERSION,
+    db_error, for_each_keyed, format_refusal, lock_path_for, not_a_provider, read_channel_rows,
+    ChannelEntry, ENTRIES, META, META_CREATED_AT_MS, META_CREATED_BY, META_FORMAT_VERSION,
+    POSITIONS, RECORDS, REDB_CACHE_BYTES, REDB_FORMAT_VERSION,
 };
 use super::snapshot::{
     channel_files, check_counters, check_entry_key, check_position, check_record_offset,
@@ -316,33 +316,19 @@ impl StoredProvider {
         let positions = txn
             .open_table(POSITIONS)
             .map_err(db_error(path, "open the positions table"))?;
-        for row in positions
-            .range((entry.id, "")..)
-            .map_err(db_error(path, "read positions"))?
-        {
-            let (k, v) = row.map_err(db_error(path, "read a position"))?;
-            let (id, reader) = k.value();
-            if id != entry.id {
-                break;
-            }
-            check_position(&state, reader, v.value()).map_err(|e| self.damaged(name, e.0))?;
-            summary.positions.insert(reader.to_string(), v.value());
-        }
+        for_each_keyed(&positions, entry.id, path, |reader, offset| {
+            check_position(&state, reader, offset).map_err(|e| self.damaged(name, e.0))?;
+            summary.positions.insert(reader.to_string(), offset);
+            Ok(())
+        })?;
         let entries = txn
             .open_table(ENTRIES)
             .map_err(db_error(path, "open the entries table"))?;
-        for row in entries
-            .range((entry.id, "")..)
-            .map_err(db_error(path, "read entries"))?
-        {
-            let (k, v) = row.map_err(db_error(path, "read an entry"))?;
-            let (id, key) = k.value();
-            if id != entry.id {
-                break;
-            }
+        for_each_keyed(&entries, entry.id, path, |key, value| {
             check_entry_key(key).map_err(|e| self.damaged(name, e.0))?;
-            summary.entries.insert(key.to_string(), v.value().to_vec());
-        }
+            summary.entries.insert(key.to_string(), value.to_vec());
+            Ok(())
+        })?;
         Ok(())
     }
 }
