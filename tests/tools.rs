@@ -216,7 +216,7 @@ fn assert_inspected(path: &Path, published: &Published, settled: bool) {
     let times: Vec<u64> = ["oldest_received_unix_ms", "newest_received_unix_ms"]
         .iter()
         .map(|key| {
-            let at = json.find(&format!("\"name\":\"events\"")).expect("events");
+            let at = json.find("\"name\":\"events\"").expect("events");
             let from = at + json[at..].find(&format!("\"{key}\":")).expect(key) + key.len() + 3;
             let end = from + json[from..].find(',').expect("a comma");
             json[from..end].parse().expect("a number")
