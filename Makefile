@@ -9,6 +9,12 @@
 #   make test-cross       library tests for armv7 and aarch64, run under qemu-user
 #   make release-armv7    stripped release binary for armv7-unknown-linux-gnueabihf
 #   make release-aarch64  stripped release binary for aarch64-unknown-linux-gnu
+#   make release-static   static aarch64 (musl) and armv7 (glibc) binaries, sizes printed
+#   make test-static      run the static binaries under qemu-user without a sysroot
+#   make deb              Debian packages for amd64, arm64 and armhf (packaging/deb)
+#   make test-deb         install, run, upgrade and remove the amd64 package (as root)
+#   make openwrt-ipk      OpenWrt .ipk packages from the static binaries (packaging/openwrt)
+#   make test-ipk         check the .ipk files and their procd init script
 #
 # Cross-compilation uses the Debian cross toolchains and qemu-user
 # (apt: gcc-arm-linux-gnueabihf gcc-aarch64-linux-gnu libc6-dev-armhf-cross
@@ -145,3 +151,6 @@ release-armv7:
 
 release-aarch64:
 	$(call cross-release,aarch64,$(AARCH64_TARGET),$(AARCH64_PREFIX))
+
+# Static binaries, Debian and OpenWrt packages.
+include packaging/packaging.mk

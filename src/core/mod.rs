@@ -6,56 +6,39 @@
 //! clock, opens no socket and spawns nothing, so the same code runs under a
 //! deterministic test with simulated time and under the smol shell.
 
-mod broadcast_log;
+pub mod broadcast;
+mod broker;
 pub mod channel;
-pub mod channel_load;
-pub mod claims;
-mod connect;
-pub mod dead_letter;
-mod delivery;
-mod inbound;
-pub mod latest;
-mod latest_reader;
-mod persist;
-#[cfg(test)]
-mod persist_tests;
-mod point_read;
-mod qos2_holds;
-pub mod queue;
-pub mod queue_rules;
-#[cfg(test)]
-mod queue_tests;
-pub mod retained;
-mod retained_persist;
-pub mod seek;
+pub mod connection;
+pub mod message;
+pub mod refusal;
 pub mod session;
-pub(crate) mod session_record;
-mod shared;
 pub mod slab;
-mod subscribe;
 #[cfg(test)]
 mod tests;
-pub mod topic_index;
+mod timer;
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::HashMap;
 
 use crate::codec::{
-    DecodeError, Disconnect, Packet, Properties, ProtocolVersion, ReasonCode, Will,
+    Connack, DecodeError, Disconnect, Packet, Properties, ProtocolVersion, ReasonCode, Subscribe,
+    Unsubscribe,
 };
-pub use broadcast_log::{read_log, LogAtStart, BROADCAST_SPACE};
-pub use channel::{ChannelSettings, ChannelStart, StoreRequest};
-pub use persist::SESSIONS_SPACE;
-pub use qos2_holds::{is_hold_key, StoredHold};
-pub use retained_persist::RETAINED_SPACE;
-use session::Session;
+use crate::store::{ReadLimit, Write};
+pub use broadcast::log::{read_log, LogAtStart, BROADCAST_SPACE};
+pub use broadcast::qos2_holds::{is_hold_key, StoredHold};
+pub use broadcast::retained::RETAINED_SPACE;
+use broadcast::topic_index::{Subscriber, TopicIndex};
+pub use broker::persist::SESSIONS_SPACE;
+pub use channel::{ChannelSettings, ChannelStart};
+// The paths the network shell and the configuration name channel kinds by.
+pub use channel::queue::dead_letter;
+pub use channel::queue::rules as queue_rules;
+pub use channel::{claims, latest, load as channel_load, queue};
+use connection::{Active, Connection};
+pub use refusal::Refusal;
 pub use slab::Key;
 use slab::Slab;
-use topic_index::{Subscriber, TopicIndex};
-
-/// How often retention sweeps each channel.
-/// How often retention by size runs; retention by age runs at a tenth of
-/// the shortest `retention_period`, and never more often than this.
-const SIZE_SWEEP_MS: u64 = 1_000;
 
 /// Topic aliases a client may register with the broker on one connection.
 /// Sixteen bounds the table at sixteen topics per connection.
@@ -83,6 +66,92 @@ pub trait Transport {
     /// comes back through [`Broker::handle_store_completion`]. False when the
     /// thread cannot take it now: the request was not queued.
     fn store(&mut self, provider: usize, request: StoreRequest) -> bool;
+}
+
+/// What follows a session write once it is answered.
+pub(crate) enum Then {
+    Connack {
+        conn: Key,
+        session: Key,
+        connack: Box<Connack>,
+        /// The session was made by this CONNECT: a refusal ends it.
+        made: bool,
+    },
+    Subscribe {
+        conn: Key,
+        subscribe: Subscribe,
+    },
+    Unsubscribe {
+        conn: Key,
+        unsubscribe: Unsubscribe,
+    },
+    Disconnect {
+        conn: Key,
+        disconnect: Disconnect,
+    },
+    /// Nobody waits: a refusal is written again.
+    Background {
+        client_id: Box<str>,
+    },
+    /// A retained publish, routed and acknowledged once its value is kept.
+    Retained(Box<crate::core::broker::retained_writes::RetainedWrite>),
+    /// A retained value's change nobody waits on.
+    RetainedBehind {
+        topic: Box<str>,
+    },
+    /// A QoS 1 broadcast waiting on its log write.
+    Logged(Box<crate::core::broadcast::log::LoggedPublish>),
+    /// An exactly-once publish's hold, or its release.
+    Hold(Box<crate::core::broker::exactly_once::HoldThen>),
+    /// The cursors and windows stored at an interval: nobody waits, and
+    /// a failure has them written again at the next.
+    Cursors,
+    /// The drops of an ended session's cursor and window, alone.
+    LogEnded {
+        client_id: Box<str>,
+    },
+    /// Deliveries waiting on the window that names them.
+    Window {
+        session: Key,
+    },
+    /// A PUBREL waiting on the window that records its PUBREC.
+    Pubrel {
+        conn: Key,
+        reply: crate::codec::PubAck,
+    },
+}
+
+/// How a session write came back.
+pub(crate) enum Written {
+    Stored,
+    Full,
+    Failed,
+}
+
+/// What the core asks of a provider's storage thread.
+#[derive(Debug, Clone, PartialEq)]
+pub enum StoreRequest {
+    Commit {
+        ticket: u64,
+        writes: Vec<Write>,
+    },
+    Read {
+        ticket: u64,
+        channel: String,
+        from_offset: u64,
+        limit: ReadLimit,
+    },
+    Position {
+        ticket: u64,
+        channel: String,
+        reader: String,
+    },
+    /// The earliest offset received at or after a moment, for a seek.
+    FirstAtOrAfter {
+        ticket: u64,
+        channel: String,
+        at_unix_ms: u64,
+    },
 }
 
 /// The limits the core enforces, taken from the configuration.
@@ -199,106 +268,53 @@ pub struct Stats {
     pub queue_retain_ignored: u64,
 }
 
-/// A connection that has sent its CONNECT and been accepted.
-pub(crate) struct Active {
-    pub version: ProtocolVersion,
-    pub session: Key,
-    /// The keepalive in force, after any Server Keep Alive; 0 for none.
-    pub keep_alive_s: u16,
-    pub client_max_packet_size: u32,
-    pub client_receive_maximum: u16,
-    /// Made on the first alias: most connections never use one.
-    pub topic_aliases: Option<Box<[Option<Box<str>>; TOPIC_ALIAS_MAXIMUM as usize]>>,
-    /// False when the client asked not to be sent Reason Strings.
-    pub problem_information: bool,
-    /// The Session Expiry Interval granted at CONNECT.
-    pub connect_expiry_s: u32,
-    /// Boxed: a Will with its properties is large, and most have none.
-    pub will: Option<Box<Will>>,
-    /// QoS 1 publishes awaiting their PUBACK, in arrival order: MQTT has
-    /// PUBACKs sent in that order, and a stored publish is answered only
-    /// once its commit returns (MQTT-4.6.0-2).
-    pub pubacks: VecDeque<PubackSlot>,
-    pub next_puback_slot: u64,
-}
-
-/// One QoS 1 publish's place in the PUBACK order, and its answer once known.
-pub(crate) struct PubackSlot {
-    pub slot: u64,
-    pub packet_id: u16,
-    pub answer: Option<Result<(), (ReasonCode, &'static str)>>,
-}
-
-pub(crate) struct Connection {
-    pub accepted_at_ms: u64,
-    pub last_received_ms: u64,
-    pub active: Option<Active>,
-}
-
-/// A per-client token bucket for `publish_rate` and `publish_bytes`.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct PublishBudget {
-    pub messages: f64,
-    pub bytes: f64,
-    pub updated_ms: u64,
-}
-
 pub struct Broker {
     pub(crate) settings: Settings,
     pub(crate) connections: Slab<Connection>,
-    pub(crate) sessions: Slab<Session>,
-    pub(crate) sessions_by_client_id: HashMap<Box<str>, Key>,
+    pub(crate) sessions: session::table::Sessions,
     pub(crate) index: TopicIndex,
     pub(crate) stats: Stats,
-    pub(crate) budgets: HashMap<Box<str>, PublishBudget>,
-    pub(crate) retained: retained::RetainedStore,
-    pub(crate) groups: Slab<shared::SharedGroup>,
-    pub(crate) groups_by_name: HashMap<(Box<str>, Box<str>), Key>,
+    pub(crate) budgets: connection::budget::PublishBudgets,
+    pub(crate) retained: broadcast::retained::RetainedStore,
+    pub(crate) groups: broadcast::shared::SharedGroups,
     pub(crate) channels: Vec<channel::Channel>,
-    pub(crate) claims: claims::Claims,
+    pub(crate) claims: channel::claims::Claims,
     pub(crate) readers: Slab<channel::Reader>,
-    pub(crate) latest_readers: Slab<latest_reader::LatestReader>,
+    pub(crate) latest_readers: Slab<channel::latest::reader::LatestReader>,
     /// Storage requests in flight, by ticket.
     pub(crate) pending: HashMap<u64, channel::Pending>,
     pub(crate) next_ticket: u64,
     /// What publishes waiting on storage hold, against its bound.
     pub(crate) pending_publish_bytes: u64,
     pub(crate) id_generator: crate::store::MessageIdGenerator,
-    last_position_commit_ms: u64,
-    /// When each retention sweep last ran; `None` until the first, which
-    /// runs at the first tick after startup.
-    last_size_sweep_ms: Option<u64>,
-    last_age_sweep_ms: Option<u64>,
-    age_sweep_interval_ms: u64,
-    next_assigned_id: u64,
+    timers: timer::Timers,
     /// Reused by routing so that a publish allocates no match list.
     pub(crate) match_scratch: Vec<Subscriber>,
     /// Session records in the session provider.
-    pub(crate) persist: persist::Persistence,
-    pub(crate) queues: queue::Queues,
+    pub(crate) persist: broker::persist::Persistence,
+    pub(crate) queues: channel::queue::Queues,
 }
 
 impl Broker {
     pub fn new(mut settings: Settings) -> Broker {
         let max_connections = settings.max_connections as usize;
         // Takes the job heads out of the settings, which are kept.
-        let queues = queue::Queues::new(&mut settings.channels, settings.start_unix_ms);
+        let queues = channel::queue::Queues::new(&mut settings.channels, settings.start_unix_ms);
         Broker {
             connections: Slab::with_capacity(max_connections),
-            // Away sessions are bounded by their expiry; the table grows
-            // with use up to a bound far above what a gateway holds.
-            sessions: Slab::growable(u32::MAX as usize),
-            sessions_by_client_id: HashMap::new(),
+            sessions: session::table::Sessions::new(),
             index: TopicIndex::new(),
             stats: Stats::default(),
-            budgets: HashMap::new(),
-            retained: retained::RetainedStore::new(settings.retained_max_bytes),
-            groups: Slab::growable(u32::MAX as usize),
-            groups_by_name: HashMap::new(),
+            budgets: connection::budget::PublishBudgets::new(
+                settings.publish_rate_per_s,
+                settings.publish_bytes_per_s,
+            ),
+            retained: broadcast::retained::RetainedStore::new(settings.retained_max_bytes),
+            groups: broadcast::shared::SharedGroups::new(),
             channels: settings
                 .channels
                 .iter_mut()
-                .map(latest::moved_out)
+                .map(channel::latest::moved_out)
                 .map(channel::Channel::new)
                 .collect(),
             claims: claims_for(&settings.channels),
@@ -309,21 +325,17 @@ impl Broker {
             next_ticket: 0,
             pending_publish_bytes: 0,
             id_generator: crate::store::MessageIdGenerator::with_seed(settings.start_unix_ms),
-            last_position_commit_ms: 0,
-            last_size_sweep_ms: None,
-            last_age_sweep_ms: None,
-            age_sweep_interval_ms: settings
-                .channels
-                .iter()
-                .flat_map(|c| [c.retention_period_s, latest::deletion_period_s(c)])
-                .flatten()
-                .min()
-                .map_or(SIZE_SWEEP_MS, |s| {
-                    (s.saturating_mul(1000) / 10).max(SIZE_SWEEP_MS)
-                }),
-            next_assigned_id: 0,
+            timers: timer::Timers::new(
+                settings.ack_commit_interval_ms,
+                settings
+                    .channels
+                    .iter()
+                    .flat_map(|c| [c.retention_period_s, channel::latest::deletion_period_s(c)])
+                    .flatten()
+                    .min(),
+            ),
             match_scratch: Vec::new(),
-            persist: persist::Persistence::default(),
+            persist: broker::persist::Persistence::default(),
             settings,
         }
     }
@@ -361,6 +373,7 @@ impl Broker {
             Some(_) => self.stats.connections_accepted += 1,
             None => self.stats.connections_refused_busy += 1,
         }
+        debug_assert!(self.connections.len() <= self.settings.max_connections as usize);
         key
     }
 
@@ -368,7 +381,7 @@ impl Broker {
     pub fn busy_connack() -> Packet {
         Packet::Connack(crate::codec::Connack {
             session_present: false,
-            reason_code: ReasonCode::SERVER_BUSY,
+            reason_code: Refusal::ServerBusy.code(),
             properties: Properties::default(),
         })
     }
@@ -434,31 +447,15 @@ impl Broker {
             }
             Packet::Pingreq => self.send(conn, &Packet::Pingresp, out),
             Packet::Disconnect(disconnect) => self.handle_disconnect(conn, disconnect, now_ms, out),
-            Packet::Auth(_) => self.end_connection(
-                conn,
-                Some((
-                    ReasonCode::PROTOCOL_ERROR,
-                    "no authentication method is in use to re-authenticate with",
-                )),
-                true,
-                now_ms,
-                out,
-            ),
-            Packet::Connect(_) => self.end_connection(
-                conn,
-                Some((ReasonCode::PROTOCOL_ERROR, "a second CONNECT")),
-                true,
-                now_ms,
-                out,
-            ),
-            Packet::Connack(_) | Packet::Suback(_) | Packet::Unsuback(_) | Packet::Pingresp => self
-                .end_connection(
-                    conn,
-                    Some((ReasonCode::PROTOCOL_ERROR, "a packet only a server sends")),
-                    true,
-                    now_ms,
-                    out,
-                ),
+            Packet::Auth(_) => {
+                self.end_connection(conn, Some(Refusal::AuthWithoutMethod), true, now_ms, out)
+            }
+            Packet::Connect(_) => {
+                self.end_connection(conn, Some(Refusal::SecondConnect), true, now_ms, out)
+            }
+            Packet::Connack(_) | Packet::Suback(_) | Packet::Unsuback(_) | Packet::Pingresp => {
+                self.end_connection(conn, Some(Refusal::ServerOnlyPacket), true, now_ms, out)
+            }
         }
     }
 
@@ -476,7 +473,8 @@ impl Broker {
             return;
         };
         if connection.active.is_some() {
-            self.end_connection(conn, Some((error.code, error.reason)), true, now_ms, out);
+            let reason = Some((error.code, error.reason));
+            self.end_connection_saying(conn, reason, true, now_ms, out);
             return;
         }
         self.refuse_connect(conn, error, connect_version, out);
@@ -519,7 +517,7 @@ impl Broker {
                     // MQTT allows one and a half keepalives of silence.
                     let allowed_ms = u64::from(keep_alive_s) * 1500;
                     if now_ms.saturating_sub(last_received_ms) > allowed_ms {
-                        let reason = (ReasonCode::KEEP_ALIVE_TIMEOUT, "keepalive expired");
+                        let reason = Refusal::KeepAliveExpired;
                         self.end_connection(conn, Some(reason), true, now_ms, out);
                     }
                 }
@@ -528,11 +526,9 @@ impl Broker {
         self.expire_sessions(now_ms, out);
         self.retry_session_writes(now_ms, out);
         self.expire_held_publishes(now_ms, out);
-        self.forget_full_budgets(now_ms);
-        if now_ms.saturating_sub(self.last_position_commit_ms)
-            >= self.settings.ack_commit_interval_ms
-        {
-            self.last_position_commit_ms = now_ms;
+        self.budgets.forget_full(now_ms);
+        let due = self.timers.due(now_ms);
+        if due.positions {
             self.commit_positions(None, out);
             self.commit_cursors(out);
             self.retry_windows(out);
@@ -542,21 +538,8 @@ impl Broker {
             }
             self.latest_tick(now_ms, out);
         }
-        let size_due = self
-            .last_size_sweep_ms
-            .is_none_or(|at| now_ms.saturating_sub(at) >= SIZE_SWEEP_MS);
-        let age_interval_ms = self.age_sweep_interval_ms;
-        let age_due = self
-            .last_age_sweep_ms
-            .is_none_or(|at| now_ms.saturating_sub(at) >= age_interval_ms);
-        if size_due {
-            self.last_size_sweep_ms = Some(now_ms);
-        }
-        if age_due {
-            self.last_age_sweep_ms = Some(now_ms);
-        }
-        if size_due || age_due {
-            self.sweep_retention(now_ms, age_due, size_due, out);
+        if due.size_sweep || due.age_sweep {
+            self.sweep_retention(now_ms, due.age_sweep, due.size_sweep, out);
         }
         let retention_ms = self
             .settings
@@ -584,27 +567,12 @@ impl Broker {
                 .and_then(|c| c.active.as_ref())
                 .is_some();
             if active {
-                self.end_connection(
-                    conn,
-                    Some((ReasonCode::SERVER_SHUTTING_DOWN, "the broker is stopping")),
-                    false,
-                    now_ms,
-                    out,
-                );
+                self.end_connection(conn, Some(Refusal::ShuttingDown), false, now_ms, out);
             } else {
                 self.close_silently(conn, now_ms, out);
             }
         }
-    }
-
-    fn next_assigned_client_id(&mut self) -> String {
-        loop {
-            self.next_assigned_id += 1;
-            let id = format!("saguin-{:016x}", self.next_assigned_id);
-            if !self.sessions_by_client_id.contains_key(id.as_str()) {
-                return id;
-            }
-        }
+        debug_assert_eq!(self.connections.len(), 0, "a stop closes every connection");
     }
 
     pub(crate) fn send(&mut self, conn: Key, packet: &Packet, out: &mut impl Transport) {
@@ -633,6 +601,20 @@ impl Broker {
     /// client is told `reason` on a DISCONNECT first. Its session is kept or
     /// ended as its expiry says, and its Will goes out where `publish_will`.
     pub(crate) fn end_connection(
+        &mut self,
+        conn: Key,
+        refusal: Option<Refusal>,
+        publish_will: bool,
+        now_ms: u64,
+        out: &mut impl Transport,
+    ) {
+        let reason = refusal.map(|r| (r.code(), r.reason()));
+        self.end_connection_saying(conn, reason, publish_will, now_ms, out);
+    }
+
+    /// [`Broker::end_connection`] with a code and words of the codec's own,
+    /// for a packet that could not be read.
+    fn end_connection_saying(
         &mut self,
         conn: Key,
         reason: Option<(ReasonCode, &str)>,
@@ -673,6 +655,10 @@ impl Broker {
         let connection = self.connections.remove(conn).expect("checked above");
         let active = connection.active.expect("checked above");
         self.detach_session(active, publish_will, now_ms, out);
+        debug_assert!(
+            !self.connections.contains(conn),
+            "an ended connection is gone"
+        );
     }
 
     pub(crate) fn client_id_of(&self, conn: Key) -> &str {
@@ -686,10 +672,10 @@ impl Broker {
 }
 
 /// The claims table for a channel list.
-fn claims_for(channels: &[ChannelSettings]) -> claims::Claims {
+fn claims_for(channels: &[ChannelSettings]) -> channel::claims::Claims {
     let list: Vec<(&str, &[String])> = channels
         .iter()
         .map(|c| (c.name.as_str(), c.filters.as_slice()))
         .collect();
-    claims::Claims::new(&list)
+    channel::claims::Claims::new(&list)
 }

@@ -1,12 +1,12 @@
 //! Deterministic tests of the core: simulated clients, simulated time, and
 //! a transport that records what the broker said to whom.
 
-use super::*;
 use crate::codec::{
     Connack, Connect, PubAck, Publish, QoS, RetainHandling, Subscribe, SubscriptionOptions,
-    Unsubscribe,
+    Unsubscribe, Will,
 };
 use crate::core::channel::{ChannelSettings, ChannelStart};
+use crate::core::*;
 
 #[derive(Default)]
 struct Recorder {
@@ -247,14 +247,14 @@ fn qos1_publish_reaches_a_subscriber_and_is_acknowledged() {
     let session = h
         .broker
         .sessions
-        .get(h.broker.sessions_by_client_id["sub"])
+        .get(h.broker.sessions.key_of("sub").expect("a session"))
         .unwrap();
     assert_eq!(session.inflight.len(), 1);
     h.puback(subscriber, packet_id);
     let session = h
         .broker
         .sessions
-        .get(h.broker.sessions_by_client_id["sub"])
+        .get(h.broker.sessions.key_of("sub").expect("a session"))
         .unwrap();
     assert!(session.inflight.is_empty());
     assert_eq!(session.held_bytes, 0);
@@ -1297,7 +1297,7 @@ fn exactly_once_out_resumes_with_pubrel_and_dup() {
     let session = h
         .broker
         .sessions
-        .get(h.broker.sessions_by_client_id["q2"])
+        .get(h.broker.sessions.key_of("q2").expect("a session"))
         .unwrap();
     assert_eq!(session.inflight.len(), 1);
 }
@@ -1945,5 +1945,5 @@ fn a_shared_group_over_a_channel_gets_each_new_record_once() {
         .all(|p| label(p, "saguin-offset").is_some()));
 }
 
-#[path = "latest_tests.rs"]
+#[path = "channel/latest/broker_tests.rs"]
 mod latest_tests;

@@ -10,7 +10,7 @@
 use std::collections::BTreeMap;
 
 use crate::core::queue::parse_attempts;
-use crate::core::session_record::SessionRecord;
+use crate::core::session::record::SessionRecord;
 use crate::core::{is_hold_key, RETAINED_SPACE, SESSIONS_SPACE};
 use crate::store::{ChannelSummary, StoreError, StoredProvider};
 

@@ -1,0 +1,604 @@
+//! CONNECT: admission, session ownership, and every way a session ends.
+
+use crate::core::refusal::Refusal;
+use std::rc::Rc;
+
+use crate::codec::{
+    topic, Connack, Connect, DecodeError, Disconnect, Packet, Properties, ProtocolVersion, PubAck,
+    ReasonCode, Will,
+};
+use crate::core::broadcast::topic_index::Target;
+use crate::core::message::{Delivery, Message};
+use crate::core::session::{OutboundStage, Session};
+use crate::core::{Active, Broker, Key, Transport, TOPIC_ALIAS_MAXIMUM};
+
+fn has_control_character(text: &str) -> bool {
+    text.chars()
+        .any(|c| matches!(c, '\u{0001}'..='\u{001F}' | '\u{007F}'..='\u{009F}'))
+}
+
+fn has_reserved_user_property(properties: &Properties) -> bool {
+    properties
+        .user_properties
+        .iter()
+        .any(|(name, _)| name.starts_with("saguin-"))
+}
+
+impl Broker {
+    pub(crate) fn handle_connect(
+        &mut self,
+        conn: Key,
+        connect: Connect,
+        now_ms: u64,
+        out: &mut impl Transport,
+    ) {
+        // Every check that can refuse a CONNECT runs before its session is
+        // looked at, so a refused CONNECT changes nothing.
+        if let Err(refusal) = self.admit_connect(&connect) {
+            log::warn!(
+                "refusing CONNECT from client id {:?}: {refusal}",
+                connect.client_id
+            );
+            let problem_information = connect.properties.request_problem_information != Some(0);
+            self.send_connack_refusal(
+                conn,
+                connect.protocol_version,
+                refusal.code(),
+                refusal.reason(),
+                problem_information,
+                out,
+            );
+            self.close_silently(conn, now_ms, out);
+            return;
+        }
+        let version = connect.protocol_version;
+        let client_id = if connect.client_id.is_empty() {
+            self.sessions.assign_client_id()
+        } else {
+            connect.client_id.clone()
+        };
+        let assigned = connect.client_id.is_empty();
+
+        let requested_expiry_s = match version {
+            ProtocolVersion::V5 => connect.properties.session_expiry_interval_s.unwrap_or(0),
+            // A 3.1.1 session kept past its connection never expires by
+            // MQTT's rules; the broker's ceiling still applies.
+            ProtocolVersion::V311 if connect.clean_start => 0,
+            ProtocolVersion::V311 => u32::MAX,
+        };
+        let granted_expiry_s = requested_expiry_s.min(self.settings.max_session_expiry_s);
+
+        let (keep_alive_s, server_keep_alive_s) = match (version, self.settings.max_keepalive_s) {
+            (ProtocolVersion::V5, Some(max_s))
+                if connect.keep_alive_s == 0 || connect.keep_alive_s > max_s =>
+            {
+                (max_s, Some(max_s))
+            }
+            _ => (connect.keep_alive_s, None),
+        };
+
+        let session_key = self.claim_session(
+            &client_id,
+            connect.clean_start,
+            granted_expiry_s,
+            now_ms,
+            out,
+        );
+        self.remember_claimed(session_key);
+        let session = self.sessions.get_mut(session_key).expect("claimed above");
+        let session_present = !session.is_new;
+        let made = session.is_new;
+        session.is_new = false;
+        session.expires_at_ms = None;
+        session.expiry_interval_s = granted_expiry_s;
+        // A Will waiting from the previous connection is cancelled by this one.
+        session.pending_will = None;
+
+        let properties = &connect.properties;
+        let active = Active {
+            version,
+            session: session_key,
+            keep_alive_s,
+            client_max_packet_size: properties.maximum_packet_size.unwrap_or(u32::MAX),
+            client_receive_maximum: properties.receive_maximum.unwrap_or(u16::MAX),
+            topic_aliases: Default::default(),
+            problem_information: properties.request_problem_information != Some(0),
+            connect_expiry_s: granted_expiry_s,
+            will: connect.will.map(Box::new),
+            pubacks: Default::default(),
+        };
+        let connection = self
+            .connections
+            .get_mut(conn)
+            .expect("the caller checked the connection");
+        connection.active = Some(active);
+
+        let mut connack = Connack {
+            session_present,
+            reason_code: ReasonCode::SUCCESS,
+            properties: Properties::default(),
+        };
+        if version == ProtocolVersion::V5 {
+            let p = &mut connack.properties;
+            p.topic_alias_maximum = Some(TOPIC_ALIAS_MAXIMUM);
+            p.maximum_packet_size = Some(self.settings.max_message_size_bytes);
+            // Retain Available, Shared Subscription Available and Maximum
+            // QoS are left out: absent, MQTT reads them as offered in full.
+            if self.settings.receive_maximum != u16::MAX {
+                p.receive_maximum = Some(self.settings.receive_maximum);
+            }
+            if requested_expiry_s != granted_expiry_s {
+                p.session_expiry_interval_s = Some(granted_expiry_s);
+            }
+            p.server_keep_alive_s = server_keep_alive_s;
+            if assigned {
+                p.assigned_client_identifier = Some(client_id.clone());
+            }
+        }
+        // A session that keeps a record is answered once it is stored.
+        let user_name = connect.username.as_deref();
+        if let Some(connack) =
+            self.connack_after_write(conn, session_key, connack, made, user_name, now_ms, out)
+        {
+            self.complete_connect(conn, session_key, connack, now_ms, out);
+        }
+    }
+
+    /// Answers a CONNECT whose session is settled: the connection owns the
+    /// session from its CONNACK on.
+    pub(crate) fn complete_connect(
+        &mut self,
+        conn: Key,
+        session_key: Key,
+        connack: Connack,
+        now_ms: u64,
+        out: &mut impl Transport,
+    ) {
+        let Some(version) = self.version(conn) else {
+            return;
+        };
+        let Some(session) = self.sessions.get_mut(session_key) else {
+            return;
+        };
+        session.connection = Some(conn);
+        let client_id = Rc::clone(&session.client_id);
+        let session_present = connack.session_present;
+        out.send(conn, version, &Packet::Connack(connack), false);
+        log::info!(
+            "client {client_id} connected (MQTT {}, session present: {session_present})",
+            match version {
+                ProtocolVersion::V311 => "3.1.1",
+                ProtocolVersion::V5 => "5",
+            }
+        );
+        if session_present {
+            self.resume_latest_readers(session_key);
+            self.resend_inflight(conn, session_key, out);
+        }
+        self.pump(session_key, now_ms, out);
+        self.drain_groups_of(session_key, now_ms, out);
+        self.pump_readers_of(session_key, now_ms, out);
+    }
+
+    /// Every reason a CONNECT may be refused, in the order they are asked.
+    fn admit_connect(&self, connect: &Connect) -> Result<(), Refusal> {
+        let settings = &self.settings;
+        if connect.protocol_version == ProtocolVersion::V311
+            && settings.min_protocol_version == ProtocolVersion::V5
+        {
+            return Err(Refusal::OnlyMqtt5Admitted);
+        }
+        if connect.properties.authentication_method.is_some() {
+            return Err(Refusal::NoAuthenticationMethod);
+        }
+        let client_id = &connect.client_id;
+        if client_id.len() > settings.max_client_id_length as usize {
+            return Err(Refusal::ClientIdTooLong);
+        }
+        if client_id.is_empty() && !connect.clean_start {
+            return Err(Refusal::KeptSessionWithoutClientId);
+        }
+        if has_control_character(client_id) {
+            return Err(Refusal::ClientIdControlCharacter);
+        }
+        if connect
+            .username
+            .as_deref()
+            .is_some_and(has_control_character)
+        {
+            return Err(Refusal::UserNameControlCharacter);
+        }
+        if has_reserved_user_property(&connect.properties) {
+            return Err(Refusal::ReservedConnectProperty);
+        }
+        if let Some(will) = &connect.will {
+            self.admit_will(will)?;
+        }
+        Ok(())
+    }
+
+    /// A Will is held to the rules a publish to its topic would meet, since
+    /// a Will that could never be delivered is better refused now.
+    fn admit_will(&self, will: &Will) -> Result<(), Refusal> {
+        if !topic::is_valid_topic_name(&will.topic) {
+            return Err(Refusal::WillTopicNotAName);
+        }
+        self.admit_topic(&will.topic).map_err(Refusal::for_will)
+    }
+
+    pub(crate) fn send_connack_refusal(
+        &mut self,
+        conn: Key,
+        version: ProtocolVersion,
+        code: ReasonCode,
+        reason: &str,
+        problem_information: bool,
+        out: &mut impl Transport,
+    ) {
+        let mut properties = Properties::default();
+        if version == ProtocolVersion::V5 && problem_information {
+            properties.reason_string = Some(reason.to_string());
+        }
+        let packet = Packet::Connack(Connack {
+            session_present: false,
+            reason_code: code,
+            properties,
+        });
+        out.send(conn, version, &packet, false);
+    }
+
+    /// Answers a CONNECT that could not be read: with the code the reading
+    /// stopped on once it declared MQTT 5, with 3.1.1's "unacceptable
+    /// protocol version" for a version this broker does not speak, and
+    /// with nothing otherwise, since 3.1.1 has no code for the rest.
+    pub(crate) fn refuse_connect(
+        &mut self,
+        conn: Key,
+        error: DecodeError,
+        connect_version: Option<ProtocolVersion>,
+        out: &mut impl Transport,
+    ) {
+        log::debug!("refusing an unreadable CONNECT: {error}");
+        if error.code == ReasonCode::UNSUPPORTED_PROTOCOL_VERSION {
+            self.send_connack_refusal(
+                conn,
+                ProtocolVersion::V311,
+                error.code,
+                error.reason,
+                false,
+                out,
+            );
+        } else if connect_version == Some(ProtocolVersion::V5) {
+            self.send_connack_refusal(
+                conn,
+                ProtocolVersion::V5,
+                error.code,
+                error.reason,
+                true,
+                out,
+            );
+        }
+        self.close_silently(conn, 0, out);
+    }
+
+    /// Finds or makes the session `client_id` connects to. A connection
+    /// holding it is taken over; a Clean Start ends what was kept.
+    fn claim_session(
+        &mut self,
+        client_id: &str,
+        clean_start: bool,
+        expiry_interval_s: u32,
+        now_ms: u64,
+        out: &mut impl Transport,
+    ) -> Key {
+        if let Some(existing) = self.sessions.key_of(client_id) {
+            let owner = self
+                .sessions
+                .get(existing)
+                .and_then(|s| s.connection)
+                .or_else(|| self.persist.connecting_conn(existing));
+            if let Some(old_conn) = owner {
+                self.take_over(old_conn, now_ms, out);
+            }
+            // Taking over may have ended a session that ends with its connection.
+            if self.sessions.contains(existing) {
+                let expired = self
+                    .sessions
+                    .get(existing)
+                    .and_then(|s| s.expires_at_ms)
+                    .is_some_and(|at| at <= now_ms);
+                if clean_start || expired {
+                    self.end_session(existing, now_ms, out);
+                } else if self.below_floor(existing) {
+                    // Retention took records this session had not read:
+                    // it is told Session Present 0 rather than served a gap,
+                    // and only the positions retention passed are dropped.
+                    log::warn!("client {client_id}: a channel position fell below its floor; the session starts again");
+                    self.drop_positions_below_floor(existing, out);
+                    self.end_session_keeping_positions(existing, now_ms, out);
+                } else {
+                    return existing;
+                }
+            }
+        }
+        // Whatever held the client id before was ended above.
+        self.sessions
+            .insert(Session::new(client_id, expiry_interval_s))
+    }
+
+    /// Disconnects the connection that held a session another CONNECT now
+    /// claims. Its Will goes out only if it carries no delay.
+    fn take_over(&mut self, old_conn: Key, now_ms: u64, out: &mut impl Transport) {
+        if let Some(active) = self
+            .connections
+            .get_mut(old_conn)
+            .and_then(|c| c.active.as_mut())
+        {
+            let delayed = active
+                .will
+                .as_ref()
+                .is_some_and(|w| w.properties.will_delay_interval_s.unwrap_or(0) > 0);
+            if delayed {
+                active.will = None;
+            }
+        }
+        let reason = Refusal::SessionTakenOver;
+        self.end_connection(old_conn, Some(reason), true, now_ms, out);
+    }
+
+    /// Sends again what a resumed session had on the wire: PUBLISH with DUP
+    /// where no answer came, PUBREL where PUBREC came and PUBCOMP did not.
+    fn resend_inflight(&mut self, conn: Key, session_key: Key, out: &mut impl Transport) {
+        let Some(version) = self.version(conn) else {
+            return;
+        };
+        let Some(session) = self.sessions.get(session_key) else {
+            return;
+        };
+        for (&packet_id, inflight) in &session.inflight {
+            if self.persist.log.held_for_window(session_key, packet_id) {
+                // Never sent: it goes once its window is stored.
+                continue;
+            }
+            let packet = match inflight.stage {
+                OutboundStage::Published => {
+                    let mut publish = crate::core::message::outgoing_publish(
+                        &inflight.delivery,
+                        Some(packet_id),
+                        None,
+                    );
+                    publish.dup = true;
+                    Packet::Publish(publish)
+                }
+                OutboundStage::Released => Packet::Pubrel(PubAck {
+                    packet_id,
+                    ..PubAck::default()
+                }),
+            };
+            out.send(conn, version, &packet, false);
+        }
+    }
+
+    pub(crate) fn handle_disconnect(
+        &mut self,
+        conn: Key,
+        disconnect: Disconnect,
+        now_ms: u64,
+        out: &mut impl Transport,
+    ) {
+        let Some(active) = self.connections.get(conn).and_then(|c| c.active.as_ref()) else {
+            return;
+        };
+        if let Some(expiry_s) = disconnect.properties.session_expiry_interval_s {
+            if active.connect_expiry_s == 0 && expiry_s != 0 {
+                // MQTT forbids reviving a session its CONNECT said ends.
+                let reason = Refusal::ExpiryRevived;
+                self.end_connection(conn, Some(reason), true, now_ms, out);
+                return;
+            }
+            let granted_s = expiry_s.min(self.settings.max_session_expiry_s);
+            if let Some(session) = self.sessions.get_mut(active.session) {
+                session.expiry_interval_s = granted_s;
+            }
+        }
+        // A session that keeps a record has its disconnect stored first.
+        if self.disconnect_after_write(conn, &disconnect, now_ms, out) {
+            return;
+        }
+        let publish_will = disconnect.reason_code == ReasonCode::DISCONNECT_WITH_WILL;
+        self.end_connection(conn, None, publish_will, now_ms, out);
+    }
+
+    /// Parts a session from the connection that ended: it is kept for its
+    /// expiry, or ended now, and the connection's Will is published, held
+    /// for its delay, or dropped.
+    pub(crate) fn detach_session(
+        &mut self,
+        active: Active,
+        publish_will: bool,
+        now_ms: u64,
+        out: &mut impl Transport,
+    ) {
+        let session_key = active.session;
+        let will = if publish_will {
+            active.will.map(|w| *w)
+        } else {
+            None
+        };
+        // A worker's jobs go back before anything else happens to its session.
+        self.queue_connection_ended(session_key);
+        let Some(session) = self.sessions.get_mut(session_key) else {
+            return;
+        };
+        session.connection = None;
+        let client_id = Rc::clone(&session.client_id);
+        log::info!("client {client_id} disconnected");
+        if session.expiry_interval_s == 0 {
+            if let Some(will) = will {
+                self.publish_will(will, client_id, now_ms, out);
+            }
+            self.end_session(session_key, now_ms, out);
+            return;
+        }
+        session.expires_at_ms = match session.expiry_interval_s {
+            u32::MAX => None,
+            expiry_s => Some(now_ms + u64::from(expiry_s) * 1000),
+        };
+        // A disconnect stores where the session's readers have reached.
+        self.commit_positions(Some(session_key), out);
+        self.latest_readers_away(session_key);
+        let Some(session) = self.sessions.get_mut(session_key) else {
+            return;
+        };
+        if let Some(will) = will {
+            match will.properties.will_delay_interval_s.unwrap_or(0) {
+                0 => self.publish_will(will, client_id, now_ms, out),
+                // A delay longer than the session is cut short by its end,
+                // which publishes a waiting Will first.
+                delay_s => {
+                    session.pending_will =
+                        Some(Box::new((will, now_ms + u64::from(delay_s) * 1000)))
+                }
+            }
+        }
+        // The disconnect moment, and any Will's due moment, are stored.
+        self.save_session(session_key, now_ms, out);
+    }
+
+    /// Ends a session, keeping the stored positions of its readers for the
+    /// session that replaces it.
+    fn end_session_keeping_positions(
+        &mut self,
+        session_key: Key,
+        now_ms: u64,
+        out: &mut impl Transport,
+    ) {
+        if let Some(session) = self.sessions.get_mut(session_key) {
+            session.keep_positions = true;
+        }
+        self.end_session(session_key, now_ms, out);
+    }
+
+    /// Ends a session whole: its Will first, then its subscriptions and
+    /// group memberships, what it was owed and what it held.
+    pub(crate) fn end_session(&mut self, session_key: Key, now_ms: u64, out: &mut impl Transport) {
+        self.queue_session_ended(session_key);
+        let Some(mut session) = self.sessions.remove(session_key) else {
+            return;
+        };
+        if let Some((will, _)) = session.pending_will.take().map(|b| *b) {
+            self.publish_will(will, Rc::clone(&session.client_id), now_ms, out);
+        }
+        for (filter, entry) in &session.subscriptions {
+            match entry.group {
+                Some(group) => self.leave_group(group, session_key),
+                None => {
+                    self.index.remove(filter, Target::Session(session_key));
+                }
+            }
+        }
+        self.stats.qos2_abandoned += session.held_publishes.len() as u64;
+        let drops = session
+            .held_publishes
+            .iter()
+            .filter_map(|(&packet_id, held)| {
+                self.hold_drop_for(&session, packet_id, &held.message.topic)
+            })
+            .collect();
+        self.holds_dropped(drops, out);
+        let drop_positions = session.expiry_interval_s > 0 && !session.keep_positions;
+        self.drop_readers(session_key, &session.client_id, drop_positions, out);
+        // What a shared group handed this session and it did not finish
+        // goes back to the group.
+        let unfinished: Vec<Delivery> = session
+            .inflight
+            .into_values()
+            .filter(|f| f.stage == OutboundStage::Published)
+            .map(|f| f.delivery)
+            .chain(session.waiting)
+            .filter(|d| d.group.is_some())
+            .collect();
+        self.return_to_groups(unfinished, now_ms, out);
+        self.session_record_ended(&session.client_id, out);
+    }
+
+    /// Ends sessions whose expiry has passed and publishes Wills whose delay
+    /// has.
+    pub(crate) fn expire_sessions(&mut self, now_ms: u64, out: &mut impl Transport) {
+        let mut expired = Vec::new();
+        let mut due_wills = Vec::new();
+        for (key, session) in self.sessions.iter() {
+            if session.connection.is_none() && session.expires_at_ms.is_some_and(|at| at <= now_ms)
+            {
+                expired.push(key);
+            } else if session
+                .pending_will
+                .as_ref()
+                .is_some_and(|pending| pending.1 <= now_ms)
+            {
+                due_wills.push(key);
+            }
+        }
+        for key in due_wills {
+            if let Some(session) = self.sessions.get_mut(key) {
+                if let Some((will, _)) = session.pending_will.take().map(|b| *b) {
+                    let client_id = Rc::clone(&session.client_id);
+                    self.publish_will(will, client_id, now_ms, out);
+                    // Published first, then taken off the record.
+                    self.save_session(key, now_ms, out);
+                }
+            }
+        }
+        for key in expired {
+            log::info!(
+                "session {} expired",
+                self.sessions.get(key).map(|s| &*s.client_id).unwrap_or("-")
+            );
+            self.end_session(key, now_ms, out);
+        }
+    }
+
+    /// A Will goes through the same path as any publish, as published by
+    /// the client that armed it. One the retained store has no room for is
+    /// logged: nobody is left to tell.
+    pub(crate) fn publish_will(
+        &mut self,
+        will: Will,
+        client_id: Rc<str>,
+        now_ms: u64,
+        out: &mut impl Transport,
+    ) {
+        let mut properties = will.properties;
+        properties.will_delay_interval_s = None;
+        properties
+            .user_properties
+            .retain(|(name, _)| !name.starts_with("saguin-") || name == "saguin-id");
+        let message = Message {
+            topic: will.topic.into(),
+            payload: will.payload,
+            qos: will.qos,
+            retain: will.retain,
+            properties,
+            received_at_unix_ms: self.unix_ms(now_ms),
+            publisher: Some(Rc::clone(&client_id)),
+        };
+        let result = match self.channel_for(&message.topic) {
+            Some(_) if self.admit_queue_topic(&message.topic).is_err() => {
+                Err("a dead-letter channel takes records only from its queue")
+            }
+            Some(channel) => self
+                .store_publish(channel, message, None, now_ms, out)
+                .map_err(|_| "storage is behind"),
+            // Logged first where a durable session is owed it.
+            None => match self.log_before_route(None, None, message, now_ms, out) {
+                None => Ok(()),
+                Some(message) => self
+                    .accept_message(message, now_ms, out)
+                    .map_err(Refusal::reason),
+            },
+        };
+        if let Err(reason) = result {
+            log::warn!("the Will of {client_id} was not published: {reason}");
+        }
+    }
+}

@@ -1,0 +1,17 @@
+//! The broker's handlers, by event: what a CONNECT, a PUBLISH, a
+//! SUBSCRIBE or a session write sets in motion across the sub-machines.
+//! Each file extends [`Broker`](crate::core::Broker); none holds state of
+//! its own beyond what it hands back to the broker.
+
+mod connect;
+mod delivery;
+pub(crate) mod exactly_once;
+mod inbound;
+pub(crate) mod persist;
+#[cfg(test)]
+mod persist_tests;
+mod point_read;
+pub(crate) mod retained_writes;
+mod seek;
+mod shared;
+pub(crate) mod subscribe;

@@ -1,0 +1,353 @@
+//! SUBSCRIBE and UNSUBSCRIBE.
+
+use crate::core::refusal::Refusal;
+use std::rc::Rc;
+
+use crate::codec::{
+    topic, Packet, Properties, QoS, ReasonCode, RetainHandling, Suback, Subscribe,
+    SubscriptionOptions, Unsuback, Unsubscribe,
+};
+use crate::core::broadcast::shared::Member;
+use crate::core::broadcast::topic_index::{Subscriber, Target};
+use crate::core::message::Delivery;
+use crate::core::session::SubscriptionEntry;
+use crate::core::{Broker, Key, Transport};
+
+/// The `saguin-` User Properties a SUBSCRIBE may carry: they ask something
+/// of a channel, and a broadcast topic has nothing to give them.
+const READ_ON_SUBSCRIBE: [&str; 2] = ["saguin-filter", "saguin-deletions"];
+
+/// What a filter asks for once its form is understood.
+#[derive(Clone, Copy)]
+pub(crate) enum Form<'a> {
+    Plain(&'a str),
+    Shared {
+        share_name: &'a str,
+        filter: &'a str,
+    },
+}
+
+impl Broker {
+    pub(crate) fn handle_subscribe(
+        &mut self,
+        conn: Key,
+        subscribe: Subscribe,
+        now_ms: u64,
+        out: &mut impl Transport,
+    ) {
+        let Some(session_key) = self.session_of(conn) else {
+            return;
+        };
+        // No Local on a shared subscription is a protocol error, not a
+        // refusal (MQTT-3.8.3-4).
+        let shared_no_local = subscribe
+            .filters
+            .iter()
+            .any(|(filter, options)| options.no_local && filter.starts_with("$share/"));
+        if shared_no_local {
+            let reason = Refusal::SharedNoLocal;
+            self.end_connection(conn, Some(reason), true, now_ms, out);
+            return;
+        }
+        // A session that keeps a record has it written first.
+        if self.subscribe_after_write(conn, &subscribe, now_ms, out) {
+            return;
+        }
+        let unread = subscribe
+            .properties
+            .user_properties
+            .iter()
+            .find(|(name, _)| {
+                name.starts_with("saguin-") && !READ_ON_SUBSCRIBE.contains(&name.as_str())
+            });
+        let packet_refusal: Option<Refusal> = unread.map(|_| Refusal::ReservedSubscribeProperty);
+
+        let subscription_id = subscribe
+            .properties
+            .subscription_identifiers
+            .first()
+            .copied();
+        let mut reason_codes = Vec::with_capacity(subscribe.filters.len());
+        let mut first_refusal = None;
+        let mut retained_passes = Vec::new();
+        for (filter, options) in &subscribe.filters {
+            let queue_answer = match packet_refusal {
+                Some(_) => None,
+                None => self.subscribe_queue(conn, session_key, filter, *options),
+            };
+            if let Some(answer) = queue_answer {
+                let code = answer.unwrap_or_else(|refusal| {
+                    log::warn!(
+                        "refusing a subscription to {filter:?} from {}: {refusal}",
+                        self.client_id_of(conn)
+                    );
+                    first_refusal.get_or_insert(refusal.reason());
+                    refusal.code()
+                });
+                reason_codes.push(code);
+                continue;
+            }
+            let admitted = match packet_refusal {
+                Some(refusal) => Err(refusal),
+                None => self.admit_filter(session_key, filter),
+            };
+            let code = match admitted {
+                Ok(form) => {
+                    let existed =
+                        self.subscribe_one(session_key, filter, form, *options, subscription_id);
+                    if let Form::Plain(filter) = form {
+                        // Every filter is recorded before any channel replays.
+                        let granted = SubscriptionOptions {
+                            qos: options.qos.min(QoS::ExactlyOnce),
+                            ..*options
+                        };
+                        self.subscribe_channels(session_key, filter, granted, subscription_id, out);
+                        let wanted = match options.retain_handling {
+                            RetainHandling::SendAlways => true,
+                            RetainHandling::SendIfNew => !existed,
+                            RetainHandling::DoNotSend => false,
+                        };
+                        if wanted {
+                            retained_passes.push((filter.to_string(), *options));
+                        }
+                    }
+                    ReasonCode(options.qos.min(QoS::ExactlyOnce) as u8)
+                }
+                Err(refusal) => {
+                    log::warn!(
+                        "refusing a subscription to {filter:?} from {}: {refusal}",
+                        self.client_id_of(conn)
+                    );
+                    first_refusal.get_or_insert(refusal.reason());
+                    refusal.code()
+                }
+            };
+            reason_codes.push(code);
+        }
+        let reason_string = first_refusal.and_then(|reason| self.reason_string(conn, reason));
+        let suback = Suback {
+            packet_id: subscribe.packet_id,
+            properties: Properties {
+                reason_string,
+                ..Properties::default()
+            },
+            reason_codes,
+        };
+        self.send(conn, &Packet::Suback(suback), out);
+        // Retained values follow the SUBACK, flagged as retained.
+        let deletions = subscribe
+            .properties
+            .user_properties
+            .iter()
+            .any(|(name, _)| name == "saguin-deletions");
+        for (filter, options) in retained_passes {
+            self.send_retained(session_key, &filter, options, subscription_id, now_ms, out);
+            self.latest_state_pass(session_key, &filter, deletions);
+        }
+        self.drain_groups_of(session_key, now_ms, out);
+        self.pump_readers_of(session_key, now_ms, out);
+        self.offer_to_worker(session_key, now_ms, out);
+    }
+
+    pub(crate) fn session_of(&self, conn: Key) -> Option<Key> {
+        self.connections
+            .get(conn)?
+            .active
+            .as_ref()
+            .map(|a| a.session)
+    }
+
+    pub(crate) fn admit_filter<'a>(
+        &self,
+        session_key: Key,
+        filter: &'a str,
+    ) -> Result<Form<'a>, Refusal> {
+        let form = if filter.starts_with("$share/") {
+            match topic::parse_shared(filter) {
+                Some(Ok(shared)) => Form::Shared {
+                    share_name: shared.share_name,
+                    filter: shared.filter,
+                },
+                _ => return Err(Refusal::ShareMalformed),
+            }
+        } else if filter.len() >= 6 && filter[..6].eq_ignore_ascii_case("$share") {
+            return Err(Refusal::ShareCase);
+        } else {
+            Form::Plain(filter)
+        };
+        let inner = match form {
+            Form::Plain(f) | Form::Shared { filter: f, .. } => f,
+        };
+        if !topic::is_valid_topic_filter(inner) {
+            return Err(Refusal::WildcardPartLevel);
+        }
+        if topic::level_count(inner) > self.settings.max_topic_levels as usize {
+            return Err(Refusal::FilterTooDeep);
+        }
+        if inner == "$SYS" || inner.starts_with("$SYS/") {
+            return Err(Refusal::FilterSysTree);
+        }
+        let seek_reply = inner
+            .strip_suffix("/reply")
+            .and_then(crate::core::channel::append::seek::seek_channel)
+            .is_some();
+        if inner == "$saguin" || (inner.starts_with("$saguin/") && !seek_reply) {
+            return Err(Refusal::FilterReserved);
+        }
+        let session = self
+            .sessions
+            .get(session_key)
+            .expect("an active connection's session");
+        let is_new = !session.subscriptions.contains_key(filter);
+        if is_new && session.subscriptions.len() >= self.settings.max_subscriptions as usize {
+            return Err(Refusal::TooManySubscriptions);
+        }
+        Ok(form)
+    }
+
+    /// Adds or replaces one subscription. Returns whether the session
+    /// already held this filter.
+    pub(crate) fn subscribe_one(
+        &mut self,
+        session_key: Key,
+        filter: &str,
+        form: Form<'_>,
+        options: SubscriptionOptions,
+        subscription_id: Option<u32>,
+    ) -> bool {
+        let options = SubscriptionOptions {
+            qos: options.qos.min(QoS::ExactlyOnce),
+            ..options
+        };
+        let group = match form {
+            Form::Plain(plain) => {
+                let subscriber = Subscriber {
+                    target: Target::Session(session_key),
+                    options,
+                    subscription_id,
+                };
+                self.index.insert(plain, subscriber);
+                None
+            }
+            Form::Shared { share_name, filter } => {
+                let member = Member {
+                    session: session_key,
+                    options,
+                    subscription_id,
+                };
+                Some(self.join_group(share_name, filter, member))
+            }
+        };
+        let session = self
+            .sessions
+            .get_mut(session_key)
+            .expect("an active connection's session");
+        let entry = SubscriptionEntry {
+            options,
+            subscription_id,
+            group,
+        };
+        session.subscriptions.insert(filter.into(), entry).is_some()
+    }
+
+    /// Sends the retained values `filter` reaches, with RETAIN set.
+    fn send_retained(
+        &mut self,
+        session_key: Key,
+        filter: &str,
+        options: SubscriptionOptions,
+        subscription_id: Option<u32>,
+        now_ms: u64,
+        out: &mut impl Transport,
+    ) {
+        let client_id = self
+            .sessions
+            .get(session_key)
+            .map(|s| Rc::clone(&s.client_id));
+        let values: Vec<_> = self
+            .retained
+            .matching(filter, self.unix_ms(now_ms))
+            .filter(|m| !(options.no_local && m.publisher == client_id))
+            .cloned()
+            .collect();
+        for message in values {
+            let delivery = Delivery {
+                qos: message.qos.min(options.qos),
+                retain: true,
+                subscription_ids: subscription_id.into_iter().collect(),
+                group: None,
+                reader: None,
+                latest: None,
+                message,
+            };
+            self.deliver(session_key, delivery, now_ms, out);
+        }
+    }
+
+    pub(crate) fn handle_unsubscribe(
+        &mut self,
+        conn: Key,
+        unsubscribe: Unsubscribe,
+        now_ms: u64,
+        out: &mut impl Transport,
+    ) {
+        let Some(session_key) = self.session_of(conn) else {
+            return;
+        };
+        if self.unsubscribe_after_write(conn, &unsubscribe, now_ms, out) {
+            return;
+        }
+        let mut reason_codes = Vec::with_capacity(unsubscribe.filters.len());
+        for filter in &unsubscribe.filters {
+            let session = self
+                .sessions
+                .get_mut(session_key)
+                .expect("an active connection's session");
+            let code = match session.subscriptions.remove(filter.as_str()) {
+                None => ReasonCode::NO_SUBSCRIPTION_EXISTED,
+                Some(entry) => {
+                    match entry.group {
+                        Some(group) => self.leave_group(group, session_key),
+                        None => {
+                            self.index.remove(filter, Target::Session(session_key));
+                            self.unsubscribe_channels(session_key, filter);
+                            self.queue_unsubscribed(session_key, filter);
+                        }
+                    }
+                    ReasonCode::SUCCESS
+                }
+            };
+            reason_codes.push(code);
+        }
+        // The unsubscribe happens whatever it carries; a `saguin-` property
+        // the broker does not read is named back to a client that asked
+        // for problem information.
+        let mut properties = Properties::default();
+        let unread = unsubscribe
+            .properties
+            .user_properties
+            .iter()
+            .find(|(name, _)| name.starts_with("saguin-"));
+        if let Some((name, _)) = unread {
+            log::warn!(
+                "{} sent an UNSUBSCRIBE with {name}, which this broker does not read",
+                self.client_id_of(conn)
+            );
+            if self.reason_string(conn, "").is_some() {
+                // The client's own name is not echoed: what the broker
+                // writes under the prefix is only its own.
+                let note =
+                    "the UNSUBSCRIBE carried a saguin- User Property this broker does not read";
+                properties
+                    .user_properties
+                    .push(("saguin-unread".into(), note.into()));
+            }
+        }
+        let unsuback = Unsuback {
+            packet_id: unsubscribe.packet_id,
+            properties,
+            reason_codes,
+        };
+        self.send(conn, &Packet::Unsuback(unsuback), out);
+    }
+}

@@ -1,0 +1,137 @@
+//! What the broker keeps for one connection: when it was accepted and last
+//! heard from, and once its CONNECT is accepted, what was agreed - version,
+//! keepalive, the client's limits, its topic aliases, its Will and the
+//! order its PUBACKs go out in.
+
+pub(crate) mod budget;
+
+use std::collections::VecDeque;
+
+use crate::codec::{ProtocolVersion, Will};
+use crate::core::refusal::Refusal;
+use crate::core::slab::Key;
+use crate::core::TOPIC_ALIAS_MAXIMUM;
+
+/// A connection that has sent its CONNECT and been accepted.
+pub(crate) struct Active {
+    pub version: ProtocolVersion,
+    pub session: Key,
+    /// The keepalive in force, after any Server Keep Alive; 0 for none.
+    pub keep_alive_s: u16,
+    pub client_max_packet_size: u32,
+    pub client_receive_maximum: u16,
+    pub topic_aliases: TopicAliases,
+    /// False when the client asked not to be sent Reason Strings.
+    pub problem_information: bool,
+    /// The Session Expiry Interval granted at CONNECT.
+    pub connect_expiry_s: u32,
+    /// Boxed: a Will with its properties is large, and most have none.
+    pub will: Option<Box<Will>>,
+    pub pubacks: PubackOrder,
+}
+
+/// One QoS 1 publish's place in the PUBACK order, and its answer once known.
+struct PubackSlot {
+    slot: u64,
+    packet_id: u16,
+    answer: Option<Result<(), Refusal>>,
+}
+
+/// QoS 1 publishes awaiting their PUBACK, in arrival order: MQTT has
+/// PUBACKs sent in that order, and a stored publish is answered only once
+/// its commit returns (MQTT-4.6.0-2).
+#[derive(Default)]
+pub(crate) struct PubackOrder {
+    waiting: VecDeque<PubackSlot>,
+    next_slot: u64,
+}
+
+impl PubackOrder {
+    /// Takes the next place in the order for a publish just received.
+    pub fn reserve(&mut self, packet_id: u16) -> u64 {
+        let slot = self.next_slot;
+        self.next_slot += 1;
+        debug_assert!(self.waiting.back().is_none_or(|last| last.slot < slot));
+        self.waiting.push_back(PubackSlot {
+            slot,
+            packet_id,
+            answer: None,
+        });
+        slot
+    }
+
+    /// Records the answer for `slot`, once known: stored, or why not.
+    pub fn answer(&mut self, slot: u64, answer: Result<(), Refusal>) {
+        debug_assert!(slot < self.next_slot, "a slot this order handed out");
+        if let Some(entry) = self.waiting.iter_mut().find(|e| e.slot == slot) {
+            debug_assert!(entry.answer.is_none(), "a publish is answered once");
+            entry.answer = Some(answer);
+        }
+    }
+
+    /// The next PUBACK due - the oldest publish's, once it has its answer -
+    /// as its packet identifier and answer. A later publish answered first
+    /// waits behind it.
+    pub fn next_due(&mut self) -> Option<(u16, Result<(), Refusal>)> {
+        let answer = self.waiting.front()?.answer?;
+        let entry = self.waiting.pop_front()?;
+        Some((entry.packet_id, answer))
+    }
+}
+
+/// Topic aliases one client registered on one connection. Their number is
+/// fixed when the broker is built, and told to each MQTT 5 client in its
+/// CONNACK, so the table is a fixed-capacity one.
+#[derive(Default)]
+pub(crate) struct TopicAliases {
+    /// Made on the first alias: most connections never use one.
+    slots: Option<Box<AliasTable>>,
+}
+
+/// Each registered alias with its topic.
+type AliasTable = heapless::Vec<(u16, Box<str>), ALIASES>;
+
+const ALIASES: usize = TOPIC_ALIAS_MAXIMUM as usize;
+// An alias is a nonzero u16, and the CONNACK advertises the bound.
+const _: () = assert!(ALIASES >= 1 && ALIASES <= u16::MAX as usize);
+
+impl TopicAliases {
+    /// Applies a PUBLISH's Topic Alias to its `topic`: an empty topic
+    /// takes the topic the alias names, and a topic (re)registers the
+    /// alias - unless it is over `max_topic_length_bytes`, which refuses
+    /// the publish later and must not be remembered.
+    pub fn resolve(
+        &mut self,
+        alias: u16,
+        topic: &mut String,
+        max_topic_length_bytes: usize,
+    ) -> Result<(), Refusal> {
+        if alias == 0 || alias > TOPIC_ALIAS_MAXIMUM {
+            return Err(Refusal::TopicAliasAboveMaximum);
+        }
+        let slots = self.slots.get_or_insert_with(Default::default);
+        let found = slots.iter_mut().find(|(a, _)| *a == alias);
+        if topic.is_empty() {
+            match found {
+                Some((_, registered)) => *topic = registered.to_string(),
+                None => return Err(Refusal::TopicAliasUnregistered),
+            }
+        } else if topic.len() <= max_topic_length_bytes {
+            match found {
+                Some((_, registered)) => *registered = topic.as_str().into(),
+                None => {
+                    // Aliases are distinct numbers in 1..=ALIASES.
+                    let pushed = slots.push((alias, topic.as_str().into()));
+                    debug_assert!(pushed.is_ok(), "one slot per alias");
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+pub(crate) struct Connection {
+    pub accepted_at_ms: u64,
+    pub last_received_ms: u64,
+    pub active: Option<Active>,
+}

@@ -1,0 +1,116 @@
+//! Every session the broker holds, by key and by client id.
+
+use std::collections::HashMap;
+
+use crate::core::session::Session;
+use crate::core::slab::{Key, Slab};
+
+pub(crate) struct Sessions {
+    table: Slab<Session>,
+    /// Each client id's session: every entry names a session the table
+    /// holds, and a session another has replaced may be absent from it.
+    by_client_id: HashMap<Box<str>, Key>,
+    /// The last client id the broker assigned.
+    last_assigned_id: u64,
+}
+
+impl Sessions {
+    pub fn new() -> Sessions {
+        Sessions {
+            // Away sessions are bounded by their expiry; the table grows
+            // with use up to a bound far above what a gateway holds.
+            table: Slab::growable(u32::MAX as usize),
+            by_client_id: HashMap::new(),
+            last_assigned_id: 0,
+        }
+    }
+
+    pub fn get(&self, key: Key) -> Option<&Session> {
+        self.table.get(key)
+    }
+
+    pub fn get_mut(&mut self, key: Key) -> Option<&mut Session> {
+        self.table.get_mut(key)
+    }
+
+    pub fn contains(&self, key: Key) -> bool {
+        self.table.contains(key)
+    }
+
+    pub fn len(&self) -> usize {
+        self.table.len()
+    }
+
+    pub fn keys(&self) -> Vec<Key> {
+        self.table.keys()
+    }
+
+    pub fn iter(&self) -> impl Iterator<Item = (Key, &Session)> {
+        self.table.iter()
+    }
+
+    /// The session `client_id` names, if one does.
+    pub fn key_of(&self, client_id: &str) -> Option<Key> {
+        self.by_client_id.get(client_id).copied()
+    }
+
+    /// Adds a session for its client id, which names it from now on. What
+    /// the id named before must have been ended first.
+    pub fn insert(&mut self, session: Session) -> Key {
+        let client_id: Box<str> = (*session.client_id).into();
+        let key = self
+            .table
+            .insert_with(|_| session)
+            .expect("the session table is bounded far above its use");
+        let replaced = self.by_client_id.insert(client_id, key);
+        debug_assert!(replaced.is_none_or(|old| !self.table.contains(old)));
+        debug_assert!(self.by_client_id.len() <= self.table.len());
+        key
+    }
+
+    /// Takes a session out; its client id names nothing after, unless it
+    /// already named a newer session.
+    pub fn remove(&mut self, key: Key) -> Option<Session> {
+        let session = self.table.remove(key)?;
+        if self.by_client_id.get(&*session.client_id) == Some(&key) {
+            self.by_client_id.remove(&*session.client_id);
+        }
+        debug_assert!(self.by_client_id.len() <= self.table.len());
+        Some(session)
+    }
+
+    /// A client id for a client that sent none, unlike any held now.
+    pub fn assign_client_id(&mut self) -> String {
+        loop {
+            self.last_assigned_id += 1;
+            let id = format!("saguin-{:016x}", self.last_assigned_id);
+            if !self.by_client_id.contains_key(id.as_str()) {
+                return id;
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_client_id_names_its_newest_session_until_that_one_ends() {
+        let mut sessions = Sessions::new();
+        let old = sessions.insert(Session::new("a", 60));
+        assert_eq!(sessions.key_of("a"), Some(old));
+        assert!(sessions.remove(old).is_some());
+        assert_eq!(sessions.key_of("a"), None);
+        let new = sessions.insert(Session::new("a", 60));
+        assert_eq!(sessions.key_of("a"), Some(new));
+        assert_eq!(sessions.len(), 1);
+    }
+
+    #[test]
+    fn assigned_client_ids_are_unlike_those_held() {
+        let mut sessions = Sessions::new();
+        sessions.insert(Session::new("saguin-0000000000000001", 0));
+        assert_eq!(sessions.assign_client_id(), "saguin-0000000000000002");
+    }
+}
