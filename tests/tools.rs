@@ -538,3 +538,55 @@ impl TapPublish for BrokerProcess {
         self
     }
 }
+
+#[test]
+fn route_answers_from_the_configuration_the_broker_runs_with() {
+    let dir = TempDir::new("route");
+    // The configuration a broker really started on.
+    let mut broker = BrokerProcess::start_in(dir.path(), REDB, CHANNELS);
+    assert!(broker.terminate().success());
+    let config = dir.path().join("saguin.yaml");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_saguin"))
+        .args(["--route", config.to_str().unwrap()])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    use std::io::Write as _;
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(b"events/a\nstate/b\n# a note\n\njobs/x\nother/y\njobs/#\n")
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(out.status.success());
+    assert_eq!(
+        String::from_utf8(out.stdout).unwrap(),
+        "# topic-or-filter\tchannel\ttype\twhy\n\
+         events/a\tevents\tappend\tevents/#\n\
+         state/b\tstate\tlatest\tstate/#\n\
+         jobs/x\tjobs\tqueue\tjobs/#\n\
+         other/y\t-\tbroadcast\t-\n\
+         jobs/#\tjobs\tqueue\texcluded\n\
+         jobs/#\tjobs__dlq\tappend\treplayed\n"
+    );
+    let (code, out, _) = saguin(&["--route", config.to_str().unwrap(), "state/b"]);
+    assert_eq!(code, 0);
+    assert!(out.contains("channel    state (latest)"), "{out}");
+    assert!(
+        out.contains(&format!(
+            "provider   local (redb, {}/saguin.redb",
+            dir.path().display()
+        )),
+        "{out}"
+    );
+    let (code, out, _) = saguin(&["--route", config.to_str().unwrap(), "other/y", "--json"]);
+    assert_eq!(code, 0);
+    assert!(
+        out.starts_with(
+            "{\"subject\":\"other/y\",\"answers\":[{\"channel\":null,\"type\":\"broadcast\""
+        ),
+        "{out}"
+    );
+}
