@@ -1,5 +1,6 @@
 //! Sagüin: an MQTT 3.1.1 and 5 broker for edge gateways.
 //!
+//! - [`auth`]: who may connect: password files and each door's rule;
 //! - [`codec`]: the MQTT 3.1.1 and 5 wire format, pure functions over bytes;
 //! - [`config`]: the YAML configuration and its validation;
 //! - [`core`]: the broker's rules as a sans-IO state machine;
@@ -8,6 +9,7 @@
 //! - [`tools`]: the operator's command-line tools (route, inspect,
 //!   conversions, backup).
 
+pub mod auth;
 pub mod codec;
 pub mod config;
 pub mod core;

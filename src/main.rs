@@ -9,6 +9,7 @@ const USAGE: &str = "\
 usage: saguin [--config FILE]      run the broker (without --config: the embedded default, data in ./data)
        saguin --check-config FILE  validate FILE and exit
        saguin --print-default-config
+       saguin --passwd FILE add USER | delete USER | list
        saguin --version
 {}";
 
@@ -18,6 +19,8 @@ enum Command {
     PrintDefaultConfig,
     Version,
     Help,
+    /// `--passwd` and what follows it.
+    Passwd(Vec<String>),
 }
 
 fn parse_args(args: &[String]) -> Result<Command, String> {
@@ -25,6 +28,7 @@ fn parse_args(args: &[String]) -> Result<Command, String> {
         [] => Ok(Command::Run(None)),
         [flag, path] if flag == "--config" => Ok(Command::Run(Some(path.into()))),
         [flag, path] if flag == "--check-config" => Ok(Command::CheckConfig(path.into())),
+        [flag, rest @ ..] if flag == "--passwd" => Ok(Command::Passwd(rest.to_vec())),
         [flag] if flag == "--print-default-config" => Ok(Command::PrintDefaultConfig),
         [flag] if flag == "--version" || flag == "-V" => Ok(Command::Version),
         [flag] if flag == "--help" || flag == "-h" => Ok(Command::Help),
@@ -74,7 +78,17 @@ fn main() -> ExitCode {
     };
     match command {
         Command::Version => println!("saguin {}", env!("CARGO_PKG_VERSION")),
+<<<<<<< HEAD
         Command::Help => println!("{}", usage()),
+=======
+        Command::Help => println!("{USAGE}"),
+        Command::Passwd(args) => {
+            if let Err(message) = saguin::auth::command::run(&args) {
+                eprintln!("{message}");
+                return ExitCode::from(2);
+            }
+        }
+>>>>>>> main
         Command::PrintDefaultConfig => print!("{}", config::DEFAULT_CONFIG_YAML),
         Command::CheckConfig(path) => {
             if let Err(code) = load(Some(path.clone())) {
@@ -92,7 +106,15 @@ fn main() -> ExitCode {
             if let Err(error) = simple_logger::SimpleLogger::new().with_level(level).init() {
                 eprintln!("cannot start logging: {error}");
             }
-            if let Err(error) = saguin::net::run(config.shell_settings()) {
+            let rules = config.broker.mqtt.door_rules();
+            let authentication = match saguin::auth::Authentication::load(&rules) {
+                Ok(authentication) => authentication,
+                Err(error) => {
+                    log::error!("{error}");
+                    return ExitCode::FAILURE;
+                }
+            };
+            if let Err(error) = saguin::net::run(config.shell_settings(), authentication) {
                 log::error!("{error}");
                 return ExitCode::FAILURE;
             }

@@ -6,6 +6,7 @@ use std::path::PathBuf;
 
 use serde_yaml::Value;
 
+use super::authentication::{self, AuthenticationKeys};
 use super::channels::Scope;
 use super::exchanges::{self, Qos2Config, SessionConfig, ShareConfig};
 use super::findings::{show, Findings};
@@ -15,6 +16,7 @@ use super::listen::{self, TcpDoor};
 use super::persistence::{self, RetainedConfig};
 use super::storage::{self, StorageConfig};
 use super::table::{table, Keys};
+use crate::auth::DoorRule;
 
 /// Everything under `broker:`.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -88,6 +90,22 @@ pub struct MqttConfig {
     pub tcp: Vec<TcpDoor>,
     /// `broker.mqtt.min_protocol_version`.
     pub min_protocol_version: MinProtocolVersion,
+    /// `broker.mqtt.password_file` and `allow_anonymous`, as written;
+    /// [`MqttConfig::door_rules`] settles what each door does.
+    pub authentication: AuthenticationKeys,
+}
+
+impl MqttConfig {
+    /// Each door's rule for who may connect, in door order.
+    pub fn door_rules(&self) -> Vec<DoorRule> {
+        authentication::door_rules(&self.authentication, self.door_keys())
+    }
+
+    fn door_keys(&self) -> impl Iterator<Item = (&str, &AuthenticationKeys)> {
+        self.tcp
+            .iter()
+            .map(|door| (door.name.as_str(), &door.authentication))
+    }
 }
 
 /// `broker.mqtt.min_protocol_version`: the oldest MQTT admitted.
@@ -127,8 +145,13 @@ const BROKER_KEYS: Keys = Keys {
 };
 
 const MQTT_KEYS: Keys = Keys {
-    supported: &["listen", "min_protocol_version"],
-    not_yet: &["password_file", "allow_anonymous", "acl_file"],
+    supported: &[
+        "listen",
+        "min_protocol_version",
+        "password_file",
+        "allow_anonymous",
+    ],
+    not_yet: &["acl_file"],
 };
 
 /// Reads `broker:`, and returns beside it what channels are checked
@@ -282,10 +305,14 @@ fn mqtt(f: &mut Findings, value: Option<&Value>) -> Option<MqttConfig> {
     let t = table(f, "broker.mqtt", value.unwrap_or(&Value::Null), &MQTT_KEYS)?;
     let tcp = listen::parse(f, "broker.mqtt.listen", t.get("listen"));
     let min_protocol_version = min_protocol_version(f, t.get("min_protocol_version"));
-    Some(MqttConfig {
+    let authentication = authentication::keys(f, "broker.mqtt", &t);
+    let mqtt = MqttConfig {
         tcp: tcp?,
         min_protocol_version: min_protocol_version?,
-    })
+        authentication: authentication?,
+    };
+    authentication::check(f, &mqtt.door_rules(), mqtt.door_keys());
+    Some(mqtt)
 }
 
 /// Accepts `"3.1.1"` (YAML reads the bare form as text too) and `5`,

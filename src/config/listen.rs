@@ -10,6 +10,7 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 use serde_yaml::Value;
 
+use super::authentication::{self, AuthenticationKeys};
 use super::findings::{show, Findings};
 use super::table::{table, Keys};
 
@@ -24,6 +25,8 @@ pub struct TcpDoor {
     /// that an empty host (`:1883`, every interface) is given as `0.0.0.0`,
     /// and the port is written as a plain decimal number.
     pub address: String,
+    /// The door's own `password_file` and `allow_anonymous`, as written.
+    pub authentication: AuthenticationKeys,
 }
 
 /// The name a door takes when the file gives it none.
@@ -38,8 +41,8 @@ const LISTEN_KEYS: Keys = Keys {
 };
 
 const DOOR_KEYS: Keys = Keys {
-    supported: &["name", "address"],
-    not_yet: &["tls", "password_file", "allow_anonymous"],
+    supported: &["name", "address", "password_file", "allow_anonymous"],
+    not_yet: &["tls"],
 };
 
 /// Reads `broker.mqtt.listen`. With no listener written at all, one `tcp`
@@ -151,6 +154,7 @@ pub(super) fn parse(f: &mut Findings, path: &str, value: Option<&Value>) -> Opti
             Some(TcpDoor {
                 name: d.name?,
                 address: d.address?.1.bind,
+                authentication: d.authentication?,
             })
         })
         .collect()
@@ -160,6 +164,7 @@ fn default_doors() -> Vec<TcpDoor> {
     vec![TcpDoor {
         name: DEFAULT_TCP_DOOR_NAME.to_string(),
         address: DEFAULT_TCP_ADDRESS.to_string(),
+        authentication: AuthenticationKeys::default(),
     }]
 }
 
@@ -170,6 +175,7 @@ struct Door {
     name: Option<String>,
     /// The address as written, and as read.
     address: Option<(String, Address)>,
+    authentication: Option<AuthenticationKeys>,
 }
 
 impl Door {
@@ -247,6 +253,7 @@ fn door(f: &mut Findings, path: &str, value: &Value, default_name: Option<&str>)
         path: path.to_string(),
         name,
         address,
+        authentication: authentication::keys(f, path, &t),
     })
 }
 

@@ -23,6 +23,7 @@
 //! place. An `!include` resolves against the directory of the file that
 //! holds it, so only [`load`] and [`parse_with_base`] can follow one.
 
+mod authentication;
 mod broker;
 mod channels;
 mod embedded;
@@ -47,6 +48,7 @@ mod tests;
 use std::fmt;
 use std::path::Path;
 
+pub use authentication::AuthenticationKeys;
 pub use broker::{BrokerConfig, LogLevel, MinProtocolVersion, MqttConfig};
 pub use channels::{ChannelConfig, ChannelKind, Start, MAX_FILTER_EXPANSIONS};
 pub use embedded::{DEFAULT_CONFIG_YAML, EMBEDDED_DATA_DIR, EMBEDDED_SOURCE};

@@ -78,7 +78,8 @@ fn a_minimal_file_takes_every_default() {
         c.broker.mqtt.tcp,
         vec![TcpDoor {
             name: "tcp".into(),
-            address: "0.0.0.0:1883".into()
+            address: "0.0.0.0:1883".into(),
+            authentication: Default::default(),
         }]
     );
     assert_eq!(c.broker.mqtt.min_protocol_version, MinProtocolVersion::V311);
@@ -674,11 +675,6 @@ fn keys_not_supported_yet_are_refused_as_recognised() {
     let cases = [
         ("broker:\n  id: a\n  operations: {}\n", "broker.operations:"),
         ("broker:\n  id: a\nbridges: {}\n", "bridges:"),
-        (&mqtt("password_file: /etc/p"), "broker.mqtt.password_file:"),
-        (
-            &mqtt("allow_anonymous: true"),
-            "broker.mqtt.allow_anonymous:",
-        ),
         (&mqtt("acl_file: /etc/acl.yaml"), "broker.mqtt.acl_file:"),
         (
             &mqtt("listen:\n  ws:\n    address: 0.0.0.0:8083"),
@@ -731,6 +727,7 @@ fn door(name: &str, address: &str) -> TcpDoor {
     TcpDoor {
         name: name.into(),
         address: address.into(),
+        authentication: Default::default(),
     }
 }
 

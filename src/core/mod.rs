@@ -19,6 +19,7 @@ mod tests;
 mod timer;
 
 use std::collections::HashMap;
+use std::sync::Arc;
 
 use crate::codec::{
     Connack, DecodeError, Disconnect, Packet, Properties, ProtocolVersion, ReasonCode, Subscribe,
@@ -35,6 +36,7 @@ pub use channel::{ChannelSettings, ChannelStart};
 pub use channel::queue::dead_letter;
 pub use channel::queue::rules as queue_rules;
 pub use channel::{claims, latest, load as channel_load, queue};
+pub use connection::origin::Origin;
 use connection::{Active, Connection};
 pub use refusal::Refusal;
 pub use slab::Key;
@@ -293,6 +295,8 @@ pub struct Broker {
     /// Session records in the session provider.
     pub(crate) persist: broker::persist::Persistence,
     pub(crate) queues: channel::queue::Queues,
+    /// Who may connect; replaced whole on a reload.
+    pub(crate) authentication: Arc<crate::auth::Authentication>,
 }
 
 impl Broker {
@@ -336,6 +340,7 @@ impl Broker {
             ),
             match_scratch: Vec::new(),
             persist: broker::persist::Persistence::default(),
+            authentication: Arc::default(),
             settings,
         }
     }
@@ -363,11 +368,14 @@ impl Broker {
 
     /// Takes a slot in the connection table for a new socket, or `None`
     /// when every slot is taken.
-    pub fn accept(&mut self, now_ms: u64) -> Option<Key> {
+    pub fn accept(&mut self, now_ms: u64, origin: Origin) -> Option<Key> {
         let key = self.connections.insert_with(|_| Connection {
             accepted_at_ms: now_ms,
             last_received_ms: now_ms,
             active: None,
+            origin,
+            user: None,
+            checked: None,
         });
         match key {
             Some(_) => self.stats.connections_accepted += 1,

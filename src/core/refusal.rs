@@ -68,6 +68,9 @@ refusals! {
     KeptSessionWithoutClientId = (CLIENT_IDENTIFIER_NOT_VALID, Connack, "a session kept past its connection needs a client id"),
     ClientIdControlCharacter = (CLIENT_IDENTIFIER_NOT_VALID, Connack, "client id holds a control character"),
     UserNameControlCharacter = (BAD_USER_NAME_OR_PASSWORD, Connack, "user name holds a control character"),
+    /// One answer for an unknown user, a wrong password and a missing one:
+    /// telling them apart would tell a caller who exists.
+    BadCredentials = (BAD_USER_NAME_OR_PASSWORD, Connack, "bad user name or password"),
     ReservedConnectProperty = (IMPLEMENTATION_SPECIFIC_ERROR, Connack, "saguin- User Properties are reserved"),
     WillTopicNotAName = (TOPIC_NAME_INVALID, Connack, "Will topic holds a wildcard or is empty"),
     WillTopicTooLong = (TOPIC_NAME_INVALID, Connack, "topic longer than limits.max_topic_length"),

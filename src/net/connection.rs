@@ -1,7 +1,10 @@
 //! One client connection: a reader that decodes packets into the core and a
 //! writer that drains the connection's outbox onto the socket.
 
+use std::sync::Arc;
 use std::time::Duration;
+
+use smol::lock::Semaphore;
 
 use async_net::{Shutdown, TcpStream};
 use smol::future;
@@ -10,8 +13,8 @@ use smol::io::{AsyncReadExt, AsyncWriteExt};
 use super::outbox::{reader_may_continue, writable, Outbox};
 use super::SharedRef;
 use crate::codec::{
-    decode_fixed_header, decode_packet, peek_connect_version, DecodeError, PacketType,
-    ProtocolVersion, ReasonCode,
+    decode_fixed_header, decode_packet, peek_connect_version, DecodeError, FixedHeader, Packet,
+    PacketType, ProtocolVersion, ReasonCode,
 };
 use crate::core::{Broker, Key};
 
@@ -66,6 +69,41 @@ fn dispatch(shared: &SharedRef, key: Key, header: &crate::codec::FixedHeader, bo
     broker.is_open(key)
 }
 
+/// Password checks run one at a time on the blocking pool: a storm of
+/// CONNECTs waits here as idle tasks, and the executor serving every other
+/// client never computes a hash.
+static CREDENTIAL_CHECKS: Semaphore = Semaphore::new(1);
+
+/// Checks a CONNECT's password off the executor and hands the core the
+/// verdict, where checking it takes a hash.
+async fn check_credentials(shared: &SharedRef, key: Key, header: &FixedHeader, body: &[u8]) {
+    let Ok(Packet::Connect(connect)) = decode_packet(header, body, None) else {
+        return;
+    };
+    let (authentication, door) = {
+        let state = shared.borrow();
+        let Some(door) = state.broker.credential_door(key) else {
+            return;
+        };
+        let authentication = state.broker.authentication();
+        if !authentication.computes_hash(door, connect.username.as_deref()) {
+            return;
+        }
+        (Arc::clone(authentication), door)
+    };
+    let _permit = CREDENTIAL_CHECKS.acquire().await;
+    log::debug!("checking a password off the executor");
+    let verdict = smol::unblock(move || {
+        authentication.check(
+            door,
+            connect.username.as_deref(),
+            connect.password.as_deref(),
+        )
+    })
+    .await;
+    shared.borrow_mut().broker.credentials_checked(key, verdict);
+}
+
 fn connect_version_hint(packet_type: u8, body: &[u8]) -> Option<ProtocolVersion> {
     (packet_type == PacketType::Connect as u8)
         .then(|| peek_connect_version(body))
@@ -107,6 +145,9 @@ async fn read_loop(shared: SharedRef, mut stream: TcpStream, key: Key, outbox: O
                 break;
             }
             let body = &pending[header.header_len..header.packet_len()];
+            if header.packet_type == PacketType::Connect as u8 {
+                check_credentials(&shared, key, &header, body).await;
+            }
             if !dispatch(&shared, key, &header, body) {
                 return;
             }

@@ -10,6 +10,7 @@ mod storage;
 use std::cell::RefCell;
 use std::io;
 use std::rc::Rc;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use async_net::TcpListener;
@@ -17,7 +18,8 @@ use async_signal::{Signal, Signals};
 use smol::stream::StreamExt;
 use smol::LocalExecutor;
 
-use crate::core::Broker;
+use crate::auth::Authentication;
+use crate::core::{Broker, Origin};
 use outbox::Outboxes;
 pub use settings::{Door, Settings};
 
@@ -63,13 +65,18 @@ pub fn worst_case_connection_bytes(settings: &crate::core::Settings) -> u64 {
 }
 
 /// Binds every door, then serves until SIGTERM or SIGINT (SIGHUP and
-/// SIGUSR1 do not stop it).
-pub fn run(settings: Settings) -> io::Result<()> {
+/// SIGUSR1 do not stop it), admitting clients by `authentication` and
+/// re-reading its password files on SIGUSR1.
+pub fn run(settings: Settings, authentication: Authentication) -> io::Result<()> {
     let executor: &'static LocalExecutor<'static> = Box::leak(Box::new(LocalExecutor::new()));
-    smol::block_on(executor.run(serve(executor, settings)))
+    smol::block_on(executor.run(serve(executor, settings, authentication)))
 }
 
-async fn serve(executor: &'static LocalExecutor<'static>, mut shell: Settings) -> io::Result<()> {
+async fn serve(
+    executor: &'static LocalExecutor<'static>,
+    mut shell: Settings,
+    authentication: Authentication,
+) -> io::Result<()> {
     let (mut storage, completions) = storage::start(&mut shell)?;
     let mut settings = shell.core;
     settings.start_unix_ms = std::time::SystemTime::now()
@@ -132,6 +139,8 @@ async fn serve(executor: &'static LocalExecutor<'static>, mut shell: Settings) -
         let mut guard = shared.borrow_mut();
         let state = &mut *guard;
         let now_ms = state.now_ms();
+        log::info!("who may connect: {}", authentication.summary());
+        state.broker.set_authentication(Arc::new(authentication));
         state.broker.restore_retained(restored_retained);
         state.broker.restore_sessions(
             restored_sessions,
@@ -144,11 +153,11 @@ async fn serve(executor: &'static LocalExecutor<'static>, mut shell: Settings) -
             .restore_holds(restored_holds, now_ms, &mut state.outboxes);
     }
     let mut tasks = Vec::new();
-    for listener in listeners {
+    for (door, listener) in listeners.into_iter().enumerate() {
         let accept = accept_loop(
             executor,
             shared.clone(),
-            listener,
+            (door, listener),
             shell.max_connect_rate_per_s,
             shell.write_timeout_ms,
         );
@@ -157,7 +166,7 @@ async fn serve(executor: &'static LocalExecutor<'static>, mut shell: Settings) -
     tasks.push(executor.spawn(tick_loop(shared.clone())));
     tasks.push(executor.spawn(completion_loop(shared.clone(), completions)));
 
-    wait_for_stop(signals, reload::Reload::default()).await;
+    wait_for_stop(signals, reload::Reload::new(shared.clone())).await;
     drop(tasks);
     shutdown(&shared).await;
     // Queued writes, the positions just committed among them, land before
@@ -170,7 +179,7 @@ async fn serve(executor: &'static LocalExecutor<'static>, mut shell: Settings) -
 async fn accept_loop(
     executor: &'static LocalExecutor<'static>,
     shared: SharedRef,
-    listener: TcpListener,
+    (door, listener): (usize, TcpListener),
     max_connect_rate_per_s: Option<u32>,
     write_timeout_ms: Option<u64>,
 ) {
@@ -190,7 +199,11 @@ async fn accept_loop(
         let mut guard = shared.borrow_mut();
         let state = &mut *guard;
         let now_ms = state.now_ms();
-        match state.broker.accept(now_ms) {
+        let origin = Origin {
+            door,
+            ..Origin::default()
+        };
+        match state.broker.accept(now_ms, origin) {
             Some(key) => {
                 let outbox = state.outboxes.insert(key);
                 executor
@@ -257,7 +270,7 @@ async fn wait_for_stop(mut signals: Signals, mut reload: reload::Reload) {
                 "received SIGHUP: ignored; it does not reload the configuration, \
                  SIGUSR1 does, and SIGTERM stops the broker"
             ),
-            Ok(Signal::Usr1) => reload.reload(),
+            Ok(Signal::Usr1) => reload.reload().await,
             Ok(signal) => {
                 log::info!("received {signal:?}, stopping");
                 return;

@@ -114,6 +114,22 @@ impl BrokerProcess {
         broker
     }
 
+    /// The port of the door named `door`, from its "bound to" log line.
+    pub fn door_port(&mut self, door: &str) -> u16 {
+        let line = self.wait_for_log(&format!("listener {door} bound to"));
+        line.rsplit(':').next().unwrap().trim().parse().unwrap()
+    }
+
+    /// Sends `signal` (`USR1`, say) to the broker.
+    pub fn signal(&self, signal: &str) {
+        let sent = Command::new("kill")
+            .arg(format!("-{signal}"))
+            .arg(self.pid().to_string())
+            .status()
+            .unwrap();
+        assert!(sent.success(), "kill -{signal} failed");
+    }
+
     /// Waits for a log line containing `needle` and returns it.
     pub fn wait_for_log(&mut self, needle: &str) -> String {
         if let Some(line) = self.log_lines.iter().find(|l| l.contains(needle)) {
@@ -287,6 +303,8 @@ impl RawClient {
                 {
                     return None
                 }
+                // A signal to the test process cut the read short: read again.
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
                 Err(_) => return Some(Received::Closed),
             }
         }
@@ -345,7 +363,17 @@ pub fn connect_packet(version: ProtocolVersion, client_id: &str) -> Connect {
 /// True when the mosquitto command-line clients are installed. When they are
 /// not, says so loudly: the test that needed them did not run.
 pub fn have_mosquitto_clients(test: &str) -> bool {
-    let found = ["mosquitto_pub", "mosquitto_sub"].iter().all(|tool| {
+    have_tools(
+        test,
+        &["mosquitto_pub", "mosquitto_sub"],
+        "mosquitto-clients",
+    )
+}
+
+/// True when every one of `tools` can be run; otherwise says loudly that
+/// `test` was skipped, and which Debian package brings them.
+pub fn have_tools(test: &str, tools: &[&str], package: &str) -> bool {
+    let found = tools.iter().all(|tool| {
         Command::new(tool)
             .arg("--help")
             .stdout(Stdio::null())
@@ -355,7 +383,10 @@ pub fn have_mosquitto_clients(test: &str) -> bool {
     });
     if !found {
         // Written to the real stderr: the test harness captures eprintln!.
-        let message = format!("\n*** SKIPPED {test}: mosquitto_pub/mosquitto_sub are not installed (apt-get install mosquitto-clients) ***\n");
+        let message = format!(
+            "\n*** SKIPPED {test}: {} not installed (apt-get install {package}) ***\n",
+            tools.join(", ")
+        );
         let _ = std::io::stderr().write_all(message.as_bytes());
     }
     found

@@ -62,7 +62,7 @@ def broker_binary() -> Path:
 class Broker:
     """One broker process; its log lines are kept for waits and for failures."""
 
-    def __init__(self, directory: Path, extra_yaml: str, top_yaml: str = ""):
+    def __init__(self, directory: Path, extra_yaml: str, top_yaml: str = "", mqtt_yaml: str = ""):
         self.config_path = directory / "saguin.yaml"
         # `extra_yaml` is written as if at column 0 under `broker:`, and
         # `top_yaml` (channels) after it; `{dir}` in either is this broker's
@@ -70,12 +70,15 @@ class Broker:
         extra_yaml = extra_yaml.replace("{dir}", str(directory))
         top = textwrap.dedent(top_yaml).replace("{dir}", str(directory)).strip("\n")
         extra = textwrap.indent(textwrap.dedent(extra_yaml).strip("\n"), "  ")
+        # `mqtt_yaml` goes under `broker.mqtt:`, beside `listen:`.
+        mqtt_keys = textwrap.indent(textwrap.dedent(mqtt_yaml).strip("\n"), "    ")
         self.config_path.write_text(
             "broker:\n"
             "  id: interop\n"
             "  log_level: debug\n"
             "  mqtt:\n"
-            "    listen:\n"
+            + (mqtt_keys.replace("{dir}", str(directory)) + "\n" if mqtt_keys.strip() else "")
+            + "    listen:\n"
             "      tcp:\n"
             "        address: 127.0.0.1:0\n"
             + (extra + "\n" if extra.strip() else "")
@@ -322,10 +325,10 @@ def start_broker(tmp_path):
     has `extra_yaml` (e.g. "limits:\\n  max_keepalive: 5s") under `broker:`."""
     started: list[Broker] = []
 
-    def start(extra_yaml: str = "", top_yaml: str = "") -> Broker:
+    def start(extra_yaml: str = "", top_yaml: str = "", mqtt_yaml: str = "") -> Broker:
         directory = tmp_path / f"broker{len(started)}"
         directory.mkdir()
-        broker = Broker(directory, extra_yaml, top_yaml)
+        broker = Broker(directory, extra_yaml, top_yaml, mqtt_yaml)
         started.append(broker)
         return broker
 

@@ -34,7 +34,8 @@ impl Broker {
     ) {
         // Every check that can refuse a CONNECT runs before its session is
         // looked at, so a refused CONNECT changes nothing.
-        if let Err(refusal) = self.admit_connect(&connect) {
+        let admitted = self.admit_connect(&connect);
+        if let Err(refusal) = admitted.and_then(|()| self.authenticate(conn, &connect)) {
             log::warn!(
                 "refusing CONNECT from client id {:?}: {refusal}",
                 connect.client_id

@@ -3,6 +3,7 @@
 //! Each file extends [`Broker`](crate::core::Broker); none holds state of
 //! its own beyond what it hands back to the broker.
 
+mod authenticate;
 mod connect;
 mod delivery;
 pub(crate) mod exactly_once;

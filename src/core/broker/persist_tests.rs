@@ -145,7 +145,9 @@ impl Rig {
     }
 
     fn open(&mut self) -> Key {
-        self.broker.accept(self.now_ms).unwrap()
+        self.broker
+            .accept(self.now_ms, crate::core::Origin::default())
+            .unwrap()
     }
 
     /// The broker crashes; a new one starts on what the disk kept, and the
