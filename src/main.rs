@@ -78,17 +78,13 @@ fn main() -> ExitCode {
     };
     match command {
         Command::Version => println!("saguin {}", env!("CARGO_PKG_VERSION")),
-<<<<<<< HEAD
         Command::Help => println!("{}", usage()),
-=======
-        Command::Help => println!("{USAGE}"),
         Command::Passwd(args) => {
             if let Err(message) = saguin::auth::command::run(&args) {
                 eprintln!("{message}");
                 return ExitCode::from(2);
             }
         }
->>>>>>> main
         Command::PrintDefaultConfig => print!("{}", config::DEFAULT_CONFIG_YAML),
         Command::CheckConfig(path) => {
             if let Err(code) = load(Some(path.clone())) {

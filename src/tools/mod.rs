@@ -23,8 +23,7 @@ use std::process::ExitCode;
 use crate::store::{self, StoreError};
 
 /// The tools' part of `saguin --help`.
-pub const USAGE: &str = "\
-       saguin --route CONFIG [TOPIC-OR-FILTER] [--json]
+pub const USAGE: &str = "       saguin --route CONFIG [TOPIC-OR-FILTER] [--json]
                                    where a topic lands; without one, a subject a line from stdin
        saguin inspect PATH [--json]  what a stopped broker's redb file or snapshot directory holds
        saguin --snapshots-to-redb SNAPSHOT_DIR REDB_FILE
