@@ -87,8 +87,15 @@ fn main() -> ExitCode {
         }
         Command::PrintDefaultConfig => print!("{}", config::DEFAULT_CONFIG_YAML),
         Command::CheckConfig(path) => {
-            if let Err(code) = load(Some(path.clone())) {
-                return code;
+            let config = match load(Some(path.clone())) {
+                Ok(config) => config,
+                Err(code) => return code,
+            };
+            // The files a door serves are read as a start would read them.
+            let tls = config.broker.mqtt.tcp.iter().map(|d| d.tls.clone());
+            if let Err(error) = saguin::net::load_tls(tls.collect()) {
+                eprintln!("{error}");
+                return ExitCode::from(2);
             }
             println!("{}: configuration is valid", path.display());
         }

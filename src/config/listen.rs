@@ -13,6 +13,7 @@ use serde_yaml::Value;
 use super::authentication::{self, AuthenticationKeys};
 use super::findings::{show, Findings};
 use super::table::{table, Keys};
+use crate::net::tls::TlsSettings;
 
 /// One TCP listener.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -27,6 +28,8 @@ pub struct TcpDoor {
     pub address: String,
     /// The door's own `password_file` and `allow_anonymous`, as written.
     pub authentication: AuthenticationKeys,
+    /// Its `tls` block; `None` for a plain door.
+    pub tls: Option<TlsSettings>,
 }
 
 /// The name a door takes when the file gives it none.
@@ -41,8 +44,8 @@ const LISTEN_KEYS: Keys = Keys {
 };
 
 const DOOR_KEYS: Keys = Keys {
-    supported: &["name", "address", "password_file", "allow_anonymous"],
-    not_yet: &["tls"],
+    supported: &["name", "address", "password_file", "allow_anonymous", "tls"],
+    not_yet: &[],
 };
 
 /// Reads `broker.mqtt.listen`. With no listener written at all, one `tcp`
@@ -107,7 +110,7 @@ pub(super) fn parse(f: &mut Findings, path: &str, value: Option<&Value>) -> Opti
     // round.
     let mut clean = doors.iter().all(|d| {
         d.as_ref()
-            .is_some_and(|d| d.name.is_some() && d.address.is_some())
+            .is_some_and(|d| d.name.is_some() && d.address.is_some() && d.tls.is_some())
     });
     let doors: Vec<Door> = doors.into_iter().flatten().collect();
     for (j, later) in doors.iter().enumerate() {
@@ -155,9 +158,21 @@ pub(super) fn parse(f: &mut Findings, path: &str, value: Option<&Value>) -> Opti
                 name: d.name?,
                 address: d.address?.1.bind,
                 authentication: d.authentication?,
+                tls: d.tls?,
             })
         })
         .collect()
+}
+
+/// What messages about the door's files call it: the kind alone for the
+/// door a single mapping names after its kind, the kind and the name
+/// otherwise.
+fn door_label(name: &str) -> String {
+    if name == DEFAULT_TCP_DOOR_NAME {
+        "broker.mqtt.listen.tcp".to_string()
+    } else {
+        format!("broker.mqtt.listen.tcp[{name}]")
+    }
 }
 
 fn default_doors() -> Vec<TcpDoor> {
@@ -165,6 +180,7 @@ fn default_doors() -> Vec<TcpDoor> {
         name: DEFAULT_TCP_DOOR_NAME.to_string(),
         address: DEFAULT_TCP_ADDRESS.to_string(),
         authentication: AuthenticationKeys::default(),
+        tls: None,
     }]
 }
 
@@ -176,6 +192,8 @@ struct Door {
     /// The address as written, and as read.
     address: Option<(String, Address)>,
     authentication: Option<AuthenticationKeys>,
+    /// Its `tls` block, `Some(None)` for a plain door.
+    tls: Option<Option<TlsSettings>>,
 }
 
 impl Door {
@@ -249,11 +267,19 @@ fn door(f: &mut Findings, path: &str, value: &Value, default_name: Option<&str>)
             None
         }
     };
+    let tls = match t.get("tls") {
+        None => Some(None),
+        Some(v) => {
+            let label = name.as_deref().map(door_label);
+            super::tls::parse(f, &format!("{path}.tls"), v, label).map(Some)
+        }
+    };
     Some(Door {
         path: path.to_string(),
         name,
         address,
         authentication: authentication::keys(f, path, &t),
+        tls,
     })
 }
 

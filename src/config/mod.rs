@@ -39,6 +39,7 @@ pub mod queue;
 mod settings;
 mod storage;
 mod table;
+mod tls;
 mod units;
 mod values;
 

@@ -68,6 +68,8 @@ refusals! {
     KeptSessionWithoutClientId = (CLIENT_IDENTIFIER_NOT_VALID, Connack, "a session kept past its connection needs a client id"),
     ClientIdControlCharacter = (CLIENT_IDENTIFIER_NOT_VALID, Connack, "client id holds a control character"),
     UserNameControlCharacter = (BAD_USER_NAME_OR_PASSWORD, Connack, "user name holds a control character"),
+    /// A name that could rewrite the log line recording it names nobody.
+    CertificateNameControlCharacter = (BAD_USER_NAME_OR_PASSWORD, Connack, "the client certificate's name holds a control character"),
     /// One answer for an unknown user, a wrong password and a missing one:
     /// telling them apart would tell a caller who exists.
     BadCredentials = (BAD_USER_NAME_OR_PASSWORD, Connack, "bad user name or password"),
@@ -292,6 +294,7 @@ mod tests {
             (Refusal::ServerBusy, 0x03),
             (Refusal::ReservedConnectProperty, 0x03),
             (Refusal::UserNameControlCharacter, 0x04),
+            (Refusal::CertificateNameControlCharacter, 0x04),
             (Refusal::WillTopicNotAName, 0x05),
             (Refusal::WillTopicSysTree, 0x05),
             (Refusal::WillNoRoom, 0x05),

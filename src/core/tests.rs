@@ -1955,6 +1955,36 @@ fn a_shared_group_over_a_channel_gets_each_new_record_once() {
 #[path = "channel/latest/broker_tests.rs"]
 mod latest_tests;
 
+/// A client certificate's name holding a control character names nobody:
+/// its CONNECT is refused as a bad user name, and the connection closed.
+#[test]
+fn a_certificate_name_with_a_control_character_is_refused() {
+    for name in ["dev\u{1b}[2Jice", "dev\0ice", "dev\u{85}ice"] {
+        let mut h = Harness::new(Settings::default());
+        let conn = h.open();
+        h.broker.certified(conn, name.into());
+        h.packet(
+            conn,
+            Packet::Connect(connect_packet("device", ProtocolVersion::V5)),
+        );
+        match h.out.take(conn).first() {
+            Some(Packet::Connack(connack)) => {
+                assert_eq!(connack.reason_code, ReasonCode::BAD_USER_NAME_OR_PASSWORD)
+            }
+            other => panic!("expected a CONNACK, got {other:?}"),
+        }
+        assert!(h.out.closed.contains(&conn));
+    }
+    let mut h = Harness::new(Settings::default());
+    let conn = h.open();
+    h.broker.certified(conn, "device 7".into());
+    h.packet(
+        conn,
+        Packet::Connect(connect_packet("device", ProtocolVersion::V5)),
+    );
+    assert!(h.broker.version(conn).is_some(), "a plain name is admitted");
+}
+
 // ---- who may connect ------------------------------------------------------
 
 /// Door 0 admits bob ("hunter2") and nobody else; door 1 admits anybody.
@@ -2075,4 +2105,22 @@ fn a_new_credential_table_leaves_connected_clients_be() {
     assert!(h.out.take(bob).is_empty());
     let (_, code) = h.connect_on_door(0, credentials("c", None, None));
     assert_eq!(code, ReasonCode::SUCCESS, "the new table is in force");
+}
+
+#[test]
+fn a_certified_client_is_admitted_under_its_name_without_a_password() {
+    let mut h = Harness::new(Settings::default());
+    with_password_door(&mut h, "certified");
+    let conn = h.broker.accept(h.now_ms, Origin::default()).unwrap();
+    h.broker.certified(conn, "device-7".into());
+    // A CONNECT naming another user and no password, on the password door.
+    h.packet(conn, Packet::Connect(credentials("d", Some("bob"), None)));
+    match h.out.take(conn).first() {
+        Some(Packet::Connack(connack)) => assert_eq!(connack.reason_code, ReasonCode::SUCCESS),
+        other => panic!("expected a CONNACK, got {other:?}"),
+    }
+    assert_eq!(h.broker.user_name(conn), Some("device-7"));
+    // Without a certificate the same CONNECT meets the password file.
+    let (_, code) = h.connect_on_door(0, credentials("e", Some("bob"), None));
+    assert_eq!(code, ReasonCode::BAD_USER_NAME_OR_PASSWORD);
 }

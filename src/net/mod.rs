@@ -5,7 +5,9 @@ mod connection;
 mod outbox;
 mod reload;
 mod settings;
+mod socket;
 mod storage;
+pub mod tls;
 
 use std::cell::RefCell;
 use std::io;
@@ -86,7 +88,12 @@ async fn serve(
     let restored_retained = std::mem::take(&mut storage.restored.retained);
     let restored_log = std::mem::take(&mut storage.restored.log);
     let restored_holds = std::mem::take(&mut storage.restored.holds);
-    let per_connection_bytes = worst_case_connection_bytes(&settings);
+    let tls_bytes = if shell.doors.iter().any(|d| d.tls.is_some()) {
+        tls::WORST_CASE_CONNECTION_BYTES
+    } else {
+        0
+    };
+    let per_connection_bytes = worst_case_connection_bytes(&settings) + tls_bytes;
     log::info!(
         "broker {} starting: at most {} connections, each holding at most {} bytes of buffers and queued \
          deliveries, {} bytes in all (subscriptions come on top: at most {} filters of {} levels per client)",
@@ -97,6 +104,9 @@ async fn serve(
         settings.max_subscriptions,
         settings.max_topic_levels
     );
+    // Certificates are read before any port opens: a broker that cannot
+    // serve one of its doors does not serve any.
+    let tls_doors = load_tls(shell.doors.iter().map(|d| d.tls.clone()).collect())?;
     // Caught before any door opens, so a signal sent once the log says a
     // door is bound never meets its default action (ending the process).
     let signals = Signals::new([Signal::Term, Signal::Int, Signal::Hup, Signal::Usr1])?;
@@ -158,6 +168,7 @@ async fn serve(
             executor,
             shared.clone(),
             (door, listener),
+            tls_doors.clone(),
             shell.max_connect_rate_per_s,
             shell.write_timeout_ms,
         );
@@ -166,7 +177,7 @@ async fn serve(
     tasks.push(executor.spawn(tick_loop(shared.clone())));
     tasks.push(executor.spawn(completion_loop(shared.clone(), completions)));
 
-    wait_for_stop(signals, reload::Reload::new(shared.clone())).await;
+    wait_for_stop(signals, reload::Reload::new(shared.clone(), tls_doors)).await;
     drop(tasks);
     shutdown(&shared).await;
     // Queued writes, the positions just committed among them, land before
@@ -176,10 +187,20 @@ async fn serve(
     Ok(())
 }
 
+/// Every door's TLS files, read and checked, for the doors' `tls` blocks
+/// in door order; the error names the door and the file. `--check-config`
+/// calls it too, so a check refuses what a start would.
+pub fn load_tls(doors: Vec<Option<tls::TlsSettings>>) -> io::Result<Rc<tls::TlsDoors>> {
+    tls::TlsDoors::load(doors, tls::now_unix_s())
+        .map(Rc::new)
+        .map_err(|message| io::Error::new(io::ErrorKind::InvalidInput, message))
+}
+
 async fn accept_loop(
     executor: &'static LocalExecutor<'static>,
     shared: SharedRef,
     (door, listener): (usize, TcpListener),
+    tls_doors: Rc<tls::TlsDoors>,
     max_connect_rate_per_s: Option<u32>,
     write_timeout_ms: Option<u64>,
 ) {
@@ -196,6 +217,10 @@ async fn accept_loop(
             }
         };
         let _ = stream.set_nodelay(true);
+        let tls = tls_doors.current(door).map(|config| connection::Tls {
+            config,
+            door: tls_doors.name(door).into(),
+        });
         let mut guard = shared.borrow_mut();
         let state = &mut *guard;
         let now_ms = state.now_ms();
@@ -210,14 +235,18 @@ async fn accept_loop(
                     .spawn(connection::serve(
                         shared.clone(),
                         stream,
+                        tls,
                         key,
                         outbox,
                         write_timeout_ms,
                     ))
                     .detach();
             }
-            None if state.overflow_in_use
-                < OVERFLOW_BUDGET.min(state.broker.settings().max_connections as usize) =>
+            // Answering Server Busy over TLS would cost a handshake for a
+            // connection that cannot be served, so a TLS door just closes.
+            None if tls.is_none()
+                && state.overflow_in_use
+                    < OVERFLOW_BUDGET.min(state.broker.settings().max_connections as usize) =>
             {
                 state.overflow_in_use += 1;
                 let shared = shared.clone();

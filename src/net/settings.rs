@@ -37,4 +37,6 @@ pub struct Door {
     pub name: String,
     /// `host:port`, ready for `async_net::TcpListener::bind`.
     pub address: String,
+    /// Its `tls` block; `None` for a plain door.
+    pub tls: Option<super::tls::TlsSettings>,
 }

@@ -12,7 +12,7 @@ use crate::core::message::{Delivery, Message};
 use crate::core::session::{OutboundStage, Session};
 use crate::core::{Active, Broker, Key, Transport, TOPIC_ALIAS_MAXIMUM};
 
-fn has_control_character(text: &str) -> bool {
+pub(super) fn has_control_character(text: &str) -> bool {
     text.chars()
         .any(|c| matches!(c, '\u{0001}'..='\u{001F}' | '\u{007F}'..='\u{009F}'))
 }
@@ -34,7 +34,9 @@ impl Broker {
     ) {
         // Every check that can refuse a CONNECT runs before its session is
         // looked at, so a refused CONNECT changes nothing.
-        let admitted = self.admit_connect(&connect);
+        let admitted = self
+            .admit_certificate(conn)
+            .and_then(|()| self.admit_connect(&connect));
         if let Err(refusal) = admitted.and_then(|()| self.authenticate(conn, &connect)) {
             log::warn!(
                 "refusing CONNECT from client id {:?}: {refusal}",
@@ -137,10 +139,22 @@ impl Broker {
             }
         }
         // A session that keeps a record is answered once it is stored.
-        let user_name = connect.username.as_deref();
-        if let Some(connack) =
-            self.connack_after_write(conn, session_key, connack, made, user_name, now_ms, out)
-        {
+        // The admitted name: a verified certificate's wins over whatever
+        // the CONNECT says.
+        let connection = self.connections.get(conn).expect("checked above");
+        let user_name = connection.user.clone();
+        if let (Some(name), Some(_)) = (&user_name, &connection.origin.certificate_user) {
+            log::info!("client {client_id} is user {name:?}, named by its certificate");
+        }
+        if let Some(connack) = self.connack_after_write(
+            conn,
+            session_key,
+            connack,
+            made,
+            user_name.as_deref(),
+            now_ms,
+            out,
+        ) {
             self.complete_connect(conn, session_key, connack, now_ms, out);
         }
     }

@@ -4,6 +4,7 @@
 //! its own beyond what it hands back to the broker.
 
 mod authenticate;
+mod certificate;
 mod connect;
 mod delivery;
 pub(crate) mod exactly_once;
