@@ -5,6 +5,7 @@
 //! - [`config`]: the YAML configuration and its validation;
 //! - [`core`]: the broker's rules as a sans-IO state machine;
 //! - [`net`]: the smol shell that connects the core to sockets and a clock;
+//! - [`ops`]: the operations listener: health, metrics and `/v1` routes;
 //! - [`store`]: storage providers (redb, memory) and the storage thread;
 //! - [`tools`]: the operator's command-line tools (route, inspect,
 //!   conversions, backup).
@@ -14,5 +15,6 @@ pub mod codec;
 pub mod config;
 pub mod core;
 pub mod net;
+pub mod ops;
 pub mod store;
 pub mod tools;

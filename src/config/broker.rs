@@ -42,6 +42,8 @@ pub struct BrokerConfig {
     /// `broker.storage`: `None` when the block is absent, which is valid
     /// while no channel needs a provider; written, it is complete.
     pub storage: Option<StorageConfig>,
+    /// `broker.operations`: `None` when absent, which opens no listener.
+    pub operations: Option<crate::ops::Settings>,
 }
 
 /// `broker.log_level`: how much the broker says.
@@ -140,8 +142,9 @@ const BROKER_KEYS: Keys = Keys {
         "storage",
         "session",
         "retained",
+        "operations",
     ],
-    not_yet: &["operations"],
+    not_yet: &[],
 };
 
 const MQTT_KEYS: Keys = Keys {
@@ -173,6 +176,11 @@ pub(super) fn broker(
     let share = exchanges::share(f, t.get("share"));
     let session = exchanges::session(f, t.get("session"));
     let retained = persistence::retained(f, t.get("retained"));
+    let operations = super::operations::parse(
+        f,
+        t.get("operations"),
+        mqtt.as_ref().map(|m| m.tcp.as_slice()),
+    );
     let storage = storage::parse(f, t.get("storage"), limits.as_ref(), origin);
     // Both name a provider, so they are settled once storage is known; a
     // broken broker.storage has its own findings.
@@ -204,6 +212,7 @@ pub(super) fn broker(
             session: session?,
             retained: retained?,
             storage: storage?,
+            operations: operations?,
         })
     };
     (broker(), scope)

@@ -242,31 +242,12 @@ fn door(f: &mut Findings, path: &str, value: &Value, default_name: Option<&str>)
             None
         }
     };
-    let address_path = format!("{path}.address");
-    let address = match t.get("address") {
-        None => {
-            f.key(
-                path,
-                "this door has no address, and a door with no address is a mistake rather than a default; write address: with host:port, such as 0.0.0.0:1883",
-            );
-            None
-        }
-        Some(v @ Value::String(text)) => match parse_address(text) {
-            Ok(address) => Some((text.clone(), address)),
-            Err(why) => {
-                f.value(&address_path, v, why);
-                None
-            }
-        },
-        Some(v) => {
-            f.value(
-                &address_path,
-                v,
-                "an address is host:port, such as 0.0.0.0:1883, [::1]:1883 or :1883 for every interface",
-            );
-            None
-        }
-    };
+    let address = door_address(
+        f,
+        path,
+        t.get("address"),
+        "this door has no address, and a door with no address is a mistake rather than a default; write address: with host:port, such as 0.0.0.0:1883",
+    );
     let tls = match t.get("tls") {
         None => Some(None),
         Some(v) => {
@@ -283,6 +264,34 @@ fn door(f: &mut Findings, path: &str, value: &Value, default_name: Option<&str>)
     })
 }
 
+/// Reads the `address` of the door at `path`, as written and as read;
+/// `missing` is the finding when there is none.
+pub(super) fn door_address(
+    f: &mut Findings,
+    path: &str,
+    value: Option<&Value>,
+    missing: &str,
+) -> Option<(String, Address)> {
+    let address_path = format!("{path}.address");
+    match value {
+        None => {
+            f.key(path, missing);
+            None
+        }
+        Some(v @ Value::String(text)) => match parse_address(text) {
+            Ok(address) => Some((text.clone(), address)),
+            Err(why) => {
+                f.value(&address_path, v, why);
+                None
+            }
+        },
+        Some(v) => {
+            f.value(&address_path, v, ADDRESS_FORM);
+            None
+        }
+    }
+}
+
 /// A door's address, read for binding and for comparing with others.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(super) struct Address {
@@ -290,6 +299,23 @@ pub(super) struct Address {
     port: u16,
     /// What to hand the socket layer.
     bind: String,
+}
+
+impl Address {
+    /// Whether only this machine can reach it: a loopback IP, or the name
+    /// `localhost`.
+    pub(super) fn is_loopback(&self) -> bool {
+        match &self.host {
+            Host::Ip { ip, .. } => ip.is_loopback(),
+            Host::Name(name) => name.eq_ignore_ascii_case("localhost"),
+            Host::Any => false,
+        }
+    }
+
+    /// What to hand the socket layer.
+    pub(super) fn bind_text(&self) -> &str {
+        &self.bind
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -325,7 +351,7 @@ impl Host {
 /// Whether the kernel would refuse to bind both: the same port, not 0 (the
 /// kernel gives each a port of its own), and hosts that are equal or of
 /// which either is a wildcard. Host names are compared as written.
-fn clashes(a: &Address, b: &Address) -> bool {
+pub(super) fn clashes(a: &Address, b: &Address) -> bool {
     a.port != 0
         && a.port == b.port
         && (a.host.is_wildcard() || b.host.is_wildcard() || a.host.same_as(&b.host))

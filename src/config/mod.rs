@@ -33,6 +33,7 @@ mod include;
 mod latest;
 mod limits;
 mod listen;
+mod operations;
 mod parse;
 mod persistence;
 pub mod queue;

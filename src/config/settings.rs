@@ -50,6 +50,7 @@ pub(super) fn shell(broker: &BrokerConfig, channels: &[ChannelConfig]) -> net::S
         write_timeout_ms: limits.write_timeout_ms,
         reserve_bytes: reserve_bytes(limits),
         providers,
+        operations: broker.operations.clone(),
     }
 }
 

@@ -674,7 +674,10 @@ fn an_unknown_top_level_key_is_refused() {
 #[test]
 fn keys_not_supported_yet_are_refused_as_recognised() {
     let cases = [
-        ("broker:\n  id: a\n  operations: {}\n", "broker.operations:"),
+        (
+            "broker:\n  id: a\n  operations:\n    listen:\n      tcp:\n        address: 127.0.0.1:0\n        tls: {}\n",
+            "broker.operations.listen.tcp.tls:",
+        ),
         ("broker:\n  id: a\nbridges: {}\n", "bridges:"),
         (&mqtt("acl_file: /etc/acl.yaml"), "broker.mqtt.acl_file:"),
         (

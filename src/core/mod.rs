@@ -11,6 +11,7 @@ mod broker;
 pub mod channel;
 pub mod connection;
 pub mod message;
+pub mod observe;
 pub mod refusal;
 pub mod session;
 pub mod slab;
@@ -295,6 +296,8 @@ pub struct Broker {
     /// Session records in the session provider.
     pub(crate) persist: broker::persist::Persistence,
     pub(crate) queues: channel::queue::Queues,
+    /// What only the operations listener reads.
+    pub(crate) tallies: observe::Tallies,
     /// Who may connect; replaced whole on a reload.
     pub(crate) authentication: Arc<crate::auth::Authentication>,
 }
@@ -340,6 +343,7 @@ impl Broker {
             ),
             match_scratch: Vec::new(),
             persist: broker::persist::Persistence::default(),
+            tallies: observe::Tallies::new(settings.channels.len()),
             authentication: Arc::default(),
             settings,
         }

@@ -2,6 +2,7 @@
 //! listeners, every connection's reader and writer, and the clock.
 
 mod connection;
+mod operations;
 mod outbox;
 mod reload;
 mod settings;
@@ -127,6 +128,10 @@ async fn serve(
         log::info!("listener {} bound to {}", door.name, listener.local_addr()?);
         listeners.push(listener);
     }
+    let operations = match &shell.operations {
+        Some(settings) => Some(crate::ops::bind(settings)?),
+        None => None,
+    };
     let _pid_file = match &shell.pid_file {
         Some(path) => Some(PidFile::write(path)?),
         None => None,
@@ -174,10 +179,32 @@ async fn serve(
         );
         tasks.push(executor.spawn(accept));
     }
+    let operators_reload = operations.as_ref().map(crate::ops::Bound::reloader);
+    // Held to the end: a clean stop removes the operations socket files.
+    let _operations_sockets = match operations {
+        Some(bound) => {
+            let watches = storage.watches();
+            let (answering, sockets) = operations::start(
+                executor,
+                &shared,
+                &shell.broker_id,
+                &shell.providers,
+                bound,
+                watches,
+            )?;
+            tasks.extend(answering);
+            Some(sockets)
+        }
+        None => None,
+    };
     tasks.push(executor.spawn(tick_loop(shared.clone())));
     tasks.push(executor.spawn(completion_loop(shared.clone(), completions)));
 
-    wait_for_stop(signals, reload::Reload::new(shared.clone(), tls_doors)).await;
+    wait_for_stop(
+        signals,
+        reload::Reload::new(shared.clone(), tls_doors, operators_reload),
+    )
+    .await;
     drop(tasks);
     shutdown(&shared).await;
     // Queued writes, the positions just committed among them, land before

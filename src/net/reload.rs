@@ -3,11 +3,13 @@
 //! in flight, so what can be re-read is re-read here, and nowhere else.
 //!
 //! What is re-read is the password files and every TLS door's certificate,
-//! key and client authorities the broker started with. All or nothing:
+//! key and client authorities the broker started with, and the operations
+//! listener's operators files. All or nothing for the first two:
 //! every file is read first, and the new credential table and certificates
 //! go into force together only if every one of them read; a failure leaves
-//! all the old ones in force, logged at `error` naming the file. Connected
-//! clients keep their connections (and their handshakes) either way. Every
+//! all the old ones in force, logged at `error` naming the file. The
+//! operators files are read on their own, all or nothing among themselves.
+//! Connected clients keep their connections (and their handshakes) either way. Every
 //! other setting is read once, at startup.
 
 use std::rc::Rc;
@@ -20,19 +22,37 @@ use super::{tls, SharedRef};
 pub(crate) struct Reload {
     shared: SharedRef,
     tls_doors: Rc<tls::TlsDoors>,
+    /// The operations listener's operators files, when it is open.
+    operators: Option<crate::ops::Reloader>,
 }
 
 impl Reload {
-    pub(crate) fn new(shared: SharedRef, tls_doors: Rc<tls::TlsDoors>) -> Reload {
-        Reload { shared, tls_doors }
+    pub(crate) fn new(
+        shared: SharedRef,
+        tls_doors: Rc<tls::TlsDoors>,
+        operators: Option<crate::ops::Reloader>,
+    ) -> Reload {
+        Reload {
+            shared,
+            tls_doors,
+            operators,
+        }
     }
 
     /// Re-reads what may change under a running broker and logs what it
     /// applied, and that the rest waits for a restart.
     pub(crate) async fn reload(&mut self) {
+        if let Some(operators) = self.operators.clone() {
+            log::info!("received SIGUSR1: re-reading the operations listener's operators files");
+            // Off the executor, as the password files below are.
+            smol::unblock(move || operators.reload()).await;
+        }
         let current = Arc::clone(self.shared.borrow().broker.authentication());
         let passwords = !current.files().is_empty();
         let certificates = self.tls_doors.any();
+        if !passwords && !certificates && self.operators.is_some() {
+            return;
+        }
         if !passwords && !certificates {
             log::info!(
                 "received SIGUSR1: nothing to reload; no password file is configured, no door \

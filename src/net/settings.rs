@@ -28,6 +28,8 @@ pub struct Settings {
     /// What every provider holds back for the writes that relieve a full
     /// one (see [`crate::store::reserve_bytes`]).
     pub reserve_bytes: u64,
+    /// The operations listener; `None` opens none.
+    pub operations: Option<crate::ops::Settings>,
 }
 
 /// One TCP listener.

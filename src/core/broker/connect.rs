@@ -9,6 +9,7 @@ use crate::codec::{
 };
 use crate::core::broadcast::topic_index::Target;
 use crate::core::message::{Delivery, Message};
+use crate::core::observe::WillCause;
 use crate::core::session::{OutboundStage, Session};
 use crate::core::{Active, Broker, Key, Transport, TOPIC_ALIAS_MAXIMUM};
 
@@ -70,6 +71,10 @@ impl Broker {
             ProtocolVersion::V311 => u32::MAX,
         };
         let granted_expiry_s = requested_expiry_s.min(self.settings.max_session_expiry_s);
+        // 3.1.1's "never" is this edition's own ceiling, not a request cut.
+        if version == ProtocolVersion::V5 && granted_expiry_s < requested_expiry_s {
+            self.tallies.session_expiry_shortened += 1;
+        }
 
         let (keep_alive_s, server_keep_alive_s) = match (version, self.settings.max_keepalive_s) {
             (ProtocolVersion::V5, Some(max_s))
@@ -95,7 +100,9 @@ impl Broker {
         session.expires_at_ms = None;
         session.expiry_interval_s = granted_expiry_s;
         // A Will waiting from the previous connection is cancelled by this one.
-        session.pending_will = None;
+        if session.pending_will.take().is_some() {
+            self.tallies.wills_cancelled += 1;
+        }
 
         let properties = &connect.properties;
         let active = Active {
@@ -329,6 +336,7 @@ impl Broker {
                     // it is told Session Present 0 rather than served a gap,
                     // and only the positions retention passed are dropped.
                     log::warn!("client {client_id}: a channel position fell below its floor; the session starts again");
+                    self.record_session_losses(existing, now_ms);
                     self.drop_positions_below_floor(existing, out);
                     self.end_session_keeping_positions(existing, now_ms, out);
                 } else {
@@ -450,6 +458,7 @@ impl Broker {
         log::info!("client {client_id} disconnected");
         if session.expiry_interval_s == 0 {
             if let Some(will) = will {
+                self.tallies.will_published(WillCause::Immediate);
                 self.publish_will(will, client_id, now_ms, out);
             }
             self.end_session(session_key, now_ms, out);
@@ -467,7 +476,10 @@ impl Broker {
         };
         if let Some(will) = will {
             match will.properties.will_delay_interval_s.unwrap_or(0) {
-                0 => self.publish_will(will, client_id, now_ms, out),
+                0 => {
+                    self.tallies.will_published(WillCause::Immediate);
+                    self.publish_will(will, client_id, now_ms, out)
+                }
                 // A delay longer than the session is cut short by its end,
                 // which publishes a waiting Will first.
                 delay_s => {
@@ -502,6 +514,7 @@ impl Broker {
             return;
         };
         if let Some((will, _)) = session.pending_will.take().map(|b| *b) {
+            self.tallies.will_published(WillCause::SessionEnded);
             self.publish_will(will, Rc::clone(&session.client_id), now_ms, out);
         }
         for (filter, entry) in &session.subscriptions {
@@ -558,6 +571,7 @@ impl Broker {
             if let Some(session) = self.sessions.get_mut(key) {
                 if let Some((will, _)) = session.pending_will.take().map(|b| *b) {
                     let client_id = Rc::clone(&session.client_id);
+                    self.tallies.will_published(WillCause::Delayed);
                     self.publish_will(will, client_id, now_ms, out);
                     // Published first, then taken off the record.
                     self.save_session(key, now_ms, out);

@@ -78,6 +78,7 @@ impl Broker {
                 _ => true,
             });
         }
+        self.tallies.broadcast(!matches.is_empty());
         matches.sort_unstable_by_key(|s| s.target);
         let mut start = 0;
         while start < matches.len() {

@@ -9,6 +9,7 @@ mod connect;
 mod delivery;
 pub(crate) mod exactly_once;
 mod inbound;
+mod observe;
 pub(crate) mod persist;
 #[cfg(test)]
 mod persist_tests;
