@@ -1,24 +1,8 @@
-//! The few JSON values the tools write by hand: strings, and `null` where
-//! a column would show `-`.
+//! The few JSON values the tools write by hand: strings (the operations
+//! listener's), `null` where a column would show `-`, and times.
 
-/// `value` as a JSON string, quotes included.
-pub fn string(value: &str) -> String {
-    let mut out = String::with_capacity(value.len() + 2);
-    out.push('"');
-    for c in value.chars() {
-        match c {
-            '"' => out.push_str("\\\""),
-            '\\' => out.push_str("\\\\"),
-            '\n' => out.push_str("\\n"),
-            '\r' => out.push_str("\\r"),
-            '\t' => out.push_str("\\t"),
-            c if u32::from(c) < 0x20 => out.push_str(&format!("\\u{:04x}", u32::from(c))),
-            c => out.push(c),
-        }
-    }
-    out.push('"');
-    out
-}
+use crate::ops::json::civil_from_days;
+pub use crate::ops::json::string;
 
 /// A string, or `null` for none.
 pub fn opt_string(value: Option<&str>) -> String {
@@ -34,7 +18,7 @@ pub fn opt_number(value: Option<u64>) -> String {
 pub fn utc(unix_ms: u64) -> String {
     let seconds = unix_ms / 1000;
     let (days, in_day) = (seconds / 86_400, seconds % 86_400);
-    let (year, month, day) = date_of(days);
+    let (year, month, day) = civil_from_days(days);
     format!(
         "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}.{:03}Z",
         in_day / 3600,
@@ -42,26 +26,6 @@ pub fn utc(unix_ms: u64) -> String {
         in_day % 60,
         unix_ms % 1000
     )
-}
-
-/// The Gregorian date `days` after 1970-01-01: counted in 400-year eras
-/// of 146,097 days, each starting on 1 March so that a leap day ends a year.
-fn date_of(days: u64) -> (u64, u64, u64) {
-    let shifted = days + 719_468;
-    let era = shifted / 146_097;
-    let day_of_era = shifted % 146_097;
-    let year_of_era =
-        (day_of_era - day_of_era / 1460 + day_of_era / 36_524 - day_of_era / 146_096) / 365;
-    let day_of_year = day_of_era - (365 * year_of_era + year_of_era / 4 - year_of_era / 100);
-    let month_from_march = (5 * day_of_year + 2) / 153;
-    let day = day_of_year - (153 * month_from_march + 2) / 5 + 1;
-    let month = if month_from_march < 10 {
-        month_from_march + 3
-    } else {
-        month_from_march - 9
-    };
-    let year = year_of_era + era * 400 + u64::from(month <= 2);
-    (year, month, day)
 }
 
 #[cfg(test)]
