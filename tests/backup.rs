@@ -194,3 +194,62 @@ fn a_backup_under_full_publishing_holds_everything_acknowledged_before_it() {
         }
     }
 }
+
+/// Runs `saguin backup` against `operations`; its exit code and stderr.
+fn backup_refused(operations: &str, dir: &str) -> (i32, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_saguin"))
+        .args(["backup", operations, dir])
+        .output()
+        .expect("run saguin backup");
+    assert!(out.stdout.is_empty());
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn a_backup_is_refused_in_one_line_without_a_directory_a_redb_provider_or_a_post() {
+    let dir = TempDir::new("backup-refused");
+    let memory = "  storage:\n    default: local\n    default_retention_period: none\n    default_retention_bytes: none\n    providers:\n      local:\n        type: memory\n        max_bytes: 64MiB\n        snapshot_dir: none\n";
+    let mut broker = BrokerProcess::start_in(dir.path(), &format!("{memory}{OPERATIONS}"), EVENTS);
+    let line = broker.wait_for_log("operations door tcp bound to");
+    let operations = line.rsplit("bound to ").next().unwrap().trim().to_string();
+    let here = dir.path().to_str().unwrap();
+
+    let (code, err) = backup_refused(&operations, "relative/dir");
+    assert_eq!((code, err.lines().count()), (2, 1), "{err}");
+    assert!(
+        err.contains("relative/dir") && err.contains("absolute"),
+        "{err}"
+    );
+    let missing = format!("{here}/missing");
+    let (code, err) = backup_refused(&operations, &missing);
+    assert_eq!((code, err.lines().count()), (1, 1), "{err}");
+    assert!(
+        err.contains("answered 400") && err.contains(&missing),
+        "{err}"
+    );
+    let (code, err) = backup_refused(&operations, here);
+    assert_eq!((code, err.lines().count()), (1, 1), "{err}");
+    assert!(
+        err.contains("answered 409") && err.contains("snapshot directory"),
+        "{err}"
+    );
+    let (code, err) = backup_refused("127.0.0.1:1", here);
+    assert_eq!((code, err.lines().count()), (1, 1), "{err}");
+    assert!(
+        err.contains("cannot reach the operations listener at 127.0.0.1:1"),
+        "{err}"
+    );
+
+    // Only POST starts one: a GET that a browser or a scraper might send
+    // is refused and writes nothing.
+    let mut stream = std::net::TcpStream::connect(&operations).unwrap();
+    use std::io::{Read as _, Write as _};
+    write!(stream, "GET /v1/operations/backup?dir={here} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n").unwrap();
+    let mut answer = String::new();
+    stream.read_to_string(&mut answer).unwrap();
+    assert!(answer.starts_with("HTTP/1.1 405"), "{answer}");
+    assert!(answer.contains("Allow: POST"), "{answer}");
+}
