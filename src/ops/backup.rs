@@ -16,15 +16,12 @@ pub const ROUTE: &str = "/v1/operations/backup";
 /// `YYYYmmddTHHMMSSmmmZ`: sorts as it reads, and two backups a
 /// millisecond apart still get files of their own.
 fn stamp(unix_ms: u64) -> String {
-    let (year, month, day) = super::json::civil_from_days(unix_ms / 86_400_000);
-    let in_day_ms = unix_ms % 86_400_000;
-    format!(
-        "{year:04}{month:02}{day:02}T{:02}{:02}{:02}{:03}Z",
-        in_day_ms / 3_600_000,
-        in_day_ms / 60_000 % 60,
-        in_day_ms / 1000 % 60,
-        in_day_ms % 1000
-    )
+    let seconds: String = super::json::timestamp(Some(unix_ms))
+        .chars()
+        .filter(char::is_ascii_alphanumeric)
+        .collect();
+    let bare = seconds.trim_end_matches('Z');
+    format!("{bare}{:03}Z", unix_ms % 1000)
 }
 
 fn row(provider: &str, file: &Path, result: &Result<BackupReport, StoreError>) -> String {

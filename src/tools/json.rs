@@ -1,8 +1,8 @@
 //! The few JSON values the tools write by hand: strings (the operations
 //! listener's), `null` where a column would show `-`, and times.
 
-use crate::ops::json::civil_from_days;
 pub use crate::ops::json::string;
+use crate::ops::json::timestamp;
 
 /// A string, or `null` for none.
 pub fn opt_string(value: Option<&str>) -> String {
@@ -14,18 +14,12 @@ pub fn opt_number(value: Option<u64>) -> String {
     value.map_or_else(|| "null".to_string(), |n| n.to_string())
 }
 
-/// Unix milliseconds as a UTC time to the millisecond, `2026-12-01T10:54:37.123Z`.
+/// Unix milliseconds as a UTC time to the millisecond, `2026-12-01T10:54:37.123Z`:
+/// the operations listener's timestamp with the milliseconds added.
 pub fn utc(unix_ms: u64) -> String {
-    let seconds = unix_ms / 1000;
-    let (days, in_day) = (seconds / 86_400, seconds % 86_400);
-    let (year, month, day) = civil_from_days(days);
-    format!(
-        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}.{:03}Z",
-        in_day / 3600,
-        in_day / 60 % 60,
-        in_day % 60,
-        unix_ms % 1000
-    )
+    let seconds = timestamp(Some(unix_ms));
+    let bare = seconds.trim_matches('"').trim_end_matches('Z');
+    format!("{bare}.{:03}Z", unix_ms % 1000)
 }
 
 #[cfg(test)]
