@@ -125,7 +125,8 @@ struct Published {
 
 /// Starts a broker on `storage`, publishes to every channel type, has a
 /// durable consumer read part of `events` and a worker hold a job.
-fn publish_to_every_channel(dir: &Path, storage: &str) -> (BrokerProcess, Published) {
+/// The second worker is returned, to stay connected until the broker goes.
+fn publish_to_every_channel(dir: &Path, storage: &str) -> (BrokerProcess, Published, RawClient) {
     let from_ms = now_ms();
     let broker = BrokerProcess::start_in(dir, storage, CHANNELS);
     let address = broker.address();
@@ -157,7 +158,7 @@ fn publish_to_every_channel(dir: &Path, storage: &str) -> (BrokerProcess, Publis
     let (first, job_offset, attempt) = take_one_job(&address, "worker-1");
     assert_eq!(attempt, 1);
     drop(first);
-    let (_second, again, attempt) = take_one_job(&address, "worker-2");
+    let (second, again, attempt) = take_one_job(&address, "worker-2");
     assert_eq!((again, attempt), (job_offset, 2));
     let published = Published {
         events: 5,
@@ -168,7 +169,7 @@ fn publish_to_every_channel(dir: &Path, storage: &str) -> (BrokerProcess, Publis
         from_ms,
         to_ms: now_ms(),
     };
-    (broker, published)
+    (broker, published, second)
 }
 
 /// The line of `text` that starts with `start`, inside `channel`'s block.
@@ -269,7 +270,7 @@ fn fingerprint(path: &Path) -> Vec<(String, Vec<u8>, SystemTime)> {
 #[test]
 fn inspect_reads_a_stopped_redb_file_without_changing_it() {
     let dir = TempDir::new("inspect-redb");
-    let (mut broker, published) = publish_to_every_channel(dir.path(), REDB);
+    let (mut broker, published, _worker) = publish_to_every_channel(dir.path(), REDB);
     assert!(broker.terminate().success());
     let file = dir.path().join("saguin.redb");
     let before = fingerprint(&file);
@@ -280,7 +281,7 @@ fn inspect_reads_a_stopped_redb_file_without_changing_it() {
 #[test]
 fn inspect_reads_a_killed_brokers_redb_file_from_a_recovered_copy() {
     let dir = TempDir::new("inspect-killed");
-    let (mut broker, published) = publish_to_every_channel(dir.path(), REDB);
+    let (mut broker, published, _worker) = publish_to_every_channel(dir.path(), REDB);
     broker.kill();
     let file = dir.path().join("saguin.redb");
     let before = fingerprint(&file);
@@ -292,7 +293,7 @@ fn inspect_reads_a_killed_brokers_redb_file_from_a_recovered_copy() {
 fn inspect_reads_a_snapshot_directory() {
     let dir = TempDir::new("inspect-snapshots");
     std::fs::create_dir(dir.path().join("snapshots")).unwrap();
-    let (mut broker, published) = publish_to_every_channel(dir.path(), MEMORY);
+    let (mut broker, published, _worker) = publish_to_every_channel(dir.path(), MEMORY);
     assert!(broker.terminate().success());
     let snapshots = dir.path().join("snapshots");
     let before = fingerprint(&snapshots);
