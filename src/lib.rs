@@ -1,5 +1,6 @@
 //! Sagüin: an MQTT 3.1.1 and 5 broker for edge gateways.
 //!
+//! - [`acl`]: what a client may do: the authorization file's model and decisions;
 //! - [`auth`]: who may connect: password files and each door's rule;
 //! - [`codec`]: the MQTT 3.1.1 and 5 wire format, pure functions over bytes;
 //! - [`config`]: the YAML configuration and its validation;
@@ -10,6 +11,7 @@
 //! - [`tools`]: the operator's command-line tools (route, inspect,
 //!   conversions, backup).
 
+pub mod acl;
 pub mod auth;
 pub mod codec;
 pub mod config;

@@ -8,8 +8,9 @@ use std::fs;
 use std::path::{Path, PathBuf};
 
 /// Each layer, and the crate modules it must never name.
-const LAYERS: [(&str, &[&str]); 5] = [
-    ("codec", &["config", "net", "core", "store", "ops"]),
+const LAYERS: [(&str, &[&str]); 6] = [
+    ("codec", &["config", "net", "core", "store", "ops", "acl"]),
+    ("acl", &["config", "net", "core", "store", "ops"]),
     ("store", &["config", "net", "core", "ops"]),
     ("core", &["config", "net", "ops"]),
     ("ops", &["config", "net"]),

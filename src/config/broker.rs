@@ -6,6 +6,7 @@ use std::path::PathBuf;
 
 use serde_yaml::Value;
 
+use super::acl_identity;
 use super::authentication::{self, AuthenticationKeys};
 use super::channels::Scope;
 use super::exchanges::{self, Qos2Config, SessionConfig, ShareConfig};
@@ -92,6 +93,9 @@ pub struct MqttConfig {
     pub tcp: Vec<TcpDoor>,
     /// `broker.mqtt.min_protocol_version`.
     pub min_protocol_version: MinProtocolVersion,
+    /// `broker.mqtt.acl_file`: an absolute path; `None` lets every client
+    /// do anything.
+    pub acl_file: Option<PathBuf>,
     /// `broker.mqtt.password_file` and `allow_anonymous`, as written;
     /// [`MqttConfig::door_rules`] settles what each door does.
     pub authentication: AuthenticationKeys,
@@ -101,6 +105,12 @@ impl MqttConfig {
     /// Each door's rule for who may connect, in door order.
     pub fn door_rules(&self) -> Vec<DoorRule> {
         authentication::door_rules(&self.authentication, self.door_keys())
+    }
+
+    /// What the configuration admits that an acl_file cannot tell apart:
+    /// one line for each door no password file guards.
+    pub fn acl_warnings(&self) -> Vec<String> {
+        acl_identity::unidentified_doors(self.acl_file.as_deref(), &self.door_rules(), &self.tcp)
     }
 
     fn door_keys(&self) -> impl Iterator<Item = (&str, &AuthenticationKeys)> {
@@ -153,8 +163,9 @@ const MQTT_KEYS: Keys = Keys {
         "min_protocol_version",
         "password_file",
         "allow_anonymous",
+        "acl_file",
     ],
-    not_yet: &["acl_file"],
+    not_yet: &[],
 };
 
 /// Reads `broker:`, and returns beside it what channels are checked
@@ -315,13 +326,37 @@ fn mqtt(f: &mut Findings, value: Option<&Value>) -> Option<MqttConfig> {
     let tcp = listen::parse(f, "broker.mqtt.listen", t.get("listen"));
     let min_protocol_version = min_protocol_version(f, t.get("min_protocol_version"));
     let authentication = authentication::keys(f, "broker.mqtt", &t);
+    let acl_file = acl_file(f, t.get("acl_file"));
     let mqtt = MqttConfig {
         tcp: tcp?,
         min_protocol_version: min_protocol_version?,
         authentication: authentication?,
+        acl_file: acl_file?,
     };
-    authentication::check(f, &mqtt.door_rules(), mqtt.door_keys());
+    let rules = mqtt.door_rules();
+    authentication::check(f, &rules, mqtt.door_keys());
+    let acl_file = mqtt.acl_file.as_deref();
+    acl_identity::check(f, acl_file, &mqtt.authentication, &rules, &mqtt.tcp);
     Some(mqtt)
+}
+
+/// `broker.mqtt.acl_file`: `Some(None)` when absent. The file itself is
+/// read by [`super::acl_file::load`], against the channels.
+fn acl_file(f: &mut Findings, value: Option<&Value>) -> Option<Option<PathBuf>> {
+    let Some(value) = value else {
+        return Some(None);
+    };
+    match value {
+        Value::String(path) if path.starts_with('/') => Some(Some(PathBuf::from(path))),
+        _ => {
+            f.value(
+                "broker.mqtt.acl_file",
+                value,
+                "it is an absolute path to the authorization file, such as /etc/saguin/acl.yaml; omit the key to let every client do anything",
+            );
+            None
+        }
+    }
 }
 
 /// Accepts `"3.1.1"` (YAML reads the bare form as text too) and `5`,

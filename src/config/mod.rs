@@ -23,6 +23,9 @@
 //! place. An `!include` resolves against the directory of the file that
 //! holds it, so only [`load`] and [`parse_with_base`] can follow one.
 
+pub mod acl_file;
+mod acl_identity;
+mod acl_lines;
 mod authentication;
 mod broker;
 mod channels;

@@ -300,6 +300,8 @@ pub struct Broker {
     pub(crate) tallies: observe::Tallies,
     /// Who may connect; replaced whole on a reload.
     pub(crate) authentication: Arc<crate::auth::Authentication>,
+    /// The authorization file in force and each session's grants.
+    pub(crate) authorization: broker::authorize::Authorization,
 }
 
 impl Broker {
@@ -345,6 +347,7 @@ impl Broker {
             persist: broker::persist::Persistence::default(),
             tallies: observe::Tallies::new(settings.channels.len()),
             authentication: Arc::default(),
+            authorization: Default::default(),
             settings,
         }
     }

@@ -1955,6 +1955,9 @@ fn a_shared_group_over_a_channel_gets_each_new_record_once() {
 #[path = "channel/latest/broker_tests.rs"]
 mod latest_tests;
 
+#[path = "broker/authorize_tests.rs"]
+mod authorize_tests;
+
 /// A client certificate's name holding a control character names nobody:
 /// its CONNECT is refused as a bad user name, and the connection closed.
 #[test]

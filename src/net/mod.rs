@@ -67,18 +67,37 @@ pub fn worst_case_connection_bytes(settings: &crate::core::Settings) -> u64 {
         + aliases
 }
 
+pub use reload::AclReader;
+
+/// The authorization file in force at startup, and how to read it again.
+pub struct AclSource {
+    pub acl: crate::acl::Acl,
+    pub read: AclReader,
+}
+
 /// Binds every door, then serves until SIGTERM or SIGINT (SIGHUP and
 /// SIGUSR1 do not stop it), admitting clients by `authentication` and
 /// re-reading its password files on SIGUSR1.
 pub fn run(settings: Settings, authentication: Authentication) -> io::Result<()> {
+    run_with_acl(settings, authentication, None)
+}
+
+/// [`run`], with an authorization file in force, re-read on SIGUSR1
+/// together with the password files.
+pub fn run_with_acl(
+    settings: Settings,
+    authentication: Authentication,
+    acl: Option<AclSource>,
+) -> io::Result<()> {
     let executor: &'static LocalExecutor<'static> = Box::leak(Box::new(LocalExecutor::new()));
-    smol::block_on(executor.run(serve(executor, settings, authentication)))
+    smol::block_on(executor.run(serve(executor, settings, authentication, acl)))
 }
 
 async fn serve(
     executor: &'static LocalExecutor<'static>,
     mut shell: Settings,
     authentication: Authentication,
+    acl: Option<AclSource>,
 ) -> io::Result<()> {
     let (mut storage, completions) = storage::start(&mut shell)?;
     let mut settings = shell.core;
@@ -167,6 +186,10 @@ async fn serve(
             .broker
             .restore_holds(restored_holds, now_ms, &mut state.outboxes);
     }
+    let read_acl = acl.map(|source| {
+        log::info!("{}", reload::put_in_force(&shared, source.acl, "read"));
+        source.read
+    });
     let mut tasks = Vec::new();
     for (door, listener) in listeners.into_iter().enumerate() {
         let accept = accept_loop(
@@ -201,11 +224,8 @@ async fn serve(
     tasks.push(executor.spawn(tick_loop(shared.clone())));
     tasks.push(executor.spawn(completion_loop(shared.clone(), completions)));
 
-    wait_for_stop(
-        signals,
-        reload::Reload::new(shared.clone(), tls_doors, operators_reload),
-    )
-    .await;
+    let reload = reload::Reload::new(shared.clone(), tls_doors, operators_reload, read_acl);
+    wait_for_stop(signals, reload).await;
     drop(tasks);
     shutdown(&shared).await;
     // Queued writes, the positions just committed among them, land before

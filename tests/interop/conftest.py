@@ -169,6 +169,8 @@ class Client:
         connect_properties: Properties | None = None,
         keepalive: int = 60,
         will: dict | None = None,
+        username: str | None = None,
+        password: str | None = None,
         tls: dict | None = None,
     ):
         self.port = port
@@ -197,6 +199,8 @@ class Client:
         self.paho.on_publish = self._on_publish
         if will:
             self.paho.will_set(**will)
+        if username is not None:
+            self.paho.username_pw_set(username, password)
         if tls:
             # paho's tls_set: ca_certs, and certfile/keyfile for a client
             # certificate. The broker's name is always verified.

@@ -37,24 +37,29 @@ impl Broker {
         // looked at, so a refused CONNECT changes nothing.
         let admitted = self
             .admit_certificate(conn)
-            .and_then(|()| self.admit_connect(&connect));
-        if let Err(refusal) = admitted.and_then(|()| self.authenticate(conn, &connect)) {
-            log::warn!(
-                "refusing CONNECT from client id {:?}: {refusal}",
-                connect.client_id
-            );
-            let problem_information = connect.properties.request_problem_information != Some(0);
-            self.send_connack_refusal(
-                conn,
-                connect.protocol_version,
-                refusal.code(),
-                refusal.reason(),
-                problem_information,
-                out,
-            );
-            self.close_silently(conn, now_ms, out);
-            return;
-        }
+            .and_then(|()| self.admit_connect(&connect))
+            .and_then(|()| self.authenticate(conn, &connect))
+            .and_then(|()| self.authorize_connect(&connect, self.user_name(conn)));
+        let admitted = match admitted {
+            Ok(admitted) => admitted,
+            Err(refusal) => {
+                log::warn!(
+                    "refusing CONNECT from client id {:?}: {refusal}",
+                    connect.client_id
+                );
+                let problem_information = connect.properties.request_problem_information != Some(0);
+                self.send_connack_refusal(
+                    conn,
+                    connect.protocol_version,
+                    refusal.code(),
+                    refusal.reason(),
+                    problem_information,
+                    out,
+                );
+                self.close_silently(conn, now_ms, out);
+                return;
+            }
+        };
         let version = connect.protocol_version;
         let client_id = if connect.client_id.is_empty() {
             self.sessions.assign_client_id()
@@ -70,11 +75,15 @@ impl Broker {
             ProtocolVersion::V311 if connect.clean_start => 0,
             ProtocolVersion::V311 => u32::MAX,
         };
-        let granted_expiry_s = requested_expiry_s.min(self.settings.max_session_expiry_s);
+        let granted_expiry_s =
+            admitted.expiry_s(requested_expiry_s.min(self.settings.max_session_expiry_s));
         // 3.1.1's "never" is this edition's own ceiling, not a request cut.
         if version == ProtocolVersion::V5 && granted_expiry_s < requested_expiry_s {
             self.tallies.session_expiry_shortened += 1;
         }
+        // A 3.1.1 session has no expiry to be told: it is made clean.
+        let clean_start =
+            connect.clean_start || granted_expiry_s == 0 && version == ProtocolVersion::V311;
 
         let (keep_alive_s, server_keep_alive_s) = match (version, self.settings.max_keepalive_s) {
             (ProtocolVersion::V5, Some(max_s))
@@ -85,13 +94,8 @@ impl Broker {
             _ => (connect.keep_alive_s, None),
         };
 
-        let session_key = self.claim_session(
-            &client_id,
-            connect.clean_start,
-            granted_expiry_s,
-            now_ms,
-            out,
-        );
+        let session_key =
+            self.claim_session(&client_id, clean_start, granted_expiry_s, now_ms, out);
         self.remember_claimed(session_key);
         let session = self.sessions.get_mut(session_key).expect("claimed above");
         let session_present = !session.is_new;
@@ -145,9 +149,11 @@ impl Broker {
                 p.assigned_client_identifier = Some(client_id.clone());
             }
         }
+        self.hold_grants(session_key, admitted, version, &mut connack.properties);
         // A session that keeps a record is answered once it is stored.
-        // The admitted name: a verified certificate's wins over whatever
-        // the CONNECT says.
+        // The admitted name - a verified certificate's wins over whatever
+        // the CONNECT says - which the acl_file's grants are compiled for
+        // again after a restart.
         let connection = self.connections.get(conn).expect("checked above");
         let user_name = connection.user.clone();
         if let (Some(name), Some(_)) = (&user_name, &connection.origin.certificate_user) {
@@ -548,6 +554,7 @@ impl Broker {
             .collect();
         self.return_to_groups(unfinished, now_ms, out);
         self.session_record_ended(&session.client_id, out);
+        self.forget_grants(&session.client_id);
     }
 
     /// Ends sessions whose expiry has passed and publishes Wills whose delay
@@ -597,6 +604,13 @@ impl Broker {
         now_ms: u64,
         out: &mut impl Transport,
     ) {
+        if !self.may_publish_will(&client_id, &will.topic) {
+            log::warn!(
+                "the Will of {client_id} was not published: its roles no longer allow a publish to {:?}",
+                will.topic
+            );
+            return;
+        }
         let mut properties = will.properties;
         properties.will_delay_interval_s = None;
         properties

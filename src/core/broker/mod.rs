@@ -4,10 +4,12 @@
 //! its own beyond what it hands back to the broker.
 
 mod authenticate;
+pub(crate) mod authorize;
 mod certificate;
 mod connect;
 mod delivery;
 pub(crate) mod exactly_once;
+pub(crate) mod hang_up;
 mod inbound;
 mod observe;
 pub(crate) mod persist;

@@ -93,6 +93,11 @@ pub(crate) struct Paused {
 }
 
 impl Persistence {
+    /// The user name a stored session last connected under.
+    pub(crate) fn user_name_of(&self, client_id: &str) -> Option<&str> {
+        self.user_names.get(client_id).map(|name| &**name)
+    }
+
     pub fn is_paused(&self, conn: Key) -> bool {
         self.paused.contains_key(&conn)
     }

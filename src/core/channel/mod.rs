@@ -759,6 +759,10 @@ impl Broker {
                 self.request_read(reader_key, out);
                 return;
             };
+            if self.withheld_from_reader(reader_key, &message, offset) {
+                // Stalled at this record, never past it, until a grant returns.
+                return;
+            }
             let reader = self.readers.get_mut(reader_key).expect("checked above");
             if reader.buffer.front().is_some_and(|(o, _)| *o == offset) {
                 reader.buffer.pop_front();
@@ -1288,7 +1292,7 @@ fn start_offset(channel: &Channel, from_head: bool) -> u64 {
 /// filters grant, every one of their Subscription Identifiers, and RETAIN
 /// only where one asked for Retain As Published. `None` when no filter of
 /// the session matches this record's topic, or No Local withholds it.
-fn delivery_for(
+pub(crate) fn delivery_for(
     reader_key: Key,
     reader: &Reader,
     message: &Rc<Message>,

@@ -368,6 +368,9 @@ impl Broker {
         let Some(q) = queue else {
             return Some(Err(Refusal::NotAQueueForm));
         };
+        if let Err(refusal) = self.authorize_worker(session_key, self.queues.list[q].channel) {
+            return Some(Err(refusal));
+        }
         if self.version(conn) != Some(ProtocolVersion::V5) {
             return Some(Err(Refusal::QueueNeedsMqtt5));
         }
@@ -699,7 +702,10 @@ impl Broker {
             let queue = &self.queues.list[q];
             let index = (queue.next_worker + step) % count;
             let worker = queue.workers[index];
-            if queue.held.contains_key(&worker) || !self.session_has_room(worker) {
+            if queue.held.contains_key(&worker)
+                || !self.session_has_room(worker)
+                || !self.may_consume(worker, queue.channel)
+            {
                 continue;
             }
             self.queues.list[q].next_worker = index + 1;
