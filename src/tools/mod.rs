@@ -51,12 +51,12 @@ pub fn dispatch(args: &[String]) -> Option<ExitCode> {
         ["inspect", ..] => Some(usage_error(
             "inspect takes one redb file or snapshot directory",
         )),
-        ["backup", address, dir] if !json => Some(backup_command(address, dir)),
+        // --json belongs to --route and inspect here; another command that
+        // takes it (--acl) is main's to dispatch.
+        _ if json => None,
+        ["backup", address, dir] => Some(backup_command(address, dir)),
         ["backup", ..] => Some(usage_error(
             "backup takes the operations listener's address and the directory to write into",
-        )),
-        _ if json => Some(usage_error(
-            "--json is how --route and inspect answer for a program; it is not a flag of its own",
         )),
         ["--snapshots-to-redb", from, to] => {
             Some(convert_command(from, to, store::snapshots_to_redb))
