@@ -7,7 +7,9 @@
 //! - [`core`]: the broker's rules as a sans-IO state machine;
 //! - [`net`]: the smol shell that connects the core to sockets and a clock;
 //! - [`ops`]: the operations listener: health, metrics and `/v1` routes;
-//! - [`store`]: storage providers (redb, memory) and the storage thread.
+//! - [`store`]: storage providers (redb, memory) and the storage thread;
+//! - [`tools`]: the operator's command-line tools (route, inspect,
+//!   conversions, backup).
 
 pub mod acl;
 pub mod auth;
@@ -17,3 +19,4 @@ pub mod core;
 pub mod net;
 pub mod ops;
 pub mod store;
+pub mod tools;

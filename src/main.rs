@@ -13,7 +13,8 @@ usage: saguin [--config FILE]      run the broker (without --config: the embedde
                                    without USER, one user name (and client id) a line on standard input
        saguin --print-default-config
        saguin --passwd FILE add USER | delete USER | list
-       saguin --version";
+       saguin --version
+{}";
 
 /// What `--acl` was asked.
 struct AclQuestion {
@@ -68,6 +69,10 @@ fn load(path: Option<PathBuf>) -> Result<Config, ExitCode> {
             ExitCode::from(2)
         }),
     }
+}
+
+fn usage() -> String {
+    USAGE.replace("{}", saguin::tools::USAGE)
 }
 
 /// The embedded default, keeping its records in `./data` under the
@@ -159,16 +164,19 @@ fn explain_acl(question: AclQuestion) -> ExitCode {
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
+    if let Some(code) = saguin::tools::dispatch(&args) {
+        return code;
+    }
     let command = match parse_args(&args) {
         Ok(command) => command,
         Err(message) => {
-            eprintln!("{message}\n{USAGE}");
+            eprintln!("{message}\n{}", usage());
             return ExitCode::from(2);
         }
     };
     match command {
         Command::Version => println!("saguin {}", env!("CARGO_PKG_VERSION")),
-        Command::Help => println!("{USAGE}"),
+        Command::Help => println!("{}", usage()),
         Command::Passwd(args) => {
             if let Err(message) = saguin::auth::command::run(&args) {
                 eprintln!("{message}");

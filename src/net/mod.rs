@@ -215,6 +215,7 @@ async fn serve(
                 &shell.providers,
                 bound,
                 watches,
+                crate::store::Backups::new(&shell.providers, &storage.handles),
             )?;
             tasks.extend(answering);
             Some(sockets)

@@ -10,7 +10,7 @@ use smol::LocalExecutor;
 
 use super::SharedRef;
 use crate::ops::{self, Link, Provider};
-use crate::store::{CommitPolicy, ProviderKind, ProviderSettings, StorageWatch};
+use crate::store::{Backups, CommitPolicy, ProviderKind, ProviderSettings, StorageWatch};
 
 /// How long the executor may go without turning before `/health` says a
 /// restart would help. The tick runs every 100 ms, so this is a wedge, not
@@ -29,6 +29,7 @@ pub fn start(
     providers_written: &[ProviderSettings],
     bound: ops::Bound,
     watches: Vec<StorageWatch>,
+    backups: Backups,
 ) -> std::io::Result<(Vec<smol::Task<()>>, ops::SocketFiles)> {
     let started = Instant::now();
     let beat_ms = Arc::new(AtomicU64::new(0));
@@ -40,11 +41,12 @@ pub fn start(
             healthy(now_ms, beat_ms.load(Ordering::Relaxed), &watches)
         })
     };
-    let (link, asks) = Link::new(
+    let (mut link, asks) = Link::new(
         broker_id.to_string(),
         healthy,
         providers(providers_written, &watches),
     );
+    link.backups = backups;
     let sockets = bound.spawn(link)?;
     let heartbeat = executor.spawn(async move {
         loop {

@@ -13,7 +13,7 @@ use smol::channel::{Receiver, Sender};
 
 use crate::core::observe::{ChannelConsumers, LossesView, Observation, QueueView, SessionsView};
 use crate::core::Broker;
-use crate::store::CommitStats;
+use crate::store::{Backups, CommitStats};
 
 /// Questions waiting for the executor at once; one more is answered 503.
 pub const ASK_QUEUE: usize = 8;
@@ -94,6 +94,9 @@ pub struct Link {
     pub healthy: Arc<dyn Fn() -> bool + Send + Sync>,
     pub providers: Vec<Provider>,
     pub broker_id: String,
+    /// The redb providers an online backup copies, asked without the
+    /// executor.
+    pub backups: Backups,
 }
 
 impl Link {
@@ -109,6 +112,7 @@ impl Link {
             healthy,
             providers,
             broker_id,
+            backups: Backups::default(),
         };
         (link, receiver)
     }

@@ -16,6 +16,7 @@
 //! - [`process`]: the process's own figures, read from `/proc`;
 //! - [`v1`]: the JSON routes.
 
+pub mod backup;
 pub mod http;
 pub mod json;
 pub mod link;

@@ -23,6 +23,7 @@ use super::{metrics, process, v1};
 /// them.
 pub const ROUTES: &[&str] = &[
     "/metrics",
+    super::backup::ROUTE,
     "/v1/operations/consumers",
     "/v1/operations/position-lost",
     "/v1/operations/queues",
@@ -82,6 +83,20 @@ impl Service {
         let known = path == "/health" || ROUTES.contains(&path) || queue.is_some();
         if !known {
             return Response::text(404, "no such route\n");
+        }
+        if path == super::backup::ROUTE {
+            // The one route that writes, and so the one that takes POST.
+            if request.method != "POST" {
+                return Response::text(405, "this route answers POST\n")
+                    .with_header("Allow", "POST");
+            }
+            if let Err(refusal) = authorize(request, door) {
+                return refusal;
+            }
+            let now_unix_ms = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_millis() as u64);
+            return super::backup::backup(&self.link.backups, request, now_unix_ms).await;
         }
         if request.method != "GET" && request.method != "HEAD" {
             return Response::text(405, "this route answers GET and HEAD\n")

@@ -17,9 +17,12 @@
 //! has the formats and the reasoning.
 
 mod apply;
+mod backup;
+mod backups;
 pub mod bench;
 mod budget;
 mod checksum;
+mod convert;
 pub(crate) mod encoding;
 mod error;
 mod lock;
@@ -29,16 +32,22 @@ mod open;
 mod redb;
 mod settings;
 mod snapshot;
+mod stored;
 mod types;
 mod validate;
 mod writer;
 
+#[cfg(test)]
+mod backup_tests;
 #[cfg(test)]
 mod conformance;
 #[cfg(test)]
 mod writer_tests;
 
 pub use self::redb::{RedbProvider, REDB_CACHE_BYTES, REDB_FORMAT_VERSION};
+pub use backup::{take_backup, BackupReply, BackupReport, BackupView};
+pub use backups::Backups;
+pub use convert::{redb_to_snapshots, snapshots_to_redb, Converted};
 pub use error::StoreError;
 pub use memory::MemoryProvider;
 pub use message_id::{MessageId, MessageIdGenerator, MAX_MESSAGE_ID_TEXT_BYTES};
@@ -47,6 +56,7 @@ pub use settings::{
     declared_memory_bytes, reserve_bytes, CommitPolicy, ProviderKind, ProviderSettings,
 };
 pub use snapshot::snapshot_file_name;
+pub use stored::{stored_kind, ChannelSummary, StoredKind, StoredProvider};
 pub use types::{
     ChannelState, Message, Outcome, Read, ReadBatch, ReadLimit, Record, Refusal, TrimRule, Trimmed,
     Usage, Write, ENTRY_OVERHEAD_BYTES, FIRST_OFFSET, POSITION_OVERHEAD_BYTES,
@@ -116,6 +126,13 @@ pub trait Provider: Send {
 
     /// One keyed entry's value.
     fn entry(&self, channel: &str, key: &str) -> Result<Option<Vec<u8>>, StoreError>;
+
+    /// A consistent view of everything the provider holds, for an online
+    /// backup to copy while commits go on; `None` for a provider with
+    /// nothing on disk to copy until it closes (memory).
+    fn backup_view(&self) -> Option<Result<BackupView, StoreError>> {
+        None
+    }
 
     /// A graceful close: a memory provider writes its snapshot, a redb
     /// provider closes its file; both then release their lock.

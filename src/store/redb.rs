@@ -31,6 +31,7 @@ use ::redb::{
 };
 
 use super::apply::{apply_batch, RecordHead, Tables};
+use super::backup::BackupView;
 use super::budget::Budget;
 use super::encoding::{
     decode_channel_state, encode_channel_state, message_bytes, message_from_bytes, message_header,
@@ -53,22 +54,22 @@ pub const REDB_FORMAT_VERSION: u32 = 2;
 /// space; a few MiB holds the hot end of every channel.
 pub const REDB_CACHE_BYTES: usize = 8 << 20;
 
-const META: TableDefinition<&str, &[u8]> = TableDefinition::new("meta");
-const CHANNELS: TableDefinition<&str, &[u8]> = TableDefinition::new("channels");
-const RECORDS: TableDefinition<(u32, u64), &[u8]> = TableDefinition::new("records");
-const POSITIONS: TableDefinition<(u32, &str), u64> = TableDefinition::new("positions");
-const ENTRIES: TableDefinition<(u32, &str), &[u8]> = TableDefinition::new("entries");
+pub(crate) const META: TableDefinition<&str, &[u8]> = TableDefinition::new("meta");
+pub(crate) const CHANNELS: TableDefinition<&str, &[u8]> = TableDefinition::new("channels");
+pub(crate) const RECORDS: TableDefinition<(u32, u64), &[u8]> = TableDefinition::new("records");
+pub(crate) const POSITIONS: TableDefinition<(u32, &str), u64> = TableDefinition::new("positions");
+pub(crate) const ENTRIES: TableDefinition<(u32, &str), &[u8]> = TableDefinition::new("entries");
 
-const META_FORMAT_VERSION: &str = "format_version";
-const META_CREATED_BY: &str = "created_by";
-const META_CREATED_AT_MS: &str = "created_at_ms";
-const META_NEXT_CHANNEL_ID: &str = "next_channel_id";
+pub(crate) const META_FORMAT_VERSION: &str = "format_version";
+pub(crate) const META_CREATED_BY: &str = "created_by";
+pub(crate) const META_CREATED_AT_MS: &str = "created_at_ms";
+pub(crate) const META_NEXT_CHANNEL_ID: &str = "next_channel_id";
 
 /// A channel's id and counters, as the cache and a batch hold them.
 #[derive(Clone, Copy, Debug)]
-struct ChannelEntry {
-    id: u32,
-    state: ChannelState,
+pub(crate) struct ChannelEntry {
+    pub(crate) id: u32,
+    pub(crate) state: ChannelState,
 }
 
 pub struct RedbProvider {
@@ -87,7 +88,7 @@ pub struct RedbProvider {
 }
 
 /// Turns any redb error into one naming the file and what was being done.
-fn db_error<'p, E: Display>(
+pub(crate) fn db_error<'p, E: Display>(
     path: &'p Path,
     action: &'static str,
 ) -> impl FnOnce(E) -> StoreError + use<'p, E> {
@@ -98,13 +99,13 @@ fn db_error<'p, E: Display>(
     }
 }
 
-fn lock_path_for(file_path: &Path) -> PathBuf {
+pub(crate) fn lock_path_for(file_path: &Path) -> PathBuf {
     let mut name = OsString::from(file_path.as_os_str());
     name.push(".lock");
     PathBuf::from(name)
 }
 
-fn now_ms() -> u64 {
+pub(crate) fn now_ms() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
@@ -113,7 +114,7 @@ fn now_ms() -> u64 {
 /// Makes the file's directory entry durable: a commit syncs the file's
 /// contents, and without this a new provider's first records could survive
 /// a power cut under no name at all.
-fn sync_parent(file_path: &Path) -> Result<(), StoreError> {
+pub(crate) fn sync_parent(file_path: &Path) -> Result<(), StoreError> {
     let dir = match file_path.parent() {
         Some(d) if !d.as_os_str().is_empty() => d,
         _ => Path::new("."),
@@ -123,14 +124,18 @@ fn sync_parent(file_path: &Path) -> Result<(), StoreError> {
         .map_err(|e| StoreError::io(dir, "sync the directory holding the redb file", e))
 }
 
-fn encode_entry(entry: &ChannelEntry) -> Vec<u8> {
+pub(crate) fn encode_entry(entry: &ChannelEntry) -> Vec<u8> {
     let mut e = Encoder::with_capacity(4 + CHANNEL_STATE_BYTES);
     e.u32(entry.id);
     encode_channel_state(&entry.state, &mut e);
     e.buf
 }
 
-fn decode_entry(path: &Path, name: &str, bytes: &[u8]) -> Result<ChannelEntry, StoreError> {
+pub(crate) fn decode_entry(
+    path: &Path,
+    name: &str,
+    bytes: &[u8],
+) -> Result<ChannelEntry, StoreError> {
     let mut d = Decoder::new(bytes);
     let decoded = d
         .u32("the channel id")
@@ -206,7 +211,7 @@ impl RedbProvider {
 /// file, so a file never has one without the other; on an existing one,
 /// refuses a version this build does not read, or tables with no version.
 /// Returns the next channel id.
-fn check_format(db: &Database, path: &Path) -> Result<u32, StoreError> {
+pub(crate) fn check_format(db: &Database, path: &Path) -> Result<u32, StoreError> {
     let txn = db
         .begin_write()
         .map_err(db_error(path, "begin a transaction"))?;
@@ -232,14 +237,7 @@ fn check_format(db: &Database, path: &Path) -> Result<u32, StoreError> {
                     .ok()
                     .map(u32::from_le_bytes);
                 if version != Some(REDB_FORMAT_VERSION) {
-                    let by = read(&meta, META_CREATED_BY)?
-                        .map(|b| String::from_utf8_lossy(&b).into_owned())
-                        .unwrap_or_else(|| "an unknown build".into());
-                    let shown = version.map_or_else(|| format!("{v:?}"), |n| n.to_string());
-                    return Err(StoreError::format(
-                        path,
-                        format!("redb provider format {shown} (created by {by}); this broker reads format {REDB_FORMAT_VERSION} only"),
-                    ));
+                    return Err(format_refusal(path, &v, read(&meta, META_CREATED_BY)?));
                 }
                 next_channel_id = match read(&meta, META_NEXT_CHANNEL_ID)? {
                     Some(b) => <[u8; 4]>::try_from(b.as_slice())
@@ -248,12 +246,7 @@ fn check_format(db: &Database, path: &Path) -> Result<u32, StoreError> {
                     None => 0,
                 };
             }
-            None if !existing.is_empty() => {
-                return Err(StoreError::format(
-                    path,
-                    format!("a redb file with tables ({}) and no Sagüin format version: not a Sagüin provider, and it is not adopted", existing.join(", ")),
-                ));
-            }
+            None if !existing.is_empty() => return Err(not_a_provider(path, &existing)),
             None => {
                 let by = concat!("saguin ", env!("CARGO_PKG_VERSION"));
                 let insert = |meta: &mut Table<&str, &[u8]>, key: &str, value: &[u8]| {
@@ -286,10 +279,41 @@ fn check_format(db: &Database, path: &Path) -> Result<u32, StoreError> {
     Ok(next_channel_id)
 }
 
+/// The refusal of a file whose format version this build does not read;
+/// `raw` is the version as stored, `by` the build that created the file.
+pub(crate) fn format_refusal(path: &Path, raw: &[u8], by: Option<Vec<u8>>) -> StoreError {
+    let by = by
+        .map(|b| String::from_utf8_lossy(&b).into_owned())
+        .unwrap_or_else(|| "an unknown build".into());
+    let shown = <[u8; 4]>::try_from(raw)
+        .map(|b| u32::from_le_bytes(b).to_string())
+        .unwrap_or_else(|_| format!("{raw:?}"));
+    StoreError::format(
+        path,
+        format!("redb provider format {shown} (created by {by}); this build reads format {REDB_FORMAT_VERSION} only: open it with the build that created it"),
+    )
+}
+
+/// The refusal of a redb file some other program wrote.
+pub(crate) fn not_a_provider(path: &Path, tables: &[String]) -> StoreError {
+    StoreError::format(
+        path,
+        format!("a redb file with tables ({}) and no Sagüin format version: not a Sagüin provider, and it is not adopted", tables.join(", ")),
+    )
+}
+
 fn load_channels(db: &Database, path: &Path) -> Result<HashMap<String, ChannelEntry>, StoreError> {
     let txn = db
         .begin_read()
         .map_err(db_error(path, "begin a read transaction"))?;
+    read_channel_rows(&txn, path)
+}
+
+/// Every channel's row, as one read transaction sees them.
+pub(crate) fn read_channel_rows(
+    txn: &::redb::ReadTransaction,
+    path: &Path,
+) -> Result<HashMap<String, ChannelEntry>, StoreError> {
     let table = txn
         .open_table(CHANNELS)
         .map_err(db_error(path, "open the channels table"))?;
@@ -304,6 +328,28 @@ fn load_channels(db: &Database, path: &Path) -> Result<HashMap<String, ChannelEn
         channels.insert(name, entry);
     }
     Ok(channels)
+}
+
+/// Calls `each` with every row of one channel in a table keyed by
+/// (channel id, text) - its positions or its entries - in key order.
+pub(crate) fn for_each_keyed<V: Value + 'static>(
+    table: &ReadOnlyTable<(u32, &'static str), V>,
+    id: u32,
+    path: &Path,
+    mut each: impl FnMut(&str, V::SelfType<'_>) -> Result<(), StoreError>,
+) -> Result<(), StoreError> {
+    for row in table
+        .range((id, "")..)
+        .map_err(db_error(path, "read a table"))?
+    {
+        let (k, v) = row.map_err(db_error(path, "read a row"))?;
+        let (row_id, key) = k.value();
+        if row_id != id {
+            break;
+        }
+        each(key, v.value())?;
+    }
+    Ok(())
 }
 
 /// The tables inside one write transaction, with the channels this batch
@@ -675,17 +721,10 @@ impl Provider for RedbProvider {
         let path = self.path.as_path();
         let table = self.read_table(POSITIONS, "open the positions table")?;
         let mut lowest: Option<u64> = None;
-        for row in table
-            .range((entry.id, "")..)
-            .map_err(db_error(path, "read positions"))?
-        {
-            let (k, v) = row.map_err(db_error(path, "read a position"))?;
-            if k.value().0 != entry.id {
-                break;
-            }
-            let offset = v.value();
+        for_each_keyed(&table, entry.id, path, |_, offset| {
             lowest = Some(lowest.map_or(offset, |l| l.min(offset)));
-        }
+            Ok(())
+        })?;
         Ok(lowest)
     }
 
@@ -718,17 +757,10 @@ impl Provider for RedbProvider {
         let path = self.path.as_path();
         let table = self.read_table(ENTRIES, "open the entries table")?;
         let mut all = Vec::new();
-        for row in table
-            .range((entry.id, "")..)
-            .map_err(db_error(path, "read entries"))?
-        {
-            let (k, v) = row.map_err(db_error(path, "read an entry"))?;
-            let (id, key) = k.value();
-            if id != entry.id {
-                break;
-            }
-            all.push((key.to_string(), v.value().to_vec()));
-        }
+        for_each_keyed(&table, entry.id, path, |key, value| {
+            all.push((key.to_string(), value.to_vec()));
+            Ok(())
+        })?;
         Ok(all)
     }
 
@@ -742,6 +774,21 @@ impl Provider for RedbProvider {
             .get((entry.id, key))
             .map_err(db_error(path, "read an entry"))?
             .map(|v| v.value().to_vec()))
+    }
+
+    /// A read transaction: redb's snapshot of the last commit, begun
+    /// without waiting for or holding up any write.
+    fn backup_view(&self) -> Option<Result<BackupView, StoreError>> {
+        Some(
+            self.db
+                .begin_read()
+                .map_err(db_error(&self.path, "begin the backup's read transaction"))
+                .map(|txn| BackupView {
+                    provider: self.name.clone(),
+                    source: self.path.clone(),
+                    txn,
+                }),
+        )
     }
 
     fn close(self: Box<Self>) -> Result<(), StoreError> {

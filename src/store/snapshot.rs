@@ -34,7 +34,7 @@ use super::encoding::{
 use super::error::StoreError;
 use super::lock::LockFile;
 use super::memory::{counted, MemoryChannel};
-use super::types::FIRST_OFFSET;
+use super::types::{ChannelState, FIRST_OFFSET};
 use super::validate::{check_channel_name, MAX_ENTRY_KEY_BYTES, MAX_READER_BYTES};
 
 pub(crate) const MAGIC: [u8; 8] = *b"SAGUINSN";
@@ -275,15 +275,7 @@ fn decode_channel_body(body: &[u8]) -> Result<(String, u64, MemoryChannel), Deco
     for _ in 0..positions {
         let reader = d.string("a reader name")?;
         let offset = d.u64("a position")?;
-        if reader.is_empty() || reader.len() > MAX_READER_BYTES {
-            return fail(format!("a reader name of {} bytes", reader.len()));
-        }
-        if offset < FIRST_OFFSET || offset > state.next {
-            return fail(format!(
-                "reader {reader:?} is at {offset}, outside the first offset {FIRST_OFFSET} and next {}",
-                state.next
-            ));
-        }
+        check_position(&state, &reader, offset)?;
         if channel.positions.insert(reader.clone(), offset).is_some() {
             return fail(format!("reader {reader:?} appears twice"));
         }
@@ -292,12 +284,7 @@ fn decode_channel_body(body: &[u8]) -> Result<(String, u64, MemoryChannel), Deco
     let mut previous: Option<u64> = None;
     for _ in 0..records {
         let offset = d.u64("a record offset")?;
-        if offset < state.floor || offset >= state.next {
-            return fail(format!(
-                "record {offset} lies outside floor {} and next {}",
-                state.floor, state.next
-            ));
-        }
+        check_record_offset(&state, offset)?;
         if previous.is_some_and(|p| offset <= p) {
             return fail(format!("record {offset} follows a record at or after it"));
         }
@@ -310,9 +297,7 @@ fn decode_channel_body(body: &[u8]) -> Result<(String, u64, MemoryChannel), Deco
     for _ in 0..entries {
         let key = d.string("an entry key")?;
         let value = d.bytes("an entry value")?;
-        if key.is_empty() || key.len() > MAX_ENTRY_KEY_BYTES {
-            return fail(format!("an entry key of {} bytes", key.len()));
-        }
+        check_entry_key(&key)?;
         if previous_key.as_ref().is_some_and(|p| key <= *p) {
             return fail(format!("entry {key:?} follows an entry at or after it"));
         }
@@ -320,7 +305,54 @@ fn decode_channel_body(body: &[u8]) -> Result<(String, u64, MemoryChannel), Deco
         channel.entries.insert(key, value.to_vec());
     }
     d.finish("the channel")?;
-    let (record_bytes, position_bytes, entry_bytes) = counted(&channel);
+    check_counters(&channel)?;
+    Ok((name, generation, channel))
+}
+
+/// A stored position must name an offset a reader can hold: from the
+/// first offset up to `next`.
+pub(crate) fn check_position(
+    state: &ChannelState,
+    reader: &str,
+    offset: u64,
+) -> Result<(), DecodeError> {
+    if reader.is_empty() || reader.len() > MAX_READER_BYTES {
+        return Err(DecodeError(format!(
+            "a reader name of {} bytes",
+            reader.len()
+        )));
+    }
+    if offset < FIRST_OFFSET || offset > state.next {
+        return Err(DecodeError(format!(
+            "reader {reader:?} is at {offset}, outside the first offset {FIRST_OFFSET} and next {}",
+            state.next
+        )));
+    }
+    Ok(())
+}
+
+/// A stored record lies inside `[floor, next)`.
+pub(crate) fn check_record_offset(state: &ChannelState, offset: u64) -> Result<(), DecodeError> {
+    if offset < state.floor || offset >= state.next {
+        return Err(DecodeError(format!(
+            "record {offset} lies outside floor {} and next {}",
+            state.floor, state.next
+        )));
+    }
+    Ok(())
+}
+
+pub(crate) fn check_entry_key(key: &str) -> Result<(), DecodeError> {
+    if key.is_empty() || key.len() > MAX_ENTRY_KEY_BYTES {
+        return Err(DecodeError(format!("an entry key of {} bytes", key.len())));
+    }
+    Ok(())
+}
+
+/// The counters a channel carries match what it holds.
+pub(crate) fn check_counters(channel: &MemoryChannel) -> Result<(), DecodeError> {
+    let state = channel.state;
+    let (record_bytes, position_bytes, entry_bytes) = counted(channel);
     if record_bytes != state.record_bytes
         || channel.records.len() as u64 != state.record_count
         || position_bytes != state.position_bytes
@@ -328,7 +360,7 @@ fn decode_channel_body(body: &[u8]) -> Result<(String, u64, MemoryChannel), Deco
         || entry_bytes != state.entry_bytes
         || channel.entries.len() as u64 != state.entry_count
     {
-        return fail(format!(
+        return Err(DecodeError(format!(
             "its counters say {} records of {} bytes, {} positions of {} bytes and {} entries of {} bytes, and it holds {} records of {record_bytes} bytes, {} positions of {position_bytes} bytes and {} entries of {entry_bytes} bytes",
             state.record_count,
             state.record_bytes,
@@ -339,9 +371,9 @@ fn decode_channel_body(body: &[u8]) -> Result<(String, u64, MemoryChannel), Deco
             channel.records.len(),
             channel.positions.len(),
             channel.entries.len()
-        ));
+        )));
     }
-    Ok((name, generation, channel))
+    Ok(())
 }
 
 /// The manifest: which shutdown this was and which channels it wrote.
@@ -410,6 +442,42 @@ fn read_bounded(path: &Path, max_bytes: u64) -> Result<Vec<u8>, StoreError> {
     Ok(bytes)
 }
 
+/// The channel files in a snapshot directory, by file name, sorted.
+pub(crate) fn channel_files(dir: &Path) -> Result<Vec<String>, StoreError> {
+    let entries =
+        fs::read_dir(dir).map_err(|e| StoreError::io(dir, "list the snapshot directory", e))?;
+    let mut names = Vec::new();
+    for entry in entries {
+        let entry = entry.map_err(|e| StoreError::io(dir, "list the snapshot directory", e))?;
+        if let Some(name) = entry.file_name().to_str() {
+            if name.ends_with(CHANNEL_SUFFIX) {
+                names.push(name.to_string());
+            }
+        }
+    }
+    names.sort();
+    Ok(names)
+}
+
+/// Reads, decodes and checks one channel file, and that it is the file
+/// its channel's name gives.
+pub(crate) fn read_channel_file(
+    dir: &Path,
+    file_name: &str,
+    max_file_bytes: u64,
+) -> Result<(String, u64, MemoryChannel), StoreError> {
+    let path = dir.join(file_name);
+    let (name, generation, channel) =
+        read_bounded(&path, max_file_bytes).and_then(|b| decode_channel(&path, &b))?;
+    if snapshot_file_name(&name).as_deref() != Ok(file_name) {
+        return Err(StoreError::format(
+            &path,
+            format!("holds channel {name:?}, whose snapshot has another file name"),
+        ));
+    }
+    Ok((name, generation, channel))
+}
+
 /// Loads every channel file in the directory. A channel file that fails
 /// stops the start, and every failing file is named, not only the first:
 /// an empty start would be indistinguishable from a fresh install and
@@ -419,31 +487,9 @@ pub(crate) fn load(dir: &SnapshotDir, max_file_bytes: u64) -> Result<Loaded, Sto
     let mut loaded = Loaded::default();
     let mut errors = Vec::new();
     let mut generations: BTreeMap<String, u64> = BTreeMap::new();
-    let entries = fs::read_dir(&dir.path)
-        .map_err(|e| StoreError::io(&dir.path, "list the snapshot directory", e))?;
-    let mut names = Vec::new();
-    for entry in entries {
-        let entry =
-            entry.map_err(|e| StoreError::io(&dir.path, "list the snapshot directory", e))?;
-        if let Some(name) = entry.file_name().to_str() {
-            if name.ends_with(CHANNEL_SUFFIX) {
-                names.push(name.to_string());
-            }
-        }
-    }
-    names.sort();
-    for file_name in names {
-        let path = dir.path.join(&file_name);
-        let decoded = read_bounded(&path, max_file_bytes).and_then(|b| decode_channel(&path, &b));
-        match decoded {
+    for file_name in channel_files(&dir.path)? {
+        match read_channel_file(&dir.path, &file_name, max_file_bytes) {
             Ok((name, generation, channel)) => {
-                if snapshot_file_name(&name).as_deref() != Ok(file_name.as_str()) {
-                    errors.push(StoreError::format(
-                        &path,
-                        format!("holds channel {name:?}, whose snapshot has another file name"),
-                    ));
-                    continue;
-                }
                 loaded.last_generation = loaded.last_generation.max(generation);
                 generations.insert(name.clone(), generation);
                 loaded.channels.insert(name, channel);
@@ -523,10 +569,31 @@ fn write_atomically(dir: &Path, file_name: &str, bytes: &[u8]) -> Result<(), Sto
 
 /// Syncs the directory, without which a renamed file's contents survive a
 /// power cut and the entry naming them need not.
-fn sync_dir(dir: &Path) -> Result<(), StoreError> {
+pub(crate) fn sync_dir(dir: &Path) -> Result<(), StoreError> {
     File::open(dir)
         .and_then(|d| d.sync_all())
         .map_err(|e| StoreError::io(dir, "sync the snapshot directory", e))
+}
+
+/// Writes the manifest and makes it durable.
+pub(crate) fn save_manifest<'a>(
+    dir: &Path,
+    generation: u64,
+    channels: impl ExactSizeIterator<Item = &'a String>,
+) -> Result<(), StoreError> {
+    write_atomically(dir, MANIFEST_FILE, &encode_manifest(generation, channels))?;
+    sync_dir(dir)
+}
+
+/// Writes one channel's file in place of any earlier one.
+pub(crate) fn save_channel(
+    dir: &Path,
+    name: &str,
+    channel: &MemoryChannel,
+    generation: u64,
+) -> Result<(), StoreError> {
+    let file = snapshot_file_name(name).map_err(StoreError::Invalid)?;
+    write_atomically(dir, &file, &encode_channel(name, channel, generation))
 }
 
 /// Writes the snapshot: the manifest first, made durable before any
@@ -538,20 +605,10 @@ pub(crate) fn save(
     channels: &BTreeMap<String, MemoryChannel>,
     generation: u64,
 ) -> Result<(), StoreError> {
-    write_atomically(
-        &dir.path,
-        MANIFEST_FILE,
-        &encode_manifest(generation, channels.keys()),
-    )?;
-    sync_dir(&dir.path)?;
+    save_manifest(&dir.path, generation, channels.keys())?;
     let mut errors = Vec::new();
     for (name, channel) in channels {
-        let written = snapshot_file_name(name)
-            .map_err(StoreError::Invalid)
-            .and_then(|file| {
-                write_atomically(&dir.path, &file, &encode_channel(name, channel, generation))
-            });
-        if let Err(e) = written {
+        if let Err(e) = save_channel(&dir.path, name, channel, generation) {
             errors.push(e);
         }
     }

@@ -24,12 +24,14 @@
 //! returned (invariant 18). When a batch fails, its requests are committed
 //! again one by one, so one request's failure is not its neighbours'.
 
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError, SyncSender, TryRecvError, TrySendError};
 use std::sync::Arc;
 use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
 
+use super::backup::{take_backup, BackupReply, SharedReply};
 use super::error::StoreError;
 use super::settings::CommitPolicy;
 use super::types::{Outcome, Read, ReadLimit, Write};
@@ -103,6 +105,10 @@ enum Request {
     Entries {
         ticket: Ticket,
         channel: String,
+    },
+    Backup {
+        destination: PathBuf,
+        reply: BackupReply,
     },
     Shutdown,
 }
@@ -221,6 +227,16 @@ impl StorageHandle {
         self.submit(Request::Entries { ticket, channel })
     }
 
+    /// Asks for an online backup of the provider into a new file at
+    /// `destination`. The storage thread takes a consistent view between
+    /// two commits and a thread of its own copies and verifies it, so no
+    /// commit waits for the copy; `reply` is called from that thread with
+    /// the verified copy or why there is none. One backup runs at a time
+    /// per provider; a memory provider has none to take.
+    pub fn try_backup(&self, destination: PathBuf, reply: BackupReply) -> Result<(), SubmitError> {
+        self.submit(Request::Backup { destination, reply })
+    }
+
     /// Asks for the earliest offset of `channel` received at or after
     /// `at_ms` (Unix milliseconds), for a seek by time.
     pub fn try_first_at_or_after(
@@ -295,6 +311,7 @@ impl StorageThread {
                     counters: Arc::clone(&thread_counters),
                     carried: None,
                     stopping: false,
+                    backup: None,
                 };
                 let result = worker.run();
                 thread_counters.stopped.store(true, Ordering::Relaxed);
@@ -378,6 +395,8 @@ struct Worker {
     /// A request that did not fit the last batch; it opens the next.
     carried: Option<Request>,
     stopping: bool,
+    /// The backup being copied, if one is.
+    backup: Option<JoinHandle<()>>,
 }
 
 impl Worker {
@@ -415,6 +434,10 @@ impl Worker {
         while let Ok(request) = self.rx.try_recv() {
             self.refuse(request);
         }
+        // A copy reading the file finishes before the file is closed.
+        if let Some(backup) = self.backup.take() {
+            let _ = backup.join();
+        }
         self.provider.close()
     }
 
@@ -450,11 +473,45 @@ impl Worker {
                 ticket,
                 answer: Answer::Entries(self.provider.entries(&channel)),
             },
+            Request::Backup { destination, reply } => {
+                self.start_backup(destination, reply);
+                return true;
+            }
             Request::Shutdown => return false,
             Request::Commit { .. } => unreachable!("commits are batched, not served"),
         };
         (self.deliver)(completion);
         true
+    }
+
+    /// Takes the provider's view now, between two commits, and copies it
+    /// on a thread of its own.
+    fn start_backup(&mut self, destination: PathBuf, reply: BackupReply) {
+        let name = self.provider.name().to_string();
+        if self.backup.as_ref().is_some_and(|b| !b.is_finished()) {
+            return reply(Err(StoreError::Invalid(format!(
+                "a backup of provider {name} is already running; wait for it to finish"
+            ))));
+        }
+        let view = match self.provider.backup_view() {
+            Some(Ok(view)) => view,
+            Some(Err(e)) => return reply(Err(e)),
+            None => {
+                return reply(Err(StoreError::Invalid(format!(
+                    "provider {name} keeps its records in memory: its copy is its snapshot directory, written at a graceful stop"
+                ))))
+            }
+        };
+        // Shared so that a thread that cannot be started still answers.
+        let reply = SharedReply::new(reply);
+        let thread_reply = reply.clone();
+        let spawned = thread::Builder::new()
+            .name(format!("saguin-backup-{name}"))
+            .spawn(move || thread_reply.answer(take_backup(view, &destination)));
+        match spawned {
+            Ok(handle) => self.backup = Some(handle),
+            Err(e) => reply.answer(Err(StoreError::io(name, "start a backup thread", e))),
+        }
     }
 
     fn refuse(&mut self, request: Request) {
@@ -468,6 +525,7 @@ impl Worker {
                 (ticket, Answer::Offset(Err(StoreError::Stopped)))
             }
             Request::Entries { ticket, .. } => (ticket, Answer::Entries(Err(StoreError::Stopped))),
+            Request::Backup { reply, .. } => return reply(Err(StoreError::Stopped)),
             Request::Shutdown => return,
         };
         (self.deliver)(Completion { ticket, answer });
