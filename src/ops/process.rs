@@ -26,8 +26,15 @@ pub fn read() -> Process {
     let boot_time_s = std::fs::read_to_string("/proc/stat")
         .ok()
         .and_then(|text| boot_time_s(&text));
+    // Resident memory from `statm`: qemu-user, which runs the ARM tests,
+    // synthesises `stat` with a resident size of 0, but passes `statm`.
+    let resident_pages = std::fs::read_to_string("/proc/self/statm")
+        .ok()
+        .and_then(|text| text.split_whitespace().nth(1)?.parse::<u64>().ok());
     Process {
-        resident_memory_bytes: fields.as_ref().map(|f| f.rss_pages * PAGE_BYTES),
+        resident_memory_bytes: resident_pages
+            .or(fields.as_ref().map(|f| f.rss_pages))
+            .map(|pages| pages * PAGE_BYTES),
         virtual_memory_bytes: fields.as_ref().map(|f| f.vsize_bytes),
         open_fds: std::fs::read_dir("/proc/self/fd")
             .ok()
