@@ -11,6 +11,7 @@ mod broker;
 pub mod channel;
 pub mod connection;
 pub mod message;
+pub mod partition;
 pub mod refusal;
 pub mod session;
 pub mod slab;

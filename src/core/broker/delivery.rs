@@ -7,6 +7,7 @@ use crate::codec::{encoded_len, Packet, QoS};
 use crate::core::broadcast::topic_index::{Subscriber, Target};
 use crate::core::channel::release_reader_mark;
 use crate::core::message::{outgoing_publish, Delivery, Message};
+use crate::core::partition::topic_hash;
 use crate::core::session::{InFlight, OutboundStage};
 use crate::core::{Broker, Key, Transport};
 
@@ -65,8 +66,17 @@ impl Broker {
     pub(crate) fn route(&mut self, message: Rc<Message>, now_ms: u64, out: &mut impl Transport) {
         let mut matches = std::mem::take(&mut self.match_scratch);
         matches.clear();
-        self.index
-            .for_each_match(&message.topic, |subscriber| matches.push(*subscriber));
+        // A subscription whose declared slice leaves this topic out is not
+        // a match; another of the session's may still be (the union rule).
+        let mut hash = None;
+        self.index.for_each_match(&message.topic, |subscriber| {
+            let admitted = subscriber.slice.as_ref().is_none_or(|slice| {
+                slice.admits_hash(*hash.get_or_insert_with(|| topic_hash(&message.topic)))
+            });
+            if admitted {
+                matches.push(subscriber.clone());
+            }
+        });
         // No Local is read off each subscription, against the publisher's
         // client id.
         if let Some(publisher) = &message.publisher {

@@ -20,6 +20,7 @@ impl Broker {
                 target: Target::Group(key),
                 options: SubscriptionOptions::default(),
                 subscription_id: None,
+                slice: None,
             };
             self.index.insert(filter, entry);
         }

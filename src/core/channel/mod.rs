@@ -22,6 +22,7 @@ use crate::core::broadcast::topic_index::Target;
 use crate::core::channel::append::seek::SeekReply;
 use crate::core::message::outgoing_publish;
 use crate::core::message::{from_stored, labelled, publisher_id, to_stored, Delivery, Message};
+use crate::core::partition::{self, Slice};
 use crate::core::{Broker, Key, StoreRequest, Transport};
 use crate::store::{
     self, Answer, Completion, MessageId, Outcome, Read, ReadLimit, TrimRule, Write,
@@ -130,12 +131,38 @@ impl Channel {
     }
 }
 
+/// One of a session's filters as a channel reader holds it.
+#[derive(Debug, Clone)]
+pub(crate) struct ReaderFilter {
+    pub filter: Box<str>,
+    pub options: SubscriptionOptions,
+    pub subscription_id: Option<u32>,
+    /// The slice its SUBSCRIBE declared; `None` takes every topic.
+    pub slice: Option<Rc<Slice>>,
+}
+
+impl ReaderFilter {
+    /// Whether a record on `topic_name` is owed through this filter.
+    pub fn reaches(&self, topic_name: &str) -> bool {
+        topic::matches(&self.filter, topic_name)
+            && partition::admits(self.slice.as_deref(), topic_name)
+    }
+
+    /// Adds `entry` to `filters`, replacing the one for its filter.
+    pub fn set(filters: &mut Vec<ReaderFilter>, entry: ReaderFilter) {
+        match filters.iter_mut().find(|f| f.filter == entry.filter) {
+            Some(existing) => *existing = entry,
+            None => filters.push(entry),
+        }
+    }
+}
+
 /// One session's cursor into one channel.
 pub(crate) struct Reader {
     pub session: Key,
     pub channel: usize,
     /// The session's filters that reach this channel.
-    pub filters: Vec<(Box<str>, SubscriptionOptions, Option<u32>)>,
+    pub filters: Vec<ReaderFilter>,
     /// False until the stored position, if any, has been read.
     ready: bool,
     /// The next offset to consider sending.
@@ -538,15 +565,14 @@ impl Broker {
     pub(crate) fn subscribe_channels(
         &mut self,
         session_key: Key,
-        filter: &str,
-        options: SubscriptionOptions,
-        subscription_id: Option<u32>,
+        entry: ReaderFilter,
         out: &mut impl Transport,
     ) -> Vec<Key> {
         let mut made = Vec::new();
+        let (filter, options) = (&*entry.filter, entry.options);
         for channel in self.claims.channels_reached_by(filter) {
             if self.channels[channel].latest.is_some() {
-                self.subscribe_latest(session_key, channel, filter, options, subscription_id);
+                self.subscribe_latest(session_key, channel, entry.clone());
                 continue;
             }
             // A queue's records leave only through its form (invariant 11).
@@ -587,12 +613,7 @@ impl Broker {
                 .readers
                 .get_mut(reader_key)
                 .expect("found or made above");
-            match reader.filters.iter_mut().find(|(f, _, _)| **f == *filter) {
-                Some(entry) => *entry = (filter.into(), options, subscription_id),
-                None => reader
-                    .filters
-                    .push((filter.into(), options, subscription_id)),
-            }
+            ReaderFilter::set(&mut reader.filters, entry.clone());
             if options.retain_handling == RetainHandling::DoNotSend && made.contains(&reader_key) {
                 reader.from_head = true;
             }
@@ -1100,7 +1121,7 @@ impl Broker {
             let Some(reader) = self.readers.get_mut(key) else {
                 continue;
             };
-            reader.filters.retain(|(f, _, _)| **f != *filter);
+            reader.filters.retain(|f| *f.filter != *filter);
             if reader.filters.is_empty() {
                 let channel = reader.channel;
                 self.readers.remove(key);
@@ -1265,12 +1286,10 @@ fn delivery_for(
     let mut granted: Option<QoS> = None;
     let mut ids = Vec::new();
     let mut retain_as_published = false;
-    for (filter, options, id) in &reader.filters {
-        if !topic::matches(filter, &message.topic) {
-            continue;
-        }
+    for entry in reader.filters.iter().filter(|f| f.reaches(&message.topic)) {
+        let options = entry.options;
         granted = Some(granted.map_or(options.qos, |q| q.max(options.qos)));
-        ids.extend(*id);
+        ids.extend(entry.subscription_id);
         retain_as_published |= options.retain_as_published;
     }
     Some(Delivery {

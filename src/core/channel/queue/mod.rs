@@ -392,6 +392,7 @@ impl Broker {
                 options: granted,
                 subscription_id: None,
                 group: None,
+                slice: None,
             },
         );
         let queue = &mut self.queues.list[q];
@@ -420,6 +421,7 @@ impl Broker {
                 options: granted,
                 subscription_id: None,
                 group: None,
+                slice: None,
             },
         );
         let queue = &mut self.queues.list[q];
