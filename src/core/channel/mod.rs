@@ -683,8 +683,25 @@ impl Broker {
             return;
         };
         let channel = &self.channels[reader.channel];
+        let session = reader.session;
         let start = match result {
             Ok(Some(_)) if reader.from_head => start_offset(channel, true),
+            Ok(Some(position)) if position < channel.floor && !self.session_is_connected(session) => {
+                // Loaded for a session that is away (a restart restored it):
+                // the reader stays below the floor, so the session's next
+                // CONNECT finds the gap and is told Session Present 0, as
+                // a gap opened during the run is (invariant 1).
+                log::warn!(
+                    "consumer {} of channel {}: its stored position {position} is below the floor {}; its next connection starts a new session",
+                    self.sessions.get(session).map(|s| &*s.client_id).unwrap_or("-"),
+                    channel.settings.name,
+                    channel.floor
+                );
+                let reader = self.readers.get_mut(reader_key).expect("checked above");
+                reader.next_offset = position;
+                reader.ready = true;
+                return;
+            }
             Ok(Some(position)) if position < channel.floor => {
                 // Invariant 1: the gap is said, never served in silence.
                 log::warn!(

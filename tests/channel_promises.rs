@@ -1,0 +1,101 @@
+//! What channels promise a consumer, over real sockets and the real binary:
+//! a gap is never served in silence, across a restart as within a run.
+
+mod common;
+
+use common::{BrokerProcess, RawClient, Received, TempDir};
+use saguin::codec::{Connect, Packet, ProtocolVersion, PubAck, Publish, QoS};
+
+const REDB: &str = "  storage:\n    default: local\n    default_retention_period: none\n    default_retention_bytes: none\n    providers:\n      local:\n        type: redb\n        file_path: {dir}/saguin.redb\n        max_bytes: 64MiB\n";
+const SMALL_EVENTS: &str =
+    "channels:\n  events:\n    type: append\n    filter: events/#\n    retention_bytes: 4KiB\n";
+
+/// A durable consumer: Clean Start 0 and an hour's session. Returns
+/// Session Present.
+fn durable_connect(address: &str, client_id: &str) -> (RawClient, bool) {
+    let mut client = RawClient::open(address, ProtocolVersion::V5);
+    let mut connect: Connect = common::connect_packet(ProtocolVersion::V5, client_id);
+    connect.clean_start = false;
+    connect.properties.session_expiry_interval_s = Some(3600);
+    client.send(&Packet::Connect(connect));
+    match client.recv() {
+        Received::Packet(Packet::Connack(connack)) => {
+            assert_eq!(connack.reason_code.0, 0);
+            (client, connack.session_present)
+        }
+        other => panic!("expected a CONNACK, got {other:?}"),
+    }
+}
+
+fn publish(client: &mut RawClient, topic: &str, payloads: &[Vec<u8>]) {
+    for (i, payload) in payloads.iter().enumerate() {
+        let packet_id = i as u16 + 1;
+        client.send(&Packet::Publish(Publish {
+            qos: QoS::AtLeastOnce,
+            topic: topic.into(),
+            packet_id: Some(packet_id),
+            payload: payload.clone(),
+            ..Publish::default()
+        }));
+        match client.recv() {
+            Received::Packet(Packet::Puback(ack)) => assert_eq!(ack.reason_code.0, 0, "{ack:?}"),
+            other => panic!("expected a PUBACK, got {other:?}"),
+        }
+    }
+}
+
+/// Receives one delivery and acknowledges it; returns its payload.
+fn consume_one(client: &mut RawClient) -> Vec<u8> {
+    match client.recv() {
+        Received::Packet(Packet::Publish(publish)) => {
+            if let Some(packet_id) = publish.packet_id {
+                client.send(&Packet::Puback(PubAck {
+                    packet_id,
+                    ..PubAck::default()
+                }));
+            }
+            publish.payload
+        }
+        other => panic!("expected a delivery, got {other:?}"),
+    }
+}
+
+/// Defect: a stored position below the floor, loaded as a restart restored
+/// the session, was moved up to the floor and the session resumed with
+/// Session Present 1 - a gap served in silence.
+#[test]
+fn a_position_below_the_floor_after_a_sigkill_is_told_session_present_0() {
+    let dir = TempDir::new("restart-floor");
+    let mut broker = BrokerProcess::start_in(dir.path(), REDB, SMALL_EVENTS);
+    let address = broker.address();
+    let (mut consumer, _) = durable_connect(&address, "lagging");
+    consumer.subscribe("events/#", QoS::AtLeastOnce);
+    let mut publisher = RawClient::connect(&address, ProtocolVersion::V5, "publisher");
+    publish(&mut publisher, "events/a", &[b"first".to_vec()]);
+    assert_eq!(consume_one(&mut consumer), b"first");
+    consumer.send(&Packet::Disconnect(Default::default()));
+    drop(consumer);
+    // A graceful stop stores the position past the one record it read.
+    assert!(broker.terminate().success());
+
+    // While it is away, retention passes its position; then a crash.
+    let mut broker = BrokerProcess::start_in(dir.path(), REDB, SMALL_EVENTS);
+    let mut publisher = RawClient::connect(&broker.address(), ProtocolVersion::V5, "publisher");
+    let records: Vec<Vec<u8>> = (0..40).map(|i| vec![i as u8; 1024]).collect();
+    publish(&mut publisher, "events/big", &records);
+    broker.wait_for_log("retention removed");
+    broker.kill();
+
+    let mut broker = BrokerProcess::start_in(dir.path(), REDB, SMALL_EVENTS);
+    broker.wait_for_log("below the floor");
+    let (mut consumer, session_present) = durable_connect(&broker.address(), "lagging");
+    assert!(
+        !session_present,
+        "a gap found at start is reported as one found during the run is"
+    );
+    broker.wait_for_log("fell below its floor");
+    // Subscribing again starts at the floor, never at the passed position.
+    consumer.subscribe("events/#", QoS::AtLeastOnce);
+    let first = consume_one(&mut consumer);
+    assert_ne!(first, b"first");
+}
