@@ -10,7 +10,7 @@ use crate::core::channel::{Pending, PendingAck};
 use crate::core::refusal::Refusal;
 use crate::core::StoreRequest;
 use crate::core::{Broker, Key, Transport};
-use crate::store::{Outcome, Write};
+use crate::store::{Outcome, Write, FIRST_OFFSET};
 
 impl Broker {
     /// A publish to `$saguin/consumer/<channel>/seek`.
@@ -79,6 +79,7 @@ impl Broker {
                             reply,
                             session: session_key,
                             channel,
+                            at_unix_ms,
                         },
                     );
                 } else {
@@ -90,21 +91,36 @@ impl Broker {
         self.seek_to(reply, session_key, channel, offset, now_ms, out);
     }
 
-    /// The earliest offset at or after a seek's moment came back.
+    /// The earliest offset at or after a seek's moment came back. `asked`
+    /// is the session, the channel and the moment.
     pub(crate) fn seek_time_answered(
         &mut self,
         reply: SeekReply,
-        session_key: Key,
-        channel: usize,
+        asked: (Key, usize, u64),
         found: Result<Option<u64>, crate::store::StoreError>,
         now_ms: u64,
         out: &mut impl Transport,
     ) {
+        let (session_key, channel, at_unix_ms) = asked;
         let ch = &self.channels[channel];
+        // Retention has removed records (the floor moved), so a moment the
+        // oldest survivor does not come after may name removed records: the
+        // gap is refused, never served. A survivor stamped with the very
+        // moment asked for is refused too, as removed records may share
+        // its millisecond.
+        let floor_moved = ch.floor > FIRST_OFFSET;
         let offset = match found {
+            Ok(Some(offset)) if floor_moved && offset == ch.floor => {
+                self.answer_seek(reply, channel, Err("below-floor"), now_ms, out);
+                return;
+            }
             Ok(Some(offset)) => offset,
-            // Nothing that recent: the answer is the head, which is a
-            // complete answer unless retention took the records asked for.
+            // Emptied by retention: every past moment named removed records.
+            Ok(None) if floor_moved && ch.floor == ch.next && at_unix_ms <= self.unix_ms(now_ms) => {
+                self.answer_seek(reply, channel, Err("below-floor"), now_ms, out);
+                return;
+            }
+            // Nothing that recent: the head is a complete answer.
             Ok(None) => ch.next,
             Err(error) => {
                 log::warn!("a seek by time on {} failed: {error}", ch.settings.name);

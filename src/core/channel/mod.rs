@@ -221,6 +221,7 @@ pub(crate) enum Pending {
         reply: SeekReply,
         session: Key,
         channel: usize,
+        at_unix_ms: u64,
     },
     SeekStored {
         reply: SeekReply,
@@ -426,9 +427,13 @@ impl Broker {
                     reply,
                     session,
                     channel,
+                    at_unix_ms,
                 },
                 Answer::Offset(result),
-            ) => self.seek_time_answered(reply, session, channel, result, now_ms, out),
+            ) => {
+                let asked = (session, channel, at_unix_ms);
+                self.seek_time_answered(reply, asked, result, now_ms, out)
+            }
             (
                 Pending::SeekStored {
                     reply,
