@@ -1947,3 +1947,43 @@ fn a_shared_group_over_a_channel_gets_each_new_record_once() {
 
 #[path = "channel/latest/broker_tests.rs"]
 mod latest_tests;
+
+/// Defect: a `start: tail` reader whose stored position could not be read
+/// (storage busy, or the read failing) started at the tail, skipping the
+/// backlog behind its real position in silence.
+#[test]
+fn a_position_that_cannot_be_read_is_asked_for_again_never_guessed() {
+    let mut settings = events_channel(ChannelStart::Tail);
+    settings.channels[0].next = 10;
+    let mut h = Harness::new(settings);
+    let mut connect = connect_packet("consumer", ProtocolVersion::V5);
+    connect.clean_start = false;
+    connect.properties.session_expiry_interval_s = Some(3600);
+    let (consumer, _) = h.connect_with(connect);
+    h.out.storage_busy = true;
+    h.subscribe(consumer, "events/#", qos(QoS::AtLeastOnce), None);
+    h.out.storage_busy = false;
+    h.advance(300);
+    let position_read = |requests: Vec<StoreRequest>| {
+        requests.into_iter().find_map(|r| match r {
+            StoreRequest::Position { ticket, .. } => Some(ticket),
+            _ => None,
+        })
+    };
+    let ticket = position_read(h.stored()).expect("asked again once storage takes requests");
+    let error = store::StoreError::Invalid("disk busy".into());
+    h.complete(ticket, Answer::Position(Err(error)));
+    assert!(h.stored().is_empty(), "no read from a guessed position");
+    h.advance(300);
+    let ticket = position_read(h.stored()).expect("asked again after the failure");
+    h.complete(ticket, Answer::Position(Ok(Some(7))));
+    let reads: Vec<u64> = h
+        .stored()
+        .into_iter()
+        .filter_map(|r| match r {
+            StoreRequest::Read { from_offset, .. } => Some(from_offset),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(reads, vec![7], "the backlog from the stored position");
+}

@@ -165,6 +165,8 @@ pub(crate) struct Reader {
     pub filters: Vec<ReaderFilter>,
     /// False until the stored position, if any, has been read.
     ready: bool,
+    /// A read of the stored position is with storage.
+    loading: bool,
     /// The next offset to consider sending.
     next_offset: u64,
     /// Offsets on the wire and not yet acknowledged.
@@ -597,6 +599,7 @@ impl Broker {
                         channel,
                         filters: Vec::new(),
                         ready: false,
+                        loading: false,
                         next_offset: 0,
                         unacked: BTreeSet::new(),
                         buffer: VecDeque::new(),
@@ -663,18 +666,11 @@ impl Broker {
         if out.store(provider, request) {
             self.pending
                 .insert(ticket, Pending::Position { reader: reader_key });
-        } else {
-            // Storage is behind: start as a reader with no position would,
-            // and say so, rather than wait on nothing.
-            log::warn!("could not read a stored position; starting where the channel says");
-            let start = start_offset(
-                &self.channels[self.readers.get(reader_key).expect("checked").channel],
-                false,
-            );
-            let reader = self.readers.get_mut(reader_key).expect("checked above");
-            reader.next_offset = start;
-            reader.ready = true;
+            self.readers.get_mut(reader_key).expect("checked above").loading = true;
         }
+        // Storage is behind: the reader waits and asks again at the next
+        // tick. Starting where the channel says instead would skip the
+        // backlog of a `start: tail` channel in silence.
     }
 
     fn position_loaded(
@@ -684,9 +680,16 @@ impl Broker {
         now_ms: u64,
         out: &mut impl Transport,
     ) {
-        let Some(reader) = self.readers.get(reader_key) else {
+        let Some(reader) = self.readers.get_mut(reader_key) else {
             return;
         };
+        reader.loading = false;
+        if reader.ready {
+            // A seek placed the reader meanwhile; what was stored before
+            // it is older news.
+            return;
+        }
+        let reader = self.readers.get(reader_key).expect("checked above");
         let channel = &self.channels[reader.channel];
         let session = reader.session;
         let start = match result {
@@ -720,10 +723,13 @@ impl Broker {
             Ok(Some(position)) => position.min(channel.next),
             Ok(None) => start_offset(channel, reader.from_head),
             Err(error) => {
+                // Not knowing the position is not having none: the reader
+                // waits and asks again at the next tick.
                 log::warn!(
-                    "reading a stored position failed: {error}; starting where the channel says"
+                    "reading a stored position of channel {} failed: {error}; it is asked for again",
+                    channel.settings.name
                 );
-                start_offset(channel, reader.from_head)
+                return;
             }
         };
         let from_head = reader.from_head;
@@ -743,6 +749,10 @@ impl Broker {
             let Some(reader) = self.readers.get(reader_key) else {
                 return;
             };
+            if !reader.ready && !reader.loading {
+                self.load_position(reader_key, out);
+                return;
+            }
             if !reader.ready || !self.session_has_room(reader.session) {
                 return;
             }
