@@ -1987,3 +1987,114 @@ fn a_position_that_cannot_be_read_is_asked_for_again_never_guessed() {
         .collect();
     assert_eq!(reads, vec![7], "the backlog from the stored position");
 }
+
+/// A durable consumer of `events` reading from stored position 7: records
+/// 7 to 9 delivered and acknowledged, every request drained.
+fn consumer_at_seven() -> (Harness, Key) {
+    let mut settings = events_channel(ChannelStart::Floor);
+    settings.channels[0].next = 10;
+    let mut h = Harness::new(settings);
+    let mut connect = connect_packet("consumer", ProtocolVersion::V5);
+    connect.clean_start = false;
+    connect.properties.session_expiry_interval_s = Some(3600);
+    let (consumer, _) = h.connect_with(connect);
+    h.subscribe(consumer, "events/#", qos(QoS::AtLeastOnce), None);
+    let ticket = match h.stored().as_slice() {
+        [StoreRequest::Position { ticket, .. }] => *ticket,
+        other => panic!("expected a position read, got {other:?}"),
+    };
+    h.complete(ticket, Answer::Position(Ok(Some(7))));
+    let ticket = match h.stored().as_slice() {
+        [StoreRequest::Read { ticket, .. }] => *ticket,
+        other => panic!("expected a read, got {other:?}"),
+    };
+    let records = (7..10)
+        .map(|o| stored_record(o, "events/x", &[o as u8]))
+        .collect();
+    let batch = ReadBatch {
+        floor: 0,
+        next: 10,
+        records,
+    };
+    h.complete(ticket, Answer::Read(Ok(Read::Records(batch))));
+    let received = h.out.take(consumer);
+    for publish in publishes(&received) {
+        h.puback(consumer, publish.packet_id.expect("QoS 1"));
+    }
+    h.advance(300);
+    h.stored();
+    (h, consumer)
+}
+
+fn seek_packet(payload: &str, packet_id: u16) -> Packet {
+    let mut publish = publish_packet(
+        "$saguin/consumer/events/seek",
+        QoS::AtLeastOnce,
+        Some(packet_id),
+        payload.as_bytes(),
+    );
+    publish.properties.response_topic = Some("replies".into());
+    Packet::Publish(publish)
+}
+
+/// The seek's own write, answered `answer`; returns what else was asked.
+fn answer_seek_write(h: &mut Harness, answer: Answer) -> Vec<StoreRequest> {
+    let (seek, rest): (Vec<_>, Vec<_>) = h.stored().into_iter().partition(|r| {
+        matches!(r, StoreRequest::Commit { writes, .. }
+            if matches!(writes.as_slice(), [Write::SetPosition { offset: 2, .. }]))
+    });
+    let [StoreRequest::Commit { ticket, .. }] = seek.as_slice() else {
+        panic!("expected the seek's position write, got {seek:?}");
+    };
+    h.complete(*ticket, answer);
+    rest
+}
+
+fn reads_from(requests: &[StoreRequest]) -> Vec<u64> {
+    requests
+        .iter()
+        .filter_map(|r| match r {
+            StoreRequest::Read { from_offset, .. } => Some(*from_offset),
+            _ => None,
+        })
+        .collect()
+}
+
+/// Defect: a seek moved the reader before its position was stored, so a
+/// refused write still moved it, records from the new place could precede
+/// the reply, and the reader's own position written meanwhile could land
+/// after the seek's.
+#[test]
+fn a_seek_moves_the_reader_only_once_its_position_is_stored() {
+    let (mut h, consumer) = consumer_at_seven();
+    h.packet(consumer, seek_packet("2", 21));
+    // Before the write is answered: nothing read from 2, no position of
+    // the reader's own written.
+    h.advance(300);
+    let meanwhile = answer_seek_write(
+        &mut h,
+        Answer::Committed(Err(store::StoreError::Invalid("disk full".into()))),
+    );
+    assert!(reads_from(&meanwhile).is_empty(), "{meanwhile:?}");
+    assert!(
+        !meanwhile.iter().any(|r| matches!(r, StoreRequest::Commit { writes, .. }
+            if writes.iter().any(|w| matches!(w, Write::SetPosition { .. })))),
+        "no position written while the seek's is: {meanwhile:?}"
+    );
+    let answered = h.out.take(consumer);
+    let reply = publishes(&answered);
+    assert_eq!(reply.len(), 1);
+    assert_eq!(reply[0].payload, b"storage");
+    assert_eq!(acks(&answered), vec![(21, ReasonCode(0x83))]);
+    // Refused: the reader stays where it was.
+    h.advance(300);
+    assert!(reads_from(&h.stored()).is_empty(), "a refused seek moves nothing");
+
+    // Stored: the reply first, then the records from the new place.
+    h.packet(consumer, seek_packet("2", 22));
+    let rest = answer_seek_write(&mut h, Answer::Committed(Ok(vec![Outcome::PositionSet])));
+    assert!(reads_from(&rest).is_empty());
+    let answered = h.out.take(consumer);
+    assert_eq!(publishes(&answered)[0].payload, b"2");
+    assert_eq!(reads_from(&h.stored()), vec![2]);
+}

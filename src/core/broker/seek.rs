@@ -131,8 +131,10 @@ impl Broker {
         self.seek_to(reply, session_key, channel, offset, now_ms, out);
     }
 
-    /// Moves the session's position to `offset`, once it is inside the
-    /// channel, and stores it before answering.
+    /// Stores the session's position at `offset`, once it is inside the
+    /// channel; the reader moves only when that is stored (`seek_stored`),
+    /// so a refused write moves nothing and no record from the new place
+    /// precedes the reply.
     fn seek_to(
         &mut self,
         reply: SeekReply,
@@ -159,7 +161,7 @@ impl Broker {
         else {
             return;
         };
-        self.restart_reader_at(session_key, channel, offset);
+        self.mark_seeking(session_key, channel, true);
         let write = Write::SetPosition {
             channel: name,
             reader: client_id,
@@ -177,36 +179,53 @@ impl Broker {
                 ticket,
                 Pending::SeekStored {
                     reply,
+                    session: session_key,
                     channel,
                     offset,
                 },
             );
         } else {
+            self.mark_seeking(session_key, channel, false);
             self.answer_seek(reply, channel, Err("storage"), now_ms, out);
         }
     }
 
-    /// The seek's position was written (or not).
+    /// While a seek's position is being stored, the reader's own position
+    /// is not written (it would land after the seek's and undo it).
+    fn mark_seeking(&mut self, session_key: Key, channel: usize, seeking: bool) {
+        let readers = self
+            .sessions
+            .get(session_key)
+            .map(|s| s.readers.clone())
+            .unwrap_or_default();
+        for key in readers {
+            if let Some(reader) = self.readers.get_mut(key).filter(|r| r.channel == channel) {
+                reader.seeking = seeking;
+            }
+        }
+    }
+
+    /// The seek's position was written (or not); `sought` is the session,
+    /// the channel and the offset.
     pub(crate) fn seek_stored(
         &mut self,
         reply: SeekReply,
-        channel: usize,
-        offset: u64,
+        sought: (Key, usize, u64),
         result: Result<Vec<Outcome>, crate::store::StoreError>,
         now_ms: u64,
         out: &mut impl Transport,
     ) {
+        let (session, channel, offset) = sought;
         match result.as_deref() {
             Ok([Outcome::PositionSet]) => {
-                let session = self.session_of(reply.conn);
+                self.restart_reader_at(session, channel, offset);
                 self.answer_seek(reply, channel, Ok(offset), now_ms, out);
                 // The records from the new place follow the reply.
-                if let Some(session) = session {
-                    self.pump_readers_of(session, now_ms, out);
-                }
+                self.pump_readers_of(session, now_ms, out);
             }
             other => {
                 log::warn!("a seek's position was not stored: {other:?}");
+                self.mark_seeking(session, channel, false);
                 self.answer_seek(reply, channel, Err("storage"), now_ms, out);
             }
         }

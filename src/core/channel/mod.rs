@@ -167,6 +167,9 @@ pub(crate) struct Reader {
     ready: bool,
     /// A read of the stored position is with storage.
     loading: bool,
+    /// A seek's position is being stored: until it is, this reader's own
+    /// position is not written, so it cannot land after the seek's.
+    pub seeking: bool,
     /// The next offset to consider sending.
     next_offset: u64,
     /// Offsets on the wire and not yet acknowledged.
@@ -211,6 +214,8 @@ pub(crate) enum Pending {
     },
     Read {
         reader: Key,
+        /// The reader's era when asked: a seek since makes the answer stale.
+        era: u32,
     },
     Position {
         reader: Key,
@@ -227,6 +232,7 @@ pub(crate) enum Pending {
     },
     SeekStored {
         reply: SeekReply,
+        session: Key,
         channel: usize,
         offset: u64,
     },
@@ -410,7 +416,8 @@ impl Broker {
                     )
                 }
             },
-            (Pending::Read { reader }, Answer::Read(result)) => {
+            (Pending::Read { reader, era }, Answer::Read(result)) => {
+                let result = result.map(|read| (era, read));
                 self.read_completed(reader, result, now_ms, out)
             }
             (Pending::Position { reader }, Answer::Position(result)) => {
@@ -439,11 +446,12 @@ impl Broker {
             (
                 Pending::SeekStored {
                     reply,
+                    session,
                     channel,
                     offset,
                 },
                 Answer::Committed(result),
-            ) => self.seek_stored(reply, channel, offset, result, now_ms, out),
+            ) => self.seek_stored(reply, (session, channel, offset), result, now_ms, out),
             (Pending::Trim { channel }, Answer::Committed(result)) => {
                 self.trim_completed(channel, result, now_ms, out)
             }
@@ -600,6 +608,7 @@ impl Broker {
                         filters: Vec::new(),
                         ready: false,
                         loading: false,
+                        seeking: false,
                         next_offset: 0,
                         unacked: BTreeSet::new(),
                         buffer: VecDeque::new(),
@@ -886,7 +895,7 @@ impl Broker {
         };
         let request_channel = channel.settings.name.clone();
         let provider = channel.settings.provider;
-        let from_offset = reader.next_offset;
+        let (from_offset, era) = (reader.next_offset, reader.era);
         let ticket = self.next_ticket();
         let request = StoreRequest::Read {
             ticket,
@@ -896,7 +905,10 @@ impl Broker {
         };
         if out.store(provider, request) {
             self.pending
-                .insert(ticket, Pending::Read { reader: reader_key });
+                .insert(ticket, Pending::Read {
+                    reader: reader_key,
+                    era,
+                });
             self.readers
                 .get_mut(reader_key)
                 .expect("checked above")
@@ -908,7 +920,7 @@ impl Broker {
     fn read_completed(
         &mut self,
         reader_key: Key,
-        result: Result<Read, store::StoreError>,
+        result: Result<(u32, Read), store::StoreError>,
         now_ms: u64,
         out: &mut impl Transport,
     ) {
@@ -917,7 +929,10 @@ impl Broker {
         };
         reader.reading = false;
         match result {
-            Ok(Read::Records(batch)) => {
+            // Asked for before a seek moved the reader: read again from
+            // where it is now.
+            Ok((era, _)) if era != reader.era => {}
+            Ok((_, Read::Records(batch))) => {
                 reader.buffer = batch
                     .records
                     .into_iter()
@@ -933,11 +948,11 @@ impl Broker {
                 channel.floor = channel.floor.max(batch.floor);
                 channel.next = channel.next.max(batch.next);
             }
-            Ok(Read::BelowFloor { floor }) => {
+            Ok((_, Read::BelowFloor { floor })) => {
                 let channel = &mut self.channels[reader.channel];
                 channel.floor = channel.floor.max(floor);
             }
-            Ok(Read::PastNext { next }) => {
+            Ok((_, Read::PastNext { next })) => {
                 log::warn!("a reader asked past the end of its channel; it moves back to {next}");
                 reader.next_offset = next;
             }
@@ -964,7 +979,8 @@ impl Broker {
             reader.buffer.clear();
             reader.ready = true;
             reader.from_head = false;
-            // The seek stores this position itself.
+            reader.seeking = false;
+            // The seek stored this position itself.
             reader.dirty = false;
         }
     }
@@ -1004,7 +1020,11 @@ impl Broker {
         let mut by_provider: HashMap<usize, Vec<Write>> = HashMap::new();
         for key in self.readers.keys() {
             let reader = self.readers.get(key).expect("key just listed");
-            if !reader.dirty || !reader.ready || only_session.is_some_and(|s| s != reader.session) {
+            if !reader.dirty
+                || !reader.ready
+                || reader.seeking
+                || only_session.is_some_and(|s| s != reader.session)
+            {
                 continue;
             }
             let Some(session) = self.sessions.get(reader.session) else {
