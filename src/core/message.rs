@@ -75,8 +75,21 @@ pub struct Delivery {
     pub latest: Option<u64>,
 }
 
+impl Delivery {
+    /// What is left of the publisher's Message Expiry Interval. A channel's
+    /// record outlives it (invariant 2): once it has run out the record is
+    /// still delivered, without the property; only a broadcast expires.
+    pub fn remaining_expiry_s(&self, now_unix_ms: u64) -> Result<Option<u32>, Expired> {
+        match self.message.remaining_expiry_s(now_unix_ms) {
+            Err(Expired) if self.reader.is_some() || self.latest.is_some() => Ok(None),
+            other => other,
+        }
+    }
+}
+
 /// The PUBLISH that carries `delivery` to its subscriber. `remaining_expiry_s`
-/// replaces the publisher's Message Expiry Interval with what is left of it.
+/// replaces the publisher's Message Expiry Interval with what is left of it;
+/// `None` leaves a broadcast's as it is and takes a channel record's off.
 pub(crate) fn outgoing_publish(
     delivery: &Delivery,
     packet_id: Option<u16>,
@@ -85,8 +98,12 @@ pub(crate) fn outgoing_publish(
     let message = &delivery.message;
     let mut properties = message.properties.clone();
     properties.subscription_identifiers = delivery.subscription_ids.clone();
-    if remaining_expiry_s.is_some() {
-        properties.message_expiry_interval_s = remaining_expiry_s;
+    let from_channel = delivery.reader.is_some() || delivery.latest.is_some();
+    match remaining_expiry_s {
+        Some(left_s) => properties.message_expiry_interval_s = Some(left_s),
+        // A channel's record whose expiry ran out goes without it.
+        None if from_channel => properties.message_expiry_interval_s = None,
+        None => {}
     }
     Publish {
         dup: false,

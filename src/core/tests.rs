@@ -2098,3 +2098,24 @@ fn a_seek_moves_the_reader_only_once_its_position_is_stored() {
     assert_eq!(publishes(&answered)[0].payload, b"2");
     assert_eq!(reads_from(&h.stored()), vec![2]);
 }
+
+/// Defect: an `append` record whose publisher's Message Expiry had run
+/// out was skipped; a channel keeps it readable, delivered without the
+/// property (invariant 2).
+#[test]
+fn an_expired_append_record_is_still_delivered_without_its_expiry() {
+    let mut h = Harness::new(events_channel(ChannelStart::Floor));
+    let publisher = h.connect("pub", ProtocolVersion::V5);
+    let mut publish = publish_packet("events/a", QoS::AtLeastOnce, Some(1), b"late");
+    publish.properties.message_expiry_interval_s = Some(1);
+    h.packet(publisher, Packet::Publish(publish));
+    h.commit_appends(0);
+    h.advance(5_000);
+    let consumer = h.connect("consumer", ProtocolVersion::V5);
+    h.subscribe(consumer, "events/#", qos(QoS::AtLeastOnce), None);
+    let received = h.out.take(consumer);
+    let delivered = publishes(&received);
+    assert_eq!(delivered.len(), 1, "{received:?}");
+    assert_eq!(delivered[0].payload, b"late");
+    assert_eq!(delivered[0].properties.message_expiry_interval_s, None);
+}

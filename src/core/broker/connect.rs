@@ -173,7 +173,7 @@ impl Broker {
         );
         if session_present {
             self.resume_latest_readers(session_key);
-            self.resend_inflight(conn, session_key, out);
+            self.resend_inflight(conn, session_key, now_ms, out);
         }
         self.pump(session_key, now_ms, out);
         self.drain_groups_of(session_key, now_ms, out);
@@ -348,7 +348,14 @@ impl Broker {
 
     /// Sends again what a resumed session had on the wire: PUBLISH with DUP
     /// where no answer came, PUBREL where PUBREC came and PUBCOMP did not.
-    fn resend_inflight(&mut self, conn: Key, session_key: Key, out: &mut impl Transport) {
+    fn resend_inflight(
+        &mut self,
+        conn: Key,
+        session_key: Key,
+        now_ms: u64,
+        out: &mut impl Transport,
+    ) {
+        let now_unix_ms = self.unix_ms(now_ms);
         let Some(version) = self.version(conn) else {
             return;
         };
@@ -362,10 +369,12 @@ impl Broker {
             }
             let packet = match inflight.stage {
                 OutboundStage::Published => {
+                    let delivery = &inflight.delivery;
+                    let left_s = delivery.remaining_expiry_s(now_unix_ms).ok().flatten();
                     let mut publish = crate::core::message::outgoing_publish(
-                        &inflight.delivery,
+                        delivery,
                         Some(packet_id),
-                        None,
+                        left_s,
                     );
                     publish.dup = true;
                     Packet::Publish(publish)

@@ -180,7 +180,7 @@ impl Broker {
                 break;
             }
             let delivery = session.waiting.pop_front().expect("front exists");
-            let Ok(remaining_expiry_s) = delivery.message.remaining_expiry_s(now_unix_ms) else {
+            let Ok(remaining_expiry_s) = delivery.remaining_expiry_s(now_unix_ms) else {
                 session.held_bytes -= cost;
                 self.stats.deliveries_expired += 1;
                 // An expired record is passed over; its cursor moves on.
@@ -241,7 +241,7 @@ impl Broker {
             return;
         };
         let (version, max_packet_size) = (active.version, active.client_max_packet_size);
-        let Ok(remaining_expiry_s) = delivery.message.remaining_expiry_s(self.unix_ms(now_ms))
+        let Ok(remaining_expiry_s) = delivery.remaining_expiry_s(self.unix_ms(now_ms))
         else {
             self.stats.deliveries_expired += 1;
             return;
