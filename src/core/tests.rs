@@ -2119,3 +2119,33 @@ fn an_expired_append_record_is_still_delivered_without_its_expiry() {
     assert_eq!(delivered[0].payload, b"late");
     assert_eq!(delivered[0].properties.message_expiry_interval_s, None);
 }
+
+/// Defect: No Local was not applied on `append` channels, although the
+/// record keeps its publisher.
+#[test]
+fn no_local_withholds_a_clients_own_append_records() {
+    let mut h = Harness::new(events_channel(ChannelStart::Tail));
+    let me = h.connect("me", ProtocolVersion::V5);
+    let options = SubscriptionOptions {
+        no_local: true,
+        ..qos(QoS::AtLeastOnce)
+    };
+    h.subscribe(me, "events/#", options, None);
+    h.packet(
+        me,
+        Packet::Publish(publish_packet("events/a", QoS::AtLeastOnce, Some(1), b"mine")),
+    );
+    h.commit_appends(0);
+    let other = h.connect("other", ProtocolVersion::V5);
+    h.packet(
+        other,
+        Packet::Publish(publish_packet("events/a", QoS::AtLeastOnce, Some(1), b"theirs")),
+    );
+    h.commit_appends(1);
+    let received = h.out.take(me);
+    let payloads: Vec<&[u8]> = publishes(&received)
+        .iter()
+        .map(|p| p.payload.as_slice())
+        .collect();
+    assert_eq!(payloads, vec![&b"theirs"[..]]);
+}

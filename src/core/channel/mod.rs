@@ -797,7 +797,12 @@ impl Broker {
             }
             reader.next_offset = offset + 1;
             reader.dirty = true;
-            let Some(delivery) = delivery_for(reader_key, reader, &message, offset) else {
+            let own = message.publisher.as_ref().is_some_and(|publisher| {
+                self.sessions
+                    .get(reader.session)
+                    .is_some_and(|s| s.client_id == *publisher)
+            });
+            let Some(delivery) = delivery_for(reader_key, reader, &message, offset, own) else {
                 // None of this session's filters matches: stepped over.
                 continue;
             };
@@ -1334,11 +1339,14 @@ fn delivery_for(
     reader: &Reader,
     message: &Rc<Message>,
     offset: u64,
+    own: bool,
 ) -> Option<Delivery> {
     let mut granted: Option<QoS> = None;
     let mut ids = Vec::new();
     let mut retain_as_published = false;
-    for entry in reader.filters.iter().filter(|f| f.reaches(&message.topic)) {
+    // No Local is read per filter, against the publisher the record keeps.
+    let owed = |f: &&ReaderFilter| f.reaches(&message.topic) && !(f.options.no_local && own);
+    for entry in reader.filters.iter().filter(owed) {
         let options = entry.options;
         granted = Some(granted.map_or(options.qos, |q| q.max(options.qos)));
         ids.extend(entry.subscription_id);
