@@ -75,6 +75,8 @@ refusals! {
     WillTopicReserved = (TOPIC_NAME_INVALID, Connack, "no topic is defined there in the reserved $saguin/ space"),
     WillTopicShareForm = (TOPIC_NAME_INVALID, Connack, "$share/ is a subscription form, not a topic"),
     WillTopicSysTree = (TOPIC_NAME_INVALID, Connack, "the $SYS tree is not published to by clients"),
+    WillTopicDeadLetter = (TOPIC_NAME_INVALID, Connack, "a dead-letter channel takes records only from its queue, never a Will"),
+    WillTopicRequest = (TOPIC_NAME_INVALID, Connack, "a Will is not a request: nothing under $saguin/ takes one"),
     WillNoRoom = (QUOTA_EXCEEDED, Connack, "the session store is full and cannot hold the Will"),
     SessionStoreFailedAtConnect = (IMPLEMENTATION_SPECIFIC_ERROR, Connack, "the session store failed; connect again"),
     ServerBusy = (SERVER_BUSY, Connack, "every connection slot is taken"),

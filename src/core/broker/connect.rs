@@ -223,7 +223,15 @@ impl Broker {
         if !topic::is_valid_topic_name(&will.topic) {
             return Err(Refusal::WillTopicNotAName);
         }
-        self.admit_topic(&will.topic).map_err(Refusal::for_will)
+        self.admit_topic(&will.topic).map_err(Refusal::for_will)?;
+        // What is defined under `$saguin/` (a seek, a queue's response, a
+        // point read) answers the connection that asks; a Will fires when
+        // that connection is gone, so none of them can take one.
+        if will.topic.starts_with("$saguin/") {
+            return Err(Refusal::WillTopicRequest);
+        }
+        self.admit_queue_topic(&will.topic)
+            .map_err(|_| Refusal::WillTopicDeadLetter)
     }
 
     pub(crate) fn send_connack_refusal(

@@ -350,17 +350,16 @@ impl Broker {
 
     // ---- workers ---------------------------------------------------------
 
-    /// Answers a filter that is a queue's business: the form (granted at
-    /// QoS 1 or refused with its code), another spelling under
-    /// `$saguin/queue/`, or a plain filter lying inside a queue's filter.
-    /// `None` for every other filter.
-    pub(crate) fn subscribe_queue(
-        &mut self,
+    /// The checks a filter that is a queue's business meets, before anything
+    /// is written of it: the queue it makes the session a worker of, or the
+    /// refusal. `None` for every other filter.
+    pub(crate) fn admit_queue_subscription(
+        &self,
         conn: Key,
         session_key: Key,
         filter: &str,
         options: SubscriptionOptions,
-    ) -> Option<Result<ReasonCode, Refusal>> {
+    ) -> Option<Result<usize, Refusal>> {
         let Some(form) = rules::form_name(filter) else {
             return self.inside_a_queue(filter).map(Err);
         };
@@ -377,11 +376,30 @@ impl Broker {
         if options.qos == QoS::AtMostOnce {
             return Some(Err(Refusal::QueueAtQos0));
         }
-        let session = self.sessions.get_mut(session_key)?;
+        let session = self.sessions.get(session_key)?;
         let is_new = !session.subscriptions.contains_key(filter);
         if is_new && session.subscriptions.len() >= self.settings.max_subscriptions as usize {
             return Some(Err(Refusal::TooManySubscriptions));
         }
+        Some(Ok(q))
+    }
+
+    /// Answers a filter that is a queue's business: the form (granted at
+    /// QoS 1 or refused with its code), another spelling under
+    /// `$saguin/queue/`, or a plain filter lying inside a queue's filter.
+    /// `None` for every other filter.
+    pub(crate) fn subscribe_queue(
+        &mut self,
+        conn: Key,
+        session_key: Key,
+        filter: &str,
+        options: SubscriptionOptions,
+    ) -> Option<Result<ReasonCode, Refusal>> {
+        let q = match self.admit_queue_subscription(conn, session_key, filter, options)? {
+            Ok(q) => q,
+            Err(refusal) => return Some(Err(refusal)),
+        };
+        let session = self.sessions.get_mut(session_key)?;
         let granted = SubscriptionOptions {
             qos: QoS::AtLeastOnce,
             ..options
