@@ -1520,3 +1520,28 @@ fn a_will_aimed_at_a_dead_letter_channel_or_saguin_is_refused_0x90_at_connect() 
         );
     }
 }
+
+/// Defect: a dead letter kept its job's original receipt time, so the
+/// dead-letter channel's retention could delete it as it arrived.
+#[test]
+fn a_dead_letter_is_received_when_it_is_filed() {
+    let mut rig = Rig::new(queue_settings(1, Backoff::None, 0));
+    let producer = rig.connect("producer");
+    let worker = rig.connect("worker");
+    rig.work(worker);
+    rig.publish(producer, "jobs/resize/42", b"bad");
+    let published_unix_ms = rig.broker.unix_ms(rig.now_ms);
+    rig.advance_to(rig.now_ms + 3_600_000);
+    let job = one_job(&mut rig, worker);
+    rig.puback(worker, &job);
+    rig.answer(worker, &job, "return");
+    rig.advance_to(rig.now_ms + 200);
+    let filed_by_unix_ms = rig.broker.unix_ms(rig.now_ms);
+    let dead = rig.held_in_store("jobs__dlq");
+    assert_eq!(dead.len(), 1);
+    let received = dead[0].message.received_at_ms;
+    assert!(
+        received > published_unix_ms + 3_000_000 && received <= filed_by_unix_ms,
+        "received {received}, published {published_unix_ms}"
+    );
+}

@@ -1117,14 +1117,19 @@ impl Broker {
         ];
         user_properties.extend(headers.into_iter().map(|(k, v)| (k.to_string(), v)));
         let p = &body.properties;
+        let now_unix_ms = self.unix_ms(now_ms);
         let message = store::Message {
             id,
-            received_at_ms: body.received_at_unix_ms,
+            // A dead letter is received when it is filed, so the dead-letter
+            // channel's retention counts from then: counted from the job's
+            // own arrival it could delete the letter as it lands.
+            received_at_ms: now_unix_ms,
             topic,
             payload: body.payload.clone(),
             user_properties,
             payload_format_indicator: p.payload_format_indicator,
-            message_expiry_interval_s: p.message_expiry_interval_s,
+            // What was left of the expiry when filed; none once it ran out.
+            message_expiry_interval_s: body.remaining_expiry_s(now_unix_ms).ok().flatten(),
             content_type: p.content_type.clone(),
             response_topic: p.response_topic.clone(),
             correlation_data: p.correlation_data.clone(),
