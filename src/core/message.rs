@@ -174,7 +174,9 @@ pub(crate) fn from_stored(stored: &store::Message) -> Message {
 
 /// A record as every reader is sent it: the publisher's User Properties,
 /// then `saguin-id`, `saguin-offset`, `saguin-timestamp`, and
-/// `saguin-expires` where the publisher set an expiry.
+/// `saguin-expires` where the publisher set an expiry. A record stored
+/// without a receipt time (0) carries neither of the last two: 0 is not a
+/// moment.
 pub(crate) fn labelled(mut message: Message, id: &MessageId, offset: u64) -> Message {
     let received_ms = message.received_at_unix_ms;
     let expiry_s = message.properties.message_expiry_interval_s;
@@ -182,10 +184,32 @@ pub(crate) fn labelled(mut message: Message, id: &MessageId, offset: u64) -> Mes
     labels.retain(|(name, _)| name != "saguin-id");
     labels.push(("saguin-id".into(), id.to_string()));
     labels.push(("saguin-offset".into(), offset.to_string()));
+    if received_ms == 0 {
+        return message;
+    }
     labels.push(("saguin-timestamp".into(), received_ms.to_string()));
     if let Some(expiry_s) = expiry_s {
         let expires_ms = received_ms.saturating_add(u64::from(expiry_s) * 1000);
         labels.push(("saguin-expires".into(), expires_ms.to_string()));
     }
     message
+}
+
+/// A record with `saguin-channel` naming the channel it is in, for a
+/// consumer whose filter reaches more than one (its offsets are per
+/// channel) and for a dead letter. Built at delivery, never stored.
+pub(crate) fn with_channel(message: &Rc<Message>, channel: &str) -> Rc<Message> {
+    let mut properties = message.properties.clone();
+    properties
+        .user_properties
+        .push(("saguin-channel".into(), channel.to_string()));
+    Rc::new(Message {
+        topic: message.topic.clone(),
+        payload: message.payload.clone(),
+        qos: message.qos,
+        retain: message.retain,
+        properties,
+        received_at_unix_ms: message.received_at_unix_ms,
+        publisher: message.publisher.clone(),
+    })
 }

@@ -2149,3 +2149,63 @@ fn no_local_withholds_a_clients_own_append_records() {
         .collect();
     assert_eq!(payloads, vec![&b"theirs"[..]]);
 }
+
+/// Defect: `saguin-channel` was never sent, though a consumer whose filter
+/// reaches two channels receives two offset sequences interleaved; and a
+/// record stored without a receipt time said `saguin-timestamp: 0`.
+#[test]
+fn a_filter_reaching_two_channels_is_told_which_channel_each_record_is_in() {
+    let mut settings = events_channel(ChannelStart::Tail);
+    let mut logs = settings.channels[0].clone();
+    logs.name = "logs".into();
+    logs.filters = vec!["logs/#".into()];
+    logs.written_filter = "logs/#".into();
+    settings.channels.push(logs);
+    let mut h = Harness::new(settings);
+    let both = h.connect("both", ProtocolVersion::V5);
+    h.subscribe(both, "+/a", qos(QoS::AtLeastOnce), None);
+    let one = h.connect("one", ProtocolVersion::V5);
+    h.subscribe(one, "events/#", qos(QoS::AtLeastOnce), None);
+    let publisher = h.connect("pub", ProtocolVersion::V5);
+    for topic in ["events/a", "logs/a"] {
+        h.packet(
+            publisher,
+            Packet::Publish(publish_packet(topic, QoS::AtLeastOnce, Some(1), b"x")),
+        );
+        h.commit_appends(0);
+    }
+    let received = h.out.take(both);
+    let named: Vec<(&str, Option<&str>)> = publishes(&received)
+        .iter()
+        .map(|p| (p.topic.as_str(), label(p, "saguin-channel")))
+        .collect();
+    assert_eq!(
+        named,
+        vec![("events/a", Some("events")), ("logs/a", Some("logs"))]
+    );
+    let received = h.out.take(one);
+    let delivered = publishes(&received);
+    assert_eq!(delivered.len(), 1);
+    assert_eq!(label(delivered[0], "saguin-channel"), None, "one channel: no cost");
+}
+
+#[test]
+fn a_record_without_a_receipt_time_carries_no_timestamp() {
+    let message = crate::core::message::labelled(
+        crate::core::message::from_stored(&store::Message::new(
+            MessageId::Text("m".into()),
+            0,
+            "events/a".into(),
+            b"x".to_vec(),
+        )),
+        &MessageId::Text("m".into()),
+        1,
+    );
+    let names: Vec<&str> = message
+        .properties
+        .user_properties
+        .iter()
+        .map(|(n, _)| n.as_str())
+        .collect();
+    assert_eq!(names, vec!["saguin-id", "saguin-offset"]);
+}

@@ -1239,6 +1239,7 @@ impl Broker {
                 },
                 subscription_id: stored.subscription_id,
                 slice,
+                names_channel: false,
             };
             self.subscribe_channels(session_key, entry, out);
         }

@@ -108,6 +108,7 @@ impl Broker {
                             },
                             subscription_id,
                             slice: slice.clone(),
+                            names_channel: false,
                         };
                         self.subscribe_channels(session_key, entry, out);
                         let wanted = match options.retain_handling {

@@ -21,7 +21,9 @@ use crate::codec::{encoded_len, topic, Packet, QoS, RetainHandling, Subscription
 use crate::core::broadcast::topic_index::Target;
 use crate::core::channel::append::seek::SeekReply;
 use crate::core::message::outgoing_publish;
-use crate::core::message::{from_stored, labelled, publisher_id, to_stored, Delivery, Message};
+use crate::core::message::{
+    from_stored, labelled, publisher_id, to_stored, with_channel, Delivery, Message,
+};
 use crate::core::partition::{self, Slice};
 use crate::core::{Broker, Key, StoreRequest, Transport};
 use crate::store::{
@@ -139,6 +141,9 @@ pub(crate) struct ReaderFilter {
     pub subscription_id: Option<u32>,
     /// The slice its SUBSCRIBE declared; `None` takes every topic.
     pub slice: Option<Rc<Slice>>,
+    /// It reaches more than one channel, so its records say which one they
+    /// are in (`saguin-channel`). Worked out by `subscribe_channels`.
+    pub names_channel: bool,
 }
 
 impl ReaderFilter {
@@ -584,8 +589,13 @@ impl Broker {
         out: &mut impl Transport,
     ) -> Vec<Key> {
         let mut made = Vec::new();
-        let (filter, options) = (&*entry.filter, entry.options);
-        for channel in self.claims.channels_reached_by(filter) {
+        let reached = self.claims.channels_reached_by(&entry.filter);
+        let entry = ReaderFilter {
+            names_channel: reached.len() > 1,
+            ..entry
+        };
+        let options = entry.options;
+        for channel in reached {
             if self.channels[channel].latest.is_some() {
                 self.subscribe_latest(session_key, channel, entry.clone());
                 continue;
@@ -802,10 +812,20 @@ impl Broker {
                     .get(reader.session)
                     .is_some_and(|s| s.client_id == *publisher)
             });
-            let Some(delivery) = delivery_for(reader_key, reader, &message, offset, own) else {
+            let Some(mut delivery) = delivery_for(reader_key, reader, &message, offset, own) else {
                 // None of this session's filters matches: stepped over.
                 continue;
             };
+            let names_channel = reader
+                .filters
+                .iter()
+                .any(|f| f.names_channel && f.reaches(&message.topic));
+            let channel = reader.channel;
+            if names_channel || self.queues.is_dead_letter_channel(channel) {
+                let name = &self.channels[channel].settings.name;
+                delivery.message = with_channel(&message, name);
+            }
+            let reader = self.readers.get_mut(reader_key).expect("checked above");
             let (session, qos) = (reader.session, delivery.qos);
             if qos != QoS::AtMostOnce {
                 reader.unacked.insert(offset);

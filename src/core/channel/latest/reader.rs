@@ -19,7 +19,7 @@ use std::rc::Rc;
 use crate::codec::QoS;
 use crate::core::channel::latest::{read_bodies, LatestPending, LatestState};
 use crate::core::channel::{ReaderFilter, StoredSend};
-use crate::core::message::{Delivery, Message};
+use crate::core::message::{with_channel, Delivery, Message};
 use crate::core::{Broker, Key, Transport};
 use crate::store::{self, ReadLimit, FIRST_OFFSET};
 
@@ -437,7 +437,15 @@ impl Broker {
                 .map(|s| Rc::clone(&s.client_id))
                 .unwrap_or_else(|| Rc::from(""));
             let as_state = passed.is_some_and(|(o, state)| o == offset && state);
-            let delivery = reader.delivery_for(&message, offset, as_state, &client_id);
+            let mut delivery = reader.delivery_for(&message, offset, as_state, &client_id);
+            let names_channel = reader
+                .filters
+                .iter()
+                .any(|f| f.names_channel && f.reaches(&message.topic));
+            if let Some(delivery) = delivery.as_mut().filter(|_| names_channel) {
+                let name = &self.channels[reader.channel].settings.name;
+                delivery.message = with_channel(&message, name);
+            }
             let sent = match delivery {
                 Some(delivery) => self.send_value(key, session_key, delivery, now_ms, out),
                 None => true,

@@ -268,6 +268,10 @@ impl Queues {
         self.by_channel.contains_key(&channel)
     }
 
+    pub fn is_dead_letter_channel(&self, channel: usize) -> bool {
+        self.dead_letter_channels.contains(&channel)
+    }
+
     /// Jobs a queue holds, in any state.
     #[cfg(test)]
     pub fn job_count(&self, channel: usize) -> Option<usize> {
