@@ -143,10 +143,18 @@ fn assert_split(slices: &[Vec<String>], all: &[String]) {
     let mut union = BTreeSet::new();
     for (index, slice) in slices.iter().enumerate() {
         let distinct: BTreeSet<&String> = slice.iter().collect();
-        assert_eq!(distinct.len(), slice.len(), "member {index} got a topic twice");
+        assert_eq!(
+            distinct.len(),
+            slice.len(),
+            "member {index} got a topic twice"
+        );
         for topic in slice {
             assert!(union.insert(topic.clone()), "{topic} reached two members");
-            assert_eq!(topic_hash(topic) % u64::from(MEMBERS), index as u64, "{topic}");
+            assert_eq!(
+                topic_hash(topic) % u64::from(MEMBERS),
+                index as u64,
+                "{topic}"
+            );
         }
         let third = all.len() / MEMBERS as usize;
         assert!(
@@ -235,7 +243,11 @@ fn a_declared_slice_and_an_overlapping_undeclared_filter_get_the_union_once() {
     let mut publisher = connect(&address, "publisher", false, true);
     let live: Vec<String> = (0..60).map(|i| format!("live/a/{i}")).collect();
     let mut member = connect(&address, "member", false, true);
-    subscribe(&mut member, &["log/#", "live/#"], declaration(&["topic_hash(3, 0)"]));
+    subscribe(
+        &mut member,
+        &["log/#", "live/#"],
+        declaration(&["topic_hash(3, 0)"]),
+    );
     subscribe(&mut member, &["log/a/+", "live/a/+"], Properties::default());
     publish_all(&mut publisher, &all, false);
     publish_all(&mut publisher, &live, false);
@@ -255,13 +267,25 @@ fn every_malformed_declaration_is_refused_with_its_reason_string() {
     let mut client = connect(&address, "asker", false, true);
     let cases: [(&[&str], &str); 9] = [
         (&[""], "is not a call"),
-        (&["TOPIC_HASH(3, 0)"], "names a function this broker does not have"),
+        (
+            &["TOPIC_HASH(3, 0)"],
+            "names a function this broker does not have",
+        ),
         (&["topic_hash(3)"], "takes two arguments"),
         (&["topic_hash(+3, 0)"], "is not a number"),
-        (&["topic_hash(100000000000000000000000, 0)"], "above 2147483647"),
+        (
+            &["topic_hash(100000000000000000000000, 0)"],
+            "above 2147483647",
+        ),
         (&["topic_hash(0, 0)"], "partition count is 0"),
-        (&["topic_hash(1, 8)"], "index is not below its partition count"),
-        (&["topic_hash(4, 0)", "topic_hash(6, 1)"], "the same partition count"),
+        (
+            &["topic_hash(1, 8)"],
+            "index is not below its partition count",
+        ),
+        (
+            &["topic_hash(4, 0)", "topic_hash(6, 1)"],
+            "the same partition count",
+        ),
         (&["$topic_hash % 3 == 0"], "is not a call"),
     ];
     for (values, words) in cases {
@@ -286,7 +310,11 @@ fn every_malformed_declaration_is_refused_with_its_reason_string() {
         declaration(&["topic_hash(2, 1)"]),
     );
     assert_eq!(suback.reason_codes, vec![ReasonCode(0x83)]);
-    assert!(suback.properties.reason_string.unwrap().contains("$saguin/queue/"));
+    assert!(suback
+        .properties
+        .reason_string
+        .unwrap()
+        .contains("$saguin/queue/"));
     // A client that asked for no problem information gets the code alone.
     let mut quiet = connect(&address, "quiet", false, false);
     let suback = subscribe(&mut quiet, &["a/#"], declaration(&["topic_hash(3, 3)"]));
@@ -299,9 +327,17 @@ fn two_subscribers_declaring_different_counts_on_one_filter_are_logged_by_name()
     let mut broker = BrokerProcess::start("");
     let address = broker.address();
     let mut first = connect(&address, "member-of-three", false, true);
-    subscribe(&mut first, &["devices/#"], declaration(&["topic_hash(3, 0)"]));
+    subscribe(
+        &mut first,
+        &["devices/#"],
+        declaration(&["topic_hash(3, 0)"]),
+    );
     let mut second = connect(&address, "member-of-two", false, true);
-    subscribe(&mut second, &["devices/#"], declaration(&["topic_hash(2, 0)"]));
+    subscribe(
+        &mut second,
+        &["devices/#"],
+        declaration(&["topic_hash(2, 0)"]),
+    );
     let line = broker.wait_for_log("different partition counts");
     assert!(line.contains("member-of-three"), "{line}");
     assert!(line.contains("member-of-two"), "{line}");

@@ -205,7 +205,13 @@ mod tests {
                 0,
                 1,
             ),
-            ("a", 12_638_187_200_555_641_996, 198_367_012_849_983_736, 1, 0),
+            (
+                "a",
+                12_638_187_200_555_641_996,
+                198_367_012_849_983_736,
+                1,
+                0,
+            ),
         ];
         for (topic, fnv, mixed, mod3, mod8) in examples {
             assert_eq!(fnv1a_64(topic), fnv, "{topic}: FNV-1a");
@@ -213,7 +219,9 @@ mod tests {
             assert_eq!(topic_hash(topic) % 3, mod3, "{topic} mod 3");
             assert_eq!(topic_hash(topic) % 8, mod8, "{topic} mod 8");
             assert!(Slice::new(3, &[mod3 as u32]).unwrap().admits(topic));
-            assert!(!Slice::new(3, &[(mod3 as u32 + 1) % 3]).unwrap().admits(topic));
+            assert!(!Slice::new(3, &[(mod3 as u32 + 1) % 3])
+                .unwrap()
+                .admits(topic));
         }
     }
 
@@ -281,7 +289,10 @@ mod tests {
             ("topic_hash(3,\u{a0}0)", SliceArgumentNotDigits),
             ("topic_hash(3 1, 0)", SliceArgumentNotDigits),
             ("topic_hash(2147483648, 0)", SliceArgumentTooLarge),
-            ("topic_hash(100000000000000000000000, 0)", SliceArgumentTooLarge),
+            (
+                "topic_hash(100000000000000000000000, 0)",
+                SliceArgumentTooLarge,
+            ),
             ("topic_hash(0, 0)", SlicePartitionsZero),
             ("topic_hash(3, 3)", SliceIndexOutOfRange),
             ("topic_hash(1, 8)", SliceIndexOutOfRange),
@@ -299,7 +310,10 @@ mod tests {
     #[test]
     fn shared_and_queue_forms_refuse_a_declaration_by_prefix() {
         assert_eq!(refused_on("$share/g/a/#"), Some(Refusal::SliceOnShared));
-        assert_eq!(refused_on("$saguin/queue/jobs"), Some(Refusal::SliceOnQueue));
+        assert_eq!(
+            refused_on("$saguin/queue/jobs"),
+            Some(Refusal::SliceOnQueue)
+        );
         assert_eq!(refused_on("a/#"), None);
         assert_eq!(refused_on("#"), None);
     }

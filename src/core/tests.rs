@@ -2077,7 +2077,9 @@ fn a_seek_moves_the_reader_only_once_its_position_is_stored() {
     );
     assert!(reads_from(&meanwhile).is_empty(), "{meanwhile:?}");
     assert!(
-        !meanwhile.iter().any(|r| matches!(r, StoreRequest::Commit { writes, .. }
+        !meanwhile
+            .iter()
+            .any(|r| matches!(r, StoreRequest::Commit { writes, .. }
             if writes.iter().any(|w| matches!(w, Write::SetPosition { .. })))),
         "no position written while the seek's is: {meanwhile:?}"
     );
@@ -2088,7 +2090,10 @@ fn a_seek_moves_the_reader_only_once_its_position_is_stored() {
     assert_eq!(acks(&answered), vec![(21, ReasonCode(0x83))]);
     // Refused: the reader stays where it was.
     h.advance(300);
-    assert!(reads_from(&h.stored()).is_empty(), "a refused seek moves nothing");
+    assert!(
+        reads_from(&h.stored()).is_empty(),
+        "a refused seek moves nothing"
+    );
 
     // Stored: the reply first, then the records from the new place.
     h.packet(consumer, seek_packet("2", 22));
@@ -2133,13 +2138,23 @@ fn no_local_withholds_a_clients_own_append_records() {
     h.subscribe(me, "events/#", options, None);
     h.packet(
         me,
-        Packet::Publish(publish_packet("events/a", QoS::AtLeastOnce, Some(1), b"mine")),
+        Packet::Publish(publish_packet(
+            "events/a",
+            QoS::AtLeastOnce,
+            Some(1),
+            b"mine",
+        )),
     );
     h.commit_appends(0);
     let other = h.connect("other", ProtocolVersion::V5);
     h.packet(
         other,
-        Packet::Publish(publish_packet("events/a", QoS::AtLeastOnce, Some(1), b"theirs")),
+        Packet::Publish(publish_packet(
+            "events/a",
+            QoS::AtLeastOnce,
+            Some(1),
+            b"theirs",
+        )),
     );
     h.commit_appends(1);
     let received = h.out.take(me);
@@ -2186,7 +2201,11 @@ fn a_filter_reaching_two_channels_is_told_which_channel_each_record_is_in() {
     let received = h.out.take(one);
     let delivered = publishes(&received);
     assert_eq!(delivered.len(), 1);
-    assert_eq!(label(delivered[0], "saguin-channel"), None, "one channel: no cost");
+    assert_eq!(
+        label(delivered[0], "saguin-channel"),
+        None,
+        "one channel: no cost"
+    );
 }
 
 #[test]

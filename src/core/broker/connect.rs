@@ -379,11 +379,8 @@ impl Broker {
                 OutboundStage::Published => {
                     let delivery = &inflight.delivery;
                     let left_s = delivery.remaining_expiry_s(now_unix_ms).ok().flatten();
-                    let mut publish = crate::core::message::outgoing_publish(
-                        delivery,
-                        Some(packet_id),
-                        left_s,
-                    );
+                    let mut publish =
+                        crate::core::message::outgoing_publish(delivery, Some(packet_id), left_s);
                     publish.dup = true;
                     Packet::Publish(publish)
                 }

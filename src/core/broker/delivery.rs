@@ -241,8 +241,7 @@ impl Broker {
             return;
         };
         let (version, max_packet_size) = (active.version, active.client_max_packet_size);
-        let Ok(remaining_expiry_s) = delivery.remaining_expiry_s(self.unix_ms(now_ms))
-        else {
+        let Ok(remaining_expiry_s) = delivery.remaining_expiry_s(self.unix_ms(now_ms)) else {
             self.stats.deliveries_expired += 1;
             return;
         };

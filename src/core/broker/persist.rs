@@ -678,12 +678,12 @@ impl Broker {
             }
             // A queue's form is granted at QoS 1, as the queue keeps it;
             // its checks come before the write, as a plain filter's do.
-            let queue_form = match self.admit_queue_subscription(conn, session_key, filter, *options)
-            {
-                Some(Ok(_)) => true,
-                Some(Err(_)) => continue,
-                None => false,
-            };
+            let queue_form =
+                match self.admit_queue_subscription(conn, session_key, filter, *options) {
+                    Some(Ok(_)) => true,
+                    Some(Err(_)) => continue,
+                    None => false,
+                };
             if !queue_form && self.admit_filter(session_key, filter).is_err() {
                 continue;
             }

@@ -1771,7 +1771,9 @@ fn a_refused_queue_form_or_slice_is_never_written_to_the_session_record() {
     }
     rig.durable_subscriber("member", declared);
     for client_id in ["worker", "member"] {
-        let record = rig.stored_record(client_id).expect("a durable session's record");
+        let record = rig
+            .stored_record(client_id)
+            .expect("a durable session's record");
         assert!(record.subscriptions.is_empty(), "{client_id}: {record:?}");
     }
 }

@@ -116,7 +116,9 @@ impl Broker {
             }
             Ok(Some(offset)) => offset,
             // Emptied by retention: every past moment named removed records.
-            Ok(None) if floor_moved && ch.floor == ch.next && at_unix_ms <= self.unix_ms(now_ms) => {
+            Ok(None)
+                if floor_moved && ch.floor == ch.next && at_unix_ms <= self.unix_ms(now_ms) =>
+            {
                 self.answer_seek(reply, channel, Err("below-floor"), now_ms, out);
                 return;
             }

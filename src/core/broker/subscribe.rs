@@ -151,7 +151,15 @@ impl Broker {
             .any(|(name, _)| name == "saguin-deletions");
         for (filter, options) in retained_passes {
             let slice = slice.as_deref();
-            self.send_retained(session_key, &filter, options, subscription_id, slice, now_ms, out);
+            self.send_retained(
+                session_key,
+                &filter,
+                options,
+                subscription_id,
+                slice,
+                now_ms,
+                out,
+            );
             self.latest_state_pass(session_key, &filter, deletions);
         }
         self.drain_groups_of(session_key, now_ms, out);
@@ -407,9 +415,9 @@ impl Broker {
 /// malformed declaration), and the slice it declared.
 pub(crate) fn packet_reading(subscribe: &Subscribe) -> (Option<Refusal>, Option<Rc<Slice>>) {
     let properties = &subscribe.properties.user_properties;
-    let unread = properties
-        .iter()
-        .any(|(name, _)| name.starts_with("saguin-") && !READ_ON_SUBSCRIBE.contains(&name.as_str()));
+    let unread = properties.iter().any(|(name, _)| {
+        name.starts_with("saguin-") && !READ_ON_SUBSCRIBE.contains(&name.as_str())
+    });
     if unread {
         return (Some(Refusal::ReservedSubscribeProperty), None);
     }

@@ -685,7 +685,10 @@ impl Broker {
         if out.store(provider, request) {
             self.pending
                 .insert(ticket, Pending::Position { reader: reader_key });
-            self.readers.get_mut(reader_key).expect("checked above").loading = true;
+            self.readers
+                .get_mut(reader_key)
+                .expect("checked above")
+                .loading = true;
         }
         // Storage is behind: the reader waits and asks again at the next
         // tick. Starting where the channel says instead would skip the
@@ -713,7 +716,9 @@ impl Broker {
         let session = reader.session;
         let start = match result {
             Ok(Some(_)) if reader.from_head => start_offset(channel, true),
-            Ok(Some(position)) if position < channel.floor && !self.session_is_connected(session) => {
+            Ok(Some(position))
+                if position < channel.floor && !self.session_is_connected(session) =>
+            {
                 // Loaded for a session that is away (a restart restored it):
                 // the reader stays below the floor, so the session's next
                 // CONNECT finds the gap and is told Session Present 0, as
@@ -885,8 +890,7 @@ impl Broker {
             return StoredSend::NoConnection;
         };
         let (version, max_packet_size) = (active.version, active.client_max_packet_size);
-        let Ok(remaining_expiry_s) = delivery.remaining_expiry_s(self.unix_ms(now_ms))
-        else {
+        let Ok(remaining_expiry_s) = delivery.remaining_expiry_s(self.unix_ms(now_ms)) else {
             self.stats.deliveries_expired += 1;
             return StoredSend::Expired;
         };
@@ -929,11 +933,13 @@ impl Broker {
             limit,
         };
         if out.store(provider, request) {
-            self.pending
-                .insert(ticket, Pending::Read {
+            self.pending.insert(
+                ticket,
+                Pending::Read {
                     reader: reader_key,
                     era,
-                });
+                },
+            );
             self.readers
                 .get_mut(reader_key)
                 .expect("checked above")
