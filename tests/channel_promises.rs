@@ -99,3 +99,36 @@ fn a_position_below_the_floor_after_a_sigkill_is_told_session_present_0() {
     let first = consume_one(&mut consumer);
     assert_ne!(first, b"first");
 }
+
+/// Defect: a retained value kept before a `latest` channel claimed its
+/// topic was still served beside the channel's values.
+#[test]
+fn a_retained_value_on_a_topic_a_latest_channel_now_claims_is_not_served() {
+    let dir = TempDir::new("retained-claimed");
+    let mut broker = BrokerProcess::start_in(dir.path(), REDB, "");
+    let mut publisher = RawClient::connect(&broker.address(), ProtocolVersion::V5, "publisher");
+    publisher.send(&Packet::Publish(Publish {
+        qos: QoS::AtLeastOnce,
+        retain: true,
+        topic: "state/a".into(),
+        packet_id: Some(1),
+        payload: b"old".to_vec(),
+        ..Publish::default()
+    }));
+    assert!(matches!(publisher.recv(), Received::Packet(Packet::Puback(a)) if a.reason_code.0 == 0));
+    assert!(broker.terminate().success());
+
+    let state = "channels:\n  state:\n    type: latest\n    filter: state/#\n";
+    let broker = BrokerProcess::start_in(dir.path(), REDB, state);
+    let mut publisher = RawClient::connect(&broker.address(), ProtocolVersion::V5, "publisher");
+    publish(&mut publisher, "state/b", &[b"new".to_vec()]);
+    let mut reader = RawClient::connect(&broker.address(), ProtocolVersion::V5, "reader");
+    reader.subscribe("state/#", QoS::AtLeastOnce);
+    // Retained values would come first, ahead of the channel's state.
+    match reader.recv() {
+        Received::Packet(Packet::Publish(p)) => {
+            assert_eq!((p.topic.as_str(), p.payload.as_slice()), ("state/b", &b"new"[..]))
+        }
+        other => panic!("expected the channel's value, got {other:?}"),
+    }
+}
