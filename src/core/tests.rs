@@ -2228,3 +2228,41 @@ fn a_record_without_a_receipt_time_carries_no_timestamp() {
         .collect();
     assert_eq!(names, vec!["saguin-id", "saguin-offset"]);
 }
+
+/// Defect: a QoS 2 delivery a shared group had handed a member, still
+/// waiting in the member's queue (never sent), was dropped when the member
+/// ended instead of going back to the group. One that was sent is not
+/// given to another member: the first may have it.
+#[test]
+fn a_shared_members_unsent_qos2_delivery_goes_back_to_the_group() {
+    // Room on the wire for one 1 KiB message, not two.
+    let mut h = Harness::new(Settings {
+        session_queue_bytes: 3_000,
+        ..Settings::default()
+    });
+    let a = h.connect("a", ProtocolVersion::V5);
+    h.subscribe(a, "$share/g/t", qos(QoS::ExactlyOnce), None);
+    let publisher = h.connect("pub", ProtocolVersion::V5);
+    for i in 0..2u8 {
+        let packet_id = u16::from(i) + 1;
+        h.packet(
+            publisher,
+            Packet::Publish(publish_packet("t", QoS::ExactlyOnce, Some(packet_id), &[i; 1000])),
+        );
+        h.packet(
+            publisher,
+            Packet::Pubrel(PubAck {
+                packet_id,
+                ..PubAck::default()
+            }),
+        );
+    }
+    let sent_to_a: Vec<u8> = publishes(&h.out.take(a)).iter().map(|p| p.payload[0]).collect();
+    assert_eq!(sent_to_a, vec![0], "the second waits in a's queue");
+    let b = h.connect("b", ProtocolVersion::V5);
+    h.subscribe(b, "$share/g/t", qos(QoS::ExactlyOnce), None);
+    h.out.take(b);
+    h.broker.handle_connection_lost(a, h.now_ms, &mut h.out);
+    let to_b: Vec<u8> = publishes(&h.out.take(b)).iter().map(|p| p.payload[0]).collect();
+    assert_eq!(to_b, vec![1], "the unsent one goes to b; the sent one does not");
+}

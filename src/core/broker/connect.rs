@@ -524,13 +524,14 @@ impl Broker {
         self.drop_readers(session_key, &session.client_id, drop_positions, out);
         // What a shared group handed this session and it did not finish
         // goes back to the group.
-        let unfinished: Vec<Delivery> = session
+        // Each with whether it went on the wire.
+        let unfinished: Vec<(Delivery, bool)> = session
             .inflight
             .into_values()
             .filter(|f| f.stage == OutboundStage::Published)
-            .map(|f| f.delivery)
-            .chain(session.waiting)
-            .filter(|d| d.group.is_some())
+            .map(|f| (f.delivery, true))
+            .chain(session.waiting.into_iter().map(|d| (d, false)))
+            .filter(|(d, _)| d.group.is_some())
             .collect();
         self.return_to_groups(unfinished, now_ms, out);
         self.session_record_ended(&session.client_id, out);

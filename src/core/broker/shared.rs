@@ -160,20 +160,27 @@ impl Broker {
         self.deliver(member.session, delivery, now_ms, out);
     }
 
-    /// What an ending member leaves unfinished: QoS 1 goes back to the front
-    /// of its group, to be served again; QoS 2 goes to no other member.
+    /// What an ending member leaves unfinished, each with whether it went
+    /// on the wire: QoS 1 goes back to the front of its group, to be served
+    /// again; QoS 2 that was sent goes to no other member (the member may
+    /// have it), and QoS 2 that never left the member's queue goes back.
     pub(crate) fn return_to_groups(
         &mut self,
-        deliveries: Vec<Delivery>,
+        deliveries: Vec<(Delivery, bool)>,
         now_ms: u64,
         out: &mut impl Transport,
     ) {
         let mut touched = Vec::new();
-        for delivery in deliveries.into_iter().rev() {
+        for (delivery, sent) in deliveries.into_iter().rev() {
             let Some(group_key) = delivery.group else {
                 continue;
             };
-            if delivery.qos != QoS::AtLeastOnce {
+            let returnable = match delivery.qos {
+                QoS::AtMostOnce => false,
+                QoS::AtLeastOnce => true,
+                QoS::ExactlyOnce => !sent,
+            };
+            if !returnable {
                 self.stats.shared_dropped += 1;
                 continue;
             }
