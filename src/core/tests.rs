@@ -2266,3 +2266,29 @@ fn a_shared_members_unsent_qos2_delivery_goes_back_to_the_group() {
     let to_b: Vec<u8> = publishes(&h.out.take(b)).iter().map(|p| p.payload[0]).collect();
     assert_eq!(to_b, vec![1], "the unsent one goes to b; the sent one does not");
 }
+
+/// Defect: a shared-group member a message was too large for was handed
+/// it anyway, and the message was dropped; it is passed over instead.
+#[test]
+fn a_shared_member_a_message_is_too_large_for_is_passed_over() {
+    let mut h = Harness::new(Settings::default());
+    let mut small = connect_packet("small", ProtocolVersion::V5);
+    small.properties.maximum_packet_size = Some(64);
+    let (a, _) = h.connect_with(small);
+    h.subscribe(a, "$share/g/t", qos(QoS::AtLeastOnce), None);
+    let b = h.connect("big", ProtocolVersion::V5);
+    h.subscribe(b, "$share/g/t", qos(QoS::AtLeastOnce), None);
+    let publisher = h.connect("pub", ProtocolVersion::V5);
+    for i in 0..2u8 {
+        h.packet(
+            publisher,
+            Packet::Publish(publish_packet("t", QoS::AtLeastOnce, Some(u16::from(i) + 1), &[i; 200])),
+        );
+    }
+    let to_a = h.out.take(a);
+    assert!(publishes(&to_a).is_empty(), "{to_a:?}");
+    assert!(disconnect_code(&to_a).is_none(), "not disconnected");
+    assert!(!h.out.closed.contains(&a));
+    let to_b: Vec<u8> = publishes(&h.out.take(b)).iter().map(|p| p.payload[0]).collect();
+    assert_eq!(to_b, vec![0, 1], "every message reaches the member it fits");
+}

@@ -4,10 +4,10 @@
 
 use std::rc::Rc;
 
-use crate::codec::{QoS, SubscriptionOptions};
+use crate::codec::{encoded_len, Packet, QoS, SubscriptionOptions};
 use crate::core::broadcast::shared::Member;
 use crate::core::broadcast::topic_index::{Subscriber, Target};
-use crate::core::message::{Delivery, Message};
+use crate::core::message::{outgoing_publish, Delivery, Message};
 use crate::core::{Broker, Key, Transport};
 
 impl Broker {
@@ -51,7 +51,7 @@ impl Broker {
             return;
         };
         if group.front_qos().is_none() {
-            if let Some(member) = self.next_able_member(group_key, message.qos) {
+            if let Some(member) = self.next_able_member(group_key, message) {
                 self.deliver_to_member(group_key, member, Rc::clone(message), now_ms, out);
                 return;
             }
@@ -89,10 +89,11 @@ impl Broker {
     /// Hands backlogged messages to members while any can take one.
     pub(crate) fn drain_group(&mut self, group_key: Key, now_ms: u64, out: &mut impl Transport) {
         loop {
-            let Some(front_qos) = self.groups.get(group_key).and_then(|g| g.front_qos()) else {
+            let front = self.groups.get(group_key).and_then(|g| g.backlog().next());
+            let Some(front) = front.cloned() else {
                 return;
             };
-            let Some(member) = self.next_able_member(group_key, front_qos) else {
+            let Some(member) = self.next_able_member(group_key, &front) else {
                 return;
             };
             let group = self.groups.get_mut(group_key).expect("checked above");
@@ -121,23 +122,57 @@ impl Broker {
         }
     }
 
-    /// The member whose turn it is among those able to take a message of
-    /// `qos` now: connected and, above QoS 0, with room in its window and
-    /// nothing already waiting.
-    fn next_able_member(&mut self, group_key: Key, qos: QoS) -> Option<Member> {
+    /// The member whose turn it is among those able to take `message`
+    /// now: connected, under its Maximum Packet Size and, above QoS 0, with
+    /// room in its window and nothing already waiting. A member the message
+    /// is too large for is passed over, not disconnected: the group needs
+    /// only one member to take it.
+    fn next_able_member(&mut self, group_key: Key, message: &Rc<Message>) -> Option<Member> {
         let group = self.groups.get(group_key)?;
         let index = group
             .turn_order()
-            .find(|&index| self.member_is_able(&group.members[index], qos))?;
+            .find(|&index| self.member_is_able(&group.members[index], message))?;
         let group = self.groups.get_mut(group_key).expect("checked above");
         Some(group.take_turn(index))
     }
 
-    fn member_is_able(&self, member: &Member, qos: QoS) -> bool {
-        if qos.min(member.options.qos) == QoS::AtMostOnce {
+    fn member_is_able(&self, member: &Member, message: &Rc<Message>) -> bool {
+        if !self.fits_member(member, message) {
+            return false;
+        }
+        if message.qos.min(member.options.qos) == QoS::AtMostOnce {
             return self.session_is_connected(member.session);
         }
         self.session_has_room(member.session)
+    }
+
+    /// Whether `message` as this member would be sent it is within the
+    /// Maximum Packet Size its client set (measured as a queue's offer is).
+    fn fits_member(&self, member: &Member, message: &Rc<Message>) -> bool {
+        let Some(active) = self
+            .sessions
+            .get(member.session)
+            .and_then(|s| s.connection)
+            .and_then(|c| self.connections.get(c))
+            .and_then(|c| c.active.as_ref())
+        else {
+            return false;
+        };
+        if active.client_max_packet_size == u32::MAX {
+            return true;
+        }
+        let delivery = Delivery {
+            qos: message.qos.min(member.options.qos),
+            retain: false,
+            subscription_ids: member.subscription_id.into_iter().collect(),
+            group: None,
+            reader: None,
+            latest: None,
+            message: Rc::clone(message),
+        };
+        let publish = outgoing_publish(&delivery, Some(1), None);
+        encoded_len(&Packet::Publish(publish), active.version)
+            <= active.client_max_packet_size as usize
     }
 
     fn deliver_to_member(
