@@ -115,7 +115,9 @@ fn a_retained_value_on_a_topic_a_latest_channel_now_claims_is_not_served() {
         payload: b"old".to_vec(),
         ..Publish::default()
     }));
-    assert!(matches!(publisher.recv(), Received::Packet(Packet::Puback(a)) if a.reason_code.0 == 0));
+    assert!(
+        matches!(publisher.recv(), Received::Packet(Packet::Puback(a)) if a.reason_code.0 == 0)
+    );
     assert!(broker.terminate().success());
 
     let state = "channels:\n  state:\n    type: latest\n    filter: state/#\n";
@@ -127,7 +129,10 @@ fn a_retained_value_on_a_topic_a_latest_channel_now_claims_is_not_served() {
     // Retained values would come first, ahead of the channel's state.
     match reader.recv() {
         Received::Packet(Packet::Publish(p)) => {
-            assert_eq!((p.topic.as_str(), p.payload.as_slice()), ("state/b", &b"new"[..]))
+            assert_eq!(
+                (p.topic.as_str(), p.payload.as_slice()),
+                ("state/b", &b"new"[..])
+            )
         }
         other => panic!("expected the channel's value, got {other:?}"),
     }

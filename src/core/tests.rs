@@ -2247,7 +2247,12 @@ fn a_shared_members_unsent_qos2_delivery_goes_back_to_the_group() {
         let packet_id = u16::from(i) + 1;
         h.packet(
             publisher,
-            Packet::Publish(publish_packet("t", QoS::ExactlyOnce, Some(packet_id), &[i; 1000])),
+            Packet::Publish(publish_packet(
+                "t",
+                QoS::ExactlyOnce,
+                Some(packet_id),
+                &[i; 1000],
+            )),
         );
         h.packet(
             publisher,
@@ -2257,14 +2262,24 @@ fn a_shared_members_unsent_qos2_delivery_goes_back_to_the_group() {
             }),
         );
     }
-    let sent_to_a: Vec<u8> = publishes(&h.out.take(a)).iter().map(|p| p.payload[0]).collect();
+    let sent_to_a: Vec<u8> = publishes(&h.out.take(a))
+        .iter()
+        .map(|p| p.payload[0])
+        .collect();
     assert_eq!(sent_to_a, vec![0], "the second waits in a's queue");
     let b = h.connect("b", ProtocolVersion::V5);
     h.subscribe(b, "$share/g/t", qos(QoS::ExactlyOnce), None);
     h.out.take(b);
     h.broker.handle_connection_lost(a, h.now_ms, &mut h.out);
-    let to_b: Vec<u8> = publishes(&h.out.take(b)).iter().map(|p| p.payload[0]).collect();
-    assert_eq!(to_b, vec![1], "the unsent one goes to b; the sent one does not");
+    let to_b: Vec<u8> = publishes(&h.out.take(b))
+        .iter()
+        .map(|p| p.payload[0])
+        .collect();
+    assert_eq!(
+        to_b,
+        vec![1],
+        "the unsent one goes to b; the sent one does not"
+    );
 }
 
 /// Defect: a shared-group member a message was too large for was handed
@@ -2282,13 +2297,21 @@ fn a_shared_member_a_message_is_too_large_for_is_passed_over() {
     for i in 0..2u8 {
         h.packet(
             publisher,
-            Packet::Publish(publish_packet("t", QoS::AtLeastOnce, Some(u16::from(i) + 1), &[i; 200])),
+            Packet::Publish(publish_packet(
+                "t",
+                QoS::AtLeastOnce,
+                Some(u16::from(i) + 1),
+                &[i; 200],
+            )),
         );
     }
     let to_a = h.out.take(a);
     assert!(publishes(&to_a).is_empty(), "{to_a:?}");
     assert!(disconnect_code(&to_a).is_none(), "not disconnected");
     assert!(!h.out.closed.contains(&a));
-    let to_b: Vec<u8> = publishes(&h.out.take(b)).iter().map(|p| p.payload[0]).collect();
+    let to_b: Vec<u8> = publishes(&h.out.take(b))
+        .iter()
+        .map(|p| p.payload[0])
+        .collect();
     assert_eq!(to_b, vec![0, 1], "every message reaches the member it fits");
 }
