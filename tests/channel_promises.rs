@@ -137,3 +137,43 @@ fn a_retained_value_on_a_topic_a_latest_channel_now_claims_is_not_served() {
         other => panic!("expected the channel's value, got {other:?}"),
     }
 }
+
+/// Defect: with sessions kept in memory and a channel on redb, a session
+/// lost in a crash left its stored position behind; a new session under
+/// the same client id, told Session Present 0, resumed from it.
+#[test]
+fn a_new_session_never_resumes_from_a_lost_sessions_position() {
+    let dir = TempDir::new("lost-session");
+    let storage = "  storage:\n    default: local\n    default_retention_period: none\n    default_retention_bytes: none\n    providers:\n      local:\n        type: redb\n        file_path: {dir}/saguin.redb\n        max_bytes: 64MiB\n      volatile:\n        type: memory\n        max_bytes: 16MiB\n        snapshot_dir: none\n  session:\n    storage: volatile\n";
+    let events = "channels:\n  events:\n    type: append\n    filter: events/#\n";
+    let mut broker = BrokerProcess::start_in(dir.path(), storage, events);
+    let (mut consumer, _) = durable_connect(&broker.address(), "consumer");
+    consumer.subscribe("events/#", QoS::AtLeastOnce);
+    let mut publisher = RawClient::connect(&broker.address(), ProtocolVersion::V5, "publisher");
+    let first: Vec<Vec<u8>> = (0..3u8).map(|i| vec![i]).collect();
+    publish(&mut publisher, "events/a", &first);
+    for expected in &first {
+        assert_eq!(&consume_one(&mut consumer), expected);
+    }
+    // Its connection's end stores its position; a record acknowledged
+    // after that, on the same provider, is committed after it.
+    consumer.send(&Packet::Disconnect(Default::default()));
+    assert_eq!(consumer.recv(), Received::Closed);
+    publish(&mut publisher, "events/a", &[vec![3]]);
+    broker.kill();
+
+    let broker = BrokerProcess::start_in(dir.path(), storage, events);
+    let mut consumer = RawClient::open(&broker.address(), ProtocolVersion::V5);
+    let mut connect: Connect = common::connect_packet(ProtocolVersion::V5, "consumer");
+    connect.properties.session_expiry_interval_s = Some(3600);
+    consumer.send(&Packet::Connect(connect));
+    assert!(
+        matches!(consumer.recv(), Received::Packet(Packet::Connack(c)) if c.reason_code.0 == 0 && !c.session_present)
+    );
+    consumer.subscribe("events/#", QoS::AtLeastOnce);
+    assert_eq!(
+        consume_one(&mut consumer),
+        vec![0],
+        "a new session starts at the floor"
+    );
+}

@@ -299,6 +299,9 @@ impl Broker {
         now_ms: u64,
         out: &mut impl Transport,
     ) -> Key {
+        // Positions a new session may start from: none, unless retention
+        // passed some of the session's and it starts again on the rest.
+        let mut keeps_positions = false;
         if let Some(existing) = self.sessions.key_of(client_id) {
             let owner = self
                 .sessions
@@ -324,12 +327,18 @@ impl Broker {
                     log::warn!("client {client_id}: a channel position fell below its floor; the session starts again");
                     self.drop_positions_below_floor(existing, out);
                     self.end_session_keeping_positions(existing, now_ms, out);
+                    keeps_positions = true;
                 } else {
                     return existing;
                 }
             }
         }
-        // Whatever held the client id before was ended above.
+        // Whatever held the client id before was ended above. What its
+        // client id still has stored is a lost session's (sessions kept in
+        // memory, channels on disk, and a crash between), never this one's.
+        if expiry_interval_s > 0 && !keeps_positions {
+            self.drop_stored_positions(client_id, out);
+        }
         self.sessions
             .insert(Session::new(client_id, expiry_interval_s))
     }

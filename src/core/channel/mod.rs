@@ -1187,10 +1187,42 @@ impl Broker {
                     });
             }
         }
+        self.commit_position_drops(by_provider, out);
+    }
+
+    /// Drops whatever positions `client_id` has stored in every channel
+    /// that keeps positions: for a session new in this run, anything
+    /// stored under its client id belongs to a session that is gone (one
+    /// kept in memory, lost with a crash), which it must not resume from.
+    pub(crate) fn drop_stored_positions(&mut self, client_id: &str, out: &mut impl Transport) {
+        let mut by_provider: HashMap<usize, Vec<Write>> = HashMap::new();
+        for (index, channel) in self.channels.iter().enumerate() {
+            if channel.latest.is_some() || self.queues.is_queue(index) {
+                continue;
+            }
+            by_provider
+                .entry(channel.settings.provider)
+                .or_default()
+                .push(Write::DropPosition {
+                    channel: channel.settings.name.clone(),
+                    reader: client_id.to_string(),
+                });
+        }
+        self.commit_position_drops(by_provider, out);
+    }
+
+    fn commit_position_drops(
+        &mut self,
+        by_provider: HashMap<usize, Vec<Write>>,
+        out: &mut impl Transport,
+    ) {
         for (provider, writes) in by_provider {
-            let ticket = self.next_ticket();
-            if out.store(provider, StoreRequest::Commit { ticket, writes }) {
-                self.pending.insert(ticket, Pending::Positions);
+            for chunk in writes.chunks(store::MAX_REQUEST_WRITES) {
+                let ticket = self.next_ticket();
+                let writes = chunk.to_vec();
+                if out.store(provider, StoreRequest::Commit { ticket, writes }) {
+                    self.pending.insert(ticket, Pending::Positions);
+                }
             }
         }
     }
