@@ -7,6 +7,7 @@
 //!
 //! All traffic stays on 127.0.0.1; every loop is bounded in count and time.
 
+mod auth_storm;
 mod brokers;
 mod client;
 mod footprint;
@@ -34,7 +35,7 @@ const USAGE: &str = "\
 usage: saguin-bench [--quick] [--write FILE] [--only LIST] [--saguin-bin PATH]
   --quick            fewer messages and a 3 s latency run (a smoke test, not for BENCHMARKS.md)
   --write FILE       also write the report to FILE (BENCHMARKS.md)
-  --only LIST        comma-separated figures to run: 1,2,3,4,5,6,7,footprint (default: all)
+  --only LIST        comma-separated figures to run: 1,2,3,4,5,6,7,8,footprint (default: all)
   --saguin-bin PATH  the broker binary (default: saguin beside this executable)";
 
 /// Pause between runs, so the broker has finished closing the last run's
@@ -56,11 +57,12 @@ enum Figure {
     Latency,
     Durable,
     Queue,
+    AuthStorm,
     Footprint,
 }
 
 impl Figure {
-    const ALL: [Figure; 8] = [
+    const ALL: [Figure; 9] = [
         Figure::Qos0,
         Figure::Qos1,
         Figure::FanOut,
@@ -68,6 +70,7 @@ impl Figure {
         Figure::Latency,
         Figure::Durable,
         Figure::Queue,
+        Figure::AuthStorm,
         Figure::Footprint,
     ];
 
@@ -84,6 +87,7 @@ impl Figure {
             Figure::Latency => "5",
             Figure::Durable => "6",
             Figure::Queue => "7",
+            Figure::AuthStorm => "8",
             Figure::Footprint => "footprint",
         }
     }
@@ -190,7 +194,11 @@ impl Plan {
                 1,
                 self.fan_in_messages_per_publisher,
             ),
-            Figure::Latency | Figure::Durable | Figure::Queue | Figure::Footprint => return None,
+            Figure::Latency
+            | Figure::Durable
+            | Figure::Queue
+            | Figure::AuthStorm
+            | Figure::Footprint => return None,
         };
         Some(Throughput {
             qos,
@@ -237,7 +245,11 @@ fn figure_label(figure: Figure) -> &'static str {
         Figure::Qos1 => "2. broadcast QoS 1, 1 → 1, 64 B",
         Figure::FanOut => "3. fan-out QoS 1, 1 → 10 subscribers: deliveries/s",
         Figure::FanIn => "4. fan-in QoS 1, 10 publishers → 1",
-        Figure::Latency | Figure::Durable | Figure::Queue | Figure::Footprint => "",
+        Figure::Latency
+        | Figure::Durable
+        | Figure::Queue
+        | Figure::AuthStorm
+        | Figure::Footprint => "",
     }
 }
 
@@ -388,7 +400,88 @@ fn run_traffic_figures(
     if wanted(Figure::Queue) {
         run_queue_figure(plan, binaries, results)?;
     }
+    if wanted(Figure::AuthStorm) {
+        run_auth_storm_figure(plan, binaries, results)?;
+    }
     Ok(())
+}
+
+/// Figure 8: both brokers checking one password file, refusing
+/// `STORM_CONNECTS` wrong passwords while a bystander publishes.
+fn run_auth_storm_figure(
+    plan: &Plan,
+    binaries: &BrokerBinaries,
+    results: &mut Results,
+) -> Result<(), String> {
+    let title = format!(
+        "8. {} wrong-password CONNECTs ($7$, 101 iterations)",
+        report::with_thousands(auth_storm::STORM_CONNECTS as f64)
+    );
+    let refuse = Row::new(
+        format!("{title}: time to refuse all"),
+        Unit::Milliseconds,
+        Better::Lower,
+    );
+    let bystander = Row::new(
+        format!("{title}: a bystander's QoS 1 PUBACK p99 meanwhile"),
+        Unit::Microseconds,
+        Better::Lower,
+    );
+    let mut brokers = Vec::new();
+    for kind in BrokerKind::BOTH {
+        brokers.push(Broker::start_with(kind, binaries, SaguinSetup::Passwords)?);
+    }
+    println!("\n== {title}");
+    let mut rows = [refuse, bystander];
+    alternate_runs(plan, &brokers, &mut rows, |broker, run| {
+        let outcome = auth_storm::run_storm(broker.address, &format!("f8r{run}{}", broker.kind));
+        match outcome.failure {
+            Some(failure) => Err(failure),
+            None => Ok((
+                [outcome.refuse_all_ms, outcome.bystander_p99_us],
+                format!(
+                    "refused all in {:.0} ms; bystander p99 {:.0} µs over {} publishes",
+                    outcome.refuse_all_ms, outcome.bystander_p99_us, outcome.bystander_samples
+                ),
+            )),
+        }
+    });
+    for broker in brokers {
+        broker.stop();
+    }
+    results.figures.extend(rows);
+    Ok(())
+}
+
+/// Runs `measure` on each broker in turn, `plan.runs_per_broker` times.
+/// A run gives one value for each of `rows` and a line to print, or why
+/// it failed, which every row records.
+fn alternate_runs<const N: usize>(
+    plan: &Plan,
+    brokers: &[Broker],
+    rows: &mut [Row; N],
+    mut measure: impl FnMut(&Broker, usize) -> Result<([f64; N], String), String>,
+) {
+    for run in 1..=plan.runs_per_broker {
+        for broker in brokers {
+            let prefix = format!("   run {run} {:<9}", broker.kind);
+            match measure(broker, run) {
+                Err(failure) => {
+                    println!("{prefix} FAILED: {failure}");
+                    for row in rows.iter_mut() {
+                        row.push(broker.kind, Sample::Failed(failure.clone()));
+                    }
+                }
+                Ok((values, line)) => {
+                    println!("{prefix} {line}");
+                    for (row, value) in rows.iter_mut().zip(values) {
+                        row.push(broker.kind, Sample::Value(value));
+                    }
+                }
+            }
+            std::thread::sleep(BETWEEN_RUNS);
+        }
+    }
 }
 
 /// Jobs in figure 7's backlog: the 300 the drain is known by, and more
@@ -614,33 +707,24 @@ fn run_latency_figure(load: &Latency, plan: &Plan, brokers: &[Broker]) -> Vec<Ro
         "5. latency QoS 1, 1 → 1 at {} msg/s",
         report::with_thousands(f64::from(load.rate_per_s))
     );
-    let mut p50 = Row::new(format!("{title}: p50"), Unit::Microseconds, Better::Lower);
-    let mut p99 = Row::new(format!("{title}: p99"), Unit::Microseconds, Better::Lower);
+    let p50 = Row::new(format!("{title}: p50"), Unit::Microseconds, Better::Lower);
+    let p99 = Row::new(format!("{title}: p99"), Unit::Microseconds, Better::Lower);
     println!("\n== {title}, {:?} per run", load.duration);
-    for run in 1..=plan.runs_per_broker {
-        for broker in brokers {
-            let outcome =
-                load::run_latency(broker.address, load, &format!("f5r{run}{}", broker.kind));
-            let prefix = format!("   run {run} {:<9}", broker.kind);
-            match outcome.failure {
-                Some(failure) => {
-                    println!("{prefix} FAILED: {failure}");
-                    p50.push(broker.kind, Sample::Failed(failure.clone()));
-                    p99.push(broker.kind, Sample::Failed(failure));
-                }
-                None => {
-                    println!(
-                        "{prefix} p50 {:.0} µs, p99 {:.0} µs over {} samples",
-                        outcome.p50_us, outcome.p99_us, outcome.samples
-                    );
-                    p50.push(broker.kind, Sample::Value(outcome.p50_us));
-                    p99.push(broker.kind, Sample::Value(outcome.p99_us));
-                }
-            }
-            std::thread::sleep(BETWEEN_RUNS);
+    let mut rows = [p50, p99];
+    alternate_runs(plan, brokers, &mut rows, |broker, run| {
+        let outcome = load::run_latency(broker.address, load, &format!("f5r{run}{}", broker.kind));
+        match outcome.failure {
+            Some(failure) => Err(failure),
+            None => Ok((
+                [outcome.p50_us, outcome.p99_us],
+                format!(
+                    "p50 {:.0} µs, p99 {:.0} µs over {} samples",
+                    outcome.p50_us, outcome.p99_us, outcome.samples
+                ),
+            )),
         }
-    }
-    vec![p50, p99]
+    });
+    rows.into()
 }
 
 /// Binary sizes (building the cross binaries when it can), memory, then
@@ -863,7 +947,18 @@ fn method_notes(plan: &Plan) -> String {
          then subscribe to `$saguin/queue/work` and answer each job as a Paho handler does, \
          `ack` on the response topic and the PUBACK in one write. A run is timed from the first \
          SUBSCRIBE to the last answer's PUBACK, and fails if any job reaches two workers or any \
-         is missing. 7a: 300 jobs, one worker; 7b and 7c: {queue_jobs} jobs, 1 and 4 workers.\n",
+         is missing. 7a: 300 jobs, one worker; 7b and 7c: {queue_jobs} jobs, 1 and 4 workers.\n\
+         - Wrong passwords (figure 8): a fresh pair of brokers reading one password file that \
+         `saguin --passwd` wrote (one user, `$7$` with 101 iterations, the default of both), \
+         still admitting clients without a user name. {storm} CONNECTs naming that user with a \
+         wrong password come from {storm_threads} threads, each sending one after another; a run \
+         is timed from the first to the last refusal. Meanwhile an anonymous bystander connected \
+         before the storm publishes at QoS 1 every 2 ms, one at a time, and its PUBACK round \
+         trips give the p99. saguin checks each password on a thread of its own, one at a time, \
+         so the executor serving the bystander computes no hash; mosquitto checks on its one \
+         thread.\n",
+        storm = report::with_thousands(auth_storm::STORM_CONNECTS as f64),
+        storm_threads = auth_storm::STORM_THREADS,
         cpus = std::thread::available_parallelism().map_or(0, |n| n.get()),
         qos0 = report::with_thousands(plan.qos0_messages as f64),
         qos1 = report::with_thousands(plan.qos1_messages as f64),

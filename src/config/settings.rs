@@ -42,6 +42,7 @@ pub(super) fn shell(broker: &BrokerConfig, channels: &[ChannelConfig]) -> net::S
             .map(|door| Door {
                 name: door.name.clone(),
                 address: door.address.clone(),
+                tls: door.tls.clone(),
             })
             .collect(),
         pid_file: broker.pid_file.clone(),
@@ -49,6 +50,7 @@ pub(super) fn shell(broker: &BrokerConfig, channels: &[ChannelConfig]) -> net::S
         write_timeout_ms: limits.write_timeout_ms,
         reserve_bytes: reserve_bytes(limits),
         providers,
+        operations: broker.operations.clone(),
     }
 }
 
@@ -194,11 +196,13 @@ channels:
             [
                 Door {
                     name: "inside".into(),
-                    address: "127.0.0.1:1883".into()
+                    address: "127.0.0.1:1883".into(),
+                    tls: None,
                 },
                 Door {
                     name: "outside".into(),
-                    address: "0.0.0.0:8883".into()
+                    address: "0.0.0.0:8883".into(),
+                    tls: None,
                 }
             ]
         );

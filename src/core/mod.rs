@@ -11,6 +11,7 @@ mod broker;
 pub mod channel;
 pub mod connection;
 pub mod message;
+pub mod observe;
 pub mod partition;
 pub mod refusal;
 pub mod session;
@@ -20,6 +21,7 @@ mod tests;
 mod timer;
 
 use std::collections::HashMap;
+use std::sync::Arc;
 
 use crate::codec::{
     Connack, DecodeError, Disconnect, Packet, Properties, ProtocolVersion, ReasonCode, Subscribe,
@@ -36,6 +38,7 @@ pub use channel::{ChannelSettings, ChannelStart};
 pub use channel::queue::dead_letter;
 pub use channel::queue::rules as queue_rules;
 pub use channel::{claims, latest, load as channel_load, queue};
+pub use connection::origin::Origin;
 use connection::{Active, Connection};
 pub use refusal::Refusal;
 pub use slab::Key;
@@ -294,6 +297,12 @@ pub struct Broker {
     /// Session records in the session provider.
     pub(crate) persist: broker::persist::Persistence,
     pub(crate) queues: channel::queue::Queues,
+    /// What only the operations listener reads.
+    pub(crate) tallies: observe::Tallies,
+    /// Who may connect; replaced whole on a reload.
+    pub(crate) authentication: Arc<crate::auth::Authentication>,
+    /// The authorization file in force and each session's grants.
+    pub(crate) authorization: broker::authorize::Authorization,
 }
 
 impl Broker {
@@ -337,6 +346,9 @@ impl Broker {
             ),
             match_scratch: Vec::new(),
             persist: broker::persist::Persistence::default(),
+            tallies: observe::Tallies::new(settings.channels.len()),
+            authentication: Arc::default(),
+            authorization: Default::default(),
             settings,
         }
     }
@@ -364,11 +376,14 @@ impl Broker {
 
     /// Takes a slot in the connection table for a new socket, or `None`
     /// when every slot is taken.
-    pub fn accept(&mut self, now_ms: u64) -> Option<Key> {
+    pub fn accept(&mut self, now_ms: u64, origin: Origin) -> Option<Key> {
         let key = self.connections.insert_with(|_| Connection {
             accepted_at_ms: now_ms,
             last_received_ms: now_ms,
             active: None,
+            origin,
+            user: None,
+            checked: None,
         });
         match key {
             Some(_) => self.stats.connections_accepted += 1,

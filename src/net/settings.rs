@@ -28,6 +28,8 @@ pub struct Settings {
     /// What every provider holds back for the writes that relieve a full
     /// one (see [`crate::store::reserve_bytes`]).
     pub reserve_bytes: u64,
+    /// The operations listener; `None` opens none.
+    pub operations: Option<crate::ops::Settings>,
 }
 
 /// One TCP listener.
@@ -37,4 +39,6 @@ pub struct Door {
     pub name: String,
     /// `host:port`, ready for `async_net::TcpListener::bind`.
     pub address: String,
+    /// Its `tls` block; `None` for a plain door.
+    pub tls: Option<super::tls::TlsSettings>,
 }

@@ -124,14 +124,15 @@ impl Broker {
 
     /// The member whose turn it is among those able to take `message`
     /// now: connected, under its Maximum Packet Size and, above QoS 0, with
-    /// room in its window and nothing already waiting. A member the message
-    /// is too large for is passed over, not disconnected: the group needs
-    /// only one member to take it.
+    /// room in its window and nothing already waiting; and still allowed to
+    /// read it. A member the message is too large for is passed over, not
+    /// disconnected: the group needs only one member to take it.
     fn next_able_member(&mut self, group_key: Key, message: &Rc<Message>) -> Option<Member> {
         let group = self.groups.get(group_key)?;
-        let index = group
-            .turn_order()
-            .find(|&index| self.member_is_able(&group.members[index], message))?;
+        let index = group.turn_order().find(|&index| {
+            let member = &group.members[index];
+            self.member_is_able(member, message) && self.may_read(member.session, &message.topic)
+        })?;
         let group = self.groups.get_mut(group_key).expect("checked above");
         Some(group.take_turn(index))
     }
