@@ -55,6 +55,12 @@ pub enum SaguinSetup {
     CommitPerPublish,
     /// As `GroupCommit`, with a queue `work` claiming `work/#` (figure 7).
     Queue,
+    /// As `Queue`, with sessions kept on the same redb provider (figures
+    /// 9 and 10: stock clients, and what reaches the disk).
+    Stock,
+    /// As `Stock`, committing as the Raspberry Pi 4 profile does: waiting
+    /// up to 20 ms for 16 records (figure 10's board rows).
+    Pi4Commit,
     /// No storage; both brokers check user names against one password
     /// file that `saguin --passwd` wrote, and still admit clients that
     /// offer none (figure 8).
@@ -121,9 +127,13 @@ fn saguin_config(setup: SaguinSetup, dir: &Path) -> String {
                 1,
             )
         }
-        SaguinSetup::GroupCommit | SaguinSetup::Queue => "",
+        SaguinSetup::GroupCommit | SaguinSetup::Queue | SaguinSetup::Stock => "",
         SaguinSetup::CommitPerPublish => "        publish_commit_interval: none\n",
+        SaguinSetup::Pi4Commit => {
+            "        publish_commit_interval: 20ms\n        publish_commit_max_records: 16\n"
+        }
     };
+    let stock = matches!(setup, SaguinSetup::Stock | SaguinSetup::Pi4Commit);
     // `start: tail`: a new reader gets only what is published after it
     // subscribes, so no run is replayed the records of the runs before it.
     format!(
@@ -138,6 +148,7 @@ fn saguin_config(setup: SaguinSetup, dir: &Path) -> String {
                file_path: {}\n        \
                max_bytes: 1GiB\n\
          {commit}\
+         {sessions}\
          channels:\n  \
            durable:\n    \
              type: append\n    \
@@ -145,7 +156,12 @@ fn saguin_config(setup: SaguinSetup, dir: &Path) -> String {
              start: tail\n\
          {queue}",
         dir.join("bench.redb").display(),
-        queue = if setup == SaguinSetup::Queue {
+        sessions = if stock {
+            "  session:\n    storage: local\n"
+        } else {
+            ""
+        },
+        queue = if setup == SaguinSetup::Queue || stock {
             format!("  {QUEUE_NAME}:\n    type: queue\n    filter: {QUEUE_FILTER}\n")
         } else {
             String::new()
@@ -163,21 +179,44 @@ fn saguin_config(setup: SaguinSetup, dir: &Path) -> String {
 /// messages are being dropped" and dropped about 1,000 messages once some
 /// 110,000 had passed through one subscriber, with never more than 1,000
 /// actually outstanding. No run comes near either bound honestly.
-fn mosquitto_config(port: u16) -> String {
+fn mosquitto_config(port: u16, setup: MosquittoSetup, dir: &Path) -> String {
+    let persistence = match setup {
+        MosquittoSetup::Persistent => format!(
+            "persistence true\npersistence_location {}/\n",
+            dir.display()
+        ),
+        MosquittoSetup::Bench | MosquittoSetup::Stock => "persistence false\n".to_string(),
+    };
+    let nodelay = match setup {
+        MosquittoSetup::Bench => "set_tcp_nodelay true\n",
+        MosquittoSetup::Stock | MosquittoSetup::Persistent => "",
+    };
     format!(
         "listener {port} 127.0.0.1\n\
          allow_anonymous true\n\
-         persistence false\n\
+         {persistence}\
          max_queued_messages 1000000\n\
          max_inflight_messages 100\n\
          max_packet_size 1048576\n\
          max_connections -1\n\
-         set_tcp_nodelay true\n\
+         {nodelay}\
          sys_interval 0\n\
          log_dest stderr\n\
          log_type error\n\
          log_type warning\n"
     )
+}
+
+/// How mosquitto is set up: tuned as for figures 1 to 7, or at its own
+/// defaults for the stock clients of figure 8, with or without persistence.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum MosquittoSetup {
+    /// The bench's bounds and `set_tcp_nodelay true`, no persistence.
+    Bench,
+    /// The bench's bounds; Nagle left on, as mosquitto ships.
+    Stock,
+    /// As `Stock`, with `persistence true` in its temporary directory.
+    Persistent,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -229,7 +268,11 @@ pub fn saguin_config_text(setup: SaguinSetup) -> String {
 
 /// The mosquitto configuration with a placeholder port, for BENCHMARKS.md.
 pub fn mosquitto_config_text() -> String {
-    mosquitto_config(0).replacen("listener 0", "listener <free port>", 1)
+    mosquitto_config(0, MosquittoSetup::Bench, Path::new("")).replacen(
+        "listener 0",
+        "listener <free port>",
+        1,
+    )
 }
 
 /// Where the brokers' temporary directories, and figure 6's redb file,
@@ -283,12 +326,22 @@ impl Broker {
         Broker::start_with(kind, binaries, SaguinSetup::Plain)
     }
 
-    /// As [`Broker::start`], saguin set up as `setup`; mosquitto has one
-    /// configuration, always without persistence.
+    /// As [`Broker::start`], saguin set up as `setup`; mosquitto without
+    /// persistence.
     pub fn start_with(
         kind: BrokerKind,
         binaries: &BrokerBinaries,
         setup: SaguinSetup,
+    ) -> Result<Broker, String> {
+        Broker::start_as(kind, binaries, setup, MosquittoSetup::Bench)
+    }
+
+    /// As [`Broker::start_with`], mosquitto set up as `mosquitto`.
+    pub fn start_as(
+        kind: BrokerKind,
+        binaries: &BrokerBinaries,
+        setup: SaguinSetup,
+        mosquitto: MosquittoSetup,
     ) -> Result<Broker, String> {
         let dir = TempDir::new(kind.name())?;
         let binary = binaries.path(kind);
@@ -299,7 +352,10 @@ impl Broker {
             BrokerKind::Saguin => (spawn_saguin(binary, &dir.0, setup)?, None),
             BrokerKind::Mosquitto => {
                 let port = free_loopback_port()?;
-                (spawn_mosquitto(binary, &dir.0, port, setup)?, Some(port))
+                (
+                    spawn_mosquitto(binary, &dir.0, port, setup, mosquitto)?,
+                    Some(port),
+                )
             }
         };
         let mut broker = Broker {
@@ -389,6 +445,18 @@ impl Broker {
         Ok(kib * 1024)
     }
 
+    /// Bytes the broker has caused to be written to the storage device so
+    /// far (`write_bytes` of /proc/PID/io): pages it dirtied, counted once
+    /// each until written back.
+    pub fn device_write_bytes(&self) -> Result<u64, String> {
+        let path = format!("/proc/{}/io", self.pid());
+        let io = fs::read_to_string(&path).map_err(|e| format!("read {path}: {e}"))?;
+        io.lines()
+            .find_map(|line| line.strip_prefix("write_bytes:"))
+            .and_then(|rest| rest.trim().parse().ok())
+            .ok_or_else(|| format!("no write_bytes line in {path}"))
+    }
+
     /// User plus system CPU time the broker has used so far.
     pub fn cpu_time(&self, clock_ticks_per_s: u64) -> Option<Duration> {
         let stat = fs::read_to_string(format!("/proc/{}/stat", self.pid())).ok()?;
@@ -460,9 +528,10 @@ fn spawn_mosquitto(
     dir: &Path,
     port: u16,
     setup: SaguinSetup,
+    mosquitto: MosquittoSetup,
 ) -> Result<Child, String> {
     let config_path = dir.join("mosquitto.conf");
-    let mut config = mosquitto_config(port);
+    let mut config = mosquitto_config(port, mosquitto, dir);
     if setup == SaguinSetup::Passwords {
         config.push_str(&format!("password_file {}\n", password_file(dir).display()));
     }

@@ -16,6 +16,7 @@ mod machine;
 mod queue;
 mod report;
 mod startup;
+mod stock;
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -35,7 +36,7 @@ const USAGE: &str = "\
 usage: saguin-bench [--quick] [--write FILE] [--only LIST] [--saguin-bin PATH]
   --quick            fewer messages and a 3 s latency run (a smoke test, not for BENCHMARKS.md)
   --write FILE       also write the report to FILE (BENCHMARKS.md)
-  --only LIST        comma-separated figures to run: 1,2,3,4,5,6,7,8,footprint (default: all)
+  --only LIST        comma-separated figures to run: 1,2,3,4,5,6,7,8,9,footprint (default: all; 9 is figures 9 and 10)
   --saguin-bin PATH  the broker binary (default: saguin beside this executable)";
 
 /// Pause between runs, so the broker has finished closing the last run's
@@ -58,11 +59,12 @@ enum Figure {
     Durable,
     Queue,
     AuthStorm,
+    Stock,
     Footprint,
 }
 
 impl Figure {
-    const ALL: [Figure; 9] = [
+    const ALL: [Figure; 10] = [
         Figure::Qos0,
         Figure::Qos1,
         Figure::FanOut,
@@ -71,6 +73,7 @@ impl Figure {
         Figure::Durable,
         Figure::Queue,
         Figure::AuthStorm,
+        Figure::Stock,
         Figure::Footprint,
     ];
 
@@ -88,6 +91,7 @@ impl Figure {
             Figure::Durable => "6",
             Figure::Queue => "7",
             Figure::AuthStorm => "8",
+            Figure::Stock => "9",
             Figure::Footprint => "footprint",
         }
     }
@@ -148,6 +152,8 @@ struct Plan {
     startup_records: u64,
     /// Jobs in figure 7's backlog for a rate.
     queue_rate_jobs: u64,
+    /// Fewer messages everywhere: a smoke test.
+    quick: bool,
 }
 
 impl Plan {
@@ -165,6 +171,7 @@ impl Plan {
                 durable_per_publish_messages: 2_000,
                 startup_records: 100_000,
                 queue_rate_jobs: 500,
+                quick,
             }
         } else {
             Plan {
@@ -179,6 +186,7 @@ impl Plan {
                 durable_per_publish_messages: 10_000,
                 startup_records: 1_000_000,
                 queue_rate_jobs: 3_000,
+                quick,
             }
         }
     }
@@ -198,6 +206,7 @@ impl Plan {
             | Figure::Durable
             | Figure::Queue
             | Figure::AuthStorm
+            | Figure::Stock
             | Figure::Footprint => return None,
         };
         Some(Throughput {
@@ -249,6 +258,7 @@ fn figure_label(figure: Figure) -> &'static str {
         | Figure::Durable
         | Figure::Queue
         | Figure::AuthStorm
+        | Figure::Stock
         | Figure::Footprint => "",
     }
 }
@@ -402,6 +412,12 @@ fn run_traffic_figures(
     }
     if wanted(Figure::AuthStorm) {
         run_auth_storm_figure(plan, binaries, results)?;
+    }
+    if wanted(Figure::Stock) {
+        let stock = stock::StockPlan::new(plan.runs_per_broker, plan.quick);
+        results
+            .figures
+            .extend(stock::run_figures(&stock, binaries)?);
     }
     Ok(())
 }
@@ -956,7 +972,9 @@ fn method_notes(plan: &Plan) -> String {
          before the storm publishes at QoS 1 every 2 ms, one at a time, and its PUBACK round \
          trips give the p99. saguin checks each password on a thread of its own, one at a time, \
          so the executor serving the bystander computes no hash; mosquitto checks on its one \
-         thread.\n",
+         thread.\n\
+         {stock}",
+        stock = stock::method_notes(&stock::StockPlan::new(plan.runs_per_broker, plan.quick)),
         storm = report::with_thousands(auth_storm::STORM_CONNECTS as f64),
         storm_threads = auth_storm::STORM_THREADS,
         cpus = std::thread::available_parallelism().map_or(0, |n| n.get()),

@@ -1099,3 +1099,28 @@ fn every_board_bounds_its_session_queues_to_a_share_of_its_memory() {
         );
     }
 }
+
+#[test]
+fn every_board_on_flash_waits_for_company_before_a_commit() {
+    // Each commit rewrites several pages however few records it carries,
+    // so a board whose file is on flash groups records; OpenWrt's storage
+    // is a memory provider, which writes flash only at a clean stop.
+    for (name, text) in SHIPPED.iter().filter(|(n, _)| n.starts_with("boards/")) {
+        let broker = parse(text, name).unwrap().broker;
+        let storage = broker.storage.as_ref().expect(name);
+        let policy = storage.provider("local").expect(name).commit_policy();
+        if *name == "boards/openwrt-128mb.yaml" {
+            assert_eq!(policy, CommitPolicy::Collect, "{name}");
+            continue;
+        }
+        let CommitPolicy::Interval {
+            interval_ms,
+            max_records,
+        } = policy
+        else {
+            panic!("{name}: {policy:?} does not wait for company");
+        };
+        assert!((10..=50).contains(&interval_ms), "{name}: {interval_ms} ms");
+        assert_eq!(max_records, 16, "{name}");
+    }
+}

@@ -273,6 +273,7 @@ async fn read_loop(shared: SharedRef, mut stream: SocketReader, key: Key, outbox
         .await;
         match read {
             Some(Ok(n)) if n > 0 => {
+                stream.acknowledge_now();
                 buf.truncate(filled + n);
                 last_read_bytes = n;
             }

@@ -4,6 +4,7 @@
 mod connection;
 mod operations;
 mod outbox;
+mod quick_ack;
 mod reload;
 mod settings;
 mod socket;

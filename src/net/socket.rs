@@ -12,7 +12,11 @@ type TlsStream = futures_rustls::server::TlsStream<TcpStream>;
 
 pub enum SocketReader {
     Plain(TcpStream),
-    Tls(smol::io::ReadHalf<TlsStream>),
+    /// The TCP stream under the TLS half is kept for its socket options.
+    Tls {
+        half: smol::io::ReadHalf<TlsStream>,
+        tcp: TcpStream,
+    },
 }
 
 pub enum SocketWriter {
@@ -37,7 +41,10 @@ pub fn plain(stream: TcpStream) -> (SocketReader, SocketWriter) {
 pub fn tls(stream: TlsStream, tcp: TcpStream) -> (SocketReader, SocketWriter) {
     let (read, write) = smol::io::split(stream);
     (
-        SocketReader::Tls(read),
+        SocketReader::Tls {
+            half: read,
+            tcp: tcp.clone(),
+        },
         SocketWriter::Tls { half: write, tcp },
     )
 }
@@ -50,7 +57,16 @@ impl SocketReader {
     pub async fn wait_readable(&mut self) -> io::Result<usize> {
         match self {
             SocketReader::Plain(stream) => stream.peek(&mut [0u8; 1]).await,
-            SocketReader::Tls(_) => Ok(1),
+            SocketReader::Tls { .. } => Ok(1),
+        }
+    }
+
+    /// Has what was read acknowledged at once (see `quick_ack`).
+    pub fn acknowledge_now(&self) {
+        match self {
+            SocketReader::Plain(tcp) | SocketReader::Tls { tcp, .. } => {
+                super::quick_ack::acknowledge_now(tcp)
+            }
         }
     }
 }
@@ -63,7 +79,7 @@ impl AsyncRead for SocketReader {
     ) -> Poll<io::Result<usize>> {
         match self.get_mut() {
             SocketReader::Plain(stream) => Pin::new(stream).poll_read(cx, buf),
-            SocketReader::Tls(half) => Pin::new(half).poll_read(cx, buf),
+            SocketReader::Tls { half, .. } => Pin::new(half).poll_read(cx, buf),
         }
     }
 }
