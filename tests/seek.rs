@@ -205,3 +205,40 @@ fn a_seek_needs_a_durable_session_and_a_channel_that_exists() {
         other => panic!("expected PUBACK 0x90, got {other:?}"),
     }
 }
+
+/// Defect: a moment older than the oldest surviving record, once retention
+/// has moved the floor, was answered with the floor - records the consumer
+/// asked for were gone and it was not told.
+#[test]
+fn a_time_seek_past_what_retention_removed_is_refused_below_floor() {
+    let dir = TempDir::new("seek-time-floor");
+    let channels =
+        "channels:\n  events:\n    type: append\n    filter: events/#\n    retention_bytes: 4KiB\n";
+    let mut broker = BrokerProcess::start_in(dir.path(), REDB, channels);
+    let address = broker.address();
+    let mut publisher = RawClient::connect(&address, ProtocolVersion::V5, "publisher");
+    for i in 0..40u16 {
+        publisher.send(&Packet::Publish(Publish {
+            qos: QoS::AtLeastOnce,
+            topic: "events/big".into(),
+            packet_id: Some(i + 1),
+            payload: vec![i as u8; 1024],
+            ..Publish::default()
+        }));
+        assert!(
+            matches!(publisher.recv(), Received::Packet(Packet::Puback(a)) if a.reason_code.0 == 0)
+        );
+    }
+    broker.wait_for_log("retention removed");
+    let mut consumer = connect(&address, "consumer", true);
+    let (payload, properties, code, _) = seek(&mut consumer, "-12h", 1);
+    assert_eq!(payload, "below-floor");
+    assert_eq!(code, ReasonCode(0x83));
+    assert!(properties
+        .user_properties
+        .iter()
+        .any(|(name, value)| name == "saguin-floor" && value.parse::<u64>().unwrap() > 1));
+    // A moment after every record is the head: nothing asked for is gone.
+    let (payload, _, code, _) = seek(&mut consumer, "2999-01-01T00:00:00Z", 2);
+    assert_eq!((payload.as_str(), code), ("41", ReasonCode::SUCCESS));
+}

@@ -292,6 +292,7 @@ fn channel(
     };
     let braces_ok =
         kind != TypeRead::Queue || queue::filter_has_no_braces(f, &path, rest.get("filter"));
+    let name_ok = name_ok && (kind != TypeRead::Queue || dead_letter_name_fits(f, &path, name));
     let rest = Value::Mapping(rest);
     let t = table(f, &path, &rest, keys)?;
     let mut config = settings(
@@ -412,6 +413,30 @@ fn channel_name(f: &mut Findings, path: &str, name: &str) -> bool {
     match why {
         Some(why) => {
             f.key(path, why);
+            false
+        }
+        None => true,
+    }
+}
+
+/// A queue's dead-letter channel is named `<name>__dlq`; a queue name
+/// whose derived name breaks a channel name's bounds is refused here, or
+/// every dead-letter move would fail for the whole run.
+fn dead_letter_name_fits(f: &mut Findings, path: &str, name: &str) -> bool {
+    let derived = dead_letter_channel_name(name);
+    let why = if derived.len() > MAX_CHANNEL_NAME_BYTES {
+        Some(format!(
+            "this queue's dead-letter channel is named {derived:?}, {} bytes, and a channel's name is at most {MAX_CHANNEL_NAME_BYTES}; shorten the queue's name",
+            derived.len()
+        ))
+    } else {
+        snapshot_file_name(&derived)
+            .err()
+            .map(|why| format!("this queue's dead-letter channel is named {derived:?}: {why}"))
+    };
+    match why {
+        Some(why) => {
+            f.key(path, &why);
             false
         }
         None => true,
@@ -1013,6 +1038,24 @@ mod tests {
 
     fn refused(block: &str) -> Vec<String> {
         refused_file(&with_channels(block)).findings
+    }
+
+    /// Defect: a queue whose derived `<name>__dlq` broke a channel name's
+    /// bounds passed the check, then failed every dead-letter move.
+    #[test]
+    fn a_queue_whose_dead_letter_name_cannot_be_a_channel_is_refused() {
+        let long = "q".repeat(MAX_CHANNEL_NAME_BYTES - 4);
+        let dotted = (1..MAX_CHANNEL_NAME_BYTES)
+            .map(|k| format!("q{}", ".".repeat(k)))
+            .find(|n| {
+                snapshot_file_name(n).is_ok()
+                    && snapshot_file_name(&dead_letter_channel_name(n)).is_err()
+            })
+            .expect("a dotted name that fits while its dead-letter name does not");
+        for name in [long, dotted] {
+            let finding = one_refusal(&format!("{name:?}:\n  type: queue\n  filter: jobs/#\n"));
+            assert_contains(&finding, &["dead-letter channel is named", &name]);
+        }
     }
 
     fn one_refusal(block: &str) -> String {

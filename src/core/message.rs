@@ -75,8 +75,21 @@ pub struct Delivery {
     pub latest: Option<u64>,
 }
 
+impl Delivery {
+    /// What is left of the publisher's Message Expiry Interval. A channel's
+    /// record outlives it (invariant 2): once it has run out the record is
+    /// still delivered, without the property; only a broadcast expires.
+    pub fn remaining_expiry_s(&self, now_unix_ms: u64) -> Result<Option<u32>, Expired> {
+        match self.message.remaining_expiry_s(now_unix_ms) {
+            Err(Expired) if self.reader.is_some() || self.latest.is_some() => Ok(None),
+            other => other,
+        }
+    }
+}
+
 /// The PUBLISH that carries `delivery` to its subscriber. `remaining_expiry_s`
-/// replaces the publisher's Message Expiry Interval with what is left of it.
+/// replaces the publisher's Message Expiry Interval with what is left of it;
+/// `None` leaves a broadcast's as it is and takes a channel record's off.
 pub(crate) fn outgoing_publish(
     delivery: &Delivery,
     packet_id: Option<u16>,
@@ -85,8 +98,12 @@ pub(crate) fn outgoing_publish(
     let message = &delivery.message;
     let mut properties = message.properties.clone();
     properties.subscription_identifiers = delivery.subscription_ids.clone();
-    if remaining_expiry_s.is_some() {
-        properties.message_expiry_interval_s = remaining_expiry_s;
+    let from_channel = delivery.reader.is_some() || delivery.latest.is_some();
+    match remaining_expiry_s {
+        Some(left_s) => properties.message_expiry_interval_s = Some(left_s),
+        // A channel's record whose expiry ran out goes without it.
+        None if from_channel => properties.message_expiry_interval_s = None,
+        None => {}
     }
     Publish {
         dup: false,
@@ -157,7 +174,9 @@ pub(crate) fn from_stored(stored: &store::Message) -> Message {
 
 /// A record as every reader is sent it: the publisher's User Properties,
 /// then `saguin-id`, `saguin-offset`, `saguin-timestamp`, and
-/// `saguin-expires` where the publisher set an expiry.
+/// `saguin-expires` where the publisher set an expiry. A record stored
+/// without a receipt time (0) carries neither of the last two: 0 is not a
+/// moment.
 pub(crate) fn labelled(mut message: Message, id: &MessageId, offset: u64) -> Message {
     let received_ms = message.received_at_unix_ms;
     let expiry_s = message.properties.message_expiry_interval_s;
@@ -165,10 +184,32 @@ pub(crate) fn labelled(mut message: Message, id: &MessageId, offset: u64) -> Mes
     labels.retain(|(name, _)| name != "saguin-id");
     labels.push(("saguin-id".into(), id.to_string()));
     labels.push(("saguin-offset".into(), offset.to_string()));
+    if received_ms == 0 {
+        return message;
+    }
     labels.push(("saguin-timestamp".into(), received_ms.to_string()));
     if let Some(expiry_s) = expiry_s {
         let expires_ms = received_ms.saturating_add(u64::from(expiry_s) * 1000);
         labels.push(("saguin-expires".into(), expires_ms.to_string()));
     }
     message
+}
+
+/// A record with `saguin-channel` naming the channel it is in, for a
+/// consumer whose filter reaches more than one (its offsets are per
+/// channel) and for a dead letter. Built at delivery, never stored.
+pub(crate) fn with_channel(message: &Rc<Message>, channel: &str) -> Rc<Message> {
+    let mut properties = message.properties.clone();
+    properties
+        .user_properties
+        .push(("saguin-channel".into(), channel.to_string()));
+    Rc::new(Message {
+        topic: message.topic.clone(),
+        payload: message.payload.clone(),
+        qos: message.qos,
+        retain: message.retain,
+        properties,
+        received_at_unix_ms: message.received_at_unix_ms,
+        publisher: message.publisher.clone(),
+    })
 }

@@ -12,6 +12,7 @@ pub mod channel;
 pub mod connection;
 pub mod message;
 pub mod observe;
+pub mod partition;
 pub mod refusal;
 pub mod session;
 pub mod slab;

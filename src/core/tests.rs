@@ -1613,6 +1613,9 @@ fn a_durable_consumer_resumes_from_its_stored_position_and_stores_it_as_it_ackno
     connect.clean_start = false;
     connect.properties.session_expiry_interval_s = Some(3600);
     let (consumer, _) = h.connect_with(connect);
+    // A new session first drops what its client id had stored; the
+    // position answered below stands for one a restored session has.
+    h.stored();
     h.subscribe(consumer, "events/#", qos(QoS::AtLeastOnce), None);
 
     // The stored position is asked for, then the records from it.
@@ -1954,6 +1957,376 @@ fn a_shared_group_over_a_channel_gets_each_new_record_once() {
 
 #[path = "channel/latest/broker_tests.rs"]
 mod latest_tests;
+
+/// Defect: a `start: tail` reader whose stored position could not be read
+/// (storage busy, or the read failing) started at the tail, skipping the
+/// backlog behind its real position in silence.
+#[test]
+fn a_position_that_cannot_be_read_is_asked_for_again_never_guessed() {
+    let mut settings = events_channel(ChannelStart::Tail);
+    settings.channels[0].next = 10;
+    let mut h = Harness::new(settings);
+    let mut connect = connect_packet("consumer", ProtocolVersion::V5);
+    connect.clean_start = false;
+    connect.properties.session_expiry_interval_s = Some(3600);
+    let (consumer, _) = h.connect_with(connect);
+    h.out.storage_busy = true;
+    h.subscribe(consumer, "events/#", qos(QoS::AtLeastOnce), None);
+    h.out.storage_busy = false;
+    h.advance(300);
+    let position_read = |requests: Vec<StoreRequest>| {
+        requests.into_iter().find_map(|r| match r {
+            StoreRequest::Position { ticket, .. } => Some(ticket),
+            _ => None,
+        })
+    };
+    let ticket = position_read(h.stored()).expect("asked again once storage takes requests");
+    let error = store::StoreError::Invalid("disk busy".into());
+    h.complete(ticket, Answer::Position(Err(error)));
+    assert!(h.stored().is_empty(), "no read from a guessed position");
+    h.advance(300);
+    let ticket = position_read(h.stored()).expect("asked again after the failure");
+    h.complete(ticket, Answer::Position(Ok(Some(7))));
+    let reads: Vec<u64> = h
+        .stored()
+        .into_iter()
+        .filter_map(|r| match r {
+            StoreRequest::Read { from_offset, .. } => Some(from_offset),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(reads, vec![7], "the backlog from the stored position");
+}
+
+/// A durable consumer of `events` reading from stored position 7: records
+/// 7 to 9 delivered and acknowledged, every request drained.
+fn consumer_at_seven() -> (Harness, Key) {
+    let mut settings = events_channel(ChannelStart::Floor);
+    settings.channels[0].next = 10;
+    let mut h = Harness::new(settings);
+    let mut connect = connect_packet("consumer", ProtocolVersion::V5);
+    connect.clean_start = false;
+    connect.properties.session_expiry_interval_s = Some(3600);
+    let (consumer, _) = h.connect_with(connect);
+    // As a restored session would: what a new one drops is not looked at.
+    h.stored();
+    h.subscribe(consumer, "events/#", qos(QoS::AtLeastOnce), None);
+    let ticket = match h.stored().as_slice() {
+        [StoreRequest::Position { ticket, .. }] => *ticket,
+        other => panic!("expected a position read, got {other:?}"),
+    };
+    h.complete(ticket, Answer::Position(Ok(Some(7))));
+    let ticket = match h.stored().as_slice() {
+        [StoreRequest::Read { ticket, .. }] => *ticket,
+        other => panic!("expected a read, got {other:?}"),
+    };
+    let records = (7..10)
+        .map(|o| stored_record(o, "events/x", &[o as u8]))
+        .collect();
+    let batch = ReadBatch {
+        floor: 0,
+        next: 10,
+        records,
+    };
+    h.complete(ticket, Answer::Read(Ok(Read::Records(batch))));
+    let received = h.out.take(consumer);
+    for publish in publishes(&received) {
+        h.puback(consumer, publish.packet_id.expect("QoS 1"));
+    }
+    h.advance(300);
+    h.stored();
+    (h, consumer)
+}
+
+fn seek_packet(payload: &str, packet_id: u16) -> Packet {
+    let mut publish = publish_packet(
+        "$saguin/consumer/events/seek",
+        QoS::AtLeastOnce,
+        Some(packet_id),
+        payload.as_bytes(),
+    );
+    publish.properties.response_topic = Some("replies".into());
+    Packet::Publish(publish)
+}
+
+/// The seek's own write, answered `answer`; returns what else was asked.
+fn answer_seek_write(h: &mut Harness, answer: Answer) -> Vec<StoreRequest> {
+    let (seek, rest): (Vec<_>, Vec<_>) = h.stored().into_iter().partition(|r| {
+        matches!(r, StoreRequest::Commit { writes, .. }
+            if matches!(writes.as_slice(), [Write::SetPosition { offset: 2, .. }]))
+    });
+    let [StoreRequest::Commit { ticket, .. }] = seek.as_slice() else {
+        panic!("expected the seek's position write, got {seek:?}");
+    };
+    h.complete(*ticket, answer);
+    rest
+}
+
+fn reads_from(requests: &[StoreRequest]) -> Vec<u64> {
+    requests
+        .iter()
+        .filter_map(|r| match r {
+            StoreRequest::Read { from_offset, .. } => Some(*from_offset),
+            _ => None,
+        })
+        .collect()
+}
+
+/// Defect: a seek moved the reader before its position was stored, so a
+/// refused write still moved it, records from the new place could precede
+/// the reply, and the reader's own position written meanwhile could land
+/// after the seek's.
+#[test]
+fn a_seek_moves_the_reader_only_once_its_position_is_stored() {
+    let (mut h, consumer) = consumer_at_seven();
+    h.packet(consumer, seek_packet("2", 21));
+    // Before the write is answered: nothing read from 2, no position of
+    // the reader's own written.
+    h.advance(300);
+    let meanwhile = answer_seek_write(
+        &mut h,
+        Answer::Committed(Err(store::StoreError::Invalid("disk full".into()))),
+    );
+    assert!(reads_from(&meanwhile).is_empty(), "{meanwhile:?}");
+    assert!(
+        !meanwhile
+            .iter()
+            .any(|r| matches!(r, StoreRequest::Commit { writes, .. }
+            if writes.iter().any(|w| matches!(w, Write::SetPosition { .. })))),
+        "no position written while the seek's is: {meanwhile:?}"
+    );
+    let answered = h.out.take(consumer);
+    let reply = publishes(&answered);
+    assert_eq!(reply.len(), 1);
+    assert_eq!(reply[0].payload, b"storage");
+    assert_eq!(acks(&answered), vec![(21, ReasonCode(0x83))]);
+    // Refused: the reader stays where it was.
+    h.advance(300);
+    assert!(
+        reads_from(&h.stored()).is_empty(),
+        "a refused seek moves nothing"
+    );
+
+    // Stored: the reply first, then the records from the new place.
+    h.packet(consumer, seek_packet("2", 22));
+    let rest = answer_seek_write(&mut h, Answer::Committed(Ok(vec![Outcome::PositionSet])));
+    assert!(reads_from(&rest).is_empty());
+    let answered = h.out.take(consumer);
+    assert_eq!(publishes(&answered)[0].payload, b"2");
+    assert_eq!(reads_from(&h.stored()), vec![2]);
+}
+
+/// Defect: an `append` record whose publisher's Message Expiry had run
+/// out was skipped; a channel keeps it readable, delivered without the
+/// property (invariant 2).
+#[test]
+fn an_expired_append_record_is_still_delivered_without_its_expiry() {
+    let mut h = Harness::new(events_channel(ChannelStart::Floor));
+    let publisher = h.connect("pub", ProtocolVersion::V5);
+    let mut publish = publish_packet("events/a", QoS::AtLeastOnce, Some(1), b"late");
+    publish.properties.message_expiry_interval_s = Some(1);
+    h.packet(publisher, Packet::Publish(publish));
+    h.commit_appends(0);
+    h.advance(5_000);
+    let consumer = h.connect("consumer", ProtocolVersion::V5);
+    h.subscribe(consumer, "events/#", qos(QoS::AtLeastOnce), None);
+    let received = h.out.take(consumer);
+    let delivered = publishes(&received);
+    assert_eq!(delivered.len(), 1, "{received:?}");
+    assert_eq!(delivered[0].payload, b"late");
+    assert_eq!(delivered[0].properties.message_expiry_interval_s, None);
+}
+
+/// Defect: No Local was not applied on `append` channels, although the
+/// record keeps its publisher.
+#[test]
+fn no_local_withholds_a_clients_own_append_records() {
+    let mut h = Harness::new(events_channel(ChannelStart::Tail));
+    let me = h.connect("me", ProtocolVersion::V5);
+    let options = SubscriptionOptions {
+        no_local: true,
+        ..qos(QoS::AtLeastOnce)
+    };
+    h.subscribe(me, "events/#", options, None);
+    h.packet(
+        me,
+        Packet::Publish(publish_packet(
+            "events/a",
+            QoS::AtLeastOnce,
+            Some(1),
+            b"mine",
+        )),
+    );
+    h.commit_appends(0);
+    let other = h.connect("other", ProtocolVersion::V5);
+    h.packet(
+        other,
+        Packet::Publish(publish_packet(
+            "events/a",
+            QoS::AtLeastOnce,
+            Some(1),
+            b"theirs",
+        )),
+    );
+    h.commit_appends(1);
+    let received = h.out.take(me);
+    let payloads: Vec<&[u8]> = publishes(&received)
+        .iter()
+        .map(|p| p.payload.as_slice())
+        .collect();
+    assert_eq!(payloads, vec![&b"theirs"[..]]);
+}
+
+/// Defect: `saguin-channel` was never sent, though a consumer whose filter
+/// reaches two channels receives two offset sequences interleaved; and a
+/// record stored without a receipt time said `saguin-timestamp: 0`.
+#[test]
+fn a_filter_reaching_two_channels_is_told_which_channel_each_record_is_in() {
+    let mut settings = events_channel(ChannelStart::Tail);
+    let mut logs = settings.channels[0].clone();
+    logs.name = "logs".into();
+    logs.filters = vec!["logs/#".into()];
+    logs.written_filter = "logs/#".into();
+    settings.channels.push(logs);
+    let mut h = Harness::new(settings);
+    let both = h.connect("both", ProtocolVersion::V5);
+    h.subscribe(both, "+/a", qos(QoS::AtLeastOnce), None);
+    let one = h.connect("one", ProtocolVersion::V5);
+    h.subscribe(one, "events/#", qos(QoS::AtLeastOnce), None);
+    let publisher = h.connect("pub", ProtocolVersion::V5);
+    for topic in ["events/a", "logs/a"] {
+        h.packet(
+            publisher,
+            Packet::Publish(publish_packet(topic, QoS::AtLeastOnce, Some(1), b"x")),
+        );
+        h.commit_appends(0);
+    }
+    let received = h.out.take(both);
+    let named: Vec<(&str, Option<&str>)> = publishes(&received)
+        .iter()
+        .map(|p| (p.topic.as_str(), label(p, "saguin-channel")))
+        .collect();
+    assert_eq!(
+        named,
+        vec![("events/a", Some("events")), ("logs/a", Some("logs"))]
+    );
+    let received = h.out.take(one);
+    let delivered = publishes(&received);
+    assert_eq!(delivered.len(), 1);
+    assert_eq!(
+        label(delivered[0], "saguin-channel"),
+        None,
+        "one channel: no cost"
+    );
+}
+
+#[test]
+fn a_record_without_a_receipt_time_carries_no_timestamp() {
+    let message = crate::core::message::labelled(
+        crate::core::message::from_stored(&store::Message::new(
+            MessageId::Text("m".into()),
+            0,
+            "events/a".into(),
+            b"x".to_vec(),
+        )),
+        &MessageId::Text("m".into()),
+        1,
+    );
+    let names: Vec<&str> = message
+        .properties
+        .user_properties
+        .iter()
+        .map(|(n, _)| n.as_str())
+        .collect();
+    assert_eq!(names, vec!["saguin-id", "saguin-offset"]);
+}
+
+/// Defect: a QoS 2 delivery a shared group had handed a member, still
+/// waiting in the member's queue (never sent), was dropped when the member
+/// ended instead of going back to the group. One that was sent is not
+/// given to another member: the first may have it.
+#[test]
+fn a_shared_members_unsent_qos2_delivery_goes_back_to_the_group() {
+    // Room on the wire for one 1 KiB message, not two.
+    let mut h = Harness::new(Settings {
+        session_queue_bytes: 3_000,
+        ..Settings::default()
+    });
+    let a = h.connect("a", ProtocolVersion::V5);
+    h.subscribe(a, "$share/g/t", qos(QoS::ExactlyOnce), None);
+    let publisher = h.connect("pub", ProtocolVersion::V5);
+    for i in 0..2u8 {
+        let packet_id = u16::from(i) + 1;
+        h.packet(
+            publisher,
+            Packet::Publish(publish_packet(
+                "t",
+                QoS::ExactlyOnce,
+                Some(packet_id),
+                &[i; 1000],
+            )),
+        );
+        h.packet(
+            publisher,
+            Packet::Pubrel(PubAck {
+                packet_id,
+                ..PubAck::default()
+            }),
+        );
+    }
+    let sent_to_a: Vec<u8> = publishes(&h.out.take(a))
+        .iter()
+        .map(|p| p.payload[0])
+        .collect();
+    assert_eq!(sent_to_a, vec![0], "the second waits in a's queue");
+    let b = h.connect("b", ProtocolVersion::V5);
+    h.subscribe(b, "$share/g/t", qos(QoS::ExactlyOnce), None);
+    h.out.take(b);
+    h.broker.handle_connection_lost(a, h.now_ms, &mut h.out);
+    let to_b: Vec<u8> = publishes(&h.out.take(b))
+        .iter()
+        .map(|p| p.payload[0])
+        .collect();
+    assert_eq!(
+        to_b,
+        vec![1],
+        "the unsent one goes to b; the sent one does not"
+    );
+}
+
+/// Defect: a shared-group member a message was too large for was handed
+/// it anyway, and the message was dropped; it is passed over instead.
+#[test]
+fn a_shared_member_a_message_is_too_large_for_is_passed_over() {
+    let mut h = Harness::new(Settings::default());
+    let mut small = connect_packet("small", ProtocolVersion::V5);
+    small.properties.maximum_packet_size = Some(64);
+    let (a, _) = h.connect_with(small);
+    h.subscribe(a, "$share/g/t", qos(QoS::AtLeastOnce), None);
+    let b = h.connect("big", ProtocolVersion::V5);
+    h.subscribe(b, "$share/g/t", qos(QoS::AtLeastOnce), None);
+    let publisher = h.connect("pub", ProtocolVersion::V5);
+    for i in 0..2u8 {
+        h.packet(
+            publisher,
+            Packet::Publish(publish_packet(
+                "t",
+                QoS::AtLeastOnce,
+                Some(u16::from(i) + 1),
+                &[i; 200],
+            )),
+        );
+    }
+    let to_a = h.out.take(a);
+    assert!(publishes(&to_a).is_empty(), "{to_a:?}");
+    assert!(disconnect_code(&to_a).is_none(), "not disconnected");
+    assert!(!h.out.closed.contains(&a));
+    let to_b: Vec<u8> = publishes(&h.out.take(b))
+        .iter()
+        .map(|p| p.payload[0])
+        .collect();
+    assert_eq!(to_b, vec![0, 1], "every message reaches the member it fits");
+}
 
 #[path = "broker/authorize_tests.rs"]
 mod authorize_tests;

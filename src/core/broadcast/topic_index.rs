@@ -5,8 +5,10 @@
 //! not the number of subscriptions.
 
 use std::collections::HashMap;
+use std::rc::Rc;
 
 use crate::codec::SubscriptionOptions;
+use crate::core::partition::Slice;
 use crate::core::slab::Key;
 
 /// Who a subscription delivers to: one session, or a shared group that
@@ -19,11 +21,13 @@ pub enum Target {
 
 /// One subscription as the index keeps it. A group's entry carries no
 /// options: each member's own are kept with the group.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Subscriber {
     pub target: Target,
     pub options: SubscriptionOptions,
     pub subscription_id: Option<u32>,
+    /// The slice its SUBSCRIBE declared; `None` takes every topic.
+    pub slice: Option<Rc<Slice>>,
 }
 
 #[derive(Default)]
@@ -87,6 +91,18 @@ impl TopicIndex {
                 false
             }
         }
+    }
+
+    /// The subscriptions to exactly `filter`, as written.
+    pub fn subscribers_of(&self, filter: &str) -> &[Subscriber] {
+        let mut node = ROOT;
+        for level in filter.split('/') {
+            match self.nodes[node].children.get(level) {
+                Some(&child) => node = child,
+                None => return &[],
+            }
+        }
+        &self.nodes[node].subscribers
     }
 
     /// Removes the target's subscription to `filter`; true if it existed.
@@ -202,6 +218,7 @@ mod tests {
             target: key(index),
             options: SubscriptionOptions::default(),
             subscription_id: None,
+            slice: None,
         }
     }
 

@@ -237,7 +237,8 @@ impl Broker {
         let Some(reader) = self.readers.get(reader_key) else {
             return false;
         };
-        crate::core::channel::delivery_for(reader_key, reader, message, offset).is_some()
+        let own = self.published_by(reader.session, message);
+        crate::core::channel::delivery_for(reader_key, reader, message, offset, own).is_some()
             && !self.may_read(reader.session, &message.topic)
     }
 

@@ -142,3 +142,44 @@ fn an_entry_s_limits_replace_the_broker_wide_ones() {
     h.advance(1_000);
     assert_eq!(answer(&mut h, reader, 3), ReasonCode::SUCCESS);
 }
+
+/// A declared slice and the ACL both filter a delivery: a topic outside
+/// the slice is never sent, and one inside it only while the grant holds.
+#[test]
+fn a_slice_and_the_acl_both_filter_a_delivery() {
+    use crate::core::partition::topic_hash;
+    let mut h = Harness::new(Settings::default());
+    h.broker.set_acl(Some(acl(true)), h.now_ms, &mut h.out);
+    let (reader, _) = connect_as(&mut h, "reader", "r1");
+    let topics: Vec<String> = (0..8).map(|i| format!("news/{i}")).collect();
+    let index = topic_hash(&topics[0]) % 2;
+    let outside = topics
+        .iter()
+        .find(|t| topic_hash(t) % 2 != index)
+        .expect("eight topics span both halves");
+    let mut subscribe = Subscribe {
+        packet_id: 7,
+        properties: Properties::default(),
+        filters: vec![("news/#".into(), qos(QoS::AtMostOnce))],
+    };
+    subscribe
+        .properties
+        .user_properties
+        .push(("saguin-filter".into(), format!("topic_hash(2, {index})")));
+    h.packet(reader, Packet::Subscribe(subscribe));
+    h.out.take(reader);
+    let (writer, _) = connect_as(&mut h, "reader", "w1");
+    let publish = |h: &mut Harness, topic: &str, payload: &[u8]| {
+        h.packet(
+            writer,
+            Packet::Publish(publish_packet(topic, QoS::AtMostOnce, None, payload)),
+        );
+    };
+    publish(&mut h, &topics[0], b"in");
+    publish(&mut h, outside, b"out");
+    assert_eq!(delivered_payloads(&mut h, reader), [b"in".to_vec()]);
+    h.broker.set_acl(Some(acl(false)), h.now_ms, &mut h.out);
+    publish(&mut h, &topics[0], b"in, not granted");
+    publish(&mut h, outside, b"out, not granted");
+    assert!(delivered_payloads(&mut h, reader).is_empty());
+}

@@ -201,7 +201,7 @@ impl Broker {
         );
         if session_present {
             self.resume_latest_readers(session_key);
-            self.resend_inflight(conn, session_key, out);
+            self.resend_inflight(conn, session_key, now_ms, out);
         }
         self.pump(session_key, now_ms, out);
         self.drain_groups_of(session_key, now_ms, out);
@@ -251,7 +251,15 @@ impl Broker {
         if !topic::is_valid_topic_name(&will.topic) {
             return Err(Refusal::WillTopicNotAName);
         }
-        self.admit_topic(&will.topic).map_err(Refusal::for_will)
+        self.admit_topic(&will.topic).map_err(Refusal::for_will)?;
+        // What is defined under `$saguin/` (a seek, a queue's response, a
+        // point read) answers the connection that asks; a Will fires when
+        // that connection is gone, so none of them can take one.
+        if will.topic.starts_with("$saguin/") {
+            return Err(Refusal::WillTopicRequest);
+        }
+        self.admit_queue_topic(&will.topic)
+            .map_err(|_| Refusal::WillTopicDeadLetter)
     }
 
     pub(crate) fn send_connack_refusal(
@@ -319,6 +327,9 @@ impl Broker {
         now_ms: u64,
         out: &mut impl Transport,
     ) -> Key {
+        // Positions a new session may start from: none, unless retention
+        // passed some of the session's and it starts again on the rest.
+        let mut keeps_positions = false;
         if let Some(existing) = self.sessions.key_of(client_id) {
             let owner = self
                 .sessions
@@ -345,12 +356,18 @@ impl Broker {
                     self.record_session_losses(existing, now_ms);
                     self.drop_positions_below_floor(existing, out);
                     self.end_session_keeping_positions(existing, now_ms, out);
+                    keeps_positions = true;
                 } else {
                     return existing;
                 }
             }
         }
-        // Whatever held the client id before was ended above.
+        // Whatever held the client id before was ended above. What its
+        // client id still has stored is a lost session's (sessions kept in
+        // memory, channels on disk, and a crash between), never this one's.
+        if expiry_interval_s > 0 && !keeps_positions {
+            self.drop_stored_positions(client_id, out);
+        }
         self.sessions
             .insert(Session::new(client_id, expiry_interval_s))
     }
@@ -377,7 +394,14 @@ impl Broker {
 
     /// Sends again what a resumed session had on the wire: PUBLISH with DUP
     /// where no answer came, PUBREL where PUBREC came and PUBCOMP did not.
-    fn resend_inflight(&mut self, conn: Key, session_key: Key, out: &mut impl Transport) {
+    fn resend_inflight(
+        &mut self,
+        conn: Key,
+        session_key: Key,
+        now_ms: u64,
+        out: &mut impl Transport,
+    ) {
+        let now_unix_ms = self.unix_ms(now_ms);
         let Some(version) = self.version(conn) else {
             return;
         };
@@ -391,11 +415,10 @@ impl Broker {
             }
             let packet = match inflight.stage {
                 OutboundStage::Published => {
-                    let mut publish = crate::core::message::outgoing_publish(
-                        &inflight.delivery,
-                        Some(packet_id),
-                        None,
-                    );
+                    let delivery = &inflight.delivery;
+                    let left_s = delivery.remaining_expiry_s(now_unix_ms).ok().flatten();
+                    let mut publish =
+                        crate::core::message::outgoing_publish(delivery, Some(packet_id), left_s);
                     publish.dup = true;
                     Packet::Publish(publish)
                 }
@@ -544,13 +567,14 @@ impl Broker {
         self.drop_readers(session_key, &session.client_id, drop_positions, out);
         // What a shared group handed this session and it did not finish
         // goes back to the group.
-        let unfinished: Vec<Delivery> = session
+        // Each with whether it went on the wire.
+        let unfinished: Vec<(Delivery, bool)> = session
             .inflight
             .into_values()
             .filter(|f| f.stage == OutboundStage::Published)
-            .map(|f| f.delivery)
-            .chain(session.waiting)
-            .filter(|d| d.group.is_some())
+            .map(|f| (f.delivery, true))
+            .chain(session.waiting.into_iter().map(|d| (d, false)))
+            .filter(|(d, _)| d.group.is_some())
             .collect();
         self.return_to_groups(unfinished, now_ms, out);
         self.session_record_ended(&session.client_id, out);

@@ -7,6 +7,7 @@ use crate::codec::{encoded_len, Packet, QoS};
 use crate::core::broadcast::topic_index::{Subscriber, Target};
 use crate::core::channel::release_reader_mark;
 use crate::core::message::{outgoing_publish, Delivery, Message};
+use crate::core::partition::topic_hash;
 use crate::core::session::{InFlight, OutboundStage};
 use crate::core::{Broker, Key, Transport};
 
@@ -65,8 +66,17 @@ impl Broker {
     pub(crate) fn route(&mut self, message: Rc<Message>, now_ms: u64, out: &mut impl Transport) {
         let mut matches = std::mem::take(&mut self.match_scratch);
         matches.clear();
-        self.index
-            .for_each_match(&message.topic, |subscriber| matches.push(*subscriber));
+        // A subscription whose declared slice leaves this topic out is not
+        // a match; another of the session's may still be (the union rule).
+        let mut hash = None;
+        self.index.for_each_match(&message.topic, |subscriber| {
+            let admitted = subscriber.slice.as_ref().is_none_or(|slice| {
+                slice.admits_hash(*hash.get_or_insert_with(|| topic_hash(&message.topic)))
+            });
+            if admitted {
+                matches.push(subscriber.clone());
+            }
+        });
         // No Local is read off each subscription, against the publisher's
         // client id.
         if let Some(publisher) = &message.publisher {
@@ -172,7 +182,7 @@ impl Broker {
                 break;
             }
             let delivery = session.waiting.pop_front().expect("front exists");
-            let Ok(remaining_expiry_s) = delivery.message.remaining_expiry_s(now_unix_ms) else {
+            let Ok(remaining_expiry_s) = delivery.remaining_expiry_s(now_unix_ms) else {
                 session.held_bytes -= cost;
                 self.stats.deliveries_expired += 1;
                 // An expired record is passed over; its cursor moves on.
@@ -233,8 +243,7 @@ impl Broker {
             return;
         };
         let (version, max_packet_size) = (active.version, active.client_max_packet_size);
-        let Ok(remaining_expiry_s) = delivery.message.remaining_expiry_s(self.unix_ms(now_ms))
-        else {
+        let Ok(remaining_expiry_s) = delivery.remaining_expiry_s(self.unix_ms(now_ms)) else {
             self.stats.deliveries_expired += 1;
             return;
         };

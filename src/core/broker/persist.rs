@@ -23,7 +23,8 @@ use crate::codec::{
     Connack, Disconnect, Packet, Properties, ProtocolVersion, QoS, ReasonCode, RetainHandling,
     Suback, Subscribe, SubscriptionOptions, Unsuback, Unsubscribe,
 };
-use crate::core::broker::subscribe::Form;
+use crate::core::broker::subscribe::{filter_refusal, packet_reading, Form};
+use crate::core::channel::ReaderFilter;
 use crate::core::session::record::{SessionRecord, StoredSubscription, StoredWill};
 use crate::core::session::Session;
 use crate::core::{Broker, Key, StoreRequest, Then, Transport, Written};
@@ -154,6 +155,7 @@ impl Broker {
                 filter: filter.to_string(),
                 options: entry.options,
                 subscription_id: entry.subscription_id,
+                slice: entry.slice.as_deref().cloned(),
             })
             .collect();
         let user_name = self
@@ -673,12 +675,20 @@ impl Broker {
         let Some((session_key, mut record)) = self.record_to_rewrite(conn, now_ms) else {
             return false;
         };
+        let (packet_refusal, slice) = packet_reading(subscribe);
         for (filter, options) in &subscribe.filters {
-            // A queue's form is granted at QoS 1, as the queue keeps it.
-            let queue_form = matches!(
-                crate::core::channel::queue::rules::form_name(filter),
-                Some(Ok(_))
-            );
+            // What is refused is never written, so never restored.
+            if filter_refusal(packet_refusal, slice.as_deref(), filter).is_some() {
+                continue;
+            }
+            // A queue's form is granted at QoS 1, as the queue keeps it;
+            // its checks come before the write, as a plain filter's do.
+            let queue_form =
+                match self.admit_queue_subscription(conn, session_key, filter, *options) {
+                    Some(Ok(_)) => true,
+                    Some(Err(_)) => continue,
+                    None => false,
+                };
             if !queue_form && self.admit_filter(session_key, filter).is_err() {
                 continue;
             }
@@ -698,6 +708,7 @@ impl Broker {
                     .subscription_identifiers
                     .first()
                     .copied(),
+                slice: slice.as_deref().cloned(),
             };
             match record
                 .subscriptions
@@ -1222,20 +1233,28 @@ impl Broker {
                 return false;
             }
         };
+        let slice = stored.slice.clone().map(Rc::new);
         self.subscribe_one(
             session_key,
             &stored.filter,
             form,
             stored.options,
             stored.subscription_id,
+            slice.clone(),
         );
         if let Form::Plain(filter) = form {
             // The stored position decides where a restored reader resumes.
-            let options = SubscriptionOptions {
-                retain_handling: RetainHandling::SendAlways,
-                ..stored.options
+            let entry = ReaderFilter {
+                filter: filter.into(),
+                options: SubscriptionOptions {
+                    retain_handling: RetainHandling::SendAlways,
+                    ..stored.options
+                },
+                subscription_id: stored.subscription_id,
+                slice,
+                names_channel: false,
             };
-            self.subscribe_channels(session_key, filter, options, stored.subscription_id, out);
+            self.subscribe_channels(session_key, entry, out);
         }
         true
     }

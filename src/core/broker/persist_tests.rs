@@ -1777,3 +1777,25 @@ fn a_restored_session_never_outlives_a_lowered_max_session_expiry() {
 fn a_full_log_gives_up_its_oldest_messages_for_a_released_qos2_one() {
     a_full_log_keeps_the_newest(QoS::ExactlyOnce);
 }
+
+/// Defect: a queue-form SUBSCRIBE was written to the session record before
+/// its checks, so a crash could restore a worker the broker had refused.
+/// A declaration's refusal is judged before the write too.
+#[test]
+fn a_refused_queue_form_or_slice_is_never_written_to_the_session_record() {
+    let mut rig = Rig::new(empty_disk(1 << 20));
+    rig.durable_subscriber("worker", subscribe("$saguin/queue/nowhere"));
+    let mut declared = subscribe("a/#");
+    if let Packet::Subscribe(s) = &mut declared {
+        s.properties
+            .user_properties
+            .push(("saguin-filter".into(), "topic_hash(3, 3)".into()));
+    }
+    rig.durable_subscriber("member", declared);
+    for client_id in ["worker", "member"] {
+        let record = rig
+            .stored_record(client_id)
+            .expect("a durable session's record");
+        assert!(record.subscriptions.is_empty(), "{client_id}: {record:?}");
+    }
+}

@@ -212,12 +212,8 @@ impl Broker {
         now_ms: u64,
         out: &mut impl Transport,
     ) {
-        if message.remaining_expiry_s(self.unix_ms(now_ms)).is_err() {
-            // Its publisher's expiry has passed: no value, as for a
-            // retained message.
-            self.answer_request(reply, None, Vec::new(), now_ms, out);
-            return;
-        }
+        // A value outlives its publisher's expiry (invariant 2), which is
+        // why the reply never carries the property.
         let properties = Properties {
             response_topic: None,
             correlation_data: None,

@@ -10,7 +10,7 @@ use crate::core::channel::{Pending, PendingAck};
 use crate::core::refusal::Refusal;
 use crate::core::StoreRequest;
 use crate::core::{Broker, Key, Transport};
-use crate::store::{Outcome, Write};
+use crate::store::{Outcome, Write, FIRST_OFFSET};
 
 impl Broker {
     /// A publish to `$saguin/consumer/<channel>/seek`.
@@ -79,6 +79,7 @@ impl Broker {
                             reply,
                             session: session_key,
                             channel,
+                            at_unix_ms,
                         },
                     );
                 } else {
@@ -90,21 +91,38 @@ impl Broker {
         self.seek_to(reply, session_key, channel, offset, now_ms, out);
     }
 
-    /// The earliest offset at or after a seek's moment came back.
+    /// The earliest offset at or after a seek's moment came back. `asked`
+    /// is the session, the channel and the moment.
     pub(crate) fn seek_time_answered(
         &mut self,
         reply: SeekReply,
-        session_key: Key,
-        channel: usize,
+        asked: (Key, usize, u64),
         found: Result<Option<u64>, crate::store::StoreError>,
         now_ms: u64,
         out: &mut impl Transport,
     ) {
+        let (session_key, channel, at_unix_ms) = asked;
         let ch = &self.channels[channel];
+        // Retention has removed records (the floor moved), so a moment the
+        // oldest survivor does not come after may name removed records: the
+        // gap is refused, never served. A survivor stamped with the very
+        // moment asked for is refused too, as removed records may share
+        // its millisecond.
+        let floor_moved = ch.floor > FIRST_OFFSET;
         let offset = match found {
+            Ok(Some(offset)) if floor_moved && offset == ch.floor => {
+                self.answer_seek(reply, channel, Err("below-floor"), now_ms, out);
+                return;
+            }
             Ok(Some(offset)) => offset,
-            // Nothing that recent: the answer is the head, which is a
-            // complete answer unless retention took the records asked for.
+            // Emptied by retention: every past moment named removed records.
+            Ok(None)
+                if floor_moved && ch.floor == ch.next && at_unix_ms <= self.unix_ms(now_ms) =>
+            {
+                self.answer_seek(reply, channel, Err("below-floor"), now_ms, out);
+                return;
+            }
+            // Nothing that recent: the head is a complete answer.
             Ok(None) => ch.next,
             Err(error) => {
                 log::warn!("a seek by time on {} failed: {error}", ch.settings.name);
@@ -115,8 +133,10 @@ impl Broker {
         self.seek_to(reply, session_key, channel, offset, now_ms, out);
     }
 
-    /// Moves the session's position to `offset`, once it is inside the
-    /// channel, and stores it before answering.
+    /// Stores the session's position at `offset`, once it is inside the
+    /// channel; the reader moves only when that is stored (`seek_stored`),
+    /// so a refused write moves nothing and no record from the new place
+    /// precedes the reply.
     fn seek_to(
         &mut self,
         reply: SeekReply,
@@ -143,7 +163,7 @@ impl Broker {
         else {
             return;
         };
-        self.restart_reader_at(session_key, channel, offset);
+        self.mark_seeking(session_key, channel, true);
         let write = Write::SetPosition {
             channel: name,
             reader: client_id,
@@ -161,36 +181,53 @@ impl Broker {
                 ticket,
                 Pending::SeekStored {
                     reply,
+                    session: session_key,
                     channel,
                     offset,
                 },
             );
         } else {
+            self.mark_seeking(session_key, channel, false);
             self.answer_seek(reply, channel, Err("storage"), now_ms, out);
         }
     }
 
-    /// The seek's position was written (or not).
+    /// While a seek's position is being stored, the reader's own position
+    /// is not written (it would land after the seek's and undo it).
+    fn mark_seeking(&mut self, session_key: Key, channel: usize, seeking: bool) {
+        let readers = self
+            .sessions
+            .get(session_key)
+            .map(|s| s.readers.clone())
+            .unwrap_or_default();
+        for key in readers {
+            if let Some(reader) = self.readers.get_mut(key).filter(|r| r.channel == channel) {
+                reader.seeking = seeking;
+            }
+        }
+    }
+
+    /// The seek's position was written (or not); `sought` is the session,
+    /// the channel and the offset.
     pub(crate) fn seek_stored(
         &mut self,
         reply: SeekReply,
-        channel: usize,
-        offset: u64,
+        sought: (Key, usize, u64),
         result: Result<Vec<Outcome>, crate::store::StoreError>,
         now_ms: u64,
         out: &mut impl Transport,
     ) {
+        let (session, channel, offset) = sought;
         match result.as_deref() {
             Ok([Outcome::PositionSet]) => {
-                let session = self.session_of(reply.conn);
+                self.restart_reader_at(session, channel, offset);
                 self.answer_seek(reply, channel, Ok(offset), now_ms, out);
                 // The records from the new place follow the reply.
-                if let Some(session) = session {
-                    self.pump_readers_of(session, now_ms, out);
-                }
+                self.pump_readers_of(session, now_ms, out);
             }
             other => {
                 log::warn!("a seek's position was not stored: {other:?}");
+                self.mark_seeking(session, channel, false);
                 self.answer_seek(reply, channel, Err("storage"), now_ms, out);
             }
         }

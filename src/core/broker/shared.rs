@@ -4,10 +4,10 @@
 
 use std::rc::Rc;
 
-use crate::codec::{QoS, SubscriptionOptions};
+use crate::codec::{encoded_len, Packet, QoS, SubscriptionOptions};
 use crate::core::broadcast::shared::Member;
 use crate::core::broadcast::topic_index::{Subscriber, Target};
-use crate::core::message::{Delivery, Message};
+use crate::core::message::{outgoing_publish, Delivery, Message};
 use crate::core::{Broker, Key, Transport};
 
 impl Broker {
@@ -20,6 +20,7 @@ impl Broker {
                 target: Target::Group(key),
                 options: SubscriptionOptions::default(),
                 subscription_id: None,
+                slice: None,
             };
             self.index.insert(filter, entry);
         }
@@ -88,12 +89,8 @@ impl Broker {
     /// Hands backlogged messages to members while any can take one.
     pub(crate) fn drain_group(&mut self, group_key: Key, now_ms: u64, out: &mut impl Transport) {
         loop {
-            let Some(front) = self
-                .groups
-                .get(group_key)
-                .and_then(|g| g.backlog().next())
-                .map(Rc::clone)
-            else {
+            let front = self.groups.get(group_key).and_then(|g| g.backlog().next());
+            let Some(front) = front.cloned() else {
                 return;
             };
             let Some(member) = self.next_able_member(group_key, &front) else {
@@ -125,25 +122,58 @@ impl Broker {
         }
     }
 
-    /// The member whose turn it is among those able to take a message of
-    /// `message`'s QoS now: connected and, above QoS 0, with room in its
-    /// window and nothing already waiting; and still allowed to read it.
-    fn next_able_member(&mut self, group_key: Key, message: &Message) -> Option<Member> {
+    /// The member whose turn it is among those able to take `message`
+    /// now: connected, under its Maximum Packet Size and, above QoS 0, with
+    /// room in its window and nothing already waiting; and still allowed to
+    /// read it. A member the message is too large for is passed over, not
+    /// disconnected: the group needs only one member to take it.
+    fn next_able_member(&mut self, group_key: Key, message: &Rc<Message>) -> Option<Member> {
         let group = self.groups.get(group_key)?;
         let index = group.turn_order().find(|&index| {
             let member = &group.members[index];
-            self.member_is_able(member, message.qos)
-                && self.may_read(member.session, &message.topic)
+            self.member_is_able(member, message) && self.may_read(member.session, &message.topic)
         })?;
         let group = self.groups.get_mut(group_key).expect("checked above");
         Some(group.take_turn(index))
     }
 
-    fn member_is_able(&self, member: &Member, qos: QoS) -> bool {
-        if qos.min(member.options.qos) == QoS::AtMostOnce {
+    fn member_is_able(&self, member: &Member, message: &Rc<Message>) -> bool {
+        if !self.fits_member(member, message) {
+            return false;
+        }
+        if message.qos.min(member.options.qos) == QoS::AtMostOnce {
             return self.session_is_connected(member.session);
         }
         self.session_has_room(member.session)
+    }
+
+    /// Whether `message` as this member would be sent it is within the
+    /// Maximum Packet Size its client set (measured as a queue's offer is).
+    fn fits_member(&self, member: &Member, message: &Rc<Message>) -> bool {
+        let Some(active) = self
+            .sessions
+            .get(member.session)
+            .and_then(|s| s.connection)
+            .and_then(|c| self.connections.get(c))
+            .and_then(|c| c.active.as_ref())
+        else {
+            return false;
+        };
+        if active.client_max_packet_size == u32::MAX {
+            return true;
+        }
+        let delivery = Delivery {
+            qos: message.qos.min(member.options.qos),
+            retain: false,
+            subscription_ids: member.subscription_id.into_iter().collect(),
+            group: None,
+            reader: None,
+            latest: None,
+            message: Rc::clone(message),
+        };
+        let publish = outgoing_publish(&delivery, Some(1), None);
+        encoded_len(&Packet::Publish(publish), active.version)
+            <= active.client_max_packet_size as usize
     }
 
     fn deliver_to_member(
@@ -166,20 +196,27 @@ impl Broker {
         self.deliver(member.session, delivery, now_ms, out);
     }
 
-    /// What an ending member leaves unfinished: QoS 1 goes back to the front
-    /// of its group, to be served again; QoS 2 goes to no other member.
+    /// What an ending member leaves unfinished, each with whether it went
+    /// on the wire: QoS 1 goes back to the front of its group, to be served
+    /// again; QoS 2 that was sent goes to no other member (the member may
+    /// have it), and QoS 2 that never left the member's queue goes back.
     pub(crate) fn return_to_groups(
         &mut self,
-        deliveries: Vec<Delivery>,
+        deliveries: Vec<(Delivery, bool)>,
         now_ms: u64,
         out: &mut impl Transport,
     ) {
         let mut touched = Vec::new();
-        for delivery in deliveries.into_iter().rev() {
+        for (delivery, sent) in deliveries.into_iter().rev() {
             let Some(group_key) = delivery.group else {
                 continue;
             };
-            if delivery.qos != QoS::AtLeastOnce {
+            let returnable = match delivery.qos {
+                QoS::AtMostOnce => false,
+                QoS::AtLeastOnce => true,
+                QoS::ExactlyOnce => !sent,
+            };
+            if !returnable {
                 self.stats.shared_dropped += 1;
                 continue;
             }

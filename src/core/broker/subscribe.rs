@@ -9,7 +9,9 @@ use crate::codec::{
 };
 use crate::core::broadcast::shared::Member;
 use crate::core::broadcast::topic_index::{Subscriber, Target};
+use crate::core::channel::ReaderFilter;
 use crate::core::message::Delivery;
+use crate::core::partition::{self, Slice};
 use crate::core::session::SubscriptionEntry;
 use crate::core::{Broker, Key, Transport};
 
@@ -57,14 +59,7 @@ impl Broker {
         if self.subscribe_after_write(conn, &subscribe, now_ms, out) {
             return;
         }
-        let unread = subscribe
-            .properties
-            .user_properties
-            .iter()
-            .find(|(name, _)| {
-                name.starts_with("saguin-") && !READ_ON_SUBSCRIBE.contains(&name.as_str())
-            });
-        let packet_refusal: Option<Refusal> = unread.map(|_| Refusal::ReservedSubscribeProperty);
+        let (packet_refusal, slice) = packet_reading(&subscribe);
 
         let subscription_id = subscribe
             .properties
@@ -75,7 +70,8 @@ impl Broker {
         let mut first_refusal = None;
         let mut retained_passes = Vec::new();
         for (filter, options) in &subscribe.filters {
-            let queue_answer = match packet_refusal {
+            let refusal = filter_refusal(packet_refusal, slice.as_deref(), filter);
+            let queue_answer = match refusal {
                 Some(_) => None,
                 None => self.subscribe_queue(conn, session_key, filter, *options),
             };
@@ -91,21 +87,34 @@ impl Broker {
                 reason_codes.push(code);
                 continue;
             }
-            let admitted = match packet_refusal {
+            let admitted = match refusal {
                 Some(refusal) => Err(refusal),
                 None => self.admit_filter(session_key, filter),
             };
             let code = match admitted {
                 Ok(form) => {
-                    let existed =
-                        self.subscribe_one(session_key, filter, form, *options, subscription_id);
+                    let existed = self.subscribe_one(
+                        session_key,
+                        filter,
+                        form,
+                        *options,
+                        subscription_id,
+                        slice.clone(),
+                    );
                     if let Form::Plain(filter) = form {
+                        self.warn_of_differing_counts(session_key, filter, slice.as_deref());
                         // Every filter is recorded before any channel replays.
-                        let granted = SubscriptionOptions {
-                            qos: options.qos.min(QoS::ExactlyOnce),
-                            ..*options
+                        let entry = ReaderFilter {
+                            filter: filter.into(),
+                            options: SubscriptionOptions {
+                                qos: options.qos.min(QoS::ExactlyOnce),
+                                ..*options
+                            },
+                            subscription_id,
+                            slice: slice.clone(),
+                            names_channel: false,
                         };
-                        self.subscribe_channels(session_key, filter, granted, subscription_id, out);
+                        self.subscribe_channels(session_key, entry, out);
                         let wanted = match options.retain_handling {
                             RetainHandling::SendAlways => true,
                             RetainHandling::SendIfNew => !existed,
@@ -145,7 +154,16 @@ impl Broker {
             .iter()
             .any(|(name, _)| name == "saguin-deletions");
         for (filter, options) in retained_passes {
-            self.send_retained(session_key, &filter, options, subscription_id, now_ms, out);
+            let slice = slice.as_deref();
+            self.send_retained(
+                session_key,
+                &filter,
+                options,
+                subscription_id,
+                slice,
+                now_ms,
+                out,
+            );
             self.latest_state_pass(session_key, &filter, deletions);
         }
         self.drain_groups_of(session_key, now_ms, out);
@@ -219,6 +237,7 @@ impl Broker {
         form: Form<'_>,
         options: SubscriptionOptions,
         subscription_id: Option<u32>,
+        slice: Option<Rc<Slice>>,
     ) -> bool {
         let options = SubscriptionOptions {
             qos: options.qos.min(QoS::ExactlyOnce),
@@ -230,6 +249,7 @@ impl Broker {
                     target: Target::Session(session_key),
                     options,
                     subscription_id,
+                    slice: slice.clone(),
                 };
                 self.index.insert(plain, subscriber);
                 None
@@ -251,17 +271,54 @@ impl Broker {
             options,
             subscription_id,
             group,
+            slice,
         };
         session.subscriptions.insert(filter.into(), entry).is_some()
     }
 
-    /// Sends the retained values `filter` reaches, with RETAIN set.
+    /// Two subscribers on one filter declaring different partition counts
+    /// cannot both be right, so the broker says so, naming both. Only the
+    /// identical filter is compared: different filters may differ on
+    /// purpose.
+    fn warn_of_differing_counts(&self, session_key: Key, filter: &str, slice: Option<&Slice>) {
+        let Some(slice) = slice else {
+            return;
+        };
+        let client_of = |key: Key| self.sessions.get(key).map(|s| Rc::clone(&s.client_id));
+        let Some(client_id) = client_of(session_key) else {
+            return;
+        };
+        for other in self.index.subscribers_of(filter) {
+            let Target::Session(other_key) = other.target else {
+                continue;
+            };
+            let Some(other_slice) = other.slice.as_deref() else {
+                continue;
+            };
+            if other_key == session_key || other_slice.partitions() == slice.partitions() {
+                continue;
+            }
+            if let Some(other_id) = client_of(other_key) {
+                log::warn!(
+                    "clients {client_id:?} and {other_id:?} subscribe to {filter:?} declaring \
+                     different partition counts ({} and {}): their slices overlap and leave gaps",
+                    slice.partitions(),
+                    other_slice.partitions()
+                );
+            }
+        }
+    }
+
+    /// Sends the retained values `filter` reaches (those in `slice`, when
+    /// one was declared), with RETAIN set.
+    #[allow(clippy::too_many_arguments)]
     fn send_retained(
         &mut self,
         session_key: Key,
         filter: &str,
         options: SubscriptionOptions,
         subscription_id: Option<u32>,
+        slice: Option<&Slice>,
         now_ms: u64,
         out: &mut impl Transport,
     ) {
@@ -273,6 +330,14 @@ impl Broker {
             .retained
             .matching(filter, self.unix_ms(now_ms))
             .filter(|m| !(options.no_local && m.publisher == client_id))
+            .filter(|m| partition::admits(slice, &m.topic))
+            // A value kept before a `latest` channel claimed its topic is
+            // not served beside the channel's: a topic's value is held in
+            // one place.
+            .filter(|m| {
+                self.channel_for(&m.topic)
+                    .is_none_or(|c| self.channels[c].latest.is_none())
+            })
             .cloned()
             .collect();
         for message in values {
@@ -355,4 +420,31 @@ impl Broker {
         };
         self.send(conn, &Packet::Unsuback(unsuback), out);
     }
+}
+
+/// What a SUBSCRIBE's User Properties say for all its filters: a refusal
+/// every filter gets (a `saguin-` property the broker does not read, or a
+/// malformed declaration), and the slice it declared.
+pub(crate) fn packet_reading(subscribe: &Subscribe) -> (Option<Refusal>, Option<Rc<Slice>>) {
+    let properties = &subscribe.properties.user_properties;
+    let unread = properties.iter().any(|(name, _)| {
+        name.starts_with("saguin-") && !READ_ON_SUBSCRIBE.contains(&name.as_str())
+    });
+    if unread {
+        return (Some(Refusal::ReservedSubscribeProperty), None);
+    }
+    match partition::declared(properties) {
+        Ok(slice) => (None, slice.map(Rc::new)),
+        Err(refusal) => (Some(refusal), None),
+    }
+}
+
+/// The refusal one filter meets before its own checks: the packet's, or a
+/// declaration on a form that already divides its stream.
+pub(crate) fn filter_refusal(
+    packet_refusal: Option<Refusal>,
+    slice: Option<&Slice>,
+    filter: &str,
+) -> Option<Refusal> {
+    packet_refusal.or_else(|| slice.and_then(|_| partition::refused_on(filter)))
 }

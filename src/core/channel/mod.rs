@@ -21,7 +21,10 @@ use crate::codec::{encoded_len, topic, Packet, QoS, RetainHandling, Subscription
 use crate::core::broadcast::topic_index::Target;
 use crate::core::channel::append::seek::SeekReply;
 use crate::core::message::outgoing_publish;
-use crate::core::message::{from_stored, labelled, publisher_id, to_stored, Delivery, Message};
+use crate::core::message::{
+    from_stored, labelled, publisher_id, to_stored, with_channel, Delivery, Message,
+};
+use crate::core::partition::{self, Slice};
 use crate::core::{Broker, Key, StoreRequest, Transport};
 use crate::store::{
     self, Answer, Completion, MessageId, Outcome, Read, ReadLimit, TrimRule, Write,
@@ -130,14 +133,48 @@ impl Channel {
     }
 }
 
+/// One of a session's filters as a channel reader holds it.
+#[derive(Debug, Clone)]
+pub(crate) struct ReaderFilter {
+    pub filter: Box<str>,
+    pub options: SubscriptionOptions,
+    pub subscription_id: Option<u32>,
+    /// The slice its SUBSCRIBE declared; `None` takes every topic.
+    pub slice: Option<Rc<Slice>>,
+    /// It reaches more than one channel, so its records say which one they
+    /// are in (`saguin-channel`). Worked out by `subscribe_channels`.
+    pub names_channel: bool,
+}
+
+impl ReaderFilter {
+    /// Whether a record on `topic_name` is owed through this filter.
+    pub fn reaches(&self, topic_name: &str) -> bool {
+        topic::matches(&self.filter, topic_name)
+            && partition::admits(self.slice.as_deref(), topic_name)
+    }
+
+    /// Adds `entry` to `filters`, replacing the one for its filter.
+    pub fn set(filters: &mut Vec<ReaderFilter>, entry: ReaderFilter) {
+        match filters.iter_mut().find(|f| f.filter == entry.filter) {
+            Some(existing) => *existing = entry,
+            None => filters.push(entry),
+        }
+    }
+}
+
 /// One session's cursor into one channel.
 pub(crate) struct Reader {
     pub session: Key,
     pub channel: usize,
     /// The session's filters that reach this channel.
-    pub filters: Vec<(Box<str>, SubscriptionOptions, Option<u32>)>,
+    pub filters: Vec<ReaderFilter>,
     /// False until the stored position, if any, has been read.
     ready: bool,
+    /// A read of the stored position is with storage.
+    loading: bool,
+    /// A seek's position is being stored: until it is, this reader's own
+    /// position is not written, so it cannot land after the seek's.
+    pub seeking: bool,
     /// The next offset to consider sending.
     next_offset: u64,
     /// Offsets on the wire and not yet acknowledged.
@@ -187,6 +224,8 @@ pub(crate) enum Pending {
     },
     Read {
         reader: Key,
+        /// The reader's era when asked: a seek since makes the answer stale.
+        era: u32,
     },
     Position {
         reader: Key,
@@ -199,9 +238,11 @@ pub(crate) enum Pending {
         reply: SeekReply,
         session: Key,
         channel: usize,
+        at_unix_ms: u64,
     },
     SeekStored {
         reply: SeekReply,
+        session: Key,
         channel: usize,
         offset: u64,
     },
@@ -385,7 +426,8 @@ impl Broker {
                     )
                 }
             },
-            (Pending::Read { reader }, Answer::Read(result)) => {
+            (Pending::Read { reader, era }, Answer::Read(result)) => {
+                let result = result.map(|read| (era, read));
                 self.read_completed(reader, result, now_ms, out)
             }
             (Pending::Position { reader }, Answer::Position(result)) => {
@@ -404,17 +446,22 @@ impl Broker {
                     reply,
                     session,
                     channel,
+                    at_unix_ms,
                 },
                 Answer::Offset(result),
-            ) => self.seek_time_answered(reply, session, channel, result, now_ms, out),
+            ) => {
+                let asked = (session, channel, at_unix_ms);
+                self.seek_time_answered(reply, asked, result, now_ms, out)
+            }
             (
                 Pending::SeekStored {
                     reply,
+                    session,
                     channel,
                     offset,
                 },
                 Answer::Committed(result),
-            ) => self.seek_stored(reply, channel, offset, result, now_ms, out),
+            ) => self.seek_stored(reply, (session, channel, offset), result, now_ms, out),
             (Pending::Trim { channel }, Answer::Committed(result)) => {
                 self.trim_completed(channel, result, now_ms, out)
             }
@@ -544,15 +591,19 @@ impl Broker {
     pub(crate) fn subscribe_channels(
         &mut self,
         session_key: Key,
-        filter: &str,
-        options: SubscriptionOptions,
-        subscription_id: Option<u32>,
+        entry: ReaderFilter,
         out: &mut impl Transport,
     ) -> Vec<Key> {
         let mut made = Vec::new();
-        for channel in self.claims.channels_reached_by(filter) {
+        let reached = self.claims.channels_reached_by(&entry.filter);
+        let entry = ReaderFilter {
+            names_channel: reached.len() > 1,
+            ..entry
+        };
+        let options = entry.options;
+        for channel in reached {
             if self.channels[channel].latest.is_some() {
-                self.subscribe_latest(session_key, channel, filter, options, subscription_id);
+                self.subscribe_latest(session_key, channel, entry.clone());
                 continue;
             }
             // A queue's records leave only through its form (invariant 11).
@@ -572,6 +623,8 @@ impl Broker {
                         channel,
                         filters: Vec::new(),
                         ready: false,
+                        loading: false,
+                        seeking: false,
                         next_offset: 0,
                         unacked: BTreeSet::new(),
                         buffer: VecDeque::new(),
@@ -593,12 +646,7 @@ impl Broker {
                 .readers
                 .get_mut(reader_key)
                 .expect("found or made above");
-            match reader.filters.iter_mut().find(|(f, _, _)| **f == *filter) {
-                Some(entry) => *entry = (filter.into(), options, subscription_id),
-                None => reader
-                    .filters
-                    .push((filter.into(), options, subscription_id)),
-            }
+            ReaderFilter::set(&mut reader.filters, entry.clone());
             if options.retain_handling == RetainHandling::DoNotSend && made.contains(&reader_key) {
                 reader.from_head = true;
             }
@@ -643,18 +691,14 @@ impl Broker {
         if out.store(provider, request) {
             self.pending
                 .insert(ticket, Pending::Position { reader: reader_key });
-        } else {
-            // Storage is behind: start as a reader with no position would,
-            // and say so, rather than wait on nothing.
-            log::warn!("could not read a stored position; starting where the channel says");
-            let start = start_offset(
-                &self.channels[self.readers.get(reader_key).expect("checked").channel],
-                false,
-            );
-            let reader = self.readers.get_mut(reader_key).expect("checked above");
-            reader.next_offset = start;
-            reader.ready = true;
+            self.readers
+                .get_mut(reader_key)
+                .expect("checked above")
+                .loading = true;
         }
+        // Storage is behind: the reader waits and asks again at the next
+        // tick. Starting where the channel says instead would skip the
+        // backlog of a `start: tail` channel in silence.
     }
 
     fn position_loaded(
@@ -664,9 +708,16 @@ impl Broker {
         now_ms: u64,
         out: &mut impl Transport,
     ) {
-        let Some(reader) = self.readers.get(reader_key) else {
+        let Some(reader) = self.readers.get_mut(reader_key) else {
             return;
         };
+        reader.loading = false;
+        if reader.ready {
+            // A seek placed the reader meanwhile; what was stored before
+            // it is older news.
+            return;
+        }
+        let reader = self.readers.get(reader_key).expect("checked above");
         let channel = &self.channels[reader.channel];
         let passed = match &result {
             Ok(Some(position)) if !reader.from_head && *position < channel.floor => Some(*position),
@@ -675,6 +726,24 @@ impl Broker {
         let (index, session) = (reader.channel, reader.session);
         let start = match result {
             Ok(Some(_)) if reader.from_head => start_offset(channel, true),
+            Ok(Some(position))
+                if position < channel.floor && !self.session_is_connected(session) =>
+            {
+                // Loaded for a session that is away (a restart restored it):
+                // the reader stays below the floor, so the session's next
+                // CONNECT finds the gap and is told Session Present 0, as
+                // a gap opened during the run is (invariant 1).
+                log::warn!(
+                    "consumer {} of channel {}: its stored position {position} is below the floor {}; its next connection starts a new session",
+                    self.sessions.get(session).map(|s| &*s.client_id).unwrap_or("-"),
+                    channel.settings.name,
+                    channel.floor
+                );
+                let reader = self.readers.get_mut(reader_key).expect("checked above");
+                reader.next_offset = position;
+                reader.ready = true;
+                return;
+            }
             Ok(Some(position)) if position < channel.floor => {
                 // Invariant 1: the gap is said, never served in silence.
                 log::warn!(
@@ -688,10 +757,13 @@ impl Broker {
             Ok(Some(position)) => position.min(channel.next),
             Ok(None) => start_offset(channel, reader.from_head),
             Err(error) => {
+                // Not knowing the position is not having none: the reader
+                // waits and asks again at the next tick.
                 log::warn!(
-                    "reading a stored position failed: {error}; starting where the channel says"
+                    "reading a stored position of channel {} failed: {error}; it is asked for again",
+                    channel.settings.name
                 );
-                start_offset(channel, reader.from_head)
+                return;
             }
         };
         let from_head = reader.from_head;
@@ -721,6 +793,10 @@ impl Broker {
             let Some(reader) = self.readers.get(reader_key) else {
                 return;
             };
+            if !reader.ready && !reader.loading {
+                self.load_position(reader_key, out);
+                return;
+            }
             if !reader.ready || !self.session_has_room(reader.session) {
                 return;
             }
@@ -763,16 +839,27 @@ impl Broker {
                 // Stalled at this record, never past it, until a grant returns.
                 return;
             }
+            let own = self.published_by(reader.session, &message);
             let reader = self.readers.get_mut(reader_key).expect("checked above");
             if reader.buffer.front().is_some_and(|(o, _)| *o == offset) {
                 reader.buffer.pop_front();
             }
             reader.next_offset = offset + 1;
             reader.dirty = true;
-            let Some(delivery) = delivery_for(reader_key, reader, &message, offset) else {
+            let Some(mut delivery) = delivery_for(reader_key, reader, &message, offset, own) else {
                 // None of this session's filters matches: stepped over.
                 continue;
             };
+            let names_channel = reader
+                .filters
+                .iter()
+                .any(|f| f.names_channel && f.reaches(&message.topic));
+            let channel = reader.channel;
+            if names_channel || self.queues.is_dead_letter_channel(channel) {
+                let name = &self.channels[channel].settings.name;
+                delivery.message = with_channel(&message, name);
+            }
+            let reader = self.readers.get_mut(reader_key).expect("checked above");
             let (session, qos) = (reader.session, delivery.qos);
             if qos != QoS::AtMostOnce {
                 reader.unacked.insert(offset);
@@ -832,8 +919,7 @@ impl Broker {
             return StoredSend::NoConnection;
         };
         let (version, max_packet_size) = (active.version, active.client_max_packet_size);
-        let Ok(remaining_expiry_s) = delivery.message.remaining_expiry_s(self.unix_ms(now_ms))
-        else {
+        let Ok(remaining_expiry_s) = delivery.remaining_expiry_s(self.unix_ms(now_ms)) else {
             self.stats.deliveries_expired += 1;
             return StoredSend::Expired;
         };
@@ -867,7 +953,7 @@ impl Broker {
         };
         let request_channel = channel.settings.name.clone();
         let provider = channel.settings.provider;
-        let from_offset = reader.next_offset;
+        let (from_offset, era) = (reader.next_offset, reader.era);
         let ticket = self.next_ticket();
         let request = StoreRequest::Read {
             ticket,
@@ -876,8 +962,13 @@ impl Broker {
             limit,
         };
         if out.store(provider, request) {
-            self.pending
-                .insert(ticket, Pending::Read { reader: reader_key });
+            self.pending.insert(
+                ticket,
+                Pending::Read {
+                    reader: reader_key,
+                    era,
+                },
+            );
             self.readers
                 .get_mut(reader_key)
                 .expect("checked above")
@@ -889,7 +980,7 @@ impl Broker {
     fn read_completed(
         &mut self,
         reader_key: Key,
-        result: Result<Read, store::StoreError>,
+        result: Result<(u32, Read), store::StoreError>,
         now_ms: u64,
         out: &mut impl Transport,
     ) {
@@ -898,7 +989,10 @@ impl Broker {
         };
         reader.reading = false;
         match result {
-            Ok(Read::Records(batch)) => {
+            // Asked for before a seek moved the reader: read again from
+            // where it is now.
+            Ok((era, _)) if era != reader.era => {}
+            Ok((_, Read::Records(batch))) => {
                 reader.buffer = batch
                     .records
                     .into_iter()
@@ -914,11 +1008,11 @@ impl Broker {
                 channel.floor = channel.floor.max(batch.floor);
                 channel.next = channel.next.max(batch.next);
             }
-            Ok(Read::BelowFloor { floor }) => {
+            Ok((_, Read::BelowFloor { floor })) => {
                 let channel = &mut self.channels[reader.channel];
                 channel.floor = channel.floor.max(floor);
             }
-            Ok(Read::PastNext { next }) => {
+            Ok((_, Read::PastNext { next })) => {
                 log::warn!("a reader asked past the end of its channel; it moves back to {next}");
                 reader.next_offset = next;
             }
@@ -945,7 +1039,8 @@ impl Broker {
             reader.buffer.clear();
             reader.ready = true;
             reader.from_head = false;
-            // The seek stores this position itself.
+            reader.seeking = false;
+            // The seek stored this position itself.
             reader.dirty = false;
         }
     }
@@ -985,7 +1080,11 @@ impl Broker {
         let mut by_provider: HashMap<usize, Vec<Write>> = HashMap::new();
         for key in self.readers.keys() {
             let reader = self.readers.get(key).expect("key just listed");
-            if !reader.dirty || !reader.ready || only_session.is_some_and(|s| s != reader.session) {
+            if !reader.dirty
+                || !reader.ready
+                || reader.seeking
+                || only_session.is_some_and(|s| s != reader.session)
+            {
                 continue;
             }
             let Some(session) = self.sessions.get(reader.session) else {
@@ -1117,10 +1216,42 @@ impl Broker {
                     });
             }
         }
+        self.commit_position_drops(by_provider, out);
+    }
+
+    /// Drops whatever positions `client_id` has stored in every channel
+    /// that keeps positions: for a session new in this run, anything
+    /// stored under its client id belongs to a session that is gone (one
+    /// kept in memory, lost with a crash), which it must not resume from.
+    pub(crate) fn drop_stored_positions(&mut self, client_id: &str, out: &mut impl Transport) {
+        let mut by_provider: HashMap<usize, Vec<Write>> = HashMap::new();
+        for (index, channel) in self.channels.iter().enumerate() {
+            if channel.latest.is_some() || self.queues.is_queue(index) {
+                continue;
+            }
+            by_provider
+                .entry(channel.settings.provider)
+                .or_default()
+                .push(Write::DropPosition {
+                    channel: channel.settings.name.clone(),
+                    reader: client_id.to_string(),
+                });
+        }
+        self.commit_position_drops(by_provider, out);
+    }
+
+    fn commit_position_drops(
+        &mut self,
+        by_provider: HashMap<usize, Vec<Write>>,
+        out: &mut impl Transport,
+    ) {
         for (provider, writes) in by_provider {
-            let ticket = self.next_ticket();
-            if out.store(provider, StoreRequest::Commit { ticket, writes }) {
-                self.pending.insert(ticket, Pending::Positions);
+            for chunk in writes.chunks(store::MAX_REQUEST_WRITES) {
+                let ticket = self.next_ticket();
+                let writes = chunk.to_vec();
+                if out.store(provider, StoreRequest::Commit { ticket, writes }) {
+                    self.pending.insert(ticket, Pending::Positions);
+                }
             }
         }
     }
@@ -1134,7 +1265,7 @@ impl Broker {
             let Some(reader) = self.readers.get_mut(key) else {
                 continue;
             };
-            reader.filters.retain(|(f, _, _)| **f != *filter);
+            reader.filters.retain(|f| *f.filter != *filter);
             if reader.filters.is_empty() {
                 let channel = reader.channel;
                 self.readers.remove(key);
@@ -1281,6 +1412,18 @@ fn commit_answer(result: Result<Vec<Outcome>, store::StoreError>) -> Result<u64,
     }
 }
 
+impl Broker {
+    /// Whether `message` was published by `session_key`'s client (for No
+    /// Local; a record keeps its publisher).
+    pub(crate) fn published_by(&self, session_key: Key, message: &Message) -> bool {
+        message.publisher.as_ref().is_some_and(|publisher| {
+            self.sessions
+                .get(session_key)
+                .is_some_and(|s| s.client_id == *publisher)
+        })
+    }
+}
+
 fn start_offset(channel: &Channel, from_head: bool) -> u64 {
     match (from_head, channel.settings.start) {
         (true, _) | (false, ChannelStart::Tail) => channel.next,
@@ -1297,16 +1440,17 @@ pub(crate) fn delivery_for(
     reader: &Reader,
     message: &Rc<Message>,
     offset: u64,
+    own: bool,
 ) -> Option<Delivery> {
     let mut granted: Option<QoS> = None;
     let mut ids = Vec::new();
     let mut retain_as_published = false;
-    for (filter, options, id) in &reader.filters {
-        if !topic::matches(filter, &message.topic) {
-            continue;
-        }
+    // No Local is read per filter, against the publisher the record keeps.
+    let owed = |f: &&ReaderFilter| f.reaches(&message.topic) && !(f.options.no_local && own);
+    for entry in reader.filters.iter().filter(owed) {
+        let options = entry.options;
         granted = Some(granted.map_or(options.qos, |q| q.max(options.qos)));
-        ids.extend(*id);
+        ids.extend(entry.subscription_id);
         retain_as_published |= options.retain_as_published;
     }
     Some(Delivery {

@@ -8,6 +8,7 @@ use std::rc::Rc;
 
 use crate::codec::{SubscriptionOptions, Will};
 use crate::core::message::{Delivery, Message};
+use crate::core::partition::Slice;
 use crate::core::slab::Key;
 
 /// Where an outgoing QoS 1 or 2 exchange stands.
@@ -38,6 +39,8 @@ pub struct SubscriptionEntry {
     pub subscription_id: Option<u32>,
     /// The shared group this subscription made the session a member of.
     pub group: Option<Key>,
+    /// The slice its SUBSCRIBE declared; `None` takes every topic.
+    pub slice: Option<Rc<Slice>>,
 }
 
 pub struct Session {

@@ -7,9 +7,13 @@
 //! meaning "none": a record is read by a broker whose clock started later.
 
 use crate::codec::{Properties, QoS, RetainHandling, SubscriptionOptions, Will};
+use crate::core::partition::Slice;
 use crate::store::encoding::{DecodeError, Decoded, Decoder, Encoder};
 
-const FORMAT: u8 = 1;
+/// Format 2 adds each subscription's declared slice; format 1 records are
+/// still read, as subscriptions that declared none.
+const FORMAT: u8 = 2;
+const FORMAT_WITHOUT_SLICES: u8 = 1;
 
 /// One subscription as the record keeps it: the filter as the client wrote
 /// it (a shared one with its `$share/<name>/` prefix).
@@ -18,6 +22,8 @@ pub struct StoredSubscription {
     pub filter: String,
     pub options: SubscriptionOptions,
     pub subscription_id: Option<u32>,
+    /// The slice its SUBSCRIBE declared: a resumed session keeps it.
+    pub slice: Option<Slice>,
 }
 
 /// A Will as the record keeps it.
@@ -88,6 +94,34 @@ fn optional_u64(v: Option<u64>) -> u64 {
 
 fn read_optional_u64(d: &mut Decoder<'_>, what: &str) -> Decoded<Option<u64>> {
     Ok(Some(d.u64(what)?).filter(|&v| v != 0))
+}
+
+/// A partition count (0 for no declaration) and its indices.
+fn encode_slice(slice: Option<&Slice>, e: &mut Encoder) {
+    let Some(slice) = slice else {
+        e.u32(0);
+        return;
+    };
+    e.u32(slice.partitions());
+    e.u32(slice.indices().len() as u32);
+    for &index in slice.indices() {
+        e.u32(index);
+    }
+}
+
+fn decode_slice(d: &mut Decoder<'_>) -> Decoded<Option<Slice>> {
+    let partitions = d.u32("a slice's partition count")?;
+    if partitions == 0 {
+        return Ok(None);
+    }
+    let count = d.count("a slice's indices", 4)?;
+    let mut indices = Vec::with_capacity(count);
+    for _ in 0..count {
+        indices.push(d.u32("a slice's index")?);
+    }
+    Slice::new(partitions, &indices)
+        .map(Some)
+        .ok_or_else(|| DecodeError("a slice's index is not below its partition count".into()))
 }
 
 fn encode_will(w: &StoredWill, e: &mut Encoder) {
@@ -177,6 +211,7 @@ impl SessionRecord {
             e.u8(options_bits(&s.options));
             // Subscription Identifiers start at 1, so 0 is free for none.
             e.u32(s.subscription_id.unwrap_or(0));
+            encode_slice(s.slice.as_ref(), &mut e);
         }
         e.u8(u8::from(self.will.is_some()));
         if let Some(will) = &self.will {
@@ -188,7 +223,7 @@ impl SessionRecord {
     pub fn from_bytes(bytes: &[u8]) -> Decoded<SessionRecord> {
         let mut d = Decoder::new(bytes);
         let format = d.u8("the record format")?;
-        if format != FORMAT {
+        if format != FORMAT && format != FORMAT_WITHOUT_SLICES {
             return Err(DecodeError(format!(
                 "session record format {format} is not one this broker reads"
             )));
@@ -201,10 +236,15 @@ impl SessionRecord {
             let filter = d.string("a subscription filter")?;
             let options = options_from_bits(d.u8("a subscription's options")?)?;
             let id = d.u32("a Subscription Identifier")?;
+            let slice = match format {
+                FORMAT_WITHOUT_SLICES => None,
+                _ => decode_slice(&mut d)?,
+            };
             subscriptions.push(StoredSubscription {
                 filter,
                 options,
                 subscription_id: Some(id).filter(|&id| id != 0),
+                slice,
             });
         }
         let will = match d.u8("the Will flag")? {
@@ -239,6 +279,7 @@ mod tests {
                         retain_handling: RetainHandling::DoNotSend,
                     },
                     subscription_id: Some(268_435_455),
+                    slice: Slice::new(8, &[5, 1]),
                 },
                 StoredSubscription {
                     filter: "$share/g/x/#".into(),
@@ -247,6 +288,7 @@ mod tests {
                         ..SubscriptionOptions::default()
                     },
                     subscription_id: None,
+                    slice: None,
                 },
             ],
             will: Some(StoredWill {
@@ -303,5 +345,22 @@ mod tests {
         let mut other_format = bytes;
         other_format[0] = 9;
         assert!(SessionRecord::from_bytes(&other_format).is_err());
+    }
+
+    #[test]
+    fn a_record_written_before_slices_reads_as_declaring_none() {
+        let mut e = Encoder::with_capacity(32);
+        e.u8(FORMAT_WITHOUT_SLICES);
+        e.u32(60);
+        e.u64(0);
+        e.u32(1);
+        e.str("a/#");
+        e.u8(1);
+        e.u32(7);
+        e.u8(0);
+        let record = SessionRecord::from_bytes(&e.buf).unwrap();
+        assert_eq!(record.subscriptions[0].filter, "a/#");
+        assert_eq!(record.subscriptions[0].subscription_id, Some(7));
+        assert_eq!(record.subscriptions[0].slice, None);
     }
 }

@@ -652,3 +652,47 @@ fn an_exactly_once_deletion_of_nothing_is_completed_once_its_hold_is_gone() {
     assert!(matches!(h.out.take(conn).as_slice(),
         [Packet::Pubcomp(ack)] if ack.packet_id == 7 && ack.reason_code == ReasonCode::SUCCESS));
 }
+
+/// Defect: a `latest` value whose publisher's Message Expiry had run out
+/// was left out of a state pass; a channel keeps it readable, delivered
+/// without the property (invariant 2).
+#[test]
+fn an_expired_value_is_still_served_as_state_without_its_expiry() {
+    let mut h = Harness::new(state_channel(None, None));
+    let publisher = h.connect("pub", ProtocolVersion::V5);
+    let mut publish = publish_packet("state/a", QoS::AtLeastOnce, Some(1), b"on");
+    publish.properties.message_expiry_interval_s = Some(1);
+    h.packet(publisher, Packet::Publish(publish));
+    h.commit_appends(1);
+    h.advance(5_000);
+    let reader = h.connect("reader", ProtocolVersion::V5);
+    h.subscribe(reader, "state/#", qos(QoS::AtLeastOnce), None);
+    let packets = h.out.take(reader);
+    let values = publishes(&packets);
+    assert_eq!(values.len(), 1, "{packets:?}");
+    assert_eq!(values[0].payload, b"on");
+    assert_eq!(values[0].properties.message_expiry_interval_s, None);
+}
+
+/// Defect: a point read of a value whose publisher's Message Expiry had
+/// run out was answered as if the topic held none.
+#[test]
+fn a_point_read_of_an_expired_value_answers_the_value_without_its_expiry() {
+    let mut h = Harness::new(state_channel(None, None));
+    let publisher = h.connect("pub", ProtocolVersion::V5);
+    let mut publish = publish_packet("state/a", QoS::AtLeastOnce, Some(1), b"on");
+    publish.properties.message_expiry_interval_s = Some(1);
+    h.packet(publisher, Packet::Publish(publish));
+    h.commit_appends(1);
+    h.advance(5_000);
+    let asker = h.connect("asker", ProtocolVersion::V5);
+    let mut read = publish_packet("$saguin/kv/get", QoS::AtLeastOnce, Some(2), b"state/a");
+    read.properties.response_topic = Some("answers".into());
+    h.packet(asker, Packet::Publish(read));
+    let packets = h.out.take(asker);
+    let answers = publishes(&packets);
+    assert_eq!(answers.len(), 1, "{packets:?}");
+    assert_eq!(answers[0].topic, "answers");
+    assert_eq!(answers[0].payload, b"on");
+    assert_eq!(answers[0].properties.message_expiry_interval_s, None);
+}

@@ -16,10 +16,10 @@
 use std::collections::{BTreeMap, HashMap};
 use std::rc::Rc;
 
-use crate::codec::{topic, QoS, SubscriptionOptions};
+use crate::codec::QoS;
 use crate::core::channel::latest::{read_bodies, LatestPending, LatestState};
-use crate::core::channel::StoredSend;
-use crate::core::message::{Delivery, Message};
+use crate::core::channel::{ReaderFilter, StoredSend};
+use crate::core::message::{with_channel, Delivery, Message};
 use crate::core::{Broker, Key, Transport};
 use crate::store::{self, ReadLimit, FIRST_OFFSET};
 
@@ -55,7 +55,7 @@ pub(crate) struct LatestReader {
     session: Key,
     channel: usize,
     /// The session's filters that reach this channel.
-    filters: Vec<(Box<str>, SubscriptionOptions, Option<u32>)>,
+    filters: Vec<ReaderFilter>,
     /// Changes waiting to be sent, by the offset of the topic's current
     /// value.
     waiting: BTreeMap<u64, Rc<str>>,
@@ -137,8 +137,10 @@ impl LatestReader {
                 .find(|(_, name)| {
                     let deleted = latest.values.get(*name).is_some_and(|v| v.deleted);
                     let reached = match &pass.filter {
-                        Some(filter) => topic::matches(filter, name),
-                        None => filters.iter().any(|(f, _, _)| topic::matches(f, name)),
+                        Some(filter) => filters
+                            .iter()
+                            .any(|f| f.filter == *filter && f.reaches(name)),
+                        None => filters.iter().any(|f| f.reaches(name)),
                     };
                     reached && (pass.deletions || !deleted)
                 })
@@ -176,9 +178,7 @@ impl LatestReader {
     }
 
     fn matches(&self, topic_name: &str) -> bool {
-        self.filters
-            .iter()
-            .any(|(f, _, _)| topic::matches(f, topic_name))
+        self.filters.iter().any(|f| f.reaches(topic_name))
     }
 
     /// Only QoS 0 is granted: nothing is acknowledged, so nothing can be
@@ -186,7 +186,7 @@ impl LatestReader {
     fn at_most_once(&self) -> bool {
         self.filters
             .iter()
-            .all(|(_, options, _)| options.qos == QoS::AtMostOnce)
+            .all(|f| f.options.qos == QoS::AtMostOnce)
     }
 
     /// The delivery of `message` to this reader: the highest QoS its
@@ -204,12 +204,13 @@ impl LatestReader {
         let mut granted: Option<QoS> = None;
         let mut ids = Vec::new();
         let mut retain_as_published = false;
-        for (filter, options, id) in &self.filters {
-            if !topic::matches(filter, &message.topic) || (options.no_local && own) {
+        for entry in &self.filters {
+            let options = entry.options;
+            if !entry.reaches(&message.topic) || (options.no_local && own) {
                 continue;
             }
             granted = Some(granted.map_or(options.qos, |q| q.max(options.qos)));
-            ids.extend(*id);
+            ids.extend(entry.subscription_id);
             retain_as_published |= options.retain_as_published;
         }
         Some(Delivery {
@@ -232,9 +233,7 @@ impl Broker {
         &mut self,
         session_key: Key,
         channel: usize,
-        filter: &str,
-        options: SubscriptionOptions,
-        subscription_id: Option<u32>,
+        entry: ReaderFilter,
     ) {
         let existing = self.reader_of(session_key, channel);
         let key = match existing {
@@ -265,11 +264,7 @@ impl Broker {
             }
         };
         let reader = self.latest_readers.get_mut(key).expect("found or made");
-        let entry = (filter.into(), options, subscription_id);
-        match reader.filters.iter_mut().find(|(f, _, _)| **f == *filter) {
-            Some(existing) => *existing = entry,
-            None => reader.filters.push(entry),
-        }
+        ReaderFilter::set(&mut reader.filters, entry);
     }
 
     fn reader_of(&self, session_key: Key, channel: usize) -> Option<Key> {
@@ -442,10 +437,18 @@ impl Broker {
                 .map(|s| Rc::clone(&s.client_id))
                 .unwrap_or_else(|| Rc::from(""));
             let as_state = passed.is_some_and(|(o, state)| o == offset && state);
-            let delivery = reader.delivery_for(&message, offset, as_state, &client_id);
+            let mut delivery = reader.delivery_for(&message, offset, as_state, &client_id);
             if delivery.is_some() && !self.may_read(session_key, &message.topic) {
                 // Stalled here until a grant returns.
                 return;
+            }
+            let names_channel = reader
+                .filters
+                .iter()
+                .any(|f| f.names_channel && f.reaches(&message.topic));
+            if let Some(delivery) = delivery.as_mut().filter(|_| names_channel) {
+                let name = &self.channels[reader.channel].settings.name;
+                delivery.message = with_channel(&message, name);
             }
             let sent = match delivery {
                 Some(delivery) => self.send_value(key, session_key, delivery, now_ms, out),
@@ -672,7 +675,7 @@ impl Broker {
             let Some(reader) = self.latest_readers.get_mut(key) else {
                 continue;
             };
-            reader.filters.retain(|(f, _, _)| **f != *filter);
+            reader.filters.retain(|f| *f.filter != *filter);
             reader
                 .passes
                 .retain(|p| p.filter.as_deref() != Some(filter));

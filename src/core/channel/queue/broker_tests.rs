@@ -1492,3 +1492,68 @@ fn a_dead_letter_move_that_cannot_fit_is_retried_each_tick_and_warned_of_once() 
     rig.advance_to(rig.now_ms + 400);
     assert_eq!(rig.held_in_store("jobs__dlq").len(), 1);
 }
+
+/// Defect: a Will aimed at a dead-letter channel or at a topic defined
+/// under `$saguin/` was accepted at CONNECT, to be refused (or answered to
+/// nobody) when it fired.
+#[test]
+fn a_will_aimed_at_a_dead_letter_channel_or_saguin_is_refused_0x90_at_connect() {
+    let mut rig = Rig::new(queue_settings(3, Backoff::None, 0));
+    for topic in [
+        "jobs/__dlq/x",
+        "$saguin/kv/get",
+        "$saguin/queue/jobs/response",
+        "$saguin/consumer/events/seek",
+    ] {
+        let conn = rig
+            .broker
+            .accept(rig.now_ms, crate::core::Origin::default())
+            .unwrap();
+        let connect = Connect {
+            protocol_version: ProtocolVersion::V5,
+            clean_start: true,
+            keep_alive_s: 0,
+            client_id: "dying".into(),
+            will: Some(crate::codec::Will {
+                topic: topic.into(),
+                payload: b"gone".to_vec(),
+                qos: QoS::AtLeastOnce,
+                retain: false,
+                properties: Properties::default(),
+            }),
+            username: None,
+            password: None,
+            properties: Properties::default(),
+        };
+        rig.packet(conn, Packet::Connect(connect));
+        assert!(
+            matches!(rig.take(conn).first(), Some(Packet::Connack(c)) if c.reason_code == ReasonCode::TOPIC_NAME_INVALID),
+            "{topic}"
+        );
+    }
+}
+
+/// Defect: a dead letter kept its job's original receipt time, so the
+/// dead-letter channel's retention could delete it as it arrived.
+#[test]
+fn a_dead_letter_is_received_when_it_is_filed() {
+    let mut rig = Rig::new(queue_settings(1, Backoff::None, 0));
+    let producer = rig.connect("producer");
+    let worker = rig.connect("worker");
+    rig.work(worker);
+    rig.publish(producer, "jobs/resize/42", b"bad");
+    let published_unix_ms = rig.broker.unix_ms(rig.now_ms);
+    rig.advance_to(rig.now_ms + 3_600_000);
+    let job = one_job(&mut rig, worker);
+    rig.puback(worker, &job);
+    rig.answer(worker, &job, "return");
+    rig.advance_to(rig.now_ms + 200);
+    let filed_by_unix_ms = rig.broker.unix_ms(rig.now_ms);
+    let dead = rig.held_in_store("jobs__dlq");
+    assert_eq!(dead.len(), 1);
+    let received = dead[0].message.received_at_ms;
+    assert!(
+        received > published_unix_ms + 3_000_000 && received <= filed_by_unix_ms,
+        "received {received}, published {published_unix_ms}"
+    );
+}

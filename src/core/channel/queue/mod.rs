@@ -268,6 +268,10 @@ impl Queues {
         self.by_channel.contains_key(&channel)
     }
 
+    pub fn is_dead_letter_channel(&self, channel: usize) -> bool {
+        self.dead_letter_channels.contains(&channel)
+    }
+
     /// Jobs a queue holds, in any state.
     #[cfg(test)]
     pub fn job_count(&self, channel: usize) -> Option<usize> {
@@ -350,17 +354,16 @@ impl Broker {
 
     // ---- workers ---------------------------------------------------------
 
-    /// Answers a filter that is a queue's business: the form (granted at
-    /// QoS 1 or refused with its code), another spelling under
-    /// `$saguin/queue/`, or a plain filter lying inside a queue's filter.
-    /// `None` for every other filter.
-    pub(crate) fn subscribe_queue(
-        &mut self,
+    /// The checks a filter that is a queue's business meets, before anything
+    /// is written of it: the queue it makes the session a worker of, or the
+    /// refusal. `None` for every other filter.
+    pub(crate) fn admit_queue_subscription(
+        &self,
         conn: Key,
         session_key: Key,
         filter: &str,
         options: SubscriptionOptions,
-    ) -> Option<Result<ReasonCode, Refusal>> {
+    ) -> Option<Result<usize, Refusal>> {
         let Some(form) = rules::form_name(filter) else {
             return self.inside_a_queue(filter).map(Err);
         };
@@ -380,11 +383,30 @@ impl Broker {
         if options.qos == QoS::AtMostOnce {
             return Some(Err(Refusal::QueueAtQos0));
         }
-        let session = self.sessions.get_mut(session_key)?;
+        let session = self.sessions.get(session_key)?;
         let is_new = !session.subscriptions.contains_key(filter);
         if is_new && session.subscriptions.len() >= self.settings.max_subscriptions as usize {
             return Some(Err(Refusal::TooManySubscriptions));
         }
+        Some(Ok(q))
+    }
+
+    /// Answers a filter that is a queue's business: the form (granted at
+    /// QoS 1 or refused with its code), another spelling under
+    /// `$saguin/queue/`, or a plain filter lying inside a queue's filter.
+    /// `None` for every other filter.
+    pub(crate) fn subscribe_queue(
+        &mut self,
+        conn: Key,
+        session_key: Key,
+        filter: &str,
+        options: SubscriptionOptions,
+    ) -> Option<Result<ReasonCode, Refusal>> {
+        let q = match self.admit_queue_subscription(conn, session_key, filter, options)? {
+            Ok(q) => q,
+            Err(refusal) => return Some(Err(refusal)),
+        };
+        let session = self.sessions.get_mut(session_key)?;
         let granted = SubscriptionOptions {
             qos: QoS::AtLeastOnce,
             ..options
@@ -395,6 +417,7 @@ impl Broker {
                 options: granted,
                 subscription_id: None,
                 group: None,
+                slice: None,
             },
         );
         let queue = &mut self.queues.list[q];
@@ -423,6 +446,7 @@ impl Broker {
                 options: granted,
                 subscription_id: None,
                 group: None,
+                slice: None,
             },
         );
         let queue = &mut self.queues.list[q];
@@ -1103,14 +1127,19 @@ impl Broker {
         ];
         user_properties.extend(headers.into_iter().map(|(k, v)| (k.to_string(), v)));
         let p = &body.properties;
+        let now_unix_ms = self.unix_ms(now_ms);
         let message = store::Message {
             id,
-            received_at_ms: body.received_at_unix_ms,
+            // A dead letter is received when it is filed, so the dead-letter
+            // channel's retention counts from then: counted from the job's
+            // own arrival it could delete the letter as it lands.
+            received_at_ms: now_unix_ms,
             topic,
             payload: body.payload.clone(),
             user_properties,
             payload_format_indicator: p.payload_format_indicator,
-            message_expiry_interval_s: p.message_expiry_interval_s,
+            // What was left of the expiry when filed; none once it ran out.
+            message_expiry_interval_s: body.remaining_expiry_s(now_unix_ms).ok().flatten(),
             content_type: p.content_type.clone(),
             response_topic: p.response_topic.clone(),
             correlation_data: p.correlation_data.clone(),

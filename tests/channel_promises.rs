@@ -1,0 +1,179 @@
+//! What channels promise a consumer, over real sockets and the real binary:
+//! a gap is never served in silence, across a restart as within a run.
+
+mod common;
+
+use common::{BrokerProcess, RawClient, Received, TempDir};
+use saguin::codec::{Connect, Packet, ProtocolVersion, PubAck, Publish, QoS};
+
+const REDB: &str = "  storage:\n    default: local\n    default_retention_period: none\n    default_retention_bytes: none\n    providers:\n      local:\n        type: redb\n        file_path: {dir}/saguin.redb\n        max_bytes: 64MiB\n";
+const SMALL_EVENTS: &str =
+    "channels:\n  events:\n    type: append\n    filter: events/#\n    retention_bytes: 4KiB\n";
+
+/// A durable consumer: Clean Start 0 and an hour's session. Returns
+/// Session Present.
+fn durable_connect(address: &str, client_id: &str) -> (RawClient, bool) {
+    let mut client = RawClient::open(address, ProtocolVersion::V5);
+    let mut connect: Connect = common::connect_packet(ProtocolVersion::V5, client_id);
+    connect.clean_start = false;
+    connect.properties.session_expiry_interval_s = Some(3600);
+    client.send(&Packet::Connect(connect));
+    match client.recv() {
+        Received::Packet(Packet::Connack(connack)) => {
+            assert_eq!(connack.reason_code.0, 0);
+            (client, connack.session_present)
+        }
+        other => panic!("expected a CONNACK, got {other:?}"),
+    }
+}
+
+fn publish(client: &mut RawClient, topic: &str, payloads: &[Vec<u8>]) {
+    for (i, payload) in payloads.iter().enumerate() {
+        let packet_id = i as u16 + 1;
+        client.send(&Packet::Publish(Publish {
+            qos: QoS::AtLeastOnce,
+            topic: topic.into(),
+            packet_id: Some(packet_id),
+            payload: payload.clone(),
+            ..Publish::default()
+        }));
+        match client.recv() {
+            Received::Packet(Packet::Puback(ack)) => assert_eq!(ack.reason_code.0, 0, "{ack:?}"),
+            other => panic!("expected a PUBACK, got {other:?}"),
+        }
+    }
+}
+
+/// Receives one delivery and acknowledges it; returns its payload.
+fn consume_one(client: &mut RawClient) -> Vec<u8> {
+    match client.recv() {
+        Received::Packet(Packet::Publish(publish)) => {
+            if let Some(packet_id) = publish.packet_id {
+                client.send(&Packet::Puback(PubAck {
+                    packet_id,
+                    ..PubAck::default()
+                }));
+            }
+            publish.payload
+        }
+        other => panic!("expected a delivery, got {other:?}"),
+    }
+}
+
+/// Defect: a stored position below the floor, loaded as a restart restored
+/// the session, was moved up to the floor and the session resumed with
+/// Session Present 1 - a gap served in silence.
+#[test]
+fn a_position_below_the_floor_after_a_sigkill_is_told_session_present_0() {
+    let dir = TempDir::new("restart-floor");
+    let mut broker = BrokerProcess::start_in(dir.path(), REDB, SMALL_EVENTS);
+    let address = broker.address();
+    let (mut consumer, _) = durable_connect(&address, "lagging");
+    consumer.subscribe("events/#", QoS::AtLeastOnce);
+    let mut publisher = RawClient::connect(&address, ProtocolVersion::V5, "publisher");
+    publish(&mut publisher, "events/a", &[b"first".to_vec()]);
+    assert_eq!(consume_one(&mut consumer), b"first");
+    consumer.send(&Packet::Disconnect(Default::default()));
+    drop(consumer);
+    // A graceful stop stores the position past the one record it read.
+    assert!(broker.terminate().success());
+
+    // While it is away, retention passes its position; then a crash.
+    let mut broker = BrokerProcess::start_in(dir.path(), REDB, SMALL_EVENTS);
+    let mut publisher = RawClient::connect(&broker.address(), ProtocolVersion::V5, "publisher");
+    let records: Vec<Vec<u8>> = (0..40).map(|i| vec![i as u8; 1024]).collect();
+    publish(&mut publisher, "events/big", &records);
+    broker.wait_for_log("retention removed");
+    broker.kill();
+
+    let mut broker = BrokerProcess::start_in(dir.path(), REDB, SMALL_EVENTS);
+    broker.wait_for_log("below the floor");
+    let (mut consumer, session_present) = durable_connect(&broker.address(), "lagging");
+    assert!(
+        !session_present,
+        "a gap found at start is reported as one found during the run is"
+    );
+    broker.wait_for_log("fell below its floor");
+    // Subscribing again starts at the floor, never at the passed position.
+    consumer.subscribe("events/#", QoS::AtLeastOnce);
+    let first = consume_one(&mut consumer);
+    assert_ne!(first, b"first");
+}
+
+/// Defect: a retained value kept before a `latest` channel claimed its
+/// topic was still served beside the channel's values.
+#[test]
+fn a_retained_value_on_a_topic_a_latest_channel_now_claims_is_not_served() {
+    let dir = TempDir::new("retained-claimed");
+    let mut broker = BrokerProcess::start_in(dir.path(), REDB, "");
+    let mut publisher = RawClient::connect(&broker.address(), ProtocolVersion::V5, "publisher");
+    publisher.send(&Packet::Publish(Publish {
+        qos: QoS::AtLeastOnce,
+        retain: true,
+        topic: "state/a".into(),
+        packet_id: Some(1),
+        payload: b"old".to_vec(),
+        ..Publish::default()
+    }));
+    assert!(
+        matches!(publisher.recv(), Received::Packet(Packet::Puback(a)) if a.reason_code.0 == 0)
+    );
+    assert!(broker.terminate().success());
+
+    let state = "channels:\n  state:\n    type: latest\n    filter: state/#\n";
+    let broker = BrokerProcess::start_in(dir.path(), REDB, state);
+    let mut publisher = RawClient::connect(&broker.address(), ProtocolVersion::V5, "publisher");
+    publish(&mut publisher, "state/b", &[b"new".to_vec()]);
+    let mut reader = RawClient::connect(&broker.address(), ProtocolVersion::V5, "reader");
+    reader.subscribe("state/#", QoS::AtLeastOnce);
+    // Retained values would come first, ahead of the channel's state.
+    match reader.recv() {
+        Received::Packet(Packet::Publish(p)) => {
+            assert_eq!(
+                (p.topic.as_str(), p.payload.as_slice()),
+                ("state/b", &b"new"[..])
+            )
+        }
+        other => panic!("expected the channel's value, got {other:?}"),
+    }
+}
+
+/// Defect: with sessions kept in memory and a channel on redb, a session
+/// lost in a crash left its stored position behind; a new session under
+/// the same client id, told Session Present 0, resumed from it.
+#[test]
+fn a_new_session_never_resumes_from_a_lost_sessions_position() {
+    let dir = TempDir::new("lost-session");
+    let storage = "  storage:\n    default: local\n    default_retention_period: none\n    default_retention_bytes: none\n    providers:\n      local:\n        type: redb\n        file_path: {dir}/saguin.redb\n        max_bytes: 64MiB\n      volatile:\n        type: memory\n        max_bytes: 16MiB\n        snapshot_dir: none\n  session:\n    storage: volatile\n";
+    let events = "channels:\n  events:\n    type: append\n    filter: events/#\n";
+    let mut broker = BrokerProcess::start_in(dir.path(), storage, events);
+    let (mut consumer, _) = durable_connect(&broker.address(), "consumer");
+    consumer.subscribe("events/#", QoS::AtLeastOnce);
+    let mut publisher = RawClient::connect(&broker.address(), ProtocolVersion::V5, "publisher");
+    let first: Vec<Vec<u8>> = (0..3u8).map(|i| vec![i]).collect();
+    publish(&mut publisher, "events/a", &first);
+    for expected in &first {
+        assert_eq!(&consume_one(&mut consumer), expected);
+    }
+    // Its connection's end stores its position; a record acknowledged
+    // after that, on the same provider, is committed after it.
+    consumer.send(&Packet::Disconnect(Default::default()));
+    assert_eq!(consumer.recv(), Received::Closed);
+    publish(&mut publisher, "events/a", &[vec![3]]);
+    broker.kill();
+
+    let broker = BrokerProcess::start_in(dir.path(), storage, events);
+    let mut consumer = RawClient::open(&broker.address(), ProtocolVersion::V5);
+    let mut connect: Connect = common::connect_packet(ProtocolVersion::V5, "consumer");
+    connect.properties.session_expiry_interval_s = Some(3600);
+    consumer.send(&Packet::Connect(connect));
+    assert!(
+        matches!(consumer.recv(), Received::Packet(Packet::Connack(c)) if c.reason_code.0 == 0 && !c.session_present)
+    );
+    consumer.subscribe("events/#", QoS::AtLeastOnce);
+    assert_eq!(
+        consume_one(&mut consumer),
+        vec![0],
+        "a new session starts at the floor"
+    );
+}
