@@ -1,11 +1,13 @@
 //! Sagüin: an MQTT 3.1.1 and 5 broker for edge gateways.
 //!
+//! - [`bridge`]: bridges to another broker, their protocol state sans-IO;
 //! - [`codec`]: the MQTT 3.1.1 and 5 wire format, pure functions over bytes;
 //! - [`config`]: the YAML configuration and its validation;
 //! - [`core`]: the broker's rules as a sans-IO state machine;
 //! - [`net`]: the smol shell that connects the core to sockets and a clock;
 //! - [`store`]: storage providers (redb, memory) and the storage thread.
 
+pub mod bridge;
 pub mod codec;
 pub mod config;
 pub mod core;
