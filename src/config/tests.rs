@@ -673,7 +673,6 @@ fn an_unknown_top_level_key_is_refused() {
 fn keys_not_supported_yet_are_refused_as_recognised() {
     let cases = [
         ("broker:\n  id: a\n  operations: {}\n", "broker.operations:"),
-        ("broker:\n  id: a\nbridges: {}\n", "bridges:"),
         (&mqtt("password_file: /etc/p"), "broker.mqtt.password_file:"),
         (
             &mqtt("allow_anonymous: true"),
