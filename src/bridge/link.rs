@@ -22,9 +22,7 @@ use crate::codec::{
     SubscriptionOptions,
 };
 
-/// The User Property that marks a record which arrived over a bridge. It
-/// is stored with the record, so no bridge ever sends that record out.
-pub const BRIDGED_MARK: &str = "saguin-bridged";
+pub use crate::core::BRIDGED_MARK;
 /// Labels of this broker's own a record loses on the way out: the far end
 /// assigns its own offset and time. `saguin-id` crosses.
 const LOCAL_LABELS: [&str; 3] = ["saguin-offset", "saguin-timestamp", "saguin-expires"];
@@ -235,6 +233,11 @@ impl Link {
                         code.0
                     );
                 }
+                log::info!(
+                    "bridge {}: reading its out filters here as session {}",
+                    self.settings.name,
+                    self.settings.local_client_id()
+                );
             }
             Packet::Publish(publish) => self.read_local(publish, now_ms, &mut actions),
             Packet::Puback(ack) => self.stored_locally(ack, now_ms, &mut actions),

@@ -30,6 +30,9 @@ pub use broadcast::qos2_holds::{is_hold_key, StoredHold};
 pub use broadcast::retained::RETAINED_SPACE;
 use broadcast::topic_index::{Subscriber, TopicIndex};
 pub use broker::persist::SESSIONS_SPACE;
+/// The User Property a bridge's publish keeps, stored with the record:
+/// a record carrying it never leaves over a bridge.
+pub const BRIDGED_MARK: &str = "saguin-bridged";
 pub use channel::{ChannelSettings, ChannelStart};
 // The paths the network shell and the configuration name channel kinds by.
 pub use channel::queue::dead_letter;
@@ -361,13 +364,23 @@ impl Broker {
         self.sessions.len()
     }
 
-    /// Takes a slot in the connection table for a new socket, or `None`
+        /// Takes a slot in the connection table for a new socket, or `None`
     /// when every slot is taken.
     pub fn accept(&mut self, now_ms: u64) -> Option<Key> {
+        self.accept_as(now_ms, false)
+    }
+
+    /// [`Broker::accept`] for a bridge's in-process session.
+    pub fn accept_bridge(&mut self, now_ms: u64) -> Option<Key> {
+        self.accept_as(now_ms, true)
+    }
+
+    fn accept_as(&mut self, now_ms: u64, bridge: bool) -> Option<Key> {
         let key = self.connections.insert_with(|_| Connection {
             accepted_at_ms: now_ms,
             last_received_ms: now_ms,
             active: None,
+            bridge,
         });
         match key {
             Some(_) => self.stats.connections_accepted += 1,

@@ -1,6 +1,7 @@
 //! The I/O shell around the core: one smol executor thread runs the
 //! listeners, every connection's reader and writer, and the clock.
 
+mod bridge;
 mod connection;
 mod outbox;
 mod reload;
@@ -157,7 +158,10 @@ async fn serve(executor: &'static LocalExecutor<'static>, mut shell: Settings) -
     tasks.push(executor.spawn(tick_loop(shared.clone())));
     tasks.push(executor.spawn(completion_loop(shared.clone(), completions)));
 
+    let bridges = bridge::start(executor, &shared, &shell.bridges);
+
     wait_for_stop(signals, reload::Reload::default()).await;
+    bridges.stop(&shared);
     drop(tasks);
     shutdown(&shared).await;
     // Queued writes, the positions just committed among them, land before
