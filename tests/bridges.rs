@@ -219,32 +219,34 @@ fn inbound_records_are_stored_before_they_are_acknowledged_and_survive_sigkill()
     let mut reader = RawClient::connect(&saguin.address(), ProtocolVersion::V5, "reader");
     reader.subscribe("events/#", QoS::AtLeastOnce);
     let mut field = RawClient::connect(&peer.address(), ProtocolVersion::V311, "field");
-    let deadline = Instant::now() + WAIT;
-    let mut probe_id = 1;
-    loop {
-        publish(&mut field, "field/probe/x", "probe", probe_id);
-        probe_id += 1;
-        if let Some(Received::Packet(Packet::Publish(p))) =
-            reader.recv_within(Duration::from_millis(200))
-        {
-            if let Some(packet_id) = p.packet_id {
+    until_crossed(&mut field, "field/probe/x", &mut reader);
+    publish(&mut field, "field/probe/x", "marked", 90);
+    let marked = loop {
+        match reader.recv() {
+            Received::Packet(Packet::Publish(p)) if p.payload == b"marked" => break p,
+            Received::Packet(Packet::Publish(p)) => {
                 reader.send(&Packet::Puback(PubAck {
-                    packet_id,
+                    packet_id: p.packet_id.unwrap(),
                     ..PubAck::default()
                 }));
             }
-            assert_eq!(p.topic, "events/probe/x");
-            assert!(
-                p.properties
-                    .user_properties
-                    .iter()
-                    .any(|(k, v)| k == "saguin-bridged" && v == "up"),
-                "the mark is stored with the record: {p:?}"
-            );
-            break;
+            Received::Packet(_) => continue,
+            Received::Closed => panic!("closed"),
         }
-        assert!(Instant::now() < deadline, "the bridge never subscribed at the peer");
-    }
+    };
+    reader.send(&Packet::Puback(PubAck {
+        packet_id: marked.packet_id.unwrap(),
+        ..PubAck::default()
+    }));
+    assert_eq!(marked.topic, "events/probe/x");
+    assert!(
+        marked
+            .properties
+            .user_properties
+            .iter()
+            .any(|(k, v)| k == "saguin-bridged" && v == "up"),
+        "the mark is stored with the record: {marked:?}"
+    );
     for n in 1..=50 {
         publish(&mut field, "field/v7/psi", &n.to_string(), 100 + n);
     }
@@ -277,33 +279,9 @@ fn two_saguins_bridged_both_ways_on_one_topic_make_no_loop() {
     let mut at_hub = RawClient::connect(&hub.address(), ProtocolVersion::V5, "at-hub");
     at_hub.subscribe("t/#", QoS::AtLeastOnce);
     // Until the bridge's own subscription at the hub is in place, a
-    // publish there does not cross; probe until one does.
+    // publish there does not cross.
     let mut hub_publisher = RawClient::connect(&hub.address(), ProtocolVersion::V5, "hub-pub");
-    let deadline = Instant::now() + WAIT;
-    let mut id = 1;
-    loop {
-        publish(&mut hub_publisher, "t/probe", &format!("probe-{id}"), id);
-        let crossed = loop {
-            match at_edge.recv_within(Duration::from_millis(200)) {
-                Some(Received::Packet(Packet::Publish(p))) => {
-                    if let Some(packet_id) = p.packet_id {
-                        at_edge.send(&Packet::Puback(PubAck {
-                            packet_id,
-                            ..PubAck::default()
-                        }));
-                    }
-                    break true;
-                }
-                Some(Received::Packet(_)) => continue,
-                _ => break false,
-            }
-        };
-        id += 1;
-        if crossed {
-            break;
-        }
-        assert!(Instant::now() < deadline, "nothing crossed from the hub");
-    }
+    let id = until_crossed(&mut hub_publisher, "t/probe", &mut at_edge);
     let probes_at_hub = receive_until(&mut at_hub, &format!("probe-{}", id - 1));
     assert!(probes_at_hub.iter().all(|p| p.starts_with("probe-")));
 
@@ -335,4 +313,56 @@ fn receive_all_of(client: &mut RawClient, markers: &[&str]) -> Vec<String> {
         got.extend(receive_until(client, last));
     }
     got
+}
+
+/// Publishes probes on `topic` until `receiver` is sent one: a bridge's
+/// subscription at its peer is then in place. Returns the next packet id.
+fn until_crossed(publisher: &mut RawClient, topic: &str, receiver: &mut RawClient) -> u16 {
+    let deadline = Instant::now() + WAIT;
+    let mut id = 1;
+    loop {
+        publish(publisher, topic, &format!("probe-{id}"), id);
+        id += 1;
+        while let Some(Received::Packet(packet)) = receiver.recv_within(Duration::from_millis(200)) {
+            if let Packet::Publish(p) = packet {
+                if let Some(packet_id) = p.packet_id {
+                    receiver.send(&Packet::Puback(PubAck {
+                        packet_id,
+                        ..PubAck::default()
+                    }));
+                }
+                return id;
+            }
+        }
+        assert!(Instant::now() < deadline, "nothing crossed on {topic}");
+    }
+}
+
+#[test]
+fn a_record_that_came_in_over_one_bridge_never_leaves_over_another() {
+    let hub = BrokerProcess::start("");
+    let dir = TempDir::new("relay");
+    let bridges = format!(
+        "bridges:\n  pull:\n    peer: tcp://127.0.0.1:{port}\n    client_id: edge-pull\n    topics:\n      - filter: from/#\n        direction: in\n        topic: t/$#\n  push:\n    peer: tcp://127.0.0.1:{port}\n    client_id: edge-push\n    topics:\n      - filter: t/#\n        direction: out\n        topic: to/$#\n",
+        port = hub.port
+    );
+    let mut edge = BrokerProcess::start_in(dir.path(), "", &bridges);
+    edge.wait_for_log("bridge push: reading its out filters");
+    let mut at_edge = RawClient::connect(&edge.address(), ProtocolVersion::V5, "at-edge");
+    at_edge.subscribe("t/#", QoS::AtLeastOnce);
+    let mut at_hub = RawClient::connect(&hub.address(), ProtocolVersion::V5, "at-hub");
+    at_hub.subscribe("to/#", QoS::AtLeastOnce);
+    let mut hub_publisher = RawClient::connect(&hub.address(), ProtocolVersion::V5, "hub-pub");
+    let id = until_crossed(&mut hub_publisher, "from/probe", &mut at_edge);
+    publish(&mut hub_publisher, "from/x", "remote", id);
+    assert_eq!(receive_until(&mut at_edge, "remote").last().unwrap(), "remote");
+    // Behind the pulled record on the same topic: had the pulled one been
+    // pushed, it would reach the hub first.
+    let mut edge_publisher = RawClient::connect(&edge.address(), ProtocolVersion::V5, "edge-pub");
+    publish(&mut edge_publisher, "t/x", "local", 1);
+    let pushed: Vec<String> = receive_until(&mut at_hub, "local")
+        .into_iter()
+        .filter(|p| !p.starts_with("probe-"))
+        .collect();
+    assert_eq!(pushed, vec!["local"]);
 }
