@@ -28,7 +28,9 @@ fn free_port() -> u16 {
 fn have_mosquitto(test: &str) -> bool {
     let found = Path::new(MOSQUITTO).exists();
     if !found {
-        eprintln!("\n*** SKIPPED {test}: {MOSQUITTO} is not installed (apt-get install mosquitto) ***\n");
+        eprintln!(
+            "\n*** SKIPPED {test}: {MOSQUITTO} is not installed (apt-get install mosquitto) ***\n"
+        );
     }
     found
 }
@@ -63,7 +65,10 @@ impl Mosquitto {
             .expect("start mosquitto");
         let deadline = Instant::now() + WAIT;
         while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-            assert!(Instant::now() < deadline, "mosquitto did not listen on {port}");
+            assert!(
+                Instant::now() < deadline,
+                "mosquitto did not listen on {port}"
+            );
             std::thread::sleep(Duration::from_millis(20));
         }
         Mosquitto { child, port }
@@ -188,7 +193,12 @@ fn records_published_while_mosquitto_is_down_arrive_upstream_in_order_once() {
 
     // The peer is down: these wait in the channel, at the bridge's position.
     for n in 11..=200 {
-        publish(&mut device, "events/a", &n.to_string(), (n % 60000) as u16 + 1);
+        publish(
+            &mut device,
+            "events/a",
+            &n.to_string(),
+            (n % 60000) as u16 + 1,
+        );
     }
     let peer = Mosquitto::start(peer_dir.path(), port);
     let mut watcher = durable_client(&peer.address(), "watcher");
@@ -203,7 +213,9 @@ fn records_published_while_mosquitto_is_down_arrive_upstream_in_order_once() {
 
 #[test]
 fn inbound_records_are_stored_before_they_are_acknowledged_and_survive_sigkill() {
-    if !have_mosquitto("inbound_records_are_stored_before_they_are_acknowledged_and_survive_sigkill") {
+    if !have_mosquitto(
+        "inbound_records_are_stored_before_they_are_acknowledged_and_survive_sigkill",
+    ) {
         return;
     }
     let peer_dir = TempDir::new("mosquitto-in");
@@ -298,7 +310,10 @@ fn two_saguins_bridged_both_ways_on_one_topic_make_no_loop() {
             .filter(|p| !p.starts_with("probe-"))
             .collect();
         got.sort();
-        assert_eq!(got, vec!["fence-edge", "fence-hub", "from-edge", "from-hub"]);
+        assert_eq!(
+            got,
+            vec!["fence-edge", "fence-hub", "from-edge", "from-hub"]
+        );
     }
 }
 
@@ -323,7 +338,8 @@ fn until_crossed(publisher: &mut RawClient, topic: &str, receiver: &mut RawClien
     loop {
         publish(publisher, topic, &format!("probe-{id}"), id);
         id += 1;
-        while let Some(Received::Packet(packet)) = receiver.recv_within(Duration::from_millis(200)) {
+        while let Some(Received::Packet(packet)) = receiver.recv_within(Duration::from_millis(200))
+        {
             if let Packet::Publish(p) = packet {
                 if let Some(packet_id) = p.packet_id {
                     receiver.send(&Packet::Puback(PubAck {
@@ -355,7 +371,10 @@ fn a_record_that_came_in_over_one_bridge_never_leaves_over_another() {
     let mut hub_publisher = RawClient::connect(&hub.address(), ProtocolVersion::V5, "hub-pub");
     let id = until_crossed(&mut hub_publisher, "from/probe", &mut at_edge);
     publish(&mut hub_publisher, "from/x", "remote", id);
-    assert_eq!(receive_until(&mut at_edge, "remote").last().unwrap(), "remote");
+    assert_eq!(
+        receive_until(&mut at_edge, "remote").last().unwrap(),
+        "remote"
+    );
     // Behind the pulled record on the same topic: had the pulled one been
     // pushed, it would reach the hub first.
     let mut edge_publisher = RawClient::connect(&edge.address(), ProtocolVersion::V5, "edge-pub");

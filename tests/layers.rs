@@ -8,7 +8,8 @@ use std::fs;
 use std::path::{Path, PathBuf};
 
 /// Each layer, and the crate modules it must never name.
-const LAYERS: [(&str, &[&str]); 4] = [
+const LAYERS: [(&str, &[&str]); 5] = [
+    ("bridge", &["config", "net"]),
     ("codec", &["config", "net", "core", "store"]),
     ("store", &["config", "net", "core"]),
     ("core", &["config", "net"]),

@@ -130,7 +130,11 @@ pub struct Link {
 }
 
 impl Link {
-    pub fn new(settings: BridgeSettings, classify: Box<dyn Fn(&str) -> Carriage>, seed: u64) -> Link {
+    pub fn new(
+        settings: BridgeSettings,
+        classify: Box<dyn Fn(&str) -> Carriage>,
+        seed: u64,
+    ) -> Link {
         Link {
             settings,
             classify,
@@ -383,7 +387,11 @@ impl Link {
             "bridge {}: dialling {} (MQTT {})",
             self.settings.name,
             self.settings.peer.address(),
-            if self.peer_version == ProtocolVersion::V5 { "5" } else { "3.1.1" }
+            if self.peer_version == ProtocolVersion::V5 {
+                "5"
+            } else {
+                "3.1.1"
+            }
         );
         let mut connect = Connect {
             protocol_version: self.peer_version,
@@ -493,7 +501,12 @@ impl Link {
         actions
     }
 
-    fn connected(&mut self, connack: crate::codec::Connack, now_ms: u64, actions: &mut Vec<Action>) {
+    fn connected(
+        &mut self,
+        connack: crate::codec::Connack,
+        now_ms: u64,
+        actions: &mut Vec<Action>,
+    ) {
         let code = connack.reason_code;
         let old_version = matches!(
             code,

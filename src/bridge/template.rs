@@ -40,7 +40,10 @@ pub fn capture<'a>(filter: &str, topic: &'a str) -> Option<Captures<'a>> {
             _ => return None,
         }
     }
-    levels.next().is_none().then_some(Captures { plus, tail: None })
+    levels
+        .next()
+        .is_none()
+        .then_some(Captures { plus, tail: None })
 }
 
 /// Why a record matching a rule has no topic to take.
@@ -165,28 +168,55 @@ mod tests {
     fn substitutions_reorder_and_keep_the_tail() {
         let topic = "fleet/vessel-07/telemetry/hold/psi";
         let cases = [
-            ("fleet/+/telemetry/#", "readings/telemetry/$1/$#", "readings/telemetry/vessel-07/hold/psi"),
-            ("fleet/+/telemetry/#", "readings/telemetry/$#", "readings/telemetry/hold/psi"),
-            ("fleet/#", "readings/$#", "readings/vessel-07/telemetry/hold/psi"),
+            (
+                "fleet/+/telemetry/#",
+                "readings/telemetry/$1/$#",
+                "readings/telemetry/vessel-07/hold/psi",
+            ),
+            (
+                "fleet/+/telemetry/#",
+                "readings/telemetry/$#",
+                "readings/telemetry/hold/psi",
+            ),
+            (
+                "fleet/#",
+                "readings/$#",
+                "readings/vessel-07/telemetry/hold/psi",
+            ),
             ("fleet/+/telemetry/+/+", "t/$3/$1", "t/psi/vessel-07"),
         ];
         for (filter, template, want) in cases {
-            assert_eq!(map(&rule(filter, Some(template)), topic), Some(Ok(want.to_string())));
+            assert_eq!(
+                map(&rule(filter, Some(template)), topic),
+                Some(Ok(want.to_string()))
+            );
         }
     }
 
     #[test]
     fn an_empty_tail_takes_its_separator_and_an_empty_result_is_unmappable() {
         let r = rule("fleet/+/telemetry/#", Some("readings/telemetry/$1/$#"));
-        assert_eq!(map(&r, "fleet/v7/telemetry"), Some(Ok("readings/telemetry/v7".into())));
-        assert_eq!(map(&rule("fleet/#", Some("$#")), "fleet"), Some(Err(Unmappable::Empty)));
+        assert_eq!(
+            map(&r, "fleet/v7/telemetry"),
+            Some(Ok("readings/telemetry/v7".into()))
+        );
+        assert_eq!(
+            map(&rule("fleet/#", Some("$#")), "fleet"),
+            Some(Err(Unmappable::Empty))
+        );
         assert_eq!(map(&rule("fleet/#", Some("$#")), "other"), None);
     }
 
     #[test]
     fn a_result_in_the_dollar_space_is_unmappable() {
-        assert_eq!(map(&rule("a/+", Some("$1/x")), "a/$saguin"), Some(Err(Unmappable::Reserved)));
-        assert_eq!(map(&rule("$SYS/#", None), "$SYS/x"), Some(Err(Unmappable::Reserved)));
+        assert_eq!(
+            map(&rule("a/+", Some("$1/x")), "a/$saguin"),
+            Some(Err(Unmappable::Reserved))
+        );
+        assert_eq!(
+            map(&rule("$SYS/#", None), "$SYS/x"),
+            Some(Err(Unmappable::Reserved))
+        );
     }
 
     #[test]
@@ -204,7 +234,9 @@ mod tests {
         assert!(check("a/+", "x/$#").unwrap_err().contains("no #"));
         assert!(check("a/#", "$#/x").unwrap_err().contains("last level"));
         assert!(check("a/#", "x").unwrap_err().contains("tail"));
-        assert!(check("a/#", "$saguin/$#").unwrap_err().contains("substitution"));
+        assert!(check("a/#", "$saguin/$#")
+            .unwrap_err()
+            .contains("substitution"));
         assert!(check("a/+", "x/+").unwrap_err().contains("wildcard"));
     }
 }

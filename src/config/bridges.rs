@@ -46,7 +46,11 @@ pub(super) fn parse(f: &mut Findings, value: Option<&Value>) -> Option<Vec<Bridg
         if value.is_null() {
             return Some(Vec::new());
         }
-        f.value("bridges", value, "a block of named bridges is expected here");
+        f.value(
+            "bridges",
+            value,
+            "a block of named bridges is expected here",
+        );
         return None;
     };
     let before = f.len();
@@ -84,14 +88,21 @@ fn bridge(f: &mut Findings, name: &str, block: &Value) -> Option<BridgeSettings>
     let peer = match t.get("peer") {
         Some(v) => peer(f, &join(&path, "peer"), v),
         None => {
-            f.key(&join(&path, "peer"), "required: the broker to dial, such as tcp://mqtt.example.com:1883");
+            f.key(
+                &join(&path, "peer"),
+                "required: the broker to dial, such as tcp://mqtt.example.com:1883",
+            );
             None
         }
     };
     let client_id = match t.get("client_id") {
         Some(Value::String(s)) if !s.is_empty() => Some(s.clone()),
         Some(v) => {
-            f.value(&join(&path, "client_id"), v, "a non-empty name is expected: this broker's identity at the peer");
+            f.value(
+                &join(&path, "client_id"),
+                v,
+                "a non-empty name is expected: this broker's identity at the peer",
+            );
             None
         }
         None => {
@@ -144,7 +155,11 @@ fn text(f: &mut Findings, path: &str, t: &super::table::Table<'_>, key: &str) ->
 
 fn peer(f: &mut Findings, path: &str, value: &Value) -> Option<Peer> {
     let Some(text) = value.as_str() else {
-        f.value(path, value, "a peer address is expected, such as tcp://mqtt.example.com:1883");
+        f.value(
+            path,
+            value,
+            "a peer address is expected, such as tcp://mqtt.example.com:1883",
+        );
         return None;
     };
     let Some((scheme, rest)) = text.split_once("://") else {
@@ -162,14 +177,22 @@ fn peer(f: &mut Findings, path: &str, value: &Value) -> Option<Peer> {
             return None;
         }
         other => {
-            f.value(path, value, format!("{other}:// is not a scheme a bridge can dial; use tcp://"));
+            f.value(
+                path,
+                value,
+                format!("{other}:// is not a scheme a bridge can dial; use tcp://"),
+            );
             return None;
         }
     }
     let (host, port) = match rest.rsplit_once(':') {
         Some((host, port)) if !host.is_empty() => (host, port),
         _ => {
-            f.value(path, value, "the address needs a host and a port: tcp://host:port");
+            f.value(
+                path,
+                value,
+                "the address needs a host and a port: tcp://host:port",
+            );
             return None;
         }
     };
@@ -181,7 +204,10 @@ fn peer(f: &mut Findings, path: &str, value: &Value) -> Option<Peer> {
         f.value(path, value, "the port is a number from 1 to 65535");
         return None;
     }
-    let host = host.trim_start_matches('[').trim_end_matches(']').to_string();
+    let host = host
+        .trim_start_matches('[')
+        .trim_end_matches(']')
+        .to_string();
     Some(Peer { host, port })
 }
 
@@ -212,7 +238,13 @@ fn receive_maximum(f: &mut Findings, path: &str, value: Option<&Value>) -> Optio
     };
     let at = join(path, "receive_maximum");
     let allowed = "a whole number from 1 to 65535: this many records may be held unacknowledged in memory each way";
-    let n = whole_number(f, &at, value, NoneRule::Refused("MQTT has no unlimited Receive Maximum"), allowed)??;
+    let n = whole_number(
+        f,
+        &at,
+        value,
+        NoneRule::Refused("MQTT has no unlimited Receive Maximum"),
+        allowed,
+    )??;
     match u16::try_from(n) {
         Ok(n) if n > 0 => Some(n),
         _ => {
@@ -228,7 +260,13 @@ fn ack_interval(f: &mut Findings, path: &str, value: Option<&Value>) -> Option<u
     };
     let at = join(path, "ack_interval");
     let allowed = "a duration from 1ms to 1s; with receive_maximum it caps the link at receive_maximum / ack_interval records a second";
-    let ms = duration_ms(f, &at, value, NoneRule::Refused("an acknowledgement must be sent"), allowed)??;
+    let ms = duration_ms(
+        f,
+        &at,
+        value,
+        NoneRule::Refused("an acknowledgement must be sent"),
+        allowed,
+    )??;
     if !(1..=1000).contains(&ms) {
         f.value(&at, value, format!("out of range; {allowed}"));
         return None;
@@ -283,7 +321,10 @@ fn rule(f: &mut Findings, path: &str, value: &Value) -> Option<Rule> {
             None
         }
         None => {
-            f.key(&join(path, "filter"), "required: the MQTT topic filter this rule carries");
+            f.key(
+                &join(path, "filter"),
+                "required: the MQTT topic filter this rule carries",
+            );
             None
         }
     };
@@ -346,7 +387,11 @@ fn filter(f: &mut Findings, path: &str, filter: &str) {
     } else if filter.contains('{') || filter.contains('}') {
         f.value(path, &value, "{a,b} spellings are not expanded in bridge rules by this version; write one rule per spelling");
     } else if filter.starts_with("$share/") {
-        f.value(path, &value, "a shared subscription is not a filter a bridge carries");
+        f.value(
+            path,
+            &value,
+            "a shared subscription is not a filter a bridge carries",
+        );
     } else if !is_valid_topic_filter(filter) {
         f.value(path, &value, "not a well-formed MQTT topic filter: # only as the last level, and + and # each a whole level");
     }
@@ -373,7 +418,9 @@ mod tests {
     fn refused(block: &str, key: &str, words: &str) {
         let found = findings(block);
         assert!(
-            found.iter().any(|f| f.starts_with(key) && f.contains(words)),
+            found
+                .iter()
+                .any(|f| f.starts_with(key) && f.contains(words)),
             "no finding at {key} saying {words:?}: {found:?}"
         );
     }
@@ -393,7 +440,14 @@ mod tests {
                 port: 1884
             }
         );
-        assert_eq!((bridge.session_expiry_s, bridge.receive_maximum, bridge.ack_interval_ms), (86_400, 20, 5));
+        assert_eq!(
+            (
+                bridge.session_expiry_s,
+                bridge.receive_maximum,
+                bridge.ack_interval_ms
+            ),
+            (86_400, 20, 5)
+        );
         assert_eq!(bridge.username.as_deref(), Some("u"));
         assert_eq!(bridge.password.as_deref(), Some("p"));
         assert_eq!(bridge.rules[0].direction, Direction::In);
@@ -405,32 +459,71 @@ mod tests {
             "    peer: tcp://h:1\n    client_id: c\n    session_expiry: 2h\n    receive_maximum: 5\n    ack_interval: 50ms\n{RULE}"
         ));
         let bridge = &parse(&tuned, "saguin.yaml").unwrap().bridges[0];
-        assert_eq!((bridge.session_expiry_s, bridge.receive_maximum, bridge.ack_interval_ms), (7200, 5, 50));
+        assert_eq!(
+            (
+                bridge.session_expiry_s,
+                bridge.receive_maximum,
+                bridge.ack_interval_ms
+            ),
+            (7200, 5, 50)
+        );
     }
 
     #[test]
     fn peers_are_refused_by_scheme_and_shape() {
         let p = |peer: &str| format!("    peer: {peer}\n    client_id: c\n{RULE}");
-        refused(&p("tls://h:8883"), "bridges.up.peer", "tls:// is not supported");
+        refused(
+            &p("tls://h:8883"),
+            "bridges.up.peer",
+            "tls:// is not supported",
+        );
         refused(&p("ws://h:80"), "bridges.up.peer", "WebSocket");
         refused(&p("wss://h:443"), "bridges.up.peer", "WebSocket");
         refused(&p("mqtt://h:1883"), "bridges.up.peer", "not a scheme");
         refused(&p("h:1883"), "bridges.up.peer", "scheme");
         refused(&p("tcp://h"), "bridges.up.peer", "host and a port");
         refused(&p("tcp://h:0"), "bridges.up.peer", "port");
-        refused(&format!("    client_id: c\n{RULE}"), "bridges.up.peer", "required");
+        refused(
+            &format!("    client_id: c\n{RULE}"),
+            "bridges.up.peer",
+            "required",
+        );
     }
 
     #[test]
     fn the_link_keys_are_held_to_their_ranges() {
         let k = |line: &str| format!("    peer: tcp://h:1\n    client_id: c\n    {line}\n{RULE}");
-        refused(&format!("    peer: tcp://h:1\n{RULE}"), "bridges.up.client_id", "no default");
-        refused(&k("session_expiry: none"), "bridges.up.session_expiry", "never expires");
+        refused(
+            &format!("    peer: tcp://h:1\n{RULE}"),
+            "bridges.up.client_id",
+            "no default",
+        );
+        refused(
+            &k("session_expiry: none"),
+            "bridges.up.session_expiry",
+            "never expires",
+        );
         refused(&k("session_expiry: 200y"), "bridges.up.session_expiry", "");
-        refused(&k("receive_maximum: 0"), "bridges.up.receive_maximum", "1 to 65535");
-        refused(&k("receive_maximum: 65536"), "bridges.up.receive_maximum", "1 to 65535");
-        refused(&k("ack_interval: 2s"), "bridges.up.ack_interval", "1ms to 1s");
-        refused(&k("ack_interval: 0ms"), "bridges.up.ack_interval", "1ms to 1s");
+        refused(
+            &k("receive_maximum: 0"),
+            "bridges.up.receive_maximum",
+            "1 to 65535",
+        );
+        refused(
+            &k("receive_maximum: 65536"),
+            "bridges.up.receive_maximum",
+            "1 to 65535",
+        );
+        refused(
+            &k("ack_interval: 2s"),
+            "bridges.up.ack_interval",
+            "1ms to 1s",
+        );
+        refused(
+            &k("ack_interval: 0ms"),
+            "bridges.up.ack_interval",
+            "1ms to 1s",
+        );
         refused(&k("ca_file: /etc/ca.pem"), "bridges.up.ca_file", "TLS");
         refused(&k("cert_file: /etc/c.pem"), "bridges.up.cert_file", "TLS");
         refused(&k("colour: red"), "bridges.up.colour", "");
@@ -438,19 +531,69 @@ mod tests {
 
     #[test]
     fn rules_are_checked_one_by_one() {
-        let r = |rule: &str| format!("    peer: tcp://h:1\n    client_id: c\n    topics:\n      - {rule}\n");
-        refused("    peer: tcp://h:1\n    client_id: c\n", "bridges.up.topics", "at least one rule");
-        refused(&r("filter: a"), "bridges.up.topics[0].direction", "no default");
-        refused(&r("direction: in\n        topic: b"), "bridges.up.topics[0].filter", "required");
-        refused(&r("filter: a\n        direction: sideways"), "bridges.up.topics[0].direction", "in, out or both");
-        refused(&r("filter: a\n        direction: in"), "bridges.up.topics[0].topic", "required");
-        refused(&r("filter: a\n        direction: both\n        topic: b"), "bridges.up.topics[0].topic", "refused on a both");
-        refused(&r("filter: $saguin/#\n        direction: in\n        topic: x/$#"), "bridges.up.topics[0].filter", "$saguin/");
-        refused(&r("filter: $SYS/#\n        direction: both"), "bridges.up.topics[0].filter", "$ topic");
-        refused(&r("filter: a/#/b\n        direction: both"), "bridges.up.topics[0].filter", "well-formed");
-        refused(&r("filter: fleet/a+b/#\n        direction: both"), "bridges.up.topics[0].filter", "well-formed");
-        refused(&r("filter: a/#\n        direction: in\n        topic: b"), "bridges.up.topics[0].topic", "$#");
-        refused(&r("filter: a/+\n        direction: out\n        topic: b/$2"), "bridges.up.topics[0].topic", "$2");
+        let r = |rule: &str| {
+            format!("    peer: tcp://h:1\n    client_id: c\n    topics:\n      - {rule}\n")
+        };
+        refused(
+            "    peer: tcp://h:1\n    client_id: c\n",
+            "bridges.up.topics",
+            "at least one rule",
+        );
+        refused(
+            &r("filter: a"),
+            "bridges.up.topics[0].direction",
+            "no default",
+        );
+        refused(
+            &r("direction: in\n        topic: b"),
+            "bridges.up.topics[0].filter",
+            "required",
+        );
+        refused(
+            &r("filter: a\n        direction: sideways"),
+            "bridges.up.topics[0].direction",
+            "in, out or both",
+        );
+        refused(
+            &r("filter: a\n        direction: in"),
+            "bridges.up.topics[0].topic",
+            "required",
+        );
+        refused(
+            &r("filter: a\n        direction: both\n        topic: b"),
+            "bridges.up.topics[0].topic",
+            "refused on a both",
+        );
+        refused(
+            &r("filter: $saguin/#\n        direction: in\n        topic: x/$#"),
+            "bridges.up.topics[0].filter",
+            "$saguin/",
+        );
+        refused(
+            &r("filter: $SYS/#\n        direction: both"),
+            "bridges.up.topics[0].filter",
+            "$ topic",
+        );
+        refused(
+            &r("filter: a/#/b\n        direction: both"),
+            "bridges.up.topics[0].filter",
+            "well-formed",
+        );
+        refused(
+            &r("filter: fleet/a+b/#\n        direction: both"),
+            "bridges.up.topics[0].filter",
+            "well-formed",
+        );
+        refused(
+            &r("filter: a/#\n        direction: in\n        topic: b"),
+            "bridges.up.topics[0].topic",
+            "$#",
+        );
+        refused(
+            &r("filter: a/+\n        direction: out\n        topic: b/$2"),
+            "bridges.up.topics[0].topic",
+            "$2",
+        );
         let twins = "    peer: tcp://h:1\n    client_id: c\n    topics:\n      - filter: a/#\n        direction: out\n        topic: b/$#\n      - filter: a/#\n        direction: out\n        topic: b/$#\n";
         refused(twins, "bridges.up.topics[1]", "twice");
         let sys = r("filter: $SYS/#\n        direction: in\n        topic: sys/$#");

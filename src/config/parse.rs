@@ -11,7 +11,11 @@ use super::include::Origin;
 use super::table::{table, Keys};
 
 /// The broker, its channels and its bridges.
-pub(super) type Parsed = (BrokerConfig, Vec<ChannelConfig>, Vec<crate::bridge::BridgeSettings>);
+pub(super) type Parsed = (
+    BrokerConfig,
+    Vec<ChannelConfig>,
+    Vec<crate::bridge::BridgeSettings>,
+);
 
 const ROOT_KEYS: Keys = Keys {
     supported: &["broker", "channels", "bridges"],
@@ -20,10 +24,7 @@ const ROOT_KEYS: Keys = Keys {
 
 /// Walks the whole tree and returns the broker's configuration and its
 /// channels, or every finding.
-pub(super) fn root(
-    value: &Value,
-    origin: &Origin<'_>,
-) -> Result<Parsed, Vec<String>> {
+pub(super) fn root(value: &Value, origin: &Origin<'_>) -> Result<Parsed, Vec<String>> {
     let mut f = Findings::default();
     // An empty file reads as an empty mapping, and is refused for its
     // missing broker.id like any other file without one.

@@ -364,7 +364,7 @@ impl Broker {
         self.sessions.len()
     }
 
-        /// Takes a slot in the connection table for a new socket, or `None`
+    /// Takes a slot in the connection table for a new socket, or `None`
     /// when every slot is taken.
     pub fn accept(&mut self, now_ms: u64) -> Option<Key> {
         self.accept_as(now_ms, false)

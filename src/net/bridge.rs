@@ -89,7 +89,9 @@ pub fn start(
         let seed = settings
             .name
             .bytes()
-            .fold(std::process::id() as u64, |h, b| h.rotate_left(5) ^ u64::from(b));
+            .fold(std::process::id() as u64, |h, b| {
+                h.rotate_left(5) ^ u64::from(b)
+            });
         let (wake_peer_writer, peer_writer_woken) = smol::channel::bounded(1);
         let bridge = Rc::new(Bridge {
             shared: shared.clone(),
@@ -212,10 +214,13 @@ async fn tick_loop(bridge: Rc<Bridge>) {
 async fn peer_loop(bridge: Rc<Bridge>) {
     let address = bridge.link.borrow().settings().peer.address();
     loop {
-        let dialled = future::or(async { Some(TcpStream::connect(address.as_str()).await) }, async {
-            smol::Timer::after(Duration::from_millis(DIAL_TIMEOUT_MS)).await;
-            None
-        })
+        let dialled = future::or(
+            async { Some(TcpStream::connect(address.as_str()).await) },
+            async {
+                smol::Timer::after(Duration::from_millis(DIAL_TIMEOUT_MS)).await;
+                None
+            },
+        )
         .await;
         let why = match dialled {
             Some(Ok(stream)) => {

@@ -96,7 +96,10 @@ fn peer_ack(link: &mut Link, id: u16, now_ms: u64) -> Vec<Action> {
 
 #[test]
 fn stored_records_wait_through_an_outage_and_cross_in_order_once() {
-    let mut link = link_with(vec![rule("t/#", Direction::Out, Some("up/$#"))], Carriage::Stored);
+    let mut link = link_with(
+        vec![rule("t/#", Direction::Out, Some("up/$#"))],
+        Carriage::Stored,
+    );
     for n in 1..=3 {
         let actions = link.local_packet(delivery("t/a", n, &n.to_string()), 10);
         assert!(actions.is_empty(), "nothing moves while the link is down");
@@ -123,23 +126,36 @@ fn stored_records_wait_through_an_outage_and_cross_in_order_once() {
         }
     }
     assert_eq!(payloads, vec![b"1".to_vec(), b"2".to_vec(), b"3".to_vec()]);
-    assert_eq!(acked_here, vec![1, 2, 3], "acknowledged here only once taken there");
+    assert_eq!(
+        acked_here,
+        vec![1, 2, 3],
+        "acknowledged here only once taken there"
+    );
     assert_eq!(link.stats.sent, 3);
 }
 
 #[test]
 fn a_dropped_link_resends_what_was_in_flight_marked_dup_and_nothing_twice_here() {
-    let mut link = link_with(vec![rule("t/#", Direction::Out, Some("$#"))], Carriage::Stored);
+    let mut link = link_with(
+        vec![rule("t/#", Direction::Out, Some("$#"))],
+        Carriage::Stored,
+    );
     up(&mut link, 0, false);
     let first = to_peer(&link.local_packet(delivery("t/a", 1, "x"), 1))[0].clone();
     let (_wait, actions) = link.peer_lost(2, "test");
-    assert!(actions.is_empty(), "a stored record is kept, not acknowledged here");
+    assert!(
+        actions.is_empty(),
+        "a stored record is kept, not acknowledged here"
+    );
     let actions = up(&mut link, 3, true);
     let again = to_peer(&actions);
     assert_eq!(again.len(), 1);
     assert!(again[0].dup);
     assert_eq!(again[0].packet_id, first.packet_id);
-    assert_eq!(local_acks(&peer_ack(&mut link, first.packet_id.unwrap(), 4)), vec![1]);
+    assert_eq!(
+        local_acks(&peer_ack(&mut link, first.packet_id.unwrap(), 4)),
+        vec![1]
+    );
 }
 
 #[test]
@@ -157,12 +173,18 @@ fn topics_share_the_window_and_each_topic_stays_serial() {
 #[test]
 fn live_records_are_dropped_while_down_and_latest_changes_coalesce() {
     let mut live = link_with(vec![rule("#", Direction::Both, None)], Carriage::Live);
-    assert_eq!(local_acks(&live.local_packet(delivery("a", 1, "x"), 1)), vec![1]);
+    assert_eq!(
+        local_acks(&live.local_packet(delivery("a", 1, "x"), 1)),
+        vec![1]
+    );
     assert_eq!(live.stats.unsent_live_down, 1);
 
     let mut latest = link_with(vec![rule("#", Direction::Both, None)], Carriage::Latest);
     latest.local_packet(delivery("s", 1, "old"), 1);
-    assert_eq!(local_acks(&latest.local_packet(delivery("s", 2, "new"), 2)), vec![1]);
+    assert_eq!(
+        local_acks(&latest.local_packet(delivery("s", 2, "new"), 2)),
+        vec![1]
+    );
     let sent = to_peer(&up(&mut latest, 3, true))
         .iter()
         .map(|p| p.payload.clone())
@@ -174,7 +196,9 @@ fn live_records_are_dropped_while_down_and_latest_changes_coalesce() {
 fn a_bridged_record_never_leaves_over_a_bridge() {
     let mut link = link_with(vec![rule("#", Direction::Both, None)], Carriage::Stored);
     up(&mut link, 0, true);
-    let Packet::Publish(mut publish) = delivery("a", 1, "x") else { unreachable!() };
+    let Packet::Publish(mut publish) = delivery("a", 1, "x") else {
+        unreachable!()
+    };
     publish
         .properties
         .user_properties
@@ -233,9 +257,9 @@ fn an_inbound_record_is_acknowledged_to_the_peer_only_once_stored_and_marked() {
         Carriage::Stored,
     );
     let subscribe = up(&mut link, 0, false);
-    assert!(subscribe
-        .iter()
-        .any(|a| matches!(a, Action::ToPeer(Packet::Subscribe(s)) if s.filters[0].0 == "fleet/+/t/#")));
+    assert!(subscribe.iter().any(
+        |a| matches!(a, Action::ToPeer(Packet::Subscribe(s)) if s.filters[0].0 == "fleet/+/t/#")
+    ));
     let actions = link.peer_packet(from_peer("fleet/v7/t/psi", 9, false), 1);
     let local = local_publishes(&actions);
     assert_eq!(local[0].topic, "in/v7/psi");
@@ -257,7 +281,10 @@ fn a_qos1_redelivery_after_a_dropped_link_is_stored_once() {
     link.peer_lost(3, "test");
     up(&mut link, 4, true);
     let actions = link.peer_packet(from_peer("a", 5, true), 5);
-    assert!(local_publishes(&actions).is_empty(), "not stored a second time");
+    assert!(
+        local_publishes(&actions).is_empty(),
+        "not stored a second time"
+    );
     assert_eq!(peer_acks(&link.tick(6)), vec![5]);
     assert_eq!(link.stats.received, 1);
     assert_eq!(link.stats.duplicates_acknowledged, 1);
@@ -313,7 +340,9 @@ fn a_peer_answering_in_311_is_dialled_again_in_311() {
     );
     assert!(matches!(actions[0], Action::ClosePeer(_)));
     assert_eq!(link.peer_version(), ProtocolVersion::V311);
-    let Packet::Connect(connect) = link.peer_connecting(2) else { unreachable!() };
+    let Packet::Connect(connect) = link.peer_connecting(2) else {
+        unreachable!()
+    };
     assert_eq!(connect.protocol_version, ProtocolVersion::V311);
 }
 
@@ -324,7 +353,9 @@ fn a_peer_without_retained_messages_gets_the_flag_cleared() {
     let mut connack = Connack::default();
     connack.properties.retain_available = Some(0);
     link.peer_packet(Packet::Connack(connack), 1);
-    let Packet::Publish(mut publish) = delivery("a", 1, "x") else { unreachable!() };
+    let Packet::Publish(mut publish) = delivery("a", 1, "x") else {
+        unreachable!()
+    };
     publish.retain = true;
     let actions = link.local_packet(Packet::Publish(publish), 2);
     assert!(!to_peer(&actions)[0].retain);
