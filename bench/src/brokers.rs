@@ -55,6 +55,9 @@ pub enum SaguinSetup {
     CommitPerPublish,
     /// As `GroupCommit`, with a queue `work` claiming `work/#` (figure 7).
     Queue,
+    /// As `GroupCommit`, with a bridge carrying `durable/#` out to a peer
+    /// on this loopback port as `up/...` (figure 8).
+    Bridge(u16),
 }
 
 /// The topic filter the bench's queue claims, and its name.
@@ -69,7 +72,7 @@ pub const DURABLE_FILTER: &str = "durable/#";
 fn saguin_config(setup: SaguinSetup, dir: &Path) -> String {
     let commit = match setup {
         SaguinSetup::Plain => return SAGUIN_CONFIG_YAML.to_string(),
-        SaguinSetup::GroupCommit | SaguinSetup::Queue => "",
+        SaguinSetup::GroupCommit | SaguinSetup::Queue | SaguinSetup::Bridge(_) => "",
         SaguinSetup::CommitPerPublish => "        publish_commit_interval: none\n",
     };
     // `start: tail`: a new reader gets only what is published after it
@@ -91,12 +94,17 @@ fn saguin_config(setup: SaguinSetup, dir: &Path) -> String {
              type: append\n    \
              filter: {DURABLE_FILTER}\n    \
              start: tail\n\
-         {queue}",
+         {extra}",
         dir.join("bench.redb").display(),
-        queue = if setup == SaguinSetup::Queue {
-            format!("  {QUEUE_NAME}:\n    type: queue\n    filter: {QUEUE_FILTER}\n")
-        } else {
-            String::new()
+        extra = match setup {
+            SaguinSetup::Queue => {
+                format!("  {QUEUE_NAME}:\n    type: queue\n    filter: {QUEUE_FILTER}\n")
+            }
+            SaguinSetup::Bridge(port) => format!(
+                "bridges:\n  upstream:\n    peer: tcp://127.0.0.1:{port}\n    client_id: bench-gateway\n    \
+                 topics:\n      - filter: {DURABLE_FILTER}\n        topic: up/$#\n        direction: out\n"
+            ),
+            _ => String::new(),
         }
     )
 }
@@ -262,6 +270,11 @@ impl Broker {
 
     pub fn pid(&self) -> u32 {
         self.child.id()
+    }
+
+    /// Whether the broker's own output so far holds `needle`.
+    pub fn output_contains(&self, needle: &str) -> bool {
+        fs::read_to_string(self.dir.0.join("output.log")).is_ok_and(|text| text.contains(needle))
     }
 
     /// Fails with the broker's own output when it has exited.

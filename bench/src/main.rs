@@ -7,6 +7,7 @@
 //!
 //! All traffic stays on 127.0.0.1; every loop is bounded in count and time.
 
+mod bridge;
 mod brokers;
 mod client;
 mod footprint;
@@ -34,7 +35,7 @@ const USAGE: &str = "\
 usage: saguin-bench [--quick] [--write FILE] [--only LIST] [--saguin-bin PATH]
   --quick            fewer messages and a 3 s latency run (a smoke test, not for BENCHMARKS.md)
   --write FILE       also write the report to FILE (BENCHMARKS.md)
-  --only LIST        comma-separated figures to run: 1,2,3,4,5,6,7,footprint (default: all)
+  --only LIST        comma-separated figures to run: 1,2,3,4,5,6,7,8,footprint (default: all)
   --saguin-bin PATH  the broker binary (default: saguin beside this executable)";
 
 /// Pause between runs, so the broker has finished closing the last run's
@@ -56,11 +57,12 @@ enum Figure {
     Latency,
     Durable,
     Queue,
+    Bridge,
     Footprint,
 }
 
 impl Figure {
-    const ALL: [Figure; 8] = [
+    const ALL: [Figure; 9] = [
         Figure::Qos0,
         Figure::Qos1,
         Figure::FanOut,
@@ -68,6 +70,7 @@ impl Figure {
         Figure::Latency,
         Figure::Durable,
         Figure::Queue,
+        Figure::Bridge,
         Figure::Footprint,
     ];
 
@@ -84,6 +87,7 @@ impl Figure {
             Figure::Latency => "5",
             Figure::Durable => "6",
             Figure::Queue => "7",
+            Figure::Bridge => "8",
             Figure::Footprint => "footprint",
         }
     }
@@ -144,6 +148,8 @@ struct Plan {
     startup_records: u64,
     /// Jobs in figure 7's backlog for a rate.
     queue_rate_jobs: u64,
+    /// Records in figure 8's backlog, forwarded upstream by a bridge.
+    bridge_backlog_records: u64,
 }
 
 impl Plan {
@@ -161,6 +167,7 @@ impl Plan {
                 durable_per_publish_messages: 2_000,
                 startup_records: 100_000,
                 queue_rate_jobs: 500,
+                bridge_backlog_records: 10_000,
             }
         } else {
             Plan {
@@ -175,6 +182,7 @@ impl Plan {
                 durable_per_publish_messages: 10_000,
                 startup_records: 1_000_000,
                 queue_rate_jobs: 3_000,
+                bridge_backlog_records: 100_000,
             }
         }
     }
@@ -190,7 +198,11 @@ impl Plan {
                 1,
                 self.fan_in_messages_per_publisher,
             ),
-            Figure::Latency | Figure::Durable | Figure::Queue | Figure::Footprint => return None,
+            Figure::Latency
+            | Figure::Durable
+            | Figure::Queue
+            | Figure::Bridge
+            | Figure::Footprint => return None,
         };
         Some(Throughput {
             qos,
@@ -237,7 +249,9 @@ fn figure_label(figure: Figure) -> &'static str {
         Figure::Qos1 => "2. broadcast QoS 1, 1 → 1, 64 B",
         Figure::FanOut => "3. fan-out QoS 1, 1 → 10 subscribers: deliveries/s",
         Figure::FanIn => "4. fan-in QoS 1, 10 publishers → 1",
-        Figure::Latency | Figure::Durable | Figure::Queue | Figure::Footprint => "",
+        Figure::Latency | Figure::Durable | Figure::Queue | Figure::Bridge | Figure::Footprint => {
+            ""
+        }
     }
 }
 
@@ -388,7 +402,46 @@ fn run_traffic_figures(
     if wanted(Figure::Queue) {
         run_queue_figure(plan, binaries, results)?;
     }
+    if wanted(Figure::Bridge) {
+        run_bridge_figure(plan, binaries, results);
+    }
     Ok(())
+}
+
+/// Figure 8, saguin alone: records/s a bridge forwards upstream to a
+/// mosquitto peer from a backlog stored while the peer was paused, and the
+/// time to drain it.
+fn run_bridge_figure(plan: &Plan, binaries: &BrokerBinaries, results: &mut Results) {
+    let records = plan.bridge_backlog_records;
+    let count = report::with_thousands(records as f64);
+    println!("\n== 8. bridge draining a {count}-record backlog upstream to mosquitto");
+    let mut rate = Row::new(
+        format!("8a. bridge: records/s forwarded upstream to mosquitto from a {count}-record backlog, one topic"),
+        Unit::MessagesPerS,
+        Better::Higher,
+    );
+    let mut drain = Row::new(
+        format!("8b. bridge: time to drain a {count}-record backlog upstream"),
+        Unit::Milliseconds,
+        Better::Lower,
+    );
+    for run in 1..=plan.runs_per_broker {
+        let sample = bridge::drain_upstream(binaries, records);
+        println!("   run {run}: {sample:?}");
+        let (r, d) = match sample {
+            Ok(elapsed) => (
+                Sample::Value(records as f64 / elapsed.as_secs_f64()),
+                Sample::Value(elapsed.as_secs_f64() * 1e3),
+            ),
+            Err(failure) => (Sample::Failed(failure.clone()), Sample::Failed(failure)),
+        };
+        rate.push(BrokerKind::Saguin, r);
+        drain.push(BrokerKind::Saguin, d);
+    }
+    for mut row in [rate, drain] {
+        row.saguin_only = true;
+        results.figures.push(row);
+    }
 }
 
 /// Jobs in figure 7's backlog: the 300 the drain is known by, and more
@@ -863,7 +916,13 @@ fn method_notes(plan: &Plan) -> String {
          then subscribe to `$saguin/queue/work` and answer each job as a Paho handler does, \
          `ack` on the response topic and the PUBACK in one write. A run is timed from the first \
          SUBSCRIBE to the last answer's PUBACK, and fails if any job reaches two workers or any \
-         is missing. 7a: 300 jobs, one worker; 7b and 7c: {queue_jobs} jobs, 1 and 4 workers.\n",
+         is missing. 7a: 300 jobs, one worker; 7b and 7c: {queue_jobs} jobs, 1 and 4 workers.\n\
+         - Bridge (figure 8, saguin alone): saguin on the redb provider of figure 6 bridges \
+         `durable/#` out to a mosquitto peer (default `receive_maximum` 20). The peer is paused \
+         with SIGSTOP while {bridge_records} records are published to saguin on one topic and \
+         stored, then resumed; a run is timed from the resume to the last record reaching a \
+         subscriber at the peer. One topic, so each record waits for the one before it to be \
+         acknowledged (per-topic order).\n",
         cpus = std::thread::available_parallelism().map_or(0, |n| n.get()),
         qos0 = report::with_thousands(plan.qos0_messages as f64),
         qos1 = report::with_thousands(plan.qos1_messages as f64),
@@ -874,6 +933,7 @@ fn method_notes(plan: &Plan) -> String {
         durable_each = report::with_thousands(plan.durable_messages_per_publisher as f64),
         per_publish = report::with_thousands(plan.durable_per_publish_messages as f64),
         queue_jobs = report::with_thousands(plan.queue_rate_jobs as f64),
+        bridge_records = report::with_thousands(plan.bridge_backlog_records as f64),
     )
 }
 
