@@ -385,3 +385,127 @@ fn a_record_that_came_in_over_one_bridge_never_leaves_over_another() {
         .collect();
     assert_eq!(pushed, vec!["local"]);
 }
+
+/// A peer played by the test over a raw socket: it reads the bridge's
+/// packets with the crate's codec and writes its own.
+struct FakePeer {
+    stream: std::net::TcpStream,
+    buf: Vec<u8>,
+    version: Option<ProtocolVersion>,
+}
+
+impl FakePeer {
+    fn accept(listener: &TcpListener) -> FakePeer {
+        let (stream, _) = listener.accept().unwrap();
+        stream.set_read_timeout(Some(WAIT)).unwrap();
+        FakePeer {
+            stream,
+            buf: Vec::new(),
+            version: None,
+        }
+    }
+
+    fn recv(&mut self) -> Packet {
+        use std::io::Read;
+        loop {
+            if let Ok(Some(header)) = saguin::codec::decode_fixed_header(&self.buf) {
+                if self.buf.len() >= header.packet_len() {
+                    let body = self.buf[header.header_len..header.packet_len()].to_vec();
+                    self.buf.drain(..header.packet_len());
+                    let packet = saguin::codec::decode_packet(&header, &body, self.version)
+                        .expect("the bridge sent a valid packet");
+                    if let Packet::Connect(c) = &packet {
+                        self.version = Some(c.protocol_version);
+                    }
+                    return packet;
+                }
+            }
+            let mut chunk = [0u8; 4096];
+            let n = self.stream.read(&mut chunk).expect("the bridge went quiet");
+            assert!(n > 0, "the bridge closed the link");
+            self.buf.extend_from_slice(&chunk[..n]);
+        }
+    }
+
+    fn send(&mut self, packet: &Packet) {
+        use std::io::Write;
+        let mut bytes = Vec::new();
+        saguin::codec::encode(packet, self.version.unwrap(), &mut bytes);
+        self.stream.write_all(&bytes).unwrap();
+    }
+
+    /// Answers the CONNECT, and the SUBSCRIBE of a new session.
+    fn handshake(&mut self, session_present: bool) {
+        assert!(matches!(self.recv(), Packet::Connect(_)));
+        self.send(&Packet::Connack(saguin::codec::Connack {
+            session_present,
+            ..Default::default()
+        }));
+        if !session_present {
+            let Packet::Subscribe(subscribe) = self.recv() else {
+                panic!("expected a SUBSCRIBE")
+            };
+            self.send(&Packet::Suback(saguin::codec::Suback {
+                packet_id: subscribe.packet_id,
+                reason_codes: vec![saguin::codec::ReasonCode::GRANTED_QOS_1],
+                ..Default::default()
+            }));
+        }
+    }
+
+    fn publish(&mut self, payload: &str, id: u16, dup: bool) {
+        self.send(&Packet::Publish(Publish {
+            dup,
+            qos: QoS::AtLeastOnce,
+            topic: "feed/x".into(),
+            packet_id: Some(id),
+            payload: payload.as_bytes().to_vec(),
+            ..Publish::default()
+        }));
+    }
+
+    /// The next PUBACK the bridge sends, skipping pings.
+    fn puback(&mut self) -> u16 {
+        loop {
+            match self.recv() {
+                Packet::Puback(ack) => return ack.packet_id,
+                Packet::Pingreq => self.send(&Packet::Pingresp),
+                other => panic!("expected a PUBACK, got {other:?}"),
+            }
+        }
+    }
+}
+
+#[test]
+fn a_qos1_redelivery_after_a_dropped_link_is_stored_once() {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let dir = TempDir::new("redelivery");
+    // A long ack_interval holds the acknowledgement back, so the link can
+    // be cut after the record is stored and before the peer is told.
+    let top = format!(
+        "{EVENTS}bridges:\n  up:\n    peer: tcp://127.0.0.1:{port}\n    client_id: gw-1\n    ack_interval: 1s\n    topics:\n      - filter: feed/#\n        direction: in\n        topic: events/$#\n"
+    );
+    let saguin = BrokerProcess::start_in(dir.path(), REDB, &top);
+    let mut reader = RawClient::connect(&saguin.address(), ProtocolVersion::V5, "reader");
+    reader.subscribe("events/#", QoS::AtLeastOnce);
+
+    let mut peer = FakePeer::accept(&listener);
+    peer.handshake(false);
+    peer.publish("once", 5, false);
+    assert_eq!(receive_until(&mut reader, "once"), vec!["once"]);
+    drop(peer);
+
+    // The bridge dials again; the peer resumes the session and redelivers.
+    let mut peer = FakePeer::accept(&listener);
+    peer.handshake(true);
+    peer.publish("once", 5, true);
+    assert_eq!(peer.puback(), 5, "the redelivery is acknowledged");
+    peer.publish("end", 6, false);
+    assert_eq!(peer.puback(), 6);
+    assert_eq!(
+        receive_until(&mut reader, "end"),
+        vec!["end"],
+        "stored once"
+    );
+}
