@@ -517,3 +517,46 @@ fn a_qos1_redelivery_after_a_dropped_link_is_stored_once() {
         "stored once"
     );
 }
+
+#[test]
+fn through_an_outage_latest_keeps_its_newest_broadcast_is_live_and_a_queue_never_crosses() {
+    if !have_mosquitto(
+        "through_an_outage_latest_keeps_its_newest_broadcast_is_live_and_a_queue_never_crosses",
+    ) {
+        return;
+    }
+    let peer_dir = TempDir::new("mosquitto-kinds");
+    let port = free_port();
+    let peer = Mosquitto::start(peer_dir.path(), port);
+    let mut watcher = durable_client(&peer.address(), "watcher");
+    watcher.subscribe("up/#", QoS::AtLeastOnce);
+    drop(watcher);
+
+    let dir = TempDir::new("bridge-kinds");
+    let channels = "channels:\n  events:\n    type: append\n    filter: events/#\n  state:\n    type: latest\n    filter: state/#\n  jobs:\n    type: queue\n    filter: jobs/#\n";
+    let rules = "      - filter: '#'\n        direction: out\n        topic: up/$#\n";
+    let top = format!("{channels}{}", bridge_yaml(port, rules));
+    let mut saguin = BrokerProcess::start_in(dir.path(), REDB, &top);
+    saguin.wait_for_log("bridge up: reading its out filters");
+    saguin.wait_for_log("bridge up: link to");
+    peer.stop();
+    saguin.wait_for_log(" down (");
+
+    let mut device = RawClient::connect(&saguin.address(), ProtocolVersion::V5, "device");
+    publish(&mut device, "jobs/j", "job", 1);
+    publish(&mut device, "b/x", "live-while-down", 2);
+    publish(&mut device, "state/s", "v1", 3);
+    publish(&mut device, "state/s", "v2", 4);
+    publish(&mut device, "events/a", "e1", 5);
+    let peer = Mosquitto::start(peer_dir.path(), port);
+    let mut watcher = durable_client(&peer.address(), "watcher");
+    saguin.wait_for_log("session resumed");
+    // Fences behind each topic's records, on the same topics; broadcast
+    // crosses now that the link is up.
+    publish(&mut device, "b/x", "live-after", 6);
+    publish(&mut device, "state/s", "v3", 7);
+    publish(&mut device, "events/a", "e2", 8);
+    let mut got = receive_all_of(&mut watcher, &["live-after", "v3", "e2"]);
+    got.sort();
+    assert_eq!(got, vec!["e1", "e2", "live-after", "v2", "v3"]);
+}
