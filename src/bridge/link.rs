@@ -32,6 +32,8 @@ const REFUSED_RETRY_MS: u64 = 1_000;
 pub const PEER_KEEP_ALIVE_S: u16 = 30;
 /// How long a connection attempt may wait for its CONNACK.
 const CONNACK_TIMEOUT_MS: u64 = 10_000;
+/// How often the bridge's lag is logged while records wait for the peer.
+const LAG_LOG_INTERVAL_MS: u64 = 30_000;
 
 /// What kind of record a delivery from this broker is, which decides what
 /// the bridge does with it while the link is down.
@@ -89,6 +91,8 @@ struct Outbound {
     publish: Publish,
     /// Its identifier at the peer while it is in flight there.
     peer_id: Option<u16>,
+    /// Its offset in its channel, for the log's lag.
+    offset: Option<u64>,
     /// Not offered again before this time, after a refusal.
     retry_at_ms: u64,
 }
@@ -118,6 +122,9 @@ pub struct Link {
     next_local_id: u16,
     last_peer_packet_ms: u64,
     last_ping_ms: u64,
+    last_lag_log_ms: u64,
+    /// The `saguin-offset` of the last record the peer took, for the log.
+    last_taken_offset: Option<u64>,
     outbound: VecDeque<Outbound>,
     inbound: VecDeque<Inbound>,
     /// Identifiers of the peer's records stored and acknowledged, with a
@@ -147,6 +154,8 @@ impl Link {
             next_local_id: 0,
             last_peer_packet_ms: 0,
             last_ping_ms: 0,
+            last_lag_log_ms: 0,
+            last_taken_offset: None,
             outbound: VecDeque::new(),
             inbound: VecDeque::new(),
             settled: VecDeque::new(),
@@ -288,6 +297,7 @@ impl Link {
             self.stats.unsent_live_down += 1;
             return finish(actions);
         }
+        let offset = label(&publish, "saguin-offset").and_then(|v| v.parse().ok());
         let mut outgoing = publish;
         outgoing.topic = topic;
         outgoing.packet_id = None;
@@ -316,6 +326,7 @@ impl Link {
             carriage,
             publish: outgoing,
             peer_id: None,
+            offset,
             retry_at_ms: 0,
         });
         self.pump_out(now_ms, actions);
@@ -616,8 +627,13 @@ impl Link {
                 return;
             }
         };
-        if peer_id.is_none() && self.inbound.len() >= self.receive_maximum() {
-            self.stats.unstored_queue_full += 1;
+        if self.inbound.len() >= self.receive_maximum() {
+            if peer_id.is_some() {
+                // The window this bridge advertised bounds what it holds.
+                actions.push(Action::ClosePeer("the peer exceeded the Receive Maximum"));
+            } else {
+                self.stats.unstored_queue_full += 1;
+            }
             return;
         }
         let mut local = publish;
@@ -662,6 +678,7 @@ impl Link {
         } else {
             let record = self.outbound.remove(at).expect("found above");
             self.stats.sent += 1;
+            self.last_taken_offset = record.offset.or(self.last_taken_offset);
             if let Some(id) = record.local_id {
                 actions.push(Action::ToLocal(puback(id, ReasonCode::SUCCESS)));
             }
@@ -697,7 +714,28 @@ impl Link {
             _ => {}
         }
         self.pump_in(now_ms, &mut actions);
+        self.log_lag(now_ms);
         actions
+    }
+
+    /// While records wait for the peer, says so now and then: how many
+    /// are read here and not taken, and the offset the peer last took.
+    fn log_lag(&mut self, now_ms: u64) {
+        if self.outbound.is_empty()
+            || now_ms.saturating_sub(self.last_lag_log_ms) < LAG_LOG_INTERVAL_MS
+        {
+            return;
+        }
+        self.last_lag_log_ms = now_ms;
+        log::info!(
+            "bridge {}: link {}; {} records read here wait for the peer; last taken offset {}; {} sent since start",
+            self.settings.name,
+            if self.is_up() { "up" } else { "down" },
+            self.outbound.len(),
+            self.last_taken_offset
+                .map_or_else(|| "none".to_string(), |o| o.to_string()),
+            self.stats.sent
+        );
     }
 
     /// Sends what the window allows: one record in flight per topic, and
@@ -824,11 +862,16 @@ fn puback(packet_id: u16, reason_code: ReasonCode) -> Packet {
 }
 
 fn has_label(publish: &Publish, name: &str) -> bool {
+    label(publish, name).is_some()
+}
+
+fn label<'a>(publish: &'a Publish, name: &str) -> Option<&'a str> {
     publish
         .properties
         .user_properties
         .iter()
-        .any(|(n, _)| n == name)
+        .find(|(n, _)| n == name)
+        .map(|(_, v)| v.as_str())
 }
 
 /// Refusals no retry can turn into an acceptance.

@@ -360,3 +360,15 @@ fn a_peer_without_retained_messages_gets_the_flag_cleared() {
     let actions = link.local_packet(Packet::Publish(publish), 2);
     assert!(!to_peer(&actions)[0].retain);
 }
+
+#[test]
+fn a_peer_past_the_receive_maximum_loses_the_link() {
+    let mut link = link_with(vec![rule("#", Direction::Both, None)], Carriage::Stored);
+    up(&mut link, 0, false);
+    for id in 1..=4 {
+        let actions = link.peer_packet(from_peer("a", id, false), 1);
+        assert!(!actions.iter().any(|a| matches!(a, Action::ClosePeer(_))));
+    }
+    let actions = link.peer_packet(from_peer("a", 5, false), 1);
+    assert!(actions.iter().any(|a| matches!(a, Action::ClosePeer(_))));
+}
