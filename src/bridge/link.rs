@@ -192,6 +192,13 @@ impl Link {
         usize::from(self.settings.receive_maximum)
     }
 
+    /// Whether the peer's records waiting to be stored here fill the
+    /// window: the shell stops reading the peer until they do not, which
+    /// bounds them whatever the peer sends.
+    pub fn inbound_full(&self) -> bool {
+        self.inbound.len() >= self.receive_maximum()
+    }
+
     // ----- this broker's side -------------------------------------------
 
     /// The CONNECT of the bridge's own session here: durable, so that its
@@ -627,13 +634,8 @@ impl Link {
                 return;
             }
         };
-        if self.inbound.len() >= self.receive_maximum() {
-            if peer_id.is_some() {
-                // The window this bridge advertised bounds what it holds.
-                actions.push(Action::ClosePeer("the peer exceeded the Receive Maximum"));
-            } else {
-                self.stats.unstored_queue_full += 1;
-            }
+        if peer_id.is_none() && self.inbound_full() {
+            self.stats.unstored_queue_full += 1;
             return;
         }
         let mut local = publish;

@@ -23,6 +23,8 @@ const DIAL_TIMEOUT_MS: u64 = 10_000;
 /// A peer packet larger than this ends the link: nothing a bridge asks
 /// for is near it, and reading it would mean holding it.
 const MAX_PEER_PACKET_BYTES: usize = 16 * 1024 * 1024;
+/// How often a paused read checks whether the peer's records have room.
+const INBOUND_FULL_POLL_MS: u64 = 5;
 
 /// What the link has asked to be written to the peer.
 #[derive(Default)]
@@ -258,6 +260,11 @@ async fn read_peer(bridge: &Rc<Bridge>, mut stream: TcpStream) -> String {
     let mut buf: Vec<u8> = Vec::new();
     let mut chunk = vec![0u8; 16 * 1024];
     loop {
+        // Records waiting to be stored fill the window: the peer waits in
+        // TCP until this broker has taken them.
+        while bridge.link.borrow().inbound_full() {
+            smol::Timer::after(Duration::from_millis(INBOUND_FULL_POLL_MS)).await;
+        }
         let n = match stream.read(&mut chunk).await {
             Ok(0) => return "the peer closed the connection".into(),
             Ok(n) => n,

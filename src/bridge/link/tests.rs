@@ -362,13 +362,19 @@ fn a_peer_without_retained_messages_gets_the_flag_cleared() {
 }
 
 #[test]
-fn a_peer_past_the_receive_maximum_loses_the_link() {
+fn records_waiting_to_be_stored_fill_the_window_and_qos0_past_it_is_dropped() {
     let mut link = link_with(vec![rule("#", Direction::Both, None)], Carriage::Stored);
     up(&mut link, 0, false);
     for id in 1..=4 {
-        let actions = link.peer_packet(from_peer("a", id, false), 1);
-        assert!(!actions.iter().any(|a| matches!(a, Action::ClosePeer(_))));
+        assert!(!link.inbound_full());
+        link.peer_packet(from_peer("a", id, false), 1);
     }
-    let actions = link.peer_packet(from_peer("a", 5, false), 1);
-    assert!(actions.iter().any(|a| matches!(a, Action::ClosePeer(_))));
+    assert!(link.inbound_full(), "the shell stops reading the peer");
+    let Packet::Publish(mut qos0) = from_peer("a", 9, false) else {
+        unreachable!()
+    };
+    qos0.qos = QoS::AtMostOnce;
+    qos0.packet_id = None;
+    link.peer_packet(Packet::Publish(qos0), 2);
+    assert_eq!(link.stats.unstored_queue_full, 1);
 }
