@@ -47,8 +47,8 @@ export CARGO_TARGET_ARMV7_UNKNOWN_LINUX_GNUEABIHF_LINKER ?= $(ARMV7_PREFIX)-gcc
 export CARGO_TARGET_ARMV7_UNKNOWN_LINUX_GNUEABIHF_RUNNER ?= qemu-arm -L /usr/$(ARMV7_PREFIX)
 export CARGO_TARGET_AARCH64_UNKNOWN_LINUX_GNU_LINKER ?= $(AARCH64_PREFIX)-gcc
 export CARGO_TARGET_AARCH64_UNKNOWN_LINUX_GNU_RUNNER ?= qemu-aarch64 -L /usr/$(AARCH64_PREFIX)
-# For build scripts that compile C through the `cc` crate (none of today's
-# dependencies do, but a future one might): it reads CC_<target>/AR_<target>.
+# For build scripts that compile C through the `cc` crate (ring, under
+# rustls, does): it reads CC_<target>/AR_<target>.
 export CC_armv7_unknown_linux_gnueabihf ?= $(ARMV7_PREFIX)-gcc
 export AR_armv7_unknown_linux_gnueabihf ?= $(ARMV7_PREFIX)-ar
 export CC_aarch64_unknown_linux_gnu ?= $(AARCH64_PREFIX)-gcc

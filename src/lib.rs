@@ -1,15 +1,21 @@
 //! Sagüin: an MQTT 3.1.1 and 5 broker for edge gateways.
 //!
+//! - [`acl`]: what a client may do: the authorization file's model and decisions;
+//! - [`auth`]: who may connect: password files and each door's rule;
 //! - [`bridge`]: bridges to another broker, their protocol state sans-IO;
 //! - [`codec`]: the MQTT 3.1.1 and 5 wire format, pure functions over bytes;
 //! - [`config`]: the YAML configuration and its validation;
 //! - [`core`]: the broker's rules as a sans-IO state machine;
 //! - [`net`]: the smol shell that connects the core to sockets and a clock;
+//! - [`ops`]: the operations listener: health, metrics and `/v1` routes;
 //! - [`store`]: storage providers (redb, memory) and the storage thread.
 
+pub mod acl;
+pub mod auth;
 pub mod bridge;
 pub mod codec;
 pub mod config;
 pub mod core;
 pub mod net;
+pub mod ops;
 pub mod store;

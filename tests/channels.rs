@@ -6,63 +6,12 @@ mod common;
 
 use std::collections::BTreeSet;
 
-use common::{BrokerProcess, RawClient, Received, TempDir};
-use saguin::codec::{Connect, Packet, ProtocolVersion, PubAck, Publish, QoS};
+use common::{durable_connect, publish_all, BrokerProcess, RawClient, Received, TempDir};
+use saguin::codec::{Packet, ProtocolVersion, PubAck, QoS};
 
 const REDB: &str = "  storage:\n    default: local\n    default_retention_period: none\n    default_retention_bytes: none\n    providers:\n      local:\n        type: redb\n        file_path: {dir}/saguin.redb\n        max_bytes: 64MiB\n";
 const MEMORY: &str = "  storage:\n    default: volatile\n    default_retention_period: none\n    default_retention_bytes: none\n    providers:\n      volatile:\n        type: memory\n        max_bytes: 64MiB\n        snapshot_dir: {dir}\n";
 const EVENTS: &str = "channels:\n  events:\n    type: append\n    filter: events/#\n";
-
-/// A durable consumer: Clean Start 0 and an hour's session.
-fn durable_connect(address: &str, client_id: &str) -> (RawClient, bool) {
-    let mut client = RawClient::open(address, ProtocolVersion::V5);
-    let mut connect: Connect = common::connect_packet(ProtocolVersion::V5, client_id);
-    connect.clean_start = false;
-    connect.properties.session_expiry_interval_s = Some(3600);
-    client.send(&Packet::Connect(connect));
-    match client.recv() {
-        Received::Packet(Packet::Connack(connack)) => {
-            assert_eq!(connack.reason_code.0, 0);
-            (client, connack.session_present)
-        }
-        other => panic!("expected a CONNACK, got {other:?}"),
-    }
-}
-
-/// Publishes `payloads` at QoS 1 with a bounded window; returns those the
-/// broker acknowledged before the connection ended (all, unless it dies).
-fn publish_all(client: &mut RawClient, topic: &str, payloads: &[Vec<u8>]) -> Vec<Vec<u8>> {
-    const WINDOW: usize = 16;
-    let mut acknowledged = Vec::new();
-    let mut in_flight = std::collections::VecDeque::new();
-    let mut sent = 0;
-    while acknowledged.len() < payloads.len() {
-        while sent < payloads.len() && in_flight.len() < WINDOW {
-            let packet_id = (sent % 60_000) as u16 + 1;
-            let publish = Publish {
-                qos: QoS::AtLeastOnce,
-                topic: topic.into(),
-                packet_id: Some(packet_id),
-                payload: payloads[sent].clone(),
-                ..Publish::default()
-            };
-            client.send(&Packet::Publish(publish));
-            in_flight.push_back((packet_id, sent));
-            sent += 1;
-        }
-        match client.recv() {
-            Received::Packet(Packet::Puback(ack)) => {
-                assert_eq!(ack.reason_code.0, 0, "publish refused: {ack:?}");
-                let (packet_id, index) = in_flight.pop_front().expect("an ack for something sent");
-                assert_eq!(ack.packet_id, packet_id, "PUBACKs come in order");
-                acknowledged.push(payloads[index].clone());
-            }
-            Received::Closed => break,
-            other => panic!("expected a PUBACK, got {other:?}"),
-        }
-    }
-    acknowledged
-}
 
 /// Reads `count` deliveries, acknowledging each; returns (offset, payload).
 fn consume(client: &mut RawClient, count: usize) -> Vec<(u64, Vec<u8>)> {

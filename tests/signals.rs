@@ -48,24 +48,15 @@ fn first_value(address: &str, topic: &str) -> Publish {
     }
 }
 
-fn signal(broker: &BrokerProcess, name: &str) {
-    let status = std::process::Command::new("kill")
-        .arg(format!("-{name}"))
-        .arg(broker.pid().to_string())
-        .status()
-        .expect("run kill");
-    assert!(status.success(), "kill -{name} failed");
-}
-
 #[test]
 fn hup_and_usr1_leave_the_broker_serving_and_term_still_stops_it_gracefully() {
     let dir = TempDir::new("signals");
     let mut broker = BrokerProcess::start_in(dir.path(), MEMORY, "");
     retain(&broker.address(), "state/lamp", b"on");
 
-    signal(&broker, "HUP");
+    broker.signal("HUP");
     broker.wait_for_log("SIGHUP");
-    signal(&broker, "USR1");
+    broker.signal("USR1");
     broker.wait_for_log("nothing to reload");
 
     // Still serving: a new value reaches a new subscriber.

@@ -1,4 +1,4 @@
-//! Figure 8: a bridge draining a backlog upstream. saguin bridges its
+//! Figure 9: a bridge draining a backlog upstream. saguin bridges its
 //! append channel `durable/#` out to a mosquitto peer; the peer is paused
 //! (SIGSTOP) while the backlog is published to saguin and stored, then
 //! resumed, and the run is the time until a subscriber at the peer has

@@ -56,8 +56,50 @@ pub enum SaguinSetup {
     /// As `GroupCommit`, with a queue `work` claiming `work/#` (figure 7).
     Queue,
     /// As `GroupCommit`, with a bridge carrying `durable/#` out to a peer
-    /// on this loopback port as `up/...` (figure 8).
+    /// on this loopback port as `up/...` (figure 9).
     Bridge(u16),
+    /// No storage; both brokers check user names against one password
+    /// file that `saguin --passwd` wrote, and still admit clients that
+    /// offer none (figure 8).
+    Passwords,
+}
+
+/// The one user in figure 8's password file, and its password.
+pub const BENCH_USER: &str = "bench";
+pub const BENCH_PASSWORD: &str = "bench-password";
+
+/// Figure 8's password file, in the broker's directory.
+fn password_file(dir: &Path) -> PathBuf {
+    dir.join("clients.passwd")
+}
+
+/// Writes figure 8's password file with `saguin --passwd`, readable by
+/// mosquitto after it drops to its own user.
+fn write_password_file(saguin: &Path, dir: &Path) -> Result<(), String> {
+    use std::io::Write;
+    use std::os::unix::fs::PermissionsExt;
+    let path = password_file(dir);
+    let mut child = Command::new(saguin)
+        .arg("--passwd")
+        .arg(&path)
+        .args(["add", BENCH_USER])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .map_err(|e| format!("start {} --passwd: {e}", saguin.display()))?;
+    let _ = writeln!(child.stdin.take().expect("piped"), "{BENCH_PASSWORD}");
+    let output = child
+        .wait_with_output()
+        .map_err(|e| format!("saguin --passwd: {e}"))?;
+    if !output.status.success() {
+        return Err(format!(
+            "saguin --passwd failed: {}",
+            String::from_utf8_lossy(&output.stderr)
+        ));
+    }
+    fs::set_permissions(&path, fs::Permissions::from_mode(0o644))
+        .map_err(|e| format!("chmod {}: {e}", path.display()))
 }
 
 /// The topic filter the bench's queue claims, and its name.
@@ -73,6 +115,16 @@ fn saguin_config(setup: SaguinSetup, dir: &Path) -> String {
     let commit = match setup {
         SaguinSetup::Plain => return SAGUIN_CONFIG_YAML.to_string(),
         SaguinSetup::GroupCommit | SaguinSetup::Queue | SaguinSetup::Bridge(_) => "",
+        SaguinSetup::Passwords => {
+            return SAGUIN_CONFIG_YAML.replacen(
+                "  mqtt:\n",
+                &format!(
+                    "  mqtt:\n    password_file: {}\n    allow_anonymous: true\n",
+                    password_file(dir).display()
+                ),
+                1,
+            )
+        }
         SaguinSetup::CommitPerPublish => "        publish_commit_interval: none\n",
     };
     // `start: tail`: a new reader gets only what is published after it
@@ -248,11 +300,14 @@ impl Broker {
     ) -> Result<Broker, String> {
         let dir = TempDir::new(kind.name())?;
         let binary = binaries.path(kind);
+        if setup == SaguinSetup::Passwords {
+            write_password_file(&binaries.saguin, &dir.0)?;
+        }
         let (child, known_port) = match kind {
             BrokerKind::Saguin => (spawn_saguin(binary, &dir.0, setup)?, None),
             BrokerKind::Mosquitto => {
                 let port = free_loopback_port()?;
-                (spawn_mosquitto(binary, &dir.0, port)?, Some(port))
+                (spawn_mosquitto(binary, &dir.0, port, setup)?, Some(port))
             }
         };
         let mut broker = Broker {
@@ -413,9 +468,18 @@ fn spawn_saguin(binary: &Path, dir: &Path, setup: SaguinSetup) -> Result<Child, 
         })
 }
 
-fn spawn_mosquitto(binary: &Path, dir: &Path, port: u16) -> Result<Child, String> {
+fn spawn_mosquitto(
+    binary: &Path,
+    dir: &Path,
+    port: u16,
+    setup: SaguinSetup,
+) -> Result<Child, String> {
     let config_path = dir.join("mosquitto.conf");
-    fs::write(&config_path, mosquitto_config(port)).map_err(|e| format!("write config: {e}"))?;
+    let mut config = mosquitto_config(port);
+    if setup == SaguinSetup::Passwords {
+        config.push_str(&format!("password_file {}\n", password_file(dir).display()));
+    }
+    fs::write(&config_path, config).map_err(|e| format!("write config: {e}"))?;
     let (stdout, stderr) = output_file(dir)?;
     Command::new(binary)
         .arg("-c")

@@ -51,6 +51,21 @@ impl Client {
         client_id: &str,
         options: &ClientOptions,
     ) -> Result<Client, String> {
+        match Client::open(address, client_id, options, None)? {
+            (client, ReasonCode::SUCCESS) => Ok(client),
+            (_, code) => Err(format!("{client_id}: CONNACK refused with {code:?}")),
+        }
+    }
+
+    /// Opens a TCP connection and sends a CONNECT with a clean session,
+    /// carrying `credentials` (user name, password) where given; returns
+    /// the client with the CONNACK's code, whatever it is.
+    pub fn open(
+        address: SocketAddr,
+        client_id: &str,
+        options: &ClientOptions,
+        credentials: Option<(&str, &[u8])>,
+    ) -> Result<(Client, ReasonCode), String> {
         let stream = TcpStream::connect_timeout(&address, HANDSHAKE_TIMEOUT)
             .map_err(|e| format!("{client_id}: connect to {address}: {e}"))?;
         let mut client = Client::from_stream(stream, options.version)?;
@@ -64,16 +79,14 @@ impl Client {
             keep_alive_s: options.keep_alive_s,
             client_id: client_id.to_string(),
             will: None,
-            username: None,
-            password: None,
+            username: credentials.map(|(user, _)| user.to_string()),
+            password: credentials.map(|(_, password)| password.to_vec()),
             properties,
         }));
         client.flush()?;
         match client.wait_for_packet(HANDSHAKE_TIMEOUT)? {
-            Packet::Connack(connack) if connack.reason_code == ReasonCode::SUCCESS => Ok(client),
-            other => Err(format!(
-                "{client_id}: expected a successful CONNACK, got {other:?}"
-            )),
+            Packet::Connack(connack) => Ok((client, connack.reason_code)),
+            other => Err(format!("{client_id}: expected a CONNACK, got {other:?}")),
         }
     }
 
@@ -209,7 +222,7 @@ impl Client {
     }
 
     /// The next packet, reading as needed for at most `timeout`.
-    fn wait_for_packet(&mut self, timeout: Duration) -> Result<Packet, String> {
+    pub fn wait_for_packet(&mut self, timeout: Duration) -> Result<Packet, String> {
         let deadline = Instant::now() + timeout;
         loop {
             if let Some(packet) = self.next_packet()? {

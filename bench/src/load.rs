@@ -741,7 +741,7 @@ fn summarise_latency(
 }
 
 /// Nearest-rank percentile of sorted samples; NaN when there are none.
-fn percentile(sorted: &[u64], fraction: f64) -> f64 {
+pub fn percentile(sorted: &[u64], fraction: f64) -> f64 {
     if sorted.is_empty() {
         return f64::NAN;
     }

@@ -108,33 +108,14 @@ pub fn utc_now() -> String {
 
 fn format_utc(seconds_since_epoch: u64) -> String {
     const SECONDS_PER_DAY: u64 = 86_400;
-    let (year, month, day) = civil_from_days(seconds_since_epoch / SECONDS_PER_DAY);
+    let (year, month, day) =
+        saguin::ops::json::civil_from_days(seconds_since_epoch / SECONDS_PER_DAY);
     let second_of_day = seconds_since_epoch % SECONDS_PER_DAY;
     format!(
         "{year:04}-{month:02}-{day:02} {:02}:{:02} UTC",
         second_of_day / 3600,
         second_of_day % 3600 / 60
     )
-}
-
-/// Days since 1970-01-01 to a Gregorian date (Howard Hinnant's algorithm,
-/// restricted to dates after the epoch).
-fn civil_from_days(days_since_epoch: u64) -> (u64, u64, u64) {
-    let z = days_since_epoch + 719_468;
-    let era = z / 146_097;
-    let day_of_era = z % 146_097;
-    let year_of_era =
-        (day_of_era - day_of_era / 1460 + day_of_era / 36_524 - day_of_era / 146_096) / 365;
-    let day_of_year = day_of_era - (365 * year_of_era + year_of_era / 4 - year_of_era / 100);
-    let month_index = (5 * day_of_year + 2) / 153;
-    let day = day_of_year - (153 * month_index + 2) / 5 + 1;
-    let month = if month_index < 10 {
-        month_index + 3
-    } else {
-        month_index - 9
-    };
-    let year = year_of_era + era * 400 + u64::from(month <= 2);
-    (year, month, day)
 }
 
 #[cfg(test)]

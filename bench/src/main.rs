@@ -7,6 +7,7 @@
 //!
 //! All traffic stays on 127.0.0.1; every loop is bounded in count and time.
 
+mod auth_storm;
 mod bridge;
 mod brokers;
 mod client;
@@ -57,12 +58,13 @@ enum Figure {
     Latency,
     Durable,
     Queue,
+    AuthStorm,
     Bridge,
     Footprint,
 }
 
 impl Figure {
-    const ALL: [Figure; 9] = [
+    const ALL: [Figure; 10] = [
         Figure::Qos0,
         Figure::Qos1,
         Figure::FanOut,
@@ -70,6 +72,7 @@ impl Figure {
         Figure::Latency,
         Figure::Durable,
         Figure::Queue,
+        Figure::AuthStorm,
         Figure::Bridge,
         Figure::Footprint,
     ];
@@ -87,7 +90,8 @@ impl Figure {
             Figure::Latency => "5",
             Figure::Durable => "6",
             Figure::Queue => "7",
-            Figure::Bridge => "8",
+            Figure::AuthStorm => "8",
+            Figure::Bridge => "9",
             Figure::Footprint => "footprint",
         }
     }
@@ -148,7 +152,7 @@ struct Plan {
     startup_records: u64,
     /// Jobs in figure 7's backlog for a rate.
     queue_rate_jobs: u64,
-    /// Records in figure 8's backlog, forwarded upstream by a bridge.
+    /// Records in figure 9's backlog, forwarded upstream by a bridge.
     bridge_backlog_records: u64,
 }
 
@@ -201,6 +205,7 @@ impl Plan {
             Figure::Latency
             | Figure::Durable
             | Figure::Queue
+            | Figure::AuthStorm
             | Figure::Bridge
             | Figure::Footprint => return None,
         };
@@ -249,9 +254,12 @@ fn figure_label(figure: Figure) -> &'static str {
         Figure::Qos1 => "2. broadcast QoS 1, 1 → 1, 64 B",
         Figure::FanOut => "3. fan-out QoS 1, 1 → 10 subscribers: deliveries/s",
         Figure::FanIn => "4. fan-in QoS 1, 10 publishers → 1",
-        Figure::Latency | Figure::Durable | Figure::Queue | Figure::Bridge | Figure::Footprint => {
-            ""
-        }
+        Figure::Latency
+        | Figure::Durable
+        | Figure::Queue
+        | Figure::AuthStorm
+        | Figure::Bridge
+        | Figure::Footprint => "",
     }
 }
 
@@ -402,26 +410,29 @@ fn run_traffic_figures(
     if wanted(Figure::Queue) {
         run_queue_figure(plan, binaries, results)?;
     }
+    if wanted(Figure::AuthStorm) {
+        run_auth_storm_figure(plan, binaries, results)?;
+    }
     if wanted(Figure::Bridge) {
         run_bridge_figure(plan, binaries, results);
     }
     Ok(())
 }
 
-/// Figure 8, saguin alone: records/s a bridge forwards upstream to a
+/// Figure 9, saguin alone: records/s a bridge forwards upstream to a
 /// mosquitto peer from a backlog stored while the peer was paused, and the
 /// time to drain it.
 fn run_bridge_figure(plan: &Plan, binaries: &BrokerBinaries, results: &mut Results) {
     let records = plan.bridge_backlog_records;
     let count = report::with_thousands(records as f64);
-    println!("\n== 8. bridge draining a {count}-record backlog upstream to mosquitto");
+    println!("\n== 9. bridge draining a {count}-record backlog upstream to mosquitto");
     let mut rate = Row::new(
-        format!("8a. bridge: records/s forwarded upstream to mosquitto from a {count}-record backlog, one topic"),
+        format!("9a. bridge: records/s forwarded upstream to mosquitto from a {count}-record backlog, one topic"),
         Unit::MessagesPerS,
         Better::Higher,
     );
     let mut drain = Row::new(
-        format!("8b. bridge: time to drain a {count}-record backlog upstream"),
+        format!("9b. bridge: time to drain a {count}-record backlog upstream"),
         Unit::Milliseconds,
         Better::Lower,
     );
@@ -441,6 +452,84 @@ fn run_bridge_figure(plan: &Plan, binaries: &BrokerBinaries, results: &mut Resul
     for mut row in [rate, drain] {
         row.saguin_only = true;
         results.figures.push(row);
+    }
+}
+
+/// Figure 8: both brokers checking one password file, refusing
+/// `STORM_CONNECTS` wrong passwords while a bystander publishes.
+fn run_auth_storm_figure(
+    plan: &Plan,
+    binaries: &BrokerBinaries,
+    results: &mut Results,
+) -> Result<(), String> {
+    let title = format!(
+        "8. {} wrong-password CONNECTs ($7$, 101 iterations)",
+        report::with_thousands(auth_storm::STORM_CONNECTS as f64)
+    );
+    let refuse = Row::new(
+        format!("{title}: time to refuse all"),
+        Unit::Milliseconds,
+        Better::Lower,
+    );
+    let bystander = Row::new(
+        format!("{title}: a bystander's QoS 1 PUBACK p99 meanwhile"),
+        Unit::Microseconds,
+        Better::Lower,
+    );
+    let mut brokers = Vec::new();
+    for kind in BrokerKind::BOTH {
+        brokers.push(Broker::start_with(kind, binaries, SaguinSetup::Passwords)?);
+    }
+    println!("\n== {title}");
+    let mut rows = [refuse, bystander];
+    alternate_runs(plan, &brokers, &mut rows, |broker, run| {
+        let outcome = auth_storm::run_storm(broker.address, &format!("f8r{run}{}", broker.kind));
+        match outcome.failure {
+            Some(failure) => Err(failure),
+            None => Ok((
+                [outcome.refuse_all_ms, outcome.bystander_p99_us],
+                format!(
+                    "refused all in {:.0} ms; bystander p99 {:.0} µs over {} publishes",
+                    outcome.refuse_all_ms, outcome.bystander_p99_us, outcome.bystander_samples
+                ),
+            )),
+        }
+    });
+    for broker in brokers {
+        broker.stop();
+    }
+    results.figures.extend(rows);
+    Ok(())
+}
+
+/// Runs `measure` on each broker in turn, `plan.runs_per_broker` times.
+/// A run gives one value for each of `rows` and a line to print, or why
+/// it failed, which every row records.
+fn alternate_runs<const N: usize>(
+    plan: &Plan,
+    brokers: &[Broker],
+    rows: &mut [Row; N],
+    mut measure: impl FnMut(&Broker, usize) -> Result<([f64; N], String), String>,
+) {
+    for run in 1..=plan.runs_per_broker {
+        for broker in brokers {
+            let prefix = format!("   run {run} {:<9}", broker.kind);
+            match measure(broker, run) {
+                Err(failure) => {
+                    println!("{prefix} FAILED: {failure}");
+                    for row in rows.iter_mut() {
+                        row.push(broker.kind, Sample::Failed(failure.clone()));
+                    }
+                }
+                Ok((values, line)) => {
+                    println!("{prefix} {line}");
+                    for (row, value) in rows.iter_mut().zip(values) {
+                        row.push(broker.kind, Sample::Value(value));
+                    }
+                }
+            }
+            std::thread::sleep(BETWEEN_RUNS);
+        }
     }
 }
 
@@ -667,33 +756,24 @@ fn run_latency_figure(load: &Latency, plan: &Plan, brokers: &[Broker]) -> Vec<Ro
         "5. latency QoS 1, 1 → 1 at {} msg/s",
         report::with_thousands(f64::from(load.rate_per_s))
     );
-    let mut p50 = Row::new(format!("{title}: p50"), Unit::Microseconds, Better::Lower);
-    let mut p99 = Row::new(format!("{title}: p99"), Unit::Microseconds, Better::Lower);
+    let p50 = Row::new(format!("{title}: p50"), Unit::Microseconds, Better::Lower);
+    let p99 = Row::new(format!("{title}: p99"), Unit::Microseconds, Better::Lower);
     println!("\n== {title}, {:?} per run", load.duration);
-    for run in 1..=plan.runs_per_broker {
-        for broker in brokers {
-            let outcome =
-                load::run_latency(broker.address, load, &format!("f5r{run}{}", broker.kind));
-            let prefix = format!("   run {run} {:<9}", broker.kind);
-            match outcome.failure {
-                Some(failure) => {
-                    println!("{prefix} FAILED: {failure}");
-                    p50.push(broker.kind, Sample::Failed(failure.clone()));
-                    p99.push(broker.kind, Sample::Failed(failure));
-                }
-                None => {
-                    println!(
-                        "{prefix} p50 {:.0} µs, p99 {:.0} µs over {} samples",
-                        outcome.p50_us, outcome.p99_us, outcome.samples
-                    );
-                    p50.push(broker.kind, Sample::Value(outcome.p50_us));
-                    p99.push(broker.kind, Sample::Value(outcome.p99_us));
-                }
-            }
-            std::thread::sleep(BETWEEN_RUNS);
+    let mut rows = [p50, p99];
+    alternate_runs(plan, brokers, &mut rows, |broker, run| {
+        let outcome = load::run_latency(broker.address, load, &format!("f5r{run}{}", broker.kind));
+        match outcome.failure {
+            Some(failure) => Err(failure),
+            None => Ok((
+                [outcome.p50_us, outcome.p99_us],
+                format!(
+                    "p50 {:.0} µs, p99 {:.0} µs over {} samples",
+                    outcome.p50_us, outcome.p99_us, outcome.samples
+                ),
+            )),
         }
-    }
-    vec![p50, p99]
+    });
+    rows.into()
 }
 
 /// Binary sizes (building the cross binaries when it can), memory, then
@@ -917,12 +997,23 @@ fn method_notes(plan: &Plan) -> String {
          `ack` on the response topic and the PUBACK in one write. A run is timed from the first \
          SUBSCRIBE to the last answer's PUBACK, and fails if any job reaches two workers or any \
          is missing. 7a: 300 jobs, one worker; 7b and 7c: {queue_jobs} jobs, 1 and 4 workers.\n\
-         - Bridge (figure 8, saguin alone): saguin on the redb provider of figure 6 bridges \
+         - Wrong passwords (figure 8): a fresh pair of brokers reading one password file that \
+         `saguin --passwd` wrote (one user, `$7$` with 101 iterations, the default of both), \
+         still admitting clients without a user name. {storm} CONNECTs naming that user with a \
+         wrong password come from {storm_threads} threads, each sending one after another; a run \
+         is timed from the first to the last refusal. Meanwhile an anonymous bystander connected \
+         before the storm publishes at QoS 1 every 2 ms, one at a time, and its PUBACK round \
+         trips give the p99. saguin checks each password on a thread of its own, one at a time, \
+         so the executor serving the bystander computes no hash; mosquitto checks on its one \
+         thread.\n\
+         - Bridge (figure 9, saguin alone): saguin on the redb provider of figure 6 bridges \
          `durable/#` out to a mosquitto peer (default `receive_maximum` 20). The peer is paused \
          with SIGSTOP while {bridge_records} records are published to saguin on one topic and \
          stored, then resumed; a run is timed from the resume to the last record reaching a \
          subscriber at the peer. One topic, so each record waits for the one before it to be \
          acknowledged (per-topic order).\n",
+        storm = report::with_thousands(auth_storm::STORM_CONNECTS as f64),
+        storm_threads = auth_storm::STORM_THREADS,
         cpus = std::thread::available_parallelism().map_or(0, |n| n.get()),
         qos0 = report::with_thousands(plan.qos0_messages as f64),
         qos1 = report::with_thousands(plan.qos1_messages as f64),

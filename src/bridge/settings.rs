@@ -76,6 +76,6 @@ impl BridgeSettings {
     /// The client id of the session this bridge holds at this broker: its
     /// durable position in every channel it drains is that session's.
     pub fn local_client_id(&self) -> String {
-        format!("saguin-bridge/{}", self.name)
+        format!("{}{}", crate::core::BRIDGE_CLIENT_ID_PREFIX, self.name)
     }
 }

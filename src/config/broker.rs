@@ -6,6 +6,8 @@ use std::path::PathBuf;
 
 use serde_yaml::Value;
 
+use super::acl_identity;
+use super::authentication::{self, AuthenticationKeys};
 use super::channels::Scope;
 use super::exchanges::{self, Qos2Config, SessionConfig, ShareConfig};
 use super::findings::{show, Findings};
@@ -15,6 +17,7 @@ use super::listen::{self, TcpDoor};
 use super::persistence::{self, RetainedConfig};
 use super::storage::{self, StorageConfig};
 use super::table::{table, Keys};
+use crate::auth::DoorRule;
 
 /// Everything under `broker:`.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -40,6 +43,8 @@ pub struct BrokerConfig {
     /// `broker.storage`: `None` when the block is absent, which is valid
     /// while no channel needs a provider; written, it is complete.
     pub storage: Option<StorageConfig>,
+    /// `broker.operations`: `None` when absent, which opens no listener.
+    pub operations: Option<crate::ops::Settings>,
 }
 
 /// `broker.log_level`: how much the broker says.
@@ -88,6 +93,31 @@ pub struct MqttConfig {
     pub tcp: Vec<TcpDoor>,
     /// `broker.mqtt.min_protocol_version`.
     pub min_protocol_version: MinProtocolVersion,
+    /// `broker.mqtt.acl_file`: an absolute path; `None` lets every client
+    /// do anything.
+    pub acl_file: Option<PathBuf>,
+    /// `broker.mqtt.password_file` and `allow_anonymous`, as written;
+    /// [`MqttConfig::door_rules`] settles what each door does.
+    pub authentication: AuthenticationKeys,
+}
+
+impl MqttConfig {
+    /// Each door's rule for who may connect, in door order.
+    pub fn door_rules(&self) -> Vec<DoorRule> {
+        authentication::door_rules(&self.authentication, self.door_keys())
+    }
+
+    /// What the configuration admits that an acl_file cannot tell apart:
+    /// one line for each door no password file guards.
+    pub fn acl_warnings(&self) -> Vec<String> {
+        acl_identity::unidentified_doors(self.acl_file.as_deref(), &self.door_rules(), &self.tcp)
+    }
+
+    fn door_keys(&self) -> impl Iterator<Item = (&str, &AuthenticationKeys)> {
+        self.tcp
+            .iter()
+            .map(|door| (door.name.as_str(), &door.authentication))
+    }
 }
 
 /// `broker.mqtt.min_protocol_version`: the oldest MQTT admitted.
@@ -122,13 +152,20 @@ const BROKER_KEYS: Keys = Keys {
         "storage",
         "session",
         "retained",
+        "operations",
     ],
-    not_yet: &["operations"],
+    not_yet: &[],
 };
 
 const MQTT_KEYS: Keys = Keys {
-    supported: &["listen", "min_protocol_version"],
-    not_yet: &["password_file", "allow_anonymous", "acl_file"],
+    supported: &[
+        "listen",
+        "min_protocol_version",
+        "password_file",
+        "allow_anonymous",
+        "acl_file",
+    ],
+    not_yet: &[],
 };
 
 /// Reads `broker:`, and returns beside it what channels are checked
@@ -150,6 +187,11 @@ pub(super) fn broker(
     let share = exchanges::share(f, t.get("share"));
     let session = exchanges::session(f, t.get("session"));
     let retained = persistence::retained(f, t.get("retained"));
+    let operations = super::operations::parse(
+        f,
+        t.get("operations"),
+        mqtt.as_ref().map(|m| m.tcp.as_slice()),
+    );
     let storage = storage::parse(f, t.get("storage"), limits.as_ref(), origin);
     // Both name a provider, so they are settled once storage is known; a
     // broken broker.storage has its own findings.
@@ -181,6 +223,7 @@ pub(super) fn broker(
             session: session?,
             retained: retained?,
             storage: storage?,
+            operations: operations?,
         })
     };
     (broker(), scope)
@@ -282,10 +325,38 @@ fn mqtt(f: &mut Findings, value: Option<&Value>) -> Option<MqttConfig> {
     let t = table(f, "broker.mqtt", value.unwrap_or(&Value::Null), &MQTT_KEYS)?;
     let tcp = listen::parse(f, "broker.mqtt.listen", t.get("listen"));
     let min_protocol_version = min_protocol_version(f, t.get("min_protocol_version"));
-    Some(MqttConfig {
+    let authentication = authentication::keys(f, "broker.mqtt", &t);
+    let acl_file = acl_file(f, t.get("acl_file"));
+    let mqtt = MqttConfig {
         tcp: tcp?,
         min_protocol_version: min_protocol_version?,
-    })
+        authentication: authentication?,
+        acl_file: acl_file?,
+    };
+    let rules = mqtt.door_rules();
+    authentication::check(f, &rules, mqtt.door_keys());
+    let acl_file = mqtt.acl_file.as_deref();
+    acl_identity::check(f, acl_file, &mqtt.authentication, &rules, &mqtt.tcp);
+    Some(mqtt)
+}
+
+/// `broker.mqtt.acl_file`: `Some(None)` when absent. The file itself is
+/// read by [`super::acl_file::load`], against the channels.
+fn acl_file(f: &mut Findings, value: Option<&Value>) -> Option<Option<PathBuf>> {
+    let Some(value) = value else {
+        return Some(None);
+    };
+    match value {
+        Value::String(path) if path.starts_with('/') => Some(Some(PathBuf::from(path))),
+        _ => {
+            f.value(
+                "broker.mqtt.acl_file",
+                value,
+                "it is an absolute path to the authorization file, such as /etc/saguin/acl.yaml; omit the key to let every client do anything",
+            );
+            None
+        }
+    }
 }
 
 /// Accepts `"3.1.1"` (YAML reads the bare form as text too) and `5`,

@@ -666,7 +666,7 @@ fn level_problem(level: &str, index: usize, is_last: bool) -> Option<String> {
 
 /// The plain filters a written one stands for, every combination of its
 /// braced levels in the order written.
-fn expand(text: &str) -> Result<Vec<String>, String> {
+pub(super) fn expand(text: &str) -> Result<Vec<String>, String> {
     let levels: Vec<Vec<&str>> = text
         .split('/')
         .map(|level| match braced(level) {

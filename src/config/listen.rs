@@ -10,8 +10,10 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 use serde_yaml::Value;
 
+use super::authentication::{self, AuthenticationKeys};
 use super::findings::{show, Findings};
 use super::table::{table, Keys};
+use crate::net::tls::TlsSettings;
 
 /// One TCP listener.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -24,6 +26,10 @@ pub struct TcpDoor {
     /// that an empty host (`:1883`, every interface) is given as `0.0.0.0`,
     /// and the port is written as a plain decimal number.
     pub address: String,
+    /// The door's own `password_file` and `allow_anonymous`, as written.
+    pub authentication: AuthenticationKeys,
+    /// Its `tls` block; `None` for a plain door.
+    pub tls: Option<TlsSettings>,
 }
 
 /// The name a door takes when the file gives it none.
@@ -38,8 +44,8 @@ const LISTEN_KEYS: Keys = Keys {
 };
 
 const DOOR_KEYS: Keys = Keys {
-    supported: &["name", "address"],
-    not_yet: &["tls", "password_file", "allow_anonymous"],
+    supported: &["name", "address", "password_file", "allow_anonymous", "tls"],
+    not_yet: &[],
 };
 
 /// Reads `broker.mqtt.listen`. With no listener written at all, one `tcp`
@@ -104,7 +110,7 @@ pub(super) fn parse(f: &mut Findings, path: &str, value: Option<&Value>) -> Opti
     // round.
     let mut clean = doors.iter().all(|d| {
         d.as_ref()
-            .is_some_and(|d| d.name.is_some() && d.address.is_some())
+            .is_some_and(|d| d.name.is_some() && d.address.is_some() && d.tls.is_some())
     });
     let doors: Vec<Door> = doors.into_iter().flatten().collect();
     for (j, later) in doors.iter().enumerate() {
@@ -151,15 +157,30 @@ pub(super) fn parse(f: &mut Findings, path: &str, value: Option<&Value>) -> Opti
             Some(TcpDoor {
                 name: d.name?,
                 address: d.address?.1.bind,
+                authentication: d.authentication?,
+                tls: d.tls?,
             })
         })
         .collect()
+}
+
+/// What messages about the door's files call it: the kind alone for the
+/// door a single mapping names after its kind, the kind and the name
+/// otherwise.
+fn door_label(name: &str) -> String {
+    if name == DEFAULT_TCP_DOOR_NAME {
+        "broker.mqtt.listen.tcp".to_string()
+    } else {
+        format!("broker.mqtt.listen.tcp[{name}]")
+    }
 }
 
 fn default_doors() -> Vec<TcpDoor> {
     vec![TcpDoor {
         name: DEFAULT_TCP_DOOR_NAME.to_string(),
         address: DEFAULT_TCP_ADDRESS.to_string(),
+        authentication: AuthenticationKeys::default(),
+        tls: None,
     }]
 }
 
@@ -170,6 +191,9 @@ struct Door {
     name: Option<String>,
     /// The address as written, and as read.
     address: Option<(String, Address)>,
+    authentication: Option<AuthenticationKeys>,
+    /// Its `tls` block, `Some(None)` for a plain door.
+    tls: Option<Option<TlsSettings>>,
 }
 
 impl Door {
@@ -218,13 +242,40 @@ fn door(f: &mut Findings, path: &str, value: &Value, default_name: Option<&str>)
             None
         }
     };
+    let address = door_address(
+        f,
+        path,
+        t.get("address"),
+        "this door has no address, and a door with no address is a mistake rather than a default; write address: with host:port, such as 0.0.0.0:1883",
+    );
+    let tls = match t.get("tls") {
+        None => Some(None),
+        Some(v) => {
+            let label = name.as_deref().map(door_label);
+            super::tls::parse(f, &format!("{path}.tls"), v, label).map(Some)
+        }
+    };
+    Some(Door {
+        path: path.to_string(),
+        name,
+        address,
+        authentication: authentication::keys(f, path, &t),
+        tls,
+    })
+}
+
+/// Reads the `address` of the door at `path`, as written and as read;
+/// `missing` is the finding when there is none.
+pub(super) fn door_address(
+    f: &mut Findings,
+    path: &str,
+    value: Option<&Value>,
+    missing: &str,
+) -> Option<(String, Address)> {
     let address_path = format!("{path}.address");
-    let address = match t.get("address") {
+    match value {
         None => {
-            f.key(
-                path,
-                "this door has no address, and a door with no address is a mistake rather than a default; write address: with host:port, such as 0.0.0.0:1883",
-            );
+            f.key(path, missing);
             None
         }
         Some(v @ Value::String(text)) => match parse_address(text) {
@@ -235,19 +286,10 @@ fn door(f: &mut Findings, path: &str, value: &Value, default_name: Option<&str>)
             }
         },
         Some(v) => {
-            f.value(
-                &address_path,
-                v,
-                "an address is host:port, such as 0.0.0.0:1883, [::1]:1883 or :1883 for every interface",
-            );
+            f.value(&address_path, v, ADDRESS_FORM);
             None
         }
-    };
-    Some(Door {
-        path: path.to_string(),
-        name,
-        address,
-    })
+    }
 }
 
 /// A door's address, read for binding and for comparing with others.
@@ -257,6 +299,23 @@ pub(super) struct Address {
     port: u16,
     /// What to hand the socket layer.
     bind: String,
+}
+
+impl Address {
+    /// Whether only this machine can reach it: a loopback IP, or the name
+    /// `localhost`.
+    pub(super) fn is_loopback(&self) -> bool {
+        match &self.host {
+            Host::Ip { ip, .. } => ip.is_loopback(),
+            Host::Name(name) => name.eq_ignore_ascii_case("localhost"),
+            Host::Any => false,
+        }
+    }
+
+    /// What to hand the socket layer.
+    pub(super) fn bind_text(&self) -> &str {
+        &self.bind
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -292,7 +351,7 @@ impl Host {
 /// Whether the kernel would refuse to bind both: the same port, not 0 (the
 /// kernel gives each a port of its own), and hosts that are equal or of
 /// which either is a wildcard. Host names are compared as written.
-fn clashes(a: &Address, b: &Address) -> bool {
+pub(super) fn clashes(a: &Address, b: &Address) -> bool {
     a.port != 0
         && a.port == b.port
         && (a.host.is_wildcard() || b.host.is_wildcard() || a.host.same_as(&b.host))

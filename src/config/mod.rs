@@ -23,6 +23,10 @@
 //! place. An `!include` resolves against the directory of the file that
 //! holds it, so only [`load`] and [`parse_with_base`] can follow one.
 
+pub mod acl_file;
+mod acl_identity;
+mod acl_lines;
+mod authentication;
 mod bridges;
 mod broker;
 mod channels;
@@ -33,12 +37,14 @@ mod include;
 mod latest;
 mod limits;
 mod listen;
+mod operations;
 mod parse;
 mod persistence;
 pub mod queue;
 mod settings;
 mod storage;
 mod table;
+mod tls;
 mod units;
 mod values;
 
@@ -48,6 +54,7 @@ mod tests;
 use std::fmt;
 use std::path::Path;
 
+pub use authentication::AuthenticationKeys;
 pub use broker::{BrokerConfig, LogLevel, MinProtocolVersion, MqttConfig};
 pub use channels::{ChannelConfig, ChannelKind, Start, MAX_FILTER_EXPANSIONS};
 pub use embedded::{DEFAULT_CONFIG_YAML, EMBEDDED_DATA_DIR, EMBEDDED_SOURCE};

@@ -46,6 +46,7 @@ pub(super) fn shell(
             .map(|door| Door {
                 name: door.name.clone(),
                 address: door.address.clone(),
+                tls: door.tls.clone(),
             })
             .collect(),
         pid_file: broker.pid_file.clone(),
@@ -54,6 +55,7 @@ pub(super) fn shell(
         reserve_bytes: reserve_bytes(limits),
         providers,
         bridges: bridges.to_vec(),
+        operations: broker.operations.clone(),
     }
 }
 
@@ -199,11 +201,13 @@ channels:
             [
                 Door {
                     name: "inside".into(),
-                    address: "127.0.0.1:1883".into()
+                    address: "127.0.0.1:1883".into(),
+                    tls: None,
                 },
                 Door {
                     name: "outside".into(),
-                    address: "0.0.0.0:8883".into()
+                    address: "0.0.0.0:8883".into(),
+                    tls: None,
                 }
             ]
         );

@@ -11,6 +11,7 @@ mod broker;
 pub mod channel;
 pub mod connection;
 pub mod message;
+pub mod observe;
 pub mod refusal;
 pub mod session;
 pub mod slab;
@@ -19,6 +20,7 @@ mod tests;
 mod timer;
 
 use std::collections::HashMap;
+use std::sync::Arc;
 
 use crate::codec::{
     Connack, DecodeError, Disconnect, Packet, Properties, ProtocolVersion, ReasonCode, Subscribe,
@@ -33,11 +35,15 @@ pub use broker::persist::SESSIONS_SPACE;
 /// The User Property a bridge's publish keeps, stored with the record:
 /// a record carrying it never leaves over a bridge.
 pub const BRIDGED_MARK: &str = "saguin-bridged";
+/// The client ids a bridge's own session holds (`saguin-bridge/<name>`);
+/// an ordinary client is refused one, so a session holding one is a bridge's.
+pub const BRIDGE_CLIENT_ID_PREFIX: &str = "saguin-bridge/";
 pub use channel::{ChannelSettings, ChannelStart};
 // The paths the network shell and the configuration name channel kinds by.
 pub use channel::queue::dead_letter;
 pub use channel::queue::rules as queue_rules;
 pub use channel::{claims, latest, load as channel_load, queue};
+pub use connection::origin::Origin;
 use connection::{Active, Connection};
 pub use refusal::Refusal;
 pub use slab::Key;
@@ -296,6 +302,12 @@ pub struct Broker {
     /// Session records in the session provider.
     pub(crate) persist: broker::persist::Persistence,
     pub(crate) queues: channel::queue::Queues,
+    /// What only the operations listener reads.
+    pub(crate) tallies: observe::Tallies,
+    /// Who may connect; replaced whole on a reload.
+    pub(crate) authentication: Arc<crate::auth::Authentication>,
+    /// The authorization file in force and each session's grants.
+    pub(crate) authorization: broker::authorize::Authorization,
 }
 
 impl Broker {
@@ -339,6 +351,9 @@ impl Broker {
             ),
             match_scratch: Vec::new(),
             persist: broker::persist::Persistence::default(),
+            tallies: observe::Tallies::new(settings.channels.len()),
+            authentication: Arc::default(),
+            authorization: Default::default(),
             settings,
         }
     }
@@ -366,21 +381,26 @@ impl Broker {
 
     /// Takes a slot in the connection table for a new socket, or `None`
     /// when every slot is taken.
-    pub fn accept(&mut self, now_ms: u64) -> Option<Key> {
-        self.accept_as(now_ms, false)
+    pub fn accept(&mut self, now_ms: u64, origin: Origin) -> Option<Key> {
+        self.accept_as(now_ms, origin, false)
     }
 
-    /// [`Broker::accept`] for a bridge's in-process session.
+    /// [`Broker::accept`] for a bridge's in-process session. It is the
+    /// broker's own, so it arrives on no door: no door's password file or
+    /// certificate rule applies, and the ACL lets it through.
     pub fn accept_bridge(&mut self, now_ms: u64) -> Option<Key> {
-        self.accept_as(now_ms, true)
+        self.accept_as(now_ms, Origin::default(), true)
     }
 
-    fn accept_as(&mut self, now_ms: u64, bridge: bool) -> Option<Key> {
+    fn accept_as(&mut self, now_ms: u64, origin: Origin, bridge: bool) -> Option<Key> {
         let key = self.connections.insert_with(|_| Connection {
             accepted_at_ms: now_ms,
             last_received_ms: now_ms,
             active: None,
             bridge,
+            origin,
+            user: None,
+            checked: None,
         });
         match key {
             Some(_) => self.stats.connections_accepted += 1,

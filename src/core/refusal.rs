@@ -67,7 +67,15 @@ refusals! {
     ClientIdTooLong = (CLIENT_IDENTIFIER_NOT_VALID, Connack, "client id longer than limits.max_client_id_length"),
     KeptSessionWithoutClientId = (CLIENT_IDENTIFIER_NOT_VALID, Connack, "a session kept past its connection needs a client id"),
     ClientIdControlCharacter = (CLIENT_IDENTIFIER_NOT_VALID, Connack, "client id holds a control character"),
+    /// `saguin-bridge/<name>` is a bridge's own session here; a client
+    /// taking one would take over the bridge's positions.
+    ClientIdReservedForBridges = (CLIENT_IDENTIFIER_NOT_VALID, Connack, "client ids starting saguin-bridge/ are reserved for the broker's bridges"),
     UserNameControlCharacter = (BAD_USER_NAME_OR_PASSWORD, Connack, "user name holds a control character"),
+    /// A name that could rewrite the log line recording it names nobody.
+    CertificateNameControlCharacter = (BAD_USER_NAME_OR_PASSWORD, Connack, "the client certificate's name holds a control character"),
+    /// One answer for an unknown user, a wrong password and a missing one:
+    /// telling them apart would tell a caller who exists.
+    BadCredentials = (BAD_USER_NAME_OR_PASSWORD, Connack, "bad user name or password"),
     ReservedConnectProperty = (IMPLEMENTATION_SPECIFIC_ERROR, Connack, "saguin- User Properties are reserved"),
     WillTopicNotAName = (TOPIC_NAME_INVALID, Connack, "Will topic holds a wildcard or is empty"),
     WillTopicTooLong = (TOPIC_NAME_INVALID, Connack, "topic longer than limits.max_topic_length"),
@@ -78,6 +86,12 @@ refusals! {
     WillNoRoom = (QUOTA_EXCEEDED, Connack, "the session store is full and cannot hold the Will"),
     SessionStoreFailedAtConnect = (IMPLEMENTATION_SPECIFIC_ERROR, Connack, "the session store failed; connect again"),
     ServerBusy = (SERVER_BUSY, Connack, "every connection slot is taken"),
+    // The acl_file's, at CONNECT.
+    ClientIdNotAdmitted = (BAD_USER_NAME_OR_PASSWORD, Connack, "bad user name or password for this client id"),
+    WillDenied = (NOT_AUTHORIZED, Connack, "this client's roles take the Will away"),
+    WillRetainDenied = (RETAIN_NOT_SUPPORTED, Connack, "this client's roles take retained broadcast values away"),
+    WillQos2Denied = (QOS_NOT_SUPPORTED, Connack, "this client's roles take QoS 2 away"),
+    WillNotAuthorized = (NOT_AUTHORIZED, Connack, "not authorized to publish to the Will topic"),
 
     // On a DISCONNECT from the broker.
     AuthWithoutMethod = (PROTOCOL_ERROR, Other, "no authentication method is in use to re-authenticate with"),
@@ -98,6 +112,11 @@ refusals! {
     SharedNoLocal = (PROTOCOL_ERROR, Other, "No Local on a shared subscription"),
     RecordTooLarge = (PACKET_TOO_LARGE, Other, "a channel record is larger than your Maximum Packet Size"),
     JobTooLarge = (PACKET_TOO_LARGE, Other, "a queue's job is larger than your Maximum Packet Size"),
+    Qos2Denied = (QOS_NOT_SUPPORTED, Other, "QoS 2 publish from a client told Maximum QoS 1"),
+    RetainDenied = (RETAIN_NOT_SUPPORTED, Other, "retained broadcast publish from a client whose roles take retained values away"),
+    ShareDenied = (SHARED_SUBSCRIPTIONS_NOT_SUPPORTED, Other, "a shared subscription from a client told Shared Subscription Available 0"),
+    HangUpNeedsMqtt5 = (IMPLEMENTATION_SPECIFIC_ERROR, Other, "a hang-up is answered on a Response Topic, which 3.1.1 cannot name"),
+    HungUp = (ADMINISTRATIVE_ACTION, Other, "hung up by an operator"),
 
     // On a PUBACK or PUBREC (and a PUBREL's DISCONNECT for the retained store).
     StorageBehind = (IMPLEMENTATION_SPECIFIC_ERROR, Other, "storage is behind; try again"),
@@ -146,6 +165,10 @@ refusals! {
     KeyOnAppend = (TOPIC_NAME_INVALID, Other, "the key is on an append channel, a log rather than a set of values: read it by subscribing"),
     ValueNotRead = (IMPLEMENTATION_SPECIFIC_ERROR, Other, "storage could not read the value"),
     AnswerTooLarge = (IMPLEMENTATION_SPECIFIC_ERROR, Other, "the answer is larger than your Maximum Packet Size"),
+    PublishNotAuthorized = (NOT_AUTHORIZED, Other, "not authorized: no rule of this client's roles allows this publish"),
+    HangUpWithoutResponseTopic = (IMPLEMENTATION_SPECIFIC_ERROR, Other, "no Response Topic: nobody would be told what happened, so nobody is hung up"),
+    HangUpNamesNobody = (IMPLEMENTATION_SPECIFIC_ERROR, Other, "the payload is the client id to hang up, and names none"),
+    HangUpSelf = (IMPLEMENTATION_SPECIFIC_ERROR, Other, "a client cannot hang itself up: it sends DISCONNECT"),
 
     // On a SUBACK, per filter.
     ReservedSubscribeProperty = (IMPLEMENTATION_SPECIFIC_ERROR, Suback, "a saguin- User Property this broker does not read"),
@@ -163,6 +186,7 @@ refusals! {
     FilterInsideQueue = (TOPIC_FILTER_INVALID, Suback, "that filter lies inside a queue, whose jobs are taken only through $saguin/queue/<name>"),
     SessionStoreFullAtSubscribe = (QUOTA_EXCEEDED, Suback, "the session store is full; the session is kept as it was"),
     SessionStoreFailedAtSubscribe = (IMPLEMENTATION_SPECIFIC_ERROR, Suback, "the session store failed; the session is kept as it was"),
+    SubscribeNotAuthorized = (NOT_AUTHORIZED, Suback, "not authorized: no rule of this client's roles allows this subscription"),
 
     // On an UNSUBACK to MQTT 5; a 3.1.1 connection is closed.
     UnsubscribeNotStored = (IMPLEMENTATION_SPECIFIC_ERROR, Other, "the session store failed; the filters stay subscribed"),
@@ -289,9 +313,13 @@ mod tests {
             (Refusal::ServerBusy, 0x03),
             (Refusal::ReservedConnectProperty, 0x03),
             (Refusal::UserNameControlCharacter, 0x04),
+            (Refusal::CertificateNameControlCharacter, 0x04),
             (Refusal::WillTopicNotAName, 0x05),
             (Refusal::WillTopicSysTree, 0x05),
             (Refusal::WillNoRoom, 0x05),
+            (Refusal::ClientIdNotAdmitted, 0x04),
+            (Refusal::WillDenied, 0x05),
+            (Refusal::WillRetainDenied, 0x05),
         ];
         for (refusal, code) in expect {
             assert_eq!(refusal.rule().v311, V311Answer::ConnackReturnCode(code));

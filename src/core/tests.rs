@@ -95,7 +95,9 @@ impl Harness {
     }
 
     fn open(&mut self) -> Key {
-        self.broker.accept(self.now_ms).expect("a free slot")
+        self.broker
+            .accept(self.now_ms, crate::core::Origin::default())
+            .expect("a free slot")
     }
 
     /// The client acknowledges a QoS 1 delivery.
@@ -580,11 +582,16 @@ fn the_connection_table_is_bounded() {
     });
     let a = h.open();
     let _b = h.open();
-    assert!(h.broker.accept(h.now_ms).is_none());
+    assert!(h
+        .broker
+        .accept(h.now_ms, crate::core::Origin::default())
+        .is_none());
     assert_eq!(h.broker.stats().connections_refused_busy, 1);
     h.broker.handle_connection_lost(a, h.now_ms, &mut h.out);
     assert!(
-        h.broker.accept(h.now_ms).is_some(),
+        h.broker
+            .accept(h.now_ms, crate::core::Origin::default())
+            .is_some(),
         "a freed slot is reused at once"
     );
 }
@@ -1947,3 +1954,176 @@ fn a_shared_group_over_a_channel_gets_each_new_record_once() {
 
 #[path = "channel/latest/broker_tests.rs"]
 mod latest_tests;
+
+#[path = "broker/authorize_tests.rs"]
+mod authorize_tests;
+
+/// A client certificate's name holding a control character names nobody:
+/// its CONNECT is refused as a bad user name, and the connection closed.
+#[test]
+fn a_certificate_name_with_a_control_character_is_refused() {
+    for name in ["dev\u{1b}[2Jice", "dev\0ice", "dev\u{85}ice"] {
+        let mut h = Harness::new(Settings::default());
+        let conn = h.open();
+        h.broker.certified(conn, name.into());
+        h.packet(
+            conn,
+            Packet::Connect(connect_packet("device", ProtocolVersion::V5)),
+        );
+        match h.out.take(conn).first() {
+            Some(Packet::Connack(connack)) => {
+                assert_eq!(connack.reason_code, ReasonCode::BAD_USER_NAME_OR_PASSWORD)
+            }
+            other => panic!("expected a CONNACK, got {other:?}"),
+        }
+        assert!(h.out.closed.contains(&conn));
+    }
+    let mut h = Harness::new(Settings::default());
+    let conn = h.open();
+    h.broker.certified(conn, "device 7".into());
+    h.packet(
+        conn,
+        Packet::Connect(connect_packet("device", ProtocolVersion::V5)),
+    );
+    assert!(h.broker.version(conn).is_some(), "a plain name is admitted");
+}
+
+// ---- who may connect ------------------------------------------------------
+
+/// Door 0 admits bob ("hunter2") and nobody else; door 1 admits anybody.
+fn with_password_door(h: &mut Harness, test: &str) {
+    use crate::auth::{Authentication, DoorRule};
+    let dir = std::env::temp_dir().join(format!("saguin-core-{test}-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("clients.passwd");
+    std::fs::write(&file, "bob:$6$DssEkUY/ld4blukw$9EvI2OdZOnUSp3rG8Qjszy7fwnQxLXJGRPu9kUowxiIPjM9xRKwAAn/h8/6b8fmq77JWiZKEY/HdIpz+/DUDrQ==\n").unwrap();
+    let rules = [
+        DoorRule {
+            door: "fleet".into(),
+            password_file: Some(file),
+            allow_anonymous: false,
+        },
+        DoorRule {
+            door: "local".into(),
+            password_file: None,
+            allow_anonymous: true,
+        },
+    ];
+    let authentication = Authentication::load(&rules).unwrap();
+    std::fs::remove_dir_all(&dir).unwrap();
+    h.broker
+        .set_authentication(std::sync::Arc::new(authentication));
+}
+
+impl Harness {
+    fn connect_on_door(&mut self, door: usize, connect: Connect) -> (Key, ReasonCode) {
+        let conn = self
+            .broker
+            .accept(
+                self.now_ms,
+                Origin {
+                    door,
+                    ..Origin::default()
+                },
+            )
+            .expect("a free slot");
+        self.packet(conn, Packet::Connect(connect));
+        match self.out.take(conn).first() {
+            Some(Packet::Connack(connack)) => (conn, connack.reason_code),
+            other => panic!("expected a CONNACK, got {other:?}"),
+        }
+    }
+}
+
+fn credentials(client_id: &str, user: Option<&str>, password: Option<&str>) -> Connect {
+    Connect {
+        username: user.map(str::to_string),
+        password: password.map(|p| p.as_bytes().to_vec()),
+        ..connect_packet(client_id, ProtocolVersion::V5)
+    }
+}
+
+#[test]
+fn a_door_admits_by_its_own_rule_and_records_the_user() {
+    let mut h = Harness::new(Settings::default());
+    with_password_door(&mut h, "doors");
+    let (bob, code) = h.connect_on_door(0, credentials("b", Some("bob"), Some("hunter2")));
+    assert_eq!(code, ReasonCode::SUCCESS);
+    assert_eq!(h.broker.user_name(bob), Some("bob"));
+    let refused = [
+        credentials("w", Some("bob"), Some("hunter3")),
+        credentials("n", Some("bob"), None),
+        credentials("u", Some("eve"), Some("hunter2")),
+        credentials("a", None, None),
+    ];
+    for connect in refused {
+        let (conn, code) = h.connect_on_door(0, connect);
+        assert_eq!(code, ReasonCode::BAD_USER_NAME_OR_PASSWORD);
+        assert!(h.out.closed.contains(&conn));
+    }
+    let (anonymous, code) = h.connect_on_door(1, credentials("x", None, None));
+    assert_eq!(code, ReasonCode::SUCCESS);
+    assert_eq!(h.broker.user_name(anonymous), None);
+    assert_eq!(h.broker.connection_count(), 2);
+}
+
+#[test]
+fn a_refused_connect_takes_over_no_session_and_fires_no_will() {
+    let mut h = Harness::new(Settings::default());
+    with_password_door(&mut h, "takeover");
+    let (watcher, _) = h.connect_on_door(1, credentials("watcher", None, None));
+    h.subscribe(watcher, "status/#", qos(QoS::AtMostOnce), None);
+    let mut device = credentials("device", Some("bob"), Some("hunter2"));
+    device.will = Some(Will {
+        topic: "status/device".into(),
+        payload: b"offline".to_vec(),
+        ..Will::default()
+    });
+    let (first, code) = h.connect_on_door(0, device.clone());
+    assert_eq!(code, ReasonCode::SUCCESS);
+    device.password = Some(b"guess".to_vec());
+    let (_, code) = h.connect_on_door(0, device);
+    assert_eq!(code, ReasonCode::BAD_USER_NAME_OR_PASSWORD);
+    assert!(h.broker.is_open(first), "the holder of the client id stays");
+    assert!(h.out.take(first).is_empty(), "told nothing");
+    assert!(publishes(&h.out.take(watcher)).is_empty(), "no Will");
+    assert_eq!(h.broker.session_count(), 2);
+}
+
+#[test]
+fn a_new_credential_table_leaves_connected_clients_be() {
+    let mut h = Harness::new(Settings::default());
+    with_password_door(&mut h, "swap");
+    let (bob, _) = h.connect_on_door(0, credentials("b", Some("bob"), Some("hunter2")));
+    // A table naming nobody on door 0 (as if bob had been deleted).
+    h.broker.set_authentication(std::sync::Arc::new(
+        crate::auth::Authentication::load(&[crate::auth::DoorRule {
+            door: "fleet".into(),
+            password_file: None,
+            allow_anonymous: true,
+        }])
+        .unwrap(),
+    ));
+    assert!(h.broker.is_open(bob));
+    assert!(h.out.take(bob).is_empty());
+    let (_, code) = h.connect_on_door(0, credentials("c", None, None));
+    assert_eq!(code, ReasonCode::SUCCESS, "the new table is in force");
+}
+
+#[test]
+fn a_certified_client_is_admitted_under_its_name_without_a_password() {
+    let mut h = Harness::new(Settings::default());
+    with_password_door(&mut h, "certified");
+    let conn = h.broker.accept(h.now_ms, Origin::default()).unwrap();
+    h.broker.certified(conn, "device-7".into());
+    // A CONNECT naming another user and no password, on the password door.
+    h.packet(conn, Packet::Connect(credentials("d", Some("bob"), None)));
+    match h.out.take(conn).first() {
+        Some(Packet::Connack(connack)) => assert_eq!(connack.reason_code, ReasonCode::SUCCESS),
+        other => panic!("expected a CONNACK, got {other:?}"),
+    }
+    assert_eq!(h.broker.user_name(conn), Some("device-7"));
+    // Without a certificate the same CONNECT meets the password file.
+    let (_, code) = h.connect_on_door(0, credentials("e", Some("bob"), None));
+    assert_eq!(code, ReasonCode::BAD_USER_NAME_OR_PASSWORD);
+}

@@ -1,17 +1,22 @@
 //! One client connection: a reader that decodes packets into the core and a
 //! writer that drains the connection's outbox onto the socket.
 
+use std::rc::Rc;
+use std::sync::Arc;
 use std::time::Duration;
+
+use smol::lock::Semaphore;
 
 use async_net::{Shutdown, TcpStream};
 use smol::future;
 use smol::io::{AsyncReadExt, AsyncWriteExt};
 
 use super::outbox::{reader_may_continue, writable, Outbox};
-use super::SharedRef;
+use super::socket::{self, SocketReader, SocketWriter};
+use super::{tls, SharedRef};
 use crate::codec::{
-    decode_fixed_header, decode_packet, peek_connect_version, DecodeError, PacketType,
-    ProtocolVersion, ReasonCode,
+    decode_fixed_header, decode_packet, peek_connect_version, DecodeError, FixedHeader, Packet,
+    PacketType, ProtocolVersion, ReasonCode,
 };
 use crate::core::{Broker, Key};
 
@@ -29,17 +34,34 @@ const TOO_LARGE: DecodeError = DecodeError {
     reason: "packet larger than the maximum packet size",
 };
 
+/// How long a closing TLS connection may take to say so to its client.
+const CLOSE_NOTIFY_MS: u64 = 1_000;
+
+/// A TLS door's configuration as it was when a connection arrived, and the
+/// door's name for log lines.
+pub struct Tls {
+    pub config: Arc<rustls::ServerConfig>,
+    pub door: Rc<str>,
+}
+
 /// Serves one accepted connection until it ends.
 pub async fn serve(
     shared: SharedRef,
     stream: TcpStream,
+    tls: Option<Tls>,
     key: Key,
     outbox: Outbox,
     write_timeout_ms: Option<u64>,
 ) {
-    let reader = read_loop(shared.clone(), stream.clone(), key, outbox.clone());
-    let writer = write_loop(shared.clone(), stream, key, outbox, write_timeout_ms);
-    future::zip(reader, writer).await;
+    let halves = match tls {
+        None => Some(socket::plain(stream)),
+        Some(tls) => handshake(&shared, stream, tls, key, &outbox).await,
+    };
+    if let Some((reader, writer)) = halves {
+        let reader = read_loop(shared.clone(), reader, key, outbox.clone());
+        let writer = write_loop(shared.clone(), writer, key, outbox, write_timeout_ms);
+        future::zip(reader, writer).await;
+    }
     let mut guard = shared.borrow_mut();
     let shared = &mut *guard;
     let now_ms = shared.now_ms();
@@ -47,6 +69,59 @@ pub async fn serve(
         .broker
         .handle_connection_lost(key, now_ms, &mut shared.outboxes);
     shared.outboxes.remove(key);
+}
+
+/// Runs a TLS handshake in the connection's slot, so it is bounded as a
+/// CONNECT is: the core's connect timeout (or a shutdown) ends it. A
+/// verified client certificate's name is handed to the core.
+async fn handshake(
+    shared: &SharedRef,
+    stream: TcpStream,
+    tls: Tls,
+    key: Key,
+    outbox: &Outbox,
+) -> Option<(SocketReader, SocketWriter)> {
+    let accept = futures_rustls::TlsAcceptor::from(tls.config).accept(stream.clone());
+    let ended = async {
+        reader_may_continue(outbox, None).await;
+        None
+    };
+    let door = &tls.door;
+    let peer = || {
+        stream
+            .peer_addr()
+            .map_or_else(|_| "a client".to_string(), |a| a.to_string())
+    };
+    let established = match future::or(async { Some(accept.await) }, ended).await {
+        Some(Ok(established)) => established,
+        Some(Err(error)) => {
+            let hint = tls::handshake_hint(&error);
+            log::info!(
+                "{door}: TLS handshake with {} failed: {error}{hint}",
+                peer()
+            );
+            let _ = stream.shutdown(Shutdown::Both);
+            return None;
+        }
+        None => {
+            log::info!(
+                "{door}: TLS handshake with {} did not finish in time",
+                peer()
+            );
+            let _ = stream.shutdown(Shutdown::Both);
+            return None;
+        }
+    };
+    if let Some(certificate) = tls::client_certificate(established.get_ref().1) {
+        match certificate.name() {
+            Some(name) => shared.borrow_mut().broker.certified(key, name.into()),
+            None => log::warn!(
+                "{door}: the client certificate {} presented was verified but carries neither a Common Name nor a DNS name; it names nobody, so the client is taken as one without a certificate",
+                peer()
+            ),
+        }
+    }
+    Some(socket::tls(established, stream))
 }
 
 /// Feeds one decoded packet, or the error that stopped decoding it, to the
@@ -66,6 +141,41 @@ fn dispatch(shared: &SharedRef, key: Key, header: &crate::codec::FixedHeader, bo
     broker.is_open(key)
 }
 
+/// Password checks run one at a time on the blocking pool: a storm of
+/// CONNECTs waits here as idle tasks, and the executor serving every other
+/// client never computes a hash.
+static CREDENTIAL_CHECKS: Semaphore = Semaphore::new(1);
+
+/// Checks a CONNECT's password off the executor and hands the core the
+/// verdict, where checking it takes a hash.
+async fn check_credentials(shared: &SharedRef, key: Key, header: &FixedHeader, body: &[u8]) {
+    let Ok(Packet::Connect(connect)) = decode_packet(header, body, None) else {
+        return;
+    };
+    let (authentication, door) = {
+        let state = shared.borrow();
+        let Some(door) = state.broker.credential_door(key) else {
+            return;
+        };
+        let authentication = state.broker.authentication();
+        if !authentication.computes_hash(door, connect.username.as_deref()) {
+            return;
+        }
+        (Arc::clone(authentication), door)
+    };
+    let _permit = CREDENTIAL_CHECKS.acquire().await;
+    log::debug!("checking a password off the executor");
+    let verdict = smol::unblock(move || {
+        authentication.check(
+            door,
+            connect.username.as_deref(),
+            connect.password.as_deref(),
+        )
+    })
+    .await;
+    shared.borrow_mut().broker.credentials_checked(key, verdict);
+}
+
 fn connect_version_hint(packet_type: u8, body: &[u8]) -> Option<ProtocolVersion> {
     (packet_type == PacketType::Connect as u8)
         .then(|| peek_connect_version(body))
@@ -81,7 +191,7 @@ fn fail(shared: &SharedRef, key: Key, error: DecodeError, version: Option<Protoc
         .handle_decode_error(key, error, version, now_ms, &mut shared.outboxes);
 }
 
-async fn read_loop(shared: SharedRef, mut stream: TcpStream, key: Key, outbox: Outbox) {
+async fn read_loop(shared: SharedRef, mut stream: SocketReader, key: Key, outbox: Outbox) {
     let mut buf: Vec<u8> = Vec::new();
     let mut last_read_bytes = 0;
     loop {
@@ -107,6 +217,9 @@ async fn read_loop(shared: SharedRef, mut stream: TcpStream, key: Key, outbox: O
                 break;
             }
             let body = &pending[header.header_len..header.packet_len()];
+            if header.packet_type == PacketType::Connect as u8 {
+                check_credentials(&shared, key, &header, body).await;
+            }
             if !dispatch(&shared, key, &header, body) {
                 return;
             }
@@ -129,8 +242,7 @@ async fn read_loop(shared: SharedRef, mut stream: TcpStream, key: Key, outbox: O
         if buf.capacity() == 0 {
             // Wait for data with nothing allocated; a byte on the stack
             // is enough to learn the socket is readable.
-            let mut probe = [0u8; 1];
-            let ready = future::or(async { Some(stream.peek(&mut probe).await) }, async {
+            let ready = future::or(async { Some(stream.wait_readable().await) }, async {
                 reader_may_continue(&outbox, None).await;
                 None
             })
@@ -177,7 +289,7 @@ async fn read_loop(shared: SharedRef, mut stream: TcpStream, key: Key, outbox: O
 
 async fn write_loop(
     shared: SharedRef,
-    mut stream: TcpStream,
+    mut stream: SocketWriter,
     key: Key,
     outbox: Outbox,
     write_timeout_ms: Option<u64>,
@@ -215,7 +327,7 @@ async fn write_loop(
             }
         }
         if closing && outbox.borrow().bytes.is_empty() {
-            let _ = stream.shutdown(Shutdown::Both);
+            future::or(stream.end(), sleep_ms(CLOSE_NOTIFY_MS)).await;
             outbox.borrow_mut().mark_dead();
             break;
         }
@@ -226,11 +338,16 @@ async fn write_loop(
 /// `timeout_ms`. Most writes complete at once, so the deadline's timer is
 /// armed only for one that has to wait: a timer costs the reactor work.
 async fn write_all_within(
-    stream: &mut TcpStream,
+    stream: &mut SocketWriter,
     bytes: &[u8],
     timeout_ms: Option<u64>,
 ) -> std::io::Result<()> {
-    let mut write = std::pin::pin!(stream.write_all(bytes));
+    // A TLS writer may keep records back until flushed; a plain one holds
+    // nothing, and its flush costs nothing.
+    let mut write = std::pin::pin!(async {
+        stream.write_all(bytes).await?;
+        stream.flush().await
+    });
     if let Some(result) = future::poll_once(&mut write).await {
         return result;
     }

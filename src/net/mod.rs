@@ -3,14 +3,18 @@
 
 mod bridge;
 mod connection;
+mod operations;
 mod outbox;
 mod reload;
 mod settings;
+mod socket;
 mod storage;
+pub mod tls;
 
 use std::cell::RefCell;
 use std::io;
 use std::rc::Rc;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use async_net::TcpListener;
@@ -18,7 +22,8 @@ use async_signal::{Signal, Signals};
 use smol::stream::StreamExt;
 use smol::LocalExecutor;
 
-use crate::core::Broker;
+use crate::auth::Authentication;
+use crate::core::{Broker, Origin};
 use outbox::Outboxes;
 pub use settings::{Door, Settings};
 
@@ -63,14 +68,38 @@ pub fn worst_case_connection_bytes(settings: &crate::core::Settings) -> u64 {
         + aliases
 }
 
-/// Binds every door, then serves until SIGTERM or SIGINT (SIGHUP and
-/// SIGUSR1 do not stop it).
-pub fn run(settings: Settings) -> io::Result<()> {
-    let executor: &'static LocalExecutor<'static> = Box::leak(Box::new(LocalExecutor::new()));
-    smol::block_on(executor.run(serve(executor, settings)))
+pub use reload::AclReader;
+
+/// The authorization file in force at startup, and how to read it again.
+pub struct AclSource {
+    pub acl: crate::acl::Acl,
+    pub read: AclReader,
 }
 
-async fn serve(executor: &'static LocalExecutor<'static>, mut shell: Settings) -> io::Result<()> {
+/// Binds every door, then serves until SIGTERM or SIGINT (SIGHUP and
+/// SIGUSR1 do not stop it), admitting clients by `authentication` and
+/// re-reading its password files on SIGUSR1.
+pub fn run(settings: Settings, authentication: Authentication) -> io::Result<()> {
+    run_with_acl(settings, authentication, None)
+}
+
+/// [`run`], with an authorization file in force, re-read on SIGUSR1
+/// together with the password files.
+pub fn run_with_acl(
+    settings: Settings,
+    authentication: Authentication,
+    acl: Option<AclSource>,
+) -> io::Result<()> {
+    let executor: &'static LocalExecutor<'static> = Box::leak(Box::new(LocalExecutor::new()));
+    smol::block_on(executor.run(serve(executor, settings, authentication, acl)))
+}
+
+async fn serve(
+    executor: &'static LocalExecutor<'static>,
+    mut shell: Settings,
+    authentication: Authentication,
+    acl: Option<AclSource>,
+) -> io::Result<()> {
     let (mut storage, completions) = storage::start(&mut shell)?;
     let mut settings = shell.core;
     settings.start_unix_ms = std::time::SystemTime::now()
@@ -80,7 +109,12 @@ async fn serve(executor: &'static LocalExecutor<'static>, mut shell: Settings) -
     let restored_retained = std::mem::take(&mut storage.restored.retained);
     let restored_log = std::mem::take(&mut storage.restored.log);
     let restored_holds = std::mem::take(&mut storage.restored.holds);
-    let per_connection_bytes = worst_case_connection_bytes(&settings);
+    let tls_bytes = if shell.doors.iter().any(|d| d.tls.is_some()) {
+        tls::WORST_CASE_CONNECTION_BYTES
+    } else {
+        0
+    };
+    let per_connection_bytes = worst_case_connection_bytes(&settings) + tls_bytes;
     log::info!(
         "broker {} starting: at most {} connections, each holding at most {} bytes of buffers and queued \
          deliveries, {} bytes in all (subscriptions come on top: at most {} filters of {} levels per client)",
@@ -91,6 +125,9 @@ async fn serve(executor: &'static LocalExecutor<'static>, mut shell: Settings) -
         settings.max_subscriptions,
         settings.max_topic_levels
     );
+    // Certificates are read before any port opens: a broker that cannot
+    // serve one of its doors does not serve any.
+    let tls_doors = load_tls(shell.doors.iter().map(|d| d.tls.clone()).collect())?;
     // Caught before any door opens, so a signal sent once the log says a
     // door is bound never meets its default action (ending the process).
     let signals = Signals::new([Signal::Term, Signal::Int, Signal::Hup, Signal::Usr1])?;
@@ -111,6 +148,10 @@ async fn serve(executor: &'static LocalExecutor<'static>, mut shell: Settings) -
         log::info!("listener {} bound to {}", door.name, listener.local_addr()?);
         listeners.push(listener);
     }
+    let operations = match &shell.operations {
+        Some(settings) => Some(crate::ops::bind(settings)?),
+        None => None,
+    };
     let _pid_file = match &shell.pid_file {
         Some(path) => Some(PidFile::write(path)?),
         None => None,
@@ -133,6 +174,8 @@ async fn serve(executor: &'static LocalExecutor<'static>, mut shell: Settings) -
         let mut guard = shared.borrow_mut();
         let state = &mut *guard;
         let now_ms = state.now_ms();
+        log::info!("who may connect: {}", authentication.summary());
+        state.broker.set_authentication(Arc::new(authentication));
         state.broker.restore_retained(restored_retained);
         state.broker.restore_sessions(
             restored_sessions,
@@ -144,23 +187,47 @@ async fn serve(executor: &'static LocalExecutor<'static>, mut shell: Settings) -
             .broker
             .restore_holds(restored_holds, now_ms, &mut state.outboxes);
     }
+    let read_acl = acl.map(|source| {
+        log::info!("{}", reload::put_in_force(&shared, source.acl, "read"));
+        source.read
+    });
     let mut tasks = Vec::new();
-    for listener in listeners {
+    for (door, listener) in listeners.into_iter().enumerate() {
         let accept = accept_loop(
             executor,
             shared.clone(),
-            listener,
+            (door, listener),
+            tls_doors.clone(),
             shell.max_connect_rate_per_s,
             shell.write_timeout_ms,
         );
         tasks.push(executor.spawn(accept));
     }
+    let operators_reload = operations.as_ref().map(crate::ops::Bound::reloader);
+    // Held to the end: a clean stop removes the operations socket files.
+    let _operations_sockets = match operations {
+        Some(bound) => {
+            let watches = storage.watches();
+            let (answering, sockets) = operations::start(
+                executor,
+                &shared,
+                &shell.broker_id,
+                &shell.providers,
+                bound,
+                watches,
+            )?;
+            tasks.extend(answering);
+            Some(sockets)
+        }
+        None => None,
+    };
     tasks.push(executor.spawn(tick_loop(shared.clone())));
     tasks.push(executor.spawn(completion_loop(shared.clone(), completions)));
 
     let bridges = bridge::start(executor, &shared, &shell.bridges);
 
-    wait_for_stop(signals, reload::Reload::default()).await;
+    let reload = reload::Reload::new(shared.clone(), tls_doors, operators_reload, read_acl);
+    wait_for_stop(signals, reload).await;
     bridges.stop(&shared);
     drop(tasks);
     shutdown(&shared).await;
@@ -171,10 +238,20 @@ async fn serve(executor: &'static LocalExecutor<'static>, mut shell: Settings) -
     Ok(())
 }
 
+/// Every door's TLS files, read and checked, for the doors' `tls` blocks
+/// in door order; the error names the door and the file. `--check-config`
+/// calls it too, so a check refuses what a start would.
+pub fn load_tls(doors: Vec<Option<tls::TlsSettings>>) -> io::Result<Rc<tls::TlsDoors>> {
+    tls::TlsDoors::load(doors, tls::now_unix_s())
+        .map(Rc::new)
+        .map_err(|message| io::Error::new(io::ErrorKind::InvalidInput, message))
+}
+
 async fn accept_loop(
     executor: &'static LocalExecutor<'static>,
     shared: SharedRef,
-    listener: TcpListener,
+    (door, listener): (usize, TcpListener),
+    tls_doors: Rc<tls::TlsDoors>,
     max_connect_rate_per_s: Option<u32>,
     write_timeout_ms: Option<u64>,
 ) {
@@ -191,24 +268,36 @@ async fn accept_loop(
             }
         };
         let _ = stream.set_nodelay(true);
+        let tls = tls_doors.current(door).map(|config| connection::Tls {
+            config,
+            door: tls_doors.name(door).into(),
+        });
         let mut guard = shared.borrow_mut();
         let state = &mut *guard;
         let now_ms = state.now_ms();
-        match state.broker.accept(now_ms) {
+        let origin = Origin {
+            door,
+            ..Origin::default()
+        };
+        match state.broker.accept(now_ms, origin) {
             Some(key) => {
                 let outbox = state.outboxes.insert(key);
                 executor
                     .spawn(connection::serve(
                         shared.clone(),
                         stream,
+                        tls,
                         key,
                         outbox,
                         write_timeout_ms,
                     ))
                     .detach();
             }
-            None if state.overflow_in_use
-                < OVERFLOW_BUDGET.min(state.broker.settings().max_connections as usize) =>
+            // Answering Server Busy over TLS would cost a handshake for a
+            // connection that cannot be served, so a TLS door just closes.
+            None if tls.is_none()
+                && state.overflow_in_use
+                    < OVERFLOW_BUDGET.min(state.broker.settings().max_connections as usize) =>
             {
                 state.overflow_in_use += 1;
                 let shared = shared.clone();
@@ -261,7 +350,7 @@ async fn wait_for_stop(mut signals: Signals, mut reload: reload::Reload) {
                 "received SIGHUP: ignored; it does not reload the configuration, \
                  SIGUSR1 does, and SIGTERM stops the broker"
             ),
-            Ok(Signal::Usr1) => reload.reload(),
+            Ok(Signal::Usr1) => reload.reload().await,
             Ok(signal) => {
                 log::info!("received {signal:?}, stopping");
                 return;

@@ -30,6 +30,8 @@ pub struct Settings {
     pub reserve_bytes: u64,
     /// The bridges to run, each with a session of its own here.
     pub bridges: Vec<crate::bridge::BridgeSettings>,
+    /// The operations listener; `None` opens none.
+    pub operations: Option<crate::ops::Settings>,
 }
 
 /// One TCP listener.
@@ -39,4 +41,6 @@ pub struct Door {
     pub name: String,
     /// `host:port`, ready for `async_net::TcpListener::bind`.
     pub address: String,
+    /// Its `tls` block; `None` for a plain door.
+    pub tls: Option<super::tls::TlsSettings>,
 }

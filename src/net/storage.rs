@@ -161,6 +161,11 @@ fn deliver_to(
 }
 
 impl Storage {
+    /// Every storage thread's counters, in provider order.
+    pub fn watches(&self) -> Vec<store::StorageWatch> {
+        self.threads.iter().map(StorageThread::watch).collect()
+    }
+
     /// Stops every storage thread once what it was asked has been done; a
     /// memory provider writes its snapshot here.
     pub fn shutdown(self) {

@@ -123,6 +123,11 @@ pub struct CommitStats {
     pub closed_by_interval: u64,
     /// Batches that failed as a whole and were retried request by request.
     pub failed_batches: u64,
+    /// Commits the provider failed, each retry of a failed batch counted.
+    pub failed_commits: u64,
+    /// What the provider holds, as its `max_bytes` counts it, after the
+    /// last commit.
+    pub used_bytes: u64,
 }
 
 #[derive(Default)]
@@ -133,6 +138,10 @@ struct Counters {
     closed_by_records: AtomicU64,
     closed_by_interval: AtomicU64,
     failed_batches: AtomicU64,
+    failed_commits: AtomicU64,
+    used_bytes: AtomicU64,
+    /// Set when the thread has ended, cleanly or not.
+    stopped: std::sync::atomic::AtomicBool,
 }
 
 impl Counters {
@@ -149,6 +158,8 @@ impl Counters {
             closed_by_records: get(&self.closed_by_records),
             closed_by_interval: get(&self.closed_by_interval),
             failed_batches: get(&self.failed_batches),
+            failed_commits: get(&self.failed_commits),
+            used_bytes: get(&self.used_bytes),
         }
     }
 }
@@ -226,6 +237,22 @@ impl StorageHandle {
     }
 }
 
+/// A storage thread's counters and whether it has ended, readable from
+/// any thread without asking the storage thread anything.
+#[derive(Clone)]
+pub struct StorageWatch(Arc<Counters>);
+
+impl StorageWatch {
+    pub fn stats(&self) -> CommitStats {
+        self.0.snapshot()
+    }
+
+    /// Whether the thread has ended: nothing it is asked is answered.
+    pub fn stopped(&self) -> bool {
+        self.0.stopped.load(Ordering::Relaxed)
+    }
+}
+
 /// A running storage thread.
 pub struct StorageThread {
     handle: StorageHandle,
@@ -252,6 +279,9 @@ impl StorageThread {
     ) -> Result<StorageThread, StoreError> {
         let (tx, rx) = mpsc::sync_channel(queue_capacity.max(1));
         let counters = Arc::new(Counters::default());
+        counters
+            .used_bytes
+            .store(provider.usage().used_bytes, Ordering::Relaxed);
         let thread_counters = Arc::clone(&counters);
         let name = format!("saguin-storage-{}", provider.name());
         let join = thread::Builder::new()
@@ -262,11 +292,13 @@ impl StorageThread {
                     rx,
                     policy,
                     deliver: Box::new(deliver),
-                    counters: thread_counters,
+                    counters: Arc::clone(&thread_counters),
                     carried: None,
                     stopping: false,
                 };
-                worker.run()
+                let result = worker.run();
+                thread_counters.stopped.store(true, Ordering::Relaxed);
+                result
             })
             .map_err(|e| StoreError::io(name, "start the storage thread", e))?;
         Ok(StorageThread {
@@ -282,6 +314,11 @@ impl StorageThread {
 
     pub fn stats(&self) -> CommitStats {
         self.counters.snapshot()
+    }
+
+    /// A view of this thread's counters that another thread may keep.
+    pub fn watch(&self) -> StorageWatch {
+        StorageWatch(Arc::clone(&self.counters))
     }
 
     /// Finishes what is queued ahead of the request to stop, answers
@@ -504,6 +541,14 @@ impl Worker {
     }
 
     fn commit(&mut self, batch: Batch) {
+        self.commit_batch(batch);
+        let used_bytes = self.provider.usage().used_bytes;
+        self.counters
+            .used_bytes
+            .store(used_bytes, Ordering::Relaxed);
+    }
+
+    fn commit_batch(&mut self, batch: Batch) {
         let mut tickets = Vec::with_capacity(batch.requests.len());
         let mut all = Vec::with_capacity(batch.writes);
         for (ticket, writes) in batch.requests {
@@ -523,6 +568,7 @@ impl Worker {
                 }
             }
             Err(e) if tickets.len() == 1 => {
+                Counters::add(&self.counters.failed_commits, 1);
                 Counters::add(&self.counters.requests, 1);
                 (self.deliver)(Completion {
                     ticket: tickets[0].0,
@@ -533,6 +579,7 @@ impl Worker {
                 // One request's failure must not be its neighbours': each
                 // runs again alone, and gets the answer it would have had.
                 Counters::add(&self.counters.failed_batches, 1);
+                Counters::add(&self.counters.failed_commits, 1);
                 let mut at = 0;
                 for (ticket, n) in tickets {
                     let result = self.provider.commit(&all[at..at + n]);
@@ -540,6 +587,7 @@ impl Worker {
                     if let Ok(outcomes) = &result {
                         self.count(outcomes, 1);
                     } else {
+                        Counters::add(&self.counters.failed_commits, 1);
                         Counters::add(&self.counters.requests, 1);
                     }
                     (self.deliver)(Completion {

@@ -337,7 +337,11 @@ fn one_request_failing_is_not_its_neighbours_failure() {
         .collect();
     results.sort();
     assert_eq!(results, vec![(0, true), (1, true), (2, false), (3, true)]);
-    assert_eq!(r.thread.stats().failed_batches, 1);
+    let stats = r.thread.stats();
+    assert_eq!(stats.failed_batches, 1);
+    // The batch, then the one request that fails again alone.
+    assert_eq!(stats.failed_commits, 2);
+    assert!(stats.used_bytes > 0, "three records are held");
     r.thread.shutdown().expect("shutdown");
 }
 

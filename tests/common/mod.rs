@@ -13,8 +13,8 @@ use std::sync::mpsc::{self, Receiver};
 use std::time::{Duration, Instant};
 
 use saguin::codec::{
-    decode_fixed_header, decode_packet, encode, Connect, Packet, Properties, ProtocolVersion, QoS,
-    Subscribe, SubscriptionOptions,
+    decode_fixed_header, decode_packet, encode, Connect, Packet, Properties, ProtocolVersion,
+    Publish, QoS, Subscribe, SubscriptionOptions,
 };
 
 /// How long any wait in a test may take before the test fails. Generous,
@@ -112,6 +112,22 @@ impl BrokerProcess {
             .parse()
             .expect("a port in the listener line");
         broker
+    }
+
+    /// The port of the door named `door`, from its "bound to" log line.
+    pub fn door_port(&mut self, door: &str) -> u16 {
+        let line = self.wait_for_log(&format!("listener {door} bound to"));
+        line.rsplit(':').next().unwrap().trim().parse().unwrap()
+    }
+
+    /// Sends `signal` (`USR1`, say) to the broker.
+    pub fn signal(&self, signal: &str) {
+        let sent = Command::new("kill")
+            .arg(format!("-{signal}"))
+            .arg(self.pid().to_string())
+            .status()
+            .unwrap();
+        assert!(sent.success(), "kill -{signal} failed");
     }
 
     /// Waits for a log line containing `needle` and returns it.
@@ -287,6 +303,8 @@ impl RawClient {
                 {
                     return None
                 }
+                // A signal to the test process cut the read short: read again.
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
                 Err(_) => return Some(Received::Closed),
             }
         }
@@ -345,7 +363,17 @@ pub fn connect_packet(version: ProtocolVersion, client_id: &str) -> Connect {
 /// True when the mosquitto command-line clients are installed. When they are
 /// not, says so loudly: the test that needed them did not run.
 pub fn have_mosquitto_clients(test: &str) -> bool {
-    let found = ["mosquitto_pub", "mosquitto_sub"].iter().all(|tool| {
+    have_tools(
+        test,
+        &["mosquitto_pub", "mosquitto_sub"],
+        "mosquitto-clients",
+    )
+}
+
+/// True when every one of `tools` can be run; otherwise says loudly that
+/// `test` was skipped, and which Debian package brings them.
+pub fn have_tools(test: &str, tools: &[&str], package: &str) -> bool {
+    let found = tools.iter().all(|tool| {
         Command::new(tool)
             .arg("--help")
             .stdout(Stdio::null())
@@ -355,8 +383,62 @@ pub fn have_mosquitto_clients(test: &str) -> bool {
     });
     if !found {
         // Written to the real stderr: the test harness captures eprintln!.
-        let message = format!("\n*** SKIPPED {test}: mosquitto_pub/mosquitto_sub are not installed (apt-get install mosquitto-clients) ***\n");
+        let message = format!(
+            "\n*** SKIPPED {test}: {} not installed (apt-get install {package}) ***\n",
+            tools.join(", ")
+        );
         let _ = std::io::stderr().write_all(message.as_bytes());
     }
     found
+}
+
+/// A durable consumer: Clean Start 0 and an hour's session.
+pub fn durable_connect(address: &str, client_id: &str) -> (RawClient, bool) {
+    let mut client = RawClient::open(address, ProtocolVersion::V5);
+    let mut connect: Connect = connect_packet(ProtocolVersion::V5, client_id);
+    connect.clean_start = false;
+    connect.properties.session_expiry_interval_s = Some(3600);
+    client.send(&Packet::Connect(connect));
+    match client.recv() {
+        Received::Packet(Packet::Connack(connack)) => {
+            assert_eq!(connack.reason_code.0, 0);
+            (client, connack.session_present)
+        }
+        other => panic!("expected a CONNACK, got {other:?}"),
+    }
+}
+
+/// Publishes `payloads` at QoS 1 with a bounded window; returns those the
+/// broker acknowledged before the connection ended (all, unless it dies).
+pub fn publish_all(client: &mut RawClient, topic: &str, payloads: &[Vec<u8>]) -> Vec<Vec<u8>> {
+    const WINDOW: usize = 16;
+    let mut acknowledged = Vec::new();
+    let mut in_flight = std::collections::VecDeque::new();
+    let mut sent = 0;
+    while acknowledged.len() < payloads.len() {
+        while sent < payloads.len() && in_flight.len() < WINDOW {
+            let packet_id = (sent % 60_000) as u16 + 1;
+            let publish = Publish {
+                qos: QoS::AtLeastOnce,
+                topic: topic.into(),
+                packet_id: Some(packet_id),
+                payload: payloads[sent].clone(),
+                ..Publish::default()
+            };
+            client.send(&Packet::Publish(publish));
+            in_flight.push_back((packet_id, sent));
+            sent += 1;
+        }
+        match client.recv() {
+            Received::Packet(Packet::Puback(ack)) => {
+                assert_eq!(ack.reason_code.0, 0, "publish refused: {ack:?}");
+                let (packet_id, index) = in_flight.pop_front().expect("an ack for something sent");
+                assert_eq!(ack.packet_id, packet_id, "PUBACKs come in order");
+                acknowledged.push(payloads[index].clone());
+            }
+            Received::Closed => break,
+            other => panic!("expected a PUBACK, got {other:?}"),
+        }
+    }
+    acknowledged
 }

@@ -62,7 +62,7 @@ def broker_binary() -> Path:
 class Broker:
     """One broker process; its log lines are kept for waits and for failures."""
 
-    def __init__(self, directory: Path, extra_yaml: str, top_yaml: str = ""):
+    def __init__(self, directory: Path, extra_yaml: str, top_yaml: str = "", mqtt_yaml: str = "", door_yaml: str = ""):
         self.config_path = directory / "saguin.yaml"
         # `extra_yaml` is written as if at column 0 under `broker:`, and
         # `top_yaml` (channels) after it; `{dir}` in either is this broker's
@@ -70,14 +70,20 @@ class Broker:
         extra_yaml = extra_yaml.replace("{dir}", str(directory))
         top = textwrap.dedent(top_yaml).replace("{dir}", str(directory)).strip("\n")
         extra = textwrap.indent(textwrap.dedent(extra_yaml).strip("\n"), "  ")
+        # `mqtt_yaml` goes under `broker.mqtt:`, beside `listen:`.
+        mqtt_keys = textwrap.indent(textwrap.dedent(mqtt_yaml).strip("\n"), "    ")
+        # `door_yaml` (a `tls` block, say) goes inside the one tcp door.
+        door = textwrap.indent(textwrap.dedent(door_yaml).strip("\n"), " " * 8)
         self.config_path.write_text(
             "broker:\n"
             "  id: interop\n"
             "  log_level: debug\n"
             "  mqtt:\n"
-            "    listen:\n"
+            + (mqtt_keys.replace("{dir}", str(directory)) + "\n" if mqtt_keys.strip() else "")
+            + "    listen:\n"
             "      tcp:\n"
             "        address: 127.0.0.1:0\n"
+            + (door + "\n" if door.strip() else "")
             + (extra + "\n" if extra.strip() else "")
             + (top + "\n" if top.strip() else "")
         )
@@ -163,6 +169,9 @@ class Client:
         connect_properties: Properties | None = None,
         keepalive: int = 60,
         will: dict | None = None,
+        username: str | None = None,
+        password: str | None = None,
+        tls: dict | None = None,
     ):
         self.port = port
         self.protocol = protocol
@@ -190,6 +199,12 @@ class Client:
         self.paho.on_publish = self._on_publish
         if will:
             self.paho.will_set(**will)
+        if username is not None:
+            self.paho.username_pw_set(username, password)
+        if tls:
+            # paho's tls_set: ca_certs, and certfile/keyfile for a client
+            # certificate. The broker's name is always verified.
+            self.paho.tls_set(**tls)
         connect_kwargs = {}
         if protocol == mqtt.MQTTv5:
             connect_kwargs["clean_start"] = clean_start
@@ -322,10 +337,10 @@ def start_broker(tmp_path):
     has `extra_yaml` (e.g. "limits:\\n  max_keepalive: 5s") under `broker:`."""
     started: list[Broker] = []
 
-    def start(extra_yaml: str = "", top_yaml: str = "") -> Broker:
+    def start(extra_yaml: str = "", top_yaml: str = "", mqtt_yaml: str = "", door_yaml: str = "") -> Broker:
         directory = tmp_path / f"broker{len(started)}"
         directory.mkdir()
-        broker = Broker(directory, extra_yaml, top_yaml)
+        broker = Broker(directory, extra_yaml, top_yaml, mqtt_yaml, door_yaml)
         started.append(broker)
         return broker
 

@@ -9,10 +9,11 @@ use crate::codec::{
 };
 use crate::core::broadcast::topic_index::Target;
 use crate::core::message::{Delivery, Message};
+use crate::core::observe::WillCause;
 use crate::core::session::{OutboundStage, Session};
 use crate::core::{Active, Broker, Key, Transport, TOPIC_ALIAS_MAXIMUM};
 
-fn has_control_character(text: &str) -> bool {
+pub(super) fn has_control_character(text: &str) -> bool {
     text.chars()
         .any(|c| matches!(c, '\u{0001}'..='\u{001F}' | '\u{007F}'..='\u{009F}'))
 }
@@ -25,6 +26,19 @@ fn has_reserved_user_property(properties: &Properties) -> bool {
 }
 
 impl Broker {
+    /// Whether `conn` is a bridge's in-process session: the broker's own.
+    pub(crate) fn is_bridge(&self, conn: Key) -> bool {
+        self.connections.get(conn).is_some_and(|c| c.bridge)
+    }
+
+    /// Only a bridge's own session may hold a `saguin-bridge/` client id.
+    fn admit_bridge_client_id(&self, conn: Key, connect: &Connect) -> Result<(), Refusal> {
+        match super::authorize::is_bridge_client_id(&connect.client_id) {
+            true if !self.is_bridge(conn) => Err(Refusal::ClientIdReservedForBridges),
+            _ => Ok(()),
+        }
+    }
+
     pub(crate) fn handle_connect(
         &mut self,
         conn: Key,
@@ -34,23 +48,32 @@ impl Broker {
     ) {
         // Every check that can refuse a CONNECT runs before its session is
         // looked at, so a refused CONNECT changes nothing.
-        if let Err(refusal) = self.admit_connect(&connect) {
-            log::warn!(
-                "refusing CONNECT from client id {:?}: {refusal}",
-                connect.client_id
-            );
-            let problem_information = connect.properties.request_problem_information != Some(0);
-            self.send_connack_refusal(
-                conn,
-                connect.protocol_version,
-                refusal.code(),
-                refusal.reason(),
-                problem_information,
-                out,
-            );
-            self.close_silently(conn, now_ms, out);
-            return;
-        }
+        let admitted = self
+            .admit_certificate(conn)
+            .and_then(|()| self.admit_connect(&connect))
+            .and_then(|()| self.admit_bridge_client_id(conn, &connect))
+            .and_then(|()| self.authenticate(conn, &connect))
+            .and_then(|()| self.authorize_connect(&connect, self.user_name(conn)));
+        let admitted = match admitted {
+            Ok(admitted) => admitted,
+            Err(refusal) => {
+                log::warn!(
+                    "refusing CONNECT from client id {:?}: {refusal}",
+                    connect.client_id
+                );
+                let problem_information = connect.properties.request_problem_information != Some(0);
+                self.send_connack_refusal(
+                    conn,
+                    connect.protocol_version,
+                    refusal.code(),
+                    refusal.reason(),
+                    problem_information,
+                    out,
+                );
+                self.close_silently(conn, now_ms, out);
+                return;
+            }
+        };
         let version = connect.protocol_version;
         let client_id = if connect.client_id.is_empty() {
             self.sessions.assign_client_id()
@@ -66,7 +89,15 @@ impl Broker {
             ProtocolVersion::V311 if connect.clean_start => 0,
             ProtocolVersion::V311 => u32::MAX,
         };
-        let granted_expiry_s = requested_expiry_s.min(self.settings.max_session_expiry_s);
+        let granted_expiry_s =
+            admitted.expiry_s(requested_expiry_s.min(self.settings.max_session_expiry_s));
+        // 3.1.1's "never" is this edition's own ceiling, not a request cut.
+        if version == ProtocolVersion::V5 && granted_expiry_s < requested_expiry_s {
+            self.tallies.session_expiry_shortened += 1;
+        }
+        // A 3.1.1 session has no expiry to be told: it is made clean.
+        let clean_start =
+            connect.clean_start || granted_expiry_s == 0 && version == ProtocolVersion::V311;
 
         let (keep_alive_s, server_keep_alive_s) = match (version, self.settings.max_keepalive_s) {
             (ProtocolVersion::V5, Some(max_s))
@@ -77,13 +108,8 @@ impl Broker {
             _ => (connect.keep_alive_s, None),
         };
 
-        let session_key = self.claim_session(
-            &client_id,
-            connect.clean_start,
-            granted_expiry_s,
-            now_ms,
-            out,
-        );
+        let session_key =
+            self.claim_session(&client_id, clean_start, granted_expiry_s, now_ms, out);
         self.remember_claimed(session_key);
         let session = self.sessions.get_mut(session_key).expect("claimed above");
         let session_present = !session.is_new;
@@ -92,7 +118,9 @@ impl Broker {
         session.expires_at_ms = None;
         session.expiry_interval_s = granted_expiry_s;
         // A Will waiting from the previous connection is cancelled by this one.
-        session.pending_will = None;
+        if session.pending_will.take().is_some() {
+            self.tallies.wills_cancelled += 1;
+        }
 
         let properties = &connect.properties;
         let active = Active {
@@ -135,11 +163,25 @@ impl Broker {
                 p.assigned_client_identifier = Some(client_id.clone());
             }
         }
+        self.hold_grants(session_key, admitted, version, &mut connack.properties);
         // A session that keeps a record is answered once it is stored.
-        let user_name = connect.username.as_deref();
-        if let Some(connack) =
-            self.connack_after_write(conn, session_key, connack, made, user_name, now_ms, out)
-        {
+        // The admitted name - a verified certificate's wins over whatever
+        // the CONNECT says - which the acl_file's grants are compiled for
+        // again after a restart.
+        let connection = self.connections.get(conn).expect("checked above");
+        let user_name = connection.user.clone();
+        if let (Some(name), Some(_)) = (&user_name, &connection.origin.certificate_user) {
+            log::info!("client {client_id} is user {name:?}, named by its certificate");
+        }
+        if let Some(connack) = self.connack_after_write(
+            conn,
+            session_key,
+            connack,
+            made,
+            user_name.as_deref(),
+            now_ms,
+            out,
+        ) {
             self.complete_connect(conn, session_key, connack, now_ms, out);
         }
     }
@@ -314,6 +356,7 @@ impl Broker {
                     // it is told Session Present 0 rather than served a gap,
                     // and only the positions retention passed are dropped.
                     log::warn!("client {client_id}: a channel position fell below its floor; the session starts again");
+                    self.record_session_losses(existing, now_ms);
                     self.drop_positions_below_floor(existing, out);
                     self.end_session_keeping_positions(existing, now_ms, out);
                 } else {
@@ -435,6 +478,7 @@ impl Broker {
         log::info!("client {client_id} disconnected");
         if session.expiry_interval_s == 0 {
             if let Some(will) = will {
+                self.tallies.will_published(WillCause::Immediate);
                 self.publish_will(will, client_id, now_ms, out);
             }
             self.end_session(session_key, now_ms, out);
@@ -452,7 +496,10 @@ impl Broker {
         };
         if let Some(will) = will {
             match will.properties.will_delay_interval_s.unwrap_or(0) {
-                0 => self.publish_will(will, client_id, now_ms, out),
+                0 => {
+                    self.tallies.will_published(WillCause::Immediate);
+                    self.publish_will(will, client_id, now_ms, out)
+                }
                 // A delay longer than the session is cut short by its end,
                 // which publishes a waiting Will first.
                 delay_s => {
@@ -487,6 +534,7 @@ impl Broker {
             return;
         };
         if let Some((will, _)) = session.pending_will.take().map(|b| *b) {
+            self.tallies.will_published(WillCause::SessionEnded);
             self.publish_will(will, Rc::clone(&session.client_id), now_ms, out);
         }
         for (filter, entry) in &session.subscriptions {
@@ -520,6 +568,7 @@ impl Broker {
             .collect();
         self.return_to_groups(unfinished, now_ms, out);
         self.session_record_ended(&session.client_id, out);
+        self.forget_grants(&session.client_id);
     }
 
     /// Ends sessions whose expiry has passed and publishes Wills whose delay
@@ -543,6 +592,7 @@ impl Broker {
             if let Some(session) = self.sessions.get_mut(key) {
                 if let Some((will, _)) = session.pending_will.take().map(|b| *b) {
                     let client_id = Rc::clone(&session.client_id);
+                    self.tallies.will_published(WillCause::Delayed);
                     self.publish_will(will, client_id, now_ms, out);
                     // Published first, then taken off the record.
                     self.save_session(key, now_ms, out);
@@ -568,6 +618,13 @@ impl Broker {
         now_ms: u64,
         out: &mut impl Transport,
     ) {
+        if !self.may_publish_will(&client_id, &will.topic) {
+            log::warn!(
+                "the Will of {client_id} was not published: its roles no longer allow a publish to {:?}",
+                will.topic
+            );
+            return;
+        }
         let mut properties = will.properties;
         properties.will_delay_interval_s = None;
         properties

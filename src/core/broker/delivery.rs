@@ -78,6 +78,7 @@ impl Broker {
                 _ => true,
             });
         }
+        self.tallies.broadcast(!matches.is_empty());
         matches.sort_unstable_by_key(|s| s.target);
         let mut start = 0;
         while start < matches.len() {
@@ -89,10 +90,11 @@ impl Broker {
                     .count();
             match target {
                 Target::Group(group) => self.route_to_group(group, &message, now_ms, out),
-                Target::Session(session) => {
+                Target::Session(session) if self.may_read(session, &message.topic) => {
                     let delivery = merge_subscriptions(&matches[start..end], &message);
                     self.deliver(session, delivery, now_ms, out);
                 }
+                Target::Session(_) => {}
             }
             start = end;
         }

@@ -29,6 +29,10 @@ impl Broker {
             self.end_connection(conn, Some(refusal), true, now_ms, out);
             return;
         }
+        if let Some(breach) = self.feature_breach(conn, &publish) {
+            self.end_connection(conn, Some(breach), true, now_ms, out);
+            return;
+        }
         let (qos, packet_id) = (publish.qos, publish.packet_id);
         // A QoS 1 publish takes its place in the PUBACK order on arrival.
         let slot =
@@ -38,6 +42,7 @@ impl Broker {
             .and_then(|()| self.admit_properties(&publish))
             .and_then(|()| admit_seek_qos(&publish))
             .and_then(|()| self.admit_queue_topic(&publish.topic))
+            .and_then(|()| self.authorize_publish(conn, &publish))
             .and_then(|()| self.spend_publish_budget(conn, publish.payload.len(), now_ms));
         if let Err(refusal) = admitted {
             self.refuse_publish(
@@ -61,6 +66,10 @@ impl Broker {
             let ack = slot.map_or(PendingAck::None, |slot| PendingAck::Puback { slot });
             let channel_name = channel_name.to_string();
             self.handle_seek(conn, session_key, &channel_name, &publish, ack, now_ms, out);
+            return;
+        }
+        if publish.topic == super::hang_up::HANG_UP_TOPIC {
+            self.handle_hang_up(conn, &publish, slot, now_ms, out);
             return;
         }
         if crate::core::channel::latest::point_read::is_request(&publish.topic) {
@@ -245,6 +254,7 @@ impl Broker {
             return Err(Refusal::TopicTooDeep);
         }
         let defined = crate::core::channel::append::seek::seek_channel(topic).is_some()
+            || topic == super::hang_up::HANG_UP_TOPIC
             || Self::is_queue_response_topic(topic)
             || crate::core::channel::latest::point_read::is_request(topic);
         if (topic.starts_with("$saguin/") && !defined) || topic == "$saguin" {
@@ -283,13 +293,23 @@ impl Broker {
         payload_bytes: usize,
         now_ms: u64,
     ) -> Result<(), Refusal> {
+        let own_limits = self.grants_limits(conn);
         let client_id = self
             .connections
             .get(conn)
             .and_then(|c| c.active.as_ref())
             .and_then(|a| self.sessions.get(a.session))
             .map_or("-", |s| &*s.client_id);
-        let spent = self.budgets.spend(client_id, payload_bytes, now_ms);
+        let spent = match own_limits {
+            Some(own) => self.budgets.spend_own(
+                client_id,
+                payload_bytes,
+                own.publish_rate_per_s,
+                own.publish_bytes_per_s,
+                now_ms,
+            ),
+            None => self.budgets.spend(client_id, payload_bytes, now_ms),
+        };
         if spent.is_err() {
             self.stats.publishes_rate_limited += 1;
         }

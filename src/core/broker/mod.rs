@@ -3,10 +3,15 @@
 //! Each file extends [`Broker`](crate::core::Broker); none holds state of
 //! its own beyond what it hands back to the broker.
 
+mod authenticate;
+pub(crate) mod authorize;
+mod certificate;
 mod connect;
 mod delivery;
 pub(crate) mod exactly_once;
+pub(crate) mod hang_up;
 mod inbound;
+mod observe;
 pub(crate) mod persist;
 #[cfg(test)]
 mod persist_tests;

@@ -93,6 +93,11 @@ pub(crate) struct Paused {
 }
 
 impl Persistence {
+    /// The user name a stored session last connected under.
+    pub(crate) fn user_name_of(&self, client_id: &str) -> Option<&str> {
+        self.user_names.get(client_id).map(|name| &**name)
+    }
+
     pub fn is_paused(&self, conn: Key) -> bool {
         self.paused.contains_key(&conn)
     }
@@ -1150,6 +1155,8 @@ impl Broker {
             if let Some(will) = will_due_now {
                 // Published before the record that holds it changes.
                 let id: Rc<str> = client_id.as_str().into();
+                self.tallies
+                    .will_published(crate::core::observe::WillCause::Start);
                 self.publish_will(will, id, now_ms, out);
             }
             if expired || refused {
@@ -1169,8 +1176,14 @@ impl Broker {
                 }
                 self.end_session(key, now_ms, out);
                 ended += 1;
+                if refused {
+                    self.tallies.sessions_subscription_refused += 1;
+                } else {
+                    self.tallies.sessions_expired_while_stopped += 1;
+                }
             } else {
                 restored += 1;
+                self.tallies.sessions_restored += 1;
                 self.replay_log(key, log, &mut replayed, now_ms, out);
                 self.save_session(key, now_ms, out);
             }

@@ -145,7 +145,9 @@ impl Rig {
     }
 
     fn open(&mut self) -> Key {
-        self.broker.accept(self.now_ms).unwrap()
+        self.broker
+            .accept(self.now_ms, crate::core::Origin::default())
+            .unwrap()
     }
 
     /// The broker crashes; a new one starts on what the disk kept, and the
@@ -1473,8 +1475,28 @@ fn a_delivery_held_for_its_window_goes_once_after_it_when_the_session_resumes() 
 /// user name its CONNECT carried, in the very write the close waits on.
 #[test]
 fn a_will_left_waiting_by_a_disconnect_is_stored_with_its_user_name() {
+    assert_eq!(stored_will_user(None).as_deref(), Some("alice"));
+}
+
+/// On a connection a client certificate named, that name is the user the
+/// Will is published as, whatever user name the CONNECT carried.
+#[test]
+fn a_certificate_name_is_the_user_name_over_the_connects() {
+    assert_eq!(
+        stored_will_user(Some("device-7")).as_deref(),
+        Some("device-7")
+    );
+}
+
+/// The user name stored with a Will left waiting by a DISCONNECT, from a
+/// CONNECT carrying the user name `alice` on a connection whose client
+/// certificate (if any) gave it `certificate_user`.
+fn stored_will_user(certificate_user: Option<&str>) -> Option<String> {
     let mut rig = Rig::new(empty_disk(1 << 20));
     let conn = rig.open();
+    if let Some(name) = certificate_user {
+        rig.broker.certified(conn, name.into());
+    }
     let mut with_will = connect("device", true, 3600);
     with_will.will = Some(will(10));
     with_will.username = Some("alice".into());
@@ -1492,7 +1514,7 @@ fn a_will_left_waiting_by_a_disconnect_is_stored_with_its_user_name() {
     rig.settle();
     let stored = rig.stored_record("device").unwrap().will.unwrap();
     assert!(stored.due_unix_ms.is_some());
-    assert_eq!(stored.user_name.as_deref(), Some("alice"));
+    stored.user_name
 }
 
 /// A shared group's first logged message finds the group's cursor stored

@@ -57,7 +57,7 @@ impl Broker {
                 self.refuse_request(conn, &publish.topic, slot, refusal, now_ms, out);
                 return;
             }
-            let answer = self.catalogue_entry(name).into_bytes();
+            let answer = self.catalogue_entry(conn, name).into_bytes();
             self.answer_request(reply(None), None, answer, now_ms, out);
             return;
         }
@@ -280,21 +280,35 @@ impl Broker {
         self.refuse_publish(conn, topic, qos, None, Some(slot), refusal, now_ms, out);
     }
 
-    /// What `$saguin/catalogue/<name>` answers: the channel as JSON, or
-    /// nothing for a name no channel has. With no ACL in this edition every
-    /// client holds every verb the channel's type offers.
-    fn catalogue_entry(&self, name: &str) -> String {
+    /// What `$saguin/catalogue/<name>` answers: the channel as JSON with
+    /// the verbs the asking client holds on it, or nothing for a name no
+    /// channel has and for a channel the client holds no verb on - the
+    /// same nothing, so asking discovers no channel.
+    fn catalogue_entry(&self, conn: Key, name: &str) -> String {
         let Some(index) = self.channels.iter().position(|c| c.settings.name == name) else {
             return String::new();
         };
         let settings = &self.channels[index].settings;
-        let (kind, verbs) = if settings.latest.is_some() {
-            ("latest", r#"["write","read","delete"]"#)
+        let kind = if settings.latest.is_some() {
+            crate::acl::ChannelType::Latest
         } else if self.queues.is_queue(index) {
-            ("queue", r#"["write","consume"]"#)
+            crate::acl::ChannelType::Queue
         } else {
-            ("append", r#"["write","read","seek"]"#)
+            crate::acl::ChannelType::Append
         };
+        let held = self.verbs_held(conn, index, kind.verbs());
+        if held.is_empty() {
+            return String::new();
+        }
+        let verbs = format!(
+            "[{}]",
+            held.names()
+                .iter()
+                .map(|v| format!("\"{v}\""))
+                .collect::<Vec<_>>()
+                .join(",")
+        );
+        let kind = kind.name();
         // Only a queue has a subscription form of its own.
         let pin = match kind {
             "queue" => format!(

@@ -50,7 +50,7 @@ impl Broker {
             return;
         };
         if group.front_qos().is_none() {
-            if let Some(member) = self.next_able_member(group_key, message.qos) {
+            if let Some(member) = self.next_able_member(group_key, message) {
                 self.deliver_to_member(group_key, member, Rc::clone(message), now_ms, out);
                 return;
             }
@@ -88,10 +88,15 @@ impl Broker {
     /// Hands backlogged messages to members while any can take one.
     pub(crate) fn drain_group(&mut self, group_key: Key, now_ms: u64, out: &mut impl Transport) {
         loop {
-            let Some(front_qos) = self.groups.get(group_key).and_then(|g| g.front_qos()) else {
+            let Some(front) = self
+                .groups
+                .get(group_key)
+                .and_then(|g| g.backlog().next())
+                .map(Rc::clone)
+            else {
                 return;
             };
-            let Some(member) = self.next_able_member(group_key, front_qos) else {
+            let Some(member) = self.next_able_member(group_key, &front) else {
                 return;
             };
             let group = self.groups.get_mut(group_key).expect("checked above");
@@ -121,13 +126,15 @@ impl Broker {
     }
 
     /// The member whose turn it is among those able to take a message of
-    /// `qos` now: connected and, above QoS 0, with room in its window and
-    /// nothing already waiting.
-    fn next_able_member(&mut self, group_key: Key, qos: QoS) -> Option<Member> {
+    /// `message`'s QoS now: connected and, above QoS 0, with room in its
+    /// window and nothing already waiting; and still allowed to read it.
+    fn next_able_member(&mut self, group_key: Key, message: &Message) -> Option<Member> {
         let group = self.groups.get(group_key)?;
-        let index = group
-            .turn_order()
-            .find(|&index| self.member_is_able(&group.members[index], qos))?;
+        let index = group.turn_order().find(|&index| {
+            let member = &group.members[index];
+            self.member_is_able(member, message.qos)
+                && self.may_read(member.session, &message.topic)
+        })?;
         let group = self.groups.get_mut(group_key).expect("checked above");
         Some(group.take_turn(index))
     }

@@ -31,13 +31,17 @@ impl Broker {
     pub(crate) fn handle_subscribe(
         &mut self,
         conn: Key,
-        subscribe: Subscribe,
+        mut subscribe: Subscribe,
         now_ms: u64,
         out: &mut impl Transport,
     ) {
         let Some(session_key) = self.session_of(conn) else {
             return;
         };
+        if let Some(breach) = self.restrict_subscribe(conn, &mut subscribe) {
+            self.end_connection(conn, Some(breach), true, now_ms, out);
+            return;
+        }
         // No Local on a shared subscription is a protocol error, not a
         // refusal (MQTT-3.8.3-4).
         let shared_no_local = subscribe
@@ -202,6 +206,7 @@ impl Broker {
         if is_new && session.subscriptions.len() >= self.settings.max_subscriptions as usize {
             return Err(Refusal::TooManySubscriptions);
         }
+        self.authorize_filter(session_key, inner)?;
         Ok(form)
     }
 

@@ -160,6 +160,11 @@ impl Reader {
     pub fn position(&self) -> u64 {
         self.unacked.first().copied().unwrap_or(self.next_offset)
     }
+
+    /// The position, once the stored one has been read.
+    pub fn known_position(&self) -> Option<u64> {
+        self.ready.then(|| self.position())
+    }
 }
 
 /// What a storage request was for, so its completion can be answered.
@@ -434,6 +439,7 @@ impl Broker {
         now_ms: u64,
         out: &mut impl Transport,
     ) {
+        self.tallies.published(channel);
         if self.channels[channel].latest.is_some() {
             self.latest_committed(channel, message, id, offset, now_ms, out);
             return;
@@ -662,6 +668,11 @@ impl Broker {
             return;
         };
         let channel = &self.channels[reader.channel];
+        let passed = match &result {
+            Ok(Some(position)) if !reader.from_head && *position < channel.floor => Some(*position),
+            _ => None,
+        };
+        let (index, session) = (reader.channel, reader.session);
         let start = match result {
             Ok(Some(_)) if reader.from_head => start_offset(channel, true),
             Ok(Some(position)) if position < channel.floor => {
@@ -689,6 +700,16 @@ impl Broker {
         reader.ready = true;
         // Retain Handling 2 commits the head, dropping the backlog.
         reader.dirty = from_head;
+        let client_id = self.sessions.get(session).map(|s| Rc::clone(&s.client_id));
+        if let (Some(position), Some(id)) = (passed, client_id) {
+            self.record_loss(
+                index,
+                &id,
+                crate::core::observe::LossKind::Consumer,
+                position,
+                now_ms,
+            );
+        }
         self.pump_reader(reader_key, now_ms, out);
     }
 
@@ -715,7 +736,16 @@ impl Broker {
                     channel.floor,
                     channel.floor
                 );
-                let floor = channel.floor;
+                let (floor, index, session) = (channel.floor, reader.channel, reader.session);
+                if let Some(id) = self.sessions.get(session).map(|s| Rc::clone(&s.client_id)) {
+                    self.record_loss(
+                        index,
+                        &id,
+                        crate::core::observe::LossKind::Consumer,
+                        offset,
+                        now_ms,
+                    );
+                }
                 let reader = self.readers.get_mut(reader_key).expect("checked above");
                 reader.next_offset = floor;
                 reader.buffer.clear();
@@ -729,6 +759,10 @@ impl Broker {
                 self.request_read(reader_key, out);
                 return;
             };
+            if self.withheld_from_reader(reader_key, &message, offset) {
+                // Stalled at this record, never past it, until a grant returns.
+                return;
+            }
             let reader = self.readers.get_mut(reader_key).expect("checked above");
             if reader.buffer.front().is_some_and(|(o, _)| *o == offset) {
                 reader.buffer.pop_front();
@@ -1197,6 +1231,8 @@ impl Broker {
                 }
                 ch.floor = ch.floor.max(trimmed.floor);
                 more |= trimmed.more;
+                self.tallies
+                    .retention_removed(channel, trimmed.removed_records);
             }
         }
         let floor = self.channels[channel].floor;
@@ -1256,7 +1292,7 @@ fn start_offset(channel: &Channel, from_head: bool) -> u64 {
 /// filters grant, every one of their Subscription Identifiers, and RETAIN
 /// only where one asked for Retain As Published. `None` when no filter of
 /// the session matches this record's topic, or No Local withholds it.
-fn delivery_for(
+pub(crate) fn delivery_for(
     reader_key: Key,
     reader: &Reader,
     message: &Rc<Message>,

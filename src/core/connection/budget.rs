@@ -10,6 +10,9 @@ use crate::core::refusal::Refusal;
 struct Budget {
     messages: f64,
     bytes: f64,
+    /// What it refills to: the client's own bounds where it has them.
+    capacity_messages: f64,
+    capacity_bytes: f64,
     updated_ms: u64,
 }
 
@@ -41,15 +44,51 @@ impl PublishBudgets {
         payload_bytes: usize,
         now_ms: u64,
     ) -> Result<(), Refusal> {
-        if !self.limited {
+        let bounds = self
+            .limited
+            .then_some((self.capacity_messages, self.capacity_bytes));
+        self.spend_within(client_id, payload_bytes, bounds, now_ms)
+    }
+
+    /// [`spend`](Self::spend) under bounds of the client's own, in
+    /// messages and bytes per second (`None` for none): a reload may change
+    /// them, and the bucket refills to what is in force now.
+    pub fn spend_own(
+        &mut self,
+        client_id: &str,
+        payload_bytes: usize,
+        rate_per_s: Option<u32>,
+        bytes_per_s: Option<u64>,
+        now_ms: u64,
+    ) -> Result<(), Refusal> {
+        let bounds = (rate_per_s.is_some() || bytes_per_s.is_some()).then(|| {
+            (
+                rate_per_s.map_or(f64::INFINITY, f64::from),
+                bytes_per_s.map_or(f64::INFINITY, |b| b as f64),
+            )
+        });
+        self.spend_within(client_id, payload_bytes, bounds, now_ms)
+    }
+
+    fn spend_within(
+        &mut self,
+        client_id: &str,
+        payload_bytes: usize,
+        bounds: Option<(f64, f64)>,
+        now_ms: u64,
+    ) -> Result<(), Refusal> {
+        let Some((capacity_messages, capacity_bytes)) = bounds else {
             return Ok(());
-        }
-        let (capacity_messages, capacity_bytes) = (self.capacity_messages, self.capacity_bytes);
+        };
         let budget = self.by_client.entry(client_id.into()).or_insert(Budget {
             messages: capacity_messages,
             bytes: capacity_bytes,
+            capacity_messages,
+            capacity_bytes,
             updated_ms: now_ms,
         });
+        budget.capacity_messages = capacity_messages;
+        budget.capacity_bytes = capacity_bytes;
         let elapsed_s = now_ms.saturating_sub(budget.updated_ms) as f64 / 1000.0;
         budget.updated_ms = now_ms;
         budget.messages = (budget.messages + elapsed_s * capacity_messages).min(capacity_messages);
@@ -68,11 +107,11 @@ impl PublishBudgets {
     /// Drops the buckets that have refilled: such a client lost nothing,
     /// and the table holds only clients publishing near their limit.
     pub fn forget_full(&mut self, now_ms: u64) {
-        let (capacity_messages, capacity_bytes) = (self.capacity_messages, self.capacity_bytes);
         self.by_client.retain(|_, budget| {
             let elapsed_s = now_ms.saturating_sub(budget.updated_ms) as f64 / 1000.0;
-            budget.messages + elapsed_s * capacity_messages < capacity_messages
-                || budget.bytes + elapsed_s * capacity_bytes < capacity_bytes
+            let (messages, bytes) = (budget.capacity_messages, budget.capacity_bytes);
+            budget.messages + elapsed_s * messages < messages
+                || budget.bytes + elapsed_s * bytes < bytes
         });
     }
 }

@@ -4,6 +4,7 @@
 //! order its PUBACKs go out in.
 
 pub(crate) mod budget;
+pub mod origin;
 
 use std::collections::VecDeque;
 
@@ -11,6 +12,7 @@ use crate::codec::{ProtocolVersion, Will};
 use crate::core::refusal::Refusal;
 use crate::core::slab::Key;
 use crate::core::TOPIC_ALIAS_MAXIMUM;
+use origin::Origin;
 
 /// A connection that has sent its CONNECT and been accepted.
 pub(crate) struct Active {
@@ -137,4 +139,10 @@ pub(crate) struct Connection {
     /// A bridge's own session here: its publishes keep the mark that
     /// stops a record which came over a bridge from leaving over one.
     pub bridge: bool,
+    pub origin: Origin,
+    /// Whom the connection speaks for once admitted; `None` if anonymous.
+    pub user: Option<Box<str>>,
+    /// Its CONNECT's credentials as the shell checked them off the
+    /// executor; `None` where the core checks them itself.
+    pub checked: Option<crate::auth::Verdict>,
 }

@@ -37,21 +37,8 @@ pub(crate) struct PointRead {
     pub offset: u64,
 }
 
-/// `text` as a JSON string.
-pub(crate) fn json_string(text: &str) -> String {
-    let mut quoted = String::with_capacity(text.len() + 2);
-    quoted.push('"');
-    for c in text.chars() {
-        match c {
-            '"' => quoted.push_str("\\\""),
-            '\\' => quoted.push_str("\\\\"),
-            c if u32::from(c) < 0x20 => quoted.push_str(&format!("\\u{:04x}", u32::from(c))),
-            c => quoted.push(c),
-        }
-    }
-    quoted.push('"');
-    quoted
-}
+/// The one JSON string writer, shared with `saguin --acl`.
+pub(crate) use crate::acl::explain::json_string;
 
 #[cfg(test)]
 mod tests {

@@ -443,6 +443,10 @@ impl Broker {
                 .unwrap_or_else(|| Rc::from(""));
             let as_state = passed.is_some_and(|(o, state)| o == offset && state);
             let delivery = reader.delivery_for(&message, offset, as_state, &client_id);
+            if delivery.is_some() && !self.may_read(session_key, &message.topic) {
+                // Stalled here until a grant returns.
+                return;
+            }
             let sent = match delivery {
                 Some(delivery) => self.send_value(key, session_key, delivery, now_ms, out),
                 None => true,

@@ -179,7 +179,10 @@ impl Rig {
     }
 
     fn connect_as(&mut self, client_id: &str, version: ProtocolVersion, receive_max: u16) -> Key {
-        let conn = self.broker.accept(self.now_ms).unwrap();
+        let conn = self
+            .broker
+            .accept(self.now_ms, crate::core::Origin::default())
+            .unwrap();
         let mut properties = Properties::default();
         if receive_max != u16::MAX {
             properties.receive_maximum = Some(receive_max);
@@ -958,7 +961,10 @@ fn a_will_into_a_queue_becomes_an_ordinary_job() {
     let mut rig = Rig::new(queue_settings(5, Backoff::None, 0));
     let worker = rig.connect("worker");
     rig.work(worker);
-    let conn = rig.broker.accept(rig.now_ms).unwrap();
+    let conn = rig
+        .broker
+        .accept(rig.now_ms, crate::core::Origin::default())
+        .unwrap();
     let connect = Connect {
         protocol_version: ProtocolVersion::V5,
         clean_start: true,
@@ -1058,7 +1064,10 @@ fn a_provider_at_its_append_limit_still_takes_the_dead_letter_move() {
 #[test]
 fn a_will_into_a_dead_letter_channel_is_not_stored() {
     let mut rig = Rig::new(queue_settings(5, Backoff::None, 0));
-    let conn = rig.broker.accept(rig.now_ms).unwrap();
+    let conn = rig
+        .broker
+        .accept(rig.now_ms, crate::core::Origin::default())
+        .unwrap();
     let connect = Connect {
         protocol_version: ProtocolVersion::V5,
         clean_start: true,

@@ -368,6 +368,9 @@ impl Broker {
         let Some(q) = queue else {
             return Some(Err(Refusal::NotAQueueForm));
         };
+        if let Err(refusal) = self.authorize_worker(session_key, self.queues.list[q].channel) {
+            return Some(Err(refusal));
+        }
         if self.version(conn) != Some(ProtocolVersion::V5) {
             return Some(Err(Refusal::QueueNeedsMqtt5));
         }
@@ -699,7 +702,10 @@ impl Broker {
             let queue = &self.queues.list[q];
             let index = (queue.next_worker + step) % count;
             let worker = queue.workers[index];
-            if queue.held.contains_key(&worker) || !self.session_has_room(worker) {
+            if queue.held.contains_key(&worker)
+                || !self.session_has_room(worker)
+                || !self.may_consume(worker, queue.channel)
+            {
                 continue;
             }
             self.queues.list[q].next_worker = index + 1;
@@ -1355,5 +1361,84 @@ fn job_message(
         properties,
         received_at_unix_ms: body.received_at_unix_ms,
         publisher: body.publisher.clone(),
+    }
+}
+
+impl Queues {
+    /// Channel `channel`'s depth and work out with workers, if it is a queue.
+    pub(crate) fn observe(&self, channel: usize) -> Option<crate::core::observe::QueueObservation> {
+        let queue = &self.list[*self.by_channel.get(&channel)?];
+        let inflight = queue
+            .jobs
+            .values()
+            .filter(|job| {
+                matches!(
+                    job.state,
+                    JobState::Delivering { .. } | JobState::Leased { .. }
+                )
+            })
+            .count();
+        Some(crate::core::observe::QueueObservation {
+            depth: queue.jobs.len() as u64,
+            inflight: inflight as u64,
+        })
+    }
+}
+
+impl Broker {
+    /// Queue `name`'s unresolved jobs, oldest first, `max_rows` at most;
+    /// `None` when no queue has that name.
+    pub fn queue_view(
+        &self,
+        name: &str,
+        max_rows: usize,
+        now_ms: u64,
+    ) -> Option<crate::core::observe::QueueView> {
+        use crate::core::observe::{JobRow, QueueView};
+        let queue = &self.queues.list[self.queue_by_name(name)?];
+        let client_id = |worker: Key| {
+            self.sessions
+                .get(worker)
+                .map(|s| s.client_id.to_string())
+                .unwrap_or_default()
+        };
+        let seen = |unix_ms: u64| (unix_ms > 0).then_some(unix_ms);
+        let rows = queue
+            .jobs
+            .iter()
+            .take(max_rows)
+            .map(|(&offset, job)| {
+                let (state, holder, lease_until_unix_ms) = match job.state {
+                    JobState::Delivering { worker, .. } => {
+                        ("delivering", Some(client_id(worker)), None)
+                    }
+                    JobState::Leased {
+                        worker,
+                        deadline_ms,
+                        ..
+                    } => (
+                        "leased",
+                        Some(client_id(worker)),
+                        Some(self.unix_ms(deadline_ms.max(now_ms))),
+                    ),
+                    JobState::Available | JobState::Resolving | JobState::Moving => {
+                        ("waiting", None, None)
+                    }
+                };
+                JobRow {
+                    offset,
+                    attempts: job.attempts,
+                    state,
+                    holder,
+                    lease_until_unix_ms,
+                    first_seen_unix_ms: seen(job.first_delivery_unix_ms),
+                    last_seen_unix_ms: seen(job.last_delivery_unix_ms),
+                }
+            })
+            .collect();
+        Some(QueueView {
+            unresolved: queue.jobs.len() as u64,
+            rows,
+        })
     }
 }

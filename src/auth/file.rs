@@ -1,0 +1,179 @@
+//! A password file in Mosquitto's format: one `user:hash` a line.
+//!
+//! Blank lines and lines starting with `#` are skipped; blanks around the
+//! user and the hash are dropped, as Mosquitto drops them. Everything else
+//! must read, or the whole file is refused naming the line: a file half
+//! understood would refuse devices that have the right password.
+
+use std::collections::HashMap;
+use std::fmt;
+use std::path::{Path, PathBuf};
+
+use super::hash::PasswordHash;
+
+/// The users one password file names, as it was read.
+#[derive(Debug, Clone)]
+pub struct PasswordFile {
+    pub path: PathBuf,
+    users: HashMap<Box<str>, PasswordHash>,
+}
+
+/// Why a password file was refused: its path, the lines at fault (none for
+/// the file as a whole) and what is wrong, never holding a password.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FileError {
+    pub path: PathBuf,
+    /// 1-based.
+    pub lines: Vec<usize>,
+    pub why: String,
+}
+
+impl fmt::Display for FileError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "password file {}", self.path.display())?;
+        match self.lines.as_slice() {
+            [] => {}
+            [line] => write!(f, ", line {line}")?,
+            [first, second] => write!(f, ", lines {first} and {second}")?,
+            lines => write!(f, ", lines {lines:?}")?,
+        }
+        write!(f, ": {}", self.why)
+    }
+}
+
+impl std::error::Error for FileError {}
+
+/// A line as this format reads it: `None` for one that names nobody.
+pub(super) fn entry(line: &str) -> Option<Result<(&str, &str), String>> {
+    let line = line.trim_end_matches(['\r', '\n']);
+    if line.trim().is_empty() || line.starts_with('#') {
+        return None;
+    }
+    let Some((user, hash)) = line.split_once(':') else {
+        return Some(Err(
+            "a line is user:hash, and this one has no colon".to_string()
+        ));
+    };
+    let user = user.trim_matches([' ', '\t']);
+    let hash = hash.trim_matches([' ', '\t']);
+    if user.is_empty() {
+        return Some(Err("the user name before the colon is empty".to_string()));
+    }
+    Some(Ok((user, hash)))
+}
+
+impl PasswordFile {
+    pub fn load(path: &Path) -> Result<PasswordFile, FileError> {
+        let text = std::fs::read_to_string(path).map_err(|error| FileError {
+            path: path.to_path_buf(),
+            lines: Vec::new(),
+            why: format!("cannot be read: {error}"),
+        })?;
+        PasswordFile::parse(path, &text)
+    }
+
+    /// Reads `text` as the contents of `path`.
+    pub fn parse(path: &Path, text: &str) -> Result<PasswordFile, FileError> {
+        let refuse = |lines: Vec<usize>, why: String| FileError {
+            path: path.to_path_buf(),
+            lines,
+            why,
+        };
+        let mut users = HashMap::new();
+        let mut first_line: HashMap<&str, usize> = HashMap::new();
+        for (index, line) in text.lines().enumerate() {
+            let number = index + 1;
+            let Some(read) = entry(line) else { continue };
+            let (user, hash) = read.map_err(|why| refuse(vec![number], why))?;
+            if let Some(&first) = first_line.get(user) {
+                return Err(refuse(
+                    vec![first, number],
+                    format!("user {user:?} is named twice; only one of its passwords could be the one checked, so delete one line"),
+                ));
+            }
+            let hash = PasswordHash::parse(hash)
+                .map_err(|why| refuse(vec![number], format!("user {user:?}: {why}")))?;
+            first_line.insert(user, number);
+            users.insert(user.into(), hash);
+        }
+        Ok(PasswordFile {
+            path: path.to_path_buf(),
+            users,
+        })
+    }
+
+    pub fn get(&self, user: &str) -> Option<&PasswordHash> {
+        self.users.get(user)
+    }
+
+    pub fn user_count(&self) -> usize {
+        self.users.len()
+    }
+
+    /// Some entry of the file, checked in place of an unknown user's so that
+    /// a refusal takes as long whether or not the name exists.
+    pub(super) fn stand_in(&self) -> Option<&PasswordHash> {
+        self.users.values().next()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const SHA512_HUNTER2: &str = "$6$DssEkUY/ld4blukw$9EvI2OdZOnUSp3rG8Qjszy7fwnQxLXJGRPu9kUowxiIPjM9xRKwAAn/h8/6b8fmq77JWiZKEY/HdIpz+/DUDrQ==";
+
+    fn parse(text: &str) -> Result<PasswordFile, FileError> {
+        PasswordFile::parse(Path::new("/etc/p"), text)
+    }
+
+    #[test]
+    fn users_comments_and_blank_lines() {
+        let text = format!("# devices\n\nbob:{SHA512_HUNTER2}\n  carol :\t{SHA512_HUNTER2} \r\n");
+        let file = parse(&text).unwrap();
+        assert_eq!(file.user_count(), 2);
+        assert!(file.get("bob").unwrap().verify(b"hunter2"));
+        assert!(file.get("carol").is_some());
+        assert!(file.get("alice").is_none());
+    }
+
+    #[test]
+    fn a_user_on_two_lines_is_refused_naming_both() {
+        let text = format!("bob:{SHA512_HUNTER2}\n# x\nbob:{SHA512_HUNTER2}\n");
+        let error = parse(&text).unwrap_err();
+        assert_eq!(error.lines, vec![1, 3]);
+        assert_eq!(
+            error.to_string(),
+            "password file /etc/p, lines 1 and 3: user \"bob\" is named twice; only one of its passwords could be the one checked, so delete one line"
+        );
+    }
+
+    #[test]
+    fn unreadable_lines_are_refused_naming_the_line() {
+        let argon =
+            format!("bob:{SHA512_HUNTER2}\neve:$argon2id$v=19$m=65536,t=3,p=4$c2FsdA$aGFzaA\n");
+        let error = parse(&argon).unwrap_err();
+        assert_eq!(error.lines, vec![2]);
+        assert!(error
+            .to_string()
+            .starts_with("password file /etc/p, line 2: user \"eve\": an argon2 hash"));
+        assert_eq!(parse("nocolon\n").unwrap_err().lines, vec![1]);
+        assert_eq!(
+            parse(&format!(":{SHA512_HUNTER2}")).unwrap_err().lines,
+            vec![1]
+        );
+        let plain = parse("\n\ndave:letmein\n").unwrap_err();
+        assert_eq!(plain.lines, vec![3]);
+        // The refusal quotes no password.
+        assert!(!plain.to_string().contains("letmein"), "{plain}");
+    }
+
+    #[test]
+    fn an_unreadable_file_names_itself() {
+        let error = PasswordFile::load(Path::new("/nonexistent/saguin.passwd")).unwrap_err();
+        assert!(error.lines.is_empty());
+        assert!(error
+            .to_string()
+            .starts_with("password file /nonexistent/saguin.passwd: cannot be read"));
+    }
+}

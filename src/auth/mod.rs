@@ -1,0 +1,191 @@
+//! Who may connect: the password files and each door's rule for a client
+//! that offers no user name.
+//!
+//! This module knows no sockets and no configuration file: it is handed
+//! each door's rule, reads the password files those rules name, and
+//! answers, for a CONNECT's user name and password, whether it is admitted.
+//! What it loads is never changed in place; a reload builds a whole new
+//! [`Authentication`], so a half-read file is never in force.
+
+pub mod command;
+pub mod file;
+pub mod hash;
+
+use std::path::PathBuf;
+
+pub use file::{FileError, PasswordFile};
+pub use hash::PasswordHash;
+
+/// What one MQTT door asks of a client, as the configuration settled it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DoorRule {
+    /// The door's name, for messages.
+    pub door: String,
+    /// The password file its users are checked against, if any.
+    pub password_file: Option<PathBuf>,
+    /// Whether a client offering no user name is admitted.
+    pub allow_anonymous: bool,
+}
+
+/// Every door's rule and every password file they name, as loaded.
+/// [`Authentication::default`] has no rules and admits everybody.
+#[derive(Debug, Clone, Default)]
+pub struct Authentication {
+    rules: Vec<DoorRule>,
+    /// Each distinct path once, in the order first named.
+    files: Vec<PasswordFile>,
+    /// For each door, its file's index in `files`.
+    door_files: Vec<Option<usize>>,
+}
+
+/// The answer to a CONNECT's credentials.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Verdict {
+    /// A password file names the user and the password is its own.
+    Authenticated,
+    /// No user name, on a door that admits clients without one.
+    Anonymous,
+    /// A user name on a door with no password file: taken as stated.
+    Unchecked,
+    Refused(Refusal),
+}
+
+/// Why credentials were refused. All are one code on the wire; the log
+/// tells them apart.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Refusal {
+    NoUserName,
+    UnknownUser,
+    NoPassword,
+    WrongPassword,
+}
+
+impl Refusal {
+    /// For the log, which the operator reads and the caller does not.
+    pub fn describe(self) -> &'static str {
+        match self {
+            Refusal::NoUserName => {
+                "it offered no user name, and this door admits no anonymous client"
+            }
+            Refusal::UnknownUser => "its user name is in no password file of this door",
+            Refusal::NoPassword => "it offered a user name and no password",
+            Refusal::WrongPassword => "its password is wrong",
+        }
+    }
+}
+
+impl Authentication {
+    /// Reads every password file the rules name. Refused whole if any file
+    /// cannot be read, or names nobody on a door that admits nobody else.
+    pub fn load(rules: &[DoorRule]) -> Result<Authentication, FileError> {
+        let mut files: Vec<PasswordFile> = Vec::new();
+        let mut door_files = Vec::with_capacity(rules.len());
+        for rule in rules {
+            let index = match &rule.password_file {
+                None => None,
+                Some(path) => Some(match files.iter().position(|f| &f.path == path) {
+                    Some(index) => index,
+                    None => {
+                        files.push(PasswordFile::load(path)?);
+                        files.len() - 1
+                    }
+                }),
+            };
+            if let Some(file) = index.map(|i| &files[i]) {
+                if file.user_count() == 0 && !rule.allow_anonymous {
+                    return Err(FileError {
+                        path: file.path.clone(),
+                        lines: Vec::new(),
+                        why: format!(
+                            "names no user, and door {:?} admits nobody else; add a user with saguin --passwd, or allow_anonymous: true on the door",
+                            rule.door
+                        ),
+                    });
+                }
+            }
+            door_files.push(index);
+        }
+        Ok(Authentication {
+            rules: rules.to_vec(),
+            files,
+            door_files,
+        })
+    }
+
+    /// The same files read again, for a reload: the old table stays in
+    /// force if this fails.
+    pub fn reload(&self) -> Result<Authentication, FileError> {
+        Authentication::load(&self.rules)
+    }
+
+    /// Door `door`'s name, for the log; its index where it has no rule.
+    pub fn door_name(&self, door: usize) -> String {
+        match self.rules.get(door) {
+            Some(rule) => format!("{:?}", rule.door),
+            None => door.to_string(),
+        }
+    }
+
+    pub fn files(&self) -> &[PasswordFile] {
+        &self.files
+    }
+
+    /// One line for the log: each file and how many users it holds.
+    pub fn summary(&self) -> String {
+        if self.files.is_empty() {
+            return "no password file".to_string();
+        }
+        let files: Vec<String> = self
+            .files
+            .iter()
+            .map(|f| format!("{} ({} users)", f.path.display(), f.user_count()))
+            .collect();
+        format!("password files {}", files.join(", "))
+    }
+
+    /// Whether checking `user` on door `door` computes a hash, the one
+    /// costly step, which the shell runs off its executor thread.
+    pub fn computes_hash(&self, door: usize, user: Option<&str>) -> bool {
+        user.is_some() && self.door_files.get(door).is_some_and(Option::is_some)
+    }
+
+    /// Checks what a CONNECT on door `door` offered. A door without a rule
+    /// admits everybody.
+    pub fn check(&self, door: usize, user: Option<&str>, password: Option<&[u8]>) -> Verdict {
+        let Some(rule) = self.rules.get(door) else {
+            return if user.is_some() {
+                Verdict::Unchecked
+            } else {
+                Verdict::Anonymous
+            };
+        };
+        let Some(user) = user else {
+            return if rule.allow_anonymous {
+                Verdict::Anonymous
+            } else {
+                Verdict::Refused(Refusal::NoUserName)
+            };
+        };
+        let Some(file) = self.door_files[door].map(|i| &self.files[i]) else {
+            return Verdict::Unchecked;
+        };
+        let offered = password.unwrap_or_default();
+        let Some(hash) = file.get(user) else {
+            // The same work as for a known user, so the time a refusal
+            // takes does not say which names exist.
+            if let Some(stand_in) = file.stand_in() {
+                let _ = stand_in.verify(offered);
+            }
+            return Verdict::Refused(Refusal::UnknownUser);
+        };
+        // Checked even when no password came, for the same reason.
+        match (password, hash.verify(offered)) {
+            (None, _) => Verdict::Refused(Refusal::NoPassword),
+            (Some(_), true) => Verdict::Authenticated,
+            (Some(_), false) => Verdict::Refused(Refusal::WrongPassword),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,404 @@
+//! `broker.operations`: the operations listener's doors, its operators
+//! and how often its metrics are recomputed.
+//!
+//! `listen.tcp` and `listen.unix` each take the shape an MQTT listen kind
+//! takes: one door as a mapping named after its kind, or a list of doors
+//! each with a name. Names are unique among the operations doors alone;
+//! ports are compared with the MQTT doors too, since the kernel does not
+//! know which block asked.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use serde_yaml::Value;
+
+use super::findings::Findings;
+use super::listen::{clashes, door_address, parse_address, TcpDoor as MqttDoor};
+use super::table::{table, Keys, Table};
+use super::values::{duration_ms, whole_seconds, NoneRule};
+use crate::ops::operators::Operators;
+use crate::ops::{self, route::ROUTES, MIN_SCRAPE_INTERVAL_S};
+
+const BLOCK: &str = "broker.operations";
+
+const BLOCK_KEYS: Keys = Keys {
+    supported: &["listen", "password_file", "min_scrape_interval"],
+    not_yet: &[],
+};
+
+const LISTEN_KEYS: Keys = Keys {
+    supported: &["tcp", "unix"],
+    not_yet: &[],
+};
+
+const TCP_KEYS: Keys = Keys {
+    supported: &["name", "address", "password_file", "allow_anonymous"],
+    not_yet: &["tls"],
+};
+
+const UNIX_KEYS: Keys = Keys {
+    supported: &["name", "path", "mode", "password_file", "allow_anonymous"],
+    not_yet: &["proxy_protocol"],
+};
+
+/// Reads `broker.operations`; `Some(None)` when it is absent, which opens
+/// no listener.
+pub(super) fn parse(
+    f: &mut Findings,
+    value: Option<&Value>,
+    mqtt_doors: Option<&[MqttDoor]>,
+) -> Option<Option<ops::Settings>> {
+    let Some(value) = value else {
+        return Some(None);
+    };
+    let t = table(f, BLOCK, value, &BLOCK_KEYS)?;
+    let password_file = operators(f, &format!("{BLOCK}.password_file"), t.get("password_file"));
+    let interval = min_scrape_interval(f, t.get("min_scrape_interval"));
+    let listen_path = format!("{BLOCK}.listen");
+    let Some(listen_value) = t.get("listen") else {
+        f.key(
+            &listen_path,
+            "missing: name at least one door, tcp: with an address such as 127.0.0.1:9090 or unix: with a path; remove broker.operations for no listener",
+        );
+        return None;
+    };
+    let listen = table(f, &listen_path, listen_value, &LISTEN_KEYS)?;
+    if listen.get("tcp").is_none() && listen.get("unix").is_none() {
+        f.key(
+            &listen_path,
+            "names no door, so nothing would serve /health or /metrics; write tcp: or unix: under it, or remove broker.operations",
+        );
+        return None;
+    }
+    let tcp = doors(f, &listen_path, &listen, "tcp", &TCP_KEYS, |f, path, t| {
+        tcp_door(f, path, t)
+    });
+    let unix = doors(f, &listen_path, &listen, "unix", &UNIX_KEYS, unix_door);
+    let password_file = password_file?;
+    let (tcp, unix) = (tcp?, unix?);
+    let names: Vec<(&str, &str)> = tcp
+        .iter()
+        .map(|(p, d)| (p.as_str(), d.name.as_str()))
+        .chain(unix.iter().map(|(p, d)| (p.as_str(), d.name.as_str())))
+        .collect();
+    let mut clean = true;
+    for (j, (path, name)) in names.iter().enumerate() {
+        if let Some((first, _)) = names[..j].iter().find(|(_, other)| other == name) {
+            f.key(
+                &format!("{path}.name"),
+                format!("{name:?} is already the name of the operations door at {first}; every operations door needs a name of its own"),
+            );
+            clean = false;
+        }
+    }
+    for (path, door) in &tcp {
+        clean &= check_tcp_door(f, path, door, &tcp, password_file.is_some(), mqtt_doors);
+    }
+    for (j, (path, door)) in unix.iter().enumerate() {
+        if let Some((first, _)) = unix[..j].iter().find(|(_, d)| d.path == door.path) {
+            f.key(
+                &format!("{path}.path"),
+                format!(
+                    "{} is already the socket of the operations door at {first}",
+                    door.path.display()
+                ),
+            );
+            clean = false;
+        }
+    }
+    if !clean {
+        return None;
+    }
+    Some(Some(ops::Settings {
+        tcp: tcp.into_iter().map(|(_, d)| d).collect(),
+        unix: unix.into_iter().map(|(_, d)| d).collect(),
+        password_file,
+        min_scrape_interval_s: interval?,
+    }))
+}
+
+/// The loopback rule, and ports shared with another door.
+fn check_tcp_door(
+    f: &mut Findings,
+    path: &str,
+    door: &ops::TcpDoor,
+    all: &[(String, ops::TcpDoor)],
+    block_has_operators: bool,
+    mqtt_doors: Option<&[MqttDoor]>,
+) -> bool {
+    let Ok(address) = parse_address(&door.address) else {
+        return true;
+    };
+    let mut clean = true;
+    if !address.is_loopback() && door.password_file.is_none() && !block_has_operators {
+        f.key(
+            &format!("{path}.address"),
+            format!(
+                "{:?} is reachable from other machines and nothing here authenticates a reader: set {BLOCK}.password_file or {path}.password_file, or listen on 127.0.0.1",
+                door.address
+            ),
+        );
+        clean = false;
+    }
+    let earlier_ops = all
+        .iter()
+        .take_while(|(p, _)| p != path)
+        .map(|(p, d)| (p.clone(), d.address.clone()));
+    let mqtt = mqtt_doors.unwrap_or_default().iter().map(|d| {
+        (
+            format!("broker.mqtt.listen.tcp {:?}", d.name),
+            d.address.clone(),
+        )
+    });
+    for (other_path, other) in mqtt.chain(earlier_ops) {
+        if parse_address(&other).is_ok_and(|other| clashes(&other, &address)) {
+            f.key(
+                &format!("{path}.address"),
+                format!("{:?} needs a port the door at {other_path} ({other:?}) already takes; give one of them another port", door.address),
+            );
+            clean = false;
+        }
+    }
+    clean
+}
+
+/// A kind's doors with the path each was written at: one mapping named
+/// after the kind, or a list whose entries are named.
+fn doors<T>(
+    f: &mut Findings,
+    listen_path: &str,
+    listen: &Table<'_>,
+    kind: &str,
+    keys: &Keys,
+    read: impl Fn(&mut Findings, &str, &Table<'_>) -> Option<T>,
+) -> Option<Vec<(String, T)>>
+where
+    T: Named,
+{
+    let Some(value) = listen.get(kind) else {
+        return Some(Vec::new());
+    };
+    let path = format!("{listen_path}.{kind}");
+    let entries: Vec<(String, &Value, Option<&str>)> = match value {
+        Value::Mapping(_) => vec![(path.clone(), value, Some(kind))],
+        Value::Sequence(list) if !list.is_empty() => {
+            let lone = (list.len() == 1).then_some(kind);
+            list.iter()
+                .enumerate()
+                .map(|(i, entry)| (format!("{path}[{i}]"), entry, lone))
+                .collect()
+        }
+        other => {
+            f.value(
+                &path,
+                other,
+                "a door is a block of keys, or a list of such blocks each with a name",
+            );
+            return None;
+        }
+    };
+    let mut read_doors = Vec::new();
+    let mut clean = true;
+    for (entry_path, entry, default_name) in entries {
+        let Some(t) = table(f, &entry_path, entry, keys) else {
+            clean = false;
+            continue;
+        };
+        if let Some(v) = t.get("allow_anonymous") {
+            f.value(
+                &format!("{entry_path}.allow_anonymous"),
+                v,
+                "the operations listener has no anonymous setting: a door without a password file already serves a reader with no name, on a socket or a loopback address; remove the key",
+            );
+            clean = false;
+        }
+        let name = door_name(f, &entry_path, t.get("name"), default_name);
+        match (read(f, &entry_path, &t), name) {
+            (Some(mut door), Some(name)) => {
+                door.set_name(name);
+                read_doors.push((entry_path, door));
+            }
+            _ => clean = false,
+        }
+    }
+    clean.then_some(read_doors)
+}
+
+/// A door type whose name is settled after its other keys.
+trait Named {
+    fn set_name(&mut self, name: String);
+}
+
+impl Named for ops::TcpDoor {
+    fn set_name(&mut self, name: String) {
+        self.name = name;
+    }
+}
+
+impl Named for ops::UnixDoor {
+    fn set_name(&mut self, name: String) {
+        self.name = name;
+    }
+}
+
+fn door_name(
+    f: &mut Findings,
+    path: &str,
+    value: Option<&Value>,
+    default_name: Option<&str>,
+) -> Option<String> {
+    match (value, default_name) {
+        (None, Some(default)) => Some(default.to_string()),
+        (None, None) => {
+            f.key(path, "a door in a list of several needs a name, unique among the operations doors, such as name: local");
+            None
+        }
+        (Some(Value::String(s)), _) if !s.trim().is_empty() && !s.chars().any(char::is_control) => {
+            Some(s.clone())
+        }
+        (Some(v), _) => {
+            f.value(
+                &format!("{path}.name"),
+                v,
+                "a door's name is text that is not blank and holds no control characters, such as local",
+            );
+            None
+        }
+    }
+}
+
+fn tcp_door(f: &mut Findings, path: &str, t: &Table<'_>) -> Option<ops::TcpDoor> {
+    let address = door_address(
+        f,
+        path,
+        t.get("address"),
+        "this door has no address, and there is no default, because a port opened by a default is a port nobody chose; write address: such as 127.0.0.1:9090",
+    )
+    .map(|(_, address)| address.bind_text().to_string());
+    let password_file = operators(f, &format!("{path}.password_file"), t.get("password_file"));
+    Some(ops::TcpDoor {
+        name: String::new(),
+        address: address?,
+        password_file: password_file?,
+    })
+}
+
+fn unix_door(f: &mut Findings, path: &str, t: &Table<'_>) -> Option<ops::UnixDoor> {
+    let socket = match t.get("path") {
+        None => {
+            f.key(path, "this door has no path; write path: with the socket file, such as /run/saguin/operations.sock");
+            None
+        }
+        Some(v) => absolute_file(f, &format!("{path}.path"), v, "/run/saguin/operations.sock"),
+    };
+    let mode = match t.get("mode") {
+        None => Some(ops::DEFAULT_UNIX_MODE),
+        Some(v) => socket_mode(f, &format!("{path}.mode"), v),
+    };
+    let password_file = operators(f, &format!("{path}.password_file"), t.get("password_file"));
+    Some(ops::UnixDoor {
+        name: String::new(),
+        path: socket?,
+        mode: mode?,
+        password_file: password_file?,
+    })
+}
+
+/// `"0660"`: octal permission bits, quoted so YAML keeps the leading 0.
+fn socket_mode(f: &mut Findings, path: &str, value: &Value) -> Option<u32> {
+    let mode = match value {
+        Value::String(s) if (3..=4).contains(&s.len()) => u32::from_str_radix(s, 8).ok(),
+        _ => None,
+    };
+    let mode = mode.filter(|m| *m <= 0o777);
+    if mode.is_none() {
+        f.value(
+            path,
+            value,
+            "a mode is octal permission bits in quotes, such as \"0660\"",
+        );
+    }
+    mode
+}
+
+/// An absolute path to a file, as every path in this file is written.
+fn absolute_file(f: &mut Findings, path: &str, value: &Value, example: &str) -> Option<PathBuf> {
+    let Value::String(text) = value else {
+        f.value(
+            path,
+            value,
+            format!("it is an absolute file path, such as {example}"),
+        );
+        return None;
+    };
+    let last = text.rsplit('/').next().unwrap_or("");
+    let why = if !text.starts_with('/') {
+        Some(format!("it must be absolute, so what the broker reads does not depend on where it was started; write it from /, such as {example}"))
+    } else if text.contains('\0') {
+        Some("a path holds no NUL character".to_string())
+    } else if last.is_empty() || last == "." || last == ".." {
+        Some(format!(
+            "it names a directory, not a file; end it with a file name, such as {example}"
+        ))
+    } else {
+        None
+    };
+    match why {
+        Some(why) => {
+            f.value(path, value, why);
+            None
+        }
+        None => Some(PathBuf::from(text)),
+    }
+}
+
+/// Reads an operators file; `Some(None)` when the key is absent.
+fn operators(
+    f: &mut Findings,
+    path: &str,
+    value: Option<&Value>,
+) -> Option<Option<Arc<Operators>>> {
+    let Some(value) = value else {
+        return Some(None);
+    };
+    let file = absolute_file(f, path, value, "/etc/saguin/operations.passwd")?;
+    match Operators::load(Path::new(&file), ROUTES) {
+        Ok(operators) => Some(Some(Arc::new(operators))),
+        Err(why) => {
+            f.value(path, value, format!("the file {why}"));
+            None
+        }
+    }
+}
+
+fn min_scrape_interval(f: &mut Findings, value: Option<&Value>) -> Option<u32> {
+    const PATH: &str = "broker.operations.min_scrape_interval";
+    let Some(value) = value else {
+        return Some(MIN_SCRAPE_INTERVAL_S);
+    };
+    let allowed =
+        format!("it is a duration of {MIN_SCRAPE_INTERVAL_S}s or more, such as 60s or 5m");
+    let ms = duration_ms(
+        f,
+        PATH,
+        value,
+        NoneRule::Refused("the metrics are always recomputed at some interval"),
+        &allowed,
+    )??;
+    let seconds = whole_seconds(f, PATH, value, ms)?;
+    if seconds < u64::from(MIN_SCRAPE_INTERVAL_S) {
+        f.value(
+            PATH,
+            value,
+            format!(
+                "is below the floor of {MIN_SCRAPE_INTERVAL_S}s; a shorter interval is refused rather than quietly raised, so the graphs' resolution is the one written. Write {MIN_SCRAPE_INTERVAL_S}s or more"
+            ),
+        );
+        return None;
+    }
+    let Ok(seconds) = u32::try_from(seconds) else {
+        f.value(PATH, value, format!("too large; {allowed}"));
+        return None;
+    };
+    Some(seconds)
+}

@@ -1,0 +1,144 @@
+//! Authorization in the core, deterministically: grants replaced under
+//! live sessions, and a feature taken away as MQTT says it.
+
+use super::*;
+use crate::acl::{Acl, Entry, Features, Role, Rule, Subject, Verbs};
+
+/// `reader` may read and write `news/#`; `quiet` may too, without QoS 2.
+fn acl(reader_reads: bool) -> Acl {
+    let topic_rule = |verbs| Rule {
+        subject: Subject::Topic,
+        written_filter: Some("news/#".into()),
+        filters: vec!["news/#".into()],
+        verbs,
+        denies: Features::NONE,
+    };
+    let reader_verbs = match reader_reads {
+        true => Verbs::WRITE.with(Verbs::READ),
+        false => Verbs::WRITE,
+    };
+    let no_qos2 = Rule {
+        subject: Subject::Features,
+        written_filter: None,
+        filters: Vec::new(),
+        verbs: Verbs::NONE,
+        denies: Features::QOS2,
+    };
+    let entry = |pattern: &str, role| Entry {
+        pattern: pattern.into(),
+        roles: vec![role],
+        client_ids: None,
+        limits: None,
+    };
+    Acl {
+        source: "test".into(),
+        roles: vec![
+            Role {
+                name: "reader".into(),
+                rules: vec![topic_rule(reader_verbs)],
+            },
+            Role {
+                name: "quiet".into(),
+                rules: vec![topic_rule(Verbs::WRITE.with(Verbs::READ)), no_qos2],
+            },
+        ],
+        entries: vec![entry("reader", 0), entry("quiet", 1)],
+    }
+}
+
+fn connect_as(h: &mut Harness, user: &str, client_id: &str) -> (Key, Connack) {
+    let mut connect = connect_packet(client_id, ProtocolVersion::V5);
+    connect.username = Some(user.into());
+    h.connect_with(connect)
+}
+
+fn delivered_payloads(h: &mut Harness, conn: Key) -> Vec<Vec<u8>> {
+    h.out
+        .take(conn)
+        .into_iter()
+        .filter_map(|p| match p {
+            Packet::Publish(p) => Some(p.payload),
+            _ => None,
+        })
+        .collect()
+}
+
+#[test]
+fn a_replaced_file_stops_and_restarts_delivery_at_once() {
+    let mut h = Harness::new(Settings::default());
+    h.broker.set_acl(Some(acl(true)), h.now_ms, &mut h.out);
+    let (reader, _) = connect_as(&mut h, "reader", "r1");
+    assert_eq!(
+        h.subscribe(reader, "news/#", qos(QoS::AtMostOnce), None),
+        [ReasonCode::GRANTED_QOS_0]
+    );
+    let (writer, _) = connect_as(&mut h, "reader", "w1");
+    let publish = |h: &mut Harness, payload: &[u8]| {
+        h.packet(
+            writer,
+            Packet::Publish(publish_packet("news/a", QoS::AtMostOnce, None, payload)),
+        );
+    };
+    publish(&mut h, b"1");
+    assert_eq!(delivered_payloads(&mut h, reader), [b"1".to_vec()]);
+    h.broker.set_acl(Some(acl(false)), h.now_ms, &mut h.out);
+    publish(&mut h, b"2");
+    assert!(delivered_payloads(&mut h, reader).is_empty());
+    h.broker.set_acl(Some(acl(true)), h.now_ms, &mut h.out);
+    publish(&mut h, b"3");
+    assert_eq!(delivered_payloads(&mut h, reader), [b"3".to_vec()]);
+    // Without a file, everything is allowed again.
+    h.broker.set_acl(None, h.now_ms, &mut h.out);
+    publish(&mut h, b"4");
+    assert_eq!(delivered_payloads(&mut h, reader), [b"4".to_vec()]);
+}
+
+#[test]
+fn qos2_taken_away_is_maximum_qos_1_and_a_qos2_subscription_granted_1() {
+    let mut h = Harness::new(Settings::default());
+    h.broker.set_acl(Some(acl(true)), h.now_ms, &mut h.out);
+    let (quiet, connack) = connect_as(&mut h, "quiet", "q1");
+    assert_eq!(connack.properties.maximum_qos, Some(1));
+    assert_eq!(
+        h.subscribe(quiet, "news/#", qos(QoS::ExactlyOnce), None),
+        [ReasonCode::GRANTED_QOS_1]
+    );
+    let (_, connack) = connect_as(&mut h, "reader", "r1");
+    assert_eq!(connack.properties.maximum_qos, None);
+    // A name no entry matches connects and is granted nothing.
+    let (stranger, connack) = connect_as(&mut h, "stranger", "s1");
+    assert_eq!(connack.reason_code, ReasonCode::SUCCESS);
+    assert_eq!(
+        h.subscribe(stranger, "news/#", qos(QoS::AtMostOnce), None),
+        [ReasonCode::NOT_AUTHORIZED]
+    );
+}
+
+#[test]
+fn an_entry_s_limits_replace_the_broker_wide_ones() {
+    let mut file = acl(true);
+    file.entries[0].limits = Some(crate::acl::Limits {
+        publish_rate_per_s: Some(1),
+        publish_bytes_per_s: None,
+    });
+    let mut h = Harness::new(Settings::default());
+    h.broker.set_acl(Some(file), h.now_ms, &mut h.out);
+    let (reader, _) = connect_as(&mut h, "reader", "r1");
+    let (quiet, _) = connect_as(&mut h, "quiet", "q1");
+    let answer = |h: &mut Harness, conn: Key, packet_id: u16| {
+        let publish = publish_packet("news/a", QoS::AtLeastOnce, Some(packet_id), b"x");
+        h.packet(conn, Packet::Publish(publish));
+        match h.out.take(conn).as_slice() {
+            [Packet::Puback(ack)] => ack.reason_code,
+            other => panic!("expected a PUBACK, got {other:?}"),
+        }
+    };
+    assert_eq!(answer(&mut h, reader, 1), ReasonCode::SUCCESS);
+    assert_eq!(answer(&mut h, reader, 2), ReasonCode::QUOTA_EXCEEDED);
+    // The broker-wide bound is none: the other entry is not held.
+    for packet_id in 1..=5 {
+        assert_eq!(answer(&mut h, quiet, packet_id), ReasonCode::SUCCESS);
+    }
+    h.advance(1_000);
+    assert_eq!(answer(&mut h, reader, 3), ReasonCode::SUCCESS);
+}

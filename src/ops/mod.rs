@@ -1,0 +1,71 @@
+//! The operations listener: what Sagüin tells the people running it.
+//!
+//! One small HTTP/1.1 server answers `/health`, `/metrics` and the
+//! `/v1/operations/*` routes on the doors `broker.operations.listen`
+//! names. It runs on a thread of its own, so parsing a request, checking a
+//! password and formatting a scrape never hold the MQTT executor; what it
+//! needs from the broker it asks for over a bounded channel, and the
+//! executor answers by copying numbers (see [`Ask`]).
+//!
+//! - [`http`]: reading one bounded request, writing one response;
+//! - [`server`]: the doors, their accept loops and connection bounds;
+//! - [`link`]: the bounded questions the executor thread answers;
+//! - [`route`]: which path answers what, and who may ask;
+//! - [`operators`]: the operators' password file and its route scopes;
+//! - [`metrics`]: the Prometheus text catalogue;
+//! - [`process`]: the process's own figures, read from `/proc`;
+//! - [`v1`]: the JSON routes.
+
+pub mod http;
+pub mod json;
+pub mod link;
+pub mod metrics;
+pub mod operators;
+pub mod process;
+pub mod route;
+pub mod server;
+pub mod v1;
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+pub use link::{answer, Ask, Link, Provider};
+pub use server::{bind, Bound, Reloader, SocketFiles};
+
+/// The shortest `min_scrape_interval`, and its default.
+pub const MIN_SCRAPE_INTERVAL_S: u32 = 60;
+
+/// `broker.operations`, as the configuration resolved it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Settings {
+    pub tcp: Vec<TcpDoor>,
+    pub unix: Vec<UnixDoor>,
+    /// `broker.operations.password_file`: the operators a door that names
+    /// none of its own takes.
+    pub password_file: Option<Arc<operators::Operators>>,
+    /// The shortest interval at which the metrics are recomputed.
+    pub min_scrape_interval_s: u32,
+}
+
+/// One TCP door of the operations listener.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TcpDoor {
+    pub name: String,
+    /// `host:port`, ready to bind.
+    pub address: String,
+    /// This door's own operators, which win over the block's.
+    pub password_file: Option<Arc<operators::Operators>>,
+}
+
+/// One Unix-socket door of the operations listener.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct UnixDoor {
+    pub name: String,
+    pub path: PathBuf,
+    /// The socket file's permissions, which decide who may speak to it.
+    pub mode: u32,
+    pub password_file: Option<Arc<operators::Operators>>,
+}
+
+/// The socket file's permissions when `mode` is not written.
+pub const DEFAULT_UNIX_MODE: u32 = 0o660;

@@ -1,0 +1,370 @@
+//! Which path answers what, and who may ask.
+//!
+//! `/health` answers anybody. Every other route asks who is calling, in
+//! this order: a password (HTTP Basic) checked against the door's
+//! operators, which ends there whether it is right or wrong; on a Unix
+//! socket only, the `X-Saguin-Principal` a proxy in front of it set; and
+//! otherwise nobody, which the door itself vouches for - a socket by its
+//! file permissions, a loopback port by where it is, and then only when
+//! the request addressed this broker by an IP address or `localhost`.
+
+use std::cell::RefCell;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use base64ct::{Base64, Encoding};
+
+use super::http::{Request, Response};
+use super::link::{Ask, Link};
+use super::operators::{Check, Operators, Reloadable};
+use super::{metrics, process, v1};
+
+/// Every route that takes a credential, as a password file's scope names
+/// them.
+pub const ROUTES: &[&str] = &[
+    "/metrics",
+    "/v1/operations/consumers",
+    "/v1/operations/position-lost",
+    "/v1/operations/queues",
+    "/v1/operations/sessions",
+];
+
+/// The route a queue's name follows.
+const QUEUES: &str = "/v1/operations/queues/";
+
+/// Rows a `/v1` list carries at most; the body says how many there were.
+pub const MAX_ROWS: usize = 100;
+
+const CHALLENGE: &str = "Basic realm=\"saguin\", charset=\"UTF-8\"";
+const PRINCIPAL_HEADER: &str = "x-saguin-principal";
+
+/// Which kind of door a connection came through.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DoorKind {
+    Tcp,
+    Unix,
+}
+
+/// The door a request arrived at, read off the connection.
+#[derive(Debug, Clone)]
+pub struct Door {
+    pub name: String,
+    pub kind: DoorKind,
+    /// The door's own operators, or the block's.
+    pub operators: Option<Arc<Reloadable>>,
+}
+
+/// The state the routes share on the operations thread.
+pub struct Service {
+    pub link: Link,
+    pub min_scrape_interval: Duration,
+    /// The last scrape's body and when it was computed.
+    scrape: RefCell<Option<(Instant, Arc<Vec<u8>>)>>,
+    started: Instant,
+}
+
+impl Service {
+    pub fn new(link: Link, min_scrape_interval: Duration) -> Service {
+        Service {
+            link,
+            min_scrape_interval,
+            scrape: RefCell::new(None),
+            started: Instant::now(),
+        }
+    }
+
+    /// The response to `request` arriving at `door`.
+    pub async fn respond(&self, request: &Request, door: &Door) -> Response {
+        let path = request.path.as_str();
+        let queue = path
+            .strip_prefix(QUEUES)
+            .filter(|name| !name.is_empty() && !name.contains('/'));
+        let known = path == "/health" || ROUTES.contains(&path) || queue.is_some();
+        if !known {
+            return Response::text(404, "no such route\n");
+        }
+        if request.method != "GET" && request.method != "HEAD" {
+            return Response::text(405, "this route answers GET and HEAD\n")
+                .with_header("Allow", "GET, HEAD");
+        }
+        if path == "/health" {
+            return self.health();
+        }
+        if let Err(refusal) = authorize(request, door) {
+            return refusal;
+        }
+        if let Some(name) = queue {
+            return self.queue(name).await;
+        }
+        match path {
+            "/metrics" => self.metrics().await,
+            "/v1/operations/consumers" => {
+                let ask = |reply| Ask::Consumers {
+                    max_rows: MAX_ROWS,
+                    reply,
+                };
+                self.listed(ask, |v: &Vec<_>| v1::consumers(v)).await
+            }
+            "/v1/operations/sessions" => {
+                let ask = |reply| Ask::Sessions {
+                    max_rows: MAX_ROWS,
+                    reply,
+                };
+                self.listed(ask, v1::sessions).await
+            }
+            "/v1/operations/position-lost" => {
+                let ask = |reply| Ask::Losses {
+                    max_rows: MAX_ROWS,
+                    reply,
+                };
+                self.listed(ask, v1::position_lost).await
+            }
+            _ => Response::text(404, "no such route\n"),
+        }
+    }
+
+    /// Asks the executor with `make` and renders the answer as JSON.
+    async fn listed<T>(
+        &self,
+        make: impl FnOnce(smol::channel::Sender<T>) -> Ask,
+        render: impl FnOnce(&T) -> String,
+    ) -> Response {
+        match self.link.ask(make).await {
+            Some(view) => Response::json(200, render(&view)),
+            None => busy(),
+        }
+    }
+
+    /// A queue that is not configured is 404, naming none that are.
+    async fn queue(&self, written: &str) -> Response {
+        let Some(name) = super::http::percent_decode(written) else {
+            return Response::text(404, "no such queue\n");
+        };
+        let ask = |reply| Ask::Queue {
+            name: name.clone(),
+            max_rows: MAX_ROWS,
+            reply,
+        };
+        match self.link.ask(ask).await {
+            Some(Some(view)) => Response::json(200, v1::queue(&name, &view)),
+            Some(None) => Response::text(404, "no such queue\n"),
+            None => busy(),
+        }
+    }
+
+    fn health(&self) -> Response {
+        if (self.link.healthy)() {
+            Response::json(200, "{\"status\":\"ok\"}".to_string())
+        } else {
+            Response::json(503, "{\"status\":\"unavailable\"}".to_string())
+        }
+    }
+
+    /// The catalogue, recomputed at most once per `min_scrape_interval`;
+    /// a scrape sooner than that is answered with the last one.
+    async fn metrics(&self) -> Response {
+        let cached = self.scrape.borrow().clone();
+        let body = match cached {
+            Some((at, body)) if at.elapsed() < self.min_scrape_interval => body,
+            _ => {
+                let Some(observation) = self.link.ask(Ask::Observe).await else {
+                    return busy();
+                };
+                let figures = metrics::Figures {
+                    broker_id: &self.link.broker_id,
+                    uptime_s: self.started.elapsed().as_secs_f64(),
+                    observation: &observation,
+                    providers: &self.link.providers,
+                    process: process::read(),
+                };
+                let body = Arc::new(metrics::render(&figures).into_bytes());
+                *self.scrape.borrow_mut() = Some((Instant::now(), body.clone()));
+                body
+            }
+        };
+        Response {
+            status: 200,
+            content_type: "text/plain; version=0.0.4; charset=utf-8",
+            headers: Vec::new(),
+            body: body.to_vec(),
+        }
+    }
+}
+
+fn busy() -> Response {
+    Response::text(
+        503,
+        "the broker did not answer in time; try again shortly\n",
+    )
+}
+
+fn challenge(body: &str) -> Response {
+    Response::text(401, format!("{body}\n")).with_header("WWW-Authenticate", CHALLENGE)
+}
+
+fn forbidden(body: impl std::fmt::Display) -> Response {
+    Response::text(403, format!("{body}\n"))
+}
+
+/// `Ok` when the caller may read `request.path` at `door`.
+fn authorize(request: &Request, door: &Door) -> Result<(), Response> {
+    let path = request.path.as_str();
+    let operators = door.operators.as_ref().map(|file| file.current());
+    let operators = operators.as_deref();
+    if let Some(value) = request.header("authorization") {
+        return authorize_password(value, operators, &door.name, path);
+    }
+    if door.kind == DoorKind::Unix {
+        // Only a socket carries somebody else's word: its permissions
+        // decide who may speak to it. Elsewhere the header is not read.
+        if let Some(name) = request.header(PRINCIPAL_HEADER).map(str::trim) {
+            if !name.is_empty() {
+                return authorize_principal(name, operators, &door.name, path);
+            }
+        }
+    }
+    if operators.is_some() {
+        return Err(challenge("this listener needs a credential"));
+    }
+    if door.kind == DoorKind::Tcp {
+        addresses_this_broker(request)?;
+    }
+    Ok(())
+}
+
+fn authorize_password(
+    value: &str,
+    operators: Option<&Operators>,
+    door: &str,
+    path: &str,
+) -> Result<(), Response> {
+    let Some((name, password)) = basic_credential(value) else {
+        return Err(challenge("the Authorization header is not HTTP Basic"));
+    };
+    let accepted = operators.is_some_and(|ops| ops.check(&name, &password) == Check::Accepted);
+    if !accepted {
+        // The log says a credential failed and never what it was.
+        log::warn!("operations door {door}: a credential was rejected for {path}");
+        return Err(challenge("the credential was rejected"));
+    }
+    let reaches = operators.is_some_and(|ops| ops.reaches(&name, path));
+    if reaches {
+        Ok(())
+    } else {
+        Err(forbidden(format!(
+            "this credential does not reach {path}; its routes are the third field of its line in the operators file"
+        )))
+    }
+}
+
+fn authorize_principal(
+    name: &str,
+    operators: Option<&Operators>,
+    door: &str,
+    path: &str,
+) -> Result<(), Response> {
+    if name.chars().any(char::is_control) {
+        log::warn!("operations door {door}: refused a principal holding a control character");
+        return Err(forbidden(
+            "a principal holding a control character names nobody",
+        ));
+    }
+    let listed = operators.filter(|ops| ops.knows(name));
+    let reaches = match listed {
+        Some(ops) => ops.reaches(name, path),
+        // A name the file does not hold is scraped and nothing more.
+        None => path == "/metrics",
+    };
+    if reaches {
+        Ok(())
+    } else {
+        Err(forbidden(format!(
+            "{name:?} does not reach {path}; a name reaches the /v1 routes once the operators file holds it"
+        )))
+    }
+}
+
+/// The name and password of an HTTP Basic credential.
+fn basic_credential(value: &str) -> Option<(String, Vec<u8>)> {
+    let (scheme, encoded) = value.trim().split_once(' ')?;
+    if !scheme.eq_ignore_ascii_case("basic") {
+        return None;
+    }
+    let decoded = Base64::decode_vec(encoded.trim()).ok()?;
+    let colon = decoded.iter().position(|&b| b == b':')?;
+    let name = String::from_utf8(decoded[..colon].to_vec()).ok()?;
+    Some((name, decoded[colon + 1..].to_vec()))
+}
+
+/// Refuses a request with no credential that asked for this broker by a
+/// name: a page whose domain re-resolves to this address (DNS rebinding)
+/// is sent with the name it was loaded by, which is the one thing it
+/// cannot forge.
+fn addresses_this_broker(request: &Request) -> Result<(), Response> {
+    let Some(host) = request.header("host") else {
+        return Ok(());
+    };
+    let host = host.trim();
+    let name = match host.strip_prefix('[') {
+        Some(rest) => rest.split(']').next().unwrap_or(rest),
+        None => host.rsplit_once(':').map_or(host, |(name, _)| name),
+    };
+    let is_ip = name.parse::<std::net::IpAddr>().is_ok();
+    if is_ip || name.eq_ignore_ascii_case("localhost") {
+        return Ok(());
+    }
+    Err(forbidden(format!(
+        "a request without a credential is served only when it addresses this broker by IP address or localhost, and this one asked for {host:?}; set broker.operations.password_file to serve callers who use a name"
+    )))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn request(headers: &[(&str, &str)]) -> Request {
+        Request {
+            method: "GET".into(),
+            path: "/metrics".into(),
+            query: String::new(),
+            headers: headers
+                .iter()
+                .map(|(n, v)| (n.to_string(), v.as_bytes().to_vec()))
+                .collect(),
+            keep_alive: false,
+        }
+    }
+
+    fn door(kind: DoorKind) -> Door {
+        Door {
+            name: "d".into(),
+            kind,
+            operators: None,
+        }
+    }
+
+    #[test]
+    fn a_caller_with_no_name_must_address_the_broker_by_ip_or_localhost() {
+        let tcp = door(DoorKind::Tcp);
+        for host in ["127.0.0.1:9090", "localhost", "[::1]:9090", "LOCALHOST:1"] {
+            assert!(
+                authorize(&request(&[("host", host)]), &tcp).is_ok(),
+                "{host}"
+            );
+        }
+        let refused = authorize(&request(&[("host", "evil.example:9090")]), &tcp).unwrap_err();
+        assert_eq!(refused.status, 403);
+        // A socket is exempt: no browser opens one.
+        assert!(authorize(&request(&[("host", "evil.example")]), &door(DoorKind::Unix)).is_ok());
+    }
+
+    #[test]
+    fn basic_credentials_are_decoded() {
+        assert_eq!(
+            basic_credential("Basic YTpiOmM="),
+            Some(("a".to_string(), b"b:c".to_vec()))
+        );
+        assert_eq!(basic_credential("Bearer x"), None);
+        assert_eq!(basic_credential("Basic !!"), None);
+    }
+}

@@ -1,0 +1,361 @@
+//! The operations listener's doors and the thread that serves them.
+//!
+//! Every door is bound by [`bind`] on the caller's thread, with the MQTT
+//! doors, so a port in use is a startup error naming the door. The bound
+//! sockets then move to a thread of their own, where one executor serves
+//! every connection: at most [`MAX_CONNECTIONS`] at once, and up to as
+//! many more answered 429 and closed; past both, closed unanswered.
+//! A connection is served over any byte stream, so a TLS stream can take
+//! a TCP door's place without the routes knowing.
+
+use std::cell::Cell;
+use std::io;
+use std::os::unix::fs::PermissionsExt;
+use std::rc::Rc;
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_net::unix::UnixListener;
+use async_net::TcpListener;
+use smol::io::{AsyncRead, AsyncWrite};
+use smol::LocalExecutor;
+
+use super::http::{self, ReadBuffer, Response};
+use super::link::Link;
+use super::operators::{Operators, Reloadable};
+use super::route::{Door, DoorKind, Service, ROUTES};
+use super::Settings;
+
+/// Connections served at once, over every door.
+pub const MAX_CONNECTIONS: usize = 16;
+
+/// The doors, bound and not yet served.
+pub struct Bound {
+    tcp: Vec<(Door, std::net::TcpListener)>,
+    unix: Vec<(Door, std::os::unix::net::UnixListener)>,
+    min_scrape_interval: Duration,
+    files: Vec<Arc<Reloadable>>,
+}
+
+/// Re-reads every operators file the doors read, on request: the reload
+/// signal's part in this listener. Cheap to clone; any thread may call it.
+#[derive(Clone, Debug)]
+pub struct Reloader(Vec<Arc<Reloadable>>);
+
+impl Reloader {
+    /// Reads each file again, logging what it now holds; a file that
+    /// cannot be read or does not check is logged and left as it was.
+    pub fn reload(&self) {
+        for file in &self.0 {
+            match file.reload(ROUTES) {
+                Ok(operators) => log::info!(
+                    "operations: re-read {}: {} operators",
+                    operators.path,
+                    operators.len()
+                ),
+                Err(why) => log::error!(
+                    "operations: {} was not re-read, and the operators read before stay in force: the file {why}",
+                    file.current().path
+                ),
+            }
+        }
+    }
+}
+
+/// Binds every door `settings` names. Errors name the door's key.
+pub fn bind(settings: &Settings) -> io::Result<Bound> {
+    let mut bound = Bound {
+        tcp: Vec::new(),
+        unix: Vec::new(),
+        min_scrape_interval: Duration::from_secs(u64::from(settings.min_scrape_interval_s)),
+        files: Vec::new(),
+    };
+    // The block's file is one for every door that names none of its own.
+    let shared_file = settings.password_file.clone().map(Reloadable::new);
+    bound.files.extend(shared_file.clone());
+    let mut door_file = |own: &Option<Arc<Operators>>| match own {
+        Some(own) => {
+            let file = Reloadable::new(own.clone());
+            bound.files.push(file.clone());
+            Some(file)
+        }
+        None => shared_file.clone(),
+    };
+    let (mut tcp, mut unix) = (Vec::new(), Vec::new());
+    for door in &settings.tcp {
+        let key = format!("broker.operations.listen.tcp {:?}", door.name);
+        let listener = std::net::TcpListener::bind(door.address.as_str())
+            .and_then(|l| l.set_nonblocking(true).map(|()| l))
+            .map_err(|e| named(&key, &format!("cannot listen on {}", door.address), e))?;
+        log::info!(
+            "operations door {} bound to {}",
+            door.name,
+            listener.local_addr()?
+        );
+        let operators = door_file(&door.password_file);
+        tcp.push((door_of(&door.name, DoorKind::Tcp, operators), listener));
+    }
+    for door in &settings.unix {
+        let key = format!("broker.operations.listen.unix {:?}", door.name);
+        let at = format!("cannot listen on {}", door.path.display());
+        remove_stale_socket(&door.path).map_err(|e| named(&key, &at, e))?;
+        let listener = std::os::unix::net::UnixListener::bind(&door.path)
+            .and_then(|l| l.set_nonblocking(true).map(|()| l))
+            .map_err(|e| named(&key, &at, e))?;
+        std::fs::set_permissions(&door.path, std::fs::Permissions::from_mode(door.mode))
+            .map_err(|e| named(&key, "cannot set the socket's mode", e))?;
+        log::info!(
+            "operations door {} bound to {}",
+            door.name,
+            door.path.display()
+        );
+        let operators = door_file(&door.password_file);
+        unix.push((door_of(&door.name, DoorKind::Unix, operators), listener));
+    }
+    bound.tcp = tcp;
+    bound.unix = unix;
+    Ok(bound)
+}
+
+fn door_of(name: &str, kind: DoorKind, operators: Option<Arc<Reloadable>>) -> Door {
+    Door {
+        name: name.to_string(),
+        kind,
+        operators,
+    }
+}
+
+fn named(key: &str, what: &str, error: io::Error) -> io::Error {
+    io::Error::new(error.kind(), format!("{key}: {what}: {error}"))
+}
+
+/// A socket file left by a broker that did not stop cleanly is removed;
+/// any other file at the path is left alone and the bind refused.
+fn remove_stale_socket(path: &std::path::Path) -> io::Result<()> {
+    use std::os::unix::fs::FileTypeExt;
+    match std::fs::symlink_metadata(path) {
+        Ok(meta) if meta.file_type().is_socket() => std::fs::remove_file(path),
+        _ => Ok(()),
+    }
+}
+
+impl Bound {
+    /// The address each TCP door took, in order: how a test finds port 0.
+    pub fn tcp_addresses(&self) -> Vec<std::net::SocketAddr> {
+        self.tcp
+            .iter()
+            .filter_map(|(_, l)| l.local_addr().ok())
+            .collect()
+    }
+
+    /// What re-reads the doors' operators files once they are served.
+    pub fn reloader(&self) -> Reloader {
+        Reloader(self.files.clone())
+    }
+
+    /// Serves every door on a thread of its own until the process ends.
+    /// The socket files are removed when the returned guard is dropped.
+    pub fn spawn(self, link: Link) -> io::Result<SocketFiles> {
+        let files = SocketFiles(
+            self.unix
+                .iter()
+                .filter_map(|(_, l)| socket_path(l))
+                .collect(),
+        );
+        std::thread::Builder::new()
+            .name("saguin-ops".to_string())
+            .spawn(move || {
+                // One thread for the life of the process: the executor is never freed.
+                let executor: &'static LocalExecutor<'static> =
+                    Box::leak(Box::new(LocalExecutor::new()));
+                let service = Rc::new(Service::new(link, self.min_scrape_interval));
+                let slots = Rc::new(Slots::default());
+                let mut loops = Vec::new();
+                for (door, listener) in self.tcp {
+                    let listener = TcpListener::try_from(listener);
+                    loops.extend(serve_door(executor, door, listener, &service, &slots));
+                }
+                for (door, listener) in self.unix {
+                    let listener = UnixListener::try_from(listener);
+                    loops.extend(serve_door(executor, door, listener, &service, &slots));
+                }
+                smol::block_on(executor.run(smol::future::pending::<()>()));
+                drop(loops);
+            })?;
+        Ok(files)
+    }
+}
+
+/// The Unix doors' socket files, removed when the broker stops cleanly.
+#[must_use = "dropping it removes the socket files at once"]
+pub struct SocketFiles(Vec<std::path::PathBuf>);
+
+impl Drop for SocketFiles {
+    fn drop(&mut self) {
+        for path in &self.0 {
+            let _ = std::fs::remove_file(path);
+        }
+    }
+}
+
+fn socket_path(listener: &std::os::unix::net::UnixListener) -> Option<std::path::PathBuf> {
+    listener
+        .local_addr()
+        .ok()?
+        .as_pathname()
+        .map(|p| p.to_path_buf())
+}
+
+/// Connections being served, and being answered 429.
+#[derive(Default)]
+struct Slots {
+    serving: Cell<usize>,
+    refusing: Cell<usize>,
+}
+
+/// A listening socket of either kind.
+trait Accept: 'static {
+    type Stream: AsyncRead + AsyncWrite + Unpin + 'static;
+    fn accept_one(&self) -> impl std::future::Future<Output = io::Result<Self::Stream>> + '_;
+}
+
+impl Accept for TcpListener {
+    type Stream = async_net::TcpStream;
+    async fn accept_one(&self) -> io::Result<Self::Stream> {
+        self.accept().await.map(|(stream, _)| stream)
+    }
+}
+
+impl Accept for UnixListener {
+    type Stream = async_net::unix::UnixStream;
+    async fn accept_one(&self) -> io::Result<Self::Stream> {
+        self.accept().await.map(|(stream, _)| stream)
+    }
+}
+
+/// Spawns `door`'s accept loop, or logs why its socket could not be
+/// handed to the executor.
+fn serve_door(
+    executor: &'static LocalExecutor<'static>,
+    door: Door,
+    listener: io::Result<impl Accept>,
+    service: &Rc<Service>,
+    slots: &Rc<Slots>,
+) -> Option<smol::Task<()>> {
+    let listener = match listener {
+        Ok(listener) => listener,
+        Err(e) => {
+            log::error!("operations door {}: {e}", door.name);
+            return None;
+        }
+    };
+    let (service, slots) = (service.clone(), slots.clone());
+    Some(executor.spawn(async move {
+        loop {
+            match listener.accept_one().await {
+                Ok(stream) => admit(executor, stream, &door, &service, &slots),
+                Err(e) => pause_after(&door, e).await,
+            }
+        }
+    }))
+}
+
+/// Out of descriptors, most likely: wait rather than spin.
+async fn pause_after(door: &Door, error: io::Error) {
+    log::warn!("operations door {}: accept failed: {error}", door.name);
+    smol::Timer::after(Duration::from_millis(100)).await;
+}
+
+fn admit<S>(
+    executor: &'static LocalExecutor<'static>,
+    stream: S,
+    door: &Door,
+    service: &Rc<Service>,
+    slots: &Rc<Slots>,
+) where
+    S: AsyncRead + AsyncWrite + Unpin + 'static,
+{
+    let (door, service, slots) = (door.clone(), service.clone(), slots.clone());
+    if slots.serving.get() < MAX_CONNECTIONS {
+        slots.serving.set(slots.serving.get() + 1);
+        executor
+            .spawn(async move {
+                serve(stream, &door, &service).await;
+                slots.serving.set(slots.serving.get() - 1);
+            })
+            .detach();
+    } else if slots.refusing.get() < MAX_CONNECTIONS {
+        slots.refusing.set(slots.refusing.get() + 1);
+        executor
+            .spawn(async move {
+                refuse_busy(stream).await;
+                slots.refusing.set(slots.refusing.get() - 1);
+            })
+            .detach();
+    }
+}
+
+/// How long a connection answered for the last time is given to close its
+/// side, and the most of what it sent that is read and thrown away
+/// meanwhile.
+const REFUSAL_DRAIN_MS: u64 = 1_000;
+const REFUSAL_DRAIN_BYTES: usize = 64 * 1024;
+
+/// Answers 429 and closes.
+async fn refuse_busy<S: AsyncRead + AsyncWrite + Unpin>(mut stream: S) {
+    let busy = Response::text(
+        429,
+        "the operations listener is serving as many connections as it takes; try again shortly\n",
+    )
+    .with_header("Retry-After", "1");
+    answer_and_close(&mut stream, &busy).await;
+}
+
+/// Writes a final response and closes. What the caller sent and was not
+/// read is read and discarded for a moment first, so the close does not
+/// reset the answer away before the caller has it.
+async fn answer_and_close<S: AsyncRead + AsyncWrite + Unpin>(stream: &mut S, response: &Response) {
+    use smol::io::{AsyncReadExt, AsyncWriteExt};
+    if !http::write_response(stream, response, false, false).await {
+        return;
+    }
+    let _ = stream.close().await;
+    let drain = async {
+        let mut scratch = [0u8; 1024];
+        let mut drained = 0;
+        while drained < REFUSAL_DRAIN_BYTES {
+            match stream.read(&mut scratch).await {
+                Ok(0) | Err(_) => break,
+                Ok(n) => drained += n,
+            }
+        }
+    };
+    let deadline = async {
+        smol::Timer::after(Duration::from_millis(REFUSAL_DRAIN_MS)).await;
+    };
+    smol::future::or(drain, deadline).await;
+}
+
+/// Serves requests on one connection until it closes, asks to, goes
+/// quiet, or reaches [`http::MAX_REQUESTS_PER_CONNECTION`].
+async fn serve<S: AsyncRead + AsyncWrite + Unpin>(mut stream: S, door: &Door, service: &Service) {
+    let mut buffer = ReadBuffer::default();
+    for served in 1..=http::MAX_REQUESTS_PER_CONNECTION {
+        let request = match buffer.read_request(&mut stream).await {
+            Ok(request) => request,
+            Err(error) => {
+                if let Some(response) = error.response() {
+                    answer_and_close(&mut stream, &response).await;
+                }
+                return;
+            }
+        };
+        let response = service.respond(&request, door).await;
+        let keep_alive = request.keep_alive && served < http::MAX_REQUESTS_PER_CONNECTION;
+        let head_only = request.method == "HEAD";
+        if !http::write_response(&mut stream, &response, head_only, keep_alive).await || !keep_alive
+        {
+            return;
+        }
+    }
+}
