@@ -2,6 +2,7 @@
 //!
 //! - [`acl`]: what a client may do: the authorization file's model and decisions;
 //! - [`auth`]: who may connect: password files and each door's rule;
+//! - [`bridge`]: bridges to another broker, their protocol state sans-IO;
 //! - [`codec`]: the MQTT 3.1.1 and 5 wire format, pure functions over bytes;
 //! - [`config`]: the YAML configuration and its validation;
 //! - [`core`]: the broker's rules as a sans-IO state machine;
@@ -13,6 +14,7 @@
 
 pub mod acl;
 pub mod auth;
+pub mod bridge;
 pub mod codec;
 pub mod config;
 pub mod core;

@@ -61,6 +61,9 @@ pub enum SaguinSetup {
     /// As `Stock`, committing as the Raspberry Pi 4 profile does: waiting
     /// up to 20 ms for 16 records (figure 10's board rows).
     Pi4Commit,
+    /// As `GroupCommit`, with a bridge carrying `durable/#` out to a peer
+    /// on this loopback port as `up/...` (figure 11).
+    Bridge(u16),
     /// No storage; both brokers check user names against one password
     /// file that `saguin --passwd` wrote, and still admit clients that
     /// offer none (figure 8).
@@ -117,6 +120,10 @@ pub const DURABLE_FILTER: &str = "durable/#";
 fn saguin_config(setup: SaguinSetup, dir: &Path) -> String {
     let commit = match setup {
         SaguinSetup::Plain => return SAGUIN_CONFIG_YAML.to_string(),
+        SaguinSetup::GroupCommit
+        | SaguinSetup::Queue
+        | SaguinSetup::Stock
+        | SaguinSetup::Bridge(_) => "",
         SaguinSetup::Passwords => {
             return SAGUIN_CONFIG_YAML.replacen(
                 "  mqtt:\n",
@@ -127,7 +134,6 @@ fn saguin_config(setup: SaguinSetup, dir: &Path) -> String {
                 1,
             )
         }
-        SaguinSetup::GroupCommit | SaguinSetup::Queue | SaguinSetup::Stock => "",
         SaguinSetup::CommitPerPublish => "        publish_commit_interval: none\n",
         SaguinSetup::Pi4Commit => {
             "        publish_commit_interval: 20ms\n        publish_commit_max_records: 16\n"
@@ -154,17 +160,22 @@ fn saguin_config(setup: SaguinSetup, dir: &Path) -> String {
              type: append\n    \
              filter: {DURABLE_FILTER}\n    \
              start: tail\n\
-         {queue}",
+         {extra}",
         dir.join("bench.redb").display(),
         sessions = if stock {
             "  session:\n    storage: local\n"
         } else {
             ""
         },
-        queue = if setup == SaguinSetup::Queue || stock {
-            format!("  {QUEUE_NAME}:\n    type: queue\n    filter: {QUEUE_FILTER}\n")
-        } else {
-            String::new()
+        extra = match setup {
+            SaguinSetup::Queue | SaguinSetup::Stock | SaguinSetup::Pi4Commit => {
+                format!("  {QUEUE_NAME}:\n    type: queue\n    filter: {QUEUE_FILTER}\n")
+            }
+            SaguinSetup::Bridge(port) => format!(
+                "bridges:\n  upstream:\n    peer: tcp://127.0.0.1:{port}\n    client_id: bench-gateway\n    \
+                 topics:\n      - filter: {DURABLE_FILTER}\n        topic: up/$#\n        direction: out\n"
+            ),
+            _ => String::new(),
         }
     )
 }
@@ -373,6 +384,11 @@ impl Broker {
 
     pub fn pid(&self) -> u32 {
         self.child.id()
+    }
+
+    /// Whether the broker's own output so far holds `needle`.
+    pub fn output_contains(&self, needle: &str) -> bool {
+        fs::read_to_string(self.dir.0.join("output.log")).is_ok_and(|text| text.contains(needle))
     }
 
     /// Fails with the broker's own output when it has exited.

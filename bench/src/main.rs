@@ -8,6 +8,7 @@
 //! All traffic stays on 127.0.0.1; every loop is bounded in count and time.
 
 mod auth_storm;
+mod bridge;
 mod brokers;
 mod client;
 mod footprint;
@@ -60,11 +61,12 @@ enum Figure {
     Queue,
     AuthStorm,
     Stock,
+    Bridge,
     Footprint,
 }
 
 impl Figure {
-    const ALL: [Figure; 10] = [
+    const ALL: [Figure; 11] = [
         Figure::Qos0,
         Figure::Qos1,
         Figure::FanOut,
@@ -74,6 +76,7 @@ impl Figure {
         Figure::Queue,
         Figure::AuthStorm,
         Figure::Stock,
+        Figure::Bridge,
         Figure::Footprint,
     ];
 
@@ -92,6 +95,7 @@ impl Figure {
             Figure::Queue => "7",
             Figure::AuthStorm => "8",
             Figure::Stock => "9",
+            Figure::Bridge => "11",
             Figure::Footprint => "footprint",
         }
     }
@@ -154,6 +158,8 @@ struct Plan {
     queue_rate_jobs: u64,
     /// Fewer messages everywhere: a smoke test.
     quick: bool,
+    /// Records in figure 11's backlog, forwarded upstream by a bridge.
+    bridge_backlog_records: u64,
 }
 
 impl Plan {
@@ -172,6 +178,7 @@ impl Plan {
                 startup_records: 100_000,
                 queue_rate_jobs: 500,
                 quick,
+                bridge_backlog_records: 10_000,
             }
         } else {
             Plan {
@@ -187,6 +194,7 @@ impl Plan {
                 startup_records: 1_000_000,
                 queue_rate_jobs: 3_000,
                 quick,
+                bridge_backlog_records: 100_000,
             }
         }
     }
@@ -207,6 +215,7 @@ impl Plan {
             | Figure::Queue
             | Figure::AuthStorm
             | Figure::Stock
+            | Figure::Bridge
             | Figure::Footprint => return None,
         };
         Some(Throughput {
@@ -259,6 +268,7 @@ fn figure_label(figure: Figure) -> &'static str {
         | Figure::Queue
         | Figure::AuthStorm
         | Figure::Stock
+        | Figure::Bridge
         | Figure::Footprint => "",
     }
 }
@@ -419,7 +429,46 @@ fn run_traffic_figures(
             .figures
             .extend(stock::run_figures(&stock, binaries)?);
     }
+    if wanted(Figure::Bridge) {
+        run_bridge_figure(plan, binaries, results);
+    }
     Ok(())
+}
+
+/// Figure 11, saguin alone: records/s a bridge forwards upstream to a
+/// mosquitto peer from a backlog stored while the peer was paused, and the
+/// time to drain it.
+fn run_bridge_figure(plan: &Plan, binaries: &BrokerBinaries, results: &mut Results) {
+    let records = plan.bridge_backlog_records;
+    let count = report::with_thousands(records as f64);
+    println!("\n== 9. bridge draining a {count}-record backlog upstream to mosquitto");
+    let mut rate = Row::new(
+        format!("11a. bridge: records/s forwarded upstream to mosquitto from a {count}-record backlog, one topic"),
+        Unit::MessagesPerS,
+        Better::Higher,
+    );
+    let mut drain = Row::new(
+        format!("11b. bridge: time to drain a {count}-record backlog upstream"),
+        Unit::Milliseconds,
+        Better::Lower,
+    );
+    for run in 1..=plan.runs_per_broker {
+        let sample = bridge::drain_upstream(binaries, records);
+        println!("   run {run}: {sample:?}");
+        let (r, d) = match sample {
+            Ok(elapsed) => (
+                Sample::Value(records as f64 / elapsed.as_secs_f64()),
+                Sample::Value(elapsed.as_secs_f64() * 1e3),
+            ),
+            Err(failure) => (Sample::Failed(failure.clone()), Sample::Failed(failure)),
+        };
+        rate.push(BrokerKind::Saguin, r);
+        drain.push(BrokerKind::Saguin, d);
+    }
+    for mut row in [rate, drain] {
+        row.saguin_only = true;
+        results.figures.push(row);
+    }
 }
 
 /// Figure 8: both brokers checking one password file, refusing
@@ -973,6 +1022,12 @@ fn method_notes(plan: &Plan) -> String {
          trips give the p99. saguin checks each password on a thread of its own, one at a time, \
          so the executor serving the bystander computes no hash; mosquitto checks on its one \
          thread.\n\
+         - Bridge (figure 11, saguin alone): saguin on the redb provider of figure 6 bridges \
+         `durable/#` out to a mosquitto peer (default `receive_maximum` 20). The peer is paused \
+         with SIGSTOP while {bridge_records} records are published to saguin on one topic and \
+         stored, then resumed; a run is timed from the resume to the last record reaching a \
+         subscriber at the peer. One topic, so each record waits for the one before it to be \
+         acknowledged (per-topic order).\n\
          {stock}",
         stock = stock::method_notes(&stock::StockPlan::new(plan.runs_per_broker, plan.quick)),
         storm = report::with_thousands(auth_storm::STORM_CONNECTS as f64),
@@ -987,6 +1042,7 @@ fn method_notes(plan: &Plan) -> String {
         durable_each = report::with_thousands(plan.durable_messages_per_publisher as f64),
         per_publish = report::with_thousands(plan.durable_per_publish_messages as f64),
         queue_jobs = report::with_thousands(plan.queue_rate_jobs as f64),
+        bridge_records = report::with_thousands(plan.bridge_backlog_records as f64),
     )
 }
 

@@ -25,14 +25,28 @@ const OPTIONS: ClientOptions = ClientOptions {
 
 /// Publishes `jobs` jobs to `work/<tag>/<i>` and waits for every PUBACK.
 pub fn fill_backlog(address: SocketAddr, tag: &str, jobs: u64) -> Result<(), String> {
-    let mut producer = Client::connect(address, &format!("{tag}-producer"), &OPTIONS)?;
+    publish_backlog(address, &format!("{tag}-producer"), jobs, |i| {
+        format!("work/{tag}/{i}")
+    })
+}
+
+/// Publishes `count` 64-byte records at QoS 1, the i-th to `topic(i)`,
+/// and waits for every PUBACK.
+pub fn publish_backlog(
+    address: SocketAddr,
+    client_id: &str,
+    count: u64,
+    topic: impl Fn(u64) -> String,
+) -> Result<(), String> {
+    let jobs = count;
+    let mut producer = Client::connect(address, client_id, &OPTIONS)?;
     let (mut sent, mut acked) = (0u64, 0u64);
     let deadline = Instant::now() + RUN_TIMEOUT;
     while acked < jobs {
         while sent < jobs && sent - acked < PUBLISH_WINDOW as u64 {
             producer.queue(&Packet::Publish(Publish {
                 qos: QoS::AtLeastOnce,
-                topic: format!("work/{tag}/{sent}"),
+                topic: topic(sent),
                 packet_id: Some((sent % 60_000) as u16 + 1),
                 payload: vec![b'j'; 64],
                 ..Publish::default()

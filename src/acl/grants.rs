@@ -91,6 +91,26 @@ impl Grants {
         grants
     }
 
+    /// Every verb on every channel and broadcast topic, no feature denied,
+    /// no bound: what the broker's own bridge sessions hold. Hanging up
+    /// other sessions is not among them; a bridge never asks it.
+    pub fn unrestricted(channel_count: usize) -> Grants {
+        let verbs = Verbs::ALL
+            .iter()
+            .map(|(verb, _)| *verb)
+            .filter(|verb| *verb != Verbs::DISCONNECT)
+            .fold(Verbs::NONE, Verbs::with);
+        let everywhere = ChannelGrant {
+            verbs,
+            filters: None,
+        };
+        Grants {
+            channels: vec![vec![everywhere]; channel_count],
+            topics: vec![("#".to_string(), verbs)],
+            ..Grants::default()
+        }
+    }
+
     /// Whether `verb` is allowed on the topic `topic`, which resolves to
     /// `channel` (`None`: broadcast).
     pub fn allows(&self, verb: Verbs, channel: Option<usize>, topic_name: &str) -> bool {

@@ -55,6 +55,11 @@ impl Findings {
         }
     }
 
+    /// How many findings so far, for a step that checks whether it added one.
+    pub(super) fn len(&self) -> usize {
+        self.list.len()
+    }
+
     pub(super) fn is_empty(&self) -> bool {
         self.list.is_empty()
     }

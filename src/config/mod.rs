@@ -27,6 +27,7 @@ pub mod acl_file;
 mod acl_identity;
 mod acl_lines;
 mod authentication;
+mod bridges;
 mod broker;
 mod channels;
 mod embedded;
@@ -77,6 +78,8 @@ pub struct Config {
     /// which channel holds a topic; it is kept so findings and listings
     /// read as the file does.
     pub channels: Vec<ChannelConfig>,
+    /// `bridges:`, in the order written.
+    pub bridges: Vec<crate::bridge::BridgeSettings>,
     /// Where it was read from: the path as given, or `<embedded default>`.
     pub source: String,
 }
@@ -85,7 +88,7 @@ impl Config {
     /// What the network shell runs with: the settings `net`, `core` and
     /// `store` own, built from this configuration.
     pub fn shell_settings(&self) -> crate::net::Settings {
-        settings::shell(&self.broker, &self.channels)
+        settings::shell(&self.broker, &self.channels, &self.bridges)
     }
 }
 
@@ -170,9 +173,10 @@ pub(super) fn parse_tree(
     }
     let origin = include::Origin { source, base };
     match parse::root(&root, &origin) {
-        Ok((broker, channels)) => Ok(Config {
+        Ok((broker, channels, bridges)) => Ok(Config {
             broker,
             channels,
+            bridges,
             source: source.to_string(),
         }),
         Err(findings) => Err(refuse(findings)),

@@ -3,30 +3,36 @@
 
 use serde_yaml::Value;
 
+use super::bridges;
 use super::broker::{broker, BrokerConfig};
 use super::channels::{self, ChannelConfig};
 use super::findings::Findings;
 use super::include::Origin;
 use super::table::{table, Keys};
 
+/// The broker, its channels and its bridges.
+pub(super) type Parsed = (
+    BrokerConfig,
+    Vec<ChannelConfig>,
+    Vec<crate::bridge::BridgeSettings>,
+);
+
 const ROOT_KEYS: Keys = Keys {
-    supported: &["broker", "channels"],
-    not_yet: &["bridges"],
+    supported: &["broker", "channels", "bridges"],
+    not_yet: &[],
 };
 
 /// Walks the whole tree and returns the broker's configuration and its
 /// channels, or every finding.
-pub(super) fn root(
-    value: &Value,
-    origin: &Origin<'_>,
-) -> Result<(BrokerConfig, Vec<ChannelConfig>), Vec<String>> {
+pub(super) fn root(value: &Value, origin: &Origin<'_>) -> Result<Parsed, Vec<String>> {
     let mut f = Findings::default();
     // An empty file reads as an empty mapping, and is refused for its
     // missing broker.id like any other file without one.
     let parsed = table(&mut f, "", value, &ROOT_KEYS).and_then(|t| {
         let (broker, scope) = broker(&mut f, t.get("broker").unwrap_or(&Value::Null), origin);
         let channels = channels::parse(&mut f, t.get("channels"), &scope, origin);
-        Some((broker?, channels?))
+        let bridges = bridges::parse(&mut f, t.get("bridges"));
+        Some((broker?, channels?, bridges?))
     });
     match parsed {
         Some(parsed) if f.is_empty() => Ok(parsed),

@@ -16,7 +16,11 @@ use crate::core::{self, ChannelSettings, ChannelStart};
 use crate::net::{self, Door};
 
 /// What the network shell runs with, for `broker` and `channels`.
-pub(super) fn shell(broker: &BrokerConfig, channels: &[ChannelConfig]) -> net::Settings {
+pub(super) fn shell(
+    broker: &BrokerConfig,
+    channels: &[ChannelConfig],
+    bridges: &[crate::bridge::BridgeSettings],
+) -> net::Settings {
     let limits = &broker.limits;
     let providers = broker
         .storage
@@ -50,6 +54,7 @@ pub(super) fn shell(broker: &BrokerConfig, channels: &[ChannelConfig]) -> net::S
         write_timeout_ms: limits.write_timeout_ms,
         reserve_bytes: reserve_bytes(limits),
         providers,
+        bridges: bridges.to_vec(),
         operations: broker.operations.clone(),
     }
 }

@@ -684,7 +684,6 @@ fn keys_not_supported_yet_are_refused_as_recognised() {
             "broker:\n  id: a\n  operations:\n    listen:\n      tcp:\n        address: 127.0.0.1:0\n        tls: {}\n",
             "broker.operations.listen.tcp.tls:",
         ),
-        ("broker:\n  id: a\nbridges: {}\n", "bridges:"),
         (
             &mqtt("listen:\n  ws:\n    address: 0.0.0.0:8083"),
             "broker.mqtt.listen.ws:",

@@ -33,6 +33,12 @@ pub use broadcast::qos2_holds::{is_hold_key, StoredHold};
 pub use broadcast::retained::RETAINED_SPACE;
 use broadcast::topic_index::{Subscriber, TopicIndex};
 pub use broker::persist::SESSIONS_SPACE;
+/// The User Property a bridge's publish keeps, stored with the record:
+/// a record carrying it never leaves over a bridge.
+pub const BRIDGED_MARK: &str = "saguin-bridged";
+/// The client ids a bridge's own session holds (`saguin-bridge/<name>`);
+/// an ordinary client is refused one, so a session holding one is a bridge's.
+pub const BRIDGE_CLIENT_ID_PREFIX: &str = "saguin-bridge/";
 pub use channel::{ChannelSettings, ChannelStart};
 // The paths the network shell and the configuration name channel kinds by.
 pub use channel::queue::dead_letter;
@@ -377,10 +383,22 @@ impl Broker {
     /// Takes a slot in the connection table for a new socket, or `None`
     /// when every slot is taken.
     pub fn accept(&mut self, now_ms: u64, origin: Origin) -> Option<Key> {
+        self.accept_as(now_ms, origin, false)
+    }
+
+    /// [`Broker::accept`] for a bridge's in-process session. It is the
+    /// broker's own, so it arrives on no door: no door's password file or
+    /// certificate rule applies, and the ACL lets it through.
+    pub fn accept_bridge(&mut self, now_ms: u64) -> Option<Key> {
+        self.accept_as(now_ms, Origin::default(), true)
+    }
+
+    fn accept_as(&mut self, now_ms: u64, origin: Origin, bridge: bool) -> Option<Key> {
         let key = self.connections.insert_with(|_| Connection {
             accepted_at_ms: now_ms,
             last_received_ms: now_ms,
             active: None,
+            bridge,
             origin,
             user: None,
             checked: None,

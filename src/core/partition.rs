@@ -1,6 +1,6 @@
 //! Client-declared partitioning: a subscriber names the slice of a hash
 //! space it takes with `saguin-filter: topic_hash(<partitions>, <index>)`
-//! User Properties on its SUBSCRIBE (rfcs/0013). The hash is part of the
+//! User Properties on its SUBSCRIBE (rfcs/0015). The hash is part of the
 //! protocol - a client computes it to know its own slice - so it is spelled
 //! out here with fixed-width arithmetic and no seed.
 

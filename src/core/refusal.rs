@@ -67,6 +67,9 @@ refusals! {
     ClientIdTooLong = (CLIENT_IDENTIFIER_NOT_VALID, Connack, "client id longer than limits.max_client_id_length"),
     KeptSessionWithoutClientId = (CLIENT_IDENTIFIER_NOT_VALID, Connack, "a session kept past its connection needs a client id"),
     ClientIdControlCharacter = (CLIENT_IDENTIFIER_NOT_VALID, Connack, "client id holds a control character"),
+    /// `saguin-bridge/<name>` is a bridge's own session here; a client
+    /// taking one would take over the bridge's positions.
+    ClientIdReservedForBridges = (CLIENT_IDENTIFIER_NOT_VALID, Connack, "client ids starting saguin-bridge/ are reserved for the broker's bridges"),
     UserNameControlCharacter = (BAD_USER_NAME_OR_PASSWORD, Connack, "user name holds a control character"),
     /// A name that could rewrite the log line recording it names nobody.
     CertificateNameControlCharacter = (BAD_USER_NAME_OR_PASSWORD, Connack, "the client certificate's name holds a control character"),

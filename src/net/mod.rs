@@ -1,6 +1,7 @@
 //! The I/O shell around the core: one smol executor thread runs the
 //! listeners, every connection's reader and writer, and the clock.
 
+mod bridge;
 mod connection;
 mod operations;
 mod outbox;
@@ -225,8 +226,11 @@ async fn serve(
     tasks.push(executor.spawn(tick_loop(shared.clone())));
     tasks.push(executor.spawn(completion_loop(shared.clone(), completions)));
 
+    let bridges = bridge::start(executor, &shared, &shell.bridges);
+
     let reload = reload::Reload::new(shared.clone(), tls_doors, operators_reload, read_acl);
     wait_for_stop(signals, reload).await;
+    bridges.stop(&shared);
     drop(tasks);
     shutdown(&shared).await;
     // Queued writes, the positions just committed among them, land before

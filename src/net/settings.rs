@@ -28,6 +28,8 @@ pub struct Settings {
     /// What every provider holds back for the writes that relieve a full
     /// one (see [`crate::store::reserve_bytes`]).
     pub reserve_bytes: u64,
+    /// The bridges to run, each with a session of its own here.
+    pub bridges: Vec<crate::bridge::BridgeSettings>,
     /// The operations listener; `None` opens none.
     pub operations: Option<crate::ops::Settings>,
 }

@@ -41,6 +41,10 @@ struct Held {
     grants: Grants,
 }
 
+pub(super) fn is_bridge_client_id(client_id: &str) -> bool {
+    client_id.starts_with(crate::core::BRIDGE_CLIENT_ID_PREFIX)
+}
+
 /// The core's channels as the decision engine names them.
 struct Channels<'a>(&'a [crate::core::channel::Channel]);
 
@@ -93,7 +97,10 @@ impl Broker {
                     .map(|h| h.user.clone())
                     .or_else(|| self.persist_user_name(client_id).map(Into::into))
                     .unwrap_or_default();
-                let grants = Grants::compile(acl, &user, client_id, &channels);
+                let grants = match is_bridge_client_id(client_id) {
+                    true => Grants::unrestricted(channels.channel_count()),
+                    false => Grants::compile(acl, &user, client_id, &channels),
+                };
                 by_client.insert(Rc::clone(client_id), Held { user, grants });
             }
         }
@@ -123,6 +130,15 @@ impl Broker {
         let Some(acl) = &self.authorization.acl else {
             return Ok(Admitted { grants: None, user });
         };
+        // Only a bridge's own session holds such an id (refused to any
+        // other client before this): the broker's own, it is not asked.
+        if is_bridge_client_id(&connect.client_id) {
+            let grants = Grants::unrestricted(self.channels.len());
+            return Ok(Admitted {
+                grants: Some(grants),
+                user,
+            });
+        }
         // An empty id is asked as written: one the broker assigns would
         // otherwise slip past a pattern.
         if !acl.admits_client_id(&user, &connect.client_id) {

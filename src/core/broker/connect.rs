@@ -26,6 +26,19 @@ fn has_reserved_user_property(properties: &Properties) -> bool {
 }
 
 impl Broker {
+    /// Whether `conn` is a bridge's in-process session: the broker's own.
+    pub(crate) fn is_bridge(&self, conn: Key) -> bool {
+        self.connections.get(conn).is_some_and(|c| c.bridge)
+    }
+
+    /// Only a bridge's own session may hold a `saguin-bridge/` client id.
+    fn admit_bridge_client_id(&self, conn: Key, connect: &Connect) -> Result<(), Refusal> {
+        match super::authorize::is_bridge_client_id(&connect.client_id) {
+            true if !self.is_bridge(conn) => Err(Refusal::ClientIdReservedForBridges),
+            _ => Ok(()),
+        }
+    }
+
     pub(crate) fn handle_connect(
         &mut self,
         conn: Key,
@@ -38,6 +51,7 @@ impl Broker {
         let admitted = self
             .admit_certificate(conn)
             .and_then(|()| self.admit_connect(&connect))
+            .and_then(|()| self.admit_bridge_client_id(conn, &connect))
             .and_then(|()| self.authenticate(conn, &connect))
             .and_then(|()| self.authorize_connect(&connect, self.user_name(conn)));
         let admitted = match admitted {

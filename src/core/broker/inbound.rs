@@ -101,7 +101,8 @@ impl Broker {
             .sessions
             .get(session_key)
             .map(|s| Rc::clone(&s.client_id));
-        let message = message_from_publish(publish, client_id, self.unix_ms(now_ms));
+        let bridged = self.connections.get(conn).is_some_and(|c| c.bridge);
+        let message = message_from_publish(publish, client_id, bridged, self.unix_ms(now_ms));
         if qos == QoS::ExactlyOnce {
             let packet_id = packet_id.unwrap_or(0);
             self.hold_exactly_once(conn, session_key, packet_id, message, now_ms, out);
@@ -645,14 +646,22 @@ fn admit_seek_qos(publish: &Publish) -> Result<(), Refusal> {
 }
 
 /// The message a publish becomes. `saguin-` User Properties are the
-/// broker's own: a publisher's are stripped, all but its own `saguin-id`.
-fn message_from_publish(publish: Publish, publisher: Option<Rc<str>>, now_unix_ms: u64) -> Message {
+/// broker's own: a publisher's are stripped, all but its own `saguin-id`
+/// and, from a bridge, the mark that it came over one.
+fn message_from_publish(
+    publish: Publish,
+    publisher: Option<Rc<str>>,
+    from_bridge: bool,
+    now_unix_ms: u64,
+) -> Message {
     let mut properties = publish.properties;
     properties.topic_alias = None;
     properties.subscription_identifiers.clear();
-    properties
-        .user_properties
-        .retain(|(name, _)| !name.starts_with("saguin-") || name == "saguin-id");
+    properties.user_properties.retain(|(name, _)| {
+        !name.starts_with("saguin-")
+            || name == "saguin-id"
+            || (from_bridge && name == crate::core::BRIDGED_MARK)
+    });
     Message {
         topic: publish.topic.into(),
         payload: publish.payload,

@@ -136,6 +136,9 @@ pub(crate) struct Connection {
     pub accepted_at_ms: u64,
     pub last_received_ms: u64,
     pub active: Option<Active>,
+    /// A bridge's own session here: its publishes keep the mark that
+    /// stops a record which came over a bridge from leaving over one.
+    pub bridge: bool,
     pub origin: Origin,
     /// Whom the connection speaks for once admitted; `None` if anonymous.
     pub user: Option<Box<str>>,

@@ -1,0 +1,630 @@
+//! Bridges against real peers on loopback, started by the tests: Debian's
+//! `mosquitto`, and a second Sagüin.
+
+mod common;
+
+use std::net::TcpListener;
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use common::{BrokerProcess, RawClient, Received, TempDir, WAIT};
+use saguin::codec::{Connect, Packet, ProtocolVersion, PubAck, Publish, QoS};
+
+const MOSQUITTO: &str = "/usr/sbin/mosquitto";
+
+const REDB: &str = "  storage:\n    default: local\n    default_retention_period: none\n    default_retention_bytes: none\n    providers:\n      local:\n        type: redb\n        file_path: {dir}/saguin.redb\n        max_bytes: 64MiB\n  session:\n    storage: local\n";
+const EVENTS: &str = "channels:\n  events:\n    type: append\n    filter: events/#\n";
+
+/// A port nothing listens on now; the peer is started on it later.
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+fn have_mosquitto(test: &str) -> bool {
+    let found = Path::new(MOSQUITTO).exists();
+    if !found {
+        eprintln!(
+            "\n*** SKIPPED {test}: {MOSQUITTO} is not installed (apt-get install mosquitto) ***\n"
+        );
+    }
+    found
+}
+
+/// A mosquitto broker on a fixed port, persisting its sessions in `dir`
+/// so that a subscriber's queue outlives a restart of it.
+struct Mosquitto {
+    child: Child,
+    port: u16,
+}
+
+impl Mosquitto {
+    fn start(dir: &Path, port: u16) -> Mosquitto {
+        // Started as root, mosquitto writes its database as its own user.
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o777)).unwrap();
+        let config = dir.join("mosquitto.conf");
+        std::fs::write(
+            &config,
+            format!(
+                "listener {port} 127.0.0.1\nallow_anonymous true\npersistence true\npersistence_location {}/\nmax_queued_messages 100000\n",
+                dir.display()
+            ),
+        )
+        .unwrap();
+        let child = Command::new(MOSQUITTO)
+            .arg("-c")
+            .arg(&config)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("start mosquitto");
+        let deadline = Instant::now() + WAIT;
+        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+            assert!(
+                Instant::now() < deadline,
+                "mosquitto did not listen on {port}"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        Mosquitto { child, port }
+    }
+
+    fn address(&self) -> String {
+        format!("127.0.0.1:{}", self.port)
+    }
+
+    /// SIGTERM, so that it writes its sessions to disk.
+    fn stop(mut self) {
+        let _ = Command::new("kill")
+            .arg("-TERM")
+            .arg(self.child.id().to_string())
+            .status();
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for Mosquitto {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn durable(client_id: &str) -> Connect {
+    let mut connect = common::connect_packet(ProtocolVersion::V311, client_id);
+    connect.clean_start = false;
+    connect
+}
+
+/// A durable 3.1.1 client at `address` (mosquitto keeps its session).
+fn durable_client(address: &str, client_id: &str) -> RawClient {
+    let mut client = RawClient::open(address, ProtocolVersion::V311);
+    client.send(&Packet::Connect(durable(client_id)));
+    assert!(matches!(
+        client.recv(),
+        Received::Packet(Packet::Connack(_))
+    ));
+    client
+}
+
+fn publish(client: &mut RawClient, topic: &str, payload: &str, id: u16) {
+    client.send(&Packet::Publish(Publish {
+        qos: QoS::AtLeastOnce,
+        topic: topic.into(),
+        packet_id: Some(id),
+        payload: payload.as_bytes().to_vec(),
+        ..Publish::default()
+    }));
+    loop {
+        match client.recv() {
+            Received::Packet(Packet::Puback(ack)) if ack.packet_id == id => {
+                assert!(!ack.reason_code.is_error(), "refused: {ack:?}");
+                return;
+            }
+            Received::Packet(_) => continue,
+            Received::Closed => panic!("closed while publishing"),
+        }
+    }
+}
+
+/// Payloads received, acknowledged, until `last` arrives (included).
+fn receive_until(client: &mut RawClient, last: &str) -> Vec<String> {
+    let mut got = Vec::new();
+    loop {
+        match client.recv() {
+            Received::Packet(Packet::Publish(p)) => {
+                if let Some(packet_id) = p.packet_id {
+                    client.send(&Packet::Puback(PubAck {
+                        packet_id,
+                        ..PubAck::default()
+                    }));
+                }
+                let text = String::from_utf8(p.payload).unwrap();
+                let done = text == last;
+                got.push(text);
+                if done {
+                    return got;
+                }
+            }
+            Received::Packet(_) => continue,
+            Received::Closed => panic!("closed after {got:?}"),
+        }
+    }
+}
+
+fn bridge_yaml(port: u16, rules: &str) -> String {
+    format!("bridges:\n  up:\n    peer: tcp://127.0.0.1:{port}\n    client_id: gw-1\n    topics:\n{rules}")
+}
+
+#[test]
+fn records_published_while_mosquitto_is_down_arrive_upstream_in_order_once_across_a_sigkill() {
+    if !have_mosquitto(
+        "records_published_while_mosquitto_is_down_arrive_upstream_in_order_once_across_a_sigkill",
+    ) {
+        return;
+    }
+    let peer_dir = TempDir::new("mosquitto");
+    let port = free_port();
+    // The upstream subscriber's session exists before any record crosses.
+    let peer = Mosquitto::start(peer_dir.path(), port);
+    let mut watcher = durable_client(&peer.address(), "watcher");
+    watcher.subscribe("up/#", QoS::AtLeastOnce);
+
+    let dir = TempDir::new("bridge-out");
+    let rules = "      - filter: events/#\n        direction: out\n        topic: up/$#\n";
+    let top = format!("{EVENTS}{}", bridge_yaml(port, rules));
+    let mut saguin = BrokerProcess::start_in(dir.path(), REDB, &top);
+    saguin.wait_for_log("bridge up: reading its out filters");
+    saguin.wait_for_log("bridge up: link to");
+    let mut device = RawClient::connect(&saguin.address(), ProtocolVersion::V5, "device");
+    for n in 1..=10 {
+        publish(&mut device, "events/a", &n.to_string(), n);
+    }
+    assert_eq!(
+        receive_until(&mut watcher, "10"),
+        (1..=10).map(|n| n.to_string()).collect::<Vec<_>>()
+    );
+    drop(watcher);
+    peer.stop();
+    saguin.wait_for_log("link to");
+
+    // The peer is down: these wait in the channel, at the bridge's position.
+    for n in 11..=200 {
+        publish(
+            &mut device,
+            "events/a",
+            &n.to_string(),
+            (n % 60000) as u16 + 1,
+        );
+    }
+    // The gateway itself goes down too, hard, before the uplink returns:
+    // the bridge's position is its stored session's.
+    drop(device);
+    saguin.kill();
+    drop(saguin);
+    let saguin = BrokerProcess::start_in(dir.path(), REDB, &top);
+    let mut device = RawClient::connect(&saguin.address(), ProtocolVersion::V5, "device");
+    let peer = Mosquitto::start(peer_dir.path(), port);
+    let mut watcher = durable_client(&peer.address(), "watcher");
+    publish(&mut device, "events/a", "end", 7);
+    let got = receive_until(&mut watcher, "end");
+    let mut want: Vec<String> = (11..=200).map(|n| n.to_string()).collect();
+    want.push("end".into());
+    assert_eq!(got, want, "everything once, in order");
+    drop(peer);
+}
+
+#[test]
+fn inbound_records_are_stored_before_they_are_acknowledged_and_survive_sigkill() {
+    if !have_mosquitto(
+        "inbound_records_are_stored_before_they_are_acknowledged_and_survive_sigkill",
+    ) {
+        return;
+    }
+    let peer_dir = TempDir::new("mosquitto-in");
+    let port = free_port();
+    let peer = Mosquitto::start(peer_dir.path(), port);
+    let dir = TempDir::new("bridge-in");
+    let rules = "      - filter: field/+/#\n        direction: in\n        topic: events/$1/$#\n";
+    let top = format!("{EVENTS}{}", bridge_yaml(port, rules));
+    let mut saguin = BrokerProcess::start_in(dir.path(), REDB, &top);
+    saguin.wait_for_log("bridge up: link to");
+    // The bridge's SUBSCRIBE at the peer goes out right after its CONNACK;
+    // a probe published until it lands says the subscription is in place.
+    let mut reader = RawClient::connect(&saguin.address(), ProtocolVersion::V5, "reader");
+    reader.subscribe("events/#", QoS::AtLeastOnce);
+    let mut field = RawClient::connect(&peer.address(), ProtocolVersion::V311, "field");
+    until_crossed(&mut field, "field/probe/x", &mut reader);
+    publish(&mut field, "field/probe/x", "marked", 90);
+    let marked = loop {
+        match reader.recv() {
+            Received::Packet(Packet::Publish(p)) if p.payload == b"marked" => break p,
+            Received::Packet(Packet::Publish(p)) => {
+                reader.send(&Packet::Puback(PubAck {
+                    packet_id: p.packet_id.unwrap(),
+                    ..PubAck::default()
+                }));
+            }
+            Received::Packet(_) => continue,
+            Received::Closed => panic!("closed"),
+        }
+    };
+    reader.send(&Packet::Puback(PubAck {
+        packet_id: marked.packet_id.unwrap(),
+        ..PubAck::default()
+    }));
+    assert_eq!(marked.topic, "events/probe/x");
+    assert!(
+        marked
+            .properties
+            .user_properties
+            .iter()
+            .any(|(k, v)| k == "saguin-bridged" && v == "up"),
+        "the mark is stored with the record: {marked:?}"
+    );
+    for n in 1..=50 {
+        publish(&mut field, "field/v7/psi", &n.to_string(), 100 + n);
+    }
+    publish(&mut field, "field/v7/psi", "end", 99);
+    let live = receive_until(&mut reader, "end");
+    assert_eq!(live.iter().filter(|p| *p == "end").count(), 1);
+    drop(reader);
+    // Every record the reader saw was stored: after SIGKILL, a fresh
+    // reader from the floor is served all of them, each once.
+    saguin.kill();
+    drop(saguin);
+    let saguin = BrokerProcess::start_in(dir.path(), REDB, &top);
+    let mut again = RawClient::connect(&saguin.address(), ProtocolVersion::V5, "again");
+    again.subscribe("events/v7/#", QoS::AtLeastOnce);
+    let mut want: Vec<String> = (1..=50).map(|n| n.to_string()).collect();
+    want.push("end".into());
+    assert_eq!(receive_until(&mut again, "end"), want);
+    drop(peer);
+}
+
+#[test]
+fn two_saguins_bridged_both_ways_on_one_topic_make_no_loop() {
+    let hub = BrokerProcess::start("");
+    let dir = TempDir::new("edge");
+    let rules = "      - filter: t/#\n        direction: both\n";
+    let mut edge = BrokerProcess::start_in(dir.path(), "", &bridge_yaml(hub.port, rules));
+    edge.wait_for_log("bridge up: link to");
+    let mut at_edge = RawClient::connect(&edge.address(), ProtocolVersion::V5, "at-edge");
+    at_edge.subscribe("t/#", QoS::AtLeastOnce);
+    let mut at_hub = RawClient::connect(&hub.address(), ProtocolVersion::V5, "at-hub");
+    at_hub.subscribe("t/#", QoS::AtLeastOnce);
+    // Until the bridge's own subscription at the hub is in place, a
+    // publish there does not cross.
+    let mut hub_publisher = RawClient::connect(&hub.address(), ProtocolVersion::V5, "hub-pub");
+    let id = until_crossed(&mut hub_publisher, "t/probe", &mut at_edge);
+    let probes_at_hub = receive_until(&mut at_hub, &format!("probe-{}", id - 1));
+    assert!(probes_at_hub.iter().all(|p| p.starts_with("probe-")));
+
+    let mut edge_publisher = RawClient::connect(&edge.address(), ProtocolVersion::V5, "edge-pub");
+    publish(&mut edge_publisher, "t/a", "from-edge", 1);
+    publish(&mut hub_publisher, "t/b", "from-hub", id);
+    // A copy echoed back would cross on its topic ahead of these fences,
+    // which take the same ways: t/a from the hub, t/b from the edge.
+    publish(&mut hub_publisher, "t/a", "fence-hub", id + 1);
+    publish(&mut edge_publisher, "t/b", "fence-edge", 2);
+    for client in [&mut at_hub, &mut at_edge] {
+        let mut got: Vec<String> = receive_all_of(client, &["fence-hub", "fence-edge"])
+            .into_iter()
+            .filter(|p| !p.starts_with("probe-"))
+            .collect();
+        got.sort();
+        assert_eq!(
+            got,
+            vec!["fence-edge", "fence-hub", "from-edge", "from-hub"]
+        );
+    }
+}
+
+/// Payloads received, acknowledged, until every one of `markers` has come.
+fn receive_all_of(client: &mut RawClient, markers: &[&str]) -> Vec<String> {
+    let mut got: Vec<String> = Vec::new();
+    while !markers.iter().all(|m| got.iter().any(|g| g == m)) {
+        let last = markers
+            .iter()
+            .find(|m| !got.iter().any(|g| g == *m))
+            .expect("one is missing");
+        got.extend(receive_until(client, last));
+    }
+    got
+}
+
+/// Publishes probes on `topic` until `receiver` is sent one: a bridge's
+/// subscription at its peer is then in place. Returns the next packet id.
+fn until_crossed(publisher: &mut RawClient, topic: &str, receiver: &mut RawClient) -> u16 {
+    let deadline = Instant::now() + WAIT;
+    let mut id = 1;
+    loop {
+        publish(publisher, topic, &format!("probe-{id}"), id);
+        id += 1;
+        while let Some(Received::Packet(packet)) = receiver.recv_within(Duration::from_millis(200))
+        {
+            if let Packet::Publish(p) = packet {
+                if let Some(packet_id) = p.packet_id {
+                    receiver.send(&Packet::Puback(PubAck {
+                        packet_id,
+                        ..PubAck::default()
+                    }));
+                }
+                return id;
+            }
+        }
+        assert!(Instant::now() < deadline, "nothing crossed on {topic}");
+    }
+}
+
+#[test]
+fn a_record_that_came_in_over_one_bridge_never_leaves_over_another() {
+    let hub = BrokerProcess::start("");
+    let dir = TempDir::new("relay");
+    let bridges = format!(
+        "bridges:\n  pull:\n    peer: tcp://127.0.0.1:{port}\n    client_id: edge-pull\n    topics:\n      - filter: from/#\n        direction: in\n        topic: t/$#\n  push:\n    peer: tcp://127.0.0.1:{port}\n    client_id: edge-push\n    topics:\n      - filter: t/#\n        direction: out\n        topic: to/$#\n",
+        port = hub.port
+    );
+    let mut edge = BrokerProcess::start_in(dir.path(), "", &bridges);
+    edge.wait_for_log("bridge push: reading its out filters");
+    let mut at_edge = RawClient::connect(&edge.address(), ProtocolVersion::V5, "at-edge");
+    at_edge.subscribe("t/#", QoS::AtLeastOnce);
+    let mut at_hub = RawClient::connect(&hub.address(), ProtocolVersion::V5, "at-hub");
+    at_hub.subscribe("to/#", QoS::AtLeastOnce);
+    let mut hub_publisher = RawClient::connect(&hub.address(), ProtocolVersion::V5, "hub-pub");
+    let id = until_crossed(&mut hub_publisher, "from/probe", &mut at_edge);
+    publish(&mut hub_publisher, "from/x", "remote", id);
+    assert_eq!(
+        receive_until(&mut at_edge, "remote").last().unwrap(),
+        "remote"
+    );
+    // Behind the pulled record on the same topic: had the pulled one been
+    // pushed, it would reach the hub first.
+    let mut edge_publisher = RawClient::connect(&edge.address(), ProtocolVersion::V5, "edge-pub");
+    publish(&mut edge_publisher, "t/x", "local", 1);
+    let pushed: Vec<String> = receive_until(&mut at_hub, "local")
+        .into_iter()
+        .filter(|p| !p.starts_with("probe-"))
+        .collect();
+    assert_eq!(pushed, vec!["local"]);
+}
+
+/// A peer played by the test over a raw socket: it reads the bridge's
+/// packets with the crate's codec and writes its own.
+struct FakePeer {
+    stream: std::net::TcpStream,
+    buf: Vec<u8>,
+    version: Option<ProtocolVersion>,
+}
+
+impl FakePeer {
+    fn accept(listener: &TcpListener) -> FakePeer {
+        let (stream, _) = listener.accept().unwrap();
+        stream.set_read_timeout(Some(WAIT)).unwrap();
+        FakePeer {
+            stream,
+            buf: Vec::new(),
+            version: None,
+        }
+    }
+
+    fn recv(&mut self) -> Packet {
+        use std::io::Read;
+        loop {
+            if let Ok(Some(header)) = saguin::codec::decode_fixed_header(&self.buf) {
+                if self.buf.len() >= header.packet_len() {
+                    let body = self.buf[header.header_len..header.packet_len()].to_vec();
+                    self.buf.drain(..header.packet_len());
+                    let packet = saguin::codec::decode_packet(&header, &body, self.version)
+                        .expect("the bridge sent a valid packet");
+                    if let Packet::Connect(c) = &packet {
+                        self.version = Some(c.protocol_version);
+                    }
+                    return packet;
+                }
+            }
+            let mut chunk = [0u8; 4096];
+            let n = self.stream.read(&mut chunk).expect("the bridge went quiet");
+            assert!(n > 0, "the bridge closed the link");
+            self.buf.extend_from_slice(&chunk[..n]);
+        }
+    }
+
+    fn send(&mut self, packet: &Packet) {
+        use std::io::Write;
+        let mut bytes = Vec::new();
+        saguin::codec::encode(packet, self.version.unwrap(), &mut bytes);
+        self.stream.write_all(&bytes).unwrap();
+    }
+
+    /// Answers the CONNECT, and the SUBSCRIBE of a new session.
+    fn handshake(&mut self, session_present: bool) {
+        assert!(matches!(self.recv(), Packet::Connect(_)));
+        self.send(&Packet::Connack(saguin::codec::Connack {
+            session_present,
+            ..Default::default()
+        }));
+        if !session_present {
+            let Packet::Subscribe(subscribe) = self.recv() else {
+                panic!("expected a SUBSCRIBE")
+            };
+            self.send(&Packet::Suback(saguin::codec::Suback {
+                packet_id: subscribe.packet_id,
+                reason_codes: vec![saguin::codec::ReasonCode::GRANTED_QOS_1],
+                ..Default::default()
+            }));
+        }
+    }
+
+    fn publish(&mut self, payload: &str, id: u16, dup: bool) {
+        self.send(&Packet::Publish(Publish {
+            dup,
+            qos: QoS::AtLeastOnce,
+            topic: "feed/x".into(),
+            packet_id: Some(id),
+            payload: payload.as_bytes().to_vec(),
+            ..Publish::default()
+        }));
+    }
+
+    /// The next PUBACK the bridge sends, skipping pings.
+    fn puback(&mut self) -> u16 {
+        loop {
+            match self.recv() {
+                Packet::Puback(ack) => return ack.packet_id,
+                Packet::Pingreq => self.send(&Packet::Pingresp),
+                other => panic!("expected a PUBACK, got {other:?}"),
+            }
+        }
+    }
+}
+
+#[test]
+fn a_qos1_redelivery_after_a_dropped_link_is_stored_once() {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let dir = TempDir::new("redelivery");
+    // A long ack_interval holds the acknowledgement back, so the link can
+    // be cut after the record is stored and before the peer is told.
+    let top = format!(
+        "{EVENTS}bridges:\n  up:\n    peer: tcp://127.0.0.1:{port}\n    client_id: gw-1\n    ack_interval: 1s\n    topics:\n      - filter: feed/#\n        direction: in\n        topic: events/$#\n"
+    );
+    let saguin = BrokerProcess::start_in(dir.path(), REDB, &top);
+    let mut reader = RawClient::connect(&saguin.address(), ProtocolVersion::V5, "reader");
+    reader.subscribe("events/#", QoS::AtLeastOnce);
+
+    let mut peer = FakePeer::accept(&listener);
+    peer.handshake(false);
+    peer.publish("once", 5, false);
+    assert_eq!(receive_until(&mut reader, "once"), vec!["once"]);
+    drop(peer);
+
+    // The bridge dials again; the peer resumes the session and redelivers.
+    let mut peer = FakePeer::accept(&listener);
+    peer.handshake(true);
+    peer.publish("once", 5, true);
+    assert_eq!(peer.puback(), 5, "the redelivery is acknowledged");
+    peer.publish("end", 6, false);
+    assert_eq!(peer.puback(), 6);
+    assert_eq!(
+        receive_until(&mut reader, "end"),
+        vec!["end"],
+        "stored once"
+    );
+}
+
+#[test]
+fn through_an_outage_latest_keeps_its_newest_broadcast_is_live_and_a_queue_never_crosses() {
+    if !have_mosquitto(
+        "through_an_outage_latest_keeps_its_newest_broadcast_is_live_and_a_queue_never_crosses",
+    ) {
+        return;
+    }
+    let peer_dir = TempDir::new("mosquitto-kinds");
+    let port = free_port();
+    let peer = Mosquitto::start(peer_dir.path(), port);
+    let mut watcher = durable_client(&peer.address(), "watcher");
+    watcher.subscribe("up/#", QoS::AtLeastOnce);
+    drop(watcher);
+
+    let dir = TempDir::new("bridge-kinds");
+    let channels = "channels:\n  events:\n    type: append\n    filter: events/#\n  state:\n    type: latest\n    filter: state/#\n  jobs:\n    type: queue\n    filter: jobs/#\n";
+    let rules = "      - filter: '#'\n        direction: out\n        topic: up/$#\n";
+    let top = format!("{channels}{}", bridge_yaml(port, rules));
+    let mut saguin = BrokerProcess::start_in(dir.path(), REDB, &top);
+    saguin.wait_for_log("bridge up: reading its out filters");
+    saguin.wait_for_log("bridge up: link to");
+    peer.stop();
+    saguin.wait_for_log(" down (");
+
+    let mut device = RawClient::connect(&saguin.address(), ProtocolVersion::V5, "device");
+    publish(&mut device, "jobs/j", "job", 1);
+    publish(&mut device, "b/x", "live-while-down", 2);
+    publish(&mut device, "state/s", "v1", 3);
+    publish(&mut device, "state/s", "v2", 4);
+    publish(&mut device, "events/a", "e1", 5);
+    let peer = Mosquitto::start(peer_dir.path(), port);
+    let mut watcher = durable_client(&peer.address(), "watcher");
+    saguin.wait_for_log("session resumed");
+    // Fences behind each topic's records, on the same topics; broadcast
+    // crosses now that the link is up.
+    publish(&mut device, "b/x", "live-after", 6);
+    publish(&mut device, "state/s", "v3", 7);
+    publish(&mut device, "events/a", "e2", 8);
+    let mut got = receive_all_of(&mut watcher, &["live-after", "v3", "e2"]);
+    got.sort();
+    assert_eq!(got, vec!["e1", "e2", "live-after", "v2", "v3"]);
+}
+
+/// A client of `address` connecting as `user` with `password`, V5.
+fn client_as(address: &str, client_id: &str, user: &str, password: &[u8]) -> RawClient {
+    let mut client = RawClient::open(address, ProtocolVersion::V5);
+    let mut connect = common::connect_packet(ProtocolVersion::V5, client_id);
+    connect.username = Some(user.into());
+    connect.password = Some(password.to_vec());
+    client.send(&Packet::Connect(connect));
+    match client.recv() {
+        Received::Packet(Packet::Connack(c)) => assert_eq!(c.reason_code.0, 0, "{c:?}"),
+        other => panic!("expected a CONNACK, got {other:?}"),
+    }
+    client
+}
+
+#[test]
+fn a_broker_with_a_password_file_and_an_acl_file_still_runs_its_bridge_both_ways() {
+    use saguin::auth::hash::{PasswordHash, SALT_BYTES};
+    let hub = BrokerProcess::start("");
+    let dir = TempDir::new("secured-edge");
+    let hash = PasswordHash::new_pbkdf2(b"secret", &[7; SALT_BYTES]);
+    std::fs::write(dir.path().join("clients.passwd"), format!("gw:{hash}\n")).unwrap();
+    // The one user may use t/#; nothing names the bridge, whose session
+    // holds no user name and offers no password.
+    std::fs::write(
+        dir.path().join("acl.yaml"),
+        "roles:\n  t:\n    - topic: \"t/#\"\n      allow: [write, read]\nusers:\n  gw: [t]\n",
+    )
+    .unwrap();
+    let mqtt = "    acl_file: {dir}/acl.yaml\n    password_file: {dir}/clients.passwd\n";
+    let rules = "      - filter: t/#\n        direction: both\n";
+    let mut edge = BrokerProcess::start_in(dir.path(), mqtt, &bridge_yaml(hub.port, rules));
+    edge.wait_for_log("bridge up: link to");
+
+    let mut at_edge = client_as(&edge.address(), "at-edge", "gw", b"secret");
+    at_edge.subscribe("t/#", QoS::AtLeastOnce);
+    let mut at_hub = RawClient::connect(&hub.address(), ProtocolVersion::V5, "at-hub");
+    at_hub.subscribe("t/#", QoS::AtLeastOnce);
+    // In: the bridge publishes at the edge what the hub receives.
+    let mut hub_publisher = RawClient::connect(&hub.address(), ProtocolVersion::V5, "hub-pub");
+    until_crossed(&mut hub_publisher, "t/in", &mut at_edge);
+    // Out: the bridge reads at the edge what it carries to the hub.
+    let mut edge_publisher = client_as(&edge.address(), "edge-pub", "gw", b"secret");
+    let id = until_crossed(&mut edge_publisher, "t/out", &mut at_hub);
+    publish(&mut edge_publisher, "t/out", "fence", id);
+    assert_eq!(receive_until(&mut at_hub, "fence").last().unwrap(), "fence");
+}
+
+#[test]
+fn an_ordinary_client_is_refused_a_bridge_client_id() {
+    let broker = BrokerProcess::start("");
+    // 0x85 Client Identifier not valid; the codec reads 3.1.1's return
+    // code 2, its counterpart, as the same.
+    for version in [ProtocolVersion::V5, ProtocolVersion::V311] {
+        let mut client = RawClient::open(&broker.address(), version);
+        client.send(&Packet::Connect(common::connect_packet(
+            version,
+            "saguin-bridge/up",
+        )));
+        match client.recv() {
+            Received::Packet(Packet::Connack(c)) => assert_eq!(c.reason_code.0, 0x85, "{c:?}"),
+            other => panic!("expected a CONNACK, got {other:?}"),
+        }
+        assert!(matches!(client.recv(), Received::Closed));
+    }
+    // The prefix alone is reserved: a name merely like it is not.
+    RawClient::connect(&broker.address(), ProtocolVersion::V5, "saguin-bridge-up");
+}
