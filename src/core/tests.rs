@@ -1606,17 +1606,7 @@ fn stored_record(offset: u64, topic: &str, payload: &[u8]) -> store::Record {
 
 #[test]
 fn a_durable_consumer_resumes_from_its_stored_position_and_stores_it_as_it_acknowledges() {
-    let mut settings = events_channel(ChannelStart::Floor);
-    settings.channels[0].next = 10;
-    let mut h = Harness::new(settings);
-    let mut connect = connect_packet("consumer", ProtocolVersion::V5);
-    connect.clean_start = false;
-    connect.properties.session_expiry_interval_s = Some(3600);
-    let (consumer, _) = h.connect_with(connect);
-    // A new session first drops what its client id had stored; the
-    // position answered below stands for one a restored session has.
-    h.stored();
-    h.subscribe(consumer, "events/#", qos(QoS::AtLeastOnce), None);
+    let (mut h, consumer) = durable_events_consumer();
 
     // The stored position is asked for, then the records from it.
     let ticket = match h.stored().as_slice() {
@@ -1998,9 +1988,10 @@ fn a_position_that_cannot_be_read_is_asked_for_again_never_guessed() {
     assert_eq!(reads, vec![7], "the backlog from the stored position");
 }
 
-/// A durable consumer of `events` reading from stored position 7: records
-/// 7 to 9 delivered and acknowledged, every request drained.
-fn consumer_at_seven() -> (Harness, Key) {
+/// A durable session subscribed to `events` (next offset 10), its
+/// position read not yet answered. What a new session drops under its
+/// client id is taken and not looked at, as a restored session's would be.
+fn durable_events_consumer() -> (Harness, Key) {
     let mut settings = events_channel(ChannelStart::Floor);
     settings.channels[0].next = 10;
     let mut h = Harness::new(settings);
@@ -2008,9 +1999,15 @@ fn consumer_at_seven() -> (Harness, Key) {
     connect.clean_start = false;
     connect.properties.session_expiry_interval_s = Some(3600);
     let (consumer, _) = h.connect_with(connect);
-    // As a restored session would: what a new one drops is not looked at.
     h.stored();
     h.subscribe(consumer, "events/#", qos(QoS::AtLeastOnce), None);
+    (h, consumer)
+}
+
+/// A durable consumer of `events` reading from stored position 7: records
+/// 7 to 9 delivered and acknowledged, every request drained.
+fn consumer_at_seven() -> (Harness, Key) {
+    let (mut h, consumer) = durable_events_consumer();
     let ticket = match h.stored().as_slice() {
         [StoreRequest::Position { ticket, .. }] => *ticket,
         other => panic!("expected a position read, got {other:?}"),
