@@ -83,6 +83,10 @@ bench:
 	  echo "bench: mosquitto is not installed; trying apt-get install mosquitto" >&2; \
 	  { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq mosquitto; } || \
 	  echo "bench: could not install mosquitto; its columns will be missing" >&2; }
+	@[ -f /usr/include/mosquitto.h ] || { \
+	  echo "bench: libmosquitto-dev is not installed (figure 9's C publisher needs it); trying apt-get install libmosquitto-dev" >&2; \
+	  { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq libmosquitto-dev; } || \
+	  echo "bench: could not install libmosquitto-dev; figure 9's libmosquitto rows will fail" >&2; }
 	$(CARGO) build --release --workspace
 	$(TARGET_DIR)/release/saguin-bench --write BENCHMARKS.md
 
