@@ -198,6 +198,11 @@ fn main() -> ExitCode {
                 eprintln!("{error}");
                 return ExitCode::from(2);
             }
+            // So are the certificates each bridge verifies and presents.
+            if let Err(error) = saguin::net::load_bridge_tls(&config.bridges) {
+                eprintln!("{error}");
+                return ExitCode::from(2);
+            }
             for warning in config.broker.mqtt.acl_warnings() {
                 eprintln!("warning: {warning}");
             }

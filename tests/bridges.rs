@@ -4,11 +4,12 @@
 mod common;
 
 use std::net::TcpListener;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{BrokerProcess, RawClient, Received, TempDir, WAIT};
+use common::certs::Authority;
+use common::{have_tools, BrokerProcess, RawClient, Received, TempDir, WAIT};
 use saguin::codec::{Connect, Packet, ProtocolVersion, PubAck, Publish, QoS};
 
 const MOSQUITTO: &str = "/usr/sbin/mosquitto";
@@ -44,6 +45,11 @@ struct Mosquitto {
 
 impl Mosquitto {
     fn start(dir: &Path, port: u16) -> Mosquitto {
+        Mosquitto::start_with(dir, port, "")
+    }
+
+    /// With `extra` appended to its configuration: another listener, say.
+    fn start_with(dir: &Path, port: u16, extra: &str) -> Mosquitto {
         // Started as root, mosquitto writes its database as its own user.
         use std::os::unix::fs::PermissionsExt;
         std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o777)).unwrap();
@@ -51,7 +57,7 @@ impl Mosquitto {
         std::fs::write(
             &config,
             format!(
-                "listener {port} 127.0.0.1\nallow_anonymous true\npersistence true\npersistence_location {}/\nmax_queued_messages 100000\n",
+                "allow_anonymous true\npersistence true\npersistence_location {}/\nmax_queued_messages 100000\nlistener {port} 127.0.0.1\n{extra}",
                 dir.display()
             ),
         )
@@ -627,4 +633,89 @@ fn an_ordinary_client_is_refused_a_bridge_client_id() {
     }
     // The prefix alone is reserved: a name merely like it is not.
     RawClient::connect(&broker.address(), ProtocolVersion::V5, "saguin-bridge-up");
+}
+
+/// A mosquitto TLS listener on `port` serving `server`, asking for a client
+/// certificate signed by `client_ca` when there is one.
+fn tls_listener(port: u16, server: &(PathBuf, PathBuf), client_ca: Option<&Path>) -> String {
+    let mut lines = format!(
+        "listener {port} 127.0.0.1\ncertfile {}\nkeyfile {}\n",
+        server.0.display(),
+        server.1.display()
+    );
+    if let Some(ca) = client_ca {
+        lines += &format!("cafile {}\nrequire_certificate true\n", ca.display());
+    }
+    lines
+}
+
+/// mosquitto drops to its own user, which must read what openssl wrote.
+fn readable_by_all(dir: &Path) {
+    use std::os::unix::fs::PermissionsExt;
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let path = entry.unwrap().path();
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o644)).unwrap();
+    }
+}
+
+#[test]
+fn a_tls_peer_is_verified_refused_when_another_authority_signed_it_and_retried() {
+    let test = "a_tls_peer_is_verified_refused_when_another_authority_signed_it_and_retried";
+    if !have_mosquitto(test) || !have_tools(test, &["openssl"], "openssl") {
+        return;
+    }
+    let certs = TempDir::new("bridge-certs");
+    let ca = Authority::new(certs.path(), "peer-ca");
+    let genuine = ca.server("peer");
+    let bridge_identity = ca.issue(
+        "bridge",
+        "/CN=gw-1",
+        Some("extendedKeyUsage=clientAuth"),
+        30,
+    );
+    let stranger = Authority::new(certs.path(), "stranger");
+    let imposter = stranger.server("imposter");
+    readable_by_all(certs.path());
+
+    // An imposter answers first: a certificate from an authority the
+    // bridge was not told of. The watcher reaches it over plain TCP.
+    let peer_dir = TempDir::new("mosquitto-tls");
+    let (plain_port, tls_port) = (free_port(), free_port());
+    let imposter_peer = Mosquitto::start_with(
+        peer_dir.path(),
+        plain_port,
+        &tls_listener(tls_port, &imposter, None),
+    );
+    let mut watcher = durable_client(&imposter_peer.address(), "watcher");
+    watcher.subscribe("up/#", QoS::AtLeastOnce);
+    drop(watcher);
+
+    let dir = TempDir::new("bridge-tls");
+    let top = format!(
+        "{EVENTS}bridges:\n  up:\n    peer: tls://127.0.0.1:{tls_port}\n    client_id: gw-1\n    ca_file: {}\n    cert_file: {}\n    key_file: {}\n    topics:\n      - filter: events/#\n        direction: out\n        topic: up/$#\n",
+        ca.pem().display(),
+        bridge_identity.0.display(),
+        bridge_identity.1.display()
+    );
+    let mut saguin = BrokerProcess::start_in(dir.path(), REDB, &top);
+    saguin.wait_for_log(&format!("bridge up: TLS to 127.0.0.1:{tls_port} refused"));
+    let mut device = RawClient::connect(&saguin.address(), ProtocolVersion::V5, "device");
+    for n in 1..=5 {
+        publish(&mut device, "events/a", &n.to_string(), n);
+    }
+
+    // The genuine peer takes the port, and asks for the bridge's own
+    // certificate: records cross only if it was presented and accepted.
+    imposter_peer.stop();
+    let peer = Mosquitto::start_with(
+        peer_dir.path(),
+        plain_port,
+        &tls_listener(tls_port, &genuine, Some(&ca.pem())),
+    );
+    let mut watcher = durable_client(&peer.address(), "watcher");
+    assert_eq!(
+        receive_until(&mut watcher, "5"),
+        (1..=5).map(|n| n.to_string()).collect::<Vec<_>>()
+    );
+    saguin.wait_for_log("bridge up: link to");
 }

@@ -8,4 +8,4 @@ pub mod settings;
 pub mod template;
 
 pub use link::{Action, Carriage, Link, BRIDGED_MARK};
-pub use settings::{BridgeSettings, Direction, Peer, Rule};
+pub use settings::{BridgeSettings, Direction, Peer, PeerTls, Rule};

@@ -1,6 +1,8 @@
 //! What one bridge runs with. The configuration reader builds it, so the
 //! bridge never reads the configuration itself.
 
+use std::path::PathBuf;
+
 /// Which way a rule carries records.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Direction {
@@ -33,11 +35,24 @@ pub struct Rule {
     pub topic: Option<String>,
 }
 
+/// TLS to the peer. Verification is always on: the peer's certificate is
+/// checked against `ca_file`, or the system's authorities without one.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PeerTls {
+    /// The authority that signs the peer's certificate. Absolute.
+    pub ca_file: Option<PathBuf>,
+    /// The certificate this broker presents when the peer asks for one,
+    /// and its key: both or neither. Absolute.
+    pub identity: Option<(PathBuf, PathBuf)>,
+}
+
 /// Where the peer listens.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Peer {
     pub host: String,
     pub port: u16,
+    /// `tls://`: the connection is TLS, verified.
+    pub tls: Option<PeerTls>,
 }
 
 impl Peer {

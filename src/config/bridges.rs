@@ -6,7 +6,7 @@ use serde_yaml::Value;
 use super::findings::{join, Findings};
 use super::table::{table, Keys};
 use super::values::{duration_ms, whole_number, NoneRule};
-use crate::bridge::{template, BridgeSettings, Direction, Peer, Rule};
+use crate::bridge::{template, BridgeSettings, Direction, Peer, PeerTls, Rule};
 use crate::codec::topic::is_valid_topic_filter;
 
 const BRIDGE_KEYS: Keys = Keys {
@@ -65,10 +65,9 @@ pub(super) fn parse(f: &mut Findings, value: Option<&Value>) -> Option<Vec<Bridg
         }
     }
     for (at, a) in bridges.iter().enumerate() {
-        if let Some(b) = bridges[..at]
-            .iter()
-            .find(|b| b.client_id == a.client_id && b.peer == a.peer)
-        {
+        if let Some(b) = bridges[..at].iter().find(|b| {
+            b.client_id == a.client_id && (&b.peer.host, b.peer.port) == (&a.peer.host, a.peer.port)
+        }) {
             f.key(
                 &format!("bridges.{}.client_id", a.name),
                 format!(
@@ -115,14 +114,10 @@ fn bridge(f: &mut Findings, name: &str, block: &Value) -> Option<BridgeSettings>
     };
     let username = text(f, &path, &t, "username");
     let password = text(f, &path, &t, "password");
-    for key in ["ca_file", "cert_file", "key_file"] {
-        if t.get(key).is_some() {
-            f.key(
-                &join(&path, key),
-                "TLS to a peer is not built into this version, so nothing would check or present this; dial a tcp:// peer without it",
-            );
-        }
-    }
+    let peer = peer.map(|mut peer| {
+        peer.tls = peer_tls(f, &path, &t, peer.tls.is_some());
+        peer
+    });
     let session_expiry_s = session_expiry(f, &path, t.get("session_expiry"));
     let receive_maximum = receive_maximum(f, &path, t.get("receive_maximum"));
     let ack_interval_ms = ack_interval(f, &path, t.get("ack_interval"));
@@ -153,6 +148,48 @@ fn text(f: &mut Findings, path: &str, t: &super::table::Table<'_>, key: &str) ->
     }
 }
 
+/// The certificate keys: read for a `tls://` peer, refused beside a
+/// `tcp://` one, where they would read as a link being verified when
+/// nothing is. `Some` for a `tls://` peer (whose files are all valid).
+fn peer_tls(
+    f: &mut Findings,
+    path: &str,
+    t: &super::table::Table<'_>,
+    is_tls: bool,
+) -> Option<PeerTls> {
+    let mut files = [None, None, None];
+    for (at, key) in ["ca_file", "cert_file", "key_file"].into_iter().enumerate() {
+        let Some(value) = t.get(key) else { continue };
+        let here = join(path, key);
+        if !is_tls {
+            f.key(&here, "only a tls:// peer has a handshake for it to take part in; dial tls:// or remove it");
+            continue;
+        }
+        let example = ["peer-ca.pem", "bridge.pem", "bridge-key.pem"][at];
+        files[at] = super::tls::file(f, &here, value, example);
+    }
+    let [ca_file, cert_file, key_file] = files;
+    let identity = match (cert_file, key_file) {
+        (Some(cert), Some(key)) => Some((cert, key)),
+        (None, None) => None,
+        (Some(_), None) => {
+            f.key(
+                &join(path, "key_file"),
+                "required beside cert_file: a certificate cannot be presented without its key",
+            );
+            None
+        }
+        (None, Some(_)) => {
+            f.key(
+                &join(path, "cert_file"),
+                "required beside key_file: a key with no certificate names nobody",
+            );
+            None
+        }
+    };
+    is_tls.then_some(PeerTls { ca_file, identity })
+}
+
 fn peer(f: &mut Findings, path: &str, value: &Value) -> Option<Peer> {
     let Some(text) = value.as_str() else {
         f.value(
@@ -166,25 +203,25 @@ fn peer(f: &mut Findings, path: &str, value: &Value) -> Option<Peer> {
         f.value(path, value, "the address needs a scheme: tcp://host:port");
         return None;
     };
-    match scheme {
-        "tcp" => {}
-        "tls" => {
-            f.value(path, value, "tls:// is not supported by this version yet (no TLS client is built in); use tcp:// on a trusted network or a TLS tunnel");
-            return None;
-        }
+    let tls = match scheme {
+        "tcp" => None,
+        "tls" => Some(PeerTls {
+            ca_file: None,
+            identity: None,
+        }),
         "ws" | "wss" => {
-            f.value(path, value, format!("{scheme}:// needs the WebSocket transport, which this version does not have; use tcp://"));
+            f.value(path, value, format!("{scheme}:// needs the WebSocket transport, which this version does not have; use tcp:// or tls://"));
             return None;
         }
         other => {
             f.value(
                 path,
                 value,
-                format!("{other}:// is not a scheme a bridge can dial; use tcp://"),
+                format!("{other}:// is not a scheme a bridge can dial; use tcp:// or tls://"),
             );
             return None;
         }
-    }
+    };
     let (host, port) = match rest.rsplit_once(':') {
         Some((host, port)) if !host.is_empty() => (host, port),
         _ => {
@@ -208,7 +245,7 @@ fn peer(f: &mut Findings, path: &str, value: &Value) -> Option<Peer> {
         .trim_start_matches('[')
         .trim_end_matches(']')
         .to_string();
-    Some(Peer { host, port })
+    Some(Peer { host, port, tls })
 }
 
 fn session_expiry(f: &mut Findings, path: &str, value: Option<&Value>) -> Option<u32> {
@@ -399,7 +436,7 @@ fn filter(f: &mut Findings, path: &str, filter: &str) {
 
 #[cfg(test)]
 mod tests {
-    use crate::bridge::{Direction, Peer};
+    use crate::bridge::{Direction, Peer, PeerTls};
     use crate::config::parse;
 
     fn with_bridge(block: &str) -> String {
@@ -437,7 +474,8 @@ mod tests {
             bridge.peer,
             Peer {
                 host: "127.0.0.1".into(),
-                port: 1884
+                port: 1884,
+                tls: None,
             }
         );
         assert_eq!(
@@ -472,11 +510,6 @@ mod tests {
     #[test]
     fn peers_are_refused_by_scheme_and_shape() {
         let p = |peer: &str| format!("    peer: {peer}\n    client_id: c\n{RULE}");
-        refused(
-            &p("tls://h:8883"),
-            "bridges.up.peer",
-            "tls:// is not supported",
-        );
         refused(&p("ws://h:80"), "bridges.up.peer", "WebSocket");
         refused(&p("wss://h:443"), "bridges.up.peer", "WebSocket");
         refused(&p("mqtt://h:1883"), "bridges.up.peer", "not a scheme");
@@ -487,6 +520,46 @@ mod tests {
             &format!("    client_id: c\n{RULE}"),
             "bridges.up.peer",
             "required",
+        );
+    }
+
+    #[test]
+    fn a_tls_peer_takes_an_authority_and_an_identity_both_optional() {
+        let t = |keys: &str| format!("    peer: tls://h:8883\n    client_id: c\n{keys}{RULE}");
+        let bare = parse(&with_bridge(&t("")), "saguin.yaml").unwrap();
+        assert_eq!(
+            bare.bridges[0].peer.tls,
+            Some(PeerTls {
+                ca_file: None,
+                identity: None
+            }),
+            "no ca_file: the system's authorities"
+        );
+        let full = t(
+            "    ca_file: /etc/ca.pem\n    cert_file: /etc/b.pem\n    key_file: /etc/b-key.pem\n",
+        );
+        let full = parse(&with_bridge(&full), "saguin.yaml").unwrap();
+        assert_eq!(
+            full.bridges[0].peer.tls,
+            Some(PeerTls {
+                ca_file: Some("/etc/ca.pem".into()),
+                identity: Some(("/etc/b.pem".into(), "/etc/b-key.pem".into())),
+            })
+        );
+        refused(
+            &t("    ca_file: ca.pem\n"),
+            "bridges.up.ca_file",
+            "absolute",
+        );
+        refused(
+            &t("    cert_file: /etc/b.pem\n"),
+            "bridges.up.key_file",
+            "beside cert_file",
+        );
+        refused(
+            &t("    key_file: /etc/k.pem\n"),
+            "bridges.up.cert_file",
+            "beside key_file",
         );
     }
 
@@ -524,8 +597,12 @@ mod tests {
             "bridges.up.ack_interval",
             "1ms to 1s",
         );
-        refused(&k("ca_file: /etc/ca.pem"), "bridges.up.ca_file", "TLS");
-        refused(&k("cert_file: /etc/c.pem"), "bridges.up.cert_file", "TLS");
+        refused(&k("ca_file: /etc/ca.pem"), "bridges.up.ca_file", "tls://");
+        refused(
+            &k("cert_file: /etc/c.pem"),
+            "bridges.up.cert_file",
+            "tls://",
+        );
         refused(&k("colour: red"), "bridges.up.colour", "");
     }
 

@@ -1,6 +1,7 @@
 //! Runs each bridge's link on the executor: an in-process session at this
 //! broker (a connection with no socket, its outbox read by this task), and
-//! a TCP connection to the peer, redialled with jittered backoff.
+//! a TCP connection to the peer (TLS for a `tls://` one, always verified),
+//! redialled with jittered backoff.
 
 use std::cell::RefCell;
 use std::rc::Rc;
@@ -8,17 +9,18 @@ use std::time::Duration;
 
 use async_net::TcpStream;
 use smol::future;
-use smol::io::{AsyncReadExt, AsyncWriteExt};
+use smol::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use smol::{LocalExecutor, Task};
 
 use super::outbox::{writable, Outbox};
+use super::tls::client::PeerTlsConfig;
 use super::SharedRef;
 use crate::bridge::{Action, BridgeSettings, Carriage, Link};
 use crate::codec::{decode_fixed_header, decode_packet, encode, Packet, ProtocolVersion};
 use crate::core::claims::Claims;
 use crate::core::{ChannelSettings, Key};
 
-/// How long a TCP connect to the peer may take.
+/// How long a TCP connect to the peer may take, and then a TLS handshake.
 const DIAL_TIMEOUT_MS: u64 = 10_000;
 /// A peer packet larger than this ends the link: nothing a bridge asks
 /// for is near it, and reading it would mean holding it.
@@ -65,15 +67,17 @@ impl Running {
     }
 }
 
-/// Starts every bridge; each runs until [`Running::stop`].
+/// Starts every bridge; each runs until [`Running::stop`]. `tls` holds
+/// each bridge's TLS, in order, `None` for a `tcp://` peer.
 pub fn start(
     executor: &'static LocalExecutor<'static>,
     shared: &SharedRef,
     bridges: &[BridgeSettings],
+    tls: Vec<Option<PeerTlsConfig>>,
 ) -> Running {
     let mut tasks = Vec::new();
     let mut locals = Vec::new();
-    for settings in bridges {
+    for (settings, tls) in bridges.iter().zip(tls) {
         let classify = classifier(&shared.borrow().broker.settings().channels);
         let (local, outbox) = {
             let mut guard = shared.borrow_mut();
@@ -108,7 +112,7 @@ pub fn start(
         bridge.to_local(connect);
         tasks.push(executor.spawn(local_loop(bridge.clone(), outbox)));
         tasks.push(executor.spawn(tick_loop(bridge.clone())));
-        tasks.push(executor.spawn(peer_loop(bridge)));
+        tasks.push(executor.spawn(peer_loop(bridge, tls)));
     }
     Running { tasks, locals }
 }
@@ -213,21 +217,34 @@ async fn tick_loop(bridge: Rc<Bridge>) {
 }
 
 /// Dials the peer, serves the connection until it ends, waits, and again.
-async fn peer_loop(bridge: Rc<Bridge>) {
+async fn peer_loop(bridge: Rc<Bridge>, tls: Option<PeerTlsConfig>) {
     let address = bridge.link.borrow().settings().peer.address();
+    // A refused handshake is logged when its reason changes, not per attempt.
+    let mut last_refusal: Option<String> = None;
     loop {
-        let dialled = future::or(
-            async { Some(TcpStream::connect(address.as_str()).await) },
-            async {
-                smol::Timer::after(Duration::from_millis(DIAL_TIMEOUT_MS)).await;
-                None
-            },
-        )
-        .await;
-        let why = match dialled {
+        let why = match timed(TcpStream::connect(address.as_str())).await {
             Some(Ok(stream)) => {
                 let _ = stream.set_nodelay(true);
-                serve_peer(&bridge, stream).await
+                match &tls {
+                    None => serve_peer(&bridge, stream.clone(), stream.clone(), stream).await,
+                    Some(tls) => match handshake(tls, stream.clone()).await {
+                        Ok(secured) => {
+                            last_refusal = None;
+                            let (reader, writer) = smol::io::split(secured);
+                            serve_peer(&bridge, reader, writer, stream).await
+                        }
+                        Err(why) => {
+                            if last_refusal.as_ref() != Some(&why) {
+                                log::warn!(
+                                    "bridge {}: TLS to {address} refused: {why}; retrying (ca_file names the authority that signs the peer's certificate)",
+                                    bridge.link.borrow().name()
+                                );
+                                last_refusal = Some(why.clone());
+                            }
+                            why
+                        }
+                    },
+                }
             }
             Some(Err(error)) => format!("cannot connect: {error}"),
             None => "connect timed out".to_string(),
@@ -243,20 +260,45 @@ async fn peer_loop(bridge: Rc<Bridge>) {
     }
 }
 
+/// `step`, or `None` once [`DIAL_TIMEOUT_MS`] has passed.
+async fn timed<T>(step: impl std::future::Future<Output = T>) -> Option<T> {
+    future::or(async { Some(step.await) }, async {
+        smol::Timer::after(Duration::from_millis(DIAL_TIMEOUT_MS)).await;
+        None
+    })
+    .await
+}
+
+/// The TLS handshake, the peer's certificate verified.
+async fn handshake(
+    tls: &PeerTlsConfig,
+    stream: TcpStream,
+) -> Result<futures_rustls::client::TlsStream<TcpStream>, String> {
+    let connector = futures_rustls::TlsConnector::from(tls.config.clone());
+    match timed(connector.connect(tls.server_name.clone(), stream)).await {
+        Some(Ok(secured)) => Ok(secured),
+        Some(Err(error)) => Err(format!("TLS handshake failed: {error}")),
+        None => Err("TLS handshake timed out".to_string()),
+    }
+}
+
 /// One connection to the peer; returns why it ended.
-async fn serve_peer(bridge: &Rc<Bridge>, stream: TcpStream) -> String {
+async fn serve_peer(
+    bridge: &Rc<Bridge>,
+    reader: impl AsyncRead + Unpin,
+    writer: impl AsyncWrite + Unpin,
+    tcp: TcpStream,
+) -> String {
     *bridge.peer_out.borrow_mut() = PeerOut::default();
     let now_ms = bridge.now_ms();
     let connect = bridge.link.borrow_mut().peer_connecting(now_ms);
     bridge.apply(vec![Action::ToPeer(connect)]);
-    let reader = read_peer(bridge, stream.clone());
-    let writer = write_peer(bridge, stream.clone());
-    let why = future::or(reader, writer).await;
-    let _ = stream.shutdown(std::net::Shutdown::Both);
+    let why = future::or(read_peer(bridge, reader), write_peer(bridge, writer)).await;
+    let _ = tcp.shutdown(std::net::Shutdown::Both);
     why
 }
 
-async fn read_peer(bridge: &Rc<Bridge>, mut stream: TcpStream) -> String {
+async fn read_peer(bridge: &Rc<Bridge>, mut stream: impl AsyncRead + Unpin) -> String {
     let mut buf: Vec<u8> = Vec::new();
     let mut chunk = vec![0u8; 16 * 1024];
     loop {
@@ -299,14 +341,18 @@ async fn read_peer(bridge: &Rc<Bridge>, mut stream: TcpStream) -> String {
     }
 }
 
-async fn write_peer(bridge: &Rc<Bridge>, mut stream: TcpStream) -> String {
+async fn write_peer(bridge: &Rc<Bridge>, mut stream: impl AsyncWrite + Unpin) -> String {
     loop {
         let (bytes, close) = {
             let mut out = bridge.peer_out.borrow_mut();
             (std::mem::take(&mut out.bytes), out.close.take())
         };
         if !bytes.is_empty() {
+            // A flush hands what TLS holds to the socket; plain TCP holds nothing.
             if let Err(error) = stream.write_all(&bytes).await {
+                return format!("write failed: {error}");
+            }
+            if let Err(error) = stream.flush().await {
                 return format!("write failed: {error}");
             }
         }

@@ -10,6 +10,7 @@ fn settings(rules: Vec<Rule>) -> BridgeSettings {
         peer: Peer {
             host: "127.0.0.1".into(),
             port: 1883,
+            tls: None,
         },
         client_id: "gw-1".into(),
         username: None,
