@@ -3,6 +3,7 @@
 
 use serde_yaml::Value;
 
+use super::channels;
 use super::findings::{join, Findings};
 use super::table::{table, Keys};
 use super::values::{duration_ms, whole_number, NoneRule};
@@ -328,31 +329,31 @@ fn rules(f: &mut Findings, path: &str, value: Option<&Value>) -> Option<Vec<Rule
     let mut rules: Vec<Rule> = Vec::new();
     for (n, item) in items.iter().enumerate() {
         let here = format!("{at}[{n}]");
-        let Some(rule) = rule(f, &here, item) else {
+        let Some(spelled) = rule(f, &here, item) else {
             continue;
         };
-        let twin = rules.iter().any(|r| {
-            r.direction.carries_out()
-                && rule.direction.carries_out()
-                && r.filter == rule.filter
-                && r.topic == rule.topic
-        });
-        if twin {
-            f.key(&here, "another outbound rule has this filter and topic; every record would be sent twice, so keep one");
+        for rule in spelled {
+            let twin = rules.iter().any(|r| {
+                r.direction.carries_out()
+                    && rule.direction.carries_out()
+                    && r.filter == rule.filter
+                    && r.topic == rule.topic
+            });
+            if twin {
+                f.key(&here, format!("another outbound rule has the filter {:?} and this topic; every record would be sent twice, so keep one", rule.filter));
+            }
+            rules.push(rule);
         }
-        rules.push(rule);
     }
     (f.len() == before).then_some(rules)
 }
 
-fn rule(f: &mut Findings, path: &str, value: &Value) -> Option<Rule> {
+/// One entry of `topics:`, as one rule per spelling of its braced levels.
+fn rule(f: &mut Findings, path: &str, value: &Value) -> Option<Vec<Rule>> {
     let t = table(f, path, value, &RULE_KEYS)?;
     let before = f.len();
-    let filter = match t.get("filter") {
-        Some(Value::String(s)) => {
-            filter(f, &join(path, "filter"), s);
-            Some(s.clone())
-        }
+    let filters = match t.get("filter") {
+        Some(Value::String(s)) => filter(f, &join(path, "filter"), s),
         Some(v) => {
             f.value(&join(path, "filter"), v, "an MQTT topic filter is expected");
             None
@@ -382,9 +383,11 @@ fn rule(f: &mut Findings, path: &str, value: &Value) -> Option<Rule> {
         }
     };
     let topic = t.get("topic");
-    let (Some(filter), Some(direction)) = (filter, direction) else {
+    let (Some(filters), Some(direction)) = (filters, direction) else {
         return None;
     };
+    // Spellings are plain levels, so every expansion captures alike.
+    let filter = filters[0].clone();
     let topic_path = join(path, "topic");
     let topic = match (direction, topic) {
         (Direction::Both, None) => None,
@@ -407,31 +410,52 @@ fn rule(f: &mut Findings, path: &str, value: &Value) -> Option<Rule> {
             return None;
         }
     };
-    if direction == Direction::Both && filter.starts_with('$') {
-        f.value(&join(path, "filter"), &Value::String(filter.clone()), "a both rule keeps the topic, and nothing may publish a $ topic here; use an in rule with a topic");
+    if let Some(dollar) = filters.iter().find(|plain| plain.starts_with('$')) {
+        if direction == Direction::Both {
+            f.value(&join(path, "filter"), &Value::String(dollar.clone()), "a both rule keeps the topic, and nothing may publish a $ topic here; use an in rule with a topic");
+        }
     }
-    (f.len() == before).then_some(Rule {
-        filter,
-        direction,
-        topic,
+    (f.len() == before).then(|| {
+        filters
+            .into_iter()
+            .map(|filter| Rule {
+                filter,
+                direction,
+                topic: topic.clone(),
+            })
+            .collect()
     })
 }
 
-fn filter(f: &mut Findings, path: &str, filter: &str) {
+/// The plain filters a written one stands for, or `None` with its findings.
+fn filter(f: &mut Findings, path: &str, filter: &str) -> Option<Vec<String>> {
     let value = Value::String(filter.to_string());
-    if filter.starts_with("$saguin/") || filter == "$saguin" {
-        f.value(path, &value, "the $saguin/ space is this broker's own (queue deliveries and acknowledgements); a bridge never carries it");
-    } else if filter.contains('{') || filter.contains('}') {
-        f.value(path, &value, "{a,b} spellings are not expanded in bridge rules by this version; write one rule per spelling");
-    } else if filter.starts_with("$share/") {
-        f.value(
-            path,
-            &value,
-            "a shared subscription is not a filter a bridge carries",
-        );
-    } else if !is_valid_topic_filter(filter) {
-        f.value(path, &value, "not a well-formed MQTT topic filter: # only as the last level, and + and # each a whole level");
+    let refuse = |f: &mut Findings, why: &str| {
+        f.value(path, &value, why);
+        None
+    };
+    let problems = channels::brace_problems(filter);
+    if let Some(why) = problems.first() {
+        return refuse(f, why);
     }
+    let filters = match channels::expand(filter) {
+        Ok(filters) => filters,
+        Err(why) => return refuse(f, &why),
+    };
+    // Asked of each spelling: a brace may spell a reserved first level.
+    if filters
+        .iter()
+        .any(|plain| plain.starts_with("$saguin/") || plain == "$saguin")
+    {
+        return refuse(f, "the $saguin/ space is this broker's own (queue deliveries and acknowledgements); a bridge never carries it");
+    }
+    if filters.iter().any(|plain| plain.starts_with("$share/")) {
+        return refuse(f, "a shared subscription is not a filter a bridge carries");
+    }
+    if !filters.iter().all(|plain| is_valid_topic_filter(plain)) {
+        return refuse(f, "not a well-formed MQTT topic filter: # only as the last level, and + and # each a whole level");
+    }
+    Some(filters)
 }
 
 #[cfg(test)]
@@ -671,10 +695,61 @@ mod tests {
             "bridges.up.topics[0].topic",
             "$2",
         );
+        refused(
+            &r("filter: a/{b,}/#\n        direction: both"),
+            "bridges.up.topics[0].filter",
+            "empty spelling",
+        );
+        refused(
+            &r("filter: a/{b/c}\n        direction: both"),
+            "bridges.up.topics[0].filter",
+            "braces hold no /",
+        );
+        refused(
+            &r("filter: a/{+,b}\n        direction: both"),
+            "bridges.up.topics[0].filter",
+            "wildcard",
+        );
+        refused(
+            &r("filter: a/x{b,c}\n        direction: both"),
+            "bridges.up.topics[0].filter",
+            "whole level",
+        );
         let twins = "    peer: tcp://h:1\n    client_id: c\n    topics:\n      - filter: a/#\n        direction: out\n        topic: b/$#\n      - filter: a/#\n        direction: out\n        topic: b/$#\n";
         refused(twins, "bridges.up.topics[1]", "twice");
         let sys = r("filter: $SYS/#\n        direction: in\n        topic: sys/$#");
         assert!(parse(&with_bridge(&sys), "saguin.yaml").is_ok());
+    }
+
+    #[test]
+    fn a_braced_level_is_one_rule_per_spelling_checked_as_written() {
+        let rules = "    peer: tcp://h:1\n    client_id: c\n    topics:\n      - filter: \"fleet/+/{data,events}/{a,b}/#\"\n        direction: out\n        topic: up/$1/$#\n";
+        let bridge = &parse(&with_bridge(rules), "saguin.yaml").unwrap().bridges[0];
+        let filters: Vec<&str> = bridge.rules.iter().map(|r| r.filter.as_str()).collect();
+        assert_eq!(
+            filters,
+            [
+                "fleet/+/data/a/#",
+                "fleet/+/data/b/#",
+                "fleet/+/events/a/#",
+                "fleet/+/events/b/#"
+            ]
+        );
+        assert!(bridge
+            .rules
+            .iter()
+            .all(|r| r.topic.as_deref() == Some("up/$1/$#") && r.direction == Direction::Out));
+
+        // A spelling meeting a written rule with the same topic is a twin.
+        let twins = "    peer: tcp://h:1\n    client_id: c\n    topics:\n      - filter: a/b/#\n        direction: out\n        topic: x/$#\n      - filter: \"a/{c,b}/#\"\n        direction: out\n        topic: x/$#\n";
+        refused(twins, "bridges.up.topics[1]", "\"a/b/#\"");
+        // $1 numbers the + levels; a braced level is not one.
+        let r = "    peer: tcp://h:1\n    client_id: c\n    topics:\n      - filter: \"{a,b}/+\"\n        direction: in\n        topic: x/$2\n";
+        refused(r, "bridges.up.topics[0].topic", "$2");
+        let both = "    peer: tcp://h:1\n    client_id: c\n    topics:\n      - filter: \"{a,$SYS}/#\"\n        direction: both\n";
+        refused(both, "bridges.up.topics[0].filter", "$ topic");
+        let reserved = "    peer: tcp://h:1\n    client_id: c\n    topics:\n      - filter: \"{a,$saguin}/#\"\n        direction: in\n        topic: x/$#\n";
+        refused(reserved, "bridges.up.topics[0].filter", "$saguin/");
     }
 
     #[test]
