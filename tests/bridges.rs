@@ -583,6 +583,41 @@ fn a_peer_refusing_one_rules_records_holds_that_rule_and_no_other() {
 }
 
 #[test]
+fn an_append_record_published_at_qos0_is_held_at_the_rules_position_through_an_outage() {
+    let port = free_port();
+    let dir = TempDir::new("qos0-outage");
+    let top = format!(
+        "{EVENTS}bridges:\n  up:\n    peer: tcp://127.0.0.1:{port}\n    client_id: gw-1\n    topics:\n      - filter: events/#\n        direction: out\n        topic: up/$#\n"
+    );
+    // The peer is down; the gateway is stopped and started again before
+    // it returns, so nothing held in memory can carry the record.
+    let mut saguin = BrokerProcess::start_in(dir.path(), REDB, &top);
+    saguin.wait_for_log("reading its out filter");
+    let mut device = RawClient::connect(&saguin.address(), ProtocolVersion::V5, "device");
+    device.send(&Packet::Publish(Publish {
+        qos: QoS::AtMostOnce,
+        topic: "events/a".into(),
+        payload: b"at-most-once".to_vec(),
+        ..Publish::default()
+    }));
+    publish(&mut device, "events/a", "at-least-once", 1);
+    saguin.terminate();
+
+    let listener = TcpListener::bind(("127.0.0.1", port)).unwrap();
+    let _saguin = BrokerProcess::start_in(dir.path(), REDB, &top);
+    let mut peer = FakePeer::accept(&listener);
+    peer.handshake(true);
+    for payload in ["at-most-once", "at-least-once"] {
+        let record = peer.next_publish();
+        assert_eq!(
+            (record.topic.as_str(), record.payload.as_slice(), record.qos),
+            ("up/a", payload.as_bytes(), QoS::AtLeastOnce)
+        );
+        peer.answer(&record, saguin::codec::ReasonCode::SUCCESS);
+    }
+}
+
+#[test]
 fn a_rule_edited_is_a_new_reader_and_the_old_rules_position_is_dropped() {
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
     let port = listener.local_addr().unwrap().port();

@@ -79,6 +79,8 @@ pub struct Stats {
     pub unsent_peer_refused: u64,
     pub unsent_live_down: u64,
     pub unsent_superseded: u64,
+    /// QoS 0 records dropped because a window of them already waited.
+    pub unsent_live_queue_full: u64,
     pub unstored_no_rule: u64,
     pub unstored_unmappable: u64,
     pub unstored_never_accepted: u64,
@@ -134,6 +136,8 @@ pub struct Link {
     peer_version: ProtocolVersion,
     retain_available: bool,
     retain_cleared_logged: bool,
+    /// Whether the current run of `live_queue_full` drops has been logged.
+    live_full_logged: bool,
     local_up: bool,
     next_peer_id: u16,
     next_local_id: u16,
@@ -167,6 +171,7 @@ impl Link {
             peer_version: ProtocolVersion::V5,
             retain_available: true,
             retain_cleared_logged: false,
+            live_full_logged: false,
             local_up: false,
             next_peer_id: 0,
             next_local_id: 0,
@@ -336,6 +341,9 @@ impl Link {
             self.stats.unsent_live_down += 1;
             return finish(actions);
         }
+        if local_id.is_none() && !self.room_for_qos0() {
+            return;
+        }
         let offset = label(&publish, "saguin-offset").and_then(|v| v.parse().ok());
         let mut outgoing = publish;
         outgoing.topic = topic;
@@ -370,6 +378,37 @@ impl Link {
             retry_at_ms: 0,
         });
         self.pump_out(now_ms, actions);
+    }
+
+    /// Whether a QoS 0 delivery may wait for the peer. Nothing here
+    /// windows them (only broadcast reaches a reader at QoS 0), so at most
+    /// `receive_maximum` wait; past that one is dropped and counted, as
+    /// a slow subscriber's QoS 0 broadcast is, rather than hold memory.
+    fn room_for_qos0(&mut self) -> bool {
+        let waiting = self
+            .outbound
+            .iter()
+            .filter(|o| o.local_id.is_none())
+            .count();
+        if waiting < self.receive_maximum() {
+            if self.live_full_logged {
+                self.live_full_logged = false;
+                log::info!(
+                    "bridge {}: QoS 0 records wait for the peer again",
+                    self.settings.name
+                );
+            }
+            return true;
+        }
+        self.stats.unsent_live_queue_full += 1;
+        if !self.live_full_logged {
+            self.live_full_logged = true;
+            log::warn!(
+                "bridge {}: {waiting} QoS 0 records already wait for the peer; dropping more until they cross",
+                self.settings.name
+            );
+        }
+        false
     }
 
     /// This broker answered a record the bridge brought in.

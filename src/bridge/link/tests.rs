@@ -433,3 +433,25 @@ fn each_out_rule_reads_through_its_own_durable_session_and_is_acknowledged_there
         Action::ToLocal(Local::Reader(1), Packet::Puback(ack)) if ack.packet_id == 7
     )));
 }
+
+#[test]
+fn qos0_records_waiting_for_the_peer_are_bounded_by_the_window() {
+    let mut link = link_with(vec![rule("#", Direction::Both, None)], Carriage::Live);
+    up(&mut link, 0, true);
+    // A QoS 1 record holds the topic; QoS 0 ones behind it wait.
+    link.local_packet(Local::Reader(0), delivery("a", 1, "held"), 1);
+    let qos0 = || {
+        Packet::Publish(Publish {
+            topic: "a".into(),
+            payload: b"q0".to_vec(),
+            ..Publish::default()
+        })
+    };
+    for _ in 0..4 {
+        assert!(to_peer(&link.local_packet(Local::Reader(0), qos0(), 2)).is_empty());
+    }
+    assert_eq!(link.waiting_out(), 5);
+    link.local_packet(Local::Reader(0), qos0(), 3);
+    assert_eq!(link.waiting_out(), 5, "the fifth QoS 0 record is not held");
+    assert_eq!(link.stats.unsent_live_queue_full, 1);
+}
