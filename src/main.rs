@@ -207,6 +207,9 @@ fn main() -> ExitCode {
                 eprintln!("warning: {warning}");
             }
             println!("{}: configuration is valid", path.display());
+            for line in saguin::tools::landing::bridge_rules(&config) {
+                println!("{line}");
+            }
         }
         Command::Acl(question) => return explain_acl(question),
         Command::Run(path) => {

@@ -899,3 +899,31 @@ fn a_tls_peer_is_verified_refused_when_another_authority_signed_it_and_retried()
     );
     saguin.wait_for_log("bridge up: link to");
 }
+
+#[test]
+fn check_config_says_where_each_rule_lands() {
+    let dir = TempDir::new("check-landing");
+    let path = dir.path().join("saguin.yaml");
+    let rules =
+        "      - filter: \"fleet/{a,b}/#\"\n        direction: in\n        topic: events/$#\n";
+    let storage = REDB.replace("{dir}", &dir.path().display().to_string());
+    std::fs::write(
+        &path,
+        format!(
+            "broker:\n  id: t\n{storage}{EVENTS}{}",
+            bridge_yaml(1883, rules)
+        ),
+    )
+    .unwrap();
+    let output = Command::new(env!("CARGO_BIN_EXE_saguin"))
+        .arg("--check-config")
+        .arg(&path)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(output.status.success(), "{stdout}");
+    for spelling in ["a", "b"] {
+        let line = format!("bridge \"up\", in \"fleet/{spelling}/#\": lands in events (append)");
+        assert!(stdout.contains(&line), "no {line:?} in:\n{stdout}");
+    }
+}
