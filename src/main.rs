@@ -198,10 +198,18 @@ fn main() -> ExitCode {
                 eprintln!("{error}");
                 return ExitCode::from(2);
             }
+            // So are the certificates each bridge verifies and presents.
+            if let Err(error) = saguin::net::load_bridge_tls(&config.bridges) {
+                eprintln!("{error}");
+                return ExitCode::from(2);
+            }
             for warning in config.broker.mqtt.acl_warnings() {
                 eprintln!("warning: {warning}");
             }
             println!("{}: configuration is valid", path.display());
+            for line in saguin::tools::landing::bridge_rules(&config) {
+                println!("{line}");
+            }
         }
         Command::Acl(question) => return explain_acl(question),
         Command::Run(path) => {

@@ -4,11 +4,12 @@
 mod common;
 
 use std::net::TcpListener;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{BrokerProcess, RawClient, Received, TempDir, WAIT};
+use common::certs::Authority;
+use common::{have_tools, BrokerProcess, RawClient, Received, TempDir, WAIT};
 use saguin::codec::{Connect, Packet, ProtocolVersion, PubAck, Publish, QoS};
 
 const MOSQUITTO: &str = "/usr/sbin/mosquitto";
@@ -44,6 +45,11 @@ struct Mosquitto {
 
 impl Mosquitto {
     fn start(dir: &Path, port: u16) -> Mosquitto {
+        Mosquitto::start_with(dir, port, "")
+    }
+
+    /// With `extra` appended to its configuration: another listener, say.
+    fn start_with(dir: &Path, port: u16, extra: &str) -> Mosquitto {
         // Started as root, mosquitto writes its database as its own user.
         use std::os::unix::fs::PermissionsExt;
         std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o777)).unwrap();
@@ -51,7 +57,7 @@ impl Mosquitto {
         std::fs::write(
             &config,
             format!(
-                "listener {port} 127.0.0.1\nallow_anonymous true\npersistence true\npersistence_location {}/\nmax_queued_messages 100000\n",
+                "allow_anonymous true\npersistence true\npersistence_location {}/\nmax_queued_messages 100000\nlistener {port} 127.0.0.1\n{extra}",
                 dir.display()
             ),
         )
@@ -179,7 +185,7 @@ fn records_published_while_mosquitto_is_down_arrive_upstream_in_order_once_acros
     let rules = "      - filter: events/#\n        direction: out\n        topic: up/$#\n";
     let top = format!("{EVENTS}{}", bridge_yaml(port, rules));
     let mut saguin = BrokerProcess::start_in(dir.path(), REDB, &top);
-    saguin.wait_for_log("bridge up: reading its out filters");
+    saguin.wait_for_log("bridge up: reading its out filter");
     saguin.wait_for_log("bridge up: link to");
     let mut device = RawClient::connect(&saguin.address(), ProtocolVersion::V5, "device");
     for n in 1..=10 {
@@ -371,7 +377,7 @@ fn a_record_that_came_in_over_one_bridge_never_leaves_over_another() {
         port = hub.port
     );
     let mut edge = BrokerProcess::start_in(dir.path(), "", &bridges);
-    edge.wait_for_log("bridge push: reading its out filters");
+    edge.wait_for_log("bridge push: reading its out filter");
     let mut at_edge = RawClient::connect(&edge.address(), ProtocolVersion::V5, "at-edge");
     at_edge.subscribe("t/#", QoS::AtLeastOnce);
     let mut at_hub = RawClient::connect(&hub.address(), ProtocolVersion::V5, "at-hub");
@@ -472,6 +478,26 @@ impl FakePeer {
         }));
     }
 
+    /// The next PUBLISH the bridge sends, answering pings on the way.
+    fn next_publish(&mut self) -> Publish {
+        loop {
+            match self.recv() {
+                Packet::Publish(publish) => return publish,
+                Packet::Pingreq => self.send(&Packet::Pingresp),
+                other => panic!("expected a PUBLISH, got {other:?}"),
+            }
+        }
+    }
+
+    /// Answers a record the bridge sent with `code`.
+    fn answer(&mut self, publish: &Publish, code: saguin::codec::ReasonCode) {
+        self.send(&Packet::Puback(PubAck {
+            packet_id: publish.packet_id.expect("sent at QoS 1"),
+            reason_code: code,
+            ..PubAck::default()
+        }));
+    }
+
     /// The next PUBACK the bridge sends, skipping pings.
     fn puback(&mut self) -> u16 {
         loop {
@@ -519,6 +545,114 @@ fn a_qos1_redelivery_after_a_dropped_link_is_stored_once() {
 }
 
 #[test]
+fn a_peer_refusing_one_rules_records_holds_that_rule_and_no_other() {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let dir = TempDir::new("per-rule");
+    let top = format!(
+        "{EVENTS}bridges:\n  up:\n    peer: tcp://127.0.0.1:{port}\n    client_id: gw-1\n    receive_maximum: 2\n    topics:\n      - filter: events/stuck/#\n        direction: out\n        topic: up/stuck/$#\n      - filter: events/free/#\n        direction: out\n        topic: up/free/$#\n"
+    );
+    let mut saguin = BrokerProcess::start_in(dir.path(), REDB, &top);
+    saguin.wait_for_log("reading its out filter \"events/stuck/#\"");
+    saguin.wait_for_log("reading its out filter \"events/free/#\"");
+    // More of the refused rule's records than a window holds, then one of
+    // the other rule's.
+    let mut device = RawClient::connect(&saguin.address(), ProtocolVersion::V5, "device");
+    for n in 1..=4 {
+        publish(&mut device, &format!("events/stuck/{n}"), "s", n);
+    }
+    publish(&mut device, "events/free/x", "free", 5);
+
+    let mut peer = FakePeer::accept(&listener);
+    peer.handshake(true);
+    let deadline = Instant::now() + WAIT;
+    loop {
+        assert!(
+            Instant::now() < deadline,
+            "the other rule's record never came"
+        );
+        let publish = peer.next_publish();
+        if publish.topic.starts_with("up/stuck/") {
+            peer.answer(&publish, saguin::codec::ReasonCode::QUOTA_EXCEEDED);
+            continue;
+        }
+        assert_eq!(publish.topic, "up/free/x");
+        assert_eq!(publish.payload, b"free");
+        break;
+    }
+}
+
+#[test]
+fn an_append_record_published_at_qos0_is_held_at_the_rules_position_through_an_outage() {
+    let port = free_port();
+    let dir = TempDir::new("qos0-outage");
+    let top = format!(
+        "{EVENTS}bridges:\n  up:\n    peer: tcp://127.0.0.1:{port}\n    client_id: gw-1\n    topics:\n      - filter: events/#\n        direction: out\n        topic: up/$#\n"
+    );
+    // The peer is down; the gateway is stopped and started again before
+    // it returns, so nothing held in memory can carry the record.
+    let mut saguin = BrokerProcess::start_in(dir.path(), REDB, &top);
+    saguin.wait_for_log("reading its out filter");
+    let mut device = RawClient::connect(&saguin.address(), ProtocolVersion::V5, "device");
+    device.send(&Packet::Publish(Publish {
+        qos: QoS::AtMostOnce,
+        topic: "events/a".into(),
+        payload: b"at-most-once".to_vec(),
+        ..Publish::default()
+    }));
+    publish(&mut device, "events/a", "at-least-once", 1);
+    saguin.terminate();
+
+    let listener = TcpListener::bind(("127.0.0.1", port)).unwrap();
+    let _saguin = BrokerProcess::start_in(dir.path(), REDB, &top);
+    let mut peer = FakePeer::accept(&listener);
+    peer.handshake(true);
+    for payload in ["at-most-once", "at-least-once"] {
+        let record = peer.next_publish();
+        assert_eq!(
+            (record.topic.as_str(), record.payload.as_slice(), record.qos),
+            ("up/a", payload.as_bytes(), QoS::AtLeastOnce)
+        );
+        peer.answer(&record, saguin::codec::ReasonCode::SUCCESS);
+    }
+}
+
+#[test]
+fn a_rule_edited_is_a_new_reader_and_the_old_rules_position_is_dropped() {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let dir = TempDir::new("rule-edit");
+    let config = |topic: &str| {
+        format!("{EVENTS}bridges:\n  up:\n    peer: tcp://127.0.0.1:{port}\n    client_id: gw-1\n    topics:\n      - filter: events/#\n        direction: out\n        topic: {topic}/$#\n")
+    };
+    // Runs the broker on `topic`'s rule: `payload` is published and must
+    // be the first record the peer is sent.
+    let run = |topic: &str, payload: &str| -> BrokerProcess {
+        let mut saguin = BrokerProcess::start_in(dir.path(), REDB, &config(topic));
+        saguin.wait_for_log("reading its out filter");
+        let mut peer = FakePeer::accept(&listener);
+        peer.handshake(true);
+        let mut device = RawClient::connect(&saguin.address(), ProtocolVersion::V5, "device");
+        publish(&mut device, "events/a", payload, 1);
+        let first = peer.next_publish();
+        assert_eq!(
+            (first.topic.as_str(), first.payload.as_slice()),
+            (format!("{topic}/a").as_str(), payload.as_bytes())
+        );
+        peer.answer(&first, saguin::codec::ReasonCode::SUCCESS);
+        saguin
+    };
+    run("up", "1").terminate();
+    // The topic edited: a new reader, and the old rule's session ended.
+    let mut edited = run("moved", "2");
+    edited.wait_for_log("belongs to no configured rule");
+    edited.terminate();
+    // Back to the first rule: had its position survived, "2" (written
+    // after it) would come first.
+    run("up", "3").terminate();
+}
+
+#[test]
 fn through_an_outage_latest_keeps_its_newest_broadcast_is_live_and_a_queue_never_crosses() {
     if !have_mosquitto(
         "through_an_outage_latest_keeps_its_newest_broadcast_is_live_and_a_queue_never_crosses",
@@ -537,7 +671,7 @@ fn through_an_outage_latest_keeps_its_newest_broadcast_is_live_and_a_queue_never
     let rules = "      - filter: '#'\n        direction: out\n        topic: up/$#\n";
     let top = format!("{channels}{}", bridge_yaml(port, rules));
     let mut saguin = BrokerProcess::start_in(dir.path(), REDB, &top);
-    saguin.wait_for_log("bridge up: reading its out filters");
+    saguin.wait_for_log("bridge up: reading its out filter");
     saguin.wait_for_log("bridge up: link to");
     peer.stop();
     saguin.wait_for_log(" down (");
@@ -627,4 +761,169 @@ fn an_ordinary_client_is_refused_a_bridge_client_id() {
     }
     // The prefix alone is reserved: a name merely like it is not.
     RawClient::connect(&broker.address(), ProtocolVersion::V5, "saguin-bridge-up");
+}
+
+/// A mosquitto TLS listener on `port` serving `server`, asking for a client
+/// certificate signed by `client_ca` when there is one.
+fn tls_listener(port: u16, server: &(PathBuf, PathBuf), client_ca: Option<&Path>) -> String {
+    let mut lines = format!(
+        "listener {port} 127.0.0.1\ncertfile {}\nkeyfile {}\n",
+        server.0.display(),
+        server.1.display()
+    );
+    if let Some(ca) = client_ca {
+        lines += &format!("cafile {}\nrequire_certificate true\n", ca.display());
+    }
+    lines
+}
+
+/// mosquitto drops to its own user, which must read what openssl wrote.
+fn readable_by_all(dir: &Path) {
+    use std::os::unix::fs::PermissionsExt;
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let path = entry.unwrap().path();
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o644)).unwrap();
+    }
+}
+
+/// A TCP forwarder on a port of its own: each connection it accepts is
+/// joined to whichever local port it is pointed at then. Lets a test move
+/// a peer's address from one broker to another without restarting either.
+struct Forwarder {
+    port: u16,
+    target: std::sync::Arc<std::sync::atomic::AtomicU16>,
+}
+
+impl Forwarder {
+    fn start(target: u16) -> Forwarder {
+        use std::sync::atomic::{AtomicU16, Ordering};
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let target = std::sync::Arc::new(AtomicU16::new(target));
+        let to = target.clone();
+        std::thread::spawn(move || {
+            for inbound in listener.incoming() {
+                let Ok(inbound) = inbound else { return };
+                let port = to.load(Ordering::SeqCst);
+                let Ok(outbound) = std::net::TcpStream::connect(("127.0.0.1", port)) else {
+                    continue;
+                };
+                for (mut from, mut into) in [
+                    (inbound.try_clone().unwrap(), outbound.try_clone().unwrap()),
+                    (outbound, inbound),
+                ] {
+                    std::thread::spawn(move || {
+                        let _ = std::io::copy(&mut from, &mut into);
+                        let _ = into.shutdown(std::net::Shutdown::Both);
+                    });
+                }
+            }
+        });
+        Forwarder { port, target }
+    }
+
+    fn point_at(&self, port: u16) {
+        self.target.store(port, std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
+#[test]
+fn a_tls_peer_is_verified_refused_when_another_authority_signed_it_and_retried() {
+    let test = "a_tls_peer_is_verified_refused_when_another_authority_signed_it_and_retried";
+    if !have_mosquitto(test) || !have_tools(test, &["openssl"], "openssl") {
+        return;
+    }
+    let certs = TempDir::new("bridge-certs");
+    let ca = Authority::new(certs.path(), "peer-ca");
+    let genuine = ca.server("peer");
+    let bridge_identity = ca.issue(
+        "bridge",
+        "/CN=gw-1",
+        Some("extendedKeyUsage=clientAuth"),
+        30,
+    );
+    let stranger = Authority::new(certs.path(), "stranger");
+    let imposter = stranger.server("imposter");
+    readable_by_all(certs.path());
+
+    // The genuine peer asks for the bridge's own certificate, so records
+    // cross only if it was presented and accepted. Its watcher comes over
+    // plain TCP.
+    let peer_dir = TempDir::new("mosquitto-tls");
+    let (plain_port, tls_port) = (free_port(), free_port());
+    let peer = Mosquitto::start_with(
+        peer_dir.path(),
+        plain_port,
+        &tls_listener(tls_port, &genuine, Some(&ca.pem())),
+    );
+    let mut watcher = durable_client(&peer.address(), "watcher");
+    watcher.subscribe("up/#", QoS::AtLeastOnce);
+
+    // But an imposter answers first: a certificate from an authority the
+    // bridge was not told of.
+    let imposter_dir = TempDir::new("mosquitto-imposter");
+    let (imposter_plain, imposter_tls) = (free_port(), free_port());
+    let _imposter_peer = Mosquitto::start_with(
+        imposter_dir.path(),
+        imposter_plain,
+        &tls_listener(imposter_tls, &imposter, None),
+    );
+    let address = Forwarder::start(imposter_tls);
+
+    let dir = TempDir::new("bridge-tls");
+    let top = format!(
+        "{EVENTS}bridges:\n  up:\n    peer: tls://127.0.0.1:{}\n    client_id: gw-1\n    ca_file: {}\n    cert_file: {}\n    key_file: {}\n    topics:\n      - filter: events/#\n        direction: out\n        topic: up/$#\n",
+        address.port,
+        ca.pem().display(),
+        bridge_identity.0.display(),
+        bridge_identity.1.display()
+    );
+    let mut saguin = BrokerProcess::start_in(dir.path(), REDB, &top);
+    saguin.wait_for_log(&format!(
+        "bridge up: TLS to 127.0.0.1:{} refused",
+        address.port
+    ));
+    // A new rule reads what is written once it has subscribed.
+    saguin.wait_for_log("bridge up: reading its out filter");
+    let mut device = RawClient::connect(&saguin.address(), ProtocolVersion::V5, "device");
+    for n in 1..=5 {
+        publish(&mut device, "events/a", &n.to_string(), n);
+    }
+
+    // The address now reaches the genuine peer: the link retries and the
+    // records waiting cross.
+    address.point_at(tls_port);
+    assert_eq!(
+        receive_until(&mut watcher, "5"),
+        (1..=5).map(|n| n.to_string()).collect::<Vec<_>>()
+    );
+    saguin.wait_for_log("bridge up: link to");
+}
+
+#[test]
+fn check_config_says_where_each_rule_lands() {
+    let dir = TempDir::new("check-landing");
+    let path = dir.path().join("saguin.yaml");
+    let rules =
+        "      - filter: \"fleet/{a,b}/#\"\n        direction: in\n        topic: events/$#\n";
+    let storage = REDB.replace("{dir}", &dir.path().display().to_string());
+    std::fs::write(
+        &path,
+        format!(
+            "broker:\n  id: t\n{storage}{EVENTS}{}",
+            bridge_yaml(1883, rules)
+        ),
+    )
+    .unwrap();
+    let output = Command::new(env!("CARGO_BIN_EXE_saguin"))
+        .arg("--check-config")
+        .arg(&path)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(output.status.success(), "{stdout}");
+    for spelling in ["a", "b"] {
+        let line = format!("bridge \"up\", in \"fleet/{spelling}/#\": lands in events (append)");
+        assert!(stdout.contains(&line), "no {line:?} in:\n{stdout}");
+    }
 }

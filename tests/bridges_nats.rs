@@ -212,7 +212,7 @@ fn saguin_bridged_to(dir: &Path, address: &str) -> BrokerProcess {
         "{EVENTS}bridges:\n  cloud:\n    peer: tcp://{address}\n    client_id: gateway-1\n    topics:\n      - filter: events/#\n        direction: out\n        topic: up/$#\n"
     );
     let mut saguin = BrokerProcess::start_in(dir, REDB, &top);
-    saguin.wait_for_log("bridge cloud: reading its out filters");
+    saguin.wait_for_log("bridge cloud: reading its out filter");
     saguin.wait_for_log("speaking 3.1.1");
     saguin.wait_for_log("bridge cloud: link to");
     saguin

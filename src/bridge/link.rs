@@ -3,11 +3,12 @@
 //! with packets to send either way. It reads no clock and opens no socket,
 //! so its rules are tested with simulated time.
 //!
-//! The bridge is two MQTT clients joined together. At this broker it holds
-//! an ordinary durable session: its subscriptions to the `out` filters are
-//! what reads the channels, so the position in an `append` channel is that
-//! session's, stored and resumed as any consumer's is, and a record is
-//! acknowledged there only once the peer has acknowledged it. At the peer
+//! The bridge is MQTT clients joined together. At this broker each outbound
+//! rule reads through an ordinary durable session of its own, so the
+//! position in an `append` channel is that rule's, stored and resumed as
+//! any consumer's is, and a record is acknowledged there only once the
+//! peer has acknowledged it; one more session publishes what the peer
+//! sends. At the peer
 //! it is an ordinary client too: what arrives there is published into this
 //! broker through its own publish path, and acknowledged to the peer only
 //! once this broker has acknowledged it, that is once it is stored.
@@ -15,7 +16,7 @@
 use std::collections::VecDeque;
 
 use super::backoff::Backoff;
-use super::settings::BridgeSettings;
+use super::settings::{fnv1a, BridgeSettings, Rule};
 use super::template::{self, Unmappable};
 use crate::codec::{
     Connect, Packet, ProtocolVersion, PubAck, Publish, QoS, ReasonCode, RetainHandling, Subscribe,
@@ -47,11 +48,23 @@ pub enum Carriage {
     Live,
 }
 
+/// One of the bridge's sessions at this broker.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Local {
+    /// Publishes here what the peer sends; holds nothing between
+    /// connections.
+    Writer,
+    /// Reads this broker's channels for the n-th outbound rule
+    /// ([`BridgeSettings::readers`]), through a durable session whose
+    /// positions are that rule's.
+    Reader(usize),
+}
+
 /// What the link asks its shell to do.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Action {
     ToPeer(Packet),
-    ToLocal(Packet),
+    ToLocal(Local, Packet),
     /// End the peer connection; the shell then reports [`Link::peer_lost`].
     ClosePeer(&'static str),
 }
@@ -66,6 +79,8 @@ pub struct Stats {
     pub unsent_peer_refused: u64,
     pub unsent_live_down: u64,
     pub unsent_superseded: u64,
+    /// QoS 0 records dropped because a window of them already waited.
+    pub unsent_live_queue_full: u64,
     pub unstored_no_rule: u64,
     pub unstored_unmappable: u64,
     pub unstored_never_accepted: u64,
@@ -84,7 +99,9 @@ enum PeerState {
 /// A record read here, waiting for the peer to take it.
 #[derive(Debug)]
 struct Outbound {
-    /// Its packet identifier on the local session; `None` at QoS 0.
+    /// The reader that read it, which it is acknowledged to.
+    reader: usize,
+    /// Its packet identifier on the reader's session; `None` at QoS 0.
     local_id: Option<u16>,
     carriage: Carriage,
     /// As it goes to the peer, without a packet identifier.
@@ -111,12 +128,16 @@ struct Inbound {
 
 pub struct Link {
     settings: BridgeSettings,
+    /// The outbound rules, indexed as [`Local::Reader`] is.
+    readers: Vec<Rule>,
     classify: Box<dyn Fn(&str) -> Carriage>,
     peer: PeerState,
     /// MQTT 5 until the peer shows it speaks only 3.1.1.
     peer_version: ProtocolVersion,
     retain_available: bool,
     retain_cleared_logged: bool,
+    /// Whether the current run of `live_queue_full` drops has been logged.
+    live_full_logged: bool,
     local_up: bool,
     next_peer_id: u16,
     next_local_id: u16,
@@ -143,12 +164,14 @@ impl Link {
         seed: u64,
     ) -> Link {
         Link {
+            readers: settings.readers().cloned().collect(),
             settings,
             classify,
             peer: PeerState::Down { since_ms: 0 },
             peer_version: ProtocolVersion::V5,
             retain_available: true,
             retain_cleared_logged: false,
+            live_full_logged: false,
             local_up: false,
             next_peer_id: 0,
             next_local_id: 0,
@@ -201,91 +224,105 @@ impl Link {
 
     // ----- this broker's side -------------------------------------------
 
-    /// The CONNECT of the bridge's own session here: durable, so that its
-    /// positions outlive a restart, and windowed by `receive_maximum`.
-    pub fn local_connect(&self) -> Packet {
-        let mut connect = Connect {
-            protocol_version: ProtocolVersion::V5,
-            clean_start: false,
-            keep_alive_s: 0,
-            client_id: self.settings.local_client_id(),
-            will: None,
-            username: None,
-            password: None,
-            properties: Default::default(),
+    /// The bridge's sessions here and the CONNECT that opens each: the
+    /// writer, then one reader per outbound rule, durable so that its
+    /// positions outlive a restart, each windowed by `receive_maximum`.
+    pub fn local_connects(&self) -> Vec<(Local, Packet)> {
+        let connect = |client_id: String, durable: bool| {
+            let mut connect = Connect {
+                protocol_version: ProtocolVersion::V5,
+                clean_start: !durable,
+                keep_alive_s: 0,
+                client_id,
+                will: None,
+                username: None,
+                password: None,
+                properties: Default::default(),
+            };
+            connect.properties.session_expiry_interval_s = Some(if durable { u32::MAX } else { 0 });
+            connect.properties.receive_maximum = Some(self.settings.receive_maximum);
+            Packet::Connect(connect)
         };
-        connect.properties.session_expiry_interval_s = Some(u32::MAX);
-        connect.properties.receive_maximum = Some(self.settings.receive_maximum);
-        Packet::Connect(connect)
+        let mut sessions = vec![(
+            Local::Writer,
+            connect(self.settings.local_client_id(), false),
+        )];
+        for (n, rule) in self.readers.iter().enumerate() {
+            let client_id = self.settings.reader_client_id(rule);
+            sessions.push((Local::Reader(n), connect(client_id, true)));
+        }
+        sessions
     }
 
-    pub fn local_packet(&mut self, packet: Packet, now_ms: u64) -> Vec<Action> {
+    pub fn local_packet(&mut self, from: Local, packet: Packet, now_ms: u64) -> Vec<Action> {
         let mut actions = Vec::new();
-        match packet {
-            Packet::Connack(connack) if !connack.reason_code.is_error() => {
+        match (from, packet) {
+            (Local::Writer, Packet::Connack(connack)) if !connack.reason_code.is_error() => {
                 self.local_up = true;
-                let filters: Vec<(String, SubscriptionOptions)> = self
-                    .settings
-                    .rules
-                    .iter()
-                    .filter(|r| r.direction.carries_out())
-                    .map(|r| (r.filter.clone(), local_subscription()))
-                    .collect();
-                if !filters.is_empty() {
-                    actions.push(Action::ToLocal(Packet::Subscribe(Subscribe {
-                        packet_id: 1,
-                        properties: Default::default(),
-                        filters,
-                    })));
-                }
                 self.pump_in(now_ms, &mut actions);
             }
-            Packet::Connack(connack) => log::error!(
-                "bridge {}: this broker refused the bridge's own session ({:#04x})",
+            (Local::Reader(n), Packet::Connack(connack)) if !connack.reason_code.is_error() => {
+                let rule = &self.readers[n];
+                actions.push(Action::ToLocal(
+                    from,
+                    Packet::Subscribe(Subscribe {
+                        packet_id: 1,
+                        properties: Default::default(),
+                        filters: vec![(rule.filter.clone(), local_subscription())],
+                    }),
+                ));
+            }
+            (_, Packet::Connack(connack)) => log::error!(
+                "bridge {}: this broker refused the bridge's own session ({:#04x}); if it is 0x85, raise limits.max_client_id_length",
                 self.settings.name,
                 connack.reason_code.0
             ),
-            Packet::Suback(suback) => {
-                for code in suback.reason_codes.iter().filter(|c| c.is_error()) {
-                    log::warn!(
-                        "bridge {}: an out filter was refused here ({:#04x})",
+            (Local::Reader(n), Packet::Suback(suback)) => {
+                let rule = &self.readers[n];
+                match suback.reason_codes.iter().find(|c| c.is_error()) {
+                    Some(code) => log::warn!(
+                        "bridge {}: the out filter {:?} was refused here ({:#04x})",
                         self.settings.name,
+                        rule.filter,
                         code.0
-                    );
+                    ),
+                    None => log::info!(
+                        "bridge {}: reading its out filter {:?} here as session {}",
+                        self.settings.name,
+                        rule.filter,
+                        self.settings.reader_client_id(rule)
+                    ),
                 }
-                log::info!(
-                    "bridge {}: reading its out filters here as session {}",
-                    self.settings.name,
-                    self.settings.local_client_id()
-                );
             }
-            Packet::Publish(publish) => self.read_local(publish, now_ms, &mut actions),
-            Packet::Puback(ack) => self.stored_locally(ack, now_ms, &mut actions),
-            Packet::Disconnect(_) => self.local_up = false,
+            (Local::Reader(n), Packet::Publish(publish)) => {
+                self.read_local(n, publish, now_ms, &mut actions)
+            }
+            (Local::Writer, Packet::Puback(ack)) => self.stored_locally(ack, now_ms, &mut actions),
+            (Local::Writer, Packet::Disconnect(_)) => self.local_up = false,
             _ => {}
         }
         actions
     }
 
-    /// A delivery from this broker: carried, held, or acknowledged at once.
-    fn read_local(&mut self, publish: Publish, now_ms: u64, actions: &mut Vec<Action>) {
+    /// A delivery to reader `reader`: carried, held, or acknowledged at once.
+    fn read_local(
+        &mut self,
+        reader: usize,
+        publish: Publish,
+        now_ms: u64,
+        actions: &mut Vec<Action>,
+    ) {
         let local_id = publish.packet_id;
         let finish = |actions: &mut Vec<Action>| {
             if let Some(id) = local_id {
-                actions.push(Action::ToLocal(puback(id, ReasonCode::SUCCESS)));
+                actions.push(reader_ack(reader, id));
             }
         };
         if has_label(&publish, BRIDGED_MARK) {
             self.stats.loops_skipped += 1;
             return finish(actions);
         }
-        let mapped = self
-            .settings
-            .rules
-            .iter()
-            .filter(|r| r.direction.carries_out())
-            .find_map(|r| template::map(r, &publish.topic));
-        let topic = match mapped {
+        let topic = match template::map(&self.readers[reader], &publish.topic) {
             Some(Ok(topic)) => topic,
             Some(Err(why)) => {
                 self.stats.unsent_unmappable += 1;
@@ -303,6 +340,9 @@ impl Link {
         if carriage == Carriage::Live && !self.is_up() {
             self.stats.unsent_live_down += 1;
             return finish(actions);
+        }
+        if local_id.is_none() && !self.room_for_qos0() {
+            return;
         }
         let offset = label(&publish, "saguin-offset").and_then(|v| v.parse().ok());
         let mut outgoing = publish;
@@ -324,11 +364,12 @@ impl Link {
                 let superseded = self.outbound.remove(at).expect("found above");
                 self.stats.unsent_superseded += 1;
                 if let Some(id) = superseded.local_id {
-                    actions.push(Action::ToLocal(puback(id, ReasonCode::SUCCESS)));
+                    actions.push(reader_ack(superseded.reader, id));
                 }
             }
         }
         self.outbound.push_back(Outbound {
+            reader,
             local_id,
             carriage,
             publish: outgoing,
@@ -337,6 +378,37 @@ impl Link {
             retry_at_ms: 0,
         });
         self.pump_out(now_ms, actions);
+    }
+
+    /// Whether a QoS 0 delivery may wait for the peer. Nothing here
+    /// windows them (only broadcast reaches a reader at QoS 0), so at most
+    /// `receive_maximum` wait; past that one is dropped and counted, as
+    /// a slow subscriber's QoS 0 broadcast is, rather than hold memory.
+    fn room_for_qos0(&mut self) -> bool {
+        let waiting = self
+            .outbound
+            .iter()
+            .filter(|o| o.local_id.is_none())
+            .count();
+        if waiting < self.receive_maximum() {
+            if self.live_full_logged {
+                self.live_full_logged = false;
+                log::info!(
+                    "bridge {}: QoS 0 records wait for the peer again",
+                    self.settings.name
+                );
+            }
+            return true;
+        }
+        self.stats.unsent_live_queue_full += 1;
+        if !self.live_full_logged {
+            self.live_full_logged = true;
+            log::warn!(
+                "bridge {}: {waiting} QoS 0 records already wait for the peer; dropping more until they cross",
+                self.settings.name
+            );
+        }
+        false
     }
 
     /// This broker answered a record the bridge brought in.
@@ -444,7 +516,7 @@ impl Link {
             }
             self.stats.unsent_live_down += 1;
             if let Some(id) = record.local_id {
-                actions.push(Action::ToLocal(puback(id, ReasonCode::SUCCESS)));
+                actions.push(reader_ack(record.reader, id));
             }
         }
         self.outbound = kept;
@@ -682,7 +754,7 @@ impl Link {
             self.stats.sent += 1;
             self.last_taken_offset = record.offset.or(self.last_taken_offset);
             if let Some(id) = record.local_id {
-                actions.push(Action::ToLocal(puback(id, ReasonCode::SUCCESS)));
+                actions.push(reader_ack(record.reader, id));
             }
         }
         self.pump_out(now_ms, actions);
@@ -785,7 +857,7 @@ impl Link {
             if publish.qos == QoS::AtMostOnce {
                 let record = self.outbound.remove(at).expect("indexed above");
                 if let Some(id) = record.local_id {
-                    actions.push(Action::ToLocal(puback(id, ReasonCode::SUCCESS)));
+                    actions.push(reader_ack(record.reader, id));
                 }
                 self.stats.sent += 1;
                 actions.push(Action::ToPeer(Packet::Publish(publish)));
@@ -822,7 +894,7 @@ impl Link {
         record.local_id = Some(id);
         let mut publish = record.publish.clone();
         publish.packet_id = Some(id);
-        actions.push(Action::ToLocal(Packet::Publish(publish)));
+        actions.push(Action::ToLocal(Local::Writer, Packet::Publish(publish)));
     }
 
     fn peer_id(&mut self) -> u16 {
@@ -853,6 +925,14 @@ fn peer_subscription() -> SubscriptionOptions {
         retain_as_published: true,
         retain_handling: RetainHandling::SendAlways,
     }
+}
+
+/// Tells a reader's session here its delivery is finished with.
+fn reader_ack(reader: usize, packet_id: u16) -> Action {
+    Action::ToLocal(
+        Local::Reader(reader),
+        puback(packet_id, ReasonCode::SUCCESS),
+    )
 }
 
 fn puback(packet_id: u16, reason_code: ReasonCode) -> Packet {
@@ -898,17 +978,13 @@ fn unmappable_text(why: Unmappable) -> &'static str {
 /// FNV-1a over topic and payload: enough to tell a redelivery from a new
 /// record that reuses a packet identifier.
 fn digest(publish: &Publish) -> u64 {
-    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
-    for byte in publish
-        .topic
-        .bytes()
-        .chain([0u8])
-        .chain(publish.payload.iter().copied())
-    {
-        hash ^= u64::from(byte);
-        hash = hash.wrapping_mul(0x0000_0100_0000_01b3);
-    }
-    hash
+    fnv1a(
+        publish
+            .topic
+            .bytes()
+            .chain([0u8])
+            .chain(publish.payload.iter().copied()),
+    )
 }
 
 #[cfg(test)]

@@ -7,5 +7,5 @@ pub mod link;
 pub mod settings;
 pub mod template;
 
-pub use link::{Action, Carriage, Link, BRIDGED_MARK};
-pub use settings::{BridgeSettings, Direction, Peer, Rule};
+pub use link::{Action, Carriage, Link, Local, BRIDGED_MARK};
+pub use settings::{BridgeSettings, Direction, Peer, PeerTls, Rule};

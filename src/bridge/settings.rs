@@ -1,6 +1,8 @@
 //! What one bridge runs with. The configuration reader builds it, so the
 //! bridge never reads the configuration itself.
 
+use std::path::PathBuf;
+
 /// Which way a rule carries records.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Direction {
@@ -33,11 +35,24 @@ pub struct Rule {
     pub topic: Option<String>,
 }
 
+/// TLS to the peer. Verification is always on: the peer's certificate is
+/// checked against `ca_file`, or the system's authorities without one.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PeerTls {
+    /// The authority that signs the peer's certificate. Absolute.
+    pub ca_file: Option<PathBuf>,
+    /// The certificate this broker presents when the peer asks for one,
+    /// and its key: both or neither. Absolute.
+    pub identity: Option<(PathBuf, PathBuf)>,
+}
+
 /// Where the peer listens.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Peer {
     pub host: String,
     pub port: u16,
+    /// `tls://`: the connection is TLS, verified.
+    pub tls: Option<PeerTls>,
 }
 
 impl Peer {
@@ -73,9 +88,32 @@ pub struct BridgeSettings {
 }
 
 impl BridgeSettings {
-    /// The client id of the session this bridge holds at this broker: its
-    /// durable position in every channel it drains is that session's.
+    /// The client id of the session that publishes here what the peer
+    /// sends. It holds nothing between connections.
     pub fn local_client_id(&self) -> String {
         format!("{}{}", crate::core::BRIDGE_CLIENT_ID_PREFIX, self.name)
     }
+
+    /// The rules that read this broker's channels, each through a durable
+    /// session of its own, in the order written.
+    pub fn readers(&self) -> impl Iterator<Item = &Rule> {
+        self.rules.iter().filter(|r| r.direction.carries_out())
+    }
+
+    /// The client id of the session that reads for `rule`: named by the
+    /// bridge, the filter and the topic, so the position it holds is that
+    /// rule's, and a rule whose filter or topic is edited is a new reader.
+    pub fn reader_client_id(&self, rule: &Rule) -> String {
+        let topic = rule.topic.as_deref().unwrap_or("");
+        let hash = fnv1a(rule.filter.bytes().chain([0u8]).chain(topic.bytes()));
+        format!("{}/{hash:016x}", self.local_client_id())
+    }
+}
+
+/// FNV-1a, 64 bits: small, and the same on every build, which a name kept
+/// in storage needs.
+pub(super) fn fnv1a(bytes: impl Iterator<Item = u8>) -> u64 {
+    bytes.fold(0xcbf2_9ce4_8422_2325, |hash, byte| {
+        (hash ^ u64::from(byte)).wrapping_mul(0x0000_0100_0000_01b3)
+    })
 }

@@ -3,10 +3,11 @@
 
 use serde_yaml::Value;
 
+use super::channels;
 use super::findings::{join, Findings};
 use super::table::{table, Keys};
 use super::values::{duration_ms, whole_number, NoneRule};
-use crate::bridge::{template, BridgeSettings, Direction, Peer, Rule};
+use crate::bridge::{template, BridgeSettings, Direction, Peer, PeerTls, Rule};
 use crate::codec::topic::is_valid_topic_filter;
 
 const BRIDGE_KEYS: Keys = Keys {
@@ -65,10 +66,9 @@ pub(super) fn parse(f: &mut Findings, value: Option<&Value>) -> Option<Vec<Bridg
         }
     }
     for (at, a) in bridges.iter().enumerate() {
-        if let Some(b) = bridges[..at]
-            .iter()
-            .find(|b| b.client_id == a.client_id && b.peer == a.peer)
-        {
+        if let Some(b) = bridges[..at].iter().find(|b| {
+            b.client_id == a.client_id && (&b.peer.host, b.peer.port) == (&a.peer.host, a.peer.port)
+        }) {
             f.key(
                 &format!("bridges.{}.client_id", a.name),
                 format!(
@@ -115,14 +115,10 @@ fn bridge(f: &mut Findings, name: &str, block: &Value) -> Option<BridgeSettings>
     };
     let username = text(f, &path, &t, "username");
     let password = text(f, &path, &t, "password");
-    for key in ["ca_file", "cert_file", "key_file"] {
-        if t.get(key).is_some() {
-            f.key(
-                &join(&path, key),
-                "TLS to a peer is not built into this version, so nothing would check or present this; dial a tcp:// peer without it",
-            );
-        }
-    }
+    let peer = peer.map(|mut peer| {
+        peer.tls = peer_tls(f, &path, &t, peer.tls.is_some());
+        peer
+    });
     let session_expiry_s = session_expiry(f, &path, t.get("session_expiry"));
     let receive_maximum = receive_maximum(f, &path, t.get("receive_maximum"));
     let ack_interval_ms = ack_interval(f, &path, t.get("ack_interval"));
@@ -153,6 +149,48 @@ fn text(f: &mut Findings, path: &str, t: &super::table::Table<'_>, key: &str) ->
     }
 }
 
+/// The certificate keys: read for a `tls://` peer, refused beside a
+/// `tcp://` one, where they would read as a link being verified when
+/// nothing is. `Some` for a `tls://` peer (whose files are all valid).
+fn peer_tls(
+    f: &mut Findings,
+    path: &str,
+    t: &super::table::Table<'_>,
+    is_tls: bool,
+) -> Option<PeerTls> {
+    let mut files = [None, None, None];
+    for (at, key) in ["ca_file", "cert_file", "key_file"].into_iter().enumerate() {
+        let Some(value) = t.get(key) else { continue };
+        let here = join(path, key);
+        if !is_tls {
+            f.key(&here, "only a tls:// peer has a handshake for it to take part in; dial tls:// or remove it");
+            continue;
+        }
+        let example = ["peer-ca.pem", "bridge.pem", "bridge-key.pem"][at];
+        files[at] = super::tls::file(f, &here, value, example);
+    }
+    let [ca_file, cert_file, key_file] = files;
+    let identity = match (cert_file, key_file) {
+        (Some(cert), Some(key)) => Some((cert, key)),
+        (None, None) => None,
+        (Some(_), None) => {
+            f.key(
+                &join(path, "key_file"),
+                "required beside cert_file: a certificate cannot be presented without its key",
+            );
+            None
+        }
+        (None, Some(_)) => {
+            f.key(
+                &join(path, "cert_file"),
+                "required beside key_file: a key with no certificate names nobody",
+            );
+            None
+        }
+    };
+    is_tls.then_some(PeerTls { ca_file, identity })
+}
+
 fn peer(f: &mut Findings, path: &str, value: &Value) -> Option<Peer> {
     let Some(text) = value.as_str() else {
         f.value(
@@ -166,25 +204,25 @@ fn peer(f: &mut Findings, path: &str, value: &Value) -> Option<Peer> {
         f.value(path, value, "the address needs a scheme: tcp://host:port");
         return None;
     };
-    match scheme {
-        "tcp" => {}
-        "tls" => {
-            f.value(path, value, "tls:// is not supported by this version yet (no TLS client is built in); use tcp:// on a trusted network or a TLS tunnel");
-            return None;
-        }
+    let tls = match scheme {
+        "tcp" => None,
+        "tls" => Some(PeerTls {
+            ca_file: None,
+            identity: None,
+        }),
         "ws" | "wss" => {
-            f.value(path, value, format!("{scheme}:// needs the WebSocket transport, which this version does not have; use tcp://"));
+            f.value(path, value, format!("{scheme}:// needs the WebSocket transport, which this version does not have; use tcp:// or tls://"));
             return None;
         }
         other => {
             f.value(
                 path,
                 value,
-                format!("{other}:// is not a scheme a bridge can dial; use tcp://"),
+                format!("{other}:// is not a scheme a bridge can dial; use tcp:// or tls://"),
             );
             return None;
         }
-    }
+    };
     let (host, port) = match rest.rsplit_once(':') {
         Some((host, port)) if !host.is_empty() => (host, port),
         _ => {
@@ -208,7 +246,7 @@ fn peer(f: &mut Findings, path: &str, value: &Value) -> Option<Peer> {
         .trim_start_matches('[')
         .trim_end_matches(']')
         .to_string();
-    Some(Peer { host, port })
+    Some(Peer { host, port, tls })
 }
 
 fn session_expiry(f: &mut Findings, path: &str, value: Option<&Value>) -> Option<u32> {
@@ -291,31 +329,31 @@ fn rules(f: &mut Findings, path: &str, value: Option<&Value>) -> Option<Vec<Rule
     let mut rules: Vec<Rule> = Vec::new();
     for (n, item) in items.iter().enumerate() {
         let here = format!("{at}[{n}]");
-        let Some(rule) = rule(f, &here, item) else {
+        let Some(spelled) = rule(f, &here, item) else {
             continue;
         };
-        let twin = rules.iter().any(|r| {
-            r.direction.carries_out()
-                && rule.direction.carries_out()
-                && r.filter == rule.filter
-                && r.topic == rule.topic
-        });
-        if twin {
-            f.key(&here, "another outbound rule has this filter and topic; every record would be sent twice, so keep one");
+        for rule in spelled {
+            let twin = rules.iter().any(|r| {
+                r.direction.carries_out()
+                    && rule.direction.carries_out()
+                    && r.filter == rule.filter
+                    && r.topic == rule.topic
+            });
+            if twin {
+                f.key(&here, format!("another outbound rule has the filter {:?} and this topic; every record would be sent twice, so keep one", rule.filter));
+            }
+            rules.push(rule);
         }
-        rules.push(rule);
     }
     (f.len() == before).then_some(rules)
 }
 
-fn rule(f: &mut Findings, path: &str, value: &Value) -> Option<Rule> {
+/// One entry of `topics:`, as one rule per spelling of its braced levels.
+fn rule(f: &mut Findings, path: &str, value: &Value) -> Option<Vec<Rule>> {
     let t = table(f, path, value, &RULE_KEYS)?;
     let before = f.len();
-    let filter = match t.get("filter") {
-        Some(Value::String(s)) => {
-            filter(f, &join(path, "filter"), s);
-            Some(s.clone())
-        }
+    let filters = match t.get("filter") {
+        Some(Value::String(s)) => filter(f, &join(path, "filter"), s),
         Some(v) => {
             f.value(&join(path, "filter"), v, "an MQTT topic filter is expected");
             None
@@ -345,9 +383,11 @@ fn rule(f: &mut Findings, path: &str, value: &Value) -> Option<Rule> {
         }
     };
     let topic = t.get("topic");
-    let (Some(filter), Some(direction)) = (filter, direction) else {
+    let (Some(filters), Some(direction)) = (filters, direction) else {
         return None;
     };
+    // Spellings are plain levels, so every expansion captures alike.
+    let filter = filters[0].clone();
     let topic_path = join(path, "topic");
     let topic = match (direction, topic) {
         (Direction::Both, None) => None,
@@ -370,36 +410,57 @@ fn rule(f: &mut Findings, path: &str, value: &Value) -> Option<Rule> {
             return None;
         }
     };
-    if direction == Direction::Both && filter.starts_with('$') {
-        f.value(&join(path, "filter"), &Value::String(filter.clone()), "a both rule keeps the topic, and nothing may publish a $ topic here; use an in rule with a topic");
+    if let Some(dollar) = filters.iter().find(|plain| plain.starts_with('$')) {
+        if direction == Direction::Both {
+            f.value(&join(path, "filter"), &Value::String(dollar.clone()), "a both rule keeps the topic, and nothing may publish a $ topic here; use an in rule with a topic");
+        }
     }
-    (f.len() == before).then_some(Rule {
-        filter,
-        direction,
-        topic,
+    (f.len() == before).then(|| {
+        filters
+            .into_iter()
+            .map(|filter| Rule {
+                filter,
+                direction,
+                topic: topic.clone(),
+            })
+            .collect()
     })
 }
 
-fn filter(f: &mut Findings, path: &str, filter: &str) {
+/// The plain filters a written one stands for, or `None` with its findings.
+fn filter(f: &mut Findings, path: &str, filter: &str) -> Option<Vec<String>> {
     let value = Value::String(filter.to_string());
-    if filter.starts_with("$saguin/") || filter == "$saguin" {
-        f.value(path, &value, "the $saguin/ space is this broker's own (queue deliveries and acknowledgements); a bridge never carries it");
-    } else if filter.contains('{') || filter.contains('}') {
-        f.value(path, &value, "{a,b} spellings are not expanded in bridge rules by this version; write one rule per spelling");
-    } else if filter.starts_with("$share/") {
-        f.value(
-            path,
-            &value,
-            "a shared subscription is not a filter a bridge carries",
-        );
-    } else if !is_valid_topic_filter(filter) {
-        f.value(path, &value, "not a well-formed MQTT topic filter: # only as the last level, and + and # each a whole level");
+    let refuse = |f: &mut Findings, why: &str| {
+        f.value(path, &value, why);
+        None
+    };
+    let problems = channels::brace_problems(filter);
+    if let Some(why) = problems.first() {
+        return refuse(f, why);
     }
+    let filters = match channels::expand(filter) {
+        Ok(filters) => filters,
+        Err(why) => return refuse(f, &why),
+    };
+    // Asked of each spelling: a brace may spell a reserved first level.
+    if filters
+        .iter()
+        .any(|plain| plain.starts_with("$saguin/") || plain == "$saguin")
+    {
+        return refuse(f, "the $saguin/ space is this broker's own (queue deliveries and acknowledgements); a bridge never carries it");
+    }
+    if filters.iter().any(|plain| plain.starts_with("$share/")) {
+        return refuse(f, "a shared subscription is not a filter a bridge carries");
+    }
+    if !filters.iter().all(|plain| is_valid_topic_filter(plain)) {
+        return refuse(f, "not a well-formed MQTT topic filter: # only as the last level, and + and # each a whole level");
+    }
+    Some(filters)
 }
 
 #[cfg(test)]
 mod tests {
-    use crate::bridge::{Direction, Peer};
+    use crate::bridge::{Direction, Peer, PeerTls};
     use crate::config::parse;
 
     fn with_bridge(block: &str) -> String {
@@ -437,7 +498,8 @@ mod tests {
             bridge.peer,
             Peer {
                 host: "127.0.0.1".into(),
-                port: 1884
+                port: 1884,
+                tls: None,
             }
         );
         assert_eq!(
@@ -472,11 +534,6 @@ mod tests {
     #[test]
     fn peers_are_refused_by_scheme_and_shape() {
         let p = |peer: &str| format!("    peer: {peer}\n    client_id: c\n{RULE}");
-        refused(
-            &p("tls://h:8883"),
-            "bridges.up.peer",
-            "tls:// is not supported",
-        );
         refused(&p("ws://h:80"), "bridges.up.peer", "WebSocket");
         refused(&p("wss://h:443"), "bridges.up.peer", "WebSocket");
         refused(&p("mqtt://h:1883"), "bridges.up.peer", "not a scheme");
@@ -487,6 +544,46 @@ mod tests {
             &format!("    client_id: c\n{RULE}"),
             "bridges.up.peer",
             "required",
+        );
+    }
+
+    #[test]
+    fn a_tls_peer_takes_an_authority_and_an_identity_both_optional() {
+        let t = |keys: &str| format!("    peer: tls://h:8883\n    client_id: c\n{keys}{RULE}");
+        let bare = parse(&with_bridge(&t("")), "saguin.yaml").unwrap();
+        assert_eq!(
+            bare.bridges[0].peer.tls,
+            Some(PeerTls {
+                ca_file: None,
+                identity: None
+            }),
+            "no ca_file: the system's authorities"
+        );
+        let full = t(
+            "    ca_file: /etc/ca.pem\n    cert_file: /etc/b.pem\n    key_file: /etc/b-key.pem\n",
+        );
+        let full = parse(&with_bridge(&full), "saguin.yaml").unwrap();
+        assert_eq!(
+            full.bridges[0].peer.tls,
+            Some(PeerTls {
+                ca_file: Some("/etc/ca.pem".into()),
+                identity: Some(("/etc/b.pem".into(), "/etc/b-key.pem".into())),
+            })
+        );
+        refused(
+            &t("    ca_file: ca.pem\n"),
+            "bridges.up.ca_file",
+            "absolute",
+        );
+        refused(
+            &t("    cert_file: /etc/b.pem\n"),
+            "bridges.up.key_file",
+            "beside cert_file",
+        );
+        refused(
+            &t("    key_file: /etc/k.pem\n"),
+            "bridges.up.cert_file",
+            "beside key_file",
         );
     }
 
@@ -524,8 +621,12 @@ mod tests {
             "bridges.up.ack_interval",
             "1ms to 1s",
         );
-        refused(&k("ca_file: /etc/ca.pem"), "bridges.up.ca_file", "TLS");
-        refused(&k("cert_file: /etc/c.pem"), "bridges.up.cert_file", "TLS");
+        refused(&k("ca_file: /etc/ca.pem"), "bridges.up.ca_file", "tls://");
+        refused(
+            &k("cert_file: /etc/c.pem"),
+            "bridges.up.cert_file",
+            "tls://",
+        );
         refused(&k("colour: red"), "bridges.up.colour", "");
     }
 
@@ -594,10 +695,61 @@ mod tests {
             "bridges.up.topics[0].topic",
             "$2",
         );
+        refused(
+            &r("filter: a/{b,}/#\n        direction: both"),
+            "bridges.up.topics[0].filter",
+            "empty spelling",
+        );
+        refused(
+            &r("filter: a/{b/c}\n        direction: both"),
+            "bridges.up.topics[0].filter",
+            "braces hold no /",
+        );
+        refused(
+            &r("filter: a/{+,b}\n        direction: both"),
+            "bridges.up.topics[0].filter",
+            "wildcard",
+        );
+        refused(
+            &r("filter: a/x{b,c}\n        direction: both"),
+            "bridges.up.topics[0].filter",
+            "whole level",
+        );
         let twins = "    peer: tcp://h:1\n    client_id: c\n    topics:\n      - filter: a/#\n        direction: out\n        topic: b/$#\n      - filter: a/#\n        direction: out\n        topic: b/$#\n";
         refused(twins, "bridges.up.topics[1]", "twice");
         let sys = r("filter: $SYS/#\n        direction: in\n        topic: sys/$#");
         assert!(parse(&with_bridge(&sys), "saguin.yaml").is_ok());
+    }
+
+    #[test]
+    fn a_braced_level_is_one_rule_per_spelling_checked_as_written() {
+        let rules = "    peer: tcp://h:1\n    client_id: c\n    topics:\n      - filter: \"fleet/+/{data,events}/{a,b}/#\"\n        direction: out\n        topic: up/$1/$#\n";
+        let bridge = &parse(&with_bridge(rules), "saguin.yaml").unwrap().bridges[0];
+        let filters: Vec<&str> = bridge.rules.iter().map(|r| r.filter.as_str()).collect();
+        assert_eq!(
+            filters,
+            [
+                "fleet/+/data/a/#",
+                "fleet/+/data/b/#",
+                "fleet/+/events/a/#",
+                "fleet/+/events/b/#"
+            ]
+        );
+        assert!(bridge
+            .rules
+            .iter()
+            .all(|r| r.topic.as_deref() == Some("up/$1/$#") && r.direction == Direction::Out));
+
+        // A spelling meeting a written rule with the same topic is a twin.
+        let twins = "    peer: tcp://h:1\n    client_id: c\n    topics:\n      - filter: a/b/#\n        direction: out\n        topic: x/$#\n      - filter: \"a/{c,b}/#\"\n        direction: out\n        topic: x/$#\n";
+        refused(twins, "bridges.up.topics[1]", "\"a/b/#\"");
+        // $1 numbers the + levels; a braced level is not one.
+        let r = "    peer: tcp://h:1\n    client_id: c\n    topics:\n      - filter: \"{a,b}/+\"\n        direction: in\n        topic: x/$2\n";
+        refused(r, "bridges.up.topics[0].topic", "$2");
+        let both = "    peer: tcp://h:1\n    client_id: c\n    topics:\n      - filter: \"{a,$SYS}/#\"\n        direction: both\n";
+        refused(both, "bridges.up.topics[0].filter", "$ topic");
+        let reserved = "    peer: tcp://h:1\n    client_id: c\n    topics:\n      - filter: \"{a,$saguin}/#\"\n        direction: in\n        topic: x/$#\n";
+        refused(reserved, "bridges.up.topics[0].filter", "$saguin/");
     }
 
     #[test]

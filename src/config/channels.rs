@@ -581,9 +581,7 @@ fn written_form_problems(text: &str) -> Vec<String> {
                 spellings
             }
             Braced::Partly => {
-                problems.push(format!(
-                    "braces are a whole level, such as {{data,events}}, and {level:?} has other text beside them"
-                ));
+                problems.push(partly_braced(level));
                 continue;
             }
         };
@@ -598,6 +596,36 @@ fn written_form_problems(text: &str) -> Vec<String> {
         first
     });
     problems
+}
+
+/// What is wrong with the braces of `text` alone - pairing, whole levels,
+/// spellings - for a filter held to other rules per level, a bridge
+/// rule's. A spelling is a level spelled out: a wildcard in braces would
+/// make the expansions differ in what they capture.
+pub(super) fn brace_problems(text: &str) -> Vec<String> {
+    if let Some(problem) = brace_problem(text) {
+        return vec![problem];
+    }
+    let mut problems = Vec::new();
+    for level in text.split('/') {
+        match braced(level) {
+            Braced::No => {}
+            Braced::Yes(spellings) => {
+                problems.extend(spelling_problems(level, &spellings));
+                if spellings.iter().any(|s| s.contains(['+', '#'])) {
+                    problems.push(format!(
+                        "{level} holds a wildcard: each spelling in braces is a level spelled out; write + outside braces instead"
+                    ));
+                }
+            }
+            Braced::Partly => problems.push(partly_braced(level)),
+        }
+    }
+    problems
+}
+
+fn partly_braced(level: &str) -> String {
+    format!("braces are a whole level, such as {{data,events}}, and {level:?} has other text beside them")
 }
 
 /// Whether braces pair up, hold no `/` and do not nest.

@@ -90,7 +90,7 @@ fn required_file(
 
 /// An absolute path to a file, so what a door serves does not depend on
 /// the directory the broker was started from.
-fn file(f: &mut Findings, path: &str, value: &Value, example: &str) -> Option<PathBuf> {
+pub(super) fn file(f: &mut Findings, path: &str, value: &Value, example: &str) -> Option<PathBuf> {
     let Value::String(text) = value else {
         f.value(
             path,
@@ -101,7 +101,7 @@ fn file(f: &mut Findings, path: &str, value: &Value, example: &str) -> Option<Pa
     };
     let last = text.rsplit('/').next().unwrap_or("");
     let why = if !text.starts_with('/') {
-        format!("it must be absolute, so what the door serves does not depend on where the broker was started; write it from /, such as /etc/saguin/tls/{example}")
+        format!("it must be absolute, so what it names does not depend on where the broker was started; write it from /, such as /etc/saguin/tls/{example}")
     } else if text.contains('\0') {
         "a path holds no NUL character".to_string()
     } else if last.is_empty() || last == "." || last == ".." {

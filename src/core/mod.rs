@@ -36,9 +36,14 @@ pub use broker::persist::SESSIONS_SPACE;
 /// The User Property a bridge's publish keeps, stored with the record:
 /// a record carrying it never leaves over a bridge.
 pub const BRIDGED_MARK: &str = "saguin-bridged";
-/// The client ids a bridge's own session holds (`saguin-bridge/<name>`);
+/// The client ids a bridge's own sessions hold (`saguin-bridge/<name>...`);
 /// an ordinary client is refused one, so a session holding one is a bridge's.
 pub const BRIDGE_CLIENT_ID_PREFIX: &str = "saguin-bridge/";
+
+/// Whether `client_id` is one of a bridge's own sessions.
+pub(crate) fn is_bridge_client_id(client_id: &str) -> bool {
+    client_id.starts_with(BRIDGE_CLIENT_ID_PREFIX)
+}
 pub use channel::{ChannelSettings, ChannelStart};
 // The paths the network shell and the configuration name channel kinds by.
 pub use channel::queue::dead_letter;

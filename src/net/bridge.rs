@@ -1,6 +1,8 @@
-//! Runs each bridge's link on the executor: an in-process session at this
-//! broker (a connection with no socket, its outbox read by this task), and
-//! a TCP connection to the peer, redialled with jittered backoff.
+//! Runs each bridge's link on the executor: in-process sessions at this
+//! broker (connections with no socket, their outboxes read by this task:
+//! one that publishes what the peer sends, one reader per outbound rule), and
+//! a TCP connection to the peer (TLS for a `tls://` one, always verified),
+//! redialled with jittered backoff.
 
 use std::cell::RefCell;
 use std::rc::Rc;
@@ -8,17 +10,18 @@ use std::time::Duration;
 
 use async_net::TcpStream;
 use smol::future;
-use smol::io::{AsyncReadExt, AsyncWriteExt};
+use smol::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use smol::{LocalExecutor, Task};
 
 use super::outbox::{writable, Outbox};
+use super::tls::client::PeerTlsConfig;
 use super::SharedRef;
-use crate::bridge::{Action, BridgeSettings, Carriage, Link};
+use crate::bridge::{Action, BridgeSettings, Carriage, Link, Local};
 use crate::codec::{decode_fixed_header, decode_packet, encode, Packet, ProtocolVersion};
 use crate::core::claims::Claims;
 use crate::core::{ChannelSettings, Key};
 
-/// How long a TCP connect to the peer may take.
+/// How long a TCP connect to the peer may take, and then a TLS handshake.
 const DIAL_TIMEOUT_MS: u64 = 10_000;
 /// A peer packet larger than this ends the link: nothing a bridge asks
 /// for is near it, and reading it would mean holding it.
@@ -36,7 +39,8 @@ struct PeerOut {
 struct Bridge {
     shared: SharedRef,
     link: RefCell<Link>,
-    local: Key,
+    /// The connection here of each of the bridge's sessions.
+    locals: Vec<(Local, Key)>,
     peer_out: RefCell<PeerOut>,
     wake_peer_writer: smol::channel::Sender<()>,
     peer_writer_woken: smol::channel::Receiver<()>,
@@ -65,52 +69,110 @@ impl Running {
     }
 }
 
-/// Starts every bridge; each runs until [`Running::stop`].
+/// Starts every bridge; each runs until [`Running::stop`]. `tls` holds
+/// each bridge's TLS, in order, `None` for a `tcp://` peer.
 pub fn start(
     executor: &'static LocalExecutor<'static>,
     shared: &SharedRef,
     bridges: &[BridgeSettings],
+    tls: Vec<Option<PeerTlsConfig>>,
 ) -> Running {
     let mut tasks = Vec::new();
     let mut locals = Vec::new();
-    for settings in bridges {
+    end_removed_readers(shared, bridges);
+    for (settings, tls) in bridges.iter().zip(tls) {
         let classify = classifier(&shared.borrow().broker.settings().channels);
-        let (local, outbox) = {
-            let mut guard = shared.borrow_mut();
-            let state = &mut *guard;
-            let now_ms = state.now_ms();
-            let Some(key) = state.broker.accept_bridge(now_ms) else {
-                log::error!(
-                    "bridge {}: no connection slot left for its session here; raise limits.max_connections",
-                    settings.name
-                );
-                continue;
-            };
-            (key, state.outboxes.insert(key))
-        };
         let seed = settings
             .name
             .bytes()
             .fold(std::process::id() as u64, |h, b| {
                 h.rotate_left(5) ^ u64::from(b)
             });
+        let link = Link::new(settings.clone(), classify, seed);
+        let connects = link.local_connects();
+        let mut sessions = Vec::new();
+        for (local, connect) in connects {
+            let mut guard = shared.borrow_mut();
+            let state = &mut *guard;
+            let now_ms = state.now_ms();
+            let Some(key) = state.broker.accept_bridge(now_ms) else {
+                log::error!(
+                    "bridge {}: no connection slot left for its sessions here; raise limits.max_connections",
+                    settings.name
+                );
+                break;
+            };
+            sessions.push((local, key, state.outboxes.insert(key), connect));
+        }
+        locals.extend(sessions.iter().map(|(_, key, _, _)| *key));
         let (wake_peer_writer, peer_writer_woken) = smol::channel::bounded(1);
         let bridge = Rc::new(Bridge {
             shared: shared.clone(),
-            link: RefCell::new(Link::new(settings.clone(), classify, seed)),
-            local,
+            link: RefCell::new(link),
+            locals: sessions
+                .iter()
+                .map(|(local, key, _, _)| (*local, *key))
+                .collect(),
             peer_out: RefCell::new(PeerOut::default()),
             wake_peer_writer,
             peer_writer_woken,
         });
-        locals.push(local);
-        let connect = bridge.link.borrow().local_connect();
-        bridge.to_local(connect);
-        tasks.push(executor.spawn(local_loop(bridge.clone(), outbox)));
+        for (local, _, outbox, connect) in sessions {
+            bridge.to_local(local, connect);
+            tasks.push(executor.spawn(local_loop(bridge.clone(), local, outbox)));
+        }
         tasks.push(executor.spawn(tick_loop(bridge.clone())));
-        tasks.push(executor.spawn(peer_loop(bridge)));
+        tasks.push(executor.spawn(peer_loop(bridge, tls)));
     }
     Running { tasks, locals }
+}
+
+/// Ends the stored session of every reader no configured rule names (a
+/// rule removed, or its filter or topic edited), so its positions go with
+/// the line that made them rather than living on.
+fn end_removed_readers(shared: &SharedRef, bridges: &[BridgeSettings]) {
+    let configured: Vec<String> = bridges
+        .iter()
+        .flat_map(|b| {
+            b.readers()
+                .map(|rule| b.reader_client_id(rule))
+                .chain([b.local_client_id()])
+                .collect::<Vec<_>>()
+        })
+        .collect();
+    let mut guard = shared.borrow_mut();
+    let state = &mut *guard;
+    for client_id in state.broker.bridge_client_ids() {
+        if configured.contains(&client_id) {
+            continue;
+        }
+        let now_ms = state.now_ms();
+        let Some(key) = state.broker.accept_bridge(now_ms) else {
+            return;
+        };
+        state.outboxes.insert(key);
+        let mut connect = crate::codec::Connect {
+            protocol_version: ProtocolVersion::V5,
+            clean_start: true,
+            keep_alive_s: 0,
+            client_id: client_id.clone(),
+            will: None,
+            username: None,
+            password: None,
+            properties: Default::default(),
+        };
+        connect.properties.session_expiry_interval_s = Some(0);
+        state
+            .broker
+            .handle_packet(key, Packet::Connect(connect), now_ms, &mut state.outboxes);
+        state
+            .broker
+            .handle_connection_lost(key, now_ms, &mut state.outboxes);
+        state.outboxes.remove(key);
+        log::warn!(
+            "bridge session {client_id} belongs to no configured rule (removed, or its filter or topic edited): ended, and its positions with it"
+        );
+    }
 }
 
 /// What kind of record a topic holds: a `latest` channel's, another
@@ -140,19 +202,22 @@ impl Bridge {
         self.shared.borrow().now_ms()
     }
 
-    fn to_local(&self, packet: Packet) {
+    fn to_local(&self, to: Local, packet: Packet) {
+        let Some(&(_, key)) = self.locals.iter().find(|(local, _)| *local == to) else {
+            return;
+        };
         let mut guard = self.shared.borrow_mut();
         let state = &mut *guard;
         let now_ms = state.now_ms();
         state
             .broker
-            .handle_packet(self.local, packet, now_ms, &mut state.outboxes);
+            .handle_packet(key, packet, now_ms, &mut state.outboxes);
     }
 
     fn apply(&self, actions: Vec<Action>) {
         for action in actions {
             match action {
-                Action::ToLocal(packet) => self.to_local(packet),
+                Action::ToLocal(to, packet) => self.to_local(to, packet),
                 Action::ToPeer(packet) => {
                     let version = self.link.borrow().peer_version();
                     encode(&packet, version, &mut self.peer_out.borrow_mut().bytes);
@@ -167,8 +232,9 @@ impl Bridge {
     }
 }
 
-/// Reads what this broker sends the bridge's session and feeds it to the link.
-async fn local_loop(bridge: Rc<Bridge>, outbox: Outbox) {
+/// Reads what this broker sends one of the bridge's sessions and feeds it
+/// to the link.
+async fn local_loop(bridge: Rc<Bridge>, from: Local, outbox: Outbox) {
     let mut buf = Vec::new();
     loop {
         writable(&outbox).await;
@@ -194,7 +260,7 @@ async fn local_loop(bridge: Rc<Bridge>, outbox: Outbox) {
             consumed += header.packet_len();
             if let Ok(packet) = packet {
                 let now_ms = bridge.now_ms();
-                let actions = bridge.link.borrow_mut().local_packet(packet, now_ms);
+                let actions = bridge.link.borrow_mut().local_packet(from, packet, now_ms);
                 bridge.apply(actions);
             }
         }
@@ -213,21 +279,34 @@ async fn tick_loop(bridge: Rc<Bridge>) {
 }
 
 /// Dials the peer, serves the connection until it ends, waits, and again.
-async fn peer_loop(bridge: Rc<Bridge>) {
+async fn peer_loop(bridge: Rc<Bridge>, tls: Option<PeerTlsConfig>) {
     let address = bridge.link.borrow().settings().peer.address();
+    // A refused handshake is logged when its reason changes, not per attempt.
+    let mut last_refusal: Option<String> = None;
     loop {
-        let dialled = future::or(
-            async { Some(TcpStream::connect(address.as_str()).await) },
-            async {
-                smol::Timer::after(Duration::from_millis(DIAL_TIMEOUT_MS)).await;
-                None
-            },
-        )
-        .await;
-        let why = match dialled {
+        let why = match timed(TcpStream::connect(address.as_str())).await {
             Some(Ok(stream)) => {
                 let _ = stream.set_nodelay(true);
-                serve_peer(&bridge, stream).await
+                match &tls {
+                    None => serve_peer(&bridge, stream.clone(), stream.clone(), stream).await,
+                    Some(tls) => match handshake(tls, stream.clone()).await {
+                        Ok(secured) => {
+                            last_refusal = None;
+                            let (reader, writer) = smol::io::split(secured);
+                            serve_peer(&bridge, reader, writer, stream).await
+                        }
+                        Err(why) => {
+                            if last_refusal.as_ref() != Some(&why) {
+                                log::warn!(
+                                    "bridge {}: TLS to {address} refused: {why}; retrying (ca_file names the authority that signs the peer's certificate)",
+                                    bridge.link.borrow().name()
+                                );
+                                last_refusal = Some(why.clone());
+                            }
+                            why
+                        }
+                    },
+                }
             }
             Some(Err(error)) => format!("cannot connect: {error}"),
             None => "connect timed out".to_string(),
@@ -243,20 +322,45 @@ async fn peer_loop(bridge: Rc<Bridge>) {
     }
 }
 
+/// `step`, or `None` once [`DIAL_TIMEOUT_MS`] has passed.
+async fn timed<T>(step: impl std::future::Future<Output = T>) -> Option<T> {
+    future::or(async { Some(step.await) }, async {
+        smol::Timer::after(Duration::from_millis(DIAL_TIMEOUT_MS)).await;
+        None
+    })
+    .await
+}
+
+/// The TLS handshake, the peer's certificate verified.
+async fn handshake(
+    tls: &PeerTlsConfig,
+    stream: TcpStream,
+) -> Result<futures_rustls::client::TlsStream<TcpStream>, String> {
+    let connector = futures_rustls::TlsConnector::from(tls.config.clone());
+    match timed(connector.connect(tls.server_name.clone(), stream)).await {
+        Some(Ok(secured)) => Ok(secured),
+        Some(Err(error)) => Err(format!("TLS handshake failed: {error}")),
+        None => Err("TLS handshake timed out".to_string()),
+    }
+}
+
 /// One connection to the peer; returns why it ended.
-async fn serve_peer(bridge: &Rc<Bridge>, stream: TcpStream) -> String {
+async fn serve_peer(
+    bridge: &Rc<Bridge>,
+    reader: impl AsyncRead + Unpin,
+    writer: impl AsyncWrite + Unpin,
+    tcp: TcpStream,
+) -> String {
     *bridge.peer_out.borrow_mut() = PeerOut::default();
     let now_ms = bridge.now_ms();
     let connect = bridge.link.borrow_mut().peer_connecting(now_ms);
     bridge.apply(vec![Action::ToPeer(connect)]);
-    let reader = read_peer(bridge, stream.clone());
-    let writer = write_peer(bridge, stream.clone());
-    let why = future::or(reader, writer).await;
-    let _ = stream.shutdown(std::net::Shutdown::Both);
+    let why = future::or(read_peer(bridge, reader), write_peer(bridge, writer)).await;
+    let _ = tcp.shutdown(std::net::Shutdown::Both);
     why
 }
 
-async fn read_peer(bridge: &Rc<Bridge>, mut stream: TcpStream) -> String {
+async fn read_peer(bridge: &Rc<Bridge>, mut stream: impl AsyncRead + Unpin) -> String {
     let mut buf: Vec<u8> = Vec::new();
     let mut chunk = vec![0u8; 16 * 1024];
     loop {
@@ -299,14 +403,18 @@ async fn read_peer(bridge: &Rc<Bridge>, mut stream: TcpStream) -> String {
     }
 }
 
-async fn write_peer(bridge: &Rc<Bridge>, mut stream: TcpStream) -> String {
+async fn write_peer(bridge: &Rc<Bridge>, mut stream: impl AsyncWrite + Unpin) -> String {
     loop {
         let (bytes, close) = {
             let mut out = bridge.peer_out.borrow_mut();
             (std::mem::take(&mut out.bytes), out.close.take())
         };
         if !bytes.is_empty() {
+            // A flush hands what TLS holds to the socket; plain TCP holds nothing.
             if let Err(error) = stream.write_all(&bytes).await {
+                return format!("write failed: {error}");
+            }
+            if let Err(error) = stream.flush().await {
                 return format!("write failed: {error}");
             }
         }

@@ -129,6 +129,7 @@ async fn serve(
     // Certificates are read before any port opens: a broker that cannot
     // serve one of its doors does not serve any.
     let tls_doors = load_tls(shell.doors.iter().map(|d| d.tls.clone()).collect())?;
+    let bridge_tls = load_bridge_tls(&shell.bridges)?;
     // Caught before any door opens, so a signal sent once the log says a
     // door is bound never meets its default action (ending the process).
     let signals = Signals::new([Signal::Term, Signal::Int, Signal::Hup, Signal::Usr1])?;
@@ -226,7 +227,7 @@ async fn serve(
     tasks.push(executor.spawn(tick_loop(shared.clone())));
     tasks.push(executor.spawn(completion_loop(shared.clone(), completions)));
 
-    let bridges = bridge::start(executor, &shared, &shell.bridges);
+    let bridges = bridge::start(executor, &shared, &shell.bridges, bridge_tls);
 
     let reload = reload::Reload::new(shared.clone(), tls_doors, operators_reload, read_acl);
     wait_for_stop(signals, reload).await;
@@ -247,6 +248,16 @@ pub fn load_tls(doors: Vec<Option<tls::TlsSettings>>) -> io::Result<Rc<tls::TlsD
     tls::TlsDoors::load(doors, tls::now_unix_s())
         .map(Rc::new)
         .map_err(|message| io::Error::new(io::ErrorKind::InvalidInput, message))
+}
+
+/// Every bridge's TLS files, read and checked, in bridge order; the error
+/// names every file that cannot be used, with its key. `--check-config`
+/// calls it too.
+pub fn load_bridge_tls(
+    bridges: &[crate::bridge::BridgeSettings],
+) -> io::Result<Vec<Option<tls::client::PeerTlsConfig>>> {
+    tls::client::load_all(bridges)
+        .map_err(|errors| io::Error::new(io::ErrorKind::InvalidInput, errors.join("\n")))
 }
 
 async fn accept_loop(

@@ -1,6 +1,7 @@
 //! The operator's command-line tools, each run instead of a broker:
 //!
 //! - [`route`]: `--route CONFIG [TOPIC]`, where a topic lands;
+//! - [`landing`]: where each bridge rule's records land, for `--check-config`;
 //! - [`inspect`]: `inspect FILE`, what a stopped broker's provider holds;
 //! - `--snapshots-to-redb` and `--redb-to-snapshots`: the conversions
 //!   between a memory provider's snapshots and a redb file
@@ -14,6 +15,7 @@
 pub mod backup;
 pub mod inspect;
 pub mod json;
+pub mod landing;
 pub mod route;
 
 use std::io::{self, IsTerminal as _};

@@ -37,7 +37,7 @@ pub struct Router<'c> {
 }
 
 /// The channel type as the reference's columns spell it.
-fn kind_name(kind: &ChannelKind) -> &'static str {
+pub(super) fn kind_name(kind: &ChannelKind) -> &'static str {
     match kind {
         ChannelKind::Append => "append",
         ChannelKind::Latest { .. } => "latest",
@@ -107,7 +107,7 @@ impl<'c> Router<'c> {
         }])
     }
 
-    fn channel(&self, row: &Row) -> Option<&ChannelConfig> {
+    pub(super) fn channel(&self, row: &Row) -> Option<&ChannelConfig> {
         row.channel.map(|c| &self.config.channels[c])
     }
 

@@ -10,6 +10,7 @@ fn settings(rules: Vec<Rule>) -> BridgeSettings {
         peer: Peer {
             host: "127.0.0.1".into(),
             port: 1883,
+            tls: None,
         },
         client_id: "gw-1".into(),
         username: None,
@@ -31,8 +32,9 @@ fn rule(filter: &str, direction: Direction, topic: Option<&str>) -> Rule {
 
 fn link_with(rules: Vec<Rule>, carriage: Carriage) -> Link {
     let mut link = Link::new(settings(rules), Box::new(move |_| carriage), 1);
-    let connack = Packet::Connack(Connack::default());
-    link.local_packet(connack, 0);
+    for (local, _) in link.local_connects() {
+        link.local_packet(local, Packet::Connack(Connack::default()), 0);
+    }
     link
 }
 
@@ -78,7 +80,7 @@ fn local_acks(actions: &[Action]) -> Vec<u16> {
     actions
         .iter()
         .filter_map(|a| match a {
-            Action::ToLocal(Packet::Puback(ack)) => Some(ack.packet_id),
+            Action::ToLocal(Local::Reader(_), Packet::Puback(ack)) => Some(ack.packet_id),
             _ => None,
         })
         .collect()
@@ -101,7 +103,7 @@ fn stored_records_wait_through_an_outage_and_cross_in_order_once() {
         Carriage::Stored,
     );
     for n in 1..=3 {
-        let actions = link.local_packet(delivery("t/a", n, &n.to_string()), 10);
+        let actions = link.local_packet(Local::Reader(0), delivery("t/a", n, &n.to_string()), 10);
         assert!(actions.is_empty(), "nothing moves while the link is down");
     }
     let actions = up(&mut link, 20, false);
@@ -141,7 +143,8 @@ fn a_dropped_link_resends_what_was_in_flight_marked_dup_and_nothing_twice_here()
         Carriage::Stored,
     );
     up(&mut link, 0, false);
-    let first = to_peer(&link.local_packet(delivery("t/a", 1, "x"), 1))[0].clone();
+    let first =
+        to_peer(&link.local_packet(Local::Reader(0), delivery("t/a", 1, "x"), 1))[0].clone();
     let (_wait, actions) = link.peer_lost(2, "test");
     assert!(
         actions.is_empty(),
@@ -164,7 +167,9 @@ fn topics_share_the_window_and_each_topic_stays_serial() {
     up(&mut link, 0, true);
     let mut sent = 0;
     for (n, topic) in ["a", "a", "b", "c", "d", "e"].iter().enumerate() {
-        sent += to_peer(&link.local_packet(delivery(topic, n as u16 + 1, "x"), 1)).len();
+        sent +=
+            to_peer(&link.local_packet(Local::Reader(0), delivery(topic, n as u16 + 1, "x"), 1))
+                .len();
     }
     // a, b, c, d: receive_maximum 4, the second "a" behind the first.
     assert_eq!(sent, 4);
@@ -174,15 +179,15 @@ fn topics_share_the_window_and_each_topic_stays_serial() {
 fn live_records_are_dropped_while_down_and_latest_changes_coalesce() {
     let mut live = link_with(vec![rule("#", Direction::Both, None)], Carriage::Live);
     assert_eq!(
-        local_acks(&live.local_packet(delivery("a", 1, "x"), 1)),
+        local_acks(&live.local_packet(Local::Reader(0), delivery("a", 1, "x"), 1)),
         vec![1]
     );
     assert_eq!(live.stats.unsent_live_down, 1);
 
     let mut latest = link_with(vec![rule("#", Direction::Both, None)], Carriage::Latest);
-    latest.local_packet(delivery("s", 1, "old"), 1);
+    latest.local_packet(Local::Reader(0), delivery("s", 1, "old"), 1);
     assert_eq!(
-        local_acks(&latest.local_packet(delivery("s", 2, "new"), 2)),
+        local_acks(&latest.local_packet(Local::Reader(0), delivery("s", 2, "new"), 2)),
         vec![1]
     );
     let sent = to_peer(&up(&mut latest, 3, true))
@@ -203,7 +208,7 @@ fn a_bridged_record_never_leaves_over_a_bridge() {
         .properties
         .user_properties
         .push((BRIDGED_MARK.into(), "other".into()));
-    let actions = link.local_packet(Packet::Publish(publish), 1);
+    let actions = link.local_packet(Local::Reader(0), Packet::Publish(publish), 1);
     assert!(to_peer(&actions).is_empty());
     assert_eq!(local_acks(&actions), vec![1]);
     assert_eq!(link.stats.loops_skipped, 1);
@@ -224,7 +229,7 @@ fn local_publishes(actions: &[Action]) -> Vec<&Publish> {
     actions
         .iter()
         .filter_map(|a| match a {
-            Action::ToLocal(Packet::Publish(p)) => Some(p),
+            Action::ToLocal(Local::Writer, Packet::Publish(p)) => Some(p),
             _ => None,
         })
         .collect()
@@ -242,6 +247,7 @@ fn peer_acks(actions: &[Action]) -> Vec<u16> {
 
 fn stored_here(link: &mut Link, local_id: u16, now_ms: u64) -> Vec<Action> {
     link.local_packet(
+        Local::Writer,
         Packet::Puback(PubAck {
             packet_id: local_id,
             ..PubAck::default()
@@ -300,6 +306,7 @@ fn a_full_channel_holds_the_peer_and_a_record_never_accepted_is_dropped() {
     let actions = link.peer_packet(from_peer("a", 1, false), 1);
     let first = local_publishes(&actions)[0].packet_id.unwrap();
     link.local_packet(
+        Local::Writer,
         Packet::Puback(PubAck {
             packet_id: first,
             reason_code: ReasonCode::QUOTA_EXCEEDED,
@@ -316,6 +323,7 @@ fn a_full_channel_holds_the_peer_and_a_record_never_accepted_is_dropped() {
     let actions = link.peer_packet(from_peer("a", 1, false), 1);
     let first = local_publishes(&actions)[0].packet_id.unwrap();
     link.local_packet(
+        Local::Writer,
         Packet::Puback(PubAck {
             packet_id: first,
             reason_code: ReasonCode::TOPIC_NAME_INVALID,
@@ -357,7 +365,7 @@ fn a_peer_without_retained_messages_gets_the_flag_cleared() {
         unreachable!()
     };
     publish.retain = true;
-    let actions = link.local_packet(Packet::Publish(publish), 2);
+    let actions = link.local_packet(Local::Reader(0), Packet::Publish(publish), 2);
     assert!(!to_peer(&actions)[0].retain);
 }
 
@@ -377,4 +385,73 @@ fn records_waiting_to_be_stored_fill_the_window_and_qos0_past_it_is_dropped() {
     qos0.packet_id = None;
     link.peer_packet(Packet::Publish(qos0), 2);
     assert_eq!(link.stats.unstored_queue_full, 1);
+}
+
+#[test]
+fn each_out_rule_reads_through_its_own_durable_session_and_is_acknowledged_there() {
+    let mut link = link_with(
+        vec![
+            rule("a/#", Direction::Out, Some("x/$#")),
+            rule("in/#", Direction::In, Some("here/$#")),
+            rule("b/#", Direction::Out, Some("y/$#")),
+        ],
+        Carriage::Stored,
+    );
+    let sessions = link.local_connects();
+    let ids: Vec<(Local, String, bool)> = sessions
+        .iter()
+        .map(|(local, packet)| match packet {
+            Packet::Connect(c) => (*local, c.client_id.clone(), c.clean_start),
+            _ => unreachable!(),
+        })
+        .collect();
+    assert_eq!(ids.len(), 3, "the writer and one reader per out rule");
+    assert_eq!(
+        (ids[0].0, ids[0].1.as_str(), ids[0].2),
+        (Local::Writer, "saguin-bridge/up", true)
+    );
+    assert_eq!((ids[1].0, ids[1].2), (Local::Reader(0), false));
+    assert_eq!((ids[2].0, ids[2].2), (Local::Reader(1), false));
+    assert!(ids[1].1.starts_with("saguin-bridge/up/") && ids[1].1 != ids[2].1);
+
+    // Editing a rule's topic names a new reader.
+    let mut edited = settings(vec![rule("a/#", Direction::Out, Some("z/$#"))]);
+    let first = edited.reader_client_id(&edited.rules[0]);
+    edited.rules[0].topic = Some("x/$#".into());
+    assert_eq!(edited.reader_client_id(&edited.rules[0]), ids[1].1);
+    assert_ne!(first, ids[1].1);
+
+    up(&mut link, 0, true);
+    // The second reader's delivery is mapped by its own rule and
+    // acknowledged on its own session once the peer takes it.
+    let actions = link.local_packet(Local::Reader(1), delivery("b/k", 7, "v"), 1);
+    let sent = to_peer(&actions)[0].clone();
+    assert_eq!(sent.topic, "y/k");
+    let actions = peer_ack(&mut link, sent.packet_id.unwrap(), 2);
+    assert!(actions.iter().any(|a| matches!(
+        a,
+        Action::ToLocal(Local::Reader(1), Packet::Puback(ack)) if ack.packet_id == 7
+    )));
+}
+
+#[test]
+fn qos0_records_waiting_for_the_peer_are_bounded_by_the_window() {
+    let mut link = link_with(vec![rule("#", Direction::Both, None)], Carriage::Live);
+    up(&mut link, 0, true);
+    // A QoS 1 record holds the topic; QoS 0 ones behind it wait.
+    link.local_packet(Local::Reader(0), delivery("a", 1, "held"), 1);
+    let qos0 = || {
+        Packet::Publish(Publish {
+            topic: "a".into(),
+            payload: b"q0".to_vec(),
+            ..Publish::default()
+        })
+    };
+    for _ in 0..4 {
+        assert!(to_peer(&link.local_packet(Local::Reader(0), qos0(), 2)).is_empty());
+    }
+    assert_eq!(link.waiting_out(), 5);
+    link.local_packet(Local::Reader(0), qos0(), 3);
+    assert_eq!(link.waiting_out(), 5, "the fifth QoS 0 record is not held");
+    assert_eq!(link.stats.unsent_live_queue_full, 1);
 }

@@ -41,10 +41,6 @@ struct Held {
     grants: Grants,
 }
 
-pub(super) fn is_bridge_client_id(client_id: &str) -> bool {
-    client_id.starts_with(crate::core::BRIDGE_CLIENT_ID_PREFIX)
-}
-
 /// The core's channels as the decision engine names them.
 struct Channels<'a>(&'a [crate::core::channel::Channel]);
 
@@ -97,7 +93,7 @@ impl Broker {
                     .map(|h| h.user.clone())
                     .or_else(|| self.persist_user_name(client_id).map(Into::into))
                     .unwrap_or_default();
-                let grants = match is_bridge_client_id(client_id) {
+                let grants = match crate::core::is_bridge_client_id(client_id) {
                     true => Grants::unrestricted(channels.channel_count()),
                     false => Grants::compile(acl, &user, client_id, &channels),
                 };
@@ -132,7 +128,7 @@ impl Broker {
         };
         // Only a bridge's own session holds such an id (refused to any
         // other client before this): the broker's own, it is not asked.
-        if is_bridge_client_id(&connect.client_id) {
+        if crate::core::is_bridge_client_id(&connect.client_id) {
             let grants = Grants::unrestricted(self.channels.len());
             return Ok(Admitted {
                 grants: Some(grants),

@@ -31,9 +31,20 @@ impl Broker {
         self.connections.get(conn).is_some_and(|c| c.bridge)
     }
 
+    /// The client ids of every bridge session held, connected or not: the
+    /// bridges end those no configured rule names.
+    pub fn bridge_client_ids(&self) -> Vec<String> {
+        self.sessions
+            .iter()
+            .map(|(_, session)| &session.client_id)
+            .filter(|id| crate::core::is_bridge_client_id(id))
+            .map(|id| id.to_string())
+            .collect()
+    }
+
     /// Only a bridge's own session may hold a `saguin-bridge/` client id.
     fn admit_bridge_client_id(&self, conn: Key, connect: &Connect) -> Result<(), Refusal> {
-        match super::authorize::is_bridge_client_id(&connect.client_id) {
+        match crate::core::is_bridge_client_id(&connect.client_id) {
             true if !self.is_bridge(conn) => Err(Refusal::ClientIdReservedForBridges),
             _ => Ok(()),
         }

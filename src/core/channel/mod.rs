@@ -860,7 +860,19 @@ impl Broker {
                 delivery.message = with_channel(&message, name);
             }
             let reader = self.readers.get_mut(reader_key).expect("checked above");
-            let (session, qos) = (reader.session, delivery.qos);
+            let session = reader.session;
+            // A bridge's outbound rule keeps its place at every record,
+            // whatever QoS it was published at: this reader's position is
+            // the rule's, and it must hold through an outage.
+            let bridge_rule = self
+                .sessions
+                .get(session)
+                .is_some_and(|s| crate::core::is_bridge_client_id(&s.client_id));
+            if bridge_rule {
+                delivery.qos = delivery.qos.max(QoS::AtLeastOnce);
+            }
+            let qos = delivery.qos;
+            let reader = self.readers.get_mut(reader_key).expect("checked above");
             if qos != QoS::AtMostOnce {
                 reader.unacked.insert(offset);
             }

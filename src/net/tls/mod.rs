@@ -6,6 +6,7 @@
 //! verification off: a door either examines no client certificate at all,
 //! or verifies every one presented against its `client_ca_file`.
 
+pub mod client;
 pub mod x509;
 
 use std::cell::RefCell;
@@ -139,8 +140,21 @@ pub fn log_expiry(settings: &TlsSettings, leaf: &x509::Facts, now_unix_s: i64) {
     }
 }
 
-fn read_pem(door: &str, key: &str, path: &Path) -> Result<Vec<u8>, String> {
-    let fail = |why: String| format!("{door}.tls.{key} {}: {why}", path.display());
+fn read_certificates(
+    door: &str,
+    key: &str,
+    path: &Path,
+) -> Result<Vec<CertificateDer<'static>>, String> {
+    certificates_at(&format!("{door}.tls.{key}"), path)
+}
+
+fn read_key(door: &str, path: &Path) -> Result<PrivateKeyDer<'static>, String> {
+    key_at(&format!("{door}.tls.key_file"), path)
+}
+
+/// Reads a PEM file; errors begin with `what`, the key that names it.
+fn read_pem(what: &str, path: &Path) -> Result<Vec<u8>, String> {
+    let fail = |why: String| format!("{what} {}: {why}", path.display());
     let size = std::fs::metadata(path)
         .map_err(|error| fail(format!("cannot read it: {error}")))?
         .len();
@@ -152,31 +166,27 @@ fn read_pem(door: &str, key: &str, path: &Path) -> Result<Vec<u8>, String> {
     std::fs::read(path).map_err(|error| fail(format!("cannot read it: {error}")))
 }
 
-fn read_certificates(
-    door: &str,
-    key: &str,
+/// The certificates in the PEM file `path`, which the key `what` names.
+pub(crate) fn certificates_at(
+    what: &str,
     path: &Path,
 ) -> Result<Vec<CertificateDer<'static>>, String> {
-    let pem = read_pem(door, key, path)?;
+    let pem = read_pem(what, path)?;
     let certificates = CertificateDer::pem_slice_iter(&pem)
         .collect::<Result<Vec<_>, _>>()
-        .map_err(|error| {
-            format!(
-                "{door}.tls.{key} {}: not readable as PEM: {error}",
-                path.display()
-            )
-        })?;
+        .map_err(|error| format!("{what} {}: not readable as PEM: {error}", path.display()))?;
     if certificates.is_empty() {
         return Err(format!(
-            "{door}.tls.{key} {}: holds no certificate; it should hold one or more -----BEGIN CERTIFICATE----- blocks",
+            "{what} {}: holds no certificate; it should hold one or more -----BEGIN CERTIFICATE----- blocks",
             path.display()
         ));
     }
     Ok(certificates)
 }
 
-fn read_key(door: &str, path: &Path) -> Result<PrivateKeyDer<'static>, String> {
-    let pem = read_pem(door, "key_file", path)?;
+/// The private key in the PEM file `path`, which the key `what` names.
+pub(crate) fn key_at(what: &str, path: &Path) -> Result<PrivateKeyDer<'static>, String> {
+    let pem = read_pem(what, path)?;
     PrivateKeyDer::from_pem_slice(&pem).map_err(|error| {
         let why = match error {
             rustls::pki_types::pem::Error::NoItemsFound => {
@@ -184,7 +194,7 @@ fn read_key(door: &str, path: &Path) -> Result<PrivateKeyDer<'static>, String> {
             }
             other => format!("not readable as PEM: {other}"),
         };
-        format!("{door}.tls.key_file {}: {why}", path.display())
+        format!("{what} {}: {why}", path.display())
     })
 }
 

@@ -213,8 +213,14 @@ impl LatestReader {
             ids.extend(entry.subscription_id);
             retain_as_published |= options.retain_as_published;
         }
+        let mut qos = granted?.min(message.qos);
+        // A bridge's outbound rule is owed each change whatever QoS it was
+        // published at, so one made while the link is down waits for it.
+        if crate::core::is_bridge_client_id(client_id) {
+            qos = qos.max(QoS::AtLeastOnce);
+        }
         Some(Delivery {
-            qos: granted?.min(message.qos),
+            qos,
             retain: as_state || (retain_as_published && message.retain),
             subscription_ids: ids,
             group: None,
