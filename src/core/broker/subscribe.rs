@@ -331,9 +331,9 @@ impl Broker {
             .matching(filter, self.unix_ms(now_ms))
             .filter(|m| !(options.no_local && m.publisher == client_id))
             .filter(|m| partition::admits(slice, &m.topic))
-            // A value kept before a `latest` channel claimed its topic is
-            // not served beside the channel's: a topic's value is held in
-            // one place.
+            // A value kept before a `latest` channel claimed its topic was
+            // moved into the channel at start; one the channel had no room
+            // for is not served beside the channel's values.
             .filter(|m| {
                 self.channel_for(&m.topic)
                     .is_none_or(|c| self.channels[c].latest.is_none())

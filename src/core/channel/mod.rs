@@ -8,6 +8,7 @@
 //! the thread that serves connections.
 
 pub mod append;
+pub mod claimed_retained;
 pub mod claims;
 pub mod latest;
 pub mod load;
