@@ -201,3 +201,67 @@ fn a_new_session_never_resumes_from_a_lost_sessions_position() {
         "a new session starts at the floor"
     );
 }
+
+/// Defect: a provider nothing names was opened, creating and locking its
+/// file. It is left alone, and the log says so once, naming its key.
+#[test]
+fn a_provider_nothing_names_is_neither_opened_nor_locked() {
+    let dir = TempDir::new("unnamed-provider");
+    let storage = format!("{REDB}      spare:\n        type: redb\n        file_path: {{dir}}/spare.redb\n        max_bytes: 8MiB\n");
+    let mut broker = BrokerProcess::start_in(dir.path(), &storage, SMALL_EVENTS);
+    let line = broker.wait_for_log("broker.storage.providers.spare");
+    assert!(line.contains("not opened"), "{line}");
+    assert!(dir.path().join("saguin.redb").exists());
+    assert!(
+        !dir.path().join("spare.redb").exists(),
+        "a provider nothing names is not opened"
+    );
+}
+
+/// Defect: a channel configured as another type than its stored records
+/// were written as was started and served them as what they are not. The
+/// start is refused, naming the channel, the provider and the fix.
+#[test]
+fn a_channel_whose_type_changed_since_its_records_were_written_is_refused_at_start() {
+    let dir = TempDir::new("type-changed");
+    let mut broker = BrokerProcess::start_in(dir.path(), REDB, SMALL_EVENTS);
+    let mut publisher = RawClient::connect(&broker.address(), ProtocolVersion::V5, "publisher");
+    publish(&mut publisher, "events/a", &[b"logged".to_vec()]);
+    broker.kill();
+
+    let config = format!(
+        "broker:\n  id: test\n  mqtt:\n    listen:\n      tcp:\n        address: 127.0.0.1:0\n{}channels:\n  events:\n    type: latest\n    filter: events/#\n",
+        REDB.replace("{dir}", &dir.path().display().to_string())
+    );
+    let config_path = dir.path().join("saguin.yaml");
+    std::fs::write(&config_path, config).unwrap();
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_saguin"))
+        .arg("--config")
+        .arg(&config_path)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    // A broker that starts anyway serves until stopped: waited on with a
+    // bound, never forever.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while child.try_wait().unwrap().is_none() {
+        if std::time::Instant::now() > deadline {
+            child.kill().unwrap();
+            panic!("the broker started on records written as another type");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    let output = child.wait_with_output().unwrap();
+    assert!(!output.status.success(), "the start is refused");
+    let said = String::from_utf8_lossy(&output.stderr).to_string()
+        + &String::from_utf8_lossy(&output.stdout);
+    for needle in [
+        "channels.events",
+        "provider local",
+        "written with type: append",
+        "set channels.events.type back to append",
+    ] {
+        assert!(said.contains(needle), "{needle:?} not in {said}");
+    }
+}

@@ -66,6 +66,8 @@ pub fn start(settings: &mut Settings) -> io::Result<(Storage, Receiver<(usize, C
             usage.reserve_bytes
         );
         for channel in core.channels.iter_mut().filter(|c| c.provider == index) {
+            channel_load::check_type(&mut *provider, channel)
+                .map_err(|message| io::Error::new(io::ErrorKind::InvalidData, message))?;
             channel_load::load_at_start(&mut *provider, channel).map_err(to_io)?;
             log::info!(
                 "channel {} on {}: floor {}, next {}",
