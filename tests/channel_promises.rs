@@ -265,3 +265,57 @@ fn a_channel_whose_type_changed_since_its_records_were_written_is_refused_at_sta
         assert!(said.contains(needle), "{needle:?} not in {said}");
     }
 }
+
+/// Defect: a QoS 2 publish into a channel already at its `max_bytes` was
+/// accepted at PUBREC and refused only at PUBREL. It is refused at PUBREC
+/// with 0x97, and nothing is held for it.
+#[test]
+fn a_qos2_publish_into_a_channel_at_its_bound_is_refused_at_pubrec() {
+    let dir = TempDir::new("qos2-full");
+    let small = "channels:\n  small:\n    type: append\n    filter: small/#\n    max_bytes: 2KiB\n";
+    let broker = BrokerProcess::start_in(dir.path(), REDB, small);
+    let mut publisher = RawClient::connect(&broker.address(), ProtocolVersion::V5, "publisher");
+    let mut refused = false;
+    for packet_id in 1..=64u16 {
+        publisher.send(&Packet::Publish(Publish {
+            qos: QoS::AtLeastOnce,
+            topic: "small/a".into(),
+            packet_id: Some(packet_id),
+            payload: vec![7; 300],
+            ..Publish::default()
+        }));
+        match publisher.recv() {
+            Received::Packet(Packet::Puback(ack)) if ack.reason_code.0 == 0 => {}
+            Received::Packet(Packet::Puback(ack)) => {
+                assert_eq!(ack.reason_code.0, 0x97, "{ack:?}");
+                refused = true;
+                break;
+            }
+            other => panic!("expected a PUBACK, got {other:?}"),
+        }
+    }
+    assert!(refused, "the channel reached its bound");
+    publisher.send(&Packet::Publish(Publish {
+        qos: QoS::ExactlyOnce,
+        topic: "small/a".into(),
+        packet_id: Some(100),
+        payload: vec![7; 300],
+        ..Publish::default()
+    }));
+    match publisher.recv() {
+        Received::Packet(Packet::Pubrec(ack)) => {
+            assert_eq!(ack.packet_id, 100);
+            assert_eq!(ack.reason_code.0, 0x97, "refused at PUBREC: {ack:?}");
+        }
+        other => panic!("expected a PUBREC, got {other:?}"),
+    }
+    // Nothing is held: a PUBREL for it names no exchange.
+    publisher.send(&Packet::Pubrel(PubAck {
+        packet_id: 100,
+        ..PubAck::default()
+    }));
+    match publisher.recv() {
+        Received::Packet(Packet::Pubcomp(ack)) => assert_eq!(ack.reason_code.0, 0x92),
+        other => panic!("expected a PUBCOMP, got {other:?}"),
+    }
+}

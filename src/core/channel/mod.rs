@@ -100,6 +100,10 @@ pub(crate) struct Channel {
     pub readers: Vec<Key>,
     /// A retention trim is in flight.
     trimming: bool,
+    /// Its last append was refused for its `max_bytes` and nothing has
+    /// been removed from it since: a QoS 2 publish into it is refused at
+    /// PUBREC rather than accepted and refused at PUBREL.
+    pub at_bound: bool,
     /// A `latest` channel's current values and subscribers.
     pub latest: Option<Box<crate::core::channel::latest::LatestState>>,
 }
@@ -115,7 +119,13 @@ impl Channel {
             tail_bytes: 0,
             readers: Vec::new(),
             trimming: false,
+            at_bound: false,
         }
+    }
+
+    /// A write that removes records was sent: the channel may have room.
+    pub(crate) fn room_freed(&mut self) {
+        self.at_bound = false;
     }
 
     pub(crate) fn cache(&mut self, offset: u64, message: Rc<Message>) {
@@ -358,7 +368,22 @@ impl Broker {
         Ok(())
     }
 
-    /// A storage thread answered.
+    /// A publish's commit answer, noting whether the channel is at its
+    /// bound.
+    fn channel_commit_answer(
+        &mut self,
+        channel: usize,
+        result: Result<Vec<Outcome>, store::StoreError>,
+    ) -> Result<u64, Refusal> {
+        let answer = commit_answer(result);
+        match answer {
+            Ok(_) => self.channels[channel].at_bound = false,
+            Err(Refusal::ChannelFull) => self.channels[channel].at_bound = true,
+            Err(_) => {}
+        }
+        answer
+    }
+
     /// What publishes waiting on storage may hold: enough for any burst a
     /// gateway's storage can absorb, and always a few of the largest.
     fn pending_publish_max_bytes(&self) -> u64 {
@@ -397,7 +422,7 @@ impl Broker {
                     id,
                 },
                 Answer::Committed(result),
-            ) => match commit_answer(result) {
+            ) => match self.channel_commit_answer(channel, result) {
                 Ok(offset) => {
                     self.record_committed(channel, message, &id, offset, now_ms, out);
                     self.answer_publish(conn, ack, Ok(()), now_ms, out);
@@ -418,7 +443,7 @@ impl Broker {
                     id,
                 },
                 Answer::Committed(result),
-            ) => match commit_answer(result) {
+            ) => match self.channel_commit_answer(channel, result) {
                 Ok(offset) => self.record_committed(channel, message, &id, offset, now_ms, out),
                 Err(reason) => {
                     log::warn!(
@@ -1326,6 +1351,7 @@ impl Broker {
                 self.pending
                     .insert(ticket, Pending::Trim { channel: index });
                 self.channels[index].trimming = true;
+                self.channels[index].room_freed();
             }
         }
     }

@@ -960,7 +960,14 @@ impl Broker {
         out: &mut impl Transport,
     ) -> bool {
         let ticket = self.next_ticket();
+        let frees = writes
+            .iter()
+            .any(|w| matches!(w, Write::Remove { .. } | Write::Move { .. }));
         if out.store(self.provider_of(q), StoreRequest::Commit { ticket, writes }) {
+            if frees {
+                let channel = self.queues.list[q].channel;
+                self.channels[channel].room_freed();
+            }
             self.pending.insert(ticket, Pending::Queue(pending));
             true
         } else {
