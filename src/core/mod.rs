@@ -293,6 +293,7 @@ pub struct Broker {
     pub(crate) latest_readers: Slab<channel::latest::reader::LatestReader>,
     /// Storage requests in flight, by ticket.
     pub(crate) pending: HashMap<u64, channel::Pending>,
+    pub(crate) position_duties: channel::positions::PositionDuties,
     pub(crate) next_ticket: u64,
     /// What publishes waiting on storage hold, against its bound.
     pub(crate) pending_publish_bytes: u64,
@@ -338,6 +339,7 @@ impl Broker {
             readers: Slab::growable(u32::MAX as usize),
             latest_readers: Slab::growable(u32::MAX as usize),
             pending: HashMap::new(),
+            position_duties: Default::default(),
             next_ticket: 0,
             pending_publish_bytes: 0,
             id_generator: crate::store::MessageIdGenerator::with_seed(settings.start_unix_ms),
@@ -564,6 +566,7 @@ impl Broker {
         let due = self.timers.due(now_ms);
         if due.positions {
             self.commit_positions(None, out);
+            self.retry_position_drops(out);
             self.commit_cursors(out);
             self.retry_windows(out);
             // Readers whose storage read could not be queued try again.
@@ -686,6 +689,7 @@ impl Broker {
         }
         out.close(conn);
         self.persist.forget_connection(conn);
+        self.close_served(conn);
         let connection = self.connections.remove(conn).expect("checked above");
         let active = connection.active.expect("checked above");
         self.detach_session(active, publish_will, now_ms, out);

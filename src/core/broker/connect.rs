@@ -379,11 +379,13 @@ impl Broker {
         // Whatever held the client id before was ended above. What its
         // client id still has stored is a lost session's (sessions kept in
         // memory, channels on disk, and a crash between), never this one's.
+        let session_key = self
+            .sessions
+            .insert(Session::new(client_id, expiry_interval_s));
         if expiry_interval_s > 0 && !keeps_positions {
-            self.drop_stored_positions(client_id, out);
+            self.drop_stored_positions(session_key, out);
         }
-        self.sessions
-            .insert(Session::new(client_id, expiry_interval_s))
+        session_key
     }
 
     /// Disconnects the connection that held a session another CONNECT now
@@ -467,7 +469,11 @@ impl Broker {
                 session.expiry_interval_s = granted_s;
             }
         }
-        // A session that keeps a record has its disconnect stored first.
+        // Its channel positions are stored first, then its record, and
+        // only then is the connection closed.
+        if self.positions_before_close(conn, &disconnect, out) {
+            return;
+        }
         if self.disconnect_after_write(conn, &disconnect, now_ms, out) {
             return;
         }
@@ -578,7 +584,8 @@ impl Broker {
             .collect();
         self.holds_dropped(drops, out);
         let drop_positions = session.expiry_interval_s > 0 && !session.keep_positions;
-        self.drop_readers(session_key, &session.client_id, drop_positions, out);
+        let owner = (&session.client_id, session.epoch);
+        self.drop_readers(session_key, owner, drop_positions, out);
         // What a shared group handed this session and it did not finish
         // goes back to the group.
         // Each with whether it went on the wire.

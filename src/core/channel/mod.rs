@@ -12,15 +12,19 @@ pub mod claimed_retained;
 pub mod claims;
 pub mod latest;
 pub mod load;
+pub(crate) mod positions;
 pub mod queue;
 
 use crate::core::refusal::Refusal;
 use std::collections::{BTreeSet, HashMap, VecDeque};
 use std::rc::Rc;
 
-use crate::codec::{encoded_len, topic, Packet, QoS, RetainHandling, SubscriptionOptions};
+use crate::codec::{
+    encoded_len, topic, Disconnect, Packet, QoS, RetainHandling, SubscriptionOptions,
+};
 use crate::core::broadcast::topic_index::Target;
 use crate::core::channel::append::seek::SeekReply;
+use crate::core::channel::positions::OwedDrop;
 use crate::core::message::outgoing_publish;
 use crate::core::message::{
     from_stored, labelled, publisher_id, to_stored, with_channel, Delivery, Message,
@@ -242,6 +246,15 @@ pub(crate) enum Pending {
         reader: Key,
     },
     Positions,
+    /// Stored positions dropped as their session ended or began: written
+    /// again while they are still owed when the commit fails.
+    PositionDrops {
+        drops: Vec<OwedDrop>,
+    },
+    /// A session's positions, written ahead of its clean close.
+    CloseAfterPositions {
+        conn: Key,
+    },
     Trim {
         channel: usize,
     },
@@ -466,6 +479,23 @@ impl Broker {
                     );
                     self.mark_all_readers_dirty();
                 }
+            }
+            (Pending::PositionDrops { drops }, Answer::Committed(result)) => {
+                if let Err(error) = result {
+                    log::warn!(
+                        "stored consumer positions were not dropped: {error}; they are dropped again"
+                    );
+                    self.position_duties.owe(drops);
+                }
+            }
+            (Pending::CloseAfterPositions { conn }, Answer::Committed(result)) => {
+                if let Err(error) = result {
+                    log::warn!(
+                        "consumer positions were not stored before a close: {error}; they are written again"
+                    );
+                    self.mark_all_readers_dirty();
+                }
+                self.positions_before_close_written(conn, now_ms, out);
             }
             (
                 Pending::SeekTime {
@@ -1103,6 +1133,100 @@ impl Broker {
     /// outlive their connections: every `ack_commit_interval`, at a
     /// disconnect and at shutdown.
     pub(crate) fn commit_positions(&mut self, only_session: Option<Key>, out: &mut impl Transport) {
+        for (provider, writes) in self.position_writes(only_session) {
+            for chunk in writes.chunks(store::MAX_REQUEST_WRITES) {
+                let ticket = self.next_ticket();
+                if out.store(
+                    provider,
+                    StoreRequest::Commit {
+                        ticket,
+                        writes: chunk.to_vec(),
+                    },
+                ) {
+                    self.pending.insert(ticket, Pending::Positions);
+                } else {
+                    self.mark_all_readers_dirty();
+                }
+            }
+        }
+    }
+
+    /// Stores the moved positions of the session `conn` owns before its
+    /// clean DISCONNECT closes it. True when a commit was sent: the
+    /// DISCONNECT is served again once every one has come back.
+    pub(crate) fn positions_before_close(
+        &mut self,
+        conn: Key,
+        disconnect: &Disconnect,
+        out: &mut impl Transport,
+    ) -> bool {
+        if self.position_duties.closing.contains_key(&conn) {
+            return false;
+        }
+        let Some(session_key) = self.session_of(conn) else {
+            return false;
+        };
+        let mut outstanding = 0;
+        for (provider, writes) in self.position_writes(Some(session_key)) {
+            for chunk in writes.chunks(store::MAX_REQUEST_WRITES) {
+                let ticket = self.next_ticket();
+                let writes = chunk.to_vec();
+                if out.store(provider, StoreRequest::Commit { ticket, writes }) {
+                    self.pending
+                        .insert(ticket, Pending::CloseAfterPositions { conn });
+                    outstanding += 1;
+                } else {
+                    // Written again at the next interval; the close does
+                    // not wait on a storage thread too far behind.
+                    self.mark_all_readers_dirty();
+                }
+            }
+        }
+        // One entry per connection, gone when its DISCONNECT is served.
+        let disconnect = (outstanding > 0).then(|| disconnect.clone());
+        self.position_duties.closing.insert(
+            conn,
+            positions::CloseWait {
+                disconnect,
+                outstanding,
+            },
+        );
+        outstanding > 0
+    }
+
+    /// One of the commits a clean close waits on came back.
+    fn positions_before_close_written(
+        &mut self,
+        conn: Key,
+        now_ms: u64,
+        out: &mut impl Transport,
+    ) {
+        let Some(wait) = self.position_duties.closing.get_mut(&conn) else {
+            return;
+        };
+        wait.outstanding -= 1;
+        if wait.outstanding > 0 {
+            return;
+        }
+        let disconnect = wait.disconnect.take();
+        if !self.connections.contains(conn) {
+            self.position_duties.closing.remove(&conn);
+            return;
+        }
+        if let Some(disconnect) = disconnect {
+            self.handle_disconnect(conn, disconnect, now_ms, out);
+        }
+    }
+
+    /// The connection ended: its DISCONNECT was served, or it ended
+    /// otherwise.
+    pub(crate) fn close_served(&mut self, conn: Key) {
+        self.position_duties.closing.remove(&conn);
+    }
+
+    /// The writes of the positions that moved, by provider, marking them
+    /// written.
+    fn position_writes(&mut self, only_session: Option<Key>) -> HashMap<usize, Vec<Write>> {
         let mut by_provider: HashMap<usize, Vec<Write>> = HashMap::new();
         for key in self.readers.keys() {
             let reader = self.readers.get(key).expect("key just listed");
@@ -1130,22 +1254,7 @@ impl Broker {
                 });
             self.readers.get_mut(key).expect("key just listed").dirty = false;
         }
-        for (provider, writes) in by_provider {
-            for chunk in writes.chunks(store::MAX_REQUEST_WRITES) {
-                let ticket = self.next_ticket();
-                if out.store(
-                    provider,
-                    StoreRequest::Commit {
-                        ticket,
-                        writes: chunk.to_vec(),
-                    },
-                ) {
-                    self.pending.insert(ticket, Pending::Positions);
-                } else {
-                    self.mark_all_readers_dirty();
-                }
-            }
-        }
+        by_provider
     }
 
     fn mark_all_readers_dirty(&mut self) {
@@ -1212,7 +1321,7 @@ impl Broker {
     pub(crate) fn drop_readers(
         &mut self,
         session_key: Key,
-        client_id: &str,
+        (client_id, epoch): (&Rc<str>, u64),
         durable: bool,
         out: &mut impl Transport,
     ) {
@@ -1227,59 +1336,113 @@ impl Broker {
                     .is_some_and(|r| r.session == session_key)
             })
             .collect();
-        let mut by_provider: HashMap<usize, Vec<Write>> = HashMap::new();
+        let mut drops = Vec::new();
         for key in readers {
             let reader = self.readers.remove(key).expect("listed above");
             let channel = &mut self.channels[reader.channel];
             channel.readers.retain(|&r| r != key);
             if durable {
-                by_provider
-                    .entry(channel.settings.provider)
-                    .or_default()
-                    .push(Write::DropPosition {
-                        channel: channel.settings.name.clone(),
-                        reader: client_id.to_string(),
-                    });
+                drops.push(OwedDrop {
+                    provider: channel.settings.provider,
+                    channel: channel.settings.name.clone(),
+                    client_id: Rc::clone(client_id),
+                    epoch,
+                });
             }
         }
-        self.commit_position_drops(by_provider, out);
+        self.commit_position_drops(drops, out);
     }
 
     /// Drops whatever positions `client_id` has stored in every channel
     /// that keeps positions: for a session new in this run, anything
     /// stored under its client id belongs to a session that is gone (one
     /// kept in memory, lost with a crash), which it must not resume from.
-    pub(crate) fn drop_stored_positions(&mut self, client_id: &str, out: &mut impl Transport) {
-        let mut by_provider: HashMap<usize, Vec<Write>> = HashMap::new();
-        for (index, channel) in self.channels.iter().enumerate() {
-            if channel.latest.is_some() || self.queues.is_queue(index) {
-                continue;
-            }
-            by_provider
-                .entry(channel.settings.provider)
-                .or_default()
-                .push(Write::DropPosition {
-                    channel: channel.settings.name.clone(),
-                    reader: client_id.to_string(),
-                });
-        }
-        self.commit_position_drops(by_provider, out);
+    pub(crate) fn drop_stored_positions(&mut self, session_key: Key, out: &mut impl Transport) {
+        let Some(session) = self.sessions.get(session_key) else {
+            return;
+        };
+        let (client_id, epoch) = (Rc::clone(&session.client_id), session.epoch);
+        let drops = self
+            .channels
+            .iter()
+            .enumerate()
+            .filter(|&(index, channel)| channel.latest.is_none() && !self.queues.is_queue(index))
+            .map(|(_, channel)| OwedDrop {
+                provider: channel.settings.provider,
+                channel: channel.settings.name.clone(),
+                client_id: Rc::clone(&client_id),
+                epoch,
+            })
+            .collect();
+        self.commit_position_drops(drops, out);
     }
 
-    fn commit_position_drops(
-        &mut self,
-        by_provider: HashMap<usize, Vec<Write>>,
-        out: &mut impl Transport,
-    ) {
-        for (provider, writes) in by_provider {
-            for chunk in writes.chunks(store::MAX_REQUEST_WRITES) {
+    /// Sends position drops; one the storage thread cannot take, or whose
+    /// commit fails, is owed and written again at the next interval.
+    fn commit_position_drops(&mut self, drops: Vec<OwedDrop>, out: &mut impl Transport) {
+        let mut by_provider: HashMap<usize, Vec<OwedDrop>> = HashMap::new();
+        for drop in drops {
+            by_provider.entry(drop.provider).or_default().push(drop);
+        }
+        for (provider, drops) in by_provider {
+            for chunk in drops.chunks(store::MAX_REQUEST_WRITES) {
                 let ticket = self.next_ticket();
-                let writes = chunk.to_vec();
+                let writes = chunk
+                    .iter()
+                    .map(|d| Write::DropPosition {
+                        channel: d.channel.clone(),
+                        reader: d.client_id.to_string(),
+                    })
+                    .collect();
+                let drops = chunk.to_vec();
                 if out.store(provider, StoreRequest::Commit { ticket, writes }) {
-                    self.pending.insert(ticket, Pending::Positions);
+                    self.pending.insert(ticket, Pending::PositionDrops { drops });
+                } else {
+                    self.position_duties.owe(drops);
                 }
             }
         }
+    }
+
+    /// Writes again the position drops still owed. A drop whose client id
+    /// a newer session holds now is given up: what is stored under it is
+    /// that session's. One a session owes for itself (dropped as it
+    /// began) is given up for a channel it reads, whose position it
+    /// writes from memory instead.
+    pub(crate) fn retry_position_drops(&mut self, out: &mut impl Transport) {
+        let mut again = Vec::new();
+        for drop in self.position_duties.take_owed() {
+            let holder = self
+                .sessions
+                .key_of(&drop.client_id)
+                .and_then(|k| self.sessions.get(k).map(|s| (k, s.epoch)));
+            match holder {
+                None => again.push(drop),
+                Some((_, epoch)) if epoch > drop.epoch => {
+                    log::debug!(
+                        "a newer session of {} holds its positions: an older drop on {} is not written",
+                        drop.client_id,
+                        drop.channel
+                    );
+                }
+                Some((key, _)) => {
+                    let reading = self.readers_of(key).into_iter().find(|&r| {
+                        self.readers.get(r).is_some_and(|reader| {
+                            self.channels[reader.channel].settings.name == drop.channel
+                        })
+                    });
+                    match reading {
+                        Some(reader) => {
+                            if let Some(reader) = self.readers.get_mut(reader) {
+                                reader.dirty = true;
+                            }
+                        }
+                        None => again.push(drop),
+                    }
+                }
+            }
+        }
+        self.commit_position_drops(again, out);
     }
 
     /// Removes `filter` from the session's readers; a reader left with no

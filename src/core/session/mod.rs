@@ -76,6 +76,9 @@ pub struct Session {
     /// True until the session's first connection is answered, so that its
     /// CONNACK says Session Present 0.
     pub is_new: bool,
+    /// The order the table took it in, this run: a newer session of the
+    /// same client id has a larger one. Set by the table.
+    pub epoch: u64,
 }
 
 impl Session {
@@ -97,6 +100,7 @@ impl Session {
             readers: Vec::new(),
             latest_readers: Vec::new(),
             keep_positions: false,
+            epoch: 0,
         }
     }
 

@@ -12,6 +12,8 @@ pub(crate) struct Sessions {
     by_client_id: HashMap<Box<str>, Key>,
     /// The last client id the broker assigned.
     last_assigned_id: u64,
+    /// The last session epoch given.
+    last_epoch: u64,
 }
 
 impl Sessions {
@@ -22,6 +24,7 @@ impl Sessions {
             table: Slab::growable(u32::MAX as usize),
             by_client_id: HashMap::new(),
             last_assigned_id: 0,
+            last_epoch: 0,
         }
     }
 
@@ -56,7 +59,9 @@ impl Sessions {
 
     /// Adds a session for its client id, which names it from now on. What
     /// the id named before must have been ended first.
-    pub fn insert(&mut self, session: Session) -> Key {
+    pub fn insert(&mut self, mut session: Session) -> Key {
+        self.last_epoch += 1;
+        session.epoch = self.last_epoch;
         let client_id: Box<str> = (*session.client_id).into();
         let key = self
             .table
@@ -104,6 +109,7 @@ mod tests {
         assert_eq!(sessions.key_of("a"), None);
         let new = sessions.insert(Session::new("a", 60));
         assert_eq!(sessions.key_of("a"), Some(new));
+        assert!(sessions.get(new).unwrap().epoch > 0, "epochs start at 1");
         assert_eq!(sessions.len(), 1);
     }
 
