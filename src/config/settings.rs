@@ -33,6 +33,9 @@ pub(super) fn shell(
         .collect();
     core.session_provider = broker.session.storage.as_deref().and_then(provider_index);
     core.retained_provider = broker.retained.storage.as_deref().and_then(provider_index);
+    if let Some(index) = core.session_provider {
+        core.session_memory_max_bytes = providers[index].max_bytes;
+    }
     net::Settings {
         broker_id: broker.id.clone(),
         core,

@@ -208,6 +208,10 @@ pub struct Settings {
     pub retained_provider: Option<usize>,
     /// How long a retained value is kept after it was set.
     pub retained_retention_period_s: Option<u64>,
+    /// The bound on what sessions are charged (`session::charge`): a
+    /// session outlives its connection, and a filter is taken, only
+    /// within it. The session store's provider's `max_bytes`.
+    pub session_memory_max_bytes: u64,
 }
 
 impl Default for Settings {
@@ -240,6 +244,7 @@ impl Default for Settings {
             session_provider: None,
             retained_provider: None,
             retained_retention_period_s: None,
+            session_memory_max_bytes: session::charge::DEFAULT_SESSION_MEMORY_BYTES,
         }
     }
 }
@@ -319,7 +324,7 @@ impl Broker {
         let queues = channel::queue::Queues::new(&mut settings.channels, settings.start_unix_ms);
         Broker {
             connections: Slab::with_capacity(max_connections),
-            sessions: session::table::Sessions::new(),
+            sessions: session::table::Sessions::new(settings.session_memory_max_bytes),
             index: TopicIndex::new(),
             stats: Stats::default(),
             budgets: connection::budget::PublishBudgets::new(

@@ -2621,3 +2621,74 @@ fn a_retried_position_drop_never_overwrites_a_newer_sessions_position() {
         "the older session's drop is not written over the newer session's position"
     );
 }
+
+/// Defect: sessions outliving their connections were bounded by nothing.
+/// Within the bound on session memory a session is kept; past it one is
+/// given a session that ends with its connection (Session Expiry Interval
+/// 0), a Will finds no room and is refused 0x97, and a SUBSCRIBE is
+/// refused 0x97 for every filter it would add.
+#[test]
+fn sessions_outliving_their_connections_are_bounded_by_session_memory() {
+    let settings = Settings {
+        // Two sessions of a one-letter client id and no filter: 2 x 3,501.
+        session_memory_max_bytes: 7_500,
+        ..Settings::default()
+    };
+    let mut h = Harness::new(settings);
+    let durable = |client_id: &str| {
+        let mut connect = connect_packet(client_id, ProtocolVersion::V5);
+        connect.properties.session_expiry_interval_s = Some(60);
+        connect
+    };
+    for client_id in ["a", "b"] {
+        let (_, connack) = h.connect_with(durable(client_id));
+        assert_eq!(connack.reason_code, ReasonCode::SUCCESS);
+        assert_eq!(connack.properties.session_expiry_interval_s, None);
+    }
+    let (_, connack) = h.connect_with(durable("c"));
+    assert_eq!(connack.reason_code, ReasonCode::SUCCESS);
+    assert_eq!(
+        connack.properties.session_expiry_interval_s,
+        Some(0),
+        "told its session ends with its connection"
+    );
+    assert_eq!(h.broker.stats().sessions_dropped_storage_full, 1);
+
+    let mut with_will = durable("d");
+    with_will.will = Some(Will {
+        topic: "wills/d".into(),
+        payload: b"gone".to_vec(),
+        qos: QoS::AtMostOnce,
+        retain: false,
+        properties: Properties::default(),
+    });
+    let (_, connack) = h.connect_with(with_will);
+    assert_eq!(connack.reason_code, ReasonCode::QUOTA_EXCEEDED);
+
+    let a = h.connect("a", ProtocolVersion::V5);
+    assert_eq!(
+        h.subscribe(a, "x", qos(QoS::AtLeastOnce), None),
+        vec![ReasonCode::QUOTA_EXCEEDED]
+    );
+}
+
+/// What a session is charged follows its filters, and leaves with it.
+#[test]
+fn a_sessions_charge_follows_its_filters_and_leaves_with_it() {
+    let mut h = Harness::new(Settings::default());
+    let conn = h.connect("a", ProtocolVersion::V5);
+    assert_eq!(h.broker.sessions.charged_bytes(), 3_501);
+    h.subscribe(conn, "x/y", qos(QoS::AtLeastOnce), None);
+    assert_eq!(h.broker.sessions.charged_bytes(), 3_501 + 800 + 600 + 3);
+    h.packet(
+        conn,
+        Packet::Unsubscribe(Unsubscribe {
+            packet_id: 8,
+            properties: Properties::default(),
+            filters: vec!["x/y".into()],
+        }),
+    );
+    assert_eq!(h.broker.sessions.charged_bytes(), 3_501);
+    h.packet(conn, Packet::Disconnect(Default::default()));
+    assert_eq!(h.broker.sessions.charged_bytes(), 0);
+}

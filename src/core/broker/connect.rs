@@ -57,20 +57,7 @@ impl Broker {
         let admitted = match admitted {
             Ok(admitted) => admitted,
             Err(refusal) => {
-                log::warn!(
-                    "refusing CONNECT from client id {:?}: {refusal}",
-                    connect.client_id
-                );
-                let problem_information = connect.properties.request_problem_information != Some(0);
-                self.send_connack_refusal(
-                    conn,
-                    connect.protocol_version,
-                    refusal.code(),
-                    refusal.reason(),
-                    problem_information,
-                    out,
-                );
-                self.close_silently(conn, now_ms, out);
+                self.turn_away(conn, &connect, &connect.client_id, refusal, now_ms, out);
                 return;
             }
         };
@@ -95,6 +82,19 @@ impl Broker {
         if version == ProtocolVersion::V5 && granted_expiry_s < requested_expiry_s {
             self.tallies.session_expiry_shortened += 1;
         }
+        let roomy = self.session_room(
+            &client_id,
+            connect.clean_start,
+            granted_expiry_s,
+            connect.will.as_ref(),
+        );
+        let granted_expiry_s = match roomy {
+            Ok(expiry_s) => expiry_s,
+            Err(refusal) => {
+                self.turn_away(conn, &connect, &client_id, refusal, now_ms, out);
+                return;
+            }
+        };
         // A 3.1.1 session has no expiry to be told: it is made clean.
         let clean_start =
             connect.clean_start || granted_expiry_s == 0 && version == ProtocolVersion::V311;
@@ -274,6 +274,29 @@ impl Broker {
         }
         self.admit_queue_topic(&will.topic)
             .map_err(|_| Refusal::WillTopicDeadLetter)
+    }
+
+    /// Refuses a CONNECT before its session is touched, and closes.
+    fn turn_away(
+        &mut self,
+        conn: Key,
+        connect: &Connect,
+        client_id: &str,
+        refusal: Refusal,
+        now_ms: u64,
+        out: &mut impl Transport,
+    ) {
+        log::warn!("refusing CONNECT from client id {client_id:?}: {refusal}");
+        let problem_information = connect.properties.request_problem_information != Some(0);
+        self.send_connack_refusal(
+            conn,
+            connect.protocol_version,
+            refusal.code(),
+            refusal.reason(),
+            problem_information,
+            out,
+        );
+        self.close_silently(conn, now_ms, out);
     }
 
     pub(crate) fn send_connack_refusal(

@@ -1,5 +1,6 @@
 //! What the broker keeps for a client id between connections.
 
+pub(crate) mod charge;
 pub(crate) mod record;
 pub(crate) mod table;
 
@@ -79,6 +80,8 @@ pub struct Session {
     /// The order the table took it in, this run: a newer session of the
     /// same client id has a larger one. Set by the table.
     pub epoch: u64,
+    /// What the table counts it at against the bound on session memory.
+    pub charged_bytes: u64,
 }
 
 impl Session {
@@ -101,6 +104,7 @@ impl Session {
             latest_readers: Vec::new(),
             keep_positions: false,
             epoch: 0,
+            charged_bytes: 0,
         }
     }
 

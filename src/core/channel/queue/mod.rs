@@ -420,6 +420,7 @@ impl Broker {
                 slice: None,
             },
         );
+        self.sessions.recharge(session_key);
         let queue = &mut self.queues.list[q];
         if !queue.workers.contains(&session_key) {
             queue.workers.push(session_key);
@@ -449,6 +450,7 @@ impl Broker {
                 slice: None,
             },
         );
+        self.sessions.recharge(session_key);
         let queue = &mut self.queues.list[q];
         if !queue.workers.contains(&session_key) {
             queue.workers.push(session_key);
