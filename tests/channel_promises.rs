@@ -319,3 +319,37 @@ fn a_qos2_publish_into_a_channel_at_its_bound_is_refused_at_pubrec() {
         other => panic!("expected a PUBCOMP, got {other:?}"),
     }
 }
+
+/// Defect: a channel's records owed to a durable shared group were kept in
+/// memory only, so a crash lost the group's backlog. They are in the log
+/// before their PUBACK, and the group gets them back after a SIGKILL.
+#[test]
+fn a_durable_shared_groups_channel_backlog_survives_a_sigkill() {
+    let dir = TempDir::new("group-backlog");
+    let events = "channels:\n  events:\n    type: append\n    filter: events/#\n";
+    let mut broker = BrokerProcess::start_in(dir.path(), REDB, events);
+    // A group member and a plain reader of the channel, both away.
+    for (client_id, filter) in [("worker", "$share/g/events/#"), ("reader", "events/#")] {
+        let (mut client, _) = durable_connect(&broker.address(), client_id);
+        client.subscribe(filter, QoS::AtLeastOnce);
+        client.send(&Packet::Disconnect(Default::default()));
+        assert_eq!(client.recv(), Received::Closed);
+    }
+    let mut publisher = RawClient::connect(&broker.address(), ProtocolVersion::V5, "publisher");
+    publish(&mut publisher, "events/a", &[b"r1".to_vec(), b"r2".to_vec()]);
+    broker.kill();
+
+    let broker = BrokerProcess::start_in(dir.path(), REDB, events);
+    let (mut worker, session_present) = durable_connect(&broker.address(), "worker");
+    assert!(session_present);
+    let received = [consume_one(&mut worker), consume_one(&mut worker)];
+    assert_eq!(received, [b"r1".to_vec(), b"r2".to_vec()]);
+    // The reader reads the channel, and is not served the group's copies
+    // from the log beside it.
+    let (mut reader, _) = durable_connect(&broker.address(), "reader");
+    let mut publisher = RawClient::connect(&broker.address(), ProtocolVersion::V5, "publisher");
+    publish(&mut publisher, "events/a", &[b"r3".to_vec()]);
+    let mut read: Vec<Vec<u8>> = (0..3).map(|_| consume_one(&mut reader)).collect();
+    read.sort();
+    assert_eq!(read, [b"r1".to_vec(), b"r2".to_vec(), b"r3".to_vec()]);
+}

@@ -299,6 +299,11 @@ pub struct Broker {
     /// Storage requests in flight, by ticket.
     pub(crate) pending: HashMap<u64, channel::Pending>,
     pub(crate) position_duties: channel::positions::PositionDuties,
+    /// Channel records owed to durable shared groups, waiting on their log
+    /// write, with their publisher's answer; bounded by the publishes
+    /// waiting on storage.
+    pub(crate) records_for_groups:
+        HashMap<u64, (std::rc::Rc<message::Message>, Option<(Key, channel::PendingAck)>)>,
     pub(crate) next_ticket: u64,
     /// What publishes waiting on storage hold, against its bound.
     pub(crate) pending_publish_bytes: u64,
@@ -345,6 +350,7 @@ impl Broker {
             latest_readers: Slab::growable(u32::MAX as usize),
             pending: HashMap::new(),
             position_duties: Default::default(),
+            records_for_groups: HashMap::new(),
             next_ticket: 0,
             pending_publish_bytes: 0,
             id_generator: crate::store::MessageIdGenerator::with_seed(settings.start_unix_ms),

@@ -437,8 +437,8 @@ impl Broker {
                 Answer::Committed(result),
             ) => match self.channel_commit_answer(channel, result) {
                 Ok(offset) => {
-                    self.record_committed(channel, message, &id, offset, now_ms, out);
-                    self.answer_publish(conn, ack, Ok(()), now_ms, out);
+                    let answer = Some((conn, ack));
+                    self.record_committed(channel, message, &id, offset, answer, now_ms, out);
                 }
                 Err(refusal) => {
                     if let PendingAck::Pubcomp { packet_id } = ack {
@@ -457,7 +457,9 @@ impl Broker {
                 },
                 Answer::Committed(result),
             ) => match self.channel_commit_answer(channel, result) {
-                Ok(offset) => self.record_committed(channel, message, &id, offset, now_ms, out),
+                Ok(offset) => {
+                    self.record_committed(channel, message, &id, offset, None, now_ms, out)
+                }
                 Err(reason) => {
                     log::warn!(
                         "a message for channel {} was not stored: {reason}",
@@ -533,18 +535,24 @@ impl Broker {
 
     /// A record was committed at `offset`: the channel moves on and its
     /// readers are served.
+    /// A record was committed: its readers and groups are served, and its
+    /// publisher, if `answer` names one, is answered - once the broadcast
+    /// log holds it too where a durable shared group is owed it.
+    #[allow(clippy::too_many_arguments)]
     pub(crate) fn record_committed(
         &mut self,
         channel: usize,
         message: Message,
         id: &MessageId,
         offset: u64,
+        answer: Option<(Key, PendingAck)>,
         now_ms: u64,
         out: &mut impl Transport,
     ) {
         self.tallies.published(channel);
         if self.channels[channel].latest.is_some() {
             self.latest_committed(channel, message, id, offset, now_ms, out);
+            self.answer_committed(answer, now_ms, out);
             return;
         }
         let received_at_unix_ms = message.received_at_unix_ms;
@@ -554,12 +562,55 @@ impl Broker {
         ch.cache(offset, Rc::clone(&labelled));
         // A queue's record is a job: offered to one worker, never routed.
         if self.queue_record_committed(channel, offset, received_at_unix_ms, now_ms, out) {
+            self.answer_committed(answer, now_ms, out);
             return;
         }
         for reader in self.channels[channel].readers.clone() {
             self.pump_reader(reader, now_ms, out);
         }
+        if self.owed_to_durable_group(&labelled) {
+            let record = self.next_ticket();
+            // The log keeps its own copy, as the store keeps any record.
+            let message = Message {
+                topic: labelled.topic.clone(),
+                payload: labelled.payload.clone(),
+                properties: labelled.properties.clone(),
+                publisher: labelled.publisher.clone(),
+                ..*labelled
+            };
+            self.records_for_groups.insert(record, (labelled, answer));
+            self.log_for_groups(record, message, now_ms, out);
+            return;
+        }
         self.hand_to_groups(&labelled, now_ms, out);
+        self.answer_committed(answer, now_ms, out);
+    }
+
+    /// The log answered for a record owed to durable shared groups: they
+    /// are handed it, and its publisher answered.
+    pub(crate) fn record_logged_for_groups(
+        &mut self,
+        record: u64,
+        now_ms: u64,
+        out: &mut impl Transport,
+    ) {
+        let Some((labelled, answer)) = self.records_for_groups.remove(&record) else {
+            return;
+        };
+        self.note_logged(&labelled);
+        self.hand_to_groups(&labelled, now_ms, out);
+        self.answer_committed(answer, now_ms, out);
+    }
+
+    fn answer_committed(
+        &mut self,
+        answer: Option<(Key, PendingAck)>,
+        now_ms: u64,
+        out: &mut impl Transport,
+    ) {
+        if let Some((conn, ack)) = answer {
+            self.answer_publish(conn, ack, Ok(()), now_ms, out);
+        }
     }
 
     /// A shared group over a channel is handed each new record, to one

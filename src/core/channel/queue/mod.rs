@@ -1261,6 +1261,7 @@ impl Broker {
                             from_stored(&message),
                             &message.id,
                             *at,
+                            None,
                             now_ms,
                             out,
                         );
