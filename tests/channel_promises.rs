@@ -336,7 +336,11 @@ fn a_durable_shared_groups_channel_backlog_survives_a_sigkill() {
         assert_eq!(client.recv(), Received::Closed);
     }
     let mut publisher = RawClient::connect(&broker.address(), ProtocolVersion::V5, "publisher");
-    publish(&mut publisher, "events/a", &[b"r1".to_vec(), b"r2".to_vec()]);
+    publish(
+        &mut publisher,
+        "events/a",
+        &[b"r1".to_vec(), b"r2".to_vec()],
+    );
     broker.kill();
 
     let broker = BrokerProcess::start_in(dir.path(), REDB, events);

@@ -302,8 +302,7 @@ pub struct Broker {
     /// Channel records owed to durable shared groups, waiting on their log
     /// write, with their publisher's answer; bounded by the publishes
     /// waiting on storage.
-    pub(crate) records_for_groups:
-        HashMap<u64, (std::rc::Rc<message::Message>, Option<(Key, channel::PendingAck)>)>,
+    pub(crate) records_for_groups: HashMap<u64, channel::RecordForGroups>,
     pub(crate) next_ticket: u64,
     /// What publishes waiting on storage hold, against its bound.
     pub(crate) pending_publish_bytes: u64,

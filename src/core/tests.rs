@@ -2597,7 +2597,10 @@ fn a_failed_position_drop_is_written_again_until_it_lands() {
     assert_eq!(again.len(), 1, "written again at the next interval");
     h.complete(again[0], Answer::Committed(Ok(vec![])));
     h.advance(300);
-    assert!(position_drops(&mut h).is_empty(), "landed: not written again");
+    assert!(
+        position_drops(&mut h).is_empty(),
+        "landed: not written again"
+    );
 }
 
 /// A drop retried late never takes away a newer session's position.

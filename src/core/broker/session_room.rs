@@ -54,7 +54,11 @@ impl Broker {
     }
 
     /// Whether the filters `subscribe` would add fit the bound.
-    pub(crate) fn room_for_filters(&self, session_key: crate::core::Key, subscribe: &Subscribe) -> bool {
+    pub(crate) fn room_for_filters(
+        &self,
+        session_key: crate::core::Key,
+        subscribe: &Subscribe,
+    ) -> bool {
         let Some(session) = self.sessions.get(session_key) else {
             return true;
         };

@@ -219,6 +219,10 @@ impl Reader {
     }
 }
 
+/// A committed record owed to durable shared groups, waiting on its log
+/// write, with its publisher's answer.
+pub(crate) type RecordForGroups = (Rc<Message>, Option<(Key, PendingAck)>);
+
 /// What a storage request was for, so its completion can be answered.
 pub(crate) enum Pending {
     /// A publish waiting for its record to be committed.
@@ -1246,12 +1250,7 @@ impl Broker {
     }
 
     /// One of the commits a clean close waits on came back.
-    fn positions_before_close_written(
-        &mut self,
-        conn: Key,
-        now_ms: u64,
-        out: &mut impl Transport,
-    ) {
+    fn positions_before_close_written(&mut self, conn: Key, now_ms: u64, out: &mut impl Transport) {
         let Some(wait) = self.position_duties.closing.get_mut(&conn) else {
             return;
         };
@@ -1447,7 +1446,8 @@ impl Broker {
                     .collect();
                 let drops = chunk.to_vec();
                 if out.store(provider, StoreRequest::Commit { ticket, writes }) {
-                    self.pending.insert(ticket, Pending::PositionDrops { drops });
+                    self.pending
+                        .insert(ticket, Pending::PositionDrops { drops });
                 } else {
                     self.position_duties.owe(drops);
                 }

@@ -39,7 +39,11 @@ pub fn session_bytes<'a>(client_id: &str, filters: impl IntoIterator<Item = &'a 
 /// A Will's topic, payload and properties.
 pub fn will_bytes(will: &Will) -> u64 {
     let p = &will.properties;
-    let user: usize = p.user_properties.iter().map(|(k, v)| k.len() + v.len()).sum();
+    let user: usize = p
+        .user_properties
+        .iter()
+        .map(|(k, v)| k.len() + v.len())
+        .sum();
     let optional = p.content_type.as_ref().map_or(0, String::len)
         + p.response_topic.as_ref().map_or(0, String::len)
         + p.correlation_data.as_ref().map_or(0, Vec::len);

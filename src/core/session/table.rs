@@ -110,7 +110,9 @@ impl Sessions {
     /// Whether `more_bytes` fit the bound once `freed_bytes` (a session
     /// about to be replaced) are given back.
     pub fn has_room_for(&self, more_bytes: u64, freed_bytes: u64) -> bool {
-        self.charged_bytes.saturating_sub(freed_bytes).saturating_add(more_bytes)
+        self.charged_bytes
+            .saturating_sub(freed_bytes)
+            .saturating_add(more_bytes)
             <= self.max_charged_bytes
     }
 
