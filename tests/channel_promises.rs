@@ -101,9 +101,11 @@ fn a_position_below_the_floor_after_a_sigkill_is_told_session_present_0() {
 }
 
 /// Defect: a retained value kept before a `latest` channel claimed its
-/// topic was still served beside the channel's values.
+/// topic stayed in the retained store (hidden, not deleted), so a value
+/// was held in two places. It is moved into the channel at start, and
+/// is gone from the retained store even after a crash.
 #[test]
-fn a_retained_value_on_a_topic_a_latest_channel_now_claims_is_not_served() {
+fn a_retained_value_on_a_topic_a_latest_channel_now_claims_is_moved_into_it() {
     let dir = TempDir::new("retained-claimed");
     let mut broker = BrokerProcess::start_in(dir.path(), REDB, "");
     let mut publisher = RawClient::connect(&broker.address(), ProtocolVersion::V5, "publisher");
@@ -121,20 +123,42 @@ fn a_retained_value_on_a_topic_a_latest_channel_now_claims_is_not_served() {
     assert!(broker.terminate().success());
 
     let state = "channels:\n  state:\n    type: latest\n    filter: state/#\n";
-    let broker = BrokerProcess::start_in(dir.path(), REDB, state);
+    let mut broker = BrokerProcess::start_in(dir.path(), REDB, state);
+    broker.wait_for_log("moved in at offset");
     let mut publisher = RawClient::connect(&broker.address(), ProtocolVersion::V5, "publisher");
     publish(&mut publisher, "state/b", &[b"new".to_vec()]);
     let mut reader = RawClient::connect(&broker.address(), ProtocolVersion::V5, "reader");
     reader.subscribe("state/#", QoS::AtLeastOnce);
-    // Retained values would come first, ahead of the channel's state.
-    match reader.recv() {
-        Received::Packet(Packet::Publish(p)) => {
-            assert_eq!(
-                (p.topic.as_str(), p.payload.as_slice()),
-                ("state/b", &b"new"[..])
-            )
+    let mut served = Vec::new();
+    for _ in 0..2 {
+        match reader.recv() {
+            Received::Packet(Packet::Publish(p)) => served.push((p.topic, p.payload)),
+            other => panic!("expected the channel's state, got {other:?}"),
         }
-        other => panic!("expected the channel's value, got {other:?}"),
+    }
+    served.sort();
+    assert_eq!(
+        served,
+        [
+            ("state/a".to_string(), b"old".to_vec()),
+            ("state/b".to_string(), b"new".to_vec())
+        ],
+        "the channel serves the value it took over"
+    );
+    broker.kill();
+
+    // Without the channel, the retained store no longer holds the value.
+    let broker = BrokerProcess::start_in(dir.path(), REDB, "");
+    let mut reader = RawClient::connect(&broker.address(), ProtocolVersion::V5, "reader");
+    reader.subscribe("state/#", QoS::AtLeastOnce);
+    let mut publisher = RawClient::connect(&broker.address(), ProtocolVersion::V5, "publisher");
+    publish(&mut publisher, "state/marker", &[b"live".to_vec()]);
+    match reader.recv() {
+        Received::Packet(Packet::Publish(p)) => assert_eq!(
+            p.topic, "state/marker",
+            "a retained value moved into a channel is not also kept as retained"
+        ),
+        other => panic!("expected the live publish, got {other:?}"),
     }
 }
 
@@ -176,4 +200,160 @@ fn a_new_session_never_resumes_from_a_lost_sessions_position() {
         vec![0],
         "a new session starts at the floor"
     );
+}
+
+/// Defect: a provider nothing names was opened, creating and locking its
+/// file. It is left alone, and the log says so once, naming its key.
+#[test]
+fn a_provider_nothing_names_is_neither_opened_nor_locked() {
+    let dir = TempDir::new("unnamed-provider");
+    let storage = format!("{REDB}      spare:\n        type: redb\n        file_path: {{dir}}/spare.redb\n        max_bytes: 8MiB\n");
+    let mut broker = BrokerProcess::start_in(dir.path(), &storage, SMALL_EVENTS);
+    let line = broker.wait_for_log("broker.storage.providers.spare");
+    assert!(line.contains("not opened"), "{line}");
+    assert!(dir.path().join("saguin.redb").exists());
+    assert!(
+        !dir.path().join("spare.redb").exists(),
+        "a provider nothing names is not opened"
+    );
+}
+
+/// Defect: a channel configured as another type than its stored records
+/// were written as was started and served them as what they are not. The
+/// start is refused, naming the channel, the provider and the fix.
+#[test]
+fn a_channel_whose_type_changed_since_its_records_were_written_is_refused_at_start() {
+    let dir = TempDir::new("type-changed");
+    let mut broker = BrokerProcess::start_in(dir.path(), REDB, SMALL_EVENTS);
+    let mut publisher = RawClient::connect(&broker.address(), ProtocolVersion::V5, "publisher");
+    publish(&mut publisher, "events/a", &[b"logged".to_vec()]);
+    broker.kill();
+
+    let config = format!(
+        "broker:\n  id: test\n  mqtt:\n    listen:\n      tcp:\n        address: 127.0.0.1:0\n{}channels:\n  events:\n    type: latest\n    filter: events/#\n",
+        REDB.replace("{dir}", &dir.path().display().to_string())
+    );
+    let config_path = dir.path().join("saguin.yaml");
+    std::fs::write(&config_path, config).unwrap();
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_saguin"))
+        .arg("--config")
+        .arg(&config_path)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    // A broker that starts anyway serves until stopped: waited on with a
+    // bound, never forever.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while child.try_wait().unwrap().is_none() {
+        if std::time::Instant::now() > deadline {
+            child.kill().unwrap();
+            panic!("the broker started on records written as another type");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    let output = child.wait_with_output().unwrap();
+    assert!(!output.status.success(), "the start is refused");
+    let said = String::from_utf8_lossy(&output.stderr).to_string()
+        + &String::from_utf8_lossy(&output.stdout);
+    for needle in [
+        "channels.events",
+        "provider local",
+        "written with type: append",
+        "set channels.events.type back to append",
+    ] {
+        assert!(said.contains(needle), "{needle:?} not in {said}");
+    }
+}
+
+/// Defect: a QoS 2 publish into a channel already at its `max_bytes` was
+/// accepted at PUBREC and refused only at PUBREL. It is refused at PUBREC
+/// with 0x97, and nothing is held for it.
+#[test]
+fn a_qos2_publish_into_a_channel_at_its_bound_is_refused_at_pubrec() {
+    let dir = TempDir::new("qos2-full");
+    let small = "channels:\n  small:\n    type: append\n    filter: small/#\n    max_bytes: 2KiB\n";
+    let broker = BrokerProcess::start_in(dir.path(), REDB, small);
+    let mut publisher = RawClient::connect(&broker.address(), ProtocolVersion::V5, "publisher");
+    let mut refused = false;
+    for packet_id in 1..=64u16 {
+        publisher.send(&Packet::Publish(Publish {
+            qos: QoS::AtLeastOnce,
+            topic: "small/a".into(),
+            packet_id: Some(packet_id),
+            payload: vec![7; 300],
+            ..Publish::default()
+        }));
+        match publisher.recv() {
+            Received::Packet(Packet::Puback(ack)) if ack.reason_code.0 == 0 => {}
+            Received::Packet(Packet::Puback(ack)) => {
+                assert_eq!(ack.reason_code.0, 0x97, "{ack:?}");
+                refused = true;
+                break;
+            }
+            other => panic!("expected a PUBACK, got {other:?}"),
+        }
+    }
+    assert!(refused, "the channel reached its bound");
+    publisher.send(&Packet::Publish(Publish {
+        qos: QoS::ExactlyOnce,
+        topic: "small/a".into(),
+        packet_id: Some(100),
+        payload: vec![7; 300],
+        ..Publish::default()
+    }));
+    match publisher.recv() {
+        Received::Packet(Packet::Pubrec(ack)) => {
+            assert_eq!(ack.packet_id, 100);
+            assert_eq!(ack.reason_code.0, 0x97, "refused at PUBREC: {ack:?}");
+        }
+        other => panic!("expected a PUBREC, got {other:?}"),
+    }
+    // Nothing is held: a PUBREL for it names no exchange.
+    publisher.send(&Packet::Pubrel(PubAck {
+        packet_id: 100,
+        ..PubAck::default()
+    }));
+    match publisher.recv() {
+        Received::Packet(Packet::Pubcomp(ack)) => assert_eq!(ack.reason_code.0, 0x92),
+        other => panic!("expected a PUBCOMP, got {other:?}"),
+    }
+}
+
+/// Defect: a channel's records owed to a durable shared group were kept in
+/// memory only, so a crash lost the group's backlog. They are in the log
+/// before their PUBACK, and the group gets them back after a SIGKILL.
+#[test]
+fn a_durable_shared_groups_channel_backlog_survives_a_sigkill() {
+    let dir = TempDir::new("group-backlog");
+    let events = "channels:\n  events:\n    type: append\n    filter: events/#\n";
+    let mut broker = BrokerProcess::start_in(dir.path(), REDB, events);
+    // A group member and a plain reader of the channel, both away.
+    for (client_id, filter) in [("worker", "$share/g/events/#"), ("reader", "events/#")] {
+        let (mut client, _) = durable_connect(&broker.address(), client_id);
+        client.subscribe(filter, QoS::AtLeastOnce);
+        client.send(&Packet::Disconnect(Default::default()));
+        assert_eq!(client.recv(), Received::Closed);
+    }
+    let mut publisher = RawClient::connect(&broker.address(), ProtocolVersion::V5, "publisher");
+    publish(
+        &mut publisher,
+        "events/a",
+        &[b"r1".to_vec(), b"r2".to_vec()],
+    );
+    broker.kill();
+
+    let broker = BrokerProcess::start_in(dir.path(), REDB, events);
+    let (mut worker, session_present) = durable_connect(&broker.address(), "worker");
+    assert!(session_present);
+    let received = [consume_one(&mut worker), consume_one(&mut worker)];
+    assert_eq!(received, [b"r1".to_vec(), b"r2".to_vec()]);
+    // The reader reads the channel, and is not served the group's copies
+    // from the log beside it.
+    let (mut reader, _) = durable_connect(&broker.address(), "reader");
+    let mut publisher = RawClient::connect(&broker.address(), ProtocolVersion::V5, "publisher");
+    publish(&mut publisher, "events/a", &[b"r3".to_vec()]);
+    let mut read: Vec<Vec<u8>> = (0..3).map(|_| consume_one(&mut reader)).collect();
+    read.sort();
+    assert_eq!(read, [b"r1".to_vec(), b"r2".to_vec(), b"r3".to_vec()]);
 }

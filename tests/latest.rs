@@ -517,7 +517,9 @@ fn slow_subscriber(granted: QoS) {
 #[test]
 fn a_full_provider_still_takes_new_values_and_deletions_of_topics_it_holds() {
     let dir = TempDir::new("latest-full");
-    let broker_yaml = "  limits:\n    max_message_size: 1KiB\n    max_header_bytes: 1KiB\n  storage:\n    default: local\n    default_retention_period: none\n    default_retention_bytes: none\n    providers:\n      local:\n        type: redb\n        file_path: {dir}/saguin.redb\n        max_bytes: 8KiB\n";
+    // Sessions are kept apart: their memory is charged against their
+    // provider's max_bytes, and 8KiB holds two at most.
+    let broker_yaml = "  limits:\n    max_message_size: 1KiB\n    max_header_bytes: 1KiB\n  session:\n    storage: sessions\n  storage:\n    default: local\n    default_retention_period: none\n    default_retention_bytes: none\n    providers:\n      local:\n        type: redb\n        file_path: {dir}/saguin.redb\n        max_bytes: 8KiB\n      sessions:\n        type: memory\n        max_bytes: 1MiB\n        snapshot_dir: none\n";
     let broker = BrokerProcess::start_in(dir.path(), broker_yaml, CHANNELS);
     let mut publisher = RawClient::connect(&broker.address(), ProtocolVersion::V5, "pub");
     let value = |n: u8| vec![n; 500];

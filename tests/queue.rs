@@ -624,3 +624,54 @@ fn the_dead_letter_channel_is_read_and_sought_as_an_append_channel() {
         Some("attempts_exhausted")
     );
 }
+
+/// Sends a QoS 2 publish and returns its PUBREC's reason code.
+fn publish_exactly_once(client: &mut RawClient, topic: &str, packet_id: u16) -> u8 {
+    client.send(&Packet::Publish(Publish {
+        qos: QoS::ExactlyOnce,
+        topic: topic.into(),
+        packet_id: Some(packet_id),
+        payload: vec![b'j'; 200],
+        ..Publish::default()
+    }));
+    match client.recv() {
+        Received::Packet(Packet::Pubrec(ack)) => {
+            assert_eq!(ack.packet_id, packet_id);
+            ack.reason_code.0
+        }
+        other => panic!("expected a PUBREC, got {other:?}"),
+    }
+}
+
+/// A queue at its `max_bytes` refuses a QoS 2 publish at PUBREC (0x97);
+/// once a job is resolved it takes one again, PUBREC to PUBCOMP.
+#[test]
+fn a_full_queue_refuses_exactly_once_at_pubrec_until_a_job_is_resolved() {
+    let dir = TempDir::new("queue-full-qos2");
+    let broker = start(&dir, "max_bytes: 2KiB");
+    let address = broker.address();
+    let mut producer = RawClient::connect(&address, ProtocolVersion::V5, "producer");
+    let payload = vec![b'j'; 200];
+    let mut accepted = 0;
+    while publish(&mut producer, "jobs/x", &payload, Properties::default()) == 0 {
+        accepted += 1;
+        assert!(accepted < 100, "max_bytes never refused");
+    }
+    assert_eq!(
+        publish_exactly_once(&mut producer, "jobs/x", 500),
+        ReasonCode::QUOTA_EXCEEDED.0
+    );
+    let mut w = worker(&address, "w");
+    let job = next_job(&mut w);
+    puback(&mut w, &job);
+    answer(&mut w, &job, "ack");
+    assert_eq!(publish_exactly_once(&mut producer, "jobs/x", 501), 0);
+    producer.send(&Packet::Pubrel(PubAck {
+        packet_id: 501,
+        ..PubAck::default()
+    }));
+    match producer.recv() {
+        Received::Packet(Packet::Pubcomp(ack)) => assert_eq!(ack.reason_code.0, 0, "{ack:?}"),
+        other => panic!("expected a PUBCOMP, got {other:?}"),
+    }
+}

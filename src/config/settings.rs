@@ -22,10 +22,7 @@ pub(super) fn shell(
     bridges: &[crate::bridge::BridgeSettings],
 ) -> net::Settings {
     let limits = &broker.limits;
-    let providers = broker
-        .storage
-        .as_ref()
-        .map_or_else(Vec::new, |s| s.providers.clone());
+    let providers = named_providers(broker, channels);
     let provider_index = |name: &str| providers.iter().position(|p| p.name == name);
     let mut core = core_settings(broker);
     // A validated configuration names a provider it holds for every
@@ -36,6 +33,9 @@ pub(super) fn shell(
         .collect();
     core.session_provider = broker.session.storage.as_deref().and_then(provider_index);
     core.retained_provider = broker.retained.storage.as_deref().and_then(provider_index);
+    if let Some(index) = core.session_provider {
+        core.session_memory_max_bytes = providers[index].max_bytes;
+    }
     net::Settings {
         broker_id: broker.id.clone(),
         core,
@@ -57,6 +57,35 @@ pub(super) fn shell(
         bridges: bridges.to_vec(),
         operations: broker.operations.clone(),
     }
+}
+
+/// The providers a channel, the session store or the retained store
+/// names. Any other is never opened, so its file is neither created nor
+/// locked; each is logged once, naming its key.
+fn named_providers(
+    broker: &BrokerConfig,
+    channels: &[ChannelConfig],
+) -> Vec<crate::store::ProviderSettings> {
+    let Some(storage) = &broker.storage else {
+        return Vec::new();
+    };
+    let stores = [&broker.session.storage, &broker.retained.storage];
+    let named = |name: &str| {
+        channels.iter().any(|c| c.storage == name)
+            || stores.iter().any(|s| s.as_deref() == Some(name))
+    };
+    let (kept, unused): (Vec<_>, Vec<_>) = storage
+        .providers
+        .iter()
+        .cloned()
+        .partition(|p| named(&p.name));
+    for provider in unused {
+        log::warn!(
+            "broker.storage.providers.{}: no channel, broker.session.storage or broker.retained.storage names it, so it is not opened; remove it, or name it where it should be used",
+            provider.name
+        );
+    }
+    kept
 }
 
 /// The core's limits and clocks; its channels and providers are the

@@ -213,6 +213,10 @@ pub struct Settings {
     pub retained_provider: Option<usize>,
     /// How long a retained value is kept after it was set.
     pub retained_retention_period_s: Option<u64>,
+    /// The bound on what sessions are charged (`session::charge`): a
+    /// session outlives its connection, and a filter is taken, only
+    /// within it. The session store's provider's `max_bytes`.
+    pub session_memory_max_bytes: u64,
 }
 
 impl Default for Settings {
@@ -245,6 +249,7 @@ impl Default for Settings {
             session_provider: None,
             retained_provider: None,
             retained_retention_period_s: None,
+            session_memory_max_bytes: session::charge::DEFAULT_SESSION_MEMORY_BYTES,
         }
     }
 }
@@ -298,6 +303,11 @@ pub struct Broker {
     pub(crate) latest_readers: Slab<channel::latest::reader::LatestReader>,
     /// Storage requests in flight, by ticket.
     pub(crate) pending: HashMap<u64, channel::Pending>,
+    pub(crate) position_duties: channel::positions::PositionDuties,
+    /// Channel records owed to durable shared groups, waiting on their log
+    /// write, with their publisher's answer; bounded by the publishes
+    /// waiting on storage.
+    pub(crate) records_for_groups: HashMap<u64, channel::RecordForGroups>,
     pub(crate) next_ticket: u64,
     /// What publishes waiting on storage hold, against its bound.
     pub(crate) pending_publish_bytes: u64,
@@ -323,7 +333,7 @@ impl Broker {
         let queues = channel::queue::Queues::new(&mut settings.channels, settings.start_unix_ms);
         Broker {
             connections: Slab::with_capacity(max_connections),
-            sessions: session::table::Sessions::new(),
+            sessions: session::table::Sessions::new(settings.session_memory_max_bytes),
             index: TopicIndex::new(),
             stats: Stats::default(),
             budgets: connection::budget::PublishBudgets::new(
@@ -343,6 +353,8 @@ impl Broker {
             readers: Slab::growable(u32::MAX as usize),
             latest_readers: Slab::growable(u32::MAX as usize),
             pending: HashMap::new(),
+            position_duties: Default::default(),
+            records_for_groups: HashMap::new(),
             next_ticket: 0,
             pending_publish_bytes: 0,
             id_generator: crate::store::MessageIdGenerator::with_seed(settings.start_unix_ms),
@@ -569,6 +581,7 @@ impl Broker {
         let due = self.timers.due(now_ms);
         if due.positions {
             self.commit_positions(None, out);
+            self.retry_position_drops(out);
             self.commit_cursors(out);
             self.retry_windows(out);
             // Readers whose storage read could not be queued try again.
@@ -691,6 +704,7 @@ impl Broker {
         }
         out.close(conn);
         self.persist.forget_connection(conn);
+        self.close_served(conn);
         let connection = self.connections.remove(conn).expect("checked above");
         let active = connection.active.expect("checked above");
         self.detach_session(active, publish_will, now_ms, out);

@@ -2497,3 +2497,201 @@ fn a_certified_client_is_admitted_under_its_name_without_a_password() {
     let (_, code) = h.connect_on_door(0, credentials("e", Some("bob"), None));
     assert_eq!(code, ReasonCode::BAD_USER_NAME_OR_PASSWORD);
 }
+
+/// The `DropPosition` commits queued, by ticket, draining every request.
+fn position_drops(h: &mut Harness) -> Vec<u64> {
+    h.stored()
+        .into_iter()
+        .filter_map(|r| match r {
+            StoreRequest::Commit { ticket, writes }
+                if writes
+                    .iter()
+                    .any(|w| matches!(w, Write::DropPosition { .. })) =>
+            {
+                Some(ticket)
+            }
+            _ => None,
+        })
+        .collect()
+}
+
+/// A durable consumer of `events` with a one-second session, reading from
+/// 7 and acknowledging 7 to 9, then ending its connection cleanly.
+fn consumer_gone_with_positions_stored() -> Harness {
+    let mut settings = events_channel(ChannelStart::Floor);
+    settings.channels[0].next = 10;
+    let mut h = Harness::new(settings);
+    let mut connect = connect_packet("consumer", ProtocolVersion::V5);
+    connect.clean_start = false;
+    connect.properties.session_expiry_interval_s = Some(1);
+    let (consumer, _) = h.connect_with(connect);
+    h.stored();
+    h.subscribe(consumer, "events/#", qos(QoS::AtLeastOnce), None);
+    h.stored();
+    h.packet(consumer, Packet::Disconnect(Default::default()));
+    for request in h.stored() {
+        if let StoreRequest::Commit { ticket, .. } = request {
+            h.complete(ticket, Answer::Committed(Ok(vec![Outcome::PositionSet])));
+        }
+    }
+    h
+}
+
+/// Defect: a clean DISCONNECT closed the connection before the session's
+/// channel positions were stored, so a crash just after the close could
+/// serve acknowledged records again.
+#[test]
+fn a_clean_disconnect_closes_only_once_the_positions_are_stored() {
+    let (mut h, consumer) = durable_events_consumer();
+    let ticket = match h.stored().as_slice() {
+        [StoreRequest::Position { ticket, .. }] => *ticket,
+        other => panic!("expected a position read, got {other:?}"),
+    };
+    h.complete(ticket, Answer::Position(Ok(Some(7))));
+    let ticket = match h.stored().as_slice() {
+        [StoreRequest::Read { ticket, .. }] => *ticket,
+        other => panic!("expected a read, got {other:?}"),
+    };
+    let records = (7..10)
+        .map(|o| stored_record(o, "events/x", &[o as u8]))
+        .collect();
+    let batch = ReadBatch {
+        floor: 0,
+        next: 10,
+        records,
+    };
+    h.complete(ticket, Answer::Read(Ok(Read::Records(batch))));
+    let received = h.out.take(consumer);
+    for publish in publishes(&received) {
+        h.puback(consumer, publish.packet_id.expect("QoS 1"));
+    }
+    h.packet(consumer, Packet::Disconnect(Default::default()));
+    assert!(
+        !h.out.closed.contains(&consumer),
+        "the close waits for the positions"
+    );
+    let requests = h.stored();
+    let ticket = match requests.as_slice() {
+        [StoreRequest::Commit { ticket, writes }]
+            if matches!(writes.as_slice(), [Write::SetPosition { offset: 10, .. }]) =>
+        {
+            *ticket
+        }
+        other => panic!("expected the position write, got {other:?}"),
+    };
+    h.complete(ticket, Answer::Committed(Ok(vec![Outcome::PositionSet])));
+    assert!(h.out.closed.contains(&consumer), "closed once stored");
+}
+
+/// Defect: a stored position dropped as its session ended was tried once;
+/// a failed drop left the position to outlive the session.
+#[test]
+fn a_failed_position_drop_is_written_again_until_it_lands() {
+    let mut h = consumer_gone_with_positions_stored();
+    h.advance(1_100);
+    let drops = position_drops(&mut h);
+    assert_eq!(drops.len(), 1, "the ended session's position is dropped");
+    h.complete(drops[0], Answer::Committed(Err(store::StoreError::Stopped)));
+    h.advance(300);
+    let again = position_drops(&mut h);
+    assert_eq!(again.len(), 1, "written again at the next interval");
+    h.complete(again[0], Answer::Committed(Ok(vec![])));
+    h.advance(300);
+    assert!(
+        position_drops(&mut h).is_empty(),
+        "landed: not written again"
+    );
+}
+
+/// A drop retried late never takes away a newer session's position.
+#[test]
+fn a_retried_position_drop_never_overwrites_a_newer_sessions_position() {
+    let mut h = consumer_gone_with_positions_stored();
+    h.advance(1_100);
+    let drops = position_drops(&mut h);
+    h.complete(drops[0], Answer::Committed(Err(store::StoreError::Stopped)));
+    // Before the next interval, the client id comes back as a new
+    // durable session, which drops what is stored under it as it begins.
+    let mut connect = connect_packet("consumer", ProtocolVersion::V5);
+    connect.properties.session_expiry_interval_s = Some(3600);
+    h.connect_with(connect);
+    for ticket in position_drops(&mut h) {
+        h.complete(ticket, Answer::Committed(Ok(vec![])));
+    }
+    h.advance(300);
+    assert!(
+        position_drops(&mut h).is_empty(),
+        "the older session's drop is not written over the newer session's position"
+    );
+}
+
+/// Defect: sessions outliving their connections were bounded by nothing.
+/// Within the bound on session memory a session is kept; past it one is
+/// given a session that ends with its connection (Session Expiry Interval
+/// 0), a Will finds no room and is refused 0x97, and a SUBSCRIBE is
+/// refused 0x97 for every filter it would add.
+#[test]
+fn sessions_outliving_their_connections_are_bounded_by_session_memory() {
+    let settings = Settings {
+        // Two sessions of a one-letter client id and no filter: 2 x 3,501.
+        session_memory_max_bytes: 7_500,
+        ..Settings::default()
+    };
+    let mut h = Harness::new(settings);
+    let durable = |client_id: &str| {
+        let mut connect = connect_packet(client_id, ProtocolVersion::V5);
+        connect.properties.session_expiry_interval_s = Some(60);
+        connect
+    };
+    for client_id in ["a", "b"] {
+        let (_, connack) = h.connect_with(durable(client_id));
+        assert_eq!(connack.reason_code, ReasonCode::SUCCESS);
+        assert_eq!(connack.properties.session_expiry_interval_s, None);
+    }
+    let (_, connack) = h.connect_with(durable("c"));
+    assert_eq!(connack.reason_code, ReasonCode::SUCCESS);
+    assert_eq!(
+        connack.properties.session_expiry_interval_s,
+        Some(0),
+        "told its session ends with its connection"
+    );
+    assert_eq!(h.broker.stats().sessions_dropped_storage_full, 1);
+
+    let mut with_will = durable("d");
+    with_will.will = Some(Will {
+        topic: "wills/d".into(),
+        payload: b"gone".to_vec(),
+        qos: QoS::AtMostOnce,
+        retain: false,
+        properties: Properties::default(),
+    });
+    let (_, connack) = h.connect_with(with_will);
+    assert_eq!(connack.reason_code, ReasonCode::QUOTA_EXCEEDED);
+
+    let a = h.connect("a", ProtocolVersion::V5);
+    assert_eq!(
+        h.subscribe(a, "x", qos(QoS::AtLeastOnce), None),
+        vec![ReasonCode::QUOTA_EXCEEDED]
+    );
+}
+
+/// What a session is charged follows its filters, and leaves with it.
+#[test]
+fn a_sessions_charge_follows_its_filters_and_leaves_with_it() {
+    let mut h = Harness::new(Settings::default());
+    let conn = h.connect("a", ProtocolVersion::V5);
+    assert_eq!(h.broker.sessions.charged_bytes(), 3_501);
+    h.subscribe(conn, "x/y", qos(QoS::AtLeastOnce), None);
+    assert_eq!(h.broker.sessions.charged_bytes(), 3_501 + 800 + 600 + 3);
+    h.packet(
+        conn,
+        Packet::Unsubscribe(Unsubscribe {
+            packet_id: 8,
+            properties: Properties::default(),
+            filters: vec!["x/y".into()],
+        }),
+    );
+    assert_eq!(h.broker.sessions.charged_bytes(), 3_501);
+    h.packet(conn, Packet::Disconnect(Default::default()));
+    assert_eq!(h.broker.sessions.charged_bytes(), 0);
+}

@@ -53,6 +53,7 @@ pub fn start(settings: &mut Settings) -> io::Result<(Storage, Receiver<(usize, C
         "memory providers declare {} bytes in all",
         store::declared_memory_bytes(&settings.providers)
     );
+    let mut providers = Vec::with_capacity(settings.providers.len());
     for (index, provider_settings) in settings.providers.iter().enumerate() {
         let mut provider =
             store::open_provider(provider_settings, settings.reserve_bytes).map_err(to_io)?;
@@ -65,6 +66,8 @@ pub fn start(settings: &mut Settings) -> io::Result<(Storage, Receiver<(usize, C
             usage.reserve_bytes
         );
         for channel in core.channels.iter_mut().filter(|c| c.provider == index) {
+            channel_load::check_type(&mut *provider, channel)
+                .map_err(|message| io::Error::new(io::ErrorKind::InvalidData, message))?;
             channel_load::load_at_start(&mut *provider, channel).map_err(to_io)?;
             log::info!(
                 "channel {} on {}: floor {}, next {}",
@@ -117,6 +120,20 @@ pub fn start(settings: &mut Settings) -> io::Result<(Storage, Receiver<(usize, C
                 restored.retained.len()
             );
         }
+        providers.push(provider);
+    }
+    if let Some(index) = core.retained_provider {
+        crate::core::channel::claimed_retained::move_into_latest_channels(
+            &mut providers,
+            &mut core.channels,
+            index,
+            &mut storage.restored.retained,
+        )
+        .map_err(to_io)?;
+    }
+    for ((index, provider_settings), provider) in
+        settings.providers.iter().enumerate().zip(providers)
+    {
         let thread = StorageThread::spawn(
             provider,
             provider_settings.commit_policy(),

@@ -196,6 +196,9 @@ pub(crate) struct LoggedPublish {
     /// The cursors of durable groups it reaches that none is stored for
     /// yet, written in its commit ahead of it.
     group_cursors: Vec<Write>,
+    /// For a channel's record owed to durable shared groups: the token its
+    /// channel keeps the record and its publisher's answer under.
+    record: Option<u64>,
 }
 
 fn address(message: &Rc<Message>) -> usize {
@@ -252,9 +255,47 @@ impl Broker {
             message,
             made_room: false,
             group_cursors,
+            record: None,
         };
         self.append_to_log(logged, Vec::new(), now_ms, out);
         None
+    }
+
+    /// Whether a durable shared group reaches `message` at QoS 1 or 2.
+    pub(crate) fn owed_to_durable_group(&self, message: &Message) -> bool {
+        if self.settings.session_provider.is_none() || message.qos == QoS::AtMostOnce {
+            return false;
+        }
+        let mut owed = false;
+        self.index.for_each_match(&message.topic, |subscriber| {
+            if let Target::Group(group) = subscriber.target {
+                owed |= self.group_is_durable(group);
+            }
+        });
+        owed
+    }
+
+    /// Appends a channel's record, as its readers are sent it, to the log
+    /// for the durable shared groups over the channel: a group's backlog is
+    /// rebuilt from the log after a restart. The channel is told, under
+    /// `record`, once the log has answered.
+    pub(crate) fn log_for_groups(
+        &mut self,
+        record: u64,
+        message: Message,
+        now_ms: u64,
+        out: &mut impl Transport,
+    ) {
+        let group_cursors = self.new_group_cursors(&message.topic);
+        let logged = LoggedPublish {
+            conn: None,
+            slot: None,
+            message,
+            made_room: false,
+            group_cursors,
+            record: Some(record),
+        };
+        self.append_to_log(logged, Vec::new(), now_ms, out);
     }
 
     /// The cursor of each durable shared group matching `topic` that has
@@ -407,6 +448,22 @@ impl Broker {
         }
         if !matches!(outcome, Some(Outcome::Appended { .. })) {
             self.forget_group_cursors(&logged.group_cursors);
+        }
+        if let Some(record) = logged.record {
+            // The record is the channel's whatever the log answered: a
+            // group's loss is not its publisher's.
+            match outcome {
+                Some(Outcome::Appended { offset }) => {
+                    self.persist.log.routing_at(offset);
+                }
+                _ => {
+                    log::warn!("the broadcast log did not keep a channel record owed to shared groups: it is handed to them from memory only");
+                    self.stats.log_dropped += 1;
+                }
+            }
+            self.record_logged_for_groups(record, now_ms, out);
+            self.persist.log.routing = None;
+            return;
         }
         let LoggedPublish {
             conn,
@@ -992,6 +1049,11 @@ impl Broker {
             .collect();
         for record in log.records.iter().filter(|r| r.offset >= cursor) {
             let stored = &record.message;
+            // A channel's record is logged for shared groups only: a
+            // session reads the channel itself.
+            if self.channel_for(&stored.topic).is_some() {
+                continue;
+            }
             let matching: Vec<_> = filters
                 .iter()
                 .filter(|(filter, options, _)| {

@@ -68,20 +68,7 @@ impl Broker {
         let admitted = match admitted {
             Ok(admitted) => admitted,
             Err(refusal) => {
-                log::warn!(
-                    "refusing CONNECT from client id {:?}: {refusal}",
-                    connect.client_id
-                );
-                let problem_information = connect.properties.request_problem_information != Some(0);
-                self.send_connack_refusal(
-                    conn,
-                    connect.protocol_version,
-                    refusal.code(),
-                    refusal.reason(),
-                    problem_information,
-                    out,
-                );
-                self.close_silently(conn, now_ms, out);
+                self.turn_away(conn, &connect, &connect.client_id, refusal, now_ms, out);
                 return;
             }
         };
@@ -106,6 +93,19 @@ impl Broker {
         if version == ProtocolVersion::V5 && granted_expiry_s < requested_expiry_s {
             self.tallies.session_expiry_shortened += 1;
         }
+        let roomy = self.session_room(
+            &client_id,
+            connect.clean_start,
+            granted_expiry_s,
+            connect.will.as_ref(),
+        );
+        let granted_expiry_s = match roomy {
+            Ok(expiry_s) => expiry_s,
+            Err(refusal) => {
+                self.turn_away(conn, &connect, &client_id, refusal, now_ms, out);
+                return;
+            }
+        };
         // A 3.1.1 session has no expiry to be told: it is made clean.
         let clean_start =
             connect.clean_start || granted_expiry_s == 0 && version == ProtocolVersion::V311;
@@ -287,6 +287,29 @@ impl Broker {
             .map_err(|_| Refusal::WillTopicDeadLetter)
     }
 
+    /// Refuses a CONNECT before its session is touched, and closes.
+    fn turn_away(
+        &mut self,
+        conn: Key,
+        connect: &Connect,
+        client_id: &str,
+        refusal: Refusal,
+        now_ms: u64,
+        out: &mut impl Transport,
+    ) {
+        log::warn!("refusing CONNECT from client id {client_id:?}: {refusal}");
+        let problem_information = connect.properties.request_problem_information != Some(0);
+        self.send_connack_refusal(
+            conn,
+            connect.protocol_version,
+            refusal.code(),
+            refusal.reason(),
+            problem_information,
+            out,
+        );
+        self.close_silently(conn, now_ms, out);
+    }
+
     pub(crate) fn send_connack_refusal(
         &mut self,
         conn: Key,
@@ -390,11 +413,13 @@ impl Broker {
         // Whatever held the client id before was ended above. What its
         // client id still has stored is a lost session's (sessions kept in
         // memory, channels on disk, and a crash between), never this one's.
+        let session_key = self
+            .sessions
+            .insert(Session::new(client_id, expiry_interval_s));
         if expiry_interval_s > 0 && !keeps_positions {
-            self.drop_stored_positions(client_id, out);
+            self.drop_stored_positions(session_key, out);
         }
-        self.sessions
-            .insert(Session::new(client_id, expiry_interval_s))
+        session_key
     }
 
     /// Disconnects the connection that held a session another CONNECT now
@@ -478,7 +503,11 @@ impl Broker {
                 session.expiry_interval_s = granted_s;
             }
         }
-        // A session that keeps a record has its disconnect stored first.
+        // Its channel positions are stored first, then its record, and
+        // only then is the connection closed.
+        if self.positions_before_close(conn, &disconnect, out) {
+            return;
+        }
         if self.disconnect_after_write(conn, &disconnect, now_ms, out) {
             return;
         }
@@ -589,7 +618,8 @@ impl Broker {
             .collect();
         self.holds_dropped(drops, out);
         let drop_positions = session.expiry_interval_s > 0 && !session.keep_positions;
-        self.drop_readers(session_key, &session.client_id, drop_positions, out);
+        let owner = (&session.client_id, session.epoch);
+        self.drop_readers(session_key, owner, drop_positions, out);
         // What a shared group handed this session and it did not finish
         // goes back to the group.
         // Each with whether it went on the wire.

@@ -377,7 +377,9 @@ impl Broker {
         let limit = self.settings.qos2_max_inflight_per_client as usize;
         let receive_maximum = usize::from(self.settings.receive_maximum);
         // A channel is its own store: the retained store is for broadcast.
-        let on_channel = self.channel_for(&message.topic).is_some();
+        let channel = self.channel_for(&message.topic);
+        let on_channel = channel.is_some();
+        let channel_at_bound = channel.is_some_and(|c| self.channels[c].at_bound);
         let retained_room = !message.retain || on_channel || self.retained.has_room_for(&message);
         let Some(session) = self.sessions.get_mut(session_key) else {
             return;
@@ -399,6 +401,8 @@ impl Broker {
         }
         let refusal = if session.held_publishes.len() >= limit {
             Some(Refusal::InflightExceeded)
+        } else if channel_at_bound {
+            Some(Refusal::ChannelFull)
         } else if !retained_room {
             Some(Refusal::RetainedStoreFull)
         } else {

@@ -18,5 +18,6 @@ mod persist_tests;
 mod point_read;
 pub(crate) mod retained_writes;
 mod seek;
+mod session_room;
 mod shared;
 pub(crate) mod subscribe;

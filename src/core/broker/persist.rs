@@ -1032,7 +1032,7 @@ impl Broker {
         self.resume_connection(conn, now_ms, out);
     }
 
-    fn refuse_subscribe(
+    pub(crate) fn refuse_subscribe(
         &mut self,
         conn: Key,
         subscribe: &Subscribe,

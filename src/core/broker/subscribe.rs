@@ -55,6 +55,12 @@ impl Broker {
             self.end_connection(conn, Some(reason), true, now_ms, out);
             return;
         }
+        // Filters are session memory, bounded for every client alike.
+        // (Served again after its record's write, it was checked already.)
+        if !self.persist.writes_through && !self.room_for_filters(session_key, &subscribe) {
+            self.refuse_subscribe(conn, &subscribe, crate::core::Written::Full, out);
+            return;
+        }
         // A session that keeps a record has it written first.
         if self.subscribe_after_write(conn, &subscribe, now_ms, out) {
             return;
@@ -273,7 +279,9 @@ impl Broker {
             group,
             slice,
         };
-        session.subscriptions.insert(filter.into(), entry).is_some()
+        let existed = session.subscriptions.insert(filter.into(), entry).is_some();
+        self.sessions.recharge(session_key);
+        existed
     }
 
     /// Two subscribers on one filter declaring different partition counts
@@ -331,9 +339,9 @@ impl Broker {
             .matching(filter, self.unix_ms(now_ms))
             .filter(|m| !(options.no_local && m.publisher == client_id))
             .filter(|m| partition::admits(slice, &m.topic))
-            // A value kept before a `latest` channel claimed its topic is
-            // not served beside the channel's: a topic's value is held in
-            // one place.
+            // A value kept before a `latest` channel claimed its topic was
+            // moved into the channel at start; one the channel had no room
+            // for is not served beside the channel's values.
             .filter(|m| {
                 self.channel_for(&m.topic)
                     .is_none_or(|c| self.channels[c].latest.is_none())
@@ -389,6 +397,7 @@ impl Broker {
             };
             reason_codes.push(code);
         }
+        self.sessions.recharge(session_key);
         // The unsubscribe happens whatever it carries; a `saguin-` property
         // the broker does not read is named back to a client that asked
         // for problem information.

@@ -40,6 +40,52 @@ pub fn load_at_start(
     Ok(())
 }
 
+/// The entry in a channel's own space naming the type its records were
+/// written as.
+pub const TYPE_KEY: &str = "$type";
+
+fn type_name(channel: &ChannelSettings) -> &'static str {
+    match (&channel.latest, &channel.queue) {
+        (Some(_), _) => "latest",
+        (_, Some(_)) => "queue",
+        _ => "append",
+    }
+}
+
+/// Refuses a channel configured as another type than the one its stored
+/// records were written as (an `append` log read as `latest` values, or
+/// a queue's jobs as a log, would be served as what they are not), with
+/// the message naming the channel, the provider and the fix. Stamps the
+/// type on a channel that has none stored yet, or holds no records.
+pub fn check_type(provider: &mut dyn Provider, channel: &ChannelSettings) -> Result<(), String> {
+    let configured = type_name(channel);
+    let stored = provider
+        .entry(&channel.name, TYPE_KEY)
+        .map_err(|e| e.to_string())?;
+    let records = provider.channel(&channel.name).record_count;
+    match stored.as_deref() {
+        Some(stored) if stored == configured.as_bytes() => return Ok(()),
+        Some(stored) if records > 0 => {
+            let stored = String::from_utf8_lossy(stored);
+            return Err(format!(
+                "channels.{name}: provider {provider} holds {records} records of channel {name} written with type: {stored}, and it is now configured with type: {configured}; set channels.{name}.type back to {stored}, or give the {configured} channel another name so that it starts empty",
+                name = channel.name,
+                provider = provider.name(),
+            ));
+        }
+        _ => {}
+    }
+    provider
+        .commit(&[Write::PutEntry {
+            channel: channel.name.clone(),
+            key: TYPE_KEY.to_string(),
+            value: configured.as_bytes().to_vec(),
+            use_reserve: true,
+        }])
+        .map_err(|e| e.to_string())?;
+    Ok(())
+}
+
 /// Hands every record of `channel`, from its floor on, to `take` a batch
 /// at a time.
 fn each_batch(
@@ -125,7 +171,7 @@ fn held_jobs(provider: &dyn Provider, queue: &str) -> Result<Vec<HeldJob>, Store
     })?;
     for (key, value) in provider.entries(queue)? {
         // An exactly-once publish held for the queue is the session's.
-        if crate::core::broadcast::qos2_holds::is_hold_key(&key) {
+        if crate::core::broadcast::qos2_holds::is_hold_key(&key) || key == TYPE_KEY {
             continue;
         }
         let Some((offset, attempts)) = parse_attempts(&key, &value) else {

@@ -8,18 +8,23 @@
 //! the thread that serves connections.
 
 pub mod append;
+pub mod claimed_retained;
 pub mod claims;
 pub mod latest;
 pub mod load;
+pub(crate) mod positions;
 pub mod queue;
 
 use crate::core::refusal::Refusal;
 use std::collections::{BTreeSet, HashMap, VecDeque};
 use std::rc::Rc;
 
-use crate::codec::{encoded_len, topic, Packet, QoS, RetainHandling, SubscriptionOptions};
+use crate::codec::{
+    encoded_len, topic, Disconnect, Packet, QoS, RetainHandling, SubscriptionOptions,
+};
 use crate::core::broadcast::topic_index::Target;
 use crate::core::channel::append::seek::SeekReply;
+use crate::core::channel::positions::OwedDrop;
 use crate::core::message::outgoing_publish;
 use crate::core::message::{
     from_stored, labelled, publisher_id, to_stored, with_channel, Delivery, Message,
@@ -99,6 +104,10 @@ pub(crate) struct Channel {
     pub readers: Vec<Key>,
     /// A retention trim is in flight.
     trimming: bool,
+    /// Its last append was refused for its `max_bytes` and nothing has
+    /// been removed from it since: a QoS 2 publish into it is refused at
+    /// PUBREC rather than accepted and refused at PUBREL.
+    pub at_bound: bool,
     /// A `latest` channel's current values and subscribers.
     pub latest: Option<Box<crate::core::channel::latest::LatestState>>,
 }
@@ -114,7 +123,13 @@ impl Channel {
             tail_bytes: 0,
             readers: Vec::new(),
             trimming: false,
+            at_bound: false,
         }
+    }
+
+    /// A write that removes records was sent: the channel may have room.
+    pub(crate) fn room_freed(&mut self) {
+        self.at_bound = false;
     }
 
     pub(crate) fn cache(&mut self, offset: u64, message: Rc<Message>) {
@@ -204,6 +219,10 @@ impl Reader {
     }
 }
 
+/// A committed record owed to durable shared groups, waiting on its log
+/// write, with its publisher's answer.
+pub(crate) type RecordForGroups = (Rc<Message>, Option<(Key, PendingAck)>);
+
 /// What a storage request was for, so its completion can be answered.
 pub(crate) enum Pending {
     /// A publish waiting for its record to be committed.
@@ -231,6 +250,15 @@ pub(crate) enum Pending {
         reader: Key,
     },
     Positions,
+    /// Stored positions dropped as their session ended or began: written
+    /// again while they are still owed when the commit fails.
+    PositionDrops {
+        drops: Vec<OwedDrop>,
+    },
+    /// A session's positions, written ahead of its clean close.
+    CloseAfterPositions {
+        conn: Key,
+    },
     Trim {
         channel: usize,
     },
@@ -357,7 +385,22 @@ impl Broker {
         Ok(())
     }
 
-    /// A storage thread answered.
+    /// A publish's commit answer, noting whether the channel is at its
+    /// bound.
+    fn channel_commit_answer(
+        &mut self,
+        channel: usize,
+        result: Result<Vec<Outcome>, store::StoreError>,
+    ) -> Result<u64, Refusal> {
+        let answer = commit_answer(result);
+        match answer {
+            Ok(_) => self.channels[channel].at_bound = false,
+            Err(Refusal::ChannelFull) => self.channels[channel].at_bound = true,
+            Err(_) => {}
+        }
+        answer
+    }
+
     /// What publishes waiting on storage may hold: enough for any burst a
     /// gateway's storage can absorb, and always a few of the largest.
     fn pending_publish_max_bytes(&self) -> u64 {
@@ -396,10 +439,10 @@ impl Broker {
                     id,
                 },
                 Answer::Committed(result),
-            ) => match commit_answer(result) {
+            ) => match self.channel_commit_answer(channel, result) {
                 Ok(offset) => {
-                    self.record_committed(channel, message, &id, offset, now_ms, out);
-                    self.answer_publish(conn, ack, Ok(()), now_ms, out);
+                    let answer = Some((conn, ack));
+                    self.record_committed(channel, message, &id, offset, answer, now_ms, out);
                 }
                 Err(refusal) => {
                     if let PendingAck::Pubcomp { packet_id } = ack {
@@ -417,8 +460,10 @@ impl Broker {
                     id,
                 },
                 Answer::Committed(result),
-            ) => match commit_answer(result) {
-                Ok(offset) => self.record_committed(channel, message, &id, offset, now_ms, out),
+            ) => match self.channel_commit_answer(channel, result) {
+                Ok(offset) => {
+                    self.record_committed(channel, message, &id, offset, None, now_ms, out)
+                }
                 Err(reason) => {
                     log::warn!(
                         "a message for channel {} was not stored: {reason}",
@@ -440,6 +485,23 @@ impl Broker {
                     );
                     self.mark_all_readers_dirty();
                 }
+            }
+            (Pending::PositionDrops { drops }, Answer::Committed(result)) => {
+                if let Err(error) = result {
+                    log::warn!(
+                        "stored consumer positions were not dropped: {error}; they are dropped again"
+                    );
+                    self.position_duties.owe(drops);
+                }
+            }
+            (Pending::CloseAfterPositions { conn }, Answer::Committed(result)) => {
+                if let Err(error) = result {
+                    log::warn!(
+                        "consumer positions were not stored before a close: {error}; they are written again"
+                    );
+                    self.mark_all_readers_dirty();
+                }
+                self.positions_before_close_written(conn, now_ms, out);
             }
             (
                 Pending::SeekTime {
@@ -477,18 +539,24 @@ impl Broker {
 
     /// A record was committed at `offset`: the channel moves on and its
     /// readers are served.
+    /// A record was committed: its readers and groups are served, and its
+    /// publisher, if `answer` names one, is answered - once the broadcast
+    /// log holds it too where a durable shared group is owed it.
+    #[allow(clippy::too_many_arguments)]
     pub(crate) fn record_committed(
         &mut self,
         channel: usize,
         message: Message,
         id: &MessageId,
         offset: u64,
+        answer: Option<(Key, PendingAck)>,
         now_ms: u64,
         out: &mut impl Transport,
     ) {
         self.tallies.published(channel);
         if self.channels[channel].latest.is_some() {
             self.latest_committed(channel, message, id, offset, now_ms, out);
+            self.answer_committed(answer, now_ms, out);
             return;
         }
         let received_at_unix_ms = message.received_at_unix_ms;
@@ -498,12 +566,55 @@ impl Broker {
         ch.cache(offset, Rc::clone(&labelled));
         // A queue's record is a job: offered to one worker, never routed.
         if self.queue_record_committed(channel, offset, received_at_unix_ms, now_ms, out) {
+            self.answer_committed(answer, now_ms, out);
             return;
         }
         for reader in self.channels[channel].readers.clone() {
             self.pump_reader(reader, now_ms, out);
         }
+        if self.owed_to_durable_group(&labelled) {
+            let record = self.next_ticket();
+            // The log keeps its own copy, as the store keeps any record.
+            let message = Message {
+                topic: labelled.topic.clone(),
+                payload: labelled.payload.clone(),
+                properties: labelled.properties.clone(),
+                publisher: labelled.publisher.clone(),
+                ..*labelled
+            };
+            self.records_for_groups.insert(record, (labelled, answer));
+            self.log_for_groups(record, message, now_ms, out);
+            return;
+        }
         self.hand_to_groups(&labelled, now_ms, out);
+        self.answer_committed(answer, now_ms, out);
+    }
+
+    /// The log answered for a record owed to durable shared groups: they
+    /// are handed it, and its publisher answered.
+    pub(crate) fn record_logged_for_groups(
+        &mut self,
+        record: u64,
+        now_ms: u64,
+        out: &mut impl Transport,
+    ) {
+        let Some((labelled, answer)) = self.records_for_groups.remove(&record) else {
+            return;
+        };
+        self.note_logged(&labelled);
+        self.hand_to_groups(&labelled, now_ms, out);
+        self.answer_committed(answer, now_ms, out);
+    }
+
+    fn answer_committed(
+        &mut self,
+        answer: Option<(Key, PendingAck)>,
+        now_ms: u64,
+        out: &mut impl Transport,
+    ) {
+        if let Some((conn, ack)) = answer {
+            self.answer_publish(conn, ack, Ok(()), now_ms, out);
+        }
     }
 
     /// A shared group over a channel is handed each new record, to one
@@ -1089,6 +1200,95 @@ impl Broker {
     /// outlive their connections: every `ack_commit_interval`, at a
     /// disconnect and at shutdown.
     pub(crate) fn commit_positions(&mut self, only_session: Option<Key>, out: &mut impl Transport) {
+        for (provider, writes) in self.position_writes(only_session) {
+            for chunk in writes.chunks(store::MAX_REQUEST_WRITES) {
+                let ticket = self.next_ticket();
+                if out.store(
+                    provider,
+                    StoreRequest::Commit {
+                        ticket,
+                        writes: chunk.to_vec(),
+                    },
+                ) {
+                    self.pending.insert(ticket, Pending::Positions);
+                } else {
+                    self.mark_all_readers_dirty();
+                }
+            }
+        }
+    }
+
+    /// Stores the moved positions of the session `conn` owns before its
+    /// clean DISCONNECT closes it. True when a commit was sent: the
+    /// DISCONNECT is served again once every one has come back.
+    pub(crate) fn positions_before_close(
+        &mut self,
+        conn: Key,
+        disconnect: &Disconnect,
+        out: &mut impl Transport,
+    ) -> bool {
+        if self.position_duties.closing.contains_key(&conn) {
+            return false;
+        }
+        let Some(session_key) = self.session_of(conn) else {
+            return false;
+        };
+        let mut outstanding = 0;
+        for (provider, writes) in self.position_writes(Some(session_key)) {
+            for chunk in writes.chunks(store::MAX_REQUEST_WRITES) {
+                let ticket = self.next_ticket();
+                let writes = chunk.to_vec();
+                if out.store(provider, StoreRequest::Commit { ticket, writes }) {
+                    self.pending
+                        .insert(ticket, Pending::CloseAfterPositions { conn });
+                    outstanding += 1;
+                } else {
+                    // Written again at the next interval; the close does
+                    // not wait on a storage thread too far behind.
+                    self.mark_all_readers_dirty();
+                }
+            }
+        }
+        // One entry per connection, gone when its DISCONNECT is served.
+        let disconnect = (outstanding > 0).then(|| disconnect.clone());
+        self.position_duties.closing.insert(
+            conn,
+            positions::CloseWait {
+                disconnect,
+                outstanding,
+            },
+        );
+        outstanding > 0
+    }
+
+    /// One of the commits a clean close waits on came back.
+    fn positions_before_close_written(&mut self, conn: Key, now_ms: u64, out: &mut impl Transport) {
+        let Some(wait) = self.position_duties.closing.get_mut(&conn) else {
+            return;
+        };
+        wait.outstanding -= 1;
+        if wait.outstanding > 0 {
+            return;
+        }
+        let disconnect = wait.disconnect.take();
+        if !self.connections.contains(conn) {
+            self.position_duties.closing.remove(&conn);
+            return;
+        }
+        if let Some(disconnect) = disconnect {
+            self.handle_disconnect(conn, disconnect, now_ms, out);
+        }
+    }
+
+    /// The connection ended: its DISCONNECT was served, or it ended
+    /// otherwise.
+    pub(crate) fn close_served(&mut self, conn: Key) {
+        self.position_duties.closing.remove(&conn);
+    }
+
+    /// The writes of the positions that moved, by provider, marking them
+    /// written.
+    fn position_writes(&mut self, only_session: Option<Key>) -> HashMap<usize, Vec<Write>> {
         let mut by_provider: HashMap<usize, Vec<Write>> = HashMap::new();
         for key in self.readers.keys() {
             let reader = self.readers.get(key).expect("key just listed");
@@ -1116,22 +1316,7 @@ impl Broker {
                 });
             self.readers.get_mut(key).expect("key just listed").dirty = false;
         }
-        for (provider, writes) in by_provider {
-            for chunk in writes.chunks(store::MAX_REQUEST_WRITES) {
-                let ticket = self.next_ticket();
-                if out.store(
-                    provider,
-                    StoreRequest::Commit {
-                        ticket,
-                        writes: chunk.to_vec(),
-                    },
-                ) {
-                    self.pending.insert(ticket, Pending::Positions);
-                } else {
-                    self.mark_all_readers_dirty();
-                }
-            }
-        }
+        by_provider
     }
 
     fn mark_all_readers_dirty(&mut self) {
@@ -1198,7 +1383,7 @@ impl Broker {
     pub(crate) fn drop_readers(
         &mut self,
         session_key: Key,
-        client_id: &str,
+        (client_id, epoch): (&Rc<str>, u64),
         durable: bool,
         out: &mut impl Transport,
     ) {
@@ -1213,59 +1398,114 @@ impl Broker {
                     .is_some_and(|r| r.session == session_key)
             })
             .collect();
-        let mut by_provider: HashMap<usize, Vec<Write>> = HashMap::new();
+        let mut drops = Vec::new();
         for key in readers {
             let reader = self.readers.remove(key).expect("listed above");
             let channel = &mut self.channels[reader.channel];
             channel.readers.retain(|&r| r != key);
             if durable {
-                by_provider
-                    .entry(channel.settings.provider)
-                    .or_default()
-                    .push(Write::DropPosition {
-                        channel: channel.settings.name.clone(),
-                        reader: client_id.to_string(),
-                    });
+                drops.push(OwedDrop {
+                    provider: channel.settings.provider,
+                    channel: channel.settings.name.clone(),
+                    client_id: Rc::clone(client_id),
+                    epoch,
+                });
             }
         }
-        self.commit_position_drops(by_provider, out);
+        self.commit_position_drops(drops, out);
     }
 
     /// Drops whatever positions `client_id` has stored in every channel
     /// that keeps positions: for a session new in this run, anything
     /// stored under its client id belongs to a session that is gone (one
     /// kept in memory, lost with a crash), which it must not resume from.
-    pub(crate) fn drop_stored_positions(&mut self, client_id: &str, out: &mut impl Transport) {
-        let mut by_provider: HashMap<usize, Vec<Write>> = HashMap::new();
-        for (index, channel) in self.channels.iter().enumerate() {
-            if channel.latest.is_some() || self.queues.is_queue(index) {
-                continue;
-            }
-            by_provider
-                .entry(channel.settings.provider)
-                .or_default()
-                .push(Write::DropPosition {
-                    channel: channel.settings.name.clone(),
-                    reader: client_id.to_string(),
-                });
-        }
-        self.commit_position_drops(by_provider, out);
+    pub(crate) fn drop_stored_positions(&mut self, session_key: Key, out: &mut impl Transport) {
+        let Some(session) = self.sessions.get(session_key) else {
+            return;
+        };
+        let (client_id, epoch) = (Rc::clone(&session.client_id), session.epoch);
+        let drops = self
+            .channels
+            .iter()
+            .enumerate()
+            .filter(|&(index, channel)| channel.latest.is_none() && !self.queues.is_queue(index))
+            .map(|(_, channel)| OwedDrop {
+                provider: channel.settings.provider,
+                channel: channel.settings.name.clone(),
+                client_id: Rc::clone(&client_id),
+                epoch,
+            })
+            .collect();
+        self.commit_position_drops(drops, out);
     }
 
-    fn commit_position_drops(
-        &mut self,
-        by_provider: HashMap<usize, Vec<Write>>,
-        out: &mut impl Transport,
-    ) {
-        for (provider, writes) in by_provider {
-            for chunk in writes.chunks(store::MAX_REQUEST_WRITES) {
+    /// Sends position drops; one the storage thread cannot take, or whose
+    /// commit fails, is owed and written again at the next interval.
+    fn commit_position_drops(&mut self, drops: Vec<OwedDrop>, out: &mut impl Transport) {
+        let mut by_provider: HashMap<usize, Vec<OwedDrop>> = HashMap::new();
+        for drop in drops {
+            by_provider.entry(drop.provider).or_default().push(drop);
+        }
+        for (provider, drops) in by_provider {
+            for chunk in drops.chunks(store::MAX_REQUEST_WRITES) {
                 let ticket = self.next_ticket();
-                let writes = chunk.to_vec();
+                let writes = chunk
+                    .iter()
+                    .map(|d| Write::DropPosition {
+                        channel: d.channel.clone(),
+                        reader: d.client_id.to_string(),
+                    })
+                    .collect();
+                let drops = chunk.to_vec();
                 if out.store(provider, StoreRequest::Commit { ticket, writes }) {
-                    self.pending.insert(ticket, Pending::Positions);
+                    self.pending
+                        .insert(ticket, Pending::PositionDrops { drops });
+                } else {
+                    self.position_duties.owe(drops);
                 }
             }
         }
+    }
+
+    /// Writes again the position drops still owed. A drop whose client id
+    /// a newer session holds now is given up: what is stored under it is
+    /// that session's. One a session owes for itself (dropped as it
+    /// began) is given up for a channel it reads, whose position it
+    /// writes from memory instead.
+    pub(crate) fn retry_position_drops(&mut self, out: &mut impl Transport) {
+        let mut again = Vec::new();
+        for drop in self.position_duties.take_owed() {
+            let holder = self
+                .sessions
+                .key_of(&drop.client_id)
+                .and_then(|k| self.sessions.get(k).map(|s| (k, s.epoch)));
+            match holder {
+                None => again.push(drop),
+                Some((_, epoch)) if epoch > drop.epoch => {
+                    log::debug!(
+                        "a newer session of {} holds its positions: an older drop on {} is not written",
+                        drop.client_id,
+                        drop.channel
+                    );
+                }
+                Some((key, _)) => {
+                    let reading = self.readers_of(key).into_iter().find(|&r| {
+                        self.readers.get(r).is_some_and(|reader| {
+                            self.channels[reader.channel].settings.name == drop.channel
+                        })
+                    });
+                    match reading {
+                        Some(reader) => {
+                            if let Some(reader) = self.readers.get_mut(reader) {
+                                reader.dirty = true;
+                            }
+                        }
+                        None => again.push(drop),
+                    }
+                }
+            }
+        }
+        self.commit_position_drops(again, out);
     }
 
     /// Removes `filter` from the session's readers; a reader left with no
@@ -1337,6 +1577,7 @@ impl Broker {
                 self.pending
                     .insert(ticket, Pending::Trim { channel: index });
                 self.channels[index].trimming = true;
+                self.channels[index].room_freed();
             }
         }
     }

@@ -1,5 +1,6 @@
 //! What the broker keeps for a client id between connections.
 
+pub(crate) mod charge;
 pub(crate) mod record;
 pub(crate) mod table;
 
@@ -76,6 +77,11 @@ pub struct Session {
     /// True until the session's first connection is answered, so that its
     /// CONNACK says Session Present 0.
     pub is_new: bool,
+    /// The order the table took it in, this run: a newer session of the
+    /// same client id has a larger one. Set by the table.
+    pub epoch: u64,
+    /// What the table counts it at against the bound on session memory.
+    pub charged_bytes: u64,
 }
 
 impl Session {
@@ -97,6 +103,8 @@ impl Session {
             readers: Vec::new(),
             latest_readers: Vec::new(),
             keep_positions: false,
+            epoch: 0,
+            charged_bytes: 0,
         }
     }
 

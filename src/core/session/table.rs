@@ -2,6 +2,7 @@
 
 use std::collections::HashMap;
 
+use crate::core::session::charge;
 use crate::core::session::Session;
 use crate::core::slab::{Key, Slab};
 
@@ -12,16 +13,28 @@ pub(crate) struct Sessions {
     by_client_id: HashMap<Box<str>, Key>,
     /// The last client id the broker assigned.
     last_assigned_id: u64,
+    /// The last session epoch given.
+    last_epoch: u64,
+    /// What every session held is charged, and the bound on it.
+    charged_bytes: u64,
+    max_charged_bytes: u64,
 }
 
 impl Sessions {
-    pub fn new() -> Sessions {
+    /// A table whose sessions' charges are bounded by `max_charged_bytes`:
+    /// a session may outlive its connection, or take another filter, only
+    /// within it.
+    pub fn new(max_charged_bytes: u64) -> Sessions {
         Sessions {
-            // Away sessions are bounded by their expiry; the table grows
-            // with use up to a bound far above what a gateway holds.
+            // Sessions outliving their connections are bounded by their
+            // charges (see `has_room_for`), connected ones by the
+            // connection table; the slab grows with use within both.
             table: Slab::growable(u32::MAX as usize),
             by_client_id: HashMap::new(),
             last_assigned_id: 0,
+            last_epoch: 0,
+            charged_bytes: 0,
+            max_charged_bytes,
         }
     }
 
@@ -56,7 +69,11 @@ impl Sessions {
 
     /// Adds a session for its client id, which names it from now on. What
     /// the id named before must have been ended first.
-    pub fn insert(&mut self, session: Session) -> Key {
+    pub fn insert(&mut self, mut session: Session) -> Key {
+        self.last_epoch += 1;
+        session.epoch = self.last_epoch;
+        session.charged_bytes = charge_of(&session);
+        self.charged_bytes += session.charged_bytes;
         let client_id: Box<str> = (*session.client_id).into();
         let key = self
             .table
@@ -72,11 +89,35 @@ impl Sessions {
     /// already named a newer session.
     pub fn remove(&mut self, key: Key) -> Option<Session> {
         let session = self.table.remove(key)?;
+        self.charged_bytes -= session.charged_bytes;
         if self.by_client_id.get(&*session.client_id) == Some(&key) {
             self.by_client_id.remove(&*session.client_id);
         }
         debug_assert!(self.by_client_id.len() <= self.table.len());
         Some(session)
+    }
+
+    /// Counts `key`'s session again after its filters changed.
+    pub fn recharge(&mut self, key: Key) {
+        let Some(session) = self.table.get_mut(key) else {
+            return;
+        };
+        let charged = charge_of(session);
+        self.charged_bytes = self.charged_bytes - session.charged_bytes + charged;
+        session.charged_bytes = charged;
+    }
+
+    /// Whether `more_bytes` fit the bound once `freed_bytes` (a session
+    /// about to be replaced) are given back.
+    pub fn has_room_for(&self, more_bytes: u64, freed_bytes: u64) -> bool {
+        self.charged_bytes
+            .saturating_sub(freed_bytes)
+            .saturating_add(more_bytes)
+            <= self.max_charged_bytes
+    }
+
+    pub fn charged_bytes(&self) -> u64 {
+        self.charged_bytes
     }
 
     /// A client id for a client that sent none, unlike any held now.
@@ -91,25 +132,33 @@ impl Sessions {
     }
 }
 
+fn charge_of(session: &Session) -> u64 {
+    charge::session_bytes(
+        &session.client_id,
+        session.subscriptions.keys().map(|f| &**f),
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
     fn a_client_id_names_its_newest_session_until_that_one_ends() {
-        let mut sessions = Sessions::new();
+        let mut sessions = Sessions::new(u64::MAX);
         let old = sessions.insert(Session::new("a", 60));
         assert_eq!(sessions.key_of("a"), Some(old));
         assert!(sessions.remove(old).is_some());
         assert_eq!(sessions.key_of("a"), None);
         let new = sessions.insert(Session::new("a", 60));
         assert_eq!(sessions.key_of("a"), Some(new));
+        assert!(sessions.get(new).unwrap().epoch > 0, "epochs start at 1");
         assert_eq!(sessions.len(), 1);
     }
 
     #[test]
     fn assigned_client_ids_are_unlike_those_held() {
-        let mut sessions = Sessions::new();
+        let mut sessions = Sessions::new(u64::MAX);
         sessions.insert(Session::new("saguin-0000000000000001", 0));
         assert_eq!(sessions.assign_client_id(), "saguin-0000000000000002");
     }

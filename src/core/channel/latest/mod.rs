@@ -390,6 +390,7 @@ impl Broker {
             .collect();
         let ticket = self.next_ticket();
         if out.store(provider, StoreRequest::Commit { ticket, writes }) {
+            self.channels[channel].room_freed();
             let pending = LatestPending::Superseded { channel, removals };
             self.pending.insert(ticket, Pending::Latest(pending));
         } else if let Some(latest) = self.channels[channel].latest.as_deref_mut() {
@@ -469,6 +470,7 @@ impl Broker {
         let provider = ch.settings.provider;
         let ticket = self.next_ticket();
         if out.store(provider, StoreRequest::Commit { ticket, writes }) {
+            self.channels[channel].room_freed();
             let pending = LatestPending::Sweep {
                 channel,
                 removed,

@@ -420,6 +420,7 @@ impl Broker {
                 slice: None,
             },
         );
+        self.sessions.recharge(session_key);
         let queue = &mut self.queues.list[q];
         if !queue.workers.contains(&session_key) {
             queue.workers.push(session_key);
@@ -449,6 +450,7 @@ impl Broker {
                 slice: None,
             },
         );
+        self.sessions.recharge(session_key);
         let queue = &mut self.queues.list[q];
         if !queue.workers.contains(&session_key) {
             queue.workers.push(session_key);
@@ -960,7 +962,14 @@ impl Broker {
         out: &mut impl Transport,
     ) -> bool {
         let ticket = self.next_ticket();
+        let frees = writes
+            .iter()
+            .any(|w| matches!(w, Write::Remove { .. } | Write::Move { .. }));
         if out.store(self.provider_of(q), StoreRequest::Commit { ticket, writes }) {
+            if frees {
+                let channel = self.queues.list[q].channel;
+                self.channels[channel].room_freed();
+            }
             self.pending.insert(ticket, Pending::Queue(pending));
             true
         } else {
@@ -1252,6 +1261,7 @@ impl Broker {
                             from_stored(&message),
                             &message.id,
                             *at,
+                            None,
                             now_ms,
                             out,
                         );
