@@ -78,13 +78,14 @@ test:
 # The benchmark harness (the workspace member bench/), side by side with
 # mosquitto. Not part of test or CI: it takes minutes and wants a quiet
 # machine. mosquitto comes from Debian's package (apt-get install mosquitto).
+# BENCH_ARGS="--baseline-bin PATH" adds an older saguin beside figures 1 to 7.
 bench:
 	@command -v mosquitto >/dev/null 2>&1 || [ -x /usr/sbin/mosquitto ] || { \
 	  echo "bench: mosquitto is not installed; trying apt-get install mosquitto" >&2; \
 	  { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq mosquitto; } || \
 	  echo "bench: could not install mosquitto; its columns will be missing" >&2; }
 	$(CARGO) build --release --workspace
-	$(TARGET_DIR)/release/saguin-bench --write BENCHMARKS.md
+	$(TARGET_DIR)/release/saguin-bench --write BENCHMARKS.md $(BENCH_ARGS)
 
 # Interoperability tests: the real broker binary driven by the paho-mqtt
 # Python client (pip install paho-mqtt pytest). Uses target/debug/saguin.

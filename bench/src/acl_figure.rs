@@ -41,7 +41,7 @@ pub fn write_files() -> Result<AclFiles, String> {
         acl_file: dir.path().join("acl.yaml"),
         _dir: dir,
     };
-    write(&files.password_file, &password_file_text())?;
+    write(&files.password_file, &password_file_text(USERS))?;
     write(&files.acl_file, &acl_file_text())?;
     Ok(files)
 }
@@ -50,9 +50,10 @@ fn write(path: &Path, text: &str) -> Result<(), String> {
     std::fs::write(path, text).map_err(|e| format!("write {}: {e}", path.display()))
 }
 
-fn password_file_text() -> String {
+/// The first `users` users, each with `PASSWORD`.
+fn password_file_text(users: usize) -> String {
     let mut text = String::new();
-    for index in 0..USERS {
+    for index in 0..users {
         // A salt of its own per user; a bench needs no secret one.
         let mut salt = [0u8; SALT_BYTES];
         salt[..8].copy_from_slice(&(index as u64 + 1).to_le_bytes());
@@ -169,7 +170,20 @@ mod tests {
         let text = acl_file_text();
         assert_eq!(text.matches("  - topic: ").count(), USERS * RULES_PER_ROLE);
         assert_eq!(text.matches(": [fleet-").count(), USERS);
-        assert_eq!(password_file_text().lines().count(), USERS);
+    }
+
+    #[test]
+    fn each_user_logs_in_with_the_password() {
+        let text = password_file_text(3);
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(lines.len(), 3);
+        for (index, line) in lines.into_iter().enumerate() {
+            let (user, hash) = line.split_once(':').expect("user:hash");
+            assert_eq!(user, user_name(index));
+            let hash = PasswordHash::parse(hash).expect("a hash the broker reads");
+            assert!(hash.verify(PASSWORD.as_bytes()));
+            assert!(!hash.verify(b"another"));
+        }
     }
 
     /// The broker's own reader accepts the file, and the load's user is
