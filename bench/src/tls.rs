@@ -127,3 +127,85 @@ pub fn client_config(authority: &Path) -> Result<Arc<ClientConfig>, String> {
     config.resumption = Resumption::disabled();
     Ok(Arc::new(config))
 }
+
+#[cfg(test)]
+mod tests {
+    use std::io::{Read, Write};
+    use std::net::TcpListener;
+    use std::thread;
+
+    use saguin::codec::ProtocolVersion;
+    use saguin::net::tls::{self as door, TlsSettings, TlsVersion};
+
+    use super::*;
+    use crate::brokers::TempDir;
+    use crate::client::{Client, ClientOptions, Endpoint};
+
+    const OPTIONS: ClientOptions = ClientOptions {
+        version: ProtocolVersion::V311,
+        keep_alive_s: 60,
+        receive_maximum: None,
+    };
+
+    /// A one-connection server on the broker's own TLS door code, serving
+    /// `served`: it reads the CONNECT and answers a CONNACK accepting it.
+    fn serve_one(served: &ServerCertificate) -> (std::net::SocketAddr, thread::JoinHandle<()>) {
+        let settings = TlsSettings {
+            door: "test".into(),
+            cert_file: served.cert.clone(),
+            key_file: served.key.clone(),
+            min_version: TlsVersion::V1_2,
+            client_ca_file: None,
+            require_certificate: false,
+        };
+        let config = door::load(&settings).expect("the door loads").config;
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let address = listener.local_addr().unwrap();
+        let server = thread::spawn(move || {
+            let (socket, _) = listener.accept().unwrap();
+            let connection = rustls::ServerConnection::new(config).unwrap();
+            let mut stream = rustls::StreamOwned::new(connection, socket);
+            let mut connect = [0u8; 2];
+            if stream.read_exact(&mut connect).is_ok() {
+                assert_eq!(connect[0], 0x10, "a CONNECT");
+                let mut rest = vec![0u8; usize::from(connect[1])];
+                stream.read_exact(&mut rest).unwrap();
+                stream.write_all(&[0x20, 0x02, 0x00, 0x00]).unwrap();
+                stream.flush().unwrap();
+            }
+        });
+        (address, server)
+    }
+
+    #[test]
+    fn a_client_trusting_the_authority_connects_over_tls_and_another_is_refused() {
+        let dir = TempDir::new("tls-test").unwrap();
+        let served = make_server_certificate(dir.path()).expect("openssl makes the files");
+        let (address, server) = serve_one(&served);
+        let endpoint = Endpoint {
+            address,
+            tls: Some(client_config(&served.authority).unwrap()),
+            credentials: None,
+        };
+        let client = Client::connect_to(&endpoint, "tls-probe", &OPTIONS).expect("connected");
+        assert!(client.is_tls());
+        client.disconnect();
+        server.join().unwrap();
+
+        let other_dir = TempDir::new("tls-test-other").unwrap();
+        let other = make_server_certificate(other_dir.path()).unwrap();
+        let (address, server) = serve_one(&served);
+        let distrusting = Endpoint {
+            address,
+            tls: Some(client_config(&other.authority).unwrap()),
+            credentials: None,
+        };
+        let refused = Client::connect_to(&distrusting, "tls-probe", &OPTIONS);
+        assert!(
+            refused.as_ref().is_err_and(|e| e.contains("TLS handshake")),
+            "a certificate from another authority was trusted: {:?}",
+            refused.err()
+        );
+        server.join().unwrap();
+    }
+}
