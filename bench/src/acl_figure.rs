@@ -10,7 +10,7 @@ use saguin::auth::hash::{PasswordHash, SALT_BYTES};
 
 use crate::brokers::{Broker, BrokerBinaries, TempDir};
 use crate::load::{self, Throughput};
-use crate::report::{self, Better, PairRow, Sample, Unit};
+use crate::report::{self, Better, PairRow, Unit};
 
 /// Users in the file, each with a role of its own.
 pub const USERS: usize = 1000;
@@ -117,40 +117,17 @@ pub fn run(
         Unit::Microseconds,
         Better::Lower,
     );
-    let pair = [(&with, "with"), (&without, "without")];
+    let pair = [(&with, "with-acl"), (&without, "no-acl")];
     for (broker, name) in pair {
         let outcome = load::run_throughput(&broker.endpoint(), warmup, &format!("w12{name}"));
         if let Some(failure) = outcome.failure {
-            println!("   warm-up {name} the file: {failure}");
+            println!("   warm-up {name}: {failure}");
         }
+        std::thread::sleep(crate::BETWEEN_RUNS);
     }
     for run in 1..=runs {
         for (first, (broker, name)) in [true, false].into_iter().zip(pair) {
-            let cpu_before = broker.cpu_time(ticks_per_s);
-            let outcome =
-                load::run_throughput(&broker.endpoint(), load, &format!("f12r{run}{name}"));
-            let cpu_after = broker.cpu_time(ticks_per_s);
-            let (r, c) = match (&outcome.failure, cpu_before, cpu_after) {
-                (Some(failure), ..) => (
-                    Sample::Failed(failure.clone()),
-                    Sample::Failed(failure.clone()),
-                ),
-                (None, Some(before), Some(after)) => (
-                    Sample::Value(outcome.delivered_per_s()),
-                    Sample::Value((after - before).as_secs_f64() * 1e6 / outcome.delivered as f64),
-                ),
-                (None, ..) => (
-                    Sample::Value(outcome.delivered_per_s()),
-                    Sample::Failed("cannot read the broker's CPU time".into()),
-                ),
-            };
-            println!(
-                "   run {run} {name:<7} the file: {}",
-                match &r {
-                    Sample::Value(v) => report::format_value(Unit::MessagesPerS, *v),
-                    Sample::Failed(why) => format!("FAILED: {why}"),
-                }
-            );
+            let (r, c) = crate::measure_throughput("12", load, run, (broker, name), ticks_per_s);
             rate.push(first, r);
             cpu.push(first, c);
             std::thread::sleep(crate::BETWEEN_RUNS);

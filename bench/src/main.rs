@@ -839,7 +839,8 @@ fn run_throughput_figure(
     }
     for run in 1..=plan.runs_per_broker {
         for broker in brokers {
-            let (rate, cpu) = measure_throughput(tag, load, run, broker, ticks_per_s);
+            let named = (broker, broker.kind.name());
+            let (rate, cpu) = measure_throughput(tag, load, run, named, ticks_per_s);
             rate_row.push(broker.kind, rate);
             cpu_row.push(broker.kind, cpu);
             std::thread::sleep(BETWEEN_RUNS);
@@ -857,21 +858,18 @@ fn warmup_load(load: &Throughput) -> Throughput {
 }
 
 /// One run: the delivery rate, and the broker's CPU time per delivery.
-fn measure_throughput(
+/// `name` tells the broker's runs apart in client ids and printed lines.
+pub(crate) fn measure_throughput(
     tag: &str,
     load: &Throughput,
     run: usize,
-    broker: &Broker,
+    (broker, name): (&Broker, &str),
     ticks_per_s: u64,
 ) -> (Sample, Sample) {
     let cpu_before = broker.cpu_time(ticks_per_s);
-    let outcome = load::run_throughput(
-        &broker.endpoint(),
-        load,
-        &format!("f{tag}r{run}{}", broker.kind),
-    );
+    let outcome = load::run_throughput(&broker.endpoint(), load, &format!("f{tag}r{run}{name}"));
     let cpu_after = broker.cpu_time(ticks_per_s);
-    let prefix = format!("   run {run} {:<9}", broker.kind);
+    let prefix = format!("   run {run} {name:<9}");
     if let Some(failure) = outcome.failure {
         println!(
             "{prefix} FAILED: {failure} ({} of {} delivered)",
