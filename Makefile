@@ -78,6 +78,7 @@ test:
 # The benchmark harness (the workspace member bench/), side by side with
 # mosquitto. Not part of test or CI: it takes minutes and wants a quiet
 # machine. mosquitto comes from Debian's package (apt-get install mosquitto).
+# BENCH_ARGS="--baseline-bin PATH" adds an older saguin beside figures 1 to 7.
 bench:
 	@command -v mosquitto >/dev/null 2>&1 || [ -x /usr/sbin/mosquitto ] || { \
 	  echo "bench: mosquitto is not installed; trying apt-get install mosquitto" >&2; \
@@ -88,7 +89,7 @@ bench:
 	  { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq libmosquitto-dev; } || \
 	  echo "bench: could not install libmosquitto-dev; figure 9's libmosquitto rows will fail" >&2; }
 	$(CARGO) build --release --workspace
-	$(TARGET_DIR)/release/saguin-bench --write BENCHMARKS.md
+	$(TARGET_DIR)/release/saguin-bench --write BENCHMARKS.md $(BENCH_ARGS)
 
 # Interoperability tests: the real broker binary driven by the paho-mqtt
 # Python client (pip install paho-mqtt pytest). Uses target/debug/saguin.

@@ -10,11 +10,14 @@ use std::net::{SocketAddr, TcpListener};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use rustls::ClientConfig;
 use saguin::codec::ProtocolVersion;
 
-use crate::client::{Client, ClientOptions};
+use crate::client::{Client, ClientOptions, Endpoint};
+use crate::tls::ServerCertificate;
 
 /// Longest a broker may take from spawn to answering a CONNECT.
 const START_TIMEOUT: Duration = Duration::from_secs(15);
@@ -180,6 +183,36 @@ fn saguin_config(setup: SaguinSetup, dir: &Path) -> String {
     )
 }
 
+/// The plain configuration with `tls` on its one door, serving `served`
+/// (the TLS figure).
+fn saguin_tls_config(served: &ServerCertificate) -> String {
+    SAGUIN_CONFIG_YAML.replacen(
+        "        address: 127.0.0.1:0\n",
+        &format!(
+            "        address: 127.0.0.1:0\n        tls:\n          cert_file: {}\n          key_file: {}\n",
+            served.cert.display(),
+            served.key.display()
+        ),
+        1,
+    )
+}
+
+/// The plain configuration checking every CONNECT against `password_file`
+/// and, where given, what `acl_file` grants (the ACL figure).
+fn saguin_acl_config(password_file: &Path, acl_file: Option<&Path>) -> String {
+    let acl = acl_file.map_or(String::new(), |path| {
+        format!("    acl_file: {}\n", path.display())
+    });
+    SAGUIN_CONFIG_YAML.replacen(
+        "  mqtt:\n",
+        &format!(
+            "  mqtt:\n    password_file: {}\n{acl}",
+            password_file.display()
+        ),
+        1,
+    )
+}
+
 /// The same bounds in mosquitto's terms. `max_inflight_messages 100`
 /// matches the Receive Maximum of 100 the bench's MQTT 5 subscribers send,
 /// which saguin honours; `sys_interval 0` because saguin publishes no $SYS
@@ -233,15 +266,24 @@ pub enum MosquittoSetup {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum BrokerKind {
     Saguin,
+    /// Another saguin binary, given with `--baseline-bin`, run beside this
+    /// one with the same configuration (an older commit, to compare with).
+    Baseline,
     Mosquitto,
 }
 
 impl BrokerKind {
     pub const BOTH: [BrokerKind; 2] = [BrokerKind::Saguin, BrokerKind::Mosquitto];
+    pub const ALL: [BrokerKind; 3] = [
+        BrokerKind::Saguin,
+        BrokerKind::Baseline,
+        BrokerKind::Mosquitto,
+    ];
 
     pub fn name(self) -> &'static str {
         match self {
             BrokerKind::Saguin => "saguin",
+            BrokerKind::Baseline => "baseline",
             BrokerKind::Mosquitto => "mosquitto",
         }
     }
@@ -259,15 +301,40 @@ impl fmt::Display for BrokerKind {
 pub struct BrokerBinaries {
     pub saguin: PathBuf,
     pub mosquitto: PathBuf,
+    /// `--baseline-bin`: an older saguin to run beside this one.
+    pub baseline: Option<PathBuf>,
 }
 
 impl BrokerBinaries {
     pub fn path(&self, kind: BrokerKind) -> &Path {
         match kind {
             BrokerKind::Saguin => &self.saguin,
+            BrokerKind::Baseline => self
+                .baseline
+                .as_deref()
+                .expect("a baseline broker is started only with --baseline-bin"),
             BrokerKind::Mosquitto => &self.mosquitto,
         }
     }
+
+    /// The brokers a comparison runs, in the order runs alternate:
+    /// saguin, the baseline when given, then `others`.
+    pub fn saguins_then(&self, others: &[BrokerKind]) -> Vec<BrokerKind> {
+        let mut kinds = vec![BrokerKind::Saguin];
+        if self.baseline.is_some() {
+            kinds.push(BrokerKind::Baseline);
+        }
+        kinds.extend_from_slice(others);
+        kinds
+    }
+}
+
+/// What a client must bring to a broker: TLS towards its certificate, and
+/// a user name and password.
+#[derive(Clone, Default)]
+pub struct Access {
+    pub tls: Option<Arc<ClientConfig>>,
+    pub credentials: Option<(String, String)>,
 }
 
 /// The saguin configuration, for BENCHMARKS.md, with a placeholder for
@@ -275,6 +342,28 @@ impl BrokerBinaries {
 pub fn saguin_config_text(setup: SaguinSetup) -> String {
     saguin_config(setup, Path::new("/<temporary directory>"))
         .replace("/<temporary directory>", "<temporary directory>")
+}
+
+/// The TLS figure's configurations of saguin and mosquitto, for
+/// BENCHMARKS.md, with placeholders for the temporary files.
+pub fn tls_config_texts() -> (String, String) {
+    let dir = Path::new("<temporary directory>");
+    let placeholder = ServerCertificate {
+        authority: dir.join("bench-ca.pem"),
+        cert: dir.join("broker.pem"),
+        key: dir.join("broker-key.pem"),
+    };
+    (
+        saguin_tls_config(&placeholder),
+        mosquitto_config_text() + &mosquitto_tls_lines(&placeholder),
+    )
+}
+
+/// The ACL figure's saguin configuration, for BENCHMARKS.md; the run
+/// without the file leaves out its `acl_file` line.
+pub fn acl_config_text() -> String {
+    let dir = Path::new("<temporary directory>");
+    saguin_acl_config(&dir.join("clients.passwd"), Some(&dir.join("acl.yaml")))
 }
 
 /// The mosquitto configuration with a placeholder port, for BENCHMARKS.md.
@@ -327,6 +416,7 @@ impl Drop for TempDir {
 pub struct Broker {
     pub kind: BrokerKind,
     pub address: SocketAddr,
+    access: Access,
     child: Child,
     dir: TempDir,
 }
@@ -355,23 +445,84 @@ impl Broker {
         mosquitto: MosquittoSetup,
     ) -> Result<Broker, String> {
         let dir = TempDir::new(kind.name())?;
-        let binary = binaries.path(kind);
         if setup == SaguinSetup::Passwords {
             write_password_file(&binaries.saguin, &dir.0)?;
         }
-        let (child, known_port) = match kind {
-            BrokerKind::Saguin => (spawn_saguin(binary, &dir.0, setup)?, None),
+        let (config, port) = match kind {
+            BrokerKind::Saguin | BrokerKind::Baseline => (saguin_config(setup, &dir.0), None),
             BrokerKind::Mosquitto => {
                 let port = free_loopback_port()?;
-                (
-                    spawn_mosquitto(binary, &dir.0, port, setup, mosquitto)?,
-                    Some(port),
-                )
+                let mut config = mosquitto_config(port, mosquitto, &dir.0);
+                if setup == SaguinSetup::Passwords {
+                    config.push_str(&format!(
+                        "password_file {}\n",
+                        password_file(&dir.0).display()
+                    ));
+                }
+                (config, Some(port))
             }
         };
+        Broker::launch(kind, binaries, dir, &config, port, Access::default())
+    }
+
+    /// `kind` serving TLS on its one door with `served`, set up otherwise
+    /// as for figures 1 to 5; clients trust `client`'s roots.
+    pub fn start_tls(
+        kind: BrokerKind,
+        binaries: &BrokerBinaries,
+        served: &ServerCertificate,
+        client: Arc<ClientConfig>,
+    ) -> Result<Broker, String> {
+        let dir = TempDir::new(kind.name())?;
+        let (config, port) = match kind {
+            BrokerKind::Saguin | BrokerKind::Baseline => (saguin_tls_config(served), None),
+            BrokerKind::Mosquitto => {
+                let port = free_loopback_port()?;
+                let mut config = mosquitto_config(port, MosquittoSetup::Bench, &dir.0);
+                config.push_str(&mosquitto_tls_lines(served));
+                (config, Some(port))
+            }
+        };
+        let access = Access {
+            tls: Some(client),
+            credentials: None,
+        };
+        Broker::launch(kind, binaries, dir, &config, port, access)
+    }
+
+    /// Saguin checking every CONNECT against `password_file`, with
+    /// `acl_file` in force where given; clients log in as `credentials`.
+    pub fn start_with_acl(
+        binaries: &BrokerBinaries,
+        password_file: &Path,
+        acl_file: Option<&Path>,
+        credentials: (String, String),
+    ) -> Result<Broker, String> {
+        let kind = BrokerKind::Saguin;
+        let dir = TempDir::new(kind.name())?;
+        let config = saguin_acl_config(password_file, acl_file);
+        let access = Access {
+            tls: None,
+            credentials: Some(credentials),
+        };
+        Broker::launch(kind, binaries, dir, &config, None, access)
+    }
+
+    /// Starts `kind` on `config` in `dir` and waits until it answers a
+    /// CONNECT made with `access`. Saguin binds port 0; mosquitto `port`.
+    fn launch(
+        kind: BrokerKind,
+        binaries: &BrokerBinaries,
+        dir: TempDir,
+        config: &str,
+        port: Option<u16>,
+        access: Access,
+    ) -> Result<Broker, String> {
+        let child = spawn(kind, binaries.path(kind), &dir.0, config)?;
         let mut broker = Broker {
             kind,
-            address: SocketAddr::from(([127, 0, 0, 1], known_port.unwrap_or(0))),
+            address: SocketAddr::from(([127, 0, 0, 1], port.unwrap_or(0))),
+            access,
             child,
             dir,
         };
@@ -380,6 +531,15 @@ impl Broker {
         broker.address.set_port(port);
         broker.wait_until_serving(deadline)?;
         Ok(broker)
+    }
+
+    /// How a load reaches this broker.
+    pub fn endpoint(&self) -> Endpoint {
+        Endpoint {
+            address: self.address,
+            tls: self.access.tls.clone(),
+            credentials: self.access.credentials.clone(),
+        }
     }
 
     pub fn pid(&self) -> u32 {
@@ -436,7 +596,7 @@ impl Broker {
         };
         loop {
             self.check_running()?;
-            match Client::connect(self.address, "bench-ready-probe", &options) {
+            match Client::connect_to(&self.endpoint(), "bench-ready-probe", &options) {
                 Ok(client) => {
                     client.disconnect();
                     return Ok(());
@@ -520,12 +680,17 @@ pub fn output_file(dir: &Path) -> Result<(Stdio, Stdio), String> {
     Ok((Stdio::from(file), Stdio::from(second)))
 }
 
-fn spawn_saguin(binary: &Path, dir: &Path, setup: SaguinSetup) -> Result<Child, String> {
-    let config_path = dir.join("saguin.yaml");
-    fs::write(&config_path, saguin_config(setup, dir)).map_err(|e| format!("write config: {e}"))?;
+/// Starts `binary` on `config`, written into `dir`.
+fn spawn(kind: BrokerKind, binary: &Path, dir: &Path, config: &str) -> Result<Child, String> {
+    let (file, flag) = match kind {
+        BrokerKind::Saguin | BrokerKind::Baseline => ("saguin.yaml", "--config"),
+        BrokerKind::Mosquitto => ("mosquitto.conf", "-c"),
+    };
+    let config_path = dir.join(file);
+    fs::write(&config_path, config).map_err(|e| format!("write config: {e}"))?;
     let (stdout, stderr) = output_file(dir)?;
     Command::new(binary)
-        .arg("--config")
+        .arg(flag)
         .arg(&config_path)
         .stdin(Stdio::null())
         .stdout(stdout)
@@ -533,34 +698,19 @@ fn spawn_saguin(binary: &Path, dir: &Path, setup: SaguinSetup) -> Result<Child, 
         .spawn()
         .map_err(|e| {
             format!(
-                "start {}: {e} (run `cargo build --release --workspace`)",
+                "start {}: {e} (cargo build --release --workspace; apt-get install mosquitto)",
                 binary.display()
             )
         })
 }
 
-fn spawn_mosquitto(
-    binary: &Path,
-    dir: &Path,
-    port: u16,
-    setup: SaguinSetup,
-    mosquitto: MosquittoSetup,
-) -> Result<Child, String> {
-    let config_path = dir.join("mosquitto.conf");
-    let mut config = mosquitto_config(port, mosquitto, dir);
-    if setup == SaguinSetup::Passwords {
-        config.push_str(&format!("password_file {}\n", password_file(dir).display()));
-    }
-    fs::write(&config_path, config).map_err(|e| format!("write config: {e}"))?;
-    let (stdout, stderr) = output_file(dir)?;
-    Command::new(binary)
-        .arg("-c")
-        .arg(&config_path)
-        .stdin(Stdio::null())
-        .stdout(stdout)
-        .stderr(stderr)
-        .spawn()
-        .map_err(|e| format!("start {}: {e}", binary.display()))
+/// mosquitto's lines for TLS on the listener above them.
+fn mosquitto_tls_lines(served: &ServerCertificate) -> String {
+    format!(
+        "certfile {}\nkeyfile {}\n",
+        served.cert.display(),
+        served.key.display()
+    )
 }
 
 /// A loopback port free a moment ago. Another process could take it

@@ -1,11 +1,16 @@
 //! A blocking MQTT client on the crate's own codec, just enough to drive
 //! load: CONNECT, SUBSCRIBE, PUBLISH and PUBACK, with batched writes so the
 //! load generator spends its share of the two cores on messages, not
-//! syscalls.
+//! syscalls. It speaks over plain TCP or over TLS (rustls), with or
+//! without a user name and password.
 
 use std::io::{ErrorKind, Read, Write};
 use std::net::{SocketAddr, TcpStream};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
+
+use rustls::pki_types::ServerName;
+use rustls::{ClientConfig, ClientConnection};
 
 use saguin::codec::{
     decode_fixed_header, decode_packet, encode, Connect, Disconnect, Packet, Properties,
@@ -33,8 +38,133 @@ pub struct ClientOptions {
     pub receive_maximum: Option<u16>,
 }
 
+/// Where a broker listens and what a client must bring to be let in.
+#[derive(Clone)]
+pub struct Endpoint {
+    pub address: SocketAddr,
+    /// TLS towards a server certificate these roots verify.
+    pub tls: Option<Arc<ClientConfig>>,
+    /// The user name and password every CONNECT carries.
+    pub credentials: Option<(String, String)>,
+}
+
+impl Endpoint {
+    pub fn plain(address: SocketAddr) -> Endpoint {
+        Endpoint {
+            address,
+            tls: None,
+            credentials: None,
+        }
+    }
+}
+
+/// The byte stream under the MQTT client.
+enum Link {
+    Plain(TcpStream),
+    Tls(Box<TlsLink>),
+}
+
+/// rustls driven by hand over a blocking socket, so a read waits at most
+/// the socket's read timeout and a write goes out whole.
+struct TlsLink {
+    connection: ClientConnection,
+    socket: TcpStream,
+}
+
+impl TlsLink {
+    /// Completes the handshake within `timeout`.
+    fn handshake(
+        config: &Arc<ClientConfig>,
+        mut socket: TcpStream,
+        timeout: Duration,
+    ) -> Result<TlsLink, String> {
+        let server = ServerName::IpAddress(
+            socket
+                .peer_addr()
+                .map_err(|e| format!("peer address: {e}"))?
+                .ip()
+                .into(),
+        );
+        let mut connection = ClientConnection::new(Arc::clone(config), server)
+            .map_err(|e| format!("TLS client: {e}"))?;
+        let deadline = Instant::now() + timeout;
+        while connection.is_handshaking() {
+            match connection.complete_io(&mut socket) {
+                Ok(_) => {}
+                Err(e) if is_timeout(&e) && Instant::now() < deadline => {}
+                Err(e) => return Err(format!("TLS handshake: {e}")),
+            }
+        }
+        Ok(TlsLink { connection, socket })
+    }
+
+    fn send_pending(&mut self) -> std::io::Result<()> {
+        while self.connection.wants_write() {
+            self.connection.write_tls(&mut self.socket)?;
+        }
+        Ok(())
+    }
+}
+
+impl Read for TlsLink {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        loop {
+            match self.connection.reader().read(buf) {
+                Err(e) if e.kind() == ErrorKind::WouldBlock => {}
+                done => return done,
+            }
+            if self.connection.read_tls(&mut self.socket)? == 0 {
+                return Ok(0);
+            }
+            self.connection
+                .process_new_packets()
+                .map_err(|e| std::io::Error::new(ErrorKind::InvalidData, e))?;
+            self.send_pending()?;
+        }
+    }
+}
+
+impl Write for TlsLink {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        let written = self.connection.writer().write(buf)?;
+        self.send_pending()?;
+        Ok(written)
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.send_pending()
+    }
+}
+
+fn is_timeout(error: &std::io::Error) -> bool {
+    matches!(error.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut)
+}
+
+impl Link {
+    fn socket(&self) -> &TcpStream {
+        match self {
+            Link::Plain(socket) => socket,
+            Link::Tls(tls) => &tls.socket,
+        }
+    }
+
+    fn write_all(&mut self, bytes: &[u8]) -> std::io::Result<()> {
+        match self {
+            Link::Plain(socket) => socket.write_all(bytes),
+            Link::Tls(tls) => tls.write_all(bytes),
+        }
+    }
+
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        match self {
+            Link::Plain(socket) => socket.read(buf),
+            Link::Tls(tls) => tls.read(buf),
+        }
+    }
+}
+
 pub struct Client {
-    stream: TcpStream,
+    stream: Link,
     version: ProtocolVersion,
     /// Bytes read and not yet decoded live in `inbox[inbox_start..inbox_end]`.
     inbox: Vec<u8>,
@@ -51,7 +181,21 @@ impl Client {
         client_id: &str,
         options: &ClientOptions,
     ) -> Result<Client, String> {
-        match Client::open(address, client_id, options, None)? {
+        Client::connect_to(&Endpoint::plain(address), client_id, options)
+    }
+
+    /// As [`Client::connect`], over the endpoint's TLS and with its
+    /// credentials where it has them.
+    pub fn connect_to(
+        endpoint: &Endpoint,
+        client_id: &str,
+        options: &ClientOptions,
+    ) -> Result<Client, String> {
+        let credentials = endpoint
+            .credentials
+            .as_ref()
+            .map(|(user, password)| (user.as_str(), password.as_bytes()));
+        match Client::open_to(endpoint, client_id, options, credentials)? {
             (client, ReasonCode::SUCCESS) => Ok(client),
             (_, code) => Err(format!("{client_id}: CONNACK refused with {code:?}")),
         }
@@ -66,9 +210,28 @@ impl Client {
         options: &ClientOptions,
         credentials: Option<(&str, &[u8])>,
     ) -> Result<(Client, ReasonCode), String> {
-        let stream = TcpStream::connect_timeout(&address, HANDSHAKE_TIMEOUT)
+        Client::open_to(&Endpoint::plain(address), client_id, options, credentials)
+    }
+
+    /// As [`Client::open`], over the endpoint's TLS where it has one.
+    fn open_to(
+        endpoint: &Endpoint,
+        client_id: &str,
+        options: &ClientOptions,
+        credentials: Option<(&str, &[u8])>,
+    ) -> Result<(Client, ReasonCode), String> {
+        let address = endpoint.address;
+        let socket = TcpStream::connect_timeout(&address, HANDSHAKE_TIMEOUT)
             .map_err(|e| format!("{client_id}: connect to {address}: {e}"))?;
-        let mut client = Client::from_stream(stream, options.version)?;
+        set_socket_options(&socket)?;
+        let stream = match &endpoint.tls {
+            None => Link::Plain(socket),
+            Some(config) => Link::Tls(Box::new(
+                TlsLink::handshake(config, socket, HANDSHAKE_TIMEOUT)
+                    .map_err(|e| format!("{client_id}: {e}"))?,
+            )),
+        };
+        let mut client = Client::new(stream, options.version);
         let properties = Properties {
             receive_maximum: options.receive_maximum,
             ..Properties::default()
@@ -90,31 +253,42 @@ impl Client {
         }
     }
 
-    fn from_stream(stream: TcpStream, version: ProtocolVersion) -> Result<Client, String> {
-        let setup = |stream: &TcpStream| -> std::io::Result<()> {
-            stream.set_nodelay(true)?;
-            stream.set_read_timeout(Some(READ_POLL))?;
-            stream.set_write_timeout(Some(WRITE_TIMEOUT))
-        };
-        setup(&stream).map_err(|e| format!("socket options: {e}"))?;
-        Ok(Client {
+    fn new(stream: Link, version: ProtocolVersion) -> Client {
+        Client {
             stream,
             version,
             inbox: Vec::new(),
             inbox_start: 0,
             inbox_end: 0,
             outbox: Vec::new(),
-        })
+        }
     }
 
     /// A second handle on the same connection for a thread that only
     /// reads, while this one writes. Call before anything is buffered.
+    /// A TLS connection has one session state, so it has no second handle.
     pub fn reader_handle(&self) -> Result<Client, String> {
-        let stream = self
-            .stream
+        let Link::Plain(socket) = &self.stream else {
+            return Err("a TLS connection cannot be read from a second thread".into());
+        };
+        let socket = socket
             .try_clone()
             .map_err(|e| format!("clone socket: {e}"))?;
-        Client::from_stream(stream, self.version)
+        Ok(Client::new(Link::Plain(socket), self.version))
+    }
+
+    /// Whether this connection runs over TLS.
+    pub fn is_tls(&self) -> bool {
+        matches!(self.stream, Link::Tls(_))
+    }
+
+    /// Makes the next reads wait at most `timeout` (at least a
+    /// microsecond: a socket takes no zero timeout).
+    pub fn set_read_wait(&self, timeout: Duration) -> Result<(), String> {
+        self.stream
+            .socket()
+            .set_read_timeout(Some(timeout.max(Duration::from_micros(1))))
+            .map_err(|e| format!("socket options: {e}"))
     }
 
     /// Subscribes to one filter and checks the broker granted `qos`.
@@ -165,7 +339,8 @@ impl Client {
         result.map_err(|e| format!("write: {e}"))
     }
 
-    /// Reads what has arrived, waiting at most `READ_POLL`. Returns false
+    /// Reads what has arrived, waiting at most `READ_POLL` (or what
+    /// `set_read_wait` set). Returns false
     /// when nothing came in that time; an error when the broker closed.
     pub fn fill(&mut self) -> Result<bool, String> {
         self.make_inbox_room();
@@ -175,7 +350,7 @@ impl Client {
                 self.inbox_end += read_bytes;
                 Ok(true)
             }
-            Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => Ok(false),
+            Err(e) if is_timeout(&e) => Ok(false),
             Err(e) if e.kind() == ErrorKind::Interrupted => Ok(false),
             Err(e) => Err(format!("read: {e}")),
         }
@@ -241,4 +416,15 @@ impl Client {
         self.queue(&Packet::Disconnect(Disconnect::default()));
         let _ = self.flush();
     }
+}
+
+/// Every bench socket: Nagle off, as both brokers' own sockets are, and
+/// bounded waits so each loop gets back to its deadline checks.
+fn set_socket_options(socket: &TcpStream) -> Result<(), String> {
+    let setup = || -> std::io::Result<()> {
+        socket.set_nodelay(true)?;
+        socket.set_read_timeout(Some(READ_POLL))?;
+        socket.set_write_timeout(Some(WRITE_TIMEOUT))
+    };
+    setup().map_err(|e| format!("socket options: {e}"))
 }

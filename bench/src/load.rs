@@ -5,7 +5,6 @@
 //! one process-wide clock, so a subscriber can tell a missing message from a
 //! duplicate and measure latency without any clock skew.
 
-use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Condvar, Mutex, OnceLock};
 use std::thread;
@@ -13,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use saguin::codec::{Packet, ProtocolVersion, Publish, QoS};
 
-use crate::client::{Client, ClientOptions};
+use crate::client::{Client, ClientOptions, Endpoint, READ_POLL};
 
 pub const PAYLOAD_BYTES: usize = 64;
 /// Most unacknowledged QoS 1 publishes a publisher keeps, and the Receive
@@ -337,7 +336,7 @@ struct SubscriberOutcome {
 /// Runs `load` against the broker at `address`; `run_label` keeps client
 /// ids and the topic apart from every other run's.
 pub fn run_throughput(
-    address: SocketAddr,
+    endpoint: &Endpoint,
     load: &Throughput,
     run_label: &str,
 ) -> ThroughputOutcome {
@@ -356,7 +355,7 @@ pub fn run_throughput(
                     latency_from_seq: None,
                 };
                 let run = &run;
-                scope.spawn(move || run_subscriber(address, &plan, run))
+                scope.spawn(move || run_subscriber(endpoint, &plan, run))
             })
             .collect();
         let publisher_threads: Vec<_> = (0..load.publishers)
@@ -369,7 +368,7 @@ pub fn run_throughput(
                     count: load.messages_per_publisher,
                 };
                 let run = &run;
-                scope.spawn(move || run_publisher(address, &plan, run))
+                scope.spawn(move || run_publisher(endpoint, &plan, run))
             })
             .collect();
         let clients = load.publishers + load.subscribers;
@@ -435,9 +434,9 @@ fn summarise_throughput(
     }
 }
 
-fn run_subscriber(address: SocketAddr, plan: &SubscriberPlan, run: &Run) -> SubscriberOutcome {
+fn run_subscriber(endpoint: &Endpoint, plan: &SubscriberPlan, run: &Run) -> SubscriberOutcome {
     let mut outcome = SubscriberOutcome::default();
-    if let Err(error) = subscribe_and_receive(address, plan, run, &mut outcome) {
+    if let Err(error) = subscribe_and_receive(endpoint, plan, run, &mut outcome) {
         run.gate.abort();
         outcome.failure = Some(format!("{}: {error}", plan.client_id));
     }
@@ -445,12 +444,12 @@ fn run_subscriber(address: SocketAddr, plan: &SubscriberPlan, run: &Run) -> Subs
 }
 
 fn subscribe_and_receive(
-    address: SocketAddr,
+    endpoint: &Endpoint,
     plan: &SubscriberPlan,
     run: &Run,
     outcome: &mut SubscriberOutcome,
 ) -> Result<(), String> {
-    let mut client = Client::connect(address, &plan.client_id, &client_options())?;
+    let mut client = Client::connect_to(endpoint, &plan.client_id, &client_options())?;
     client.subscribe(&plan.topic, plan.qos)?;
     let Some(opened_at) = run.gate.arrive_and_wait(Instant::now() + SETUP_TIMEOUT) else {
         return Ok(());
@@ -528,15 +527,15 @@ fn record_delivery(
     Ok(())
 }
 
-fn run_publisher(address: SocketAddr, plan: &PublisherPlan, run: &Run) -> Result<(), String> {
-    publish_all(address, plan, run).map_err(|error| {
+fn run_publisher(endpoint: &Endpoint, plan: &PublisherPlan, run: &Run) -> Result<(), String> {
+    publish_all(endpoint, plan, run).map_err(|error| {
         run.gate.abort();
         format!("{}: {error}", plan.client_id)
     })
 }
 
-fn publish_all(address: SocketAddr, plan: &PublisherPlan, run: &Run) -> Result<(), String> {
-    let mut client = Client::connect(address, &plan.client_id, &client_options())?;
+fn publish_all(endpoint: &Endpoint, plan: &PublisherPlan, run: &Run) -> Result<(), String> {
+    let mut client = Client::connect_to(endpoint, &plan.client_id, &client_options())?;
     if run
         .gate
         .arrive_and_wait(Instant::now() + SETUP_TIMEOUT)
@@ -682,7 +681,7 @@ pub struct LatencyOutcome {
 const LATENCY_WARMUP_DIVISOR: u64 = 20;
 
 /// Publishes at a fixed rate and measures each message's age on arrival.
-pub fn run_latency(address: SocketAddr, load: &Latency, run_label: &str) -> LatencyOutcome {
+pub fn run_latency(endpoint: &Endpoint, load: &Latency, run_label: &str) -> LatencyOutcome {
     let run = Run::new(1);
     let count = (u64::from(load.rate_per_s) as f64 * load.duration.as_secs_f64()) as u64;
     let subscriber_plan = SubscriberPlan {
@@ -702,8 +701,9 @@ pub fn run_latency(address: SocketAddr, load: &Latency, run_label: &str) -> Late
     };
     let period = Duration::from_secs(1) / load.rate_per_s.max(1);
     let (subscriber, publisher_result) = thread::scope(|scope| {
-        let subscriber = scope.spawn(|| run_subscriber(address, &subscriber_plan, &run));
-        let publisher = scope.spawn(|| run_paced_publisher(address, &publisher_plan, period, &run));
+        let subscriber = scope.spawn(|| run_subscriber(endpoint, &subscriber_plan, &run));
+        let publisher =
+            scope.spawn(|| run_paced_publisher(endpoint, &publisher_plan, period, &run));
         run.gate
             .open_when_arrived(2, Instant::now() + SETUP_TIMEOUT);
         let publisher_result = publisher
@@ -752,13 +752,21 @@ pub fn percentile(sorted: &[u64], fraction: f64) -> f64 {
 /// One thread writes on schedule while a second reads the PUBACKs, so a
 /// late acknowledgement never delays the next send.
 fn run_paced_publisher(
-    address: SocketAddr,
+    endpoint: &Endpoint,
     plan: &PublisherPlan,
     period: Duration,
     run: &Run,
 ) -> Result<(), String> {
     let result = (|| {
-        let mut writer = Client::connect(address, &plan.client_id, &client_options())?;
+        let mut writer = Client::connect_to(endpoint, &plan.client_id, &client_options())?;
+        if writer.is_tls() {
+            let Some(opened_at) = run.gate.arrive_and_wait(Instant::now() + SETUP_TIMEOUT) else {
+                return Ok(());
+            };
+            send_on_schedule_one_thread(&mut writer, plan, period, opened_at, run)?;
+            writer.disconnect();
+            return Ok(());
+        }
         let mut reader = writer.reader_handle()?;
         let Some(opened_at) = run.gate.arrive_and_wait(Instant::now() + SETUP_TIMEOUT) else {
             return Ok(());
@@ -810,6 +818,93 @@ fn send_on_schedule(
     Ok(())
 }
 
+/// As [`send_on_schedule`] with the PUBACKs read on the same thread,
+/// between sends: a TLS session has one state, which two threads cannot
+/// share without one waiting on the other's read. A message's latency runs
+/// from the stamp taken as it is queued, so a send made a little after its
+/// time costs the figure nothing.
+fn send_on_schedule_one_thread(
+    client: &mut Client,
+    plan: &PublisherPlan,
+    period: Duration,
+    opened_at: Instant,
+    run: &Run,
+) -> Result<(), String> {
+    let mut publish = PublishPacket::new(&plan.topic, QoS::AtLeastOnce);
+    let mut next_id: u16 = 1;
+    let mut acks = AckCount::new(plan.count);
+    for seq in 0..plan.count {
+        let due = opened_at + period * seq as u32;
+        loop {
+            run.check("publisher")?;
+            let window_open = seq - acks.total < u64::from(QOS1_WINDOW_MESSAGES);
+            let wait = due.saturating_duration_since(Instant::now());
+            if window_open && wait.is_zero() {
+                break;
+            }
+            client.set_read_wait(if window_open {
+                wait.min(READ_POLL)
+            } else {
+                READ_POLL
+            })?;
+            acks.read(client)?;
+        }
+        client.queue(publish.stamped(plan.first_seq + seq, Some(next_id)));
+        next_id = next_id.checked_add(1).unwrap_or(1);
+        client.flush()?;
+    }
+    client.set_read_wait(READ_POLL)?;
+    while acks.total < plan.count {
+        run.check("publisher")?;
+        acks.read(client)?;
+    }
+    Ok(())
+}
+
+/// PUBACKs counted as they are read, failing on a refusal or on none for
+/// `STALL_TIMEOUT`.
+struct AckCount {
+    total: u64,
+    expected: u64,
+    last_ack_at: Instant,
+}
+
+impl AckCount {
+    fn new(expected: u64) -> AckCount {
+        AckCount {
+            total: 0,
+            expected,
+            last_ack_at: Instant::now(),
+        }
+    }
+
+    /// Reads once, waiting at most the client's read wait.
+    fn read(&mut self, client: &mut Client) -> Result<(), String> {
+        client.fill()?;
+        let before = self.total;
+        while let Some(packet) = client.next_packet()? {
+            if let Packet::Puback(puback) = packet {
+                if puback.reason_code.0 != 0 {
+                    return Err(format!(
+                        "PUBACK with reason code 0x{:02X}",
+                        puback.reason_code.0
+                    ));
+                }
+                self.total += 1;
+            }
+        }
+        if self.total > before {
+            self.last_ack_at = Instant::now();
+        } else if self.total < self.expected && self.last_ack_at.elapsed() >= STALL_TIMEOUT {
+            return Err(format!(
+                "no PUBACK for {STALL_TIMEOUT:?}; {} of {}",
+                self.total, self.expected
+            ));
+        }
+        Ok(())
+    }
+}
+
 fn wait_for_ack_window(sent: u64, acked: &AtomicU64, run: &Run) -> Result<(), String> {
     let waiting_since = Instant::now();
     while sent - acked.load(Ordering::SeqCst) >= u64::from(QOS1_WINDOW_MESSAGES) {
@@ -825,31 +920,11 @@ fn wait_for_ack_window(sent: u64, acked: &AtomicU64, run: &Run) -> Result<(), St
 }
 
 fn count_acks(client: &mut Client, count: u64, acked: &AtomicU64, run: &Run) -> Result<(), String> {
-    let mut last_ack_at = Instant::now();
-    let mut total = 0;
-    while total < count {
+    let mut acks = AckCount::new(count);
+    while acks.total < count {
         run.check("ack reader")?;
-        client.fill()?;
-        let before = total;
-        while let Some(packet) = client.next_packet()? {
-            if let Packet::Puback(puback) = packet {
-                if puback.reason_code.0 != 0 {
-                    return Err(format!(
-                        "PUBACK with reason code 0x{:02X}",
-                        puback.reason_code.0
-                    ));
-                }
-                total += 1;
-            }
-        }
-        acked.store(total, Ordering::SeqCst);
-        if total > before {
-            last_ack_at = Instant::now();
-        } else if last_ack_at.elapsed() >= STALL_TIMEOUT {
-            return Err(format!(
-                "no PUBACK for {STALL_TIMEOUT:?}; {total} of {count}"
-            ));
-        }
+        acks.read(client)?;
+        acked.store(acks.total, Ordering::SeqCst);
     }
     Ok(())
 }

@@ -62,6 +62,17 @@ fn saguin_revision() -> String {
     format!("{version} (commit {commit}{marker})")
 }
 
+/// The commit of the git checkout `binary` lies in (its `target/`), which
+/// is the commit it was built from when built there and left alone.
+pub fn revision_of(binary: &Path) -> String {
+    let dir = binary.parent().unwrap_or(Path::new("."));
+    let dir = dir.to_string_lossy();
+    command_output("git", &["-C", &dir, "rev-parse", "--short", "HEAD"])
+        .map_or("commit unknown".to_string(), |commit| {
+            format!("built in a checkout of commit {commit}")
+        })
+}
+
 /// The file system holding `path`, as `ext4 on /dev/vda (mounted at /)`:
 /// the entry of /proc/mounts with the longest mount point containing it.
 pub fn file_system_of(path: &Path) -> Option<String> {

@@ -7,17 +7,20 @@
 //!
 //! All traffic stays on 127.0.0.1; every loop is bounded in count and time.
 
+mod acl_figure;
 mod auth_storm;
 mod bridge;
 mod brokers;
 mod client;
 mod footprint;
+mod handshakes;
 mod load;
 mod machine;
 mod queue;
 mod report;
 mod startup;
 mod stock;
+mod tls;
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -25,24 +28,27 @@ use std::time::Duration;
 
 use saguin::codec::QoS;
 
-use brokers::{Broker, BrokerBinaries, BrokerKind, SaguinSetup, DURABLE_FILTER};
+use brokers::{Broker, BrokerBinaries, BrokerKind, SaguinSetup, TempDir, DURABLE_FILTER};
 use footprint::{BinarySize, MemorySample, IDLE_CLIENTS};
 use load::{
     Latency, Throughput, Topics, END_TO_END_WINDOW_MESSAGES, PAYLOAD_BYTES, QOS1_WINDOW_MESSAGES,
 };
-use report::{Better, Row, Sample, Unit};
+use report::{Better, PairRow, Row, Sample, Unit};
 use startup::StartupFigure;
 
 const USAGE: &str = "\
-usage: saguin-bench [--quick] [--write FILE] [--only LIST] [--saguin-bin PATH]
-  --quick            fewer messages and a 3 s latency run (a smoke test, not for BENCHMARKS.md)
-  --write FILE       also write the report to FILE (BENCHMARKS.md)
-  --only LIST        comma-separated figures to run: 1,2,3,4,5,6,7,8,9,footprint (default: all; 9 is figures 9 and 10)
-  --saguin-bin PATH  the broker binary (default: saguin beside this executable)";
+usage: saguin-bench [--quick] [--write FILE] [--only LIST] [--saguin-bin PATH] [--baseline-bin PATH]
+  --quick              fewer messages and a 3 s latency run (a smoke test, not for BENCHMARKS.md)
+  --write FILE         also write the report to FILE (BENCHMARKS.md)
+  --only LIST          comma-separated figures to run: 1,2,3,4,5,6,7,8,9,11,12,13,footprint
+                       (default: all; 9 is figures 9 and 10)
+  --saguin-bin PATH    the broker binary (default: saguin beside this executable)
+  --baseline-bin PATH  another saguin binary (an older commit's) run beside it in figures 1 to 7,
+                       with the same configuration, and a new / baseline column";
 
 /// Pause between runs, so the broker has finished closing the last run's
 /// sessions before the next one starts.
-const BETWEEN_RUNS: Duration = Duration::from_millis(300);
+pub(crate) const BETWEEN_RUNS: Duration = Duration::from_millis(300);
 const FAN_CLIENTS: usize = 10;
 /// Publishers in figure 6b, where concurrent publishes share commits.
 const DURABLE_PUBLISHERS: usize = 8;
@@ -62,11 +68,13 @@ enum Figure {
     AuthStorm,
     Stock,
     Bridge,
+    Acl,
+    Tls,
     Footprint,
 }
 
 impl Figure {
-    const ALL: [Figure; 11] = [
+    const ALL: [Figure; 13] = [
         Figure::Qos0,
         Figure::Qos1,
         Figure::FanOut,
@@ -77,6 +85,8 @@ impl Figure {
         Figure::AuthStorm,
         Figure::Stock,
         Figure::Bridge,
+        Figure::Acl,
+        Figure::Tls,
         Figure::Footprint,
     ];
 
@@ -96,6 +106,8 @@ impl Figure {
             Figure::AuthStorm => "8",
             Figure::Stock => "9",
             Figure::Bridge => "11",
+            Figure::Acl => "12",
+            Figure::Tls => "13",
             Figure::Footprint => "footprint",
         }
     }
@@ -106,6 +118,7 @@ struct Options {
     write_path: Option<PathBuf>,
     figures: Vec<Figure>,
     saguin_bin: Option<PathBuf>,
+    baseline_bin: Option<PathBuf>,
 }
 
 fn parse_args(args: &[String]) -> Result<Options, String> {
@@ -114,6 +127,7 @@ fn parse_args(args: &[String]) -> Result<Options, String> {
         write_path: None,
         figures: Figure::ALL.to_vec(),
         saguin_bin: None,
+        baseline_bin: None,
     };
     let mut args = args.iter();
     while let Some(arg) = args.next() {
@@ -126,6 +140,7 @@ fn parse_args(args: &[String]) -> Result<Options, String> {
             "--quick" => options.quick = true,
             "--write" => options.write_path = Some(value("--write")?.into()),
             "--saguin-bin" => options.saguin_bin = Some(value("--saguin-bin")?.into()),
+            "--baseline-bin" => options.baseline_bin = Some(value("--baseline-bin")?.into()),
             "--only" => {
                 options.figures = value("--only")?
                     .split(',')
@@ -160,6 +175,8 @@ struct Plan {
     quick: bool,
     /// Records in figure 11's backlog, forwarded upstream by a bridge.
     bridge_backlog_records: u64,
+    /// Connections made in one run of figure 13's handshake rate.
+    handshakes: usize,
 }
 
 impl Plan {
@@ -179,6 +196,7 @@ impl Plan {
                 queue_rate_jobs: 500,
                 quick,
                 bridge_backlog_records: 10_000,
+                handshakes: 400,
             }
         } else {
             Plan {
@@ -195,6 +213,7 @@ impl Plan {
                 queue_rate_jobs: 3_000,
                 quick,
                 bridge_backlog_records: 100_000,
+                handshakes: 2_000,
             }
         }
     }
@@ -216,6 +235,8 @@ impl Plan {
             | Figure::AuthStorm
             | Figure::Stock
             | Figure::Bridge
+            | Figure::Acl
+            | Figure::Tls
             | Figure::Footprint => return None,
         };
         Some(Throughput {
@@ -255,6 +276,8 @@ struct Results {
     memory: Vec<Row>,
     memory_note: Option<String>,
     startup: Option<StartupFigure>,
+    /// Figure 12: saguin with and without an acl_file.
+    acl: Vec<PairRow>,
 }
 
 fn figure_label(figure: Figure) -> &'static str {
@@ -269,6 +292,8 @@ fn figure_label(figure: Figure) -> &'static str {
         | Figure::AuthStorm
         | Figure::Stock
         | Figure::Bridge
+        | Figure::Acl
+        | Figure::Tls
         | Figure::Footprint => "",
     }
 }
@@ -279,6 +304,7 @@ const DURABLE_8_LABEL: &str =
     "6b. durable append QoS 1, 8 publishers → 1, 64 B (saguin: redb; mosquitto: not durable)";
 const DURABLE_PER_PUBLISH_LABEL: &str =
     "6a with `publish_commit_interval: none` (a commit per publish), saguin only";
+const TLS_QOS1_LABEL: &str = "13a. TLS: broadcast QoS 1, 1 → 1, 64 B";
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -289,7 +315,7 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    let binaries = match broker_binaries(options.saguin_bin.clone()) {
+    let binaries = match broker_binaries(options.saguin_bin.clone(), options.baseline_bin.clone()) {
         Ok(binaries) => binaries,
         Err(message) => {
             eprintln!("{message}");
@@ -306,6 +332,7 @@ fn main() -> ExitCode {
         memory: Vec::new(),
         memory_note: None,
         startup: None,
+        acl: Vec::new(),
     };
     if let Err(message) = run_traffic_figures(&options.figures, &plan, &binaries, &mut results) {
         eprintln!("cannot run the traffic figures: {message}");
@@ -333,7 +360,10 @@ fn main() -> ExitCode {
 
 /// saguin beside this executable (both come out of `cargo build --release
 /// --workspace`), unless given; mosquitto where Debian installs it.
-fn broker_binaries(saguin_bin: Option<PathBuf>) -> Result<BrokerBinaries, String> {
+fn broker_binaries(
+    saguin_bin: Option<PathBuf>,
+    baseline: Option<PathBuf>,
+) -> Result<BrokerBinaries, String> {
     let saguin = match saguin_bin {
         Some(path) => path,
         None => std::env::current_exe()
@@ -341,7 +371,7 @@ fn broker_binaries(saguin_bin: Option<PathBuf>) -> Result<BrokerBinaries, String
             .with_file_name("saguin"),
     };
     let mosquitto = PathBuf::from("/usr/sbin/mosquitto");
-    for path in [&saguin, &mosquitto] {
+    for path in [&saguin, &mosquitto].into_iter().chain(&baseline) {
         if !path.exists() {
             return Err(format!(
                 "{} not found (cargo build --release --workspace; apt-get install mosquitto)",
@@ -349,7 +379,11 @@ fn broker_binaries(saguin_bin: Option<PathBuf>) -> Result<BrokerBinaries, String
             ));
         }
     }
-    Ok(BrokerBinaries { saguin, mosquitto })
+    Ok(BrokerBinaries {
+        saguin,
+        mosquitto,
+        baseline,
+    })
 }
 
 /// Figures 1 to 5 on one pair of brokers, started once and kept.
@@ -368,7 +402,7 @@ fn run_traffic_figures(
     });
     let mut brokers = Vec::new();
     if any_traffic {
-        for kind in BrokerKind::BOTH {
+        for kind in binaries.saguins_then(&[BrokerKind::Mosquitto]) {
             let broker = Broker::start(kind, binaries)?;
             println!(
                 "{kind} listening on {} (pid {})",
@@ -409,7 +443,7 @@ fn run_traffic_figures(
         };
         results
             .figures
-            .extend(run_latency_figure(&load, plan, &brokers));
+            .extend(run_latency_figure("5. latency", "5", &load, plan, &brokers));
     }
     for broker in brokers {
         broker.stop();
@@ -431,6 +465,82 @@ fn run_traffic_figures(
     }
     if wanted(Figure::Bridge) {
         run_bridge_figure(plan, binaries, results);
+    }
+    if wanted(Figure::Acl) {
+        run_acl_figure(plan, binaries, ticks_per_s, results)?;
+    }
+    if wanted(Figure::Tls) {
+        run_tls_figure(plan, binaries, ticks_per_s, results)?;
+    }
+    Ok(())
+}
+
+/// Figure 12, saguin alone: figure 2's load logged in, with a large
+/// acl_file and without it.
+fn run_acl_figure(
+    plan: &Plan,
+    binaries: &BrokerBinaries,
+    ticks_per_s: u64,
+    results: &mut Results,
+) -> Result<(), String> {
+    let load = plan
+        .throughput_load(Figure::Qos1)
+        .expect("a throughput figure");
+    let warmup = warmup_load(&load);
+    let rows = acl_figure::run(binaries, &load, &warmup, plan.runs_per_broker, ticks_per_s)?;
+    results.acl.extend(rows);
+    Ok(())
+}
+
+/// Figure 13: saguin and mosquitto serving one certificate over TLS:
+/// figure 2's throughput, figure 5's latency, and full handshakes a second.
+fn run_tls_figure(
+    plan: &Plan,
+    binaries: &BrokerBinaries,
+    ticks_per_s: u64,
+    results: &mut Results,
+) -> Result<(), String> {
+    let dir = TempDir::new("tls")?;
+    let served = tls::make_server_certificate(dir.path())?;
+    let client = tls::client_config(&served.authority)?;
+    let mut brokers = Vec::new();
+    for kind in BrokerKind::BOTH {
+        let broker = Broker::start_tls(kind, binaries, &served, client.clone())?;
+        println!(
+            "{kind} serving TLS on {} (pid {})",
+            broker.address,
+            broker.pid()
+        );
+        brokers.push(broker);
+    }
+    let load = plan
+        .throughput_load(Figure::Qos1)
+        .expect("a throughput figure");
+    let (rate, cpu) =
+        run_throughput_figure(TLS_QOS1_LABEL, "13a", &load, plan, &brokers, ticks_per_s);
+    results.figures.push(rate);
+    results.broker_cpu.push(cpu);
+    let latency = Latency {
+        rate_per_s: LATENCY_RATE_PER_S,
+        duration: plan.latency_duration,
+    };
+    let mut latency_rows = run_latency_figure("13b. TLS: latency", "13b", &latency, plan, &brokers);
+    // The p99 is the figure asked for; the p50 is kept beside it.
+    results.figures.append(&mut latency_rows);
+    let title = format!(
+        "13c. TLS: full handshakes a second (TCP connect, handshake, CONNECT/CONNACK, DISCONNECT; {} threads)",
+        handshakes::THREADS
+    );
+    println!("\n== {title}");
+    let mut rows = [Row::new(title, Unit::ConnectionsPerS, Better::Higher)];
+    alternate_runs(plan, &brokers, &mut rows, |broker, run| {
+        let label = format!("f13r{run}{}", broker.kind);
+        let rate = handshakes::rate(&broker.endpoint(), plan.handshakes, &label)?;
+        Ok(([rate], format!("{rate:.0} connections/s")))
+    });
+    results.figures.extend(rows);
+    for broker in brokers {
+        broker.stop();
     }
     Ok(())
 }
@@ -560,12 +670,16 @@ fn run_queue_figure(
     binaries: &BrokerBinaries,
     results: &mut Results,
 ) -> Result<(), String> {
-    let broker = Broker::start_with(BrokerKind::Saguin, binaries, SaguinSetup::Queue)?;
-    println!(
-        "\n== 7. queue on redb (saguin {}, pid {})",
-        broker.address,
-        broker.pid()
-    );
+    let mut brokers = Vec::new();
+    for kind in binaries.saguins_then(&[]) {
+        let broker = Broker::start_with(kind, binaries, SaguinSetup::Queue)?;
+        println!(
+            "\n== 7. queue on redb ({kind} {}, pid {})",
+            broker.address,
+            broker.pid()
+        );
+        brokers.push(broker);
+    }
     let rate_jobs = plan.queue_rate_jobs;
     let mut drain_row = Row::new(
         "7a. queue: one worker drains a 300-job backlog",
@@ -585,32 +699,39 @@ fn run_queue_figure(
         )
     });
     for run in 1..=plan.runs_per_broker {
-        let tag = format!("q{run}");
-        let sample = queue::fill_backlog(broker.address, &tag, QUEUE_DRAIN_JOBS)
-            .and_then(|()| queue::drain(broker.address, &tag, QUEUE_DRAIN_JOBS, 1));
-        println!("   run {run} drain 300, 1 worker: {sample:?}");
-        drain_row.push(
-            BrokerKind::Saguin,
-            match sample {
-                Ok(elapsed) => Sample::Value(elapsed.as_secs_f64() * 1e3),
-                Err(failure) => Sample::Failed(failure),
-            },
-        );
-        for (workers, row) in &mut rates {
-            let tag = format!("q{run}w{workers}");
-            let sample = queue::fill_backlog(broker.address, &tag, rate_jobs)
-                .and_then(|()| queue::drain(broker.address, &tag, rate_jobs, *workers));
-            println!("   run {run} drain {rate_jobs}, {workers} worker(s): {sample:?}");
-            row.push(
-                BrokerKind::Saguin,
+        for broker in &brokers {
+            let kind = broker.kind;
+            let tag = format!("q{run}");
+            let sample = queue::fill_backlog(broker.address, &tag, QUEUE_DRAIN_JOBS)
+                .and_then(|()| queue::drain(broker.address, &tag, QUEUE_DRAIN_JOBS, 1));
+            println!("   run {run} {kind:<9} drain 300, 1 worker: {sample:?}");
+            drain_row.push(
+                kind,
                 match sample {
-                    Ok(elapsed) => Sample::Value(rate_jobs as f64 / elapsed.as_secs_f64()),
+                    Ok(elapsed) => Sample::Value(elapsed.as_secs_f64() * 1e3),
                     Err(failure) => Sample::Failed(failure),
                 },
             );
+            for (workers, row) in &mut rates {
+                let tag = format!("q{run}w{workers}");
+                let sample = queue::fill_backlog(broker.address, &tag, rate_jobs)
+                    .and_then(|()| queue::drain(broker.address, &tag, rate_jobs, *workers));
+                println!(
+                    "   run {run} {kind:<9} drain {rate_jobs}, {workers} worker(s): {sample:?}"
+                );
+                row.push(
+                    kind,
+                    match sample {
+                        Ok(elapsed) => Sample::Value(rate_jobs as f64 / elapsed.as_secs_f64()),
+                        Err(failure) => Sample::Failed(failure),
+                    },
+                );
+            }
         }
     }
-    broker.stop();
+    for broker in brokers {
+        broker.stop();
+    }
     drain_row.saguin_only = true;
     results.figures.push(drain_row);
     for (_, mut row) in rates {
@@ -632,7 +753,7 @@ fn run_durable_figure(
     let start = |kind: BrokerKind, setup: SaguinSetup| -> Result<Broker, String> {
         let broker = Broker::start_with(kind, binaries, setup)?;
         let setup = match kind {
-            BrokerKind::Saguin => format!(" ({setup:?})"),
+            BrokerKind::Saguin | BrokerKind::Baseline => format!(" ({setup:?})"),
             BrokerKind::Mosquitto => String::new(),
         };
         println!(
@@ -642,10 +763,11 @@ fn run_durable_figure(
         );
         Ok(broker)
     };
-    let brokers = vec![
-        start(BrokerKind::Saguin, SaguinSetup::GroupCommit)?,
-        start(BrokerKind::Mosquitto, SaguinSetup::GroupCommit)?,
-    ];
+    let brokers = binaries
+        .saguins_then(&[BrokerKind::Mosquitto])
+        .into_iter()
+        .map(|kind| start(kind, SaguinSetup::GroupCommit))
+        .collect::<Result<Vec<_>, _>>()?;
     let figures = [
         (
             DURABLE_1_LABEL,
@@ -666,7 +788,11 @@ fn run_durable_figure(
     for broker in brokers {
         broker.stop();
     }
-    let per_publish = [start(BrokerKind::Saguin, SaguinSetup::CommitPerPublish)?];
+    let per_publish = binaries
+        .saguins_then(&[])
+        .into_iter()
+        .map(|kind| start(kind, SaguinSetup::CommitPerPublish))
+        .collect::<Result<Vec<_>, _>>()?;
     let load = plan.durable_load(1, plan.durable_per_publish_messages);
     let (mut rate, mut cpu) = run_throughput_figure(
         DURABLE_PER_PUBLISH_LABEL,
@@ -699,13 +825,13 @@ fn run_throughput_figure(
     let mut rate_row = Row::new(label, Unit::MessagesPerS, Better::Higher);
     let mut cpu_row = Row::new(label, Unit::Microseconds, Better::Lower);
     println!("\n== {label}");
-    let warmup = Throughput {
-        messages_per_publisher: (load.messages_per_publisher / WARMUP_DIVISOR).max(1000),
-        ..load.clone()
-    };
+    let warmup = warmup_load(load);
     for broker in brokers {
-        let outcome =
-            load::run_throughput(broker.address, &warmup, &format!("w{tag}{}", broker.kind));
+        let outcome = load::run_throughput(
+            &broker.endpoint(),
+            &warmup,
+            &format!("w{tag}{}", broker.kind),
+        );
         if let Some(failure) = outcome.failure {
             println!("   warm-up on {}: {failure}", broker.kind);
         }
@@ -713,7 +839,8 @@ fn run_throughput_figure(
     }
     for run in 1..=plan.runs_per_broker {
         for broker in brokers {
-            let (rate, cpu) = measure_throughput(tag, load, run, broker, ticks_per_s);
+            let named = (broker, broker.kind.name());
+            let (rate, cpu) = measure_throughput(tag, load, run, named, ticks_per_s);
             rate_row.push(broker.kind, rate);
             cpu_row.push(broker.kind, cpu);
             std::thread::sleep(BETWEEN_RUNS);
@@ -722,22 +849,27 @@ fn run_throughput_figure(
     (rate_row, cpu_row)
 }
 
+/// A figure's unrecorded warm-up run: a tenth of its messages.
+fn warmup_load(load: &Throughput) -> Throughput {
+    Throughput {
+        messages_per_publisher: (load.messages_per_publisher / WARMUP_DIVISOR).max(1000),
+        ..load.clone()
+    }
+}
+
 /// One run: the delivery rate, and the broker's CPU time per delivery.
-fn measure_throughput(
+/// `name` tells the broker's runs apart in client ids and printed lines.
+pub(crate) fn measure_throughput(
     tag: &str,
     load: &Throughput,
     run: usize,
-    broker: &Broker,
+    (broker, name): (&Broker, &str),
     ticks_per_s: u64,
 ) -> (Sample, Sample) {
     let cpu_before = broker.cpu_time(ticks_per_s);
-    let outcome = load::run_throughput(
-        broker.address,
-        load,
-        &format!("f{tag}r{run}{}", broker.kind),
-    );
+    let outcome = load::run_throughput(&broker.endpoint(), load, &format!("f{tag}r{run}{name}"));
     let cpu_after = broker.cpu_time(ticks_per_s);
-    let prefix = format!("   run {run} {:<9}", broker.kind);
+    let prefix = format!("   run {run} {name:<9}");
     if let Some(failure) = outcome.failure {
         println!(
             "{prefix} FAILED: {failure} ({} of {} delivered)",
@@ -766,10 +898,17 @@ fn measure_throughput(
     (Sample::Value(rate), cpu_us)
 }
 
-/// Alternating latency runs; returns the p50 and p99 rows.
-fn run_latency_figure(load: &Latency, plan: &Plan, brokers: &[Broker]) -> Vec<Row> {
+/// Alternating latency runs; returns the p50 and p99 rows, titled from
+/// `name` and told apart from other figures' runs by `tag`.
+fn run_latency_figure(
+    name: &str,
+    tag: &str,
+    load: &Latency,
+    plan: &Plan,
+    brokers: &[Broker],
+) -> Vec<Row> {
     let title = format!(
-        "5. latency QoS 1, 1 → 1 at {} msg/s",
+        "{name} QoS 1, 1 → 1 at {} msg/s",
         report::with_thousands(f64::from(load.rate_per_s))
     );
     let p50 = Row::new(format!("{title}: p50"), Unit::Microseconds, Better::Lower);
@@ -777,7 +916,8 @@ fn run_latency_figure(load: &Latency, plan: &Plan, brokers: &[Broker]) -> Vec<Ro
     println!("\n== {title}, {:?} per run", load.duration);
     let mut rows = [p50, p99];
     alternate_runs(plan, brokers, &mut rows, |broker, run| {
-        let outcome = load::run_latency(broker.address, load, &format!("f5r{run}{}", broker.kind));
+        let label = format!("f{tag}r{run}{}", broker.kind);
+        let outcome = load::run_latency(&broker.endpoint(), load, &label);
         match outcome.failure {
             Some(failure) => Err(failure),
             None => Ok((
@@ -894,7 +1034,7 @@ fn render_document(
          - CPUs: {} (nproc), {}\n\
          - Kernel: {}\n\
          - saguin {}; mosquitto {} (Debian package)\n\
-         - Mode: {}, {} runs per figure per broker, alternating saguin, mosquitto, saguin, …; \
+         - Mode: {}, {} runs per figure per broker, alternating {}; \
          each figure is the median of its runs\n\
          - 1-minute load average before the runs: {}, after: {} (anything else running on the \
          machine adds noise to both brokers' figures)\n",
@@ -910,6 +1050,10 @@ fn render_document(
             "full"
         },
         plan.runs_per_broker,
+        match &binaries.baseline {
+            Some(_) => "saguin, its baseline, mosquitto, saguin, … (figures 1 to 7)",
+            None => "saguin, mosquitto, saguin, …",
+        },
         run.load_before,
         run.load_after,
     ));
@@ -919,6 +1063,15 @@ fn render_document(
             "- Figure 6's redb files: under {}, {}\n",
             root.display(),
             machine::file_system_of(&root).unwrap_or_else(|| "file system unknown".into())
+        ));
+    }
+    if let Some(baseline) = &binaries.baseline {
+        doc.push_str(&format!(
+            "- Baseline: {} ({}), run beside saguin in figures 1 to 7 with the same \
+             configuration; the saguin / baseline column is the new binary's median over the \
+             baseline's\n",
+            baseline.display(),
+            machine::revision_of(baseline)
         ));
     }
     doc.push_str("\n## Throughput and latency\n\n");
@@ -933,6 +1086,9 @@ fn render_document(
              generator it shares the cores with.\n\n",
         );
         doc.push_str(&report::results_table(&results.broker_cpu));
+    }
+    if !results.acl.is_empty() {
+        doc.push_str(&acl_section(&results.acl));
     }
     doc.push_str(&footprint_section(results, options.quick));
     doc.push_str("\n## Every run\n\n");
@@ -1028,7 +1184,20 @@ fn method_notes(plan: &Plan) -> String {
          stored, then resumed; a run is timed from the resume to the last record reaching a \
          subscriber at the peer. One topic, so each record waits for the one before it to be \
          acknowledged (per-topic order).\n\
+         - TLS (figure 13): both brokers serve one certificate, made for the run with \
+         `openssl` (an ECDSA P-256 authority and a server certificate it signs for \
+         127.0.0.1), on their one door; the load generator's clients use rustls with the ring \
+         provider, trust that authority alone, and keep TCP_NODELAY as in the plain figures. \
+         13a is figure 2's load; 13b is figure 5's, except that the publisher reads its PUBACKs \
+         on its sending thread between sends (one TLS session cannot be shared by two \
+         threads), which leaves each message's latency, counted from the stamp taken as it is \
+         queued, as it was. 13c: {handshakes} connections a run from {handshake_threads} \
+         threads, each one after another: TCP connect, a full TLS handshake (the client keeps \
+         no session to resume), an MQTT 3.1.1 CONNECT answered by its CONNACK, DISCONNECT; \
+         the rate runs from the first connect to the last CONNACK.\n\
          {stock}",
+        handshakes = report::with_thousands(plan.handshakes as f64),
+        handshake_threads = handshakes::THREADS,
         stock = stock::method_notes(&stock::StockPlan::new(plan.runs_per_broker, plan.quick)),
         storm = report::with_thousands(auth_storm::STORM_CONNECTS as f64),
         storm_threads = auth_storm::STORM_THREADS,
@@ -1043,6 +1212,26 @@ fn method_notes(plan: &Plan) -> String {
         per_publish = report::with_thousands(plan.durable_per_publish_messages as f64),
         queue_jobs = report::with_thousands(plan.queue_rate_jobs as f64),
         bridge_records = report::with_thousands(plan.bridge_backlog_records as f64),
+    )
+}
+
+fn acl_section(rows: &[PairRow]) -> String {
+    let ratio = rows
+        .first()
+        .and_then(PairRow::ratio)
+        .map_or("no ratio (a run failed)".to_string(), |r| format!("{r:.2}"));
+    format!(
+        "\n## What an acl_file costs (figure 12)\n\n\
+         saguin alone, two brokers of one binary: both check every CONNECT against one \
+         password file of {users} users, and one of them also holds an acl_file of {users} \
+         entries, one role each, {rules} rules in all (five `topic:` rules a role: four over \
+         the user's own `fleet/NNNN/...` topics, one through `%c`, and `bench/#`). The load \
+         is figure 2's, its clients logged in as one of the users; runs alternate between the \
+         two brokers after a warm-up each. The rate with the file over the rate without it: \
+         **{ratio}** (the aim is 0.90 or more).\n\n{}",
+        report::pair_table(rows, "with the acl_file", "without"),
+        users = report::with_thousands(acl_figure::USERS as f64),
+        rules = report::with_thousands((acl_figure::USERS * acl_figure::RULES_PER_ROLE) as f64),
     )
 }
 
@@ -1136,6 +1325,7 @@ fn startup_section(figure: &StartupFigure, quick: bool) -> String {
 }
 
 fn configuration_section() -> String {
+    let tls_configs = brokers::tls_config_texts();
     format!(
         "\n## Configurations\n\n\
          saguin (figures 1 to 5, and the memory figure):\n\n```yaml\n{}```\n\n\
@@ -1144,10 +1334,17 @@ fn configuration_section() -> String {
          `publish_commit_interval: none` under `local`:\n\n```yaml\n{}```\n\n\
          saguin for the start-up figure: the same as for figures 1 to 5 at `log_level: info`, \
          with the fixture's redb provider and an append channel on it:\n\n```yaml\n{}```\n\n\
-         mosquitto (every figure):\n\n```\n{}```\n",
+         mosquitto (every figure):\n\n```\n{}```\n\n\
+         saguin for figure 12 (the broker without the file leaves out `acl_file`):\n\n\
+         ```yaml\n{}```\n\n\
+         saguin for figure 13:\n\n```yaml\n{}```\n\n\
+         mosquitto for figure 13:\n\n```\n{}```\n",
         brokers::saguin_config_text(SaguinSetup::Plain),
         brokers::saguin_config_text(SaguinSetup::GroupCommit),
         startup::config_text(),
-        brokers::mosquitto_config_text()
+        brokers::mosquitto_config_text(),
+        brokers::acl_config_text(),
+        tls_configs.0,
+        tls_configs.1,
     )
 }

@@ -12,6 +12,7 @@ pub enum Sample {
 #[derive(Clone, Copy, Debug)]
 pub enum Unit {
     MessagesPerS,
+    ConnectionsPerS,
     Microseconds,
     Milliseconds,
     Bytes,
@@ -35,6 +36,7 @@ pub struct Row {
     /// are shown as —.
     pub saguin_only: bool,
     saguin: Vec<Sample>,
+    baseline: Vec<Sample>,
     mosquitto: Vec<Sample>,
 }
 
@@ -47,6 +49,7 @@ impl Row {
             pending: false,
             saguin_only: false,
             saguin: Vec::new(),
+            baseline: Vec::new(),
             mosquitto: Vec::new(),
         }
     }
@@ -54,6 +57,7 @@ impl Row {
     pub fn push(&mut self, kind: BrokerKind, sample: Sample) {
         match kind {
             BrokerKind::Saguin => self.saguin.push(sample),
+            BrokerKind::Baseline => self.baseline.push(sample),
             BrokerKind::Mosquitto => self.mosquitto.push(sample),
         }
     }
@@ -73,6 +77,7 @@ impl Row {
         Row {
             label: label.into(),
             saguin: map(&self.saguin),
+            baseline: map(&self.baseline),
             mosquitto: map(&self.mosquitto),
             ..self.clone()
         }
@@ -81,6 +86,7 @@ impl Row {
     fn samples(&self, kind: BrokerKind) -> &[Sample] {
         match kind {
             BrokerKind::Saguin => &self.saguin,
+            BrokerKind::Baseline => &self.baseline,
             BrokerKind::Mosquitto => &self.mosquitto,
         }
     }
@@ -106,7 +112,7 @@ impl Row {
     }
 
     fn has_runs(&self) -> bool {
-        self.pending || !(self.saguin.is_empty() && self.mosquitto.is_empty())
+        self.pending || BrokerKind::ALL.iter().any(|&k| !self.samples(k).is_empty())
     }
 }
 
@@ -180,6 +186,7 @@ pub fn format_value(unit: Unit, value: f64) -> String {
     }
     match unit {
         Unit::MessagesPerS => format!("{} msg/s", with_thousands(value)),
+        Unit::ConnectionsPerS => format!("{} connections/s", with_thousands(value)),
         Unit::Microseconds if value < 10.0 => format!("{value:.2} µs"),
         Unit::Microseconds if value < 100.0 => format!("{value:.1} µs"),
         Unit::Microseconds => format!("{} µs", with_thousands(value)),
@@ -212,57 +219,82 @@ fn summary_cell(summary: &Summary, unit: Unit) -> String {
     }
 }
 
-fn ratio_cell(row: &Row) -> String {
-    match (
-        row.summary(BrokerKind::Saguin),
-        row.summary(BrokerKind::Mosquitto),
-    ) {
-        (Summary::Median(saguin), Summary::Median(mosquitto)) if mosquitto > 0.0 => {
+/// `kind`'s median over `other`'s, saying which way is better.
+fn ratio_cell(row: &Row, kind: BrokerKind, other: BrokerKind) -> String {
+    match (row.summary(kind), row.summary(other)) {
+        (Summary::Median(value), Summary::Median(other)) if other > 0.0 => {
             let direction = match row.better {
                 Better::Higher => "higher is better",
                 Better::Lower => "lower is better",
             };
-            format!("{:.2} ({direction})", saguin / mosquitto)
+            format!("{:.2} ({direction})", value / other)
         }
         (Summary::Pending, _) => "n/a".to_string(),
         _ => "—".to_string(),
     }
 }
 
-/// The figures as a Markdown table: medians and the saguin/mosquitto ratio.
+/// The figures as a Markdown table: medians and the saguin/mosquitto ratio,
+/// and where any figure ran a baseline, its medians and the new/baseline
+/// ratio too.
 pub fn results_table(rows: &[Row]) -> String {
-    let mut table = String::from(
-        "| Figure | saguin (median) | mosquitto (median) | saguin / mosquitto |\n\
-         | --- | ---: | ---: | ---: |\n",
-    );
+    let with_baseline = rows.iter().any(|r| !r.baseline.is_empty());
+    let mut table = String::from("| Figure | saguin (median) |");
+    if with_baseline {
+        table.push_str(" saguin (baseline) (median) |");
+    }
+    table.push_str(" mosquitto (median) | saguin / mosquitto |");
+    if with_baseline {
+        table.push_str(" saguin / baseline |");
+    }
+    let columns = if with_baseline { 6 } else { 4 };
+    table.push_str(&format!("\n| --- |{}\n", " ---: |".repeat(columns - 1)));
     for row in rows.iter().filter(|r| r.has_runs()) {
-        table.push_str(&format!(
-            "| {} | {} | {} | {} |\n",
-            row.label,
-            summary_cell(&row.summary(BrokerKind::Saguin), row.unit),
-            summary_cell(&row.summary(BrokerKind::Mosquitto), row.unit),
-            ratio_cell(row)
+        let median = |kind| summary_cell(&row.summary(kind), row.unit);
+        let mut line = format!("| {} | {} |", row.label, median(BrokerKind::Saguin));
+        if with_baseline {
+            line.push_str(&format!(" {} |", median(BrokerKind::Baseline)));
+        }
+        line.push_str(&format!(
+            " {} | {} |",
+            median(BrokerKind::Mosquitto),
+            ratio_cell(row, BrokerKind::Saguin, BrokerKind::Mosquitto)
         ));
+        if with_baseline {
+            line.push_str(&format!(
+                " {} |",
+                ratio_cell(row, BrokerKind::Saguin, BrokerKind::Baseline)
+            ));
+        }
+        table.push_str(&line);
+        table.push('\n');
     }
     table
 }
 
 /// Every run of every figure, in the order they ran.
 pub fn runs_table(rows: &[Row]) -> String {
-    let mut table =
-        String::from("| Figure | saguin runs | mosquitto runs |\n| --- | --- | --- |\n");
+    let with_baseline = rows.iter().any(|r| !r.baseline.is_empty());
+    let kinds: Vec<BrokerKind> = BrokerKind::ALL
+        .into_iter()
+        .filter(|&k| with_baseline || k != BrokerKind::Baseline)
+        .collect();
+    let mut table = String::from("| Figure |");
+    for kind in &kinds {
+        table.push_str(&format!(" {kind} runs |"));
+    }
+    table.push_str(&format!("\n| --- |{}\n", " --- |".repeat(kinds.len())));
     for row in rows.iter().filter(|r| !r.pending && r.has_runs()) {
-        table.push_str(&format!(
-            "| {} | {} | {} |\n",
-            row.label,
-            runs_cell(row.samples(BrokerKind::Saguin), row.unit),
-            runs_cell(row.samples(BrokerKind::Mosquitto), row.unit)
-        ));
+        table.push_str(&format!("| {} |", row.label));
+        for &kind in &kinds {
+            table.push_str(&format!(" {} |", runs_cell(row.samples(kind), row.unit)));
+        }
+        table.push('\n');
     }
     table
 }
 
-fn runs_cell(samples: &[Sample], unit: Unit) -> String {
+pub fn runs_cell(samples: &[Sample], unit: Unit) -> String {
     if samples.is_empty() {
         return "—".to_string();
     }
@@ -276,11 +308,86 @@ fn runs_cell(samples: &[Sample], unit: Unit) -> String {
         .join(", ")
 }
 
+/// One figure taken on one broker two ways (with and without a feature),
+/// runs alternating between the two.
+#[derive(Clone, Debug)]
+pub struct PairRow {
+    pub label: String,
+    pub unit: Unit,
+    pub better: Better,
+    first: Vec<Sample>,
+    second: Vec<Sample>,
+}
+
+impl PairRow {
+    pub fn new(label: impl Into<String>, unit: Unit, better: Better) -> PairRow {
+        PairRow {
+            label: label.into(),
+            unit,
+            better,
+            first: Vec::new(),
+            second: Vec::new(),
+        }
+    }
+
+    /// Records a run of the first way (`true`) or the second.
+    pub fn push(&mut self, first: bool, sample: Sample) {
+        match first {
+            true => self.first.push(sample),
+            false => self.second.push(sample),
+        }
+    }
+
+    /// The median of the first way over that of the second.
+    pub fn ratio(&self) -> Option<f64> {
+        match (summarise(&self.first), summarise(&self.second)) {
+            (Summary::Median(first), Summary::Median(second)) if second > 0.0 => {
+                Some(first / second)
+            }
+            _ => None,
+        }
+    }
+}
+
+/// Pair rows as a Markdown table headed by the two ways' names, with the
+/// first / second ratio, then every run.
+pub fn pair_table(rows: &[PairRow], first: &str, second: &str) -> String {
+    let mut table = format!(
+        "| Figure | {first} (median) | {second} (median) | {first} / {second} |\n\
+         | --- | ---: | ---: | ---: |\n"
+    );
+    for row in rows {
+        let ratio = row.ratio().map_or("—".to_string(), |ratio| {
+            let direction = match row.better {
+                Better::Higher => "higher is better",
+                Better::Lower => "lower is better",
+            };
+            format!("{ratio:.2} ({direction})")
+        });
+        table.push_str(&format!(
+            "| {} | {} | {} | {ratio} |\n",
+            row.label,
+            summary_cell(&summarise(&row.first), row.unit),
+            summary_cell(&summarise(&row.second), row.unit),
+        ));
+    }
+    table.push('\n');
+    for row in rows {
+        table.push_str(&format!(
+            "Every run, {}: {first}: {}; {second}: {}.\n",
+            row.label,
+            runs_cell(&row.first, row.unit),
+            runs_cell(&row.second, row.unit)
+        ));
+    }
+    table
+}
+
 /// Why each failed run failed, one line each.
 pub fn failure_lines(rows: &[Row]) -> Vec<String> {
     let mut lines = Vec::new();
     for row in rows {
-        for kind in BrokerKind::BOTH {
+        for kind in BrokerKind::ALL {
             for (run, sample) in row.samples(kind).iter().enumerate() {
                 if let Sample::Failed(reason) = sample {
                     lines.push(format!("{} — {kind} run {}: {reason}", row.label, run + 1));
@@ -306,6 +413,45 @@ mod tests {
         assert_eq!(with_thousands(1234567.4), "1,234,567");
         assert_eq!(with_thousands(999.0), "999");
         assert_eq!(with_thousands(-1000.0), "-1,000");
+    }
+
+    #[test]
+    fn a_baseline_gets_its_columns_and_the_new_over_baseline_ratio() {
+        let mut row = Row::new("x", Unit::MessagesPerS, Better::Higher);
+        row.push(BrokerKind::Saguin, Sample::Value(90.0));
+        row.push(BrokerKind::Baseline, Sample::Value(100.0));
+        row.push(BrokerKind::Mosquitto, Sample::Value(45.0));
+        let table = results_table(&[row.clone()]);
+        assert!(table.contains("| saguin (baseline) (median) |"), "{table}");
+        assert!(
+            table.contains("| 90 msg/s | 100 msg/s | 45 msg/s | 2.00 (higher is better) | 0.90 (higher is better) |"),
+            "{table}"
+        );
+        let runs = runs_table(&[row]);
+        assert!(runs.contains("| baseline runs |"), "{runs}");
+        let plain = results_table(&[Row::new("y", Unit::Bytes, Better::Lower)]);
+        assert!(!plain.contains("baseline"), "{plain}");
+    }
+
+    #[test]
+    fn a_pair_row_gives_the_ratio_of_its_medians() {
+        let mut row = PairRow::new("acl", Unit::MessagesPerS, Better::Higher);
+        for (first, value) in [
+            (true, 95.0),
+            (false, 100.0),
+            (true, 93.0),
+            (false, 98.0),
+            (true, 97.0),
+            (false, 102.0),
+        ] {
+            row.push(first, Sample::Value(value));
+        }
+        assert_eq!(row.ratio(), Some(0.95));
+        let table = pair_table(&[row], "with", "without");
+        assert!(
+            table.contains("| acl | 95 msg/s | 100 msg/s | 0.95 (higher is better) |"),
+            "{table}"
+        );
     }
 
     #[test]

@@ -243,7 +243,7 @@ fn start(
     println!(
         "{kind} ({}) listening on {} (pid {})",
         match kind {
-            BrokerKind::Saguin => format!("{setup:?}"),
+            BrokerKind::Saguin | BrokerKind::Baseline => format!("{setup:?}"),
             BrokerKind::Mosquitto => format!("{mosquitto:?}"),
         },
         broker.address,

@@ -2326,7 +2326,7 @@ fn a_shared_member_a_message_is_too_large_for_is_passed_over() {
 }
 
 #[path = "broker/authorize_tests.rs"]
-mod authorize_tests;
+pub(crate) mod authorize_tests;
 
 /// A client certificate's name holding a control character names nobody:
 /// its CONNECT is refused as a bad user name, and the connection closed.

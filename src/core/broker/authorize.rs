@@ -85,7 +85,6 @@ impl Broker {
         let old = std::mem::take(&mut self.authorization.by_client);
         let mut by_client = HashMap::new();
         if let Some(acl) = &acl {
-            let channels = Channels(&self.channels);
             for (_, session) in self.sessions.iter() {
                 let client_id = &session.client_id;
                 let user: Box<str> = old
@@ -93,10 +92,7 @@ impl Broker {
                     .map(|h| h.user.clone())
                     .or_else(|| self.persist_user_name(client_id).map(Into::into))
                     .unwrap_or_default();
-                let grants = match crate::core::is_bridge_client_id(client_id) {
-                    true => Grants::unrestricted(channels.channel_count()),
-                    false => Grants::compile(acl, &user, client_id, &channels),
-                };
+                let grants = self.compile_grants(acl, &user, client_id);
                 by_client.insert(Rc::clone(client_id), Held { user, grants });
             }
         }
@@ -202,6 +198,36 @@ impl Broker {
             grants,
         };
         self.authorization.by_client.insert(client_id, held);
+    }
+
+    /// What `user` is granted under `acl` for a session of `client_id`; a
+    /// bridge's own session is the broker's, and is granted everything.
+    fn compile_grants(&self, acl: &Acl, user: &str, client_id: &str) -> Grants {
+        let channels = Channels(&self.channels);
+        match crate::core::is_bridge_client_id(client_id) {
+            true => Grants::unrestricted(channels.channel_count()),
+            false => Grants::compile(acl, user, client_id, &channels),
+        }
+    }
+
+    /// A CONNECT refused after it claimed a session it resumed: the grants
+    /// compiled for that CONNECT go, and the session holds again what the
+    /// name it last connected under is granted (as a reload would compile
+    /// it), so a refused client leaves no rights behind in the session.
+    pub(crate) fn give_grants_back(&mut self, session_key: Key, user: Option<&str>) {
+        let Some(session) = self.sessions.get(session_key) else {
+            return;
+        };
+        let client_id = Rc::clone(&session.client_id);
+        let Some(acl) = self.authorization.acl.clone() else {
+            self.authorization.by_client.remove(&client_id);
+            return;
+        };
+        let user: Box<str> = user.unwrap_or("").into();
+        let grants = self.compile_grants(&acl, &user, &client_id);
+        self.authorization
+            .by_client
+            .insert(client_id, Held { user, grants });
     }
 
     /// A session ended: its grants go with it.

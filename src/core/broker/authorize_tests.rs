@@ -5,7 +5,7 @@ use super::*;
 use crate::acl::{Acl, Entry, Features, Role, Rule, Subject, Verbs};
 
 /// `reader` may read and write `news/#`; `quiet` may too, without QoS 2.
-fn acl(reader_reads: bool) -> Acl {
+pub(crate) fn acl(reader_reads: bool) -> Acl {
     let topic_rule = |verbs| Rule {
         subject: Subject::Topic,
         written_filter: Some("news/#".into()),

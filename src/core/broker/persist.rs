@@ -534,8 +534,8 @@ impl Broker {
     }
 
     /// A CONNECT refused after its claim: the session it resumed is put
-    /// back as it stood, its waiting Will and its expiry clock included,
-    /// and its record written again as memory holds it.
+    /// back as it stood, its waiting Will, its expiry clock and its grants
+    /// included, and its record written again as memory holds it.
     fn give_claim_back(
         &mut self,
         session_key: Key,
@@ -550,6 +550,7 @@ impl Broker {
         session.expires_at_ms = claimed.expires_at_ms;
         session.pending_will = claimed.pending_will;
         let client_id: Box<str> = session.client_id.as_ref().into();
+        self.give_grants_back(session_key, claimed.user_name.as_deref());
         match claimed.user_name {
             Some(name) => self.persist.user_names.insert(client_id, name),
             None => self.persist.user_names.remove(&client_id),

@@ -1799,3 +1799,58 @@ fn a_refused_queue_form_or_slice_is_never_written_to_the_session_record() {
         assert!(record.subscriptions.is_empty(), "{client_id}: {record:?}");
     }
 }
+
+/// A CONNECT refused because its session write failed leaves the session
+/// it resumed with the grants of the name that session held, not those
+/// compiled for the refused CONNECT's name (`nobody`, granted nothing):
+/// what is published meanwhile is still owed to the session, and reaches
+/// it when it resumes.
+#[test]
+fn a_connect_refused_for_a_failed_write_leaves_the_session_its_own_grants() {
+    let mut rig = Rig::new(empty_disk(1 << 20));
+    let acl = crate::core::tests::authorize_tests::acl(true);
+    rig.broker.set_acl(Some(acl), rig.now_ms, &mut rig.wire);
+    let connect_as_user = |rig: &mut Rig, user: &str, client_id: &str, durable: bool| {
+        let conn = rig.open();
+        let mut connect = connect(client_id, durable, if durable { 3600 } else { 0 });
+        connect.clean_start = !durable;
+        connect.username = Some(user.into());
+        rig.packet(conn, Packet::Connect(connect));
+        rig.settle();
+        let answers = rig.take(conn);
+        let code = answers.iter().find_map(|p| match p {
+            Packet::Connack(c) => Some(c.reason_code),
+            _ => None,
+        });
+        (conn, code.expect("answered"), answers)
+    };
+    let (device, code, _) = connect_as_user(&mut rig, "reader", "device", true);
+    assert_eq!(code, ReasonCode::SUCCESS);
+    rig.packet(device, subscribe("news/#"));
+    rig.packet(device, clean_disconnect());
+    rig.settle();
+
+    rig.failing = true;
+    let (_, code, _) = connect_as_user(&mut rig, "nobody", "device", true);
+    assert_eq!(code, ReasonCode::IMPLEMENTATION_SPECIFIC_ERROR);
+    rig.failing = false;
+
+    let (publisher, code, _) = connect_as_user(&mut rig, "quiet", "publisher", false);
+    assert_eq!(code, ReasonCode::SUCCESS);
+    rig.packet(publisher, qos1_publish("news/a", 1));
+    rig.settle();
+    let (_, code, answers) = connect_as_user(&mut rig, "reader", "device", true);
+    assert_eq!(code, ReasonCode::SUCCESS);
+    let topics: Vec<&str> = answers
+        .iter()
+        .filter_map(|p| match p {
+            Packet::Publish(p) => Some(p.topic.as_str()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        topics,
+        ["news/a"],
+        "the refused CONNECT's grants (none) stayed with the session"
+    );
+}
