@@ -19,17 +19,20 @@
 mod apply;
 mod backup;
 mod backups;
+mod batch_encoding;
 pub mod bench;
 mod budget;
 mod checksum;
 mod convert;
 pub(crate) mod encoding;
 mod error;
+mod journal;
 mod lock;
 mod memory;
 mod message_id;
 mod open;
 mod redb;
+mod replay;
 mod settings;
 mod snapshot;
 mod stored;
@@ -42,9 +45,14 @@ mod backup_tests;
 #[cfg(test)]
 mod conformance;
 #[cfg(test)]
+mod journal_tests;
+#[cfg(test)]
 mod writer_tests;
 
-pub use self::redb::{RedbProvider, REDB_CACHE_BYTES, REDB_FORMAT_VERSION};
+pub use self::redb::{
+    RedbProvider, CHECKPOINT_INTERVAL_MS, JOURNAL_CAPACITY_BYTES, REDB_CACHE_BYTES,
+    REDB_FORMAT_VERSION,
+};
 pub use backup::{take_backup, BackupReply, BackupReport, BackupView};
 pub use backups::Backups;
 pub use convert::{redb_to_snapshots, snapshots_to_redb, Converted};
@@ -132,6 +140,19 @@ pub trait Provider: Send {
     /// nothing on disk to copy until it closes (memory).
     fn backup_view(&self) -> Option<Result<BackupView, StoreError>> {
         None
+    }
+
+    /// How long until [`Provider::checkpoint`] is due if no commit comes
+    /// first; `None` when nothing waits for one.
+    fn checkpoint_due_in(&self) -> Option<std::time::Duration> {
+        None
+    }
+
+    /// Makes durable where it is meant to be what so far is durable only
+    /// in a journal (a redb provider's checkpoint). Called by the storage
+    /// thread when [`Provider::checkpoint_due_in`] runs out while idle.
+    fn checkpoint(&mut self) -> Result<(), StoreError> {
+        Ok(())
     }
 
     /// A graceful close: a memory provider writes its snapshot, a redb
