@@ -29,9 +29,11 @@ use super::error::StoreError;
 const MAGIC: &[u8; 8] = b"SAGUINJL";
 const VERSION: u32 = 1;
 const HEADER_BYTES: usize = 32;
-/// Frames start on the second page, so rewriting the first frame never
+/// The unit every append writes: a device block and a memory page.
+const BLOCK_BYTES: usize = 4096;
+/// Frames start on the second block, so rewriting the first frame never
 /// touches the header.
-pub(crate) const FRAMES_START: u64 = 4096;
+pub(crate) const FRAMES_START: u64 = BLOCK_BYTES as u64;
 pub(crate) const FRAME_HEADER_BYTES: u64 = 16;
 
 /// One frame found by a replay.
@@ -42,12 +44,21 @@ pub(crate) struct Frame {
 }
 
 /// The journal file beside a provider's redb file.
+///
+/// Appends bypass the page cache (`O_DIRECT`) and write whole blocks: the
+/// kernel's cache may hold a file in folios of many pages, and a buffered
+/// append re-dirties, and writes back, the whole folio it lands in - 64KiB
+/// a sync where this file was measured. Where the file system refuses
+/// direct I/O (tmpfs) the same block writes go through the cache.
 pub(crate) struct Journal {
     file: File,
     path: PathBuf,
     capacity_bytes: u64,
     /// Where the next frame goes.
     write_at: u64,
+    /// The bytes of the block `write_at` is in, before it: an append
+    /// writes them again with the frame, so every write is whole blocks.
+    tail: Vec<u8>,
 }
 
 /// What [`Journal::open`] found.
@@ -69,7 +80,9 @@ impl Journal {
     /// Creates the journal file, replacing any file at `path`: the header,
     /// then zeros up to `capacity_bytes`, synced with the directory.
     pub(crate) fn create(path: &Path, id: u64, capacity_bytes: u64) -> Result<Journal, StoreError> {
-        let capacity_bytes = capacity_bytes.max(FRAMES_START + 4096);
+        let capacity_bytes = capacity_bytes.max(FRAMES_START + BLOCK_BYTES as u64)
+            / BLOCK_BYTES as u64
+            * BLOCK_BYTES as u64;
         let temp = path.with_extension("journal-new");
         let file = OpenOptions::new()
             .read(true)
@@ -90,14 +103,16 @@ impl Journal {
         file.write_all_at(&header(id, capacity_bytes), 0)
             .map_err(io)?;
         file.sync_all().map_err(io)?;
+        drop(file);
         std::fs::rename(&temp, path)
             .map_err(|e| StoreError::io(path, "put the new journal in place", e))?;
         super::redb::sync_parent(path)?;
         Ok(Journal {
-            file,
+            file: open_for_appends(path)?,
             path: path.to_path_buf(),
             capacity_bytes,
             write_at: FRAMES_START,
+            tail: Vec::new(),
         })
     }
 
@@ -105,7 +120,7 @@ impl Journal {
     /// chain of frames from its start. A damaged header is an error: the
     /// file may hold acknowledged batches, and nothing here can tell.
     pub(crate) fn open(path: &Path, expected_id: u64) -> Result<Option<Opened>, StoreError> {
-        let file = match OpenOptions::new().read(true).write(true).open(path) {
+        let file = match OpenOptions::new().read(true).open(path) {
             Ok(f) => f,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
             Err(e) => return Err(StoreError::io(path, "open the journal", e)),
@@ -132,12 +147,14 @@ impl Journal {
         file.read_exact_at(&mut body, FRAMES_START)
             .map_err(|e| StoreError::io(path, "read the journal", e))?;
         let frames = chain(&body);
+        drop(file);
         Ok(Some(Opened::Ours(
             Journal {
-                file,
+                file: open_for_appends(path)?,
                 path: path.to_path_buf(),
                 capacity_bytes,
                 write_at: FRAMES_START,
+                tail: Vec::new(),
             },
             frames,
         )))
@@ -161,11 +178,27 @@ impl Journal {
     pub(crate) fn append(&mut self, sequence: u64, payload: &[u8]) -> Result<(), StoreError> {
         debug_assert!(self.fits(payload.len()));
         let frame = encode_frame(sequence, payload);
+        let block_start = self.write_at - self.tail.len() as u64;
+        let used = self.tail.len() + frame.len();
+        let blocks_bytes = used.div_ceil(BLOCK_BYTES) * BLOCK_BYTES;
+        // Direct I/O wants the memory aligned as well as the offset.
+        let mut buffer = vec![0u8; blocks_bytes + BLOCK_BYTES];
+        let skew = buffer.as_ptr().align_offset(BLOCK_BYTES).min(BLOCK_BYTES);
+        let blocks = &mut buffer[skew..skew + blocks_bytes];
+        blocks[..self.tail.len()].copy_from_slice(&self.tail);
+        blocks[self.tail.len()..used].copy_from_slice(&frame);
+        // The last block may run past the file when the frame ends near
+        // it; the file is a whole number of blocks past FRAMES_START, so
+        // it never does, but the write is clipped to be sure.
+        let end = (block_start + blocks_bytes as u64).min(self.capacity_bytes);
+        let blocks = &blocks[..(end - block_start) as usize];
         self.file
-            .write_all_at(&frame, self.write_at)
+            .write_all_at(blocks, block_start)
             .and_then(|()| self.file.sync_data())
             .map_err(|e| StoreError::io(&self.path, "write and sync a journal frame", e))?;
         self.write_at += frame.len() as u64;
+        let tail_from = (used / BLOCK_BYTES) * BLOCK_BYTES;
+        self.tail = blocks[tail_from..used].to_vec();
         Ok(())
     }
 
@@ -173,6 +206,7 @@ impl Journal {
     /// at the start again.
     pub(crate) fn reset(&mut self) {
         self.write_at = FRAMES_START;
+        self.tail.clear();
     }
 
     /// Bytes of frames written since the last reset.
@@ -180,6 +214,18 @@ impl Journal {
     pub(crate) fn used_bytes(&self) -> u64 {
         self.write_at - FRAMES_START
     }
+}
+
+/// The journal opened for appends: direct I/O where the file system
+/// allows it.
+fn open_for_appends(path: &Path) -> Result<File, StoreError> {
+    let direct = rustix::fs::OFlags::DIRECT.bits() as i32;
+    OpenOptions::new()
+        .write(true)
+        .custom_flags(direct)
+        .open(path)
+        .or_else(|_| OpenOptions::new().write(true).open(path))
+        .map_err(|e| StoreError::io(path, "open the journal for appends", e))
 }
 
 fn damaged(path: &Path, what: &str) -> StoreError {
@@ -210,7 +256,7 @@ fn parse_header(h: &[u8; HEADER_BYTES]) -> Option<(u64, u64)> {
     }
     let id = u64::from_le_bytes(h[12..20].try_into().ok()?);
     let capacity = u64::from_le_bytes(h[20..28].try_into().ok()?);
-    (capacity > FRAMES_START).then_some((id, capacity))
+    (capacity > FRAMES_START && capacity % BLOCK_BYTES as u64 == 0).then_some((id, capacity))
 }
 
 pub(crate) fn encode_frame(sequence: u64, payload: &[u8]) -> Vec<u8> {
