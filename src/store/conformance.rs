@@ -1640,6 +1640,7 @@ mod from_settings {
                     interval_ms: 2,
                     max_records: 8,
                 },
+                checkpoint_interval_ms: DEFAULT_CHECKPOINT_INTERVAL_MS,
             },
         };
         let memory = ProviderSettings {

@@ -50,7 +50,7 @@ mod journal_tests;
 mod writer_tests;
 
 pub use self::redb::{
-    RedbProvider, CHECKPOINT_INTERVAL_MS, JOURNAL_CAPACITY_BYTES, REDB_CACHE_BYTES,
+    RedbProvider, DEFAULT_CHECKPOINT_INTERVAL_MS, JOURNAL_CAPACITY_BYTES, REDB_CACHE_BYTES,
     REDB_FORMAT_VERSION,
 };
 pub use backup::{take_backup, BackupReply, BackupReport, BackupView};

@@ -74,9 +74,9 @@ pub(crate) const META_JOURNAL_ID: &str = "journal_id";
 pub(crate) const META_JOURNAL_SEQUENCE: &str = "journal_sequence";
 
 /// How long a batch may sit in the journal alone before redb is made
-/// durable with it. Longer writes fewer redb pages per record, and makes
+/// durable with it, unless the provider's `checkpoint_interval` says. Longer writes fewer redb pages per record, and makes
 /// the replay after a crash longer and redb's unwritten pages more.
-pub const CHECKPOINT_INTERVAL_MS: u64 = 1_000;
+pub const DEFAULT_CHECKPOINT_INTERVAL_MS: u32 = 1_000;
 
 /// The journal's fixed size. A batch that does not fit is committed to
 /// redb durably, a checkpoint, which empties the journal.
@@ -230,7 +230,7 @@ impl RedbProvider {
             journal,
             journal_sequence,
             checkpoint: CheckpointState {
-                interval_ms: CHECKPOINT_INTERVAL_MS,
+                interval_ms: u64::from(DEFAULT_CHECKPOINT_INTERVAL_MS),
                 since: None,
                 must: false,
             },
