@@ -165,7 +165,10 @@ fn records_acknowledged_only_into_the_journal_survive_sigkill_at_their_offsets()
     let mut reader = RawClient::connect(&broker.address(), ProtocolVersion::V5, "reader");
     reader.subscribe("events/#", QoS::AtLeastOnce);
     let after = consume(&mut reader, all.len());
-    assert_eq!(after, live, "every acknowledged record, at the offset it had");
+    assert_eq!(
+        after, live,
+        "every acknowledged record, at the offset it had"
+    );
     assert_eq!(
         after.iter().map(|r| r.0).collect::<Vec<_>>(),
         (1..=500).collect::<Vec<u64>>()

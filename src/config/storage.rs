@@ -426,7 +426,7 @@ fn without_misplaced_keys(
     for key in ["read_connections", "flush_interval"] {
         misplaced(
             key,
-            "a setting of the reference broker's sqlite provider, which does not apply to redb: redb reads beside its writer without a pool, and every commit is synced before it returns, so there is no log to flush; remove it",
+            "a setting of the reference broker's sqlite provider, which does not apply to redb: redb reads beside its writer without a pool, and every commit is synced to the provider's journal before it is acknowledged, so there is nothing left to flush; remove it (checkpoint_interval says how often the redb file catches up with its journal)",
         );
     }
     match kind {
