@@ -36,6 +36,12 @@ fn crash_image(file: &Path, to: &Path, with_journal: bool) -> PathBuf {
     to.to_path_buf()
 }
 
+/// The provider a restart on the crash image of `file` opens, the image
+/// taken without the journal: what the redb file alone holds.
+fn file_alone(file: &Path, to: &Path) -> RedbProvider {
+    RedbProvider::open("bare", &crash_image(file, to, false), MAX_BYTES, 0).expect("open")
+}
+
 fn payloads_at(p: &impl Provider, channel: &str) -> Vec<(u64, Vec<u8>)> {
     match p
         .read(channel, p.channel(channel).floor, ALL)
@@ -95,13 +101,7 @@ fn a_crash_after_acknowledgements_and_before_a_checkpoint_loses_nothing() {
 
     // Without its journal the file holds none of it: the journal is what
     // keeps these records.
-    let bare = RedbProvider::open(
-        "bare",
-        &crash_image(&file, &dir.path().join("bare.redb"), false),
-        MAX_BYTES,
-        0,
-    )
-    .expect("open the bare file");
+    let bare = file_alone(&file, &dir.path().join("bare.redb"));
     assert_eq!(bare.channel("c").next, FIRST_OFFSET);
     drop(bare);
 
@@ -118,13 +118,7 @@ fn a_crash_after_acknowledgements_and_before_a_checkpoint_loses_nothing() {
     assert_eq!(recovered.usage().used_bytes, p.usage().used_bytes);
     // The replay was made durable: a second crash right after the restart,
     // without the journal this time, still holds everything.
-    let again = RedbProvider::open(
-        "again",
-        &crash_image(&image, &dir.path().join("again.redb"), false),
-        MAX_BYTES,
-        0,
-    )
-    .expect("open");
+    let again = file_alone(&image, &dir.path().join("again.redb"));
     assert_eq!(payloads_at(&again, "c"), acknowledged[10..].to_vec());
 }
 
@@ -163,13 +157,7 @@ fn a_batch_that_does_not_fit_the_journal_is_a_checkpoint() {
         p.commit(&[append("c", msg("t", &big, i + 1))])
             .expect("commit");
     }
-    let bare = RedbProvider::open(
-        "bare",
-        &crash_image(&file, &dir.path().join("bare.redb"), false),
-        MAX_BYTES,
-        0,
-    )
-    .expect("open");
+    let bare = file_alone(&file, &dir.path().join("bare.redb"));
     assert_eq!(bare.channel("c").next, 5, "all four are in the file alone");
 }
 
@@ -194,8 +182,7 @@ fn the_storage_thread_checkpoints_when_idle() {
     let mut n = 0;
     loop {
         n += 1;
-        let image = crash_image(&file, &dir.path().join(format!("bare-{n}.redb")), false);
-        let bare = RedbProvider::open("bare", &image, MAX_BYTES, 0).expect("open");
+        let bare = file_alone(&file, &dir.path().join(format!("bare-{n}.redb")));
         if bare.channel("c").next == 2 {
             break;
         }
