@@ -143,10 +143,20 @@ impl Journal {
         if id != expected_id {
             return Ok(Some(Opened::Foreign { id }));
         }
-        let mut body = vec![0u8; (capacity_bytes - FRAMES_START) as usize];
-        file.read_exact_at(&mut body, FRAMES_START)
-            .map_err(|e| StoreError::io(path, "read the journal", e))?;
-        let frames = chain(&body);
+        // Read only as far as the chain goes: after a clean stop that is
+        // the first block, so a start reads 64KiB of the file, not 4MiB.
+        let body_bytes = (capacity_bytes - FRAMES_START) as usize;
+        let mut read_bytes = (64usize << 10).min(body_bytes);
+        let frames = loop {
+            let mut body = vec![0u8; read_bytes];
+            file.read_exact_at(&mut body, FRAMES_START)
+                .map_err(|e| StoreError::io(path, "read the journal", e))?;
+            let (frames, ran_short) = chain(&body);
+            if !ran_short || read_bytes == body_bytes {
+                break frames;
+            }
+            read_bytes = read_bytes.saturating_mul(4).min(body_bytes);
+        };
         drop(file);
         Ok(Some(Opened::Ours(
             Journal {
@@ -207,6 +217,18 @@ impl Journal {
     pub(crate) fn reset(&mut self) {
         self.write_at = FRAMES_START;
         self.tail.clear();
+    }
+
+    /// Empties the journal for good: a reset, and zeros over its first
+    /// block, so the next open finds no chain to read.
+    pub(crate) fn clear(&mut self) -> Result<(), StoreError> {
+        self.reset();
+        let mut buffer = vec![0u8; 2 * BLOCK_BYTES];
+        let skew = buffer.as_ptr().align_offset(BLOCK_BYTES).min(BLOCK_BYTES);
+        self.file
+            .write_all_at(&buffer[skew..skew + BLOCK_BYTES], FRAMES_START)
+            .and_then(|()| self.file.sync_data())
+            .map_err(|e| StoreError::io(&self.path, "clear the journal", e))
     }
 
     /// Bytes of frames written since the last reset.
@@ -278,11 +300,15 @@ fn frame_crc(length: u32, sequence: u64, payload: &[u8]) -> u32 {
 }
 
 /// The frames from the start of `body` while each is whole, checksummed
-/// and one sequence after the one before.
-pub(crate) fn chain(body: &[u8]) -> Vec<Frame> {
+/// and one sequence after the one before; `true` with them when the chain
+/// ran into the end of `body` rather than ending in it.
+pub(crate) fn chain(body: &[u8]) -> (Vec<Frame>, bool) {
     let mut frames: Vec<Frame> = Vec::new();
     let mut at = 0usize;
-    while let Some(head) = body.get(at..at + FRAME_HEADER_BYTES as usize) {
+    loop {
+        let Some(head) = body.get(at..at + FRAME_HEADER_BYTES as usize) else {
+            return (frames, true);
+        };
         let length = u32::from_le_bytes(head[..4].try_into().expect("4 bytes"));
         let sequence = u64::from_le_bytes(head[4..12].try_into().expect("8 bytes"));
         let crc = u32::from_le_bytes(head[12..16].try_into().expect("4 bytes"));
@@ -291,13 +317,13 @@ pub(crate) fn chain(body: &[u8]) -> Vec<Frame> {
             .checked_add(length as usize)
             .and_then(|end| body.get(start..end))
         else {
-            break;
+            return (frames, true);
         };
         let follows = frames
             .last()
             .is_none_or(|last| last.sequence.checked_add(1) == Some(sequence));
         if length == 0 || !follows || frame_crc(length, sequence, payload) != crc {
-            break;
+            return (frames, false);
         }
         frames.push(Frame {
             sequence,
@@ -305,7 +331,6 @@ pub(crate) fn chain(body: &[u8]) -> Vec<Frame> {
         });
         at = start + length as usize;
     }
-    frames
 }
 
 #[cfg(test)]
@@ -406,6 +431,21 @@ mod tests {
         assert_eq!(j.used_bytes(), 2 * (FRAME_HEADER_BYTES + 10));
         let got = frames_of(&path, 1);
         assert_eq!(got, vec![(5, vec![5u8; 10]), (6, vec![6u8; 10])]);
+    }
+
+    #[test]
+    fn a_cleared_journal_holds_no_chain_and_a_long_one_is_read_whole() {
+        let d = dir("clear");
+        let path = d.0.join("p.journal");
+        let mut j = Journal::create(&path, 1, 1 << 20).unwrap();
+        // Past the first 64KiB read: the chain is followed to its end.
+        let payload = vec![3u8; 1000];
+        for s in 1..=300u64 {
+            j.append(s, &payload).unwrap();
+        }
+        assert_eq!(frames_of(&path, 1).len(), 300);
+        j.clear().unwrap();
+        assert!(frames_of(&path, 1).is_empty());
     }
 
     #[test]

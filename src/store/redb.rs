@@ -990,6 +990,7 @@ impl Provider for RedbProvider {
         // The file alone then holds everything: it can be copied or
         // converted without its journal.
         self.checkpoint()?;
+        self.journal.clear()?;
         let RedbProvider {
             path, db, _lock, ..
         } = *self;
