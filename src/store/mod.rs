@@ -2,8 +2,10 @@
 //! consumers' positions are kept, behind one synchronous trait that runs
 //! on the storage thread.
 //!
-//! - [`RedbProvider`] (`type: redb`): one redb file, every batch one
-//!   fsynced write transaction; survives a crash and a power cut whole.
+//! - [`RedbProvider`] (`type: redb`): one redb file and a journal in
+//!   front of it; every batch is synced before its commit returns, and
+//!   the file is made durable every `checkpoint_interval`; survives a
+//!   crash and a power cut whole.
 //! - [`MemoryProvider`] (`type: memory`): everything in memory, written to
 //!   a snapshot at a graceful shutdown and loaded at the next start;
 //!   survives exactly that (invariant 14).

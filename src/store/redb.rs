@@ -1,13 +1,14 @@
-//! `type: redb`: one redb file per provider, every commit a write
-//! transaction with `Durability::Immediate`, so a record is on disk
-//! (fsynced) before its publisher is told anything, and a power cut loses
-//! nothing that was acknowledged.
+//! `type: redb`: one redb file per provider and its journal. Every commit
+//! is a write transaction whose batch is synced to the journal (or, at a
+//! checkpoint, committed with `Durability::Immediate`) before it returns,
+//! so a record is on disk before its publisher is told anything, and a
+//! power cut loses nothing that was acknowledged.
 //!
 //! Tables:
 //!
 //! | table | key | value |
 //! |---|---|---|
-//! | `meta` | `&str` | format version, who created the file and when, the next channel id |
+//! | `meta` | `&str` | format version, who created the file and when, the next channel id, the journal's id and the last journal sequence the file holds |
 //! | `channels` | channel name | channel id (`u32`) and its [`ChannelState`] |
 //! | `records` | (channel id, offset) | the encoded message |
 //! | `positions` | (channel id, reader) | the reader's offset |
@@ -74,8 +75,9 @@ pub(crate) const META_JOURNAL_ID: &str = "journal_id";
 pub(crate) const META_JOURNAL_SEQUENCE: &str = "journal_sequence";
 
 /// How long a batch may sit in the journal alone before redb is made
-/// durable with it, unless the provider's `checkpoint_interval` says. Longer writes fewer redb pages per record, and makes
-/// the replay after a crash longer and redb's unwritten pages more.
+/// durable with it, unless the provider's `checkpoint_interval` says.
+/// Longer writes fewer redb pages per record, and makes the replay after
+/// a crash longer and redb's unwritten pages more.
 pub const DEFAULT_CHECKPOINT_INTERVAL_MS: u32 = 1_000;
 
 /// The journal's fixed size. A batch that does not fit is committed to
