@@ -223,7 +223,7 @@ impl Journal {
     /// block, so the next open finds no chain to read.
     pub(crate) fn clear(&mut self) -> Result<(), StoreError> {
         self.reset();
-        let mut buffer = vec![0u8; 2 * BLOCK_BYTES];
+        let buffer = vec![0u8; 2 * BLOCK_BYTES];
         let skew = buffer.as_ptr().align_offset(BLOCK_BYTES).min(BLOCK_BYTES);
         self.file
             .write_all_at(&buffer[skew..skew + BLOCK_BYTES], FRAMES_START)
