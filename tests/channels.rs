@@ -141,6 +141,45 @@ fn every_acknowledged_record_survives_sigkill_on_redb() {
 }
 
 #[test]
+fn records_acknowledged_only_into_the_journal_survive_sigkill_at_their_offsets() {
+    let dir = TempDir::new("journal-sigkill");
+    // A checkpoint a minute away: everything below is durable only in the
+    // journal when the broker is killed.
+    let storage = REDB.replace(
+        "        max_bytes: 64MiB\n",
+        "        max_bytes: 64MiB\n        checkpoint_interval: 1m\n",
+    );
+    let mut broker = BrokerProcess::start_in(dir.path(), &storage, EVENTS);
+    let mut watcher = RawClient::connect(&broker.address(), ProtocolVersion::V5, "watcher");
+    watcher.subscribe("events/#", QoS::AtLeastOnce);
+    let mut publisher = RawClient::connect(&broker.address(), ProtocolVersion::V5, "publisher");
+    let all = payloads("journal", 500);
+    let acknowledged = publish_all(&mut publisher, "events/j", &all);
+    assert_eq!(acknowledged, all);
+    // What the live broker delivered, with the offsets it gave.
+    let live = consume(&mut watcher, all.len());
+    assert!(dir.path().join("saguin.redb.journal").exists());
+    broker.kill();
+
+    let broker = BrokerProcess::start_in(dir.path(), &storage, EVENTS);
+    let mut reader = RawClient::connect(&broker.address(), ProtocolVersion::V5, "reader");
+    reader.subscribe("events/#", QoS::AtLeastOnce);
+    let after = consume(&mut reader, all.len());
+    assert_eq!(
+        after, live,
+        "every acknowledged record, at the offset it had"
+    );
+    assert_eq!(
+        after.iter().map(|r| r.0).collect::<Vec<_>>(),
+        (1..=500).collect::<Vec<u64>>()
+    );
+    // And nothing more.
+    assert!(reader
+        .recv_within(std::time::Duration::from_millis(300))
+        .is_none());
+}
+
+#[test]
 fn a_memory_channel_survives_a_graceful_restart_and_continues_its_offsets() {
     let dir = TempDir::new("memory");
     let mut broker = BrokerProcess::start_in(dir.path(), MEMORY, EVENTS);

@@ -82,6 +82,7 @@ const REDB_KEYS: Keys = Keys {
         "file_path",
         "publish_commit_interval",
         "publish_commit_max_records",
+        "checkpoint_interval",
     ],
     not_yet: &[],
 };
@@ -97,6 +98,7 @@ const ANY_PROVIDER_KEYS: Keys = Keys {
         "snapshot_dir",
         "publish_commit_interval",
         "publish_commit_max_records",
+        "checkpoint_interval",
     ],
     not_yet: &[],
 };
@@ -362,9 +364,11 @@ fn provider(
                 t.get("publish_commit_max_records"),
                 limits,
             );
+            let checkpoint = checkpoint_interval(f, path, t.get("checkpoint_interval"));
             ProviderKind::Redb {
                 file_path: file_path?,
                 commit: commit?,
+                checkpoint_interval_ms: checkpoint?,
             }
         }
         Type::Memory => ProviderKind::Memory {
@@ -422,7 +426,7 @@ fn without_misplaced_keys(
     for key in ["read_connections", "flush_interval"] {
         misplaced(
             key,
-            "a setting of the reference broker's sqlite provider, which does not apply to redb: redb reads beside its writer without a pool, and every commit is synced before it returns, so there is no log to flush; remove it",
+            "a setting of the reference broker's sqlite provider, which does not apply to redb: redb reads beside its writer without a pool, and every commit is synced to the provider's journal before it is acknowledged, so there is nothing left to flush; remove it (checkpoint_interval says how often the redb file catches up with its journal)",
         );
     }
     match kind {
@@ -441,6 +445,10 @@ fn without_misplaced_keys(
                     "a memory provider has no transaction to collect publishes into; remove it, or use a redb provider",
                 );
             }
+            misplaced(
+                "checkpoint_interval",
+                "a memory provider has no journal to checkpoint; remove it, or use a redb provider",
+            );
         }
         None => {}
     }
@@ -572,6 +580,34 @@ fn snapshot_dir(
         return None;
     }
     Some(Some(PathBuf::from(text)))
+}
+
+/// How long acknowledged writes may be durable only in the journal before
+/// the redb file holds them too (RFC 0003): 10ms to 1m, 1s when absent.
+fn checkpoint_interval(
+    f: &mut Findings,
+    provider_path: &str,
+    value: Option<&Value>,
+) -> Option<u32> {
+    const ALLOWED: &str = "it is a duration from 10ms to 1m, such as 1s (the default): longer writes fewer pages per record and makes the replay after a crash longer";
+    let Some(value) = value else {
+        return Some(store::DEFAULT_CHECKPOINT_INTERVAL_MS);
+    };
+    let path = join(provider_path, "checkpoint_interval");
+    let ms = duration_ms(
+        f,
+        &path,
+        value,
+        NoneRule::Refused(
+            "every acknowledged write reaches the redb file in the end; write a duration",
+        ),
+        ALLOWED,
+    )??;
+    if !(10..=60_000).contains(&ms) {
+        f.value(&path, value, ALLOWED);
+        return None;
+    }
+    u32::try_from(ms).ok()
 }
 
 fn commit_policy(
@@ -803,7 +839,8 @@ mod tests {
             c.provider("local").unwrap().kind,
             ProviderKind::Redb {
                 file_path: "/var/lib/saguin/saguin.redb".into(),
-                commit: CommitPolicy::Collect
+                commit: CommitPolicy::Collect,
+                checkpoint_interval_ms: store::DEFAULT_CHECKPOINT_INTERVAL_MS,
             }
         );
         assert_eq!(c.provider("local").unwrap().max_bytes, 256 << 20);
@@ -844,6 +881,44 @@ mod tests {
                 max_records: 100
             }
         );
+    }
+
+    #[test]
+    fn checkpoint_intervals() {
+        let interval = |extra: &str| match &ok(&redb(extra)).providers[0].kind {
+            ProviderKind::Redb {
+                checkpoint_interval_ms,
+                ..
+            } => *checkpoint_interval_ms,
+            other => panic!("{other:?}"),
+        };
+        assert_eq!(interval(""), store::DEFAULT_CHECKPOINT_INTERVAL_MS);
+        assert_eq!(interval("checkpoint_interval: 5s"), 5_000);
+        assert_eq!(interval("checkpoint_interval: 10ms"), 10);
+        for (extra, path, why) in [
+            (
+                "checkpoint_interval: 5ms",
+                "checkpoint_interval \"5ms\"",
+                "from 10ms to 1m",
+            ),
+            (
+                "checkpoint_interval: 2m",
+                "checkpoint_interval \"2m\"",
+                "from 10ms to 1m",
+            ),
+            (
+                "checkpoint_interval: none",
+                "checkpoint_interval \"none\"",
+                "reaches the redb file",
+            ),
+        ] {
+            let f = one_refusal(&redb(extra));
+            assert_contains(&f, &["broker.storage.providers.local.", path, why]);
+        }
+        let f = one_refusal(&providers(
+            "local:\n  type: memory\n  max_bytes: 16MiB\n  snapshot_dir: none\n  checkpoint_interval: 1s\n",
+        ));
+        assert_contains(&f, &["checkpoint_interval", "no journal to checkpoint"]);
     }
 
     #[test]
@@ -1167,6 +1242,7 @@ mod tests {
                     kind: ProviderKind::Redb {
                         file_path: "/x".into(),
                         commit: CommitPolicy::Collect,
+                        checkpoint_interval_ms: store::DEFAULT_CHECKPOINT_INTERVAL_MS,
                     },
                 },
                 memory("b", 8 << 30),

@@ -24,7 +24,8 @@ use super::checksum::crc32c;
 use super::convert::create_new_file;
 use super::error::StoreError;
 use super::redb::{
-    db_error, sync_parent, CHANNELS, ENTRIES, META, POSITIONS, RECORDS, REDB_CACHE_BYTES,
+    db_error, sync_parent, CHANNELS, ENTRIES, META, META_JOURNAL_ID, META_JOURNAL_SEQUENCE,
+    POSITIONS, RECORDS, REDB_CACHE_BYTES,
 };
 use super::stored::StoredProvider;
 
@@ -107,6 +108,17 @@ macro_rules! for_each_table {
     }};
 }
 
+/// The meta rows tying a file to its journal stay behind: a backup holds
+/// everything acknowledged without one, and a restored copy must not take
+/// up the live file's journal as its own.
+fn is_journal_row<K: Key + 'static, V: Value + 'static>(
+    table: &TableDefinition<K, V>,
+    key: &[u8],
+) -> bool {
+    ::redb::TableHandle::name(table) == ::redb::TableHandle::name(&META)
+        && (key == META_JOURNAL_ID.as_bytes() || key == META_JOURNAL_SEQUENCE.as_bytes())
+}
+
 fn copy_table<K: Key + 'static, V: Value + 'static>(
     table: TableDefinition<K, V>,
     from: &ReadTransaction,
@@ -122,6 +134,9 @@ fn copy_table<K: Key + 'static, V: Value + 'static>(
     let mut rows = 0;
     for row in source.iter().map_err(db_error(path, "read the snapshot"))? {
         let (k, v) = row.map_err(db_error(path, "read the snapshot"))?;
+        if is_journal_row(&table, K::as_bytes(&k.value()).as_ref()) {
+            continue;
+        }
         copy.insert(k.value(), v.value())
             .map_err(db_error(path, "write the copy"))?;
         rows += 1;
@@ -141,6 +156,9 @@ fn digest_table<K: Key + 'static, V: Value + 'static>(
     let before = digest.rows;
     for row in rows.iter().map_err(db_error(path, "read a table"))? {
         let (k, v) = row.map_err(db_error(path, "read a table"))?;
+        if is_journal_row(&table, K::as_bytes(&k.value()).as_ref()) {
+            continue;
+        }
         digest.row(
             K::as_bytes(&k.value()).as_ref(),
             V::as_bytes(&v.value()).as_ref(),

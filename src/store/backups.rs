@@ -86,6 +86,7 @@ mod tests {
                 kind: ProviderKind::Redb {
                     file_path: dir.join("local.redb"),
                     commit: CommitPolicy::Collect,
+                    checkpoint_interval_ms: crate::store::DEFAULT_CHECKPOINT_INTERVAL_MS,
                 },
             },
             ProviderSettings {

@@ -24,6 +24,7 @@ use super::redb::RedbProvider;
 use super::settings::CommitPolicy;
 use super::types::{Message, Outcome, Write};
 use super::writer::{Answer, StorageThread, Ticket};
+use super::Provider;
 
 /// What one run measured.
 #[derive(Clone, Copy, Debug)]
@@ -130,6 +131,7 @@ pub fn durable_appends(
     let closed = thread.shutdown();
     let _ = fs::remove_file(&file);
     let _ = fs::remove_file(&lock);
+    let _ = fs::remove_file(super::journal::journal_path_for(&file));
     closed?;
     let elapsed_ms = u64::try_from(elapsed.as_millis())
         .unwrap_or(u64::MAX)
@@ -144,9 +146,98 @@ pub fn durable_appends(
     })
 }
 
+/// Bytes this process has caused to be written to storage so far
+/// (`write_bytes` of `/proc/self/io`: each page dirtied counts once until
+/// it is written back).
+pub fn process_write_bytes() -> Option<u64> {
+    let io = fs::read_to_string("/proc/self/io").ok()?;
+    io.lines()
+        .find_map(|l| l.strip_prefix("write_bytes: "))
+        .and_then(|v| v.trim().parse().ok())
+}
+
+/// Bytes written to storage per record when each of `records` records of
+/// `payload_bytes` is committed alone: straight into redb with
+/// `durability` (the `Immediate` row is the provider before its journal),
+/// or through the provider (`None` for `durability`). The provider row
+/// ends with its close, so its checkpoint is counted.
+pub fn device_bytes_per_record(
+    dir: &Path,
+    durability: Option<::redb::Durability>,
+    records: u32,
+    payload_bytes: u32,
+) -> Result<u64, StoreError> {
+    let file = dir.join(format!("saguin-wear-{}.redb", std::process::id()));
+    let remove = || {
+        let _ = fs::remove_file(&file);
+        let _ = fs::remove_file(super::redb::lock_path_for(&file));
+        let _ = fs::remove_file(super::journal::journal_path_for(&file));
+    };
+    remove();
+    let payload = vec![0x5A; payload_bytes as usize];
+    let written = match durability {
+        Some(durability) => {
+            let table = ::redb::TableDefinition::<u64, &[u8]>::new("records");
+            let db = ::redb::Builder::new()
+                .set_cache_size(super::redb::REDB_CACHE_BYTES)
+                .create(&file)
+                .map_err(super::redb::db_error(&file, "create"))?;
+            let before = process_write_bytes().unwrap_or(0);
+            for n in 0..u64::from(records) {
+                let mut txn = db
+                    .begin_write()
+                    .map_err(super::redb::db_error(&file, "begin"))?;
+                txn.set_durability(durability)
+                    .map_err(super::redb::db_error(&file, "durability"))?;
+                txn.open_table(table)
+                    .map_err(super::redb::db_error(&file, "open"))?
+                    .insert(n, payload.as_slice())
+                    .map_err(super::redb::db_error(&file, "insert"))?;
+                txn.commit()
+                    .map_err(super::redb::db_error(&file, "commit"))?;
+            }
+            process_write_bytes().unwrap_or(0) - before
+        }
+        None => {
+            let mut provider = RedbProvider::open("wear", &file, 1 << 40, 1 << 20)?;
+            let mut ids = MessageIdGenerator::from_entropy();
+            let before = process_write_bytes().unwrap_or(0);
+            for _ in 0..records {
+                let message = Message::new(ids.next_id(1), 1, "wear".into(), payload.clone());
+                provider.commit(&[Write::Append {
+                    channel: "wear".into(),
+                    message,
+                    channel_max_bytes: None,
+                }])?;
+            }
+            Box::new(provider).close()?;
+            process_write_bytes().unwrap_or(0) - before
+        }
+    };
+    remove();
+    Ok(written / u64::from(records.max(1)))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    #[ignore = "a measurement: run with --ignored --nocapture, TMPDIR on real storage"]
+    fn bytes_written_per_record_committed_alone() {
+        let dir = std::env::temp_dir();
+        for (name, durability) in [
+            (
+                "redb, Durability::Immediate",
+                Some(::redb::Durability::Immediate),
+            ),
+            ("redb, Durability::None", Some(::redb::Durability::None)),
+            ("provider: journal, then a checkpoint", None),
+        ] {
+            let bytes = device_bytes_per_record(&dir, durability, 1000, 64).expect("measure");
+            println!("{name}: {bytes} B a record");
+        }
+    }
 
     #[test]
     #[ignore = "a benchmark: run with --ignored --nocapture, TMPDIR on real storage"]

@@ -1271,6 +1271,11 @@ mod redb_only {
         // destructor. Copied while the provider still holds it.
         let crashed = h.dir.path().join("crashed.redb");
         fs::copy(h.file(), &crashed).expect("copy the live file");
+        fs::copy(
+            super::super::journal::journal_path_for(&h.file()),
+            super::super::journal::journal_path_for(&crashed),
+        )
+        .expect("copy the live journal");
         let copy = RedbProvider::open("copy", &crashed, 64 << 20, 64 << 10).expect("recover");
         assert_eq!(offsets(&copy, "c", 1), (1..=100).collect::<Vec<_>>());
         assert_eq!(copy.channel("c").next, 101);
@@ -1635,6 +1640,7 @@ mod from_settings {
                     interval_ms: 2,
                     max_records: 8,
                 },
+                checkpoint_interval_ms: DEFAULT_CHECKPOINT_INTERVAL_MS,
             },
         };
         let memory = ProviderSettings {

@@ -2,8 +2,10 @@
 //! consumers' positions are kept, behind one synchronous trait that runs
 //! on the storage thread.
 //!
-//! - [`RedbProvider`] (`type: redb`): one redb file, every batch one
-//!   fsynced write transaction; survives a crash and a power cut whole.
+//! - [`RedbProvider`] (`type: redb`): one redb file and a journal in
+//!   front of it; every batch is synced before its commit returns, and
+//!   the file is made durable every `checkpoint_interval`; survives a
+//!   crash and a power cut whole.
 //! - [`MemoryProvider`] (`type: memory`): everything in memory, written to
 //!   a snapshot at a graceful shutdown and loaded at the next start;
 //!   survives exactly that (invariant 14).
@@ -19,17 +21,20 @@
 mod apply;
 mod backup;
 mod backups;
+mod batch_encoding;
 pub mod bench;
 mod budget;
 mod checksum;
 mod convert;
 pub(crate) mod encoding;
 mod error;
+mod journal;
 mod lock;
 mod memory;
 mod message_id;
 mod open;
 mod redb;
+mod replay;
 mod settings;
 mod snapshot;
 mod stored;
@@ -42,9 +47,14 @@ mod backup_tests;
 #[cfg(test)]
 mod conformance;
 #[cfg(test)]
+mod journal_tests;
+#[cfg(test)]
 mod writer_tests;
 
-pub use self::redb::{RedbProvider, REDB_CACHE_BYTES, REDB_FORMAT_VERSION};
+pub use self::redb::{
+    RedbProvider, DEFAULT_CHECKPOINT_INTERVAL_MS, JOURNAL_CAPACITY_BYTES, REDB_CACHE_BYTES,
+    REDB_FORMAT_VERSION,
+};
 pub use backup::{take_backup, BackupReply, BackupReport, BackupView};
 pub use backups::Backups;
 pub use convert::{redb_to_snapshots, snapshots_to_redb, Converted};
@@ -132,6 +142,19 @@ pub trait Provider: Send {
     /// nothing on disk to copy until it closes (memory).
     fn backup_view(&self) -> Option<Result<BackupView, StoreError>> {
         None
+    }
+
+    /// How long until [`Provider::checkpoint`] is due if no commit comes
+    /// first; `None` when nothing waits for one.
+    fn checkpoint_due_in(&self) -> Option<std::time::Duration> {
+        None
+    }
+
+    /// Makes durable where it is meant to be what so far is durable only
+    /// in a journal (a redb provider's checkpoint). Called by the storage
+    /// thread when [`Provider::checkpoint_due_in`] runs out while idle.
+    fn checkpoint(&mut self) -> Result<(), StoreError> {
+        Ok(())
     }
 
     /// A graceful close: a memory provider writes its snapshot, a redb

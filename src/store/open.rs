@@ -15,12 +15,16 @@ pub fn open_provider(
     reserve_bytes: u64,
 ) -> Result<Box<dyn Provider>, StoreError> {
     match &settings.kind {
-        ProviderKind::Redb { file_path, .. } => Ok(Box::new(RedbProvider::open(
-            &settings.name,
+        ProviderKind::Redb {
             file_path,
-            settings.max_bytes,
-            reserve_bytes,
-        )?)),
+            checkpoint_interval_ms,
+            ..
+        } => {
+            let mut provider =
+                RedbProvider::open(&settings.name, file_path, settings.max_bytes, reserve_bytes)?;
+            provider.set_checkpoint_interval_ms(u64::from(*checkpoint_interval_ms));
+            Ok(Box::new(provider))
+        }
         ProviderKind::Memory { snapshot_dir } => Ok(Box::new(MemoryProvider::open(
             &settings.name,
             settings.max_bytes,

@@ -1,13 +1,14 @@
-//! `type: redb`: one redb file per provider, every commit a write
-//! transaction with `Durability::Immediate`, so a record is on disk
-//! (fsynced) before its publisher is told anything, and a power cut loses
-//! nothing that was acknowledged.
+//! `type: redb`: one redb file per provider and its journal. Every commit
+//! is a write transaction whose batch is synced to the journal (or, at a
+//! checkpoint, committed with `Durability::Immediate`) before it returns,
+//! so a record is on disk before its publisher is told anything, and a
+//! power cut loses nothing that was acknowledged.
 //!
 //! Tables:
 //!
 //! | table | key | value |
 //! |---|---|---|
-//! | `meta` | `&str` | format version, who created the file and when, the next channel id |
+//! | `meta` | `&str` | format version, who created the file and when, the next channel id, the journal's id and the last journal sequence the file holds |
 //! | `channels` | channel name | channel id (`u32`) and its [`ChannelState`] |
 //! | `records` | (channel id, offset) | the encoded message |
 //! | `positions` | (channel id, reader) | the reader's offset |
@@ -23,23 +24,26 @@ use std::fmt::Display;
 use std::fs::OpenOptions;
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use ::redb::{
     Builder, Database, Durability, Key, ReadOnlyTable, ReadableDatabase, ReadableTable, Table,
-    TableDefinition, Value,
+    TableDefinition, Value, WriteTransaction,
 };
 
 use super::apply::{apply_batch, RecordHead, Tables};
 use super::backup::BackupView;
+use super::batch_encoding::encode_batch;
 use super::budget::Budget;
 use super::encoding::{
     decode_channel_state, encode_channel_state, message_bytes, message_from_bytes, message_header,
     Decoder, Encoder, CHANNEL_STATE_BYTES,
 };
 use super::error::StoreError;
+use super::journal::Journal;
 use super::lock::LockFile;
 use super::memory::empty_read;
+use super::replay::{attach_journal, checkpoint_db};
 use super::types::{
     ChannelState, Message, Outcome, Read, ReadBatch, ReadLimit, Record, Usage, Write,
 };
@@ -64,6 +68,32 @@ pub(crate) const META_FORMAT_VERSION: &str = "format_version";
 pub(crate) const META_CREATED_BY: &str = "created_by";
 pub(crate) const META_CREATED_AT_MS: &str = "created_at_ms";
 pub(crate) const META_NEXT_CHANNEL_ID: &str = "next_channel_id";
+/// The id of the journal beside the file; a journal with another id was
+/// written for another file.
+pub(crate) const META_JOURNAL_ID: &str = "journal_id";
+/// Every journal frame up to this sequence is in the file.
+pub(crate) const META_JOURNAL_SEQUENCE: &str = "journal_sequence";
+
+/// How long a batch may sit in the journal alone before redb is made
+/// durable with it, unless the provider's `checkpoint_interval` says.
+/// Longer writes fewer redb pages per record, and makes the replay after
+/// a crash longer and redb's unwritten pages more.
+pub const DEFAULT_CHECKPOINT_INTERVAL_MS: u32 = 1_000;
+
+/// The journal's fixed size. A batch that does not fit is committed to
+/// redb durably, a checkpoint, which empties the journal.
+pub const JOURNAL_CAPACITY_BYTES: u64 = 4 << 20;
+
+/// When redb was last made durable, and whether it must be next.
+#[derive(Debug)]
+struct CheckpointState {
+    interval_ms: u64,
+    /// The first journalled commit since the last checkpoint.
+    since: Option<Instant>,
+    /// A frame may be on the disk without its transaction: the next
+    /// commit is a checkpoint, whose sequence passes it.
+    must: bool,
+}
 
 /// A channel's id and counters, as the cache and a batch hold them.
 #[derive(Clone, Copy, Debug)]
@@ -81,6 +111,10 @@ pub struct RedbProvider {
     budget: Budget,
     channels: HashMap<String, ChannelEntry>,
     next_channel_id: u32,
+    journal: Journal,
+    /// The last journal sequence used (or attempted).
+    journal_sequence: u64,
+    checkpoint: CheckpointState,
     _lock: LockFile,
     /// Tests make a commit fail after its writes are in the transaction.
     #[cfg(test)]
@@ -181,14 +215,13 @@ impl RedbProvider {
             .set_check_integrity_on_open(true)
             .create(file_path)
             .map_err(db_error(file_path, "open the redb file"))?;
-        let next_channel_id = check_format(&db, file_path)?;
+        check_format(&db, file_path)?;
         sync_parent(file_path)?;
+        let (journal, journal_sequence) = attach_journal(&db, file_path)?;
+        let next_channel_id = read_next_channel_id(&db, file_path)?;
         let channels = load_channels(&db, file_path)?;
         let mut budget = Budget::new(max_bytes, reserve_bytes);
-        budget.used_bytes = channels
-            .values()
-            .map(|c| c.state.record_bytes + c.state.position_bytes + c.state.entry_bytes)
-            .sum();
+        budget.used_bytes = counted_bytes(&channels);
         Ok(RedbProvider {
             name: name.to_string(),
             path: file_path.to_path_buf(),
@@ -196,6 +229,13 @@ impl RedbProvider {
             budget,
             channels,
             next_channel_id,
+            journal,
+            journal_sequence,
+            checkpoint: CheckpointState {
+                interval_ms: u64::from(DEFAULT_CHECKPOINT_INTERVAL_MS),
+                since: None,
+                must: false,
+            },
             _lock: lock,
             #[cfg(test)]
             fail_next_commit: false,
@@ -204,6 +244,24 @@ impl RedbProvider {
 
     pub fn file_path(&self) -> &Path {
         &self.path
+    }
+
+    /// Sets how long a batch may sit in the journal alone; tests stretch it
+    /// so that a crash image is certain to need the journal.
+    pub fn set_checkpoint_interval_ms(&mut self, interval_ms: u64) {
+        self.checkpoint.interval_ms = interval_ms;
+    }
+
+    fn checkpoint_due(&self) -> bool {
+        self.checkpoint
+            .since
+            .is_some_and(|t| t.elapsed() >= Duration::from_millis(self.checkpoint.interval_ms))
+    }
+
+    fn checkpointed(&mut self) {
+        self.journal.reset();
+        self.checkpoint.since = None;
+        self.checkpoint.must = false;
     }
 }
 
@@ -302,7 +360,10 @@ pub(crate) fn not_a_provider(path: &Path, tables: &[String]) -> StoreError {
     )
 }
 
-fn load_channels(db: &Database, path: &Path) -> Result<HashMap<String, ChannelEntry>, StoreError> {
+pub(crate) fn load_channels(
+    db: &Database,
+    path: &Path,
+) -> Result<HashMap<String, ChannelEntry>, StoreError> {
     let txn = db
         .begin_read()
         .map_err(db_error(path, "begin a read transaction"))?;
@@ -545,6 +606,128 @@ impl Tables for RedbTables<'_, '_> {
     }
 }
 
+/// A batch applied inside a write transaction, and what the provider's
+/// memory becomes if it commits.
+pub(crate) struct Applied {
+    pub(crate) outcomes: Vec<Outcome>,
+    pub(crate) staged: HashMap<String, ChannelEntry>,
+    pub(crate) next_channel_id: u32,
+    pub(crate) budget: Budget,
+}
+
+/// Applies `writes` in `txn` over the committed `channels`: the records,
+/// each touched channel's row once, and the next channel id.
+pub(crate) fn apply_in(
+    txn: &WriteTransaction,
+    path: &Path,
+    channels: &HashMap<String, ChannelEntry>,
+    next_channel_id: u32,
+    mut budget: Budget,
+    writes: &[Write],
+) -> Result<Applied, StoreError> {
+    let (outcomes, staged, next_id) = {
+        let mut tables = RedbTables {
+            path,
+            records: txn
+                .open_table(RECORDS)
+                .map_err(db_error(path, "open the records table"))?,
+            positions: txn
+                .open_table(POSITIONS)
+                .map_err(db_error(path, "open the positions table"))?,
+            entries: txn
+                .open_table(ENTRIES)
+                .map_err(db_error(path, "open the entries table"))?,
+            committed: channels,
+            staged: HashMap::new(),
+            next_channel_id,
+        };
+        let outcomes = apply_batch(&mut tables, &mut budget, writes)?;
+        (outcomes, tables.staged, tables.next_channel_id)
+    };
+    {
+        // Each touched channel's row is written once for the batch.
+        let mut rows = txn
+            .open_table(CHANNELS)
+            .map_err(db_error(path, "open the channels table"))?;
+        for (name, entry) in &staged {
+            rows.insert(name.as_str(), encode_entry(entry).as_slice())
+                .map_err(db_error(path, "write a channel's counters"))?;
+        }
+    }
+    if next_id != next_channel_id {
+        let mut meta = txn
+            .open_table(META)
+            .map_err(db_error(path, "open the meta table"))?;
+        meta.insert(META_NEXT_CHANNEL_ID, next_id.to_le_bytes().as_slice())
+            .map_err(db_error(path, "write the next channel id"))?;
+    }
+    Ok(Applied {
+        outcomes,
+        staged,
+        next_channel_id: next_id,
+        budget,
+    })
+}
+
+/// What the channels' counters say is held, as `max_bytes` counts it.
+pub(crate) fn counted_bytes(channels: &HashMap<String, ChannelEntry>) -> u64 {
+    channels
+        .values()
+        .map(|c| c.state.record_bytes + c.state.position_bytes + c.state.entry_bytes)
+        .sum()
+}
+
+pub(crate) fn write_meta_u64(
+    txn: &WriteTransaction,
+    path: &Path,
+    key: &str,
+    value: u64,
+) -> Result<(), StoreError> {
+    txn.open_table(META)
+        .and_then(|mut meta| {
+            meta.insert(key, value.to_le_bytes().as_slice())
+                .map(drop)
+                .map_err(Into::into)
+        })
+        .map_err(db_error(path, "write the meta table"))
+}
+
+/// A `u64` or `u32` value of the meta table, `None` where absent.
+pub(crate) fn read_meta_number(
+    db: &Database,
+    path: &Path,
+    key: &str,
+) -> Result<Option<u64>, StoreError> {
+    let txn = db
+        .begin_read()
+        .map_err(db_error(path, "begin a read transaction"))?;
+    let meta = txn
+        .open_table(META)
+        .map_err(db_error(path, "open the meta table"))?;
+    let Some(v) = meta
+        .get(key)
+        .map_err(db_error(path, "read the meta table"))?
+    else {
+        return Ok(None);
+    };
+    let bytes = v.value();
+    let number = match bytes.len() {
+        8 => <[u8; 8]>::try_from(bytes).map(u64::from_le_bytes).ok(),
+        4 => <[u8; 4]>::try_from(bytes)
+            .map(|b| u64::from(u32::from_le_bytes(b)))
+            .ok(),
+        _ => None,
+    };
+    number
+        .map(Some)
+        .ok_or_else(|| StoreError::format(path, format!("the meta value {key:?} is damaged")))
+}
+
+pub(crate) fn read_next_channel_id(db: &Database, path: &Path) -> Result<u32, StoreError> {
+    let id = read_meta_number(db, path, META_NEXT_CHANNEL_ID)?.unwrap_or(0);
+    u32::try_from(id).map_err(|_| StoreError::format(path, "the next channel id is damaged"))
+}
+
 impl RedbProvider {
     /// One table in a fresh read transaction: every read sees one snapshot.
     fn read_table<K: Key + 'static, V: Value + 'static>(
@@ -587,10 +770,13 @@ impl Provider for RedbProvider {
         all
     }
 
-    /// One write transaction for the whole batch, committed with
-    /// `Durability::Immediate`. The counters in memory change only once the
-    /// commit has returned; a failure anywhere drops the transaction, which
-    /// redb rolls back, and leaves the provider exactly as it was.
+    /// One write transaction for the whole batch. Its frame is appended to
+    /// the journal and synced before the transaction commits without a
+    /// sync of its own (readers see it at once); when a checkpoint is due,
+    /// or the frame does not fit the journal, the transaction itself is
+    /// committed with `Durability::Immediate` instead. Either way the batch
+    /// is on disk when this returns `Ok`. The counters in memory change
+    /// only after that; a failure anywhere leaves them as they were.
     fn commit(&mut self, writes: &[Write]) -> Result<Vec<Outcome>, StoreError> {
         check_writes(writes)?;
         let path = self.path.as_path();
@@ -598,57 +784,68 @@ impl Provider for RedbProvider {
             .db
             .begin_write()
             .map_err(db_error(path, "begin a transaction"))?;
-        txn.set_durability(Durability::Immediate)
-            .map_err(db_error(path, "ask for a durable commit"))?;
-        let mut budget = self.budget;
-        let (outcomes, staged, next_channel_id) = {
-            let mut tables = RedbTables {
-                path,
-                records: txn
-                    .open_table(RECORDS)
-                    .map_err(db_error(path, "open the records table"))?,
-                positions: txn
-                    .open_table(POSITIONS)
-                    .map_err(db_error(path, "open the positions table"))?,
-                entries: txn
-                    .open_table(ENTRIES)
-                    .map_err(db_error(path, "open the entries table"))?,
-                committed: &self.channels,
-                staged: HashMap::new(),
-                next_channel_id: self.next_channel_id,
-            };
-            let outcomes = apply_batch(&mut tables, &mut budget, writes)?;
-            (outcomes, tables.staged, tables.next_channel_id)
-        };
-        {
-            // Each touched channel's row is written once for the batch.
-            let mut rows = txn
-                .open_table(CHANNELS)
-                .map_err(db_error(path, "open the channels table"))?;
-            for (name, entry) in &staged {
-                rows.insert(name.as_str(), encode_entry(entry).as_slice())
-                    .map_err(db_error(path, "write a channel's counters"))?;
-            }
-        }
-        if next_channel_id != self.next_channel_id {
-            let mut meta = txn
-                .open_table(META)
-                .map_err(db_error(path, "open the meta table"))?;
-            meta.insert(
-                META_NEXT_CHANNEL_ID,
-                next_channel_id.to_le_bytes().as_slice(),
-            )
-            .map_err(db_error(path, "write the next channel id"))?;
-        }
+        let applied = apply_in(
+            &txn,
+            path,
+            &self.channels,
+            self.next_channel_id,
+            self.budget,
+            writes,
+        )?;
         #[cfg(test)]
         if std::mem::take(&mut self.fail_next_commit) {
             return Err(StoreError::Invalid("a failure injected by a test".into()));
         }
-        txn.commit().map_err(db_error(path, "commit"))?;
-        self.channels.extend(staged);
-        self.next_channel_id = next_channel_id;
-        self.budget = budget;
-        Ok(outcomes)
+        // Only what was not refused is journalled: a refused write changed
+        // nothing, and a replay then needs no byte bound to refuse it again.
+        let kept = writes
+            .iter()
+            .zip(&applied.outcomes)
+            .filter(|(_, o)| !matches!(o, Outcome::Refused(_)))
+            .map(|(w, _)| w);
+        let frame = encode_batch(kept.collect::<Vec<_>>().into_iter());
+        let journalled =
+            !self.checkpoint.must && !self.checkpoint_due() && self.journal.fits(frame.len());
+        if journalled {
+            self.journal_sequence += 1;
+            write_meta_u64(&txn, path, META_JOURNAL_SEQUENCE, self.journal_sequence)?;
+            txn.set_durability(Durability::None)
+                .map_err(db_error(path, "ask for a commit without a sync"))?;
+            // Until a checkpoint, a frame that may be on the disk without
+            // its transaction committed must not be replayed after newer
+            // ones: the next commit is a checkpoint, past its sequence.
+            self.checkpoint.must = true;
+            self.journal.append(self.journal_sequence, &frame)?;
+            txn.commit().map_err(db_error(path, "commit"))?;
+            self.checkpoint.must = false;
+            self.checkpoint.since.get_or_insert_with(Instant::now);
+        } else {
+            write_meta_u64(&txn, path, META_JOURNAL_SEQUENCE, self.journal_sequence)?;
+            txn.set_durability(Durability::Immediate)
+                .map_err(db_error(path, "ask for a durable commit"))?;
+            txn.commit().map_err(db_error(path, "commit"))?;
+            self.checkpointed();
+        }
+        self.channels.extend(applied.staged);
+        self.next_channel_id = applied.next_channel_id;
+        self.budget = applied.budget;
+        Ok(applied.outcomes)
+    }
+
+    fn checkpoint_due_in(&self) -> Option<Duration> {
+        let since = self.checkpoint.since?;
+        Some(Duration::from_millis(self.checkpoint.interval_ms).saturating_sub(since.elapsed()))
+    }
+
+    /// A durable commit of everything committed since the last one: the
+    /// journal's frames are then no longer needed.
+    fn checkpoint(&mut self) -> Result<(), StoreError> {
+        if self.checkpoint.since.is_none() && !self.checkpoint.must {
+            return Ok(());
+        }
+        checkpoint_db(&self.db, &self.path, self.journal_sequence)?;
+        self.checkpointed();
+        Ok(())
     }
 
     /// Reads run on the storage thread between commits, so the counters in
@@ -791,7 +988,11 @@ impl Provider for RedbProvider {
         )
     }
 
-    fn close(self: Box<Self>) -> Result<(), StoreError> {
+    fn close(mut self: Box<Self>) -> Result<(), StoreError> {
+        // The file alone then holds everything: it can be copied or
+        // converted without its journal.
+        self.checkpoint()?;
+        self.journal.clear()?;
         let RedbProvider {
             path, db, _lock, ..
         } = *self;

@@ -33,6 +33,9 @@ pub enum ProviderKind {
         /// Absolute. Its lock is `<file_path>.lock`.
         file_path: PathBuf,
         commit: CommitPolicy,
+        /// How long acknowledged writes may be durable only in the
+        /// journal before the file is made durable with them.
+        checkpoint_interval_ms: u32,
     },
     /// A [`MemoryProvider`](super::MemoryProvider).
     Memory {

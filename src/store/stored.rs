@@ -19,6 +19,7 @@ use ::redb::{Builder, Database, ReadTransaction, ReadableDatabase, TableHandle};
 
 use super::encoding::{message_from_bytes, message_header};
 use super::error::StoreError;
+use super::journal::journal_path_for;
 use super::lock::LockFile;
 use super::memory::MemoryChannel;
 use super::redb::{
@@ -26,6 +27,7 @@ use super::redb::{
     ChannelEntry, ENTRIES, META, META_CREATED_AT_MS, META_CREATED_BY, META_FORMAT_VERSION,
     POSITIONS, RECORDS, REDB_CACHE_BYTES, REDB_FORMAT_VERSION,
 };
+use super::replay::replay_into_copy;
 use super::snapshot::{
     channel_files, check_counters, check_entry_key, check_position, check_record_offset,
     read_channel_file, LOCK_FILE, MAGIC, MANIFEST_FILE,
@@ -357,8 +359,26 @@ fn open_snapshots(path: &Path) -> Result<StoredProvider, StoreError> {
     })
 }
 
+/// A stopped broker's file with the journal batches it lacks applied to the
+/// copy, so a tool sees every acknowledged write; the original and its
+/// journal are only read.
 fn open_redb(path: &Path) -> Result<StoredProvider, StoreError> {
-    redb_provider(path, checked_copy(path)?)
+    let copy = checked_copy(path)?;
+    {
+        let txn = copy
+            .begin_read()
+            .map_err(db_error(path, "begin a read transaction"))?;
+        read_format(&txn, path)?;
+    }
+    let replayed = replay_into_copy(&copy.db, path, path)?;
+    let mut stored = redb_provider(path, copy)?;
+    if replayed > 0 {
+        stored.notes.push(format!(
+            "{replayed} batches were read from its journal {}: the broker did not stop cleanly, and the file alone holds them only after its next start",
+            journal_path_for(path).display()
+        ));
+    }
+    Ok(stored)
 }
 
 fn redb_provider(path: &Path, db: RedbCopy) -> Result<StoredProvider, StoreError> {

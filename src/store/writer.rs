@@ -405,9 +405,9 @@ impl Worker {
             let request = match self.carried.take() {
                 Some(r) => r,
                 None if self.stopping => break,
-                None => match self.rx.recv() {
-                    Ok(r) => r,
-                    Err(_) => break,
+                None => match self.next_request() {
+                    Some(r) => r,
+                    None => break,
                 },
             };
             let Request::Commit { ticket, writes } = request else {
@@ -439,6 +439,29 @@ impl Worker {
             let _ = backup.join();
         }
         self.provider.close()
+    }
+
+    /// Waits for the next request; when the provider has a checkpoint
+    /// coming due, makes it while idle rather than in a later commit.
+    /// `None` once every handle is gone.
+    fn next_request(&mut self) -> Option<Request> {
+        loop {
+            let Some(due_in) = self.provider.checkpoint_due_in() else {
+                return self.rx.recv().ok();
+            };
+            match self.rx.recv_timeout(due_in) {
+                Ok(r) => return Some(r),
+                Err(RecvTimeoutError::Disconnected) => return None,
+                Err(RecvTimeoutError::Timeout) => {
+                    if let Err(e) = self.provider.checkpoint() {
+                        // The records stay safe in the journal; the next
+                        // commit checkpoints instead.
+                        log::warn!("storage provider {}: {e}", self.provider.name());
+                        return self.rx.recv().ok();
+                    }
+                }
+            }
+        }
     }
 
     /// Answers a read or a lookup at once; `false` for the request to stop.

@@ -1,0 +1,483 @@
+//! The journal in front of a redb provider: one file of fixed size,
+//! written with zeros when it is created, into which each committed batch
+//! is appended as a checksummed frame and synced before anyone is told.
+//! Appends never change the file's size, so a sync writes the frame's
+//! pages and no file metadata.
+//!
+//! ```text
+//!    0  header page: "SAGUINJL", version u32, journal id u64,
+//!       capacity u64, CRC32C u32 of the 28 bytes before it
+//! 4096  frames: payload length u32, sequence u64, CRC32C u32 of the
+//!       length, the sequence and the payload; then the payload
+//! ```
+//!
+//! Sequences rise by one from frame to frame for the journal's whole life.
+//! After a checkpoint (everything up to a sequence is durable in redb) the
+//! next frame is written at the start again, over older ones. Replay reads
+//! frames from the start while each one's checksum holds and its sequence
+//! follows the one before; a frame left over from before the last reset
+//! has a lower sequence, so the chain stops there, as it does at zeros and
+//! at a frame torn by a crash.
+
+use std::fs::{File, OpenOptions};
+use std::os::unix::fs::{FileExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
+
+use super::checksum::crc32c;
+use super::error::StoreError;
+
+const MAGIC: &[u8; 8] = b"SAGUINJL";
+const VERSION: u32 = 1;
+const HEADER_BYTES: usize = 32;
+/// The unit every append writes: a device block and a memory page.
+const BLOCK_BYTES: usize = 4096;
+/// Frames start on the second block, so rewriting the first frame never
+/// touches the header.
+pub(crate) const FRAMES_START: u64 = BLOCK_BYTES as u64;
+pub(crate) const FRAME_HEADER_BYTES: u64 = 16;
+
+/// One frame found by a replay.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) struct Frame {
+    pub(crate) sequence: u64,
+    pub(crate) payload: Vec<u8>,
+}
+
+/// The journal file beside a provider's redb file.
+///
+/// Appends bypass the page cache (`O_DIRECT`) and write whole blocks: the
+/// kernel's cache may hold a file in folios of many pages, and a buffered
+/// append re-dirties, and writes back, the whole folio it lands in - 64KiB
+/// a sync where this file was measured. Where the file system refuses
+/// direct I/O (tmpfs) the same block writes go through the cache.
+pub(crate) struct Journal {
+    file: File,
+    path: PathBuf,
+    capacity_bytes: u64,
+    /// Where the next frame goes.
+    write_at: u64,
+    /// The bytes of the block `write_at` is in, before it: an append
+    /// writes them again with the frame, so every write is whole blocks.
+    tail: Vec<u8>,
+}
+
+/// What [`Journal::open`] found.
+pub(crate) enum Opened {
+    /// The journal of this id, and the chain of frames from its start.
+    Ours(Journal, Vec<Frame>),
+    /// A journal written for another redb file (its id differs).
+    Foreign { id: u64 },
+}
+
+/// `<file_path>.journal`.
+pub(crate) fn journal_path_for(file_path: &Path) -> PathBuf {
+    let mut name = file_path.as_os_str().to_owned();
+    name.push(".journal");
+    PathBuf::from(name)
+}
+
+impl Journal {
+    /// Creates the journal file, replacing any file at `path`: the header,
+    /// then zeros up to `capacity_bytes`, synced with the directory.
+    pub(crate) fn create(path: &Path, id: u64, capacity_bytes: u64) -> Result<Journal, StoreError> {
+        let capacity_bytes = capacity_bytes.max(FRAMES_START + BLOCK_BYTES as u64)
+            / BLOCK_BYTES as u64
+            * BLOCK_BYTES as u64;
+        let temp = path.with_extension("journal-new");
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .mode(0o600)
+            .open(&temp)
+            .map_err(|e| StoreError::io(&temp, "create the journal", e))?;
+        let io = |e| StoreError::io(&temp, "write the journal's zeros", e);
+        let zeros = vec![0u8; 64 << 10];
+        let mut at = 0u64;
+        while at < capacity_bytes {
+            let n = (capacity_bytes - at).min(zeros.len() as u64) as usize;
+            file.write_all_at(&zeros[..n], at).map_err(io)?;
+            at += n as u64;
+        }
+        file.write_all_at(&header(id, capacity_bytes), 0)
+            .map_err(io)?;
+        file.sync_all().map_err(io)?;
+        drop(file);
+        std::fs::rename(&temp, path)
+            .map_err(|e| StoreError::io(path, "put the new journal in place", e))?;
+        super::redb::sync_parent(path)?;
+        Ok(Journal {
+            file: open_for_appends(path)?,
+            path: path.to_path_buf(),
+            capacity_bytes,
+            write_at: FRAMES_START,
+            tail: Vec::new(),
+        })
+    }
+
+    /// Opens the journal at `path` (`None` if there is none) and reads the
+    /// chain of frames from its start. A damaged header is an error: the
+    /// file may hold acknowledged batches, and nothing here can tell.
+    pub(crate) fn open(path: &Path, expected_id: u64) -> Result<Option<Opened>, StoreError> {
+        let file = match OpenOptions::new().read(true).open(path) {
+            Ok(f) => f,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+            Err(e) => return Err(StoreError::io(path, "open the journal", e)),
+        };
+        let length = file
+            .metadata()
+            .map_err(|e| StoreError::io(path, "read the journal's size", e))?
+            .len();
+        let mut head = [0u8; HEADER_BYTES];
+        let (id, capacity_bytes) = match file.read_exact_at(&mut head, 0) {
+            Ok(()) => parse_header(&head).ok_or_else(|| damaged(path, "its header"))?,
+            Err(_) => return Err(damaged(path, "its header (the file is too short)")),
+        };
+        if capacity_bytes != length {
+            return Err(damaged(
+                path,
+                "its size, which is not the size its header states",
+            ));
+        }
+        if id != expected_id {
+            return Ok(Some(Opened::Foreign { id }));
+        }
+        // Read only as far as the chain goes: after a clean stop that is
+        // the first block, so a start reads 64KiB of the file, not 4MiB.
+        let body_bytes = (capacity_bytes - FRAMES_START) as usize;
+        let mut read_bytes = (64usize << 10).min(body_bytes);
+        let frames = loop {
+            let mut body = vec![0u8; read_bytes];
+            file.read_exact_at(&mut body, FRAMES_START)
+                .map_err(|e| StoreError::io(path, "read the journal", e))?;
+            let (frames, ran_short) = chain(&body);
+            if !ran_short || read_bytes == body_bytes {
+                break frames;
+            }
+            read_bytes = read_bytes.saturating_mul(4).min(body_bytes);
+        };
+        drop(file);
+        Ok(Some(Opened::Ours(
+            Journal {
+                file: open_for_appends(path)?,
+                path: path.to_path_buf(),
+                capacity_bytes,
+                write_at: FRAMES_START,
+                tail: Vec::new(),
+            },
+            frames,
+        )))
+    }
+
+    pub(crate) fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Whether a frame of `payload_bytes` fits after those written since
+    /// the last reset.
+    pub(crate) fn fits(&self, payload_bytes: usize) -> bool {
+        self.write_at
+            .saturating_add(FRAME_HEADER_BYTES)
+            .saturating_add(payload_bytes as u64)
+            <= self.capacity_bytes
+    }
+
+    /// Writes one frame and syncs it. The caller checked [`Self::fits`].
+    /// On an error the frame may or may not be on the disk.
+    pub(crate) fn append(&mut self, sequence: u64, payload: &[u8]) -> Result<(), StoreError> {
+        debug_assert!(self.fits(payload.len()));
+        let frame = encode_frame(sequence, payload);
+        let block_start = self.write_at - self.tail.len() as u64;
+        let used = self.tail.len() + frame.len();
+        let blocks_bytes = used.div_ceil(BLOCK_BYTES) * BLOCK_BYTES;
+        // Direct I/O wants the memory aligned as well as the offset.
+        let mut buffer = vec![0u8; blocks_bytes + BLOCK_BYTES];
+        let skew = buffer.as_ptr().align_offset(BLOCK_BYTES).min(BLOCK_BYTES);
+        let blocks = &mut buffer[skew..skew + blocks_bytes];
+        blocks[..self.tail.len()].copy_from_slice(&self.tail);
+        blocks[self.tail.len()..used].copy_from_slice(&frame);
+        // The last block may run past the file when the frame ends near
+        // it; the file is a whole number of blocks past FRAMES_START, so
+        // it never does, but the write is clipped to be sure.
+        let end = (block_start + blocks_bytes as u64).min(self.capacity_bytes);
+        let blocks = &blocks[..(end - block_start) as usize];
+        self.file
+            .write_all_at(blocks, block_start)
+            .and_then(|()| self.file.sync_data())
+            .map_err(|e| StoreError::io(&self.path, "write and sync a journal frame", e))?;
+        self.write_at += frame.len() as u64;
+        let tail_from = (used / BLOCK_BYTES) * BLOCK_BYTES;
+        self.tail = blocks[tail_from..used].to_vec();
+        Ok(())
+    }
+
+    /// Everything written so far is durable elsewhere: the next frame goes
+    /// at the start again.
+    pub(crate) fn reset(&mut self) {
+        self.write_at = FRAMES_START;
+        self.tail.clear();
+    }
+
+    /// Empties the journal for good: a reset, and zeros over its first
+    /// block, so the next open finds no chain to read.
+    pub(crate) fn clear(&mut self) -> Result<(), StoreError> {
+        self.reset();
+        let buffer = vec![0u8; 2 * BLOCK_BYTES];
+        let skew = buffer.as_ptr().align_offset(BLOCK_BYTES).min(BLOCK_BYTES);
+        self.file
+            .write_all_at(&buffer[skew..skew + BLOCK_BYTES], FRAMES_START)
+            .and_then(|()| self.file.sync_data())
+            .map_err(|e| StoreError::io(&self.path, "clear the journal", e))
+    }
+
+    /// Bytes of frames written since the last reset.
+    #[cfg(test)]
+    pub(crate) fn used_bytes(&self) -> u64 {
+        self.write_at - FRAMES_START
+    }
+}
+
+/// The journal opened for appends: direct I/O where the file system
+/// allows it.
+fn open_for_appends(path: &Path) -> Result<File, StoreError> {
+    let direct = rustix::fs::OFlags::DIRECT.bits() as i32;
+    OpenOptions::new()
+        .write(true)
+        .custom_flags(direct)
+        .open(path)
+        .or_else(|_| OpenOptions::new().write(true).open(path))
+        .map_err(|e| StoreError::io(path, "open the journal for appends", e))
+}
+
+fn damaged(path: &Path, what: &str) -> StoreError {
+    StoreError::format(
+        path,
+        format!("the journal is damaged in {what}; it may hold acknowledged writes, so it is not replaced: move it aside only if the redb file beside it is known to hold everything"),
+    )
+}
+
+fn header(id: u64, capacity_bytes: u64) -> [u8; HEADER_BYTES] {
+    let mut h = [0u8; HEADER_BYTES];
+    h[..8].copy_from_slice(MAGIC);
+    h[8..12].copy_from_slice(&VERSION.to_le_bytes());
+    h[12..20].copy_from_slice(&id.to_le_bytes());
+    h[20..28].copy_from_slice(&capacity_bytes.to_le_bytes());
+    let crc = crc32c(&h[..28]);
+    h[28..].copy_from_slice(&crc.to_le_bytes());
+    h
+}
+
+fn parse_header(h: &[u8; HEADER_BYTES]) -> Option<(u64, u64)> {
+    let crc = u32::from_le_bytes(h[28..].try_into().ok()?);
+    if &h[..8] != MAGIC || crc32c(&h[..28]) != crc {
+        return None;
+    }
+    if u32::from_le_bytes(h[8..12].try_into().ok()?) != VERSION {
+        return None;
+    }
+    let id = u64::from_le_bytes(h[12..20].try_into().ok()?);
+    let capacity = u64::from_le_bytes(h[20..28].try_into().ok()?);
+    (capacity > FRAMES_START && capacity % BLOCK_BYTES as u64 == 0).then_some((id, capacity))
+}
+
+pub(crate) fn encode_frame(sequence: u64, payload: &[u8]) -> Vec<u8> {
+    let mut frame = Vec::with_capacity(FRAME_HEADER_BYTES as usize + payload.len());
+    let length = u32::try_from(payload.len()).unwrap_or(u32::MAX);
+    frame.extend_from_slice(&length.to_le_bytes());
+    frame.extend_from_slice(&sequence.to_le_bytes());
+    frame.extend_from_slice(&frame_crc(length, sequence, payload).to_le_bytes());
+    frame.extend_from_slice(payload);
+    frame
+}
+
+fn frame_crc(length: u32, sequence: u64, payload: &[u8]) -> u32 {
+    let mut covered = Vec::with_capacity(12 + payload.len());
+    covered.extend_from_slice(&length.to_le_bytes());
+    covered.extend_from_slice(&sequence.to_le_bytes());
+    covered.extend_from_slice(payload);
+    crc32c(&covered)
+}
+
+/// The frames from the start of `body` while each is whole, checksummed
+/// and one sequence after the one before; `true` with them when the chain
+/// ran into the end of `body` rather than ending in it.
+pub(crate) fn chain(body: &[u8]) -> (Vec<Frame>, bool) {
+    let mut frames: Vec<Frame> = Vec::new();
+    let mut at = 0usize;
+    loop {
+        let Some(head) = body.get(at..at + FRAME_HEADER_BYTES as usize) else {
+            return (frames, true);
+        };
+        let length = u32::from_le_bytes(head[..4].try_into().expect("4 bytes"));
+        let sequence = u64::from_le_bytes(head[4..12].try_into().expect("8 bytes"));
+        let crc = u32::from_le_bytes(head[12..16].try_into().expect("4 bytes"));
+        let start = at + FRAME_HEADER_BYTES as usize;
+        let Some(payload) = start
+            .checked_add(length as usize)
+            .and_then(|end| body.get(start..end))
+        else {
+            return (frames, true);
+        };
+        let follows = frames
+            .last()
+            .is_none_or(|last| last.sequence.checked_add(1) == Some(sequence));
+        if length == 0 || !follows || frame_crc(length, sequence, payload) != crc {
+            return (frames, false);
+        }
+        frames.push(Frame {
+            sequence,
+            payload: payload.to_vec(),
+        });
+        at = start + length as usize;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    struct Dir(PathBuf);
+    impl Drop for Dir {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
+    fn dir(name: &str) -> Dir {
+        let d = std::env::temp_dir().join(format!("saguin-journal-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&d);
+        std::fs::create_dir_all(&d).unwrap();
+        Dir(d)
+    }
+
+    fn frames_of(path: &Path, id: u64) -> Vec<(u64, Vec<u8>)> {
+        match Journal::open(path, id).unwrap() {
+            Some(Opened::Ours(_, frames)) => frames
+                .into_iter()
+                .map(|f| (f.sequence, f.payload))
+                .collect(),
+            _ => panic!("expected our journal"),
+        }
+    }
+
+    #[test]
+    fn frames_come_back_in_order_and_the_file_keeps_its_size() {
+        let d = dir("order");
+        let path = d.0.join("p.redb.journal");
+        let mut j = Journal::create(&path, 7, 64 << 10).unwrap();
+        for s in 1..=5u64 {
+            j.append(s, format!("batch {s}").as_bytes()).unwrap();
+        }
+        assert_eq!(std::fs::metadata(&path).unwrap().len(), 64 << 10);
+        let got = frames_of(&path, 7);
+        assert_eq!(got.len(), 5);
+        for (i, (s, p)) in got.iter().enumerate() {
+            assert_eq!(*s, i as u64 + 1);
+            assert_eq!(p, format!("batch {s}").as_bytes());
+        }
+    }
+
+    #[test]
+    fn a_flipped_bit_ends_the_chain_at_the_frame_it_is_in() {
+        let d = dir("crc");
+        let path = d.0.join("p.journal");
+        let mut j = Journal::create(&path, 1, 64 << 10).unwrap();
+        j.append(1, b"first").unwrap();
+        j.append(2, b"second").unwrap();
+        j.append(3, b"third").unwrap();
+        // A bit in the second frame's payload.
+        let at = FRAMES_START + FRAME_HEADER_BYTES + 5 + FRAME_HEADER_BYTES + 1;
+        let f = OpenOptions::new()
+            .write(true)
+            .read(true)
+            .open(&path)
+            .unwrap();
+        let mut b = [0u8; 1];
+        f.read_exact_at(&mut b, at).unwrap();
+        f.write_all_at(&[b[0] ^ 0x10], at).unwrap();
+        let got = frames_of(&path, 1);
+        assert_eq!(got, vec![(1, b"first".to_vec())]);
+    }
+
+    #[test]
+    fn a_torn_tail_is_where_the_journal_ends() {
+        let d = dir("torn");
+        let path = d.0.join("p.journal");
+        let mut j = Journal::create(&path, 1, 64 << 10).unwrap();
+        j.append(1, b"whole").unwrap();
+        // The second frame's header reached the disk, half its payload did not.
+        let frame = encode_frame(2, b"half written payload");
+        let f = OpenOptions::new().write(true).open(&path).unwrap();
+        f.write_all_at(
+            &frame[..frame.len() - 8],
+            FRAMES_START + FRAME_HEADER_BYTES + 5,
+        )
+        .unwrap();
+        assert_eq!(frames_of(&path, 1), vec![(1, b"whole".to_vec())]);
+    }
+
+    #[test]
+    fn after_a_reset_older_frames_behind_the_new_ones_are_not_replayed() {
+        let d = dir("wrap");
+        let path = d.0.join("p.journal");
+        let mut j = Journal::create(&path, 1, 64 << 10).unwrap();
+        for s in 1..=4u64 {
+            j.append(s, &[s as u8; 10]).unwrap();
+        }
+        j.reset();
+        // Frames of exactly the old size, so the old ones line up behind.
+        j.append(5, &[5u8; 10]).unwrap();
+        j.append(6, &[6u8; 10]).unwrap();
+        assert_eq!(j.used_bytes(), 2 * (FRAME_HEADER_BYTES + 10));
+        let got = frames_of(&path, 1);
+        assert_eq!(got, vec![(5, vec![5u8; 10]), (6, vec![6u8; 10])]);
+    }
+
+    #[test]
+    fn a_cleared_journal_holds_no_chain_and_a_long_one_is_read_whole() {
+        let d = dir("clear");
+        let path = d.0.join("p.journal");
+        let mut j = Journal::create(&path, 1, 1 << 20).unwrap();
+        // Past the first 64KiB read: the chain is followed to its end.
+        let payload = vec![3u8; 1000];
+        for s in 1..=300u64 {
+            j.append(s, &payload).unwrap();
+        }
+        assert_eq!(frames_of(&path, 1).len(), 300);
+        j.clear().unwrap();
+        assert!(frames_of(&path, 1).is_empty());
+    }
+
+    #[test]
+    fn a_full_journal_says_so_before_anything_is_written() {
+        let d = dir("full");
+        let path = d.0.join("p.journal");
+        let capacity = FRAMES_START + 4096;
+        let mut j = Journal::create(&path, 1, capacity).unwrap();
+        let big = vec![1u8; 3000];
+        assert!(j.fits(big.len()));
+        j.append(1, &big).unwrap();
+        assert!(!j.fits(big.len()), "a second one does not fit");
+        assert!(j.fits(4096 - 3016 - 16));
+        j.reset();
+        assert!(j.fits(big.len()));
+    }
+
+    #[test]
+    fn a_journal_of_another_file_is_told_apart_and_a_damaged_header_refused() {
+        let d = dir("foreign");
+        let path = d.0.join("p.journal");
+        Journal::create(&path, 42, 64 << 10).unwrap();
+        assert!(matches!(
+            Journal::open(&path, 43).unwrap(),
+            Some(Opened::Foreign { id: 42 })
+        ));
+        assert!(Journal::open(&d.0.join("absent.journal"), 1)
+            .unwrap()
+            .is_none());
+        let f = OpenOptions::new().write(true).open(&path).unwrap();
+        f.write_all_at(b"X", 3).unwrap();
+        let err = Journal::open(&path, 42).err().expect("refused").to_string();
+        assert!(err.contains("journal is damaged"), "{err}");
+    }
+}

@@ -1,0 +1,212 @@
+//! Joining a redb file to its journal at open: the frames the file does not
+//! hold yet are applied again, in order, and made durable, so every
+//! acknowledged write is back at the offset it was acknowledged with (the
+//! apply is deterministic from the same state).
+
+use std::path::{Path, PathBuf};
+
+use ::redb::{Database, Durability};
+
+use super::batch_encoding::decode_batch;
+use super::budget::Budget;
+use super::error::StoreError;
+use super::journal::{journal_path_for, Frame, Journal, Opened};
+use super::redb::{
+    apply_in, counted_bytes, db_error, load_channels, read_meta_number, read_next_channel_id,
+    write_meta_u64, JOURNAL_CAPACITY_BYTES, META_JOURNAL_ID, META_JOURNAL_SEQUENCE,
+};
+use super::types::Outcome;
+
+/// Opens (or creates) the journal of the redb file at `path`, applies the
+/// frames the file lacks, and returns the journal, emptied, with the last
+/// sequence the file holds.
+pub(crate) fn attach_journal(db: &Database, path: &Path) -> Result<(Journal, u64), StoreError> {
+    let journal_path = journal_path_for(path);
+    let Some(id) = read_meta_number(db, path, META_JOURNAL_ID)? else {
+        // A file without a journal yet: new, written by an older build, a
+        // backup or a conversion. Whatever journal lies beside it was some
+        // other file's.
+        set_aside(
+            &journal_path,
+            "the redb file beside it has no journal of its own",
+        )?;
+        return start_journal(db, path, &journal_path);
+    };
+    let sequence = read_meta_number(db, path, META_JOURNAL_SEQUENCE)?.unwrap_or(0);
+    match Journal::open(&journal_path, id)? {
+        None => {
+            log::warn!(
+                "{}: its journal {} is missing; a new one is started. Only if the broker did not stop cleanly can writes acknowledged since the last checkpoint be missing",
+                path.display(),
+                journal_path.display()
+            );
+            start_journal(db, path, &journal_path)
+        }
+        Some(Opened::Foreign { id: theirs }) => {
+            set_aside(
+                &journal_path,
+                &format!("it was written for another redb file (journal {theirs:#x}, this file's is {id:#x})"),
+            )?;
+            start_journal(db, path, &journal_path)
+        }
+        Some(Opened::Ours(mut journal, frames)) => {
+            let last = replay_frames(db, path, &frames, sequence, journal.path())?;
+            journal.reset();
+            Ok((journal, last))
+        }
+    }
+}
+
+/// Applies to the redb file at `path` (a tool's private copy) the frames of
+/// the journal beside `original` that it lacks, and says how many. Never
+/// writes the journal.
+pub(crate) fn replay_into_copy(
+    db: &Database,
+    path: &Path,
+    original: &Path,
+) -> Result<u64, StoreError> {
+    let Some(id) = read_meta_number(db, path, META_JOURNAL_ID)? else {
+        return Ok(0);
+    };
+    let sequence = read_meta_number(db, path, META_JOURNAL_SEQUENCE)?.unwrap_or(0);
+    let journal_path = journal_path_for(original);
+    match Journal::open(&journal_path, id)? {
+        Some(Opened::Ours(_, frames)) => {
+            let last = replay_frames(db, path, &frames, sequence, &journal_path)?;
+            Ok(last - sequence)
+        }
+        _ => Ok(0),
+    }
+}
+
+/// A durable commit that records `sequence` as the last frame the file
+/// holds, and so makes every commit before it durable too.
+pub(crate) fn checkpoint_db(db: &Database, path: &Path, sequence: u64) -> Result<(), StoreError> {
+    let mut txn = db
+        .begin_write()
+        .map_err(db_error(path, "begin a checkpoint"))?;
+    write_meta_u64(&txn, path, META_JOURNAL_SEQUENCE, sequence)?;
+    txn.set_durability(Durability::Immediate)
+        .map_err(db_error(path, "ask for a durable commit"))?;
+    txn.commit().map_err(db_error(path, "commit a checkpoint"))
+}
+
+/// Applies the frames after `sequence`, which must follow it without a
+/// gap, then checkpoints. Returns the last sequence the file now holds.
+fn replay_frames(
+    db: &Database,
+    path: &Path,
+    frames: &[Frame],
+    sequence: u64,
+    journal_path: &Path,
+) -> Result<u64, StoreError> {
+    let newer: Vec<&Frame> = frames.iter().filter(|f| f.sequence > sequence).collect();
+    let Some(first) = newer.first() else {
+        return Ok(sequence.max(frames.last().map_or(0, |f| f.sequence)));
+    };
+    if first.sequence != sequence + 1 {
+        return Err(StoreError::format(
+            journal_path,
+            format!("holds batches from {} on, but the redb file holds only up to {sequence}: batches between are missing, so neither file is trusted alone; restore the provider from a backup", first.sequence),
+        ));
+    }
+    let mut channels = load_channels(db, path)?;
+    let mut next_channel_id = read_next_channel_id(db, path)?;
+    for frame in &newer {
+        let writes = decode_batch(&frame.payload).map_err(|e| {
+            StoreError::format(
+                journal_path,
+                format!(
+                    "batch {} checks out and cannot be read: {}",
+                    frame.sequence, e.0
+                ),
+            )
+        })?;
+        let mut txn = db
+            .begin_write()
+            .map_err(db_error(path, "begin replaying a journal batch"))?;
+        txn.set_durability(Durability::None)
+            .map_err(db_error(path, "ask for a commit without a sync"))?;
+        // The batch was admitted once; no byte bound (which may have been
+        // lowered since) refuses it now.
+        let mut unbounded = Budget::new(u64::MAX, 0);
+        unbounded.used_bytes = counted_bytes(&channels);
+        let applied = apply_in(&txn, path, &channels, next_channel_id, unbounded, &writes)?;
+        if applied
+            .outcomes
+            .iter()
+            .any(|o| matches!(o, Outcome::Refused(_)))
+        {
+            return Err(StoreError::format(
+                journal_path,
+                format!("batch {} is refused when applied again: the redb file is not the state it was written against; restore the provider from a backup", frame.sequence),
+            ));
+        }
+        write_meta_u64(&txn, path, META_JOURNAL_SEQUENCE, frame.sequence)?;
+        txn.commit()
+            .map_err(db_error(path, "commit a journal batch"))?;
+        channels.extend(applied.staged);
+        next_channel_id = applied.next_channel_id;
+    }
+    let last = newer.last().map_or(sequence, |f| f.sequence);
+    checkpoint_db(db, path, last)?;
+    log::info!(
+        "{}: {} batches applied again from its journal",
+        path.display(),
+        newer.len()
+    );
+    Ok(last)
+}
+
+/// A new journal for a file that has none, its id in the file's meta.
+fn start_journal(
+    db: &Database,
+    path: &Path,
+    journal_path: &Path,
+) -> Result<(Journal, u64), StoreError> {
+    let id = new_journal_id(path);
+    let sequence = read_meta_number(db, path, META_JOURNAL_SEQUENCE)?.unwrap_or(0);
+    let journal = Journal::create(journal_path, id, JOURNAL_CAPACITY_BYTES)?;
+    let mut txn = db
+        .begin_write()
+        .map_err(db_error(path, "begin a transaction"))?;
+    write_meta_u64(&txn, path, META_JOURNAL_ID, id)?;
+    write_meta_u64(&txn, path, META_JOURNAL_SEQUENCE, sequence)?;
+    txn.set_durability(Durability::Immediate)
+        .map_err(db_error(path, "ask for a durable commit"))?;
+    txn.commit()
+        .map_err(db_error(path, "record the journal's id"))?;
+    Ok((journal, sequence))
+}
+
+/// Renames a journal that is not this file's out of the way, keeping it:
+/// it may hold another file's acknowledged writes.
+fn set_aside(journal_path: &Path, why: &str) -> Result<(), StoreError> {
+    if !journal_path.exists() {
+        return Ok(());
+    }
+    let mut aside = journal_path.as_os_str().to_owned();
+    aside.push(format!(".set-aside-{}", super::redb::now_ms()));
+    let aside = PathBuf::from(aside);
+    std::fs::rename(journal_path, &aside)
+        .map_err(|e| StoreError::io(journal_path, "move a foreign journal aside", e))?;
+    log::warn!(
+        "journal {} moved to {}: {why}",
+        journal_path.display(),
+        aside.display()
+    );
+    Ok(())
+}
+
+/// Distinct for each file and each start: the clock, the process and the
+/// path, mixed.
+fn new_journal_id(path: &Path) -> u64 {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64);
+    let mut bytes = nanos.to_le_bytes().to_vec();
+    bytes.extend_from_slice(&std::process::id().to_le_bytes());
+    bytes.extend_from_slice(path.as_os_str().as_encoded_bytes());
+    let low = super::checksum::crc32c(&bytes);
+    (nanos << 32) ^ u64::from(low) | 1
+}
