@@ -302,7 +302,11 @@ impl Connection {
                 Poll::Ready(Ok(())) => {
                     self.deadline = None;
                     outbox.drained();
-                    return Ok(if moved { Wrote::Progress } else { Wrote::Drained });
+                    return Ok(if moved {
+                        Wrote::Progress
+                    } else {
+                        Wrote::Drained
+                    });
                 }
                 Poll::Ready(Err(error)) => return Err(error),
                 Poll::Pending => {}
@@ -606,4 +610,24 @@ pub async fn refuse_busy(mut stream: async_net::TcpStream, wait_ms: u64) {
         }
     }
     let _ = stream.shutdown(Shutdown::Both);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// What an idle connection costs the executor beyond the socket's own
+    /// registration: this future, inline in its task. Every wait it makes
+    /// is on the socket, the outbox or a boxed rarity, so it must not grow
+    /// with them.
+    const MAX_CONNECTION_TASK_BYTES: usize = 128;
+
+    #[test]
+    fn the_connection_future_stays_small() {
+        let size_bytes = std::mem::size_of::<Connection>();
+        assert!(
+            size_bytes <= MAX_CONNECTION_TASK_BYTES,
+            "a connection's future is {size_bytes} B, over {MAX_CONNECTION_TASK_BYTES} B"
+        );
+    }
 }

@@ -199,3 +199,35 @@ impl Transport for Outboxes {
         self.remove(conn);
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_small_written_out_buffer_is_given_back_and_a_large_one_kept() {
+        let mut outbox = OutboxState::default();
+        outbox.bytes.extend_from_slice(&[1; 4]);
+        outbox.written = 4;
+        outbox.drained();
+        assert_eq!((outbox.bytes.capacity(), outbox.written), (0, 0));
+
+        outbox.bytes.extend_from_slice(&[1; 4096]);
+        outbox.written = 4096;
+        outbox.drained();
+        assert!(outbox.bytes.is_empty() && outbox.bytes.capacity() >= 4096);
+    }
+
+    #[test]
+    fn what_the_socket_took_is_dropped_once_it_is_half_the_buffer() {
+        let mut outbox = OutboxState::default();
+        outbox.bytes.extend(0..10u8);
+        outbox.written = 4;
+        outbox.compact();
+        assert_eq!((outbox.bytes.len(), outbox.unwritten_bytes()), (10, 6));
+        outbox.written = 5;
+        outbox.compact();
+        assert_eq!(outbox.bytes, [5, 6, 7, 8, 9]);
+        assert_eq!(outbox.written, 0);
+    }
+}
