@@ -1,5 +1,5 @@
 //! The I/O shell around the core: one smol executor thread runs the
-//! listeners, every connection's reader and writer, and the clock.
+//! listeners, one future per connection, and the clock.
 
 mod bridge;
 mod connection;

@@ -1,5 +1,5 @@
-//! What the core has decided to send to one connection, waiting for that
-//! connection's writer task.
+//! What the core has decided to send to one connection, waiting for the
+//! future that serves that connection to write it.
 
 use std::cell::RefCell;
 use std::future::poll_fn;
