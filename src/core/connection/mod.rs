@@ -176,7 +176,10 @@ mod tests {
         let first = order.reserve(7);
         let second = order.reserve(9);
         order.answer(second, Ok(()));
-        assert!(order.next_due().is_none(), "the second waits behind the first");
+        assert!(
+            order.next_due().is_none(),
+            "the second waits behind the first"
+        );
         order.answer(first, Ok(()));
         assert_eq!(order.next_due(), Some((7, Ok(()))));
         assert_eq!(order.next_due(), Some((9, Ok(()))));
