@@ -243,11 +243,13 @@ impl Connection {
             return Step::Progress;
         };
         let door = &handshake.door;
-        let peer = handshake
-            .peer
-            .map_or_else(|| "a client".to_string(), |a| a.to_string());
+        let known_peer = handshake.peer;
+        let peer = || known_peer.map_or_else(|| "a client".to_string(), |a| a.to_string());
         if closing {
-            log::info!("{door}: TLS handshake with {peer} did not finish in time");
+            log::info!(
+                "{door}: TLS handshake with {} did not finish in time",
+                peer()
+            );
             return Step::Done;
         }
         let established = match Pin::new(&mut handshake.accept).poll(cx) {
@@ -255,7 +257,10 @@ impl Connection {
             Poll::Ready(Ok(established)) => established,
             Poll::Ready(Err((error, stream))) => {
                 let hint = tls::handshake_hint(&error);
-                log::info!("{door}: TLS handshake with {peer} failed: {error}{hint}");
+                log::info!(
+                    "{door}: TLS handshake with {} failed: {error}{hint}",
+                    peer()
+                );
                 let _ = stream.get_ref().shutdown(Shutdown::Both);
                 return Step::Done;
             }
@@ -268,7 +273,8 @@ impl Connection {
                     .broker
                     .certified(self.key, name.into()),
                 None => log::warn!(
-                    "{door}: the client certificate {peer} presented was verified but carries neither a Common Name nor a DNS name; it names nobody, so the client is taken as one without a certificate"
+                    "{door}: the client certificate {} presented was verified but carries neither a Common Name nor a DNS name; it names nobody, so the client is taken as one without a certificate",
+                    peer()
                 ),
             }
         }
