@@ -541,37 +541,29 @@ impl Broker {
     /// Runs every clock: CONNECT and keepalive deadlines, session expiry,
     /// delayed Wills, unreleased exactly-once publishes.
     pub fn tick(&mut self, now_ms: u64, out: &mut impl Transport) {
-        let deadlines: Vec<(Key, u64, u64, Option<u16>)> = self
+        // Only the connections past a deadline are listed, so a tick over
+        // a fleet of idle connections allocates nothing.
+        let connect_timeout_ms = self.settings.connect_timeout_ms;
+        let expired: Vec<(Key, bool)> = self
             .connections
             .iter()
-            .map(|(key, c)| {
-                (
-                    key,
-                    c.accepted_at_ms,
-                    c.last_received_ms,
-                    c.active.as_ref().map(|a| a.keep_alive_s),
-                )
+            .filter_map(|(key, c)| match c.active.as_ref().map(|a| a.keep_alive_s) {
+                None => (now_ms.saturating_sub(c.accepted_at_ms) >= connect_timeout_ms)
+                    .then_some((key, false)),
+                Some(0) => None,
+                // MQTT allows one and a half keepalives of silence.
+                Some(keep_alive_s) => (now_ms.saturating_sub(c.last_received_ms)
+                    > u64::from(keep_alive_s) * 1500)
+                    .then_some((key, true)),
             })
             .collect();
-        for (conn, accepted_at_ms, last_received_ms, keep_alive_s) in deadlines {
-            match keep_alive_s {
-                None => {
-                    if now_ms.saturating_sub(accepted_at_ms) >= self.settings.connect_timeout_ms {
-                        log::debug!(
-                            "closing a connection that sent no CONNECT within connect_timeout"
-                        );
-                        self.close_silently(conn, now_ms, out);
-                    }
-                }
-                Some(0) => {}
-                Some(keep_alive_s) => {
-                    // MQTT allows one and a half keepalives of silence.
-                    let allowed_ms = u64::from(keep_alive_s) * 1500;
-                    if now_ms.saturating_sub(last_received_ms) > allowed_ms {
-                        let reason = Refusal::KeepAliveExpired;
-                        self.end_connection(conn, Some(reason), true, now_ms, out);
-                    }
-                }
+        for (conn, keepalive) in expired {
+            if keepalive {
+                let reason = Refusal::KeepAliveExpired;
+                self.end_connection(conn, Some(reason), true, now_ms, out);
+            } else {
+                log::debug!("closing a connection that sent no CONNECT within connect_timeout");
+                self.close_silently(conn, now_ms, out);
             }
         }
         self.expire_sessions(now_ms, out);

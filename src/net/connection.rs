@@ -1,31 +1,36 @@
-//! One client connection: a reader that decodes packets into the core and a
-//! writer that drains the connection's outbox onto the socket.
+//! One client connection, served by one future: it reads packets into the
+//! core and writes the connection's outbox onto the socket, and it waits for
+//! "socket readable, socket writable or outbox changed" in one place. An
+//! idle connection holds no buffer and nothing boxed; what only a TLS
+//! door, a password check or a stalled write needs is boxed while it lasts.
 
+use std::future::Future;
+use std::io;
+use std::net::{Shutdown, SocketAddr, TcpStream};
+use std::pin::Pin;
 use std::rc::Rc;
 use std::sync::Arc;
+use std::task::{Context, Poll};
 use std::time::Duration;
 
-use smol::lock::Semaphore;
-
-use async_net::{Shutdown, TcpStream};
 use smol::future;
-use smol::io::{AsyncReadExt, AsyncWriteExt};
+use smol::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use smol::lock::Semaphore;
+use smol::{Async, Timer};
 
-use super::outbox::{reader_may_continue, writable, Outbox};
-use super::socket::{self, SocketReader, SocketWriter};
-use super::{tls, SharedRef};
+use super::outbox::Outbox;
+use super::{quick_ack, tls, SharedRef};
 use crate::codec::{
     decode_fixed_header, decode_packet, peek_connect_version, DecodeError, FixedHeader, Packet,
     PacketType, ProtocolVersion, ReasonCode,
 };
 use crate::core::{Broker, Key};
 
-/// A read buffer starts small, so that an idle connection costs little,
-/// and grows while packets arrive faster than they are read.
-const INITIAL_READ_BYTES: usize = 1024;
-const MAX_IDLE_READ_BYTES: usize = 16 * 1024;
-/// A read this small is the sign of a quiet connection.
-const IDLE_READ_BYTES: usize = 256;
+/// Each read lands in a buffer of this size on the stack; only the tail
+/// of a packet that has not fully arrived is kept between reads.
+pub const READ_CHUNK_BYTES: usize = 16 * 1024;
+/// Reads one poll may take before it lets the other tasks run.
+const READS_PER_POLL: u32 = 16;
 /// An outbox past this many unwritten bytes pauses reading from its client.
 pub const OUTBOX_PAUSE_BYTES: usize = 256 * 1024;
 
@@ -44,89 +49,468 @@ pub struct Tls {
     pub door: Rc<str>,
 }
 
+type TlsStream = futures_rustls::server::TlsStream<Async<TcpStream>>;
+
+/// The socket under a connection, as far as its TLS handshake has got.
+enum Socket {
+    Handshake(Box<Handshake>),
+    Plain(Async<TcpStream>),
+    Tls(Box<TlsStream>),
+}
+
+/// A TLS door's handshake, run in the connection's slot so that it is
+/// bounded as a CONNECT is: the core's connect timeout (or a shutdown)
+/// ends it.
+struct Handshake {
+    accept: futures_rustls::FallibleAccept<Async<TcpStream>>,
+    door: Rc<str>,
+    peer: Option<SocketAddr>,
+}
+
 /// Serves one accepted connection until it ends.
-pub async fn serve(
+pub fn serve(
     shared: SharedRef,
-    stream: TcpStream,
+    stream: async_net::TcpStream,
     tls: Option<Tls>,
     key: Key,
     outbox: Outbox,
     write_timeout_ms: Option<u64>,
-) {
-    let halves = match tls {
-        None => Some(socket::plain(stream)),
-        Some(tls) => handshake(&shared, stream, tls, key, &outbox).await,
+) -> Connection {
+    let Ok(stream) = Arc::try_unwrap(Arc::<Async<TcpStream>>::from(stream)) else {
+        unreachable!("a stream just accepted has no other handle")
     };
-    if let Some((reader, writer)) = halves {
-        let reader = read_loop(shared.clone(), reader, key, outbox.clone());
-        let writer = write_loop(shared.clone(), writer, key, outbox, write_timeout_ms);
-        future::zip(reader, writer).await;
+    let socket = match tls {
+        None => Socket::Plain(stream),
+        Some(tls) => Socket::Handshake(Box::new(Handshake {
+            peer: stream.get_ref().peer_addr().ok(),
+            accept: futures_rustls::TlsAcceptor::from(tls.config)
+                .accept(stream)
+                .into_fallible(),
+            door: tls.door,
+        })),
+    };
+    Connection {
+        shared,
+        key,
+        outbox,
+        socket,
+        partial: Vec::new(),
+        check: None,
+        deadline: None,
+        write_timeout_ms,
+        reading_paused: false,
+        read_ended: false,
+        connect_checked: false,
     }
-    let mut guard = shared.borrow_mut();
-    let shared = &mut *guard;
-    let now_ms = shared.now_ms();
-    shared
-        .broker
-        .handle_connection_lost(key, now_ms, &mut shared.outboxes);
-    shared.outboxes.remove(key);
 }
 
-/// Runs a TLS handshake in the connection's slot, so it is bounded as a
-/// CONNECT is: the core's connect timeout (or a shutdown) ends it. A
-/// verified client certificate's name is handed to the core.
-async fn handshake(
-    shared: &SharedRef,
-    stream: TcpStream,
-    tls: Tls,
+/// The future serving one connection.
+pub struct Connection {
+    shared: SharedRef,
     key: Key,
-    outbox: &Outbox,
-) -> Option<(SocketReader, SocketWriter)> {
-    let accept = futures_rustls::TlsAcceptor::from(tls.config).accept(stream.clone());
-    let ended = async {
-        reader_may_continue(outbox, None).await;
-        None
-    };
-    let door = &tls.door;
-    let peer = || {
-        stream
-            .peer_addr()
-            .map_or_else(|_| "a client".to_string(), |a| a.to_string())
-    };
-    let established = match future::or(async { Some(accept.await) }, ended).await {
-        Some(Ok(established)) => established,
-        Some(Err(error)) => {
-            let hint = tls::handshake_hint(&error);
-            log::info!(
-                "{door}: TLS handshake with {} failed: {error}{hint}",
-                peer()
-            );
-            let _ = stream.shutdown(Shutdown::Both);
-            return None;
+    outbox: Outbox,
+    socket: Socket,
+    /// The start of a packet that has not fully arrived; unallocated
+    /// between packets.
+    partial: Vec<u8>,
+    /// The password check of the CONNECT at the front of `partial`.
+    check: Option<Pin<Box<dyn Future<Output = ()>>>>,
+    /// Armed while the socket takes nothing: the write timeout, then the
+    /// time a TLS goodbye may take.
+    deadline: Option<Box<Timer>>,
+    write_timeout_ms: Option<u64>,
+    /// The outbox passed its bound: nothing is read until it halves.
+    reading_paused: bool,
+    /// A malformed packet or the core ended reading; what is queued is
+    /// still written.
+    read_ended: bool,
+    /// The CONNECT at the front of `partial` has had its password checked.
+    connect_checked: bool,
+}
+
+/// What one pass over the connection achieved.
+enum Step {
+    /// Something moved: look again.
+    Progress,
+    /// Every source of progress has the task's waker.
+    Wait,
+    /// Reading could go on, but other tasks get their turn first.
+    Yield,
+    /// The connection is over.
+    Done,
+}
+
+/// Where the outbox stands after writing what the socket would take.
+enum Wrote {
+    Drained,
+    Progress,
+    Blocked,
+}
+
+impl Future for Connection {
+    type Output = ();
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
+        let this = self.get_mut();
+        // Packets the core queues while this poll runs are written by it:
+        // no need to be woken for them.
+        this.outbox.borrow_mut().forget_waker();
+        let mut reads = 0;
+        loop {
+            match this.advance(cx, &mut reads) {
+                Step::Progress => continue,
+                Step::Wait => {
+                    this.outbox.borrow_mut().set_waker(cx.waker());
+                    return Poll::Pending;
+                }
+                Step::Yield => {
+                    cx.waker().wake_by_ref();
+                    return Poll::Pending;
+                }
+                Step::Done => {
+                    this.finish();
+                    return Poll::Ready(());
+                }
+            }
         }
-        None => {
+    }
+}
+
+impl Connection {
+    fn advance(&mut self, cx: &mut Context<'_>, reads: &mut u32) -> Step {
+        let (closing, dead) = {
+            let outbox = self.outbox.borrow();
+            (outbox.closing, outbox.dead)
+        };
+        if dead {
+            return Step::Done;
+        }
+        if matches!(self.socket, Socket::Handshake(_)) {
+            return self.handshake(cx, closing);
+        }
+        let wrote = match self.write(cx) {
+            Ok(wrote) => wrote,
+            Err(error) => {
+                log::info!("closing a connection whose writes failed: {error}");
+                return Step::Done;
+            }
+        };
+        let moved = matches!(wrote, Wrote::Progress);
+        let idle = if moved { Step::Progress } else { Step::Wait };
+        if closing {
+            // Ended by the broker: what is queued is written, then the
+            // socket is closed.
+            return match wrote {
+                Wrote::Drained => self.close(cx),
+                _ => idle,
+            };
+        }
+        if let Some(check) = &mut self.check {
+            if check.as_mut().poll(cx).is_pending() {
+                return idle;
+            }
+            self.check = None;
+            self.connect_checked = true;
+            self.consume_partial();
+            return Step::Progress;
+        }
+        // A client that does not read what it is sent is not read from.
+        let unwritten = self.outbox.borrow().unwritten_bytes();
+        if unwritten > OUTBOX_PAUSE_BYTES {
+            self.reading_paused = true;
+        } else if unwritten < OUTBOX_PAUSE_BYTES / 2 {
+            self.reading_paused = false;
+        }
+        if self.reading_paused || self.read_ended {
+            return idle;
+        }
+        if *reads >= READS_PER_POLL {
+            return Step::Yield;
+        }
+        match self.read(cx) {
+            Poll::Ready(Ok(true)) => {
+                *reads += 1;
+                Step::Progress
+            }
+            // Closed by the peer, or failed: nothing more can be written.
+            Poll::Ready(Ok(false) | Err(_)) => Step::Done,
+            Poll::Pending => idle,
+        }
+    }
+
+    fn handshake(&mut self, cx: &mut Context<'_>, closing: bool) -> Step {
+        let Socket::Handshake(handshake) = &mut self.socket else {
+            return Step::Progress;
+        };
+        let door = &handshake.door;
+        let known_peer = handshake.peer;
+        let peer = || known_peer.map_or_else(|| "a client".to_string(), |a| a.to_string());
+        if closing {
             log::info!(
                 "{door}: TLS handshake with {} did not finish in time",
                 peer()
             );
-            let _ = stream.shutdown(Shutdown::Both);
-            return None;
+            return Step::Done;
         }
-    };
-    if let Some(certificate) = tls::client_certificate(established.get_ref().1) {
-        match certificate.name() {
-            Some(name) => shared.borrow_mut().broker.certified(key, name.into()),
-            None => log::warn!(
-                "{door}: the client certificate {} presented was verified but carries neither a Common Name nor a DNS name; it names nobody, so the client is taken as one without a certificate",
-                peer()
-            ),
+        let established = match Pin::new(&mut handshake.accept).poll(cx) {
+            Poll::Pending => return Step::Wait,
+            Poll::Ready(Ok(established)) => established,
+            Poll::Ready(Err((error, stream))) => {
+                let hint = tls::handshake_hint(&error);
+                log::info!(
+                    "{door}: TLS handshake with {} failed: {error}{hint}",
+                    peer()
+                );
+                let _ = stream.get_ref().shutdown(Shutdown::Both);
+                return Step::Done;
+            }
+        };
+        if let Some(certificate) = tls::client_certificate(established.get_ref().1) {
+            match certificate.name() {
+                Some(name) => self
+                    .shared
+                    .borrow_mut()
+                    .broker
+                    .certified(self.key, name.into()),
+                None => log::warn!(
+                    "{door}: the client certificate {} presented was verified but carries neither a Common Name nor a DNS name; it names nobody, so the client is taken as one without a certificate",
+                    peer()
+                ),
+            }
+        }
+        self.socket = Socket::Tls(Box::new(established));
+        Step::Progress
+    }
+
+    /// Hands the socket as much of the outbox as it takes now, and fails
+    /// once it has taken nothing for the write timeout.
+    fn write(&mut self, cx: &mut Context<'_>) -> io::Result<Wrote> {
+        let mut outbox = self.outbox.borrow_mut();
+        let mut moved = false;
+        while outbox.written < outbox.bytes.len() {
+            let from = outbox.written;
+            match self.socket.poll_write(cx, &outbox.bytes[from..]) {
+                Poll::Ready(Ok(0)) => return Err(io::ErrorKind::WriteZero.into()),
+                Poll::Ready(Ok(n)) => {
+                    outbox.written += n;
+                    moved = true;
+                    self.deadline = None;
+                }
+                Poll::Ready(Err(error)) => return Err(error),
+                Poll::Pending => break,
+            }
+        }
+        // A TLS writer may keep records back until flushed; a plain one
+        // holds nothing, and its flush costs nothing.
+        let all_taken = outbox.written == outbox.bytes.len();
+        if all_taken {
+            match self.socket.poll_flush(cx) {
+                Poll::Ready(Ok(())) => {
+                    self.deadline = None;
+                    outbox.drained();
+                    return Ok(if moved {
+                        Wrote::Progress
+                    } else {
+                        Wrote::Drained
+                    });
+                }
+                Poll::Ready(Err(error)) => return Err(error),
+                Poll::Pending => {}
+            }
+        } else {
+            outbox.compact();
+        }
+        if moved {
+            return Ok(Wrote::Progress);
+        }
+        // Most writes complete at once, so the deadline's timer is armed
+        // only for one that has to wait: a timer costs the reactor work.
+        if let Some(timeout_ms) = self.write_timeout_ms {
+            let deadline = self
+                .deadline
+                .get_or_insert_with(|| Box::new(Timer::after(Duration::from_millis(timeout_ms))));
+            if Pin::new(&mut **deadline).poll(cx).is_ready() {
+                return Err(io::Error::new(io::ErrorKind::TimedOut, "write_timeout"));
+            }
+        }
+        Ok(Wrote::Blocked)
+    }
+
+    /// Ends the connection in both directions; over TLS, after telling
+    /// the client so (close_notify), for at most `CLOSE_NOTIFY_MS`.
+    fn close(&mut self, cx: &mut Context<'_>) -> Step {
+        match &mut self.socket {
+            Socket::Plain(stream) => {
+                let _ = stream.get_ref().shutdown(Shutdown::Both);
+                Step::Done
+            }
+            Socket::Tls(stream) => {
+                let deadline = self.deadline.get_or_insert_with(|| {
+                    Box::new(Timer::after(Duration::from_millis(CLOSE_NOTIFY_MS)))
+                });
+                let late = Pin::new(&mut **deadline).poll(cx).is_ready();
+                if !late && Pin::new(&mut **stream).poll_close(cx).is_pending() {
+                    return Step::Wait;
+                }
+                let _ = stream.get_ref().0.get_ref().shutdown(Shutdown::Both);
+                Step::Done
+            }
+            Socket::Handshake(_) => Step::Done,
         }
     }
-    Some(socket::tls(established, stream))
+
+    /// Reads what the client has sent and feeds every packet that has
+    /// fully arrived to the core. Ready(false) when the peer has closed.
+    fn read(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<bool>> {
+        let needed = match decode_fixed_header(&self.partial) {
+            Ok(Some(header)) => header.packet_len(),
+            _ => 0,
+        };
+        if needed > READ_CHUNK_BYTES {
+            // A large packet is read straight into its own buffer.
+            let filled = self.partial.len();
+            self.partial.resize(needed, 0);
+            let read = self.socket.poll_read(cx, &mut self.partial[filled..]);
+            let n = match read {
+                Poll::Ready(Ok(n)) => n,
+                _ => 0,
+            };
+            self.partial.truncate(filled + n);
+            if n == 0 {
+                return read.map_ok(|_| false);
+            }
+            self.socket.acknowledge_now();
+            self.consume_partial();
+            return Poll::Ready(Ok(true));
+        }
+        let mut chunk = [0u8; READ_CHUNK_BYTES];
+        let n = match self.socket.poll_read(cx, &mut chunk) {
+            Poll::Ready(Ok(0)) => return Poll::Ready(Ok(false)),
+            Poll::Ready(Ok(n)) => n,
+            other => return other.map_ok(|_| false),
+        };
+        self.socket.acknowledge_now();
+        if self.partial.is_empty() {
+            let used = self.consume(&chunk[..n]);
+            if used < n && !self.read_ended {
+                self.partial.extend_from_slice(&chunk[used..n]);
+            }
+        } else {
+            self.partial.extend_from_slice(&chunk[..n]);
+            self.consume_partial();
+        }
+        Poll::Ready(Ok(true))
+    }
+
+    /// Feeds the packets in `partial` that have fully arrived to the core,
+    /// keeping the rest; an emptied buffer is given back.
+    fn consume_partial(&mut self) {
+        let mut partial = std::mem::take(&mut self.partial);
+        let used = self.consume(&partial);
+        if used == partial.len() || self.read_ended {
+            return;
+        }
+        partial.drain(..used);
+        self.partial = partial;
+    }
+
+    /// Feeds each packet in `bytes` that has fully arrived to the core, in
+    /// order, and returns how many bytes they took. Stops at a CONNECT
+    /// whose password is to be checked off the executor.
+    fn consume(&mut self, bytes: &[u8]) -> usize {
+        let (shared, key) = (&self.shared, self.key);
+        let mut consumed = 0;
+        while !self.read_ended {
+            let pending = &bytes[consumed..];
+            let header = match decode_fixed_header(pending) {
+                Ok(Some(header)) => header,
+                Ok(None) => break,
+                Err(error) => {
+                    fail(shared, key, error, None);
+                    self.read_ended = true;
+                    break;
+                }
+            };
+            let limit_bytes = shared.borrow().broker.inbound_limit_bytes(key) as usize;
+            if header.packet_len() > limit_bytes {
+                // Refused on its declared length: the body is never read.
+                let version =
+                    connect_version_hint(header.packet_type, &pending[header.header_len..]);
+                fail(shared, key, TOO_LARGE, version);
+                self.read_ended = true;
+                break;
+            }
+            if pending.len() < header.packet_len() {
+                break;
+            }
+            let body = &pending[header.header_len..header.packet_len()];
+            if header.packet_type == PacketType::Connect as u8
+                && !std::mem::take(&mut self.connect_checked)
+            {
+                if let Some(check) = credential_check(shared, key, &header, body) {
+                    self.check = Some(check);
+                    break;
+                }
+            }
+            consumed += header.packet_len();
+            if !dispatch(shared, key, &header, body) {
+                self.read_ended = true;
+            }
+        }
+        consumed
+    }
+
+    /// The connection is over: the core hears of it, and its outbox goes.
+    fn finish(&mut self) {
+        self.outbox.borrow_mut().mark_dead();
+        let mut guard = self.shared.borrow_mut();
+        let shared = &mut *guard;
+        let now_ms = shared.now_ms();
+        shared
+            .broker
+            .handle_connection_lost(self.key, now_ms, &mut shared.outboxes);
+        shared.outboxes.remove(self.key);
+    }
+}
+
+impl Socket {
+    fn poll_read(&mut self, cx: &mut Context<'_>, buf: &mut [u8]) -> Poll<io::Result<usize>> {
+        match self {
+            Socket::Plain(stream) => Pin::new(stream).poll_read(cx, buf),
+            Socket::Tls(stream) => Pin::new(&mut **stream).poll_read(cx, buf),
+            Socket::Handshake(_) => Poll::Pending,
+        }
+    }
+
+    fn poll_write(&mut self, cx: &mut Context<'_>, bytes: &[u8]) -> Poll<io::Result<usize>> {
+        match self {
+            Socket::Plain(stream) => Pin::new(stream).poll_write(cx, bytes),
+            Socket::Tls(stream) => Pin::new(&mut **stream).poll_write(cx, bytes),
+            Socket::Handshake(_) => Poll::Pending,
+        }
+    }
+
+    fn poll_flush(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        match self {
+            Socket::Plain(stream) => Pin::new(stream).poll_flush(cx),
+            Socket::Tls(stream) => Pin::new(&mut **stream).poll_flush(cx),
+            Socket::Handshake(_) => Poll::Pending,
+        }
+    }
+
+    /// Has what was read acknowledged at once (see `quick_ack`).
+    fn acknowledge_now(&self) {
+        match self {
+            Socket::Plain(stream) => quick_ack::acknowledge_now(stream.get_ref()),
+            Socket::Tls(stream) => quick_ack::acknowledge_now(stream.get_ref().0.get_ref()),
+            Socket::Handshake(_) => {}
+        }
+    }
 }
 
 /// Feeds one decoded packet, or the error that stopped decoding it, to the
 /// core. Returns whether the connection is still open.
-fn dispatch(shared: &SharedRef, key: Key, header: &crate::codec::FixedHeader, body: &[u8]) -> bool {
+fn dispatch(shared: &SharedRef, key: Key, header: &FixedHeader, body: &[u8]) -> bool {
     let mut guard = shared.borrow_mut();
     let shared = &mut *guard;
     let now_ms = shared.now_ms();
@@ -146,34 +530,38 @@ fn dispatch(shared: &SharedRef, key: Key, header: &crate::codec::FixedHeader, bo
 /// client never computes a hash.
 static CREDENTIAL_CHECKS: Semaphore = Semaphore::new(1);
 
-/// Checks a CONNECT's password off the executor and hands the core the
-/// verdict, where checking it takes a hash.
-async fn check_credentials(shared: &SharedRef, key: Key, header: &FixedHeader, body: &[u8]) {
+/// The check of a CONNECT's password off the executor, handing the core
+/// its verdict, where checking it takes a hash; `None` where it does not.
+fn credential_check(
+    shared: &SharedRef,
+    key: Key,
+    header: &FixedHeader,
+    body: &[u8],
+) -> Option<Pin<Box<dyn Future<Output = ()>>>> {
     let Ok(Packet::Connect(connect)) = decode_packet(header, body, None) else {
-        return;
+        return None;
     };
-    let (authentication, door) = {
-        let state = shared.borrow();
-        let Some(door) = state.broker.credential_door(key) else {
-            return;
-        };
-        let authentication = state.broker.authentication();
-        if !authentication.computes_hash(door, connect.username.as_deref()) {
-            return;
-        }
-        (Arc::clone(authentication), door)
-    };
-    let _permit = CREDENTIAL_CHECKS.acquire().await;
-    log::debug!("checking a password off the executor");
-    let verdict = smol::unblock(move || {
-        authentication.check(
-            door,
-            connect.username.as_deref(),
-            connect.password.as_deref(),
-        )
-    })
-    .await;
-    shared.borrow_mut().broker.credentials_checked(key, verdict);
+    let state = shared.borrow();
+    let door = state.broker.credential_door(key)?;
+    let authentication = state.broker.authentication();
+    if !authentication.computes_hash(door, connect.username.as_deref()) {
+        return None;
+    }
+    let authentication = Arc::clone(authentication);
+    let shared = shared.clone();
+    Some(Box::pin(async move {
+        let _permit = CREDENTIAL_CHECKS.acquire().await;
+        log::debug!("checking a password off the executor");
+        let verdict = smol::unblock(move || {
+            authentication.check(
+                door,
+                connect.username.as_deref(),
+                connect.password.as_deref(),
+            )
+        })
+        .await;
+        shared.borrow_mut().broker.credentials_checked(key, verdict);
+    }))
 }
 
 fn connect_version_hint(packet_type: u8, body: &[u8]) -> Option<ProtocolVersion> {
@@ -191,180 +579,6 @@ fn fail(shared: &SharedRef, key: Key, error: DecodeError, version: Option<Protoc
         .handle_decode_error(key, error, version, now_ms, &mut shared.outboxes);
 }
 
-async fn read_loop(shared: SharedRef, mut stream: SocketReader, key: Key, outbox: Outbox) {
-    let mut buf: Vec<u8> = Vec::new();
-    let mut last_read_bytes = 0;
-    loop {
-        // Decode every packet that has fully arrived.
-        let mut consumed = 0;
-        let mut needed = 0;
-        loop {
-            let pending = &buf[consumed..];
-            let header = match decode_fixed_header(pending) {
-                Ok(Some(header)) => header,
-                Ok(None) => break,
-                Err(error) => return fail(&shared, key, error, None),
-            };
-            let limit_bytes = shared.borrow().broker.inbound_limit_bytes(key) as usize;
-            if header.packet_len() > limit_bytes {
-                // Refused on its declared length: the body is never read.
-                let version =
-                    connect_version_hint(header.packet_type, &pending[header.header_len..]);
-                return fail(&shared, key, TOO_LARGE, version);
-            }
-            if pending.len() < header.packet_len() {
-                needed = header.packet_len();
-                break;
-            }
-            let body = &pending[header.header_len..header.packet_len()];
-            if header.packet_type == PacketType::Connect as u8 {
-                check_credentials(&shared, key, &header, body).await;
-            }
-            if !dispatch(&shared, key, &header, body) {
-                return;
-            }
-            consumed += header.packet_len();
-        }
-        buf.drain(..consumed);
-        // A connection whose traffic is a ping now and then holds no read
-        // buffer between packets: most connections of a fleet are idle.
-        if buf.is_empty()
-            && (buf.capacity() > MAX_IDLE_READ_BYTES || last_read_bytes < IDLE_READ_BYTES)
-        {
-            buf = Vec::new();
-        }
-
-        // A client that does not read what it is sent is not read from.
-        if outbox.borrow().bytes.len() > OUTBOX_PAUSE_BYTES {
-            reader_may_continue(&outbox, Some(OUTBOX_PAUSE_BYTES / 2)).await;
-        }
-
-        if buf.capacity() == 0 {
-            // Wait for data with nothing allocated; a byte on the stack
-            // is enough to learn the socket is readable.
-            let ready = future::or(async { Some(stream.wait_readable().await) }, async {
-                reader_may_continue(&outbox, None).await;
-                None
-            })
-            .await;
-            match ready {
-                Some(Ok(n)) if n > 0 => {}
-                None => return,
-                Some(_) => {
-                    outbox.borrow_mut().mark_dead();
-                    return;
-                }
-            }
-        }
-        let filled = buf.len();
-        let room = (needed.saturating_sub(filled))
-            .max(buf.capacity() - filled)
-            .max(INITIAL_READ_BYTES);
-        buf.resize(filled + room, 0);
-        // Boxed, like the write below, so that an idle connection's task
-        // is only as large as its wait for the next packet.
-        let read = Box::pin(future::or(
-            async { Some(stream.read(&mut buf[filled..]).await) },
-            async {
-                reader_may_continue(&outbox, None).await;
-                None
-            },
-        ))
-        .await;
-        match read {
-            Some(Ok(n)) if n > 0 => {
-                stream.acknowledge_now();
-                buf.truncate(filled + n);
-                last_read_bytes = n;
-            }
-            // Ended by the broker: the writer flushes what is left, then closes.
-            None => return,
-            // Closed by the peer, or failed: nothing more can be written.
-            Some(_) => {
-                outbox.borrow_mut().mark_dead();
-                return;
-            }
-        }
-    }
-}
-
-async fn write_loop(
-    shared: SharedRef,
-    mut stream: SocketWriter,
-    key: Key,
-    outbox: Outbox,
-    write_timeout_ms: Option<u64>,
-) {
-    let mut writing: Vec<u8> = Vec::new();
-    loop {
-        writable(&outbox).await;
-        let closing = {
-            let mut state = outbox.borrow_mut();
-            if state.dead {
-                break;
-            }
-            std::mem::swap(&mut state.bytes, &mut writing);
-            if state.reader_paused {
-                state.wake_reader();
-            }
-            state.closing
-        };
-        if !writing.is_empty() {
-            let written = Box::pin(write_all_within(&mut stream, &writing, write_timeout_ms)).await;
-            writing.clear();
-            if writing.capacity() > OUTBOX_PAUSE_BYTES {
-                writing = Vec::new();
-            }
-            if let Err(error) = written {
-                log::info!("closing a connection whose writes failed: {error}");
-                outbox.borrow_mut().mark_dead();
-                let mut guard = shared.borrow_mut();
-                let shared = &mut *guard;
-                let now_ms = shared.now_ms();
-                shared
-                    .broker
-                    .handle_connection_lost(key, now_ms, &mut shared.outboxes);
-                break;
-            }
-        }
-        if closing && outbox.borrow().bytes.is_empty() {
-            future::or(stream.end(), sleep_ms(CLOSE_NOTIFY_MS)).await;
-            outbox.borrow_mut().mark_dead();
-            break;
-        }
-    }
-}
-
-/// Writes all of `bytes`, failing if the socket takes none of it for
-/// `timeout_ms`. Most writes complete at once, so the deadline's timer is
-/// armed only for one that has to wait: a timer costs the reactor work.
-async fn write_all_within(
-    stream: &mut SocketWriter,
-    bytes: &[u8],
-    timeout_ms: Option<u64>,
-) -> std::io::Result<()> {
-    // A TLS writer may keep records back until flushed; a plain one holds
-    // nothing, and its flush costs nothing.
-    let mut write = std::pin::pin!(async {
-        stream.write_all(bytes).await?;
-        stream.flush().await
-    });
-    if let Some(result) = future::poll_once(&mut write).await {
-        return result;
-    }
-    let Some(timeout_ms) = timeout_ms else {
-        return write.await;
-    };
-    let deadline = async {
-        sleep_ms(timeout_ms).await;
-        Err(std::io::Error::new(
-            std::io::ErrorKind::TimedOut,
-            "write_timeout",
-        ))
-    };
-    future::or(write, deadline).await
-}
-
 async fn sleep_ms(duration_ms: u64) {
     smol::Timer::after(Duration::from_millis(duration_ms)).await;
 }
@@ -372,7 +586,7 @@ async fn sleep_ms(duration_ms: u64) {
 /// Answers a socket that found every connection slot taken: once the
 /// opening bytes of its CONNECT say which version it speaks, it is told
 /// Server Busy in that version's words, then closed.
-pub async fn refuse_busy(mut stream: TcpStream, wait_ms: u64) {
+pub async fn refuse_busy(mut stream: async_net::TcpStream, wait_ms: u64) {
     let mut opening = [0u8; 16];
     let mut filled = 0;
     let read_opening = async {
@@ -402,4 +616,24 @@ pub async fn refuse_busy(mut stream: TcpStream, wait_ms: u64) {
         }
     }
     let _ = stream.shutdown(Shutdown::Both);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// What an idle connection costs the executor beyond the socket's own
+    /// registration: this future, inline in its task. Every wait it makes
+    /// is on the socket, the outbox or a boxed rarity, so it must not grow
+    /// with them.
+    const MAX_CONNECTION_TASK_BYTES: usize = 128;
+
+    #[test]
+    fn the_connection_future_stays_small() {
+        let size_bytes = std::mem::size_of::<Connection>();
+        assert!(
+            size_bytes <= MAX_CONNECTION_TASK_BYTES,
+            "a connection's future is {size_bytes} B, over {MAX_CONNECTION_TASK_BYTES} B"
+        );
+    }
 }

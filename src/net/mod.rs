@@ -1,5 +1,5 @@
 //! The I/O shell around the core: one smol executor thread runs the
-//! listeners, every connection's reader and writer, and the clock.
+//! listeners, one future per connection, and the clock.
 
 mod bridge;
 mod connection;
@@ -8,7 +8,6 @@ mod outbox;
 mod quick_ack;
 mod reload;
 mod settings;
-mod socket;
 mod storage;
 pub mod tls;
 
@@ -62,7 +61,7 @@ pub fn worst_case_connection_bytes(settings: &crate::core::Settings) -> u64 {
     let max_packet = u64::from(settings.max_message_size_bytes);
     let aliases =
         u64::from(crate::core::TOPIC_ALIAS_MAXIMUM) * u64::from(settings.max_topic_length);
-    max_packet
+    max_packet.max(2 * connection::READ_CHUNK_BYTES as u64)
         + connection::OUTBOX_PAUSE_BYTES as u64
         + max_packet
         + settings.session_queue_bytes
@@ -386,7 +385,6 @@ async fn shutdown(shared: &SharedRef) {
     };
     let flushed = async {
         for outbox in &outboxes {
-            outbox::reader_may_continue(outbox, None).await;
             while !outbox.borrow().dead {
                 smol::Timer::after(Duration::from_millis(10)).await;
             }

@@ -1,5 +1,5 @@
-//! What the core has decided to send to one connection, waiting for that
-//! connection's writer task.
+//! What the core has decided to send to one connection, waiting for the
+//! future that serves that connection to write it.
 
 use std::cell::RefCell;
 use std::future::poll_fn;
@@ -12,39 +12,72 @@ use crate::store::{StorageHandle, Ticket};
 
 #[derive(Default)]
 pub struct OutboxState {
-    /// Encoded packets not yet handed to the socket.
+    /// Encoded packets, the first `written` bytes of them already handed
+    /// to the socket.
     pub bytes: Vec<u8>,
+    pub written: usize,
     /// The core ended the connection: flush, then close.
     pub closing: bool,
     /// The socket is gone; nothing more is written or read.
     pub dead: bool,
-    writer: Option<Waker>,
-    reader: Option<Waker>,
-    /// The reader waits for the outbox to drain, not only for a close: a
-    /// write wakes it only then, since waking a reader that is waiting on
-    /// its socket costs a wasted read and an epoll re-arm.
-    pub reader_paused: bool,
+    /// The task serving the connection, while it waits.
+    waker: Option<Waker>,
 }
 
 pub type Outbox = Rc<RefCell<OutboxState>>;
 
+/// A written-out outbox smaller than this is given back, so that a quiet
+/// connection keeps no write buffer between its packets; a larger one is
+/// kept for the next burst, up to this many bytes.
+const IDLE_WRITE_BYTES: usize = 256;
+const MAX_KEPT_WRITE_BYTES: usize = 256 * 1024;
+
 impl OutboxState {
-    fn wake_writer(&mut self) {
-        if let Some(waker) = self.writer.take() {
+    fn wake(&mut self) {
+        if let Some(waker) = self.waker.take() {
             waker.wake();
         }
     }
 
-    pub fn wake_reader(&mut self) {
-        if let Some(waker) = self.reader.take() {
-            waker.wake();
+    pub fn set_waker(&mut self, waker: &Waker) {
+        match &self.waker {
+            Some(current) if current.will_wake(waker) => {}
+            _ => self.waker = Some(waker.clone()),
         }
+    }
+
+    pub fn forget_waker(&mut self) {
+        self.waker = None;
     }
 
     pub fn mark_dead(&mut self) {
         self.dead = true;
-        self.wake_writer();
-        self.wake_reader();
+        self.wake();
+    }
+
+    /// Bytes queued and not yet handed to the socket.
+    pub fn unwritten_bytes(&self) -> usize {
+        self.bytes.len() - self.written
+    }
+
+    /// The socket has taken everything.
+    pub fn drained(&mut self) {
+        let burst_bytes = self.bytes.len();
+        self.bytes.clear();
+        self.written = 0;
+        if burst_bytes < IDLE_WRITE_BYTES || self.bytes.capacity() > MAX_KEPT_WRITE_BYTES {
+            self.bytes = Vec::new();
+        }
+    }
+
+    /// Drops what the socket has taken once it is at least half the
+    /// buffer, so a socket that keeps taking a little never lets the
+    /// buffer grow by what it already took.
+    pub fn compact(&mut self) {
+        if self.written > 0 && self.written * 2 >= self.bytes.len() {
+            self.bytes.drain(..self.written);
+            self.written = 0;
+        }
     }
 }
 
@@ -55,25 +88,7 @@ pub async fn writable(outbox: &Outbox) {
         if !state.bytes.is_empty() || state.closing || state.dead {
             Poll::Ready(())
         } else {
-            state.writer = Some(cx.waker().clone());
-            Poll::Pending
-        }
-    })
-    .await
-}
-
-/// Resolves once the connection is closing or dead, or, with
-/// `drained_below`, once the unwritten bytes fall under that many.
-pub async fn reader_may_continue(outbox: &Outbox, drained_below: Option<usize>) {
-    poll_fn(|cx| {
-        let mut state = outbox.borrow_mut();
-        let drained = drained_below.is_some_and(|limit| state.bytes.len() < limit);
-        if state.closing || state.dead || drained {
-            state.reader_paused = false;
-            Poll::Ready(())
-        } else {
-            state.reader = Some(cx.waker().clone());
-            state.reader_paused = drained_below.is_some();
+            state.set_waker(cx.waker());
             Poll::Pending
         }
     })
@@ -141,11 +156,11 @@ impl Transport for Outboxes {
         if state.closing || state.dead {
             return false;
         }
-        if droppable && state.bytes.len() >= self.droppable_limit_bytes {
+        if droppable && state.unwritten_bytes() >= self.droppable_limit_bytes {
             return false;
         }
         encode(packet, version, &mut state.bytes);
-        state.wake_writer();
+        state.wake();
         true
     }
 
@@ -179,9 +194,40 @@ impl Transport for Outboxes {
         if let Some(outbox) = self.get(conn) {
             let mut state = outbox.borrow_mut();
             state.closing = true;
-            state.wake_writer();
-            state.wake_reader();
+            state.wake();
         }
         self.remove(conn);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_small_written_out_buffer_is_given_back_and_a_large_one_kept() {
+        let mut outbox = OutboxState::default();
+        outbox.bytes.extend_from_slice(&[1; 4]);
+        outbox.written = 4;
+        outbox.drained();
+        assert_eq!((outbox.bytes.capacity(), outbox.written), (0, 0));
+
+        outbox.bytes.extend_from_slice(&[1; 4096]);
+        outbox.written = 4096;
+        outbox.drained();
+        assert!(outbox.bytes.is_empty() && outbox.bytes.capacity() >= 4096);
+    }
+
+    #[test]
+    fn what_the_socket_took_is_dropped_once_it_is_half_the_buffer() {
+        let mut outbox = OutboxState::default();
+        outbox.bytes.extend(0..10u8);
+        outbox.written = 4;
+        outbox.compact();
+        assert_eq!((outbox.bytes.len(), outbox.unwritten_bytes()), (10, 6));
+        outbox.written = 5;
+        outbox.compact();
+        assert_eq!(outbox.bytes, [5, 6, 7, 8, 9]);
+        assert_eq!(outbox.written, 0);
     }
 }

@@ -44,7 +44,13 @@ struct PubackSlot {
 /// its commit returns (MQTT-4.6.0-2).
 #[derive(Default)]
 pub(crate) struct PubackOrder {
-    waiting: VecDeque<PubackSlot>,
+    /// Made on the first QoS 1 publish: a connection that never sends one
+    /// (most of an idle fleet) holds a pointer, not a queue.
+    #[allow(
+        clippy::box_collection,
+        reason = "the queue's own 32 B header is what the box keeps off an idle connection"
+    )]
+    waiting: Option<Box<VecDeque<PubackSlot>>>,
     next_slot: u64,
 }
 
@@ -53,8 +59,9 @@ impl PubackOrder {
     pub fn reserve(&mut self, packet_id: u16) -> u64 {
         let slot = self.next_slot;
         self.next_slot += 1;
-        debug_assert!(self.waiting.back().is_none_or(|last| last.slot < slot));
-        self.waiting.push_back(PubackSlot {
+        let waiting = self.waiting.get_or_insert_with(Default::default);
+        debug_assert!(waiting.back().is_none_or(|last| last.slot < slot));
+        waiting.push_back(PubackSlot {
             slot,
             packet_id,
             answer: None,
@@ -65,7 +72,8 @@ impl PubackOrder {
     /// Records the answer for `slot`, once known: stored, or why not.
     pub fn answer(&mut self, slot: u64, answer: Result<(), Refusal>) {
         debug_assert!(slot < self.next_slot, "a slot this order handed out");
-        if let Some(entry) = self.waiting.iter_mut().find(|e| e.slot == slot) {
+        let waiting = self.waiting.as_mut();
+        if let Some(entry) = waiting.and_then(|w| w.iter_mut().find(|e| e.slot == slot)) {
             debug_assert!(entry.answer.is_none(), "a publish is answered once");
             entry.answer = Some(answer);
         }
@@ -75,8 +83,9 @@ impl PubackOrder {
     /// as its packet identifier and answer. A later publish answered first
     /// waits behind it.
     pub fn next_due(&mut self) -> Option<(u16, Result<(), Refusal>)> {
-        let answer = self.waiting.front()?.answer?;
-        let entry = self.waiting.pop_front()?;
+        let waiting = self.waiting.as_mut()?;
+        let answer = waiting.front()?.answer?;
+        let entry = waiting.pop_front()?;
         Some((entry.packet_id, answer))
     }
 }
@@ -145,4 +154,39 @@ pub(crate) struct Connection {
     /// Its CONNECT's credentials as the shell checked them off the
     /// executor; `None` where the core checks them itself.
     pub checked: Option<crate::auth::Verdict>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A connection's entry in the core's table is touched for every
+    /// socket, idle or not: rarely used parts are boxed to keep it here.
+    const MAX_CONNECTION_ENTRY_BYTES: usize = 120;
+
+    #[test]
+    fn a_connection_entry_stays_small() {
+        let size_bytes = std::mem::size_of::<Connection>();
+        assert!(
+            size_bytes <= MAX_CONNECTION_ENTRY_BYTES,
+            "a connection entry is {size_bytes} B, over {MAX_CONNECTION_ENTRY_BYTES} B"
+        );
+    }
+
+    #[test]
+    fn pubacks_go_out_in_arrival_order_once_answered() {
+        let mut order = PubackOrder::default();
+        assert!(order.next_due().is_none());
+        let first = order.reserve(7);
+        let second = order.reserve(9);
+        order.answer(second, Ok(()));
+        assert!(
+            order.next_due().is_none(),
+            "the second waits behind the first"
+        );
+        order.answer(first, Ok(()));
+        assert_eq!(order.next_due(), Some((7, Ok(()))));
+        assert_eq!(order.next_due(), Some((9, Ok(()))));
+        assert!(order.next_due().is_none());
+    }
 }
