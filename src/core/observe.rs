@@ -64,6 +64,11 @@ pub struct ChannelObservation {
     pub position_lost: u64,
     /// Records stored since start.
     pub published: u64,
+    /// On a `latest` channel, values replaced while waiting for a
+    /// subscriber.
+    pub latest_superseded: Option<u64>,
+    /// Subscribers that declared a partition slice on it.
+    pub partitioned_consumers: u64,
 }
 
 /// A queue's work, as the catalogue counts it.
@@ -73,6 +78,26 @@ pub struct QueueObservation {
     pub depth: u64,
     /// Jobs out with a worker now.
     pub inflight: u64,
+    pub counted: QueueCounts,
+}
+
+/// A queue's work since start, as the catalogue counts it: a release
+/// lands in exactly one of `returned`, `redelivered` and `dead_lettered`.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct QueueCounts {
+    /// Jobs written to a worker, once per hand-over.
+    pub delivered: u64,
+    pub acknowledged: u64,
+    /// Handed back by their worker with attempts left.
+    pub returned: u64,
+    /// Taken back from a worker that did not answer in its lease or left,
+    /// with attempts left.
+    pub redelivered: u64,
+    pub dead_lettered: u64,
+    /// Dead-lettered for age rather than attempts.
+    pub expired: u64,
+    /// Retained publishes taken as ordinary work, the flag dropped.
+    pub retain_ignored: u64,
 }
 
 /// One unresolved job, for `/v1/operations/queues/<channel>`.
@@ -228,6 +253,9 @@ pub(crate) struct Tallies {
     pub(crate) beyond: u64,
     /// Records stored, by channel index; sized once at startup.
     pub(crate) published: Vec<u64>,
+    /// Values a `latest` subscriber was not sent because a newer one of
+    /// the topic replaced them while they waited, by channel index.
+    pub(crate) latest_superseded: Vec<u64>,
     /// Broadcast publishes accepted, and those of them nobody matched.
     pub(crate) published_broadcast: u64,
     pub(crate) broadcast_unmatched: u64,
@@ -247,6 +275,7 @@ impl Tallies {
     pub(crate) fn new(channels: usize) -> Tallies {
         Tallies {
             published: vec![0; channels],
+            latest_superseded: vec![0; channels],
             ..Tallies::default()
         }
     }
@@ -258,6 +287,12 @@ impl Tallies {
     /// A record stored in channel `channel`.
     pub(crate) fn published(&mut self, channel: usize) {
         if let Some(count) = self.published.get_mut(channel) {
+            *count += 1;
+        }
+    }
+
+    pub(crate) fn latest_superseded(&mut self, channel: usize) {
+        if let Some(count) = self.latest_superseded.get_mut(channel) {
             *count += 1;
         }
     }

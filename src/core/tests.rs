@@ -2497,3 +2497,5 @@ fn a_certified_client_is_admitted_under_its_name_without_a_password() {
     let (_, code) = h.connect_on_door(0, credentials("e", Some("bob"), None));
     assert_eq!(code, ReasonCode::BAD_USER_NAME_OR_PASSWORD);
 }
+
+mod counted;

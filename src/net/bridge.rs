@@ -46,9 +46,36 @@ struct Bridge {
 pub struct Running {
     tasks: Vec<Task<()>>,
     locals: Vec<Key>,
+    bridges: Vec<Rc<Bridge>>,
+}
+
+/// Reads the running bridges' counters for the operations listener,
+/// changing nothing.
+#[derive(Clone, Default)]
+pub struct Observer(Vec<Rc<Bridge>>);
+
+impl Observer {
+    pub fn observe(&self) -> Vec<crate::ops::BridgeObservation> {
+        self.0
+            .iter()
+            .map(|bridge| {
+                let link = bridge.link.borrow();
+                crate::ops::BridgeObservation {
+                    name: link.name().to_string(),
+                    peer: format!("tcp://{}", link.settings().peer.address()),
+                    connected: link.is_up(),
+                    stats: link.stats.clone(),
+                }
+            })
+            .collect()
+    }
 }
 
 impl Running {
+    pub fn observer(&self) -> Observer {
+        Observer(self.bridges.clone())
+    }
+
     /// Stops every bridge and ends its session's connection here, which
     /// stores its positions as any consumer's are when it leaves.
     pub fn stop(self, shared: &SharedRef) {
@@ -73,6 +100,7 @@ pub fn start(
 ) -> Running {
     let mut tasks = Vec::new();
     let mut locals = Vec::new();
+    let mut running = Vec::new();
     for settings in bridges {
         let classify = classifier(&shared.borrow().broker.settings().channels);
         let (local, outbox) = {
@@ -108,9 +136,14 @@ pub fn start(
         bridge.to_local(connect);
         tasks.push(executor.spawn(local_loop(bridge.clone(), outbox)));
         tasks.push(executor.spawn(tick_loop(bridge.clone())));
+        running.push(bridge.clone());
         tasks.push(executor.spawn(peer_loop(bridge)));
     }
-    Running { tasks, locals }
+    Running {
+        tasks,
+        locals,
+        bridges: running,
+    }
 }
 
 /// What kind of record a topic holds: a `latest` channel's, another

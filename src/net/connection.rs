@@ -274,6 +274,7 @@ async fn read_loop(shared: SharedRef, mut stream: SocketReader, key: Key, outbox
         match read {
             Some(Ok(n)) if n > 0 => {
                 stream.acknowledge_now();
+                shared.borrow_mut().broker.count_wire_bytes(n as u64, 0);
                 buf.truncate(filled + n);
                 last_read_bytes = n;
             }
@@ -311,6 +312,10 @@ async fn write_loop(
         };
         if !writing.is_empty() {
             let written = Box::pin(write_all_within(&mut stream, &writing, write_timeout_ms)).await;
+            if written.is_ok() {
+                let sent = writing.len() as u64;
+                shared.borrow_mut().broker.count_wire_bytes(0, sent);
+            }
             writing.clear();
             if writing.capacity() > OUTBOX_PAUSE_BYTES {
                 writing = Vec::new();

@@ -204,6 +204,8 @@ async fn serve(
         );
         tasks.push(executor.spawn(accept));
     }
+    // Started before the operations listener, which reads their counters.
+    let bridges = bridge::start(executor, &shared, &shell.bridges);
     let operators_reload = operations.as_ref().map(crate::ops::Bound::reloader);
     // Held to the end: a clean stop removes the operations socket files.
     let _operations_sockets = match operations {
@@ -217,6 +219,7 @@ async fn serve(
                 bound,
                 watches,
                 crate::store::Backups::new(&shell.providers, &storage.handles),
+                bridges.observer(),
             )?;
             tasks.extend(answering);
             Some(sockets)
@@ -225,8 +228,6 @@ async fn serve(
     };
     tasks.push(executor.spawn(tick_loop(shared.clone())));
     tasks.push(executor.spawn(completion_loop(shared.clone(), completions)));
-
-    let bridges = bridge::start(executor, &shared, &shell.bridges);
 
     let reload = reload::Reload::new(shared.clone(), tls_doors, operators_reload, read_acl);
     wait_for_stop(signals, reload).await;

@@ -30,6 +30,7 @@ pub fn start(
     bound: ops::Bound,
     watches: Vec<StorageWatch>,
     backups: Backups,
+    bridges: super::bridge::Observer,
 ) -> std::io::Result<(Vec<smol::Task<()>>, ops::SocketFiles)> {
     let started = Instant::now();
     let beat_ms = Arc::new(AtomicU64::new(0));
@@ -58,7 +59,7 @@ pub fn start(
     let answers = executor.spawn(async move {
         while let Ok(ask) = asks.recv().await {
             let state = shared.borrow();
-            ops::answer(ask, &state.broker, state.now_ms());
+            ops::answer(ask, &state.broker, &|| bridges.observe(), state.now_ms());
         }
     });
     Ok((vec![heartbeat, answers], sockets))

@@ -22,7 +22,7 @@ pub const ASK_TIMEOUT_MS: u64 = 5_000;
 
 /// One question for the executor thread, with where to put the answer.
 pub enum Ask {
-    Observe(Sender<Observation>),
+    Observe(Sender<Scrape>),
     Consumers {
         max_rows: usize,
         reply: Sender<Vec<ChannelConsumers>>,
@@ -43,13 +43,37 @@ pub enum Ask {
     },
 }
 
-/// Answers `ask` from the broker's tables: the bounded copy the executor
-/// pays for a route. A caller that gave up is not waited for. `now_ms`
-/// is the core's clock.
-pub fn answer(ask: Ask, broker: &Broker, now_ms: u64) {
+/// What the executor copies out for one scrape.
+pub struct Scrape {
+    pub observation: Observation,
+    pub bridges: Vec<BridgeObservation>,
+}
+
+/// One bridge as the catalogue reports it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BridgeObservation {
+    pub name: String,
+    /// `tcp://host:port`.
+    pub peer: String,
+    pub connected: bool,
+    pub stats: crate::bridge::link::Stats,
+}
+
+/// Answers `ask` from the broker's tables and `bridges`' counters: the
+/// bounded copy the executor pays for a route. A caller that gave up is
+/// not waited for. `now_ms` is the core's clock.
+pub fn answer(
+    ask: Ask,
+    broker: &Broker,
+    bridges: &dyn Fn() -> Vec<BridgeObservation>,
+    now_ms: u64,
+) {
     match ask {
         Ask::Observe(reply) => {
-            let _ = reply.try_send(broker.observe());
+            let _ = reply.try_send(Scrape {
+                observation: broker.observe(),
+                bridges: bridges(),
+            });
         }
         Ask::Consumers { max_rows, reply } => {
             let _ = reply.try_send(broker.consumers_view(max_rows));

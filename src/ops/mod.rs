@@ -30,7 +30,7 @@ pub mod v1;
 use std::path::PathBuf;
 use std::sync::Arc;
 
-pub use link::{answer, Ask, Link, Provider};
+pub use link::{answer, Ask, BridgeObservation, Link, Provider, Scrape};
 pub use server::{bind, Bound, Reloader, SocketFiles};
 
 /// The shortest `min_scrape_interval`, and its default.

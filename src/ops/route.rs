@@ -182,13 +182,14 @@ impl Service {
         let body = match cached {
             Some((at, body)) if at.elapsed() < self.min_scrape_interval => body,
             _ => {
-                let Some(observation) = self.link.ask(Ask::Observe).await else {
+                let Some(scrape) = self.link.ask(Ask::Observe).await else {
                     return busy();
                 };
                 let figures = metrics::Figures {
                     broker_id: &self.link.broker_id,
                     uptime_s: self.started.elapsed().as_secs_f64(),
-                    observation: &observation,
+                    observation: &scrape.observation,
+                    bridges: &scrape.bridges,
                     providers: &self.link.providers,
                     process: process::read(),
                 };

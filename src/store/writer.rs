@@ -127,6 +127,11 @@ pub struct CommitStats {
     pub closed_by_records: u64,
     /// Batches that closed because their interval ran out.
     pub closed_by_interval: u64,
+    /// Batches of publishes that closed holding what had arrived, with
+    /// nothing to wait for (`Collect`), and publishes committed one to a
+    /// transaction (`PerPublish`).
+    pub closed_by_commit: u64,
+    pub unbatched: u64,
     /// Batches that failed as a whole and were retried request by request.
     pub failed_batches: u64,
     /// Commits the provider failed, each retry of a failed batch counted.
@@ -143,6 +148,8 @@ struct Counters {
     records: AtomicU64,
     closed_by_records: AtomicU64,
     closed_by_interval: AtomicU64,
+    closed_by_commit: AtomicU64,
+    unbatched: AtomicU64,
     failed_batches: AtomicU64,
     failed_commits: AtomicU64,
     used_bytes: AtomicU64,
@@ -163,6 +170,8 @@ impl Counters {
             records: get(&self.records),
             closed_by_records: get(&self.closed_by_records),
             closed_by_interval: get(&self.closed_by_interval),
+            closed_by_commit: get(&self.closed_by_commit),
+            unbatched: get(&self.unbatched),
             failed_batches: get(&self.failed_batches),
             failed_commits: get(&self.failed_commits),
             used_bytes: get(&self.used_bytes),
@@ -426,7 +435,12 @@ impl Worker {
             match closed {
                 Closed::Records => Counters::add(&self.counters.closed_by_records, 1),
                 Closed::Interval => Counters::add(&self.counters.closed_by_interval, 1),
-                Closed::Other => {}
+                // Only a transaction that stored publishes is counted.
+                Closed::Other if batch.records == 0 => {}
+                Closed::Other => match self.policy {
+                    CommitPolicy::PerPublish => Counters::add(&self.counters.unbatched, 1),
+                    _ => Counters::add(&self.counters.closed_by_commit, 1),
+                },
             }
             self.commit(batch);
         }

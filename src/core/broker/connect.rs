@@ -61,6 +61,7 @@ impl Broker {
                     "refusing CONNECT from client id {:?}: {refusal}",
                     connect.client_id
                 );
+                self.stats.connections_refused.count(refusal);
                 let problem_information = connect.properties.request_problem_information != Some(0);
                 self.send_connack_refusal(
                     conn,
@@ -309,6 +310,7 @@ impl Broker {
         out: &mut impl Transport,
     ) {
         log::debug!("refusing an unreadable CONNECT: {error}");
+        self.stats.connections_refused.count_code(error.code);
         if error.code == ReasonCode::UNSUPPORTED_PROTOCOL_VERSION {
             self.send_connack_refusal(
                 conn,

@@ -10,6 +10,12 @@ use crate::core::observe::{
 use crate::core::{Broker, Key};
 
 impl Broker {
+    /// Bytes an MQTT connection read and wrote, for the catalogue.
+    pub fn count_wire_bytes(&mut self, received: u64, sent: u64) {
+        self.stats.bytes_received += received;
+        self.stats.bytes_sent += sent;
+    }
+
     /// The broker-wide figures; `O(connections + sessions + channel
     /// readers)`, the price the catalogue states for a scrape.
     pub fn observe(&self) -> Observation {
@@ -79,7 +85,32 @@ impl Broker {
                 .unwrap_or(0),
             position_lost: self.tallies.position_lost.get(&index).copied().unwrap_or(0),
             published: self.tallies.published.get(index).copied().unwrap_or(0),
+            latest_superseded: channel
+                .latest
+                .as_ref()
+                .map(|_| self.tallies.latest_superseded[index]),
+            partitioned_consumers: self.partitioned_consumers(index),
         }
+    }
+
+    /// Subscribers that declared a partition slice on channel `index`.
+    fn partitioned_consumers(&self, index: usize) -> u64 {
+        let channel = &self.channels[index];
+        let sliced = channel
+            .readers
+            .iter()
+            .filter_map(|&key| self.readers.get(key))
+            .filter(|reader| reader.filters.iter().any(|f| f.slice.is_some()))
+            .count();
+        let sliced_latest = channel.latest.as_ref().map_or(0, |latest| {
+            latest
+                .readers
+                .iter()
+                .filter_map(|&key| self.latest_readers.get(key))
+                .filter(|reader| reader.declares_slice())
+                .count()
+        });
+        (sliced + sliced_latest) as u64
     }
 
     /// Every durable consumer of channel `index` whose position is known:
