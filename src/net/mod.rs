@@ -218,6 +218,7 @@ async fn serve(
                 &shell.providers,
                 bound,
                 watches,
+                &storage.handles,
                 crate::store::Backups::new(&shell.providers, &storage.handles),
                 bridges.observer(),
             )?;

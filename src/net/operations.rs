@@ -10,7 +10,9 @@ use smol::LocalExecutor;
 
 use super::SharedRef;
 use crate::ops::{self, Link, Provider};
-use crate::store::{Backups, CommitPolicy, ProviderKind, ProviderSettings, StorageWatch};
+use crate::store::{
+    Backups, CommitPolicy, ProviderKind, ProviderSettings, StorageHandle, StorageWatch,
+};
 
 /// How long the executor may go without turning before `/health` says a
 /// restart would help. The tick runs every 100 ms, so this is a wedge, not
@@ -29,6 +31,7 @@ pub fn start(
     providers_written: &[ProviderSettings],
     bound: ops::Bound,
     watches: Vec<StorageWatch>,
+    handles: &[StorageHandle],
     backups: Backups,
     bridges: super::bridge::Observer,
 ) -> std::io::Result<(Vec<smol::Task<()>>, ops::SocketFiles)> {
@@ -45,7 +48,7 @@ pub fn start(
     let (mut link, asks) = Link::new(
         broker_id.to_string(),
         healthy,
-        providers(providers_written, &watches),
+        providers(providers_written, &watches, handles),
     );
     link.backups = backups;
     let sockets = bound.spawn(link)?;
@@ -72,11 +75,16 @@ fn healthy(now_ms: u64, beat_ms: u64, watches: &[StorageWatch]) -> bool {
     turning && !watches.iter().any(StorageWatch::stopped)
 }
 
-fn providers(written: &[ProviderSettings], watches: &[StorageWatch]) -> Vec<Provider> {
+fn providers(
+    written: &[ProviderSettings],
+    watches: &[StorageWatch],
+    handles: &[StorageHandle],
+) -> Vec<Provider> {
     written
         .iter()
         .zip(watches)
-        .map(|(provider, watch)| {
+        .zip(handles)
+        .map(|((provider, watch), handle)| {
             let (kind, publish_commit_max_records) = match &provider.kind {
                 ProviderKind::Redb { commit, .. } => (
                     "redb",
@@ -89,7 +97,9 @@ fn providers(written: &[ProviderSettings], watches: &[StorageWatch]) -> Vec<Prov
                 ProviderKind::Memory { .. } => ("memory", None),
             };
             let watch = watch.clone();
+            let handle = handle.clone();
             Provider {
+                channel_bytes: Arc::new(move |reply| handle.try_channel_bytes(reply).is_ok()),
                 name: provider.name.clone(),
                 kind,
                 max_bytes: provider.max_bytes,

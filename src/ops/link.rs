@@ -13,7 +13,7 @@ use smol::channel::{Receiver, Sender};
 
 use crate::core::observe::{ChannelConsumers, LossesView, Observation, QueueView, SessionsView};
 use crate::core::Broker;
-use crate::store::{Backups, CommitStats};
+use crate::store::{Backups, ChannelBytesReply, CommitStats};
 
 /// Questions waiting for the executor at once; one more is answered 503.
 pub const ASK_QUEUE: usize = 8;
@@ -107,6 +107,28 @@ pub struct Provider {
     pub publish_commit_max_records: Option<u32>,
     /// Its storage thread's counters, read without the executor.
     pub commits: Arc<dyn Fn() -> CommitStats + Send + Sync>,
+    /// Asks its storage thread for each channel's record bytes; false when
+    /// the thread's queue is full or it has stopped.
+    pub channel_bytes: Arc<dyn Fn(ChannelBytesReply) -> bool + Send + Sync>,
+}
+
+impl Provider {
+    /// Each channel's record bytes, as the storage thread last committed
+    /// them; `None` when it does not answer within [`ASK_TIMEOUT_MS`].
+    pub async fn ask_channel_bytes(&self) -> Option<Vec<(String, u64)>> {
+        let (reply, answer) = smol::channel::bounded(1);
+        let asked = (self.channel_bytes)(Box::new(move |bytes| {
+            let _ = reply.try_send(bytes);
+        }));
+        if !asked {
+            return None;
+        }
+        smol::future::or(async { answer.recv().await.ok() }, async {
+            smol::Timer::after(Duration::from_millis(ASK_TIMEOUT_MS)).await;
+            None
+        })
+        .await
+    }
 }
 
 /// Everything the operations thread holds of the broker.

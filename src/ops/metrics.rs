@@ -19,6 +19,9 @@ pub struct Figures<'a> {
     pub uptime_s: f64,
     pub observation: &'a Observation,
     pub bridges: &'a [BridgeObservation],
+    /// Each provider's channels' record bytes, by provider index; `None`
+    /// for a provider whose storage thread did not answer.
+    pub channel_bytes: &'a [Option<Vec<(String, u64)>>],
     pub providers: &'a [Provider],
     pub process: Process,
 }
@@ -520,6 +523,27 @@ fn channels(out: &mut Exposition, figures: &Figures<'_>) {
         ];
         out.sample("saguin_channel_info", &labels, 1u64);
     }
+    out.family(
+        "saguin_channel_bytes",
+        "gauge",
+        "Record bytes an append or queue channel holds, as its provider counts them.",
+    );
+    // A latest channel has none: measuring a replacement would mean
+    // reading the value it replaces.
+    for c in list.iter().filter(|c| c.kind != "latest") {
+        let Some(Some(held)) = figures.channel_bytes.get(c.provider) else {
+            continue;
+        };
+        let bytes = held
+            .iter()
+            .find(|(name, _)| *name == c.name)
+            .map_or(0, |(_, b)| *b);
+        out.sample(
+            "saguin_channel_bytes",
+            &[("channel", c.name.as_str())],
+            bytes,
+        );
+    }
     let append = |c: &ChannelObservation| c.kind == "append";
     let every = |_: &ChannelObservation| true;
     // (name, type, help, which channels carry it, its value where it has one)
@@ -846,6 +870,7 @@ mod tests {
             uptime_s: 1.5,
             observation,
             bridges: &[],
+            channel_bytes: &[],
             providers: &[],
             process: Process::default(),
         })

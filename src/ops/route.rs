@@ -185,11 +185,16 @@ impl Service {
                 let Some(scrape) = self.link.ask(Ask::Observe).await else {
                     return busy();
                 };
+                let mut channel_bytes = Vec::with_capacity(self.link.providers.len());
+                for provider in &self.link.providers {
+                    channel_bytes.push(provider.ask_channel_bytes().await);
+                }
                 let figures = metrics::Figures {
                     broker_id: &self.link.broker_id,
                     uptime_s: self.started.elapsed().as_secs_f64(),
                     observation: &scrape.observation,
                     bridges: &scrape.bridges,
+                    channel_bytes: &channel_bytes,
                     providers: &self.link.providers,
                     process: process::read(),
                 };

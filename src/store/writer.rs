@@ -110,8 +110,15 @@ enum Request {
         destination: PathBuf,
         reply: BackupReply,
     },
+    ChannelBytes {
+        reply: ChannelBytesReply,
+    },
     Shutdown,
 }
+
+/// Takes each channel's record bytes, by name, as the provider counts them
+/// against `max_bytes`; an empty list from a stopped thread.
+pub type ChannelBytesReply = Box<dyn FnOnce(Vec<(String, u64)>) + Send>;
 
 /// How the storage thread has been committing: what a metrics scrape or a
 /// benchmark reads.
@@ -244,6 +251,12 @@ impl StorageHandle {
     /// per provider; a memory provider has none to take.
     pub fn try_backup(&self, destination: PathBuf, reply: BackupReply) -> Result<(), SubmitError> {
         self.submit(Request::Backup { destination, reply })
+    }
+
+    /// Asks for every channel's record bytes, read from the provider's
+    /// counters in memory between commits: a metrics scrape's question.
+    pub fn try_channel_bytes(&self, reply: ChannelBytesReply) -> Result<(), SubmitError> {
+        self.submit(Request::ChannelBytes { reply })
     }
 
     /// Asks for the earliest offset of `channel` received at or after
@@ -491,6 +504,11 @@ impl Worker {
                 self.start_backup(destination, reply);
                 return true;
             }
+            Request::ChannelBytes { reply } => {
+                let channels = self.provider.channels().into_iter();
+                reply(channels.map(|(name, s)| (name, s.record_bytes)).collect());
+                return true;
+            }
             Request::Shutdown => return false,
             Request::Commit { .. } => unreachable!("commits are batched, not served"),
         };
@@ -540,6 +558,7 @@ impl Worker {
             }
             Request::Entries { ticket, .. } => (ticket, Answer::Entries(Err(StoreError::Stopped))),
             Request::Backup { reply, .. } => return reply(Err(StoreError::Stopped)),
+            Request::ChannelBytes { reply } => return reply(Vec::new()),
             Request::Shutdown => return,
         };
         (self.deliver)(Completion { ticket, answer });
