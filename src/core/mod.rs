@@ -540,12 +540,13 @@ impl Broker {
             return;
         };
         if connection.active.is_some() {
-            self.stats.connections_refused.count_code(error.code);
+            let why = refusal_counts::Reason::Code(error.code);
+            self.connection_refused(conn, None, why, now_ms);
             let reason = Some((error.code, error.reason));
             self.end_connection_saying(conn, reason, true, now_ms, out);
             return;
         }
-        self.refuse_connect(conn, error, connect_version, out);
+        self.refuse_connect(conn, error, connect_version, now_ms, out);
     }
 
     /// The socket closed or failed without the broker deciding so.
@@ -677,7 +678,7 @@ impl Broker {
         out: &mut impl Transport,
     ) {
         if let Some(refusal) = refusal.filter(|r| r.ends_for_a_rule()) {
-            self.stats.connections_refused.count(refusal);
+            self.connection_refused(conn, None, refusal.into(), now_ms);
         }
         let reason = refusal.map(|r| (r.code(), r.reason()));
         self.end_connection_saying(conn, reason, publish_will, now_ms, out);

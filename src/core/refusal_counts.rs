@@ -71,16 +71,51 @@ impl Default for ReasonCounts {
     }
 }
 
+/// Why something was refused: a rule of the table, or a code of the
+/// codec's own for a packet that could not be read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Reason {
+    Rule(Refusal),
+    Code(ReasonCode),
+}
+
+impl From<Refusal> for Reason {
+    fn from(refusal: Refusal) -> Reason {
+        Reason::Rule(refusal)
+    }
+}
+
+impl Reason {
+    /// The label the catalogue and the refused-clients route name it by.
+    pub fn label(self) -> &'static str {
+        label_name(self.index())
+    }
+
+    fn index(self) -> usize {
+        match self {
+            Reason::Rule(refusal) => label_of(refusal),
+            Reason::Code(code) => label_of_code(code),
+        }
+    }
+}
+
+fn label_name(index: usize) -> &'static str {
+    match CODE_NAMES.get(index) {
+        Some(name) => name,
+        None => SPLIT_NAMES[index - CODE_NAMES.len()],
+    }
+}
+
 impl ReasonCounts {
-    /// One refusal by a rule of the table.
-    pub fn count(&mut self, refusal: Refusal) {
-        self.0[label_of(refusal)] += 1;
+    /// One refusal.
+    pub fn count(&mut self, reason: impl Into<Reason>) {
+        self.0[reason.into().index()] += 1;
     }
 
     /// One refusal answered with a code of the codec's own, for a packet
     /// that could not be read.
     pub fn count_code(&mut self, code: ReasonCode) {
-        self.0[label_of_code(code)] += 1;
+        self.count(Reason::Code(code));
     }
 
     /// `n` refusals answered `server busy`.
@@ -149,6 +184,14 @@ mod tests {
             ]
         );
         assert_eq!(counts.total(), 9);
+        assert_eq!(
+            Reason::Rule(Refusal::InflightExceeded).label(),
+            "inflight allowance exceeded"
+        );
+        assert_eq!(
+            Reason::Code(ReasonCode::MALFORMED_PACKET).label(),
+            "malformed packet"
+        );
     }
 
     #[test]

@@ -11,7 +11,9 @@ use std::time::Duration;
 
 use smol::channel::{Receiver, Sender};
 
-use crate::core::observe::{ChannelConsumers, LossesView, Observation, QueueView, SessionsView};
+use crate::core::observe::{
+    ChannelConsumers, LossesView, Observation, QueueView, RefusedView, SessionsView,
+};
 use crate::core::Broker;
 use crate::store::{Backups, ChannelBytesReply, CommitStats};
 
@@ -34,6 +36,16 @@ pub enum Ask {
     Losses {
         max_rows: usize,
         reply: Sender<LossesView>,
+    },
+    Refused {
+        max_rows: usize,
+        reply: Sender<RefusedView>,
+    },
+    /// The acl_file's answer for a user, as JSON.
+    Acl {
+        user: String,
+        client_id: Option<String>,
+        reply: Sender<String>,
     },
     /// `None` in the answer: no queue has that name.
     Queue {
@@ -83,6 +95,16 @@ pub fn answer(
         }
         Ask::Losses { max_rows, reply } => {
             let _ = reply.try_send(broker.losses_view(max_rows));
+        }
+        Ask::Refused { max_rows, reply } => {
+            let _ = reply.try_send(broker.refused_view(max_rows));
+        }
+        Ask::Acl {
+            user,
+            client_id,
+            reply,
+        } => {
+            let _ = reply.try_send(broker.acl_view(&user, client_id.as_deref()));
         }
         Ask::Queue {
             name,

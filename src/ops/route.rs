@@ -24,9 +24,11 @@ use super::{metrics, process, v1};
 pub const ROUTES: &[&str] = &[
     "/metrics",
     super::backup::ROUTE,
+    "/v1/operations/acl",
     "/v1/operations/consumers",
     "/v1/operations/position-lost",
     "/v1/operations/queues",
+    "/v1/operations/refused",
     "/v1/operations/sessions",
 ];
 
@@ -134,6 +136,14 @@ impl Service {
                 };
                 self.listed(ask, v1::position_lost).await
             }
+            "/v1/operations/refused" => {
+                let ask = |reply| Ask::Refused {
+                    max_rows: MAX_ROWS,
+                    reply,
+                };
+                self.listed(ask, v1::refused).await
+            }
+            "/v1/operations/acl" => self.acl(request).await,
             _ => Response::text(404, "no such route\n"),
         }
     }
@@ -148,6 +158,25 @@ impl Service {
             Some(view) => Response::json(200, render(&view)),
             None => busy(),
         }
+    }
+
+    /// `?user=` names the user asked about, once; `&client_id=` resolves
+    /// a rule written with `%c`.
+    async fn acl(&self, request: &Request) -> Response {
+        let users = request.query_values("user");
+        let [user] = users.as_slice() else {
+            return Response::text(400, "name one user: ?user=<name>[&client_id=<id>]\n");
+        };
+        let ids = request.query_values("client_id");
+        if ids.len() > 1 {
+            return Response::text(400, "name at most one client_id\n");
+        }
+        let ask = |reply| Ask::Acl {
+            user: user.clone(),
+            client_id: ids.first().cloned(),
+            reply,
+        };
+        self.listed(ask, String::clone).await
     }
 
     /// A queue that is not configured is 404, naming none that are.

@@ -4,7 +4,7 @@
 //! many it carries.
 
 use super::json::{string, timestamp};
-use crate::core::observe::{ChannelConsumers, LossesView, QueueView, SessionsView};
+use crate::core::observe::{ChannelConsumers, LossesView, QueueView, RefusedView, SessionsView};
 
 /// `/v1/operations/consumers`: per channel, the furthest behind first.
 pub fn consumers(channels: &[ChannelConsumers]) -> String {
@@ -86,6 +86,31 @@ pub fn position_lost(view: &LossesView) -> String {
         .collect();
     format!(
         "{{\"readers\":[{}],\"returned\":{},\"tracked\":{},\"beyond\":{}}}",
+        rows.join(","),
+        view.rows.len(),
+        view.tracked,
+        view.beyond
+    )
+}
+
+/// `/v1/operations/refused`: the clients refused most first.
+pub fn refused(view: &RefusedView) -> String {
+    let rows: Vec<String> = view
+        .rows
+        .iter()
+        .map(|r| {
+            format!(
+                "{{\"client_id\":{},\"user\":{},\"reason\":{},\"count\":{},\"last_seen\":{}}}",
+                string(&r.client_id),
+                r.user.as_deref().map_or_else(|| "null".to_string(), string),
+                string(r.reason),
+                r.count,
+                timestamp(Some(r.last_seen_unix_ms))
+            )
+        })
+        .collect();
+    format!(
+        "{{\"clients\":[{}],\"returned\":{},\"tracked\":{},\"beyond\":{}}}",
         rows.join(","),
         view.rows.len(),
         view.tracked,

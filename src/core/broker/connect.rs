@@ -1,6 +1,7 @@
 //! CONNECT: admission, session ownership, and every way a session ends.
 
 use crate::core::refusal::Refusal;
+use crate::core::refusal_counts::Reason;
 use std::rc::Rc;
 
 use crate::codec::{
@@ -61,7 +62,8 @@ impl Broker {
                     "refusing CONNECT from client id {:?}: {refusal}",
                     connect.client_id
                 );
-                self.stats.connections_refused.count(refusal);
+                let named = (connect.client_id.as_str(), connect.username.as_deref());
+                self.connection_refused(conn, Some(named), refusal.into(), now_ms);
                 let problem_information = connect.properties.request_problem_information != Some(0);
                 self.send_connack_refusal(
                     conn,
@@ -307,10 +309,11 @@ impl Broker {
         conn: Key,
         error: DecodeError,
         connect_version: Option<ProtocolVersion>,
+        now_ms: u64,
         out: &mut impl Transport,
     ) {
         log::debug!("refusing an unreadable CONNECT: {error}");
-        self.stats.connections_refused.count_code(error.code);
+        self.connection_refused(conn, Some(("", None)), Reason::Code(error.code), now_ms);
         if error.code == ReasonCode::UNSUPPORTED_PROTOCOL_VERSION {
             self.send_connack_refusal(
                 conn,

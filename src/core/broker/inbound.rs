@@ -195,7 +195,7 @@ impl Broker {
             if let Err(refusal) = answer {
                 if version == ProtocolVersion::V311 {
                     debug_assert_eq!(refusal.rule().v311, V311Answer::Close);
-                    self.stats.connections_refused.count(refusal);
+                    self.connection_refused(conn, None, refusal.into(), now_ms);
                     self.end_connection(conn, None, true, now_ms, out);
                     return;
                 }
@@ -350,7 +350,7 @@ impl Broker {
             return;
         };
         if version == ProtocolVersion::V311 {
-            self.stats.connections_refused.count(refusal);
+            self.connection_refused(conn, None, refusal.into(), now_ms);
             self.end_connection(conn, None, true, now_ms, out);
             return;
         }

@@ -586,7 +586,7 @@ impl Broker {
             self.client_id_of(conn),
             refusal.reason()
         );
-        self.stats.connections_refused.count(refusal);
+        self.connection_refused(conn, None, refusal.into(), now_ms);
         let (code, reason) = (refusal.code(), refusal.reason());
         self.send_connack_refusal(conn, version, code, reason, problem_information, out);
         self.persist.forget_connection(conn);
