@@ -256,3 +256,60 @@ fn a_unix_socket_request_carries_a_proxys_principal_to_curl() {
     assert_eq!(ask(stranger, "/v1/operations/sessions").status, 403);
     assert_eq!(ask("", "/metrics").status, 401);
 }
+
+#[test]
+fn a_tcp_door_serves_its_routes_over_tls_to_curl() {
+    if !have_curl() || !common::have_tools("the operations TLS test", &["openssl"], "openssl") {
+        return;
+    }
+    let dir = TempDir::new("ops-curl-tls");
+    let made = Command::new("openssl")
+        .current_dir(dir.path())
+        .args([
+            "req",
+            "-x509",
+            "-newkey",
+            "ec",
+            "-pkeyopt",
+            "ec_paramgen_curve:P-256",
+        ])
+        .args(["-days", "30", "-nodes", "-subj", "/CN=operations"])
+        .args(["-addext", "subjectAltName=IP:127.0.0.1"])
+        .args(["-keyout", "ops-key.pem", "-out", "ops.pem"])
+        .output()
+        .expect("run openssl");
+    assert!(
+        made.status.success(),
+        "{}",
+        String::from_utf8_lossy(&made.stderr)
+    );
+    let passwd = write_operators(dir.path());
+    let tls = format!(
+        "        tls:\n          cert_file: {0}/ops.pem\n          key_file: {0}/ops-key.pem\n    password_file: {passwd}\n",
+        dir.path().display()
+    );
+    let (_broker, ops) = start(&dir, &tls);
+    let cacert = dir.path().join("ops.pem").display().to_string();
+    let url = |path: &str| format!("https://{ops}{path}");
+    let health = curl(&["--cacert", &cacert, &url("/health")]);
+    assert_eq!(
+        (health.status, health.body.as_str()),
+        (200, "{\"status\":\"ok\"}")
+    );
+    let scrape = curl(&[
+        "--cacert",
+        &cacert,
+        "-u",
+        "prometheus:scrape",
+        &url("/metrics"),
+    ]);
+    assert_eq!(scrape.status, 200);
+    assert!(scrape.body.contains("saguin_build_info{"));
+    assert_eq!(curl(&["--cacert", &cacert, &url("/metrics")]).status, 401);
+    // Plain HTTP on the TLS door is not served.
+    let plain = Command::new("curl")
+        .args(["-s", "--max-time", "20", &format!("http://{ops}/health")])
+        .output()
+        .unwrap();
+    assert!(!plain.status.success() || plain.stdout.is_empty());
+}

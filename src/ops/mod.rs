@@ -56,7 +56,28 @@ pub struct TcpDoor {
     pub address: String,
     /// This door's own operators, which win over the block's.
     pub password_file: Option<Arc<operators::Operators>>,
+    /// What its TLS handshakes run on, loaded at startup; `None` for
+    /// plain HTTP.
+    pub tls: Option<DoorTls>,
 }
+
+/// A TCP door's TLS: its certificate, key and versions, ready to serve.
+#[derive(Clone)]
+pub struct DoorTls(pub Arc<rustls::ServerConfig>);
+
+impl std::fmt::Debug for DoorTls {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("DoorTls")
+    }
+}
+
+impl PartialEq for DoorTls {
+    fn eq(&self, other: &DoorTls) -> bool {
+        Arc::ptr_eq(&self.0, &other.0)
+    }
+}
+
+impl Eq for DoorTls {}
 
 /// One Unix-socket door of the operations listener.
 #[derive(Clone, Debug, PartialEq, Eq)]

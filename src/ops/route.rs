@@ -55,6 +55,8 @@ pub struct Door {
     pub kind: DoorKind,
     /// The door's own operators, or the block's.
     pub operators: Option<Arc<Reloadable>>,
+    /// A TCP door's TLS, whose handshake comes before anything is read.
+    pub tls: Option<Arc<rustls::ServerConfig>>,
 }
 
 /// The state the routes share on the operations thread.
@@ -390,6 +392,7 @@ mod tests {
             name: "d".into(),
             kind,
             operators: None,
+            tls: None,
         }
     }
 

@@ -93,7 +93,9 @@ pub fn bind(settings: &Settings) -> io::Result<Bound> {
             listener.local_addr()?
         );
         let operators = door_file(&door.password_file);
-        tcp.push((door_of(&door.name, DoorKind::Tcp, operators), listener));
+        let mut served = door_of(&door.name, DoorKind::Tcp, operators);
+        served.tls = door.tls.as_ref().map(|tls| tls.0.clone());
+        tcp.push((served, listener));
     }
     for door in &settings.unix {
         let key = format!("broker.operations.listen.unix {:?}", door.name);
@@ -122,6 +124,7 @@ fn door_of(name: &str, kind: DoorKind, operators: Option<Arc<Reloadable>>) -> Do
         name: name.to_string(),
         kind,
         operators,
+        tls: None,
     }
 }
 
@@ -280,7 +283,14 @@ fn admit<S>(
         slots.serving.set(slots.serving.get() + 1);
         executor
             .spawn(async move {
-                serve(stream, &door, &service).await;
+                match door.tls.clone() {
+                    None => serve(stream, &door, &service).await,
+                    Some(config) => {
+                        if let Some(stream) = handshake(stream, config, &door).await {
+                            serve(stream, &door, &service).await;
+                        }
+                    }
+                }
                 slots.serving.set(slots.serving.get() - 1);
             })
             .detach();
@@ -288,10 +298,55 @@ fn admit<S>(
         slots.refusing.set(slots.refusing.get() + 1);
         executor
             .spawn(async move {
-                refuse_busy(stream).await;
+                match door.tls.clone() {
+                    None => refuse_busy(stream).await,
+                    Some(config) => {
+                        if let Some(stream) = handshake(stream, config, &door).await {
+                            refuse_busy(stream).await;
+                        }
+                    }
+                }
                 slots.refusing.set(slots.refusing.get() - 1);
             })
             .detach();
+    }
+}
+
+/// How long a TLS handshake may take before the connection is closed.
+const HANDSHAKE_TIMEOUT_MS: u64 = 10_000;
+
+/// The TLS handshake on a TCP door; `None`, logged, when it fails or takes
+/// longer than [`HANDSHAKE_TIMEOUT_MS`].
+async fn handshake<S>(
+    stream: S,
+    config: Arc<rustls::ServerConfig>,
+    door: &Door,
+) -> Option<futures_rustls::server::TlsStream<S>>
+where
+    S: AsyncRead + AsyncWrite + Unpin,
+{
+    let accept = futures_rustls::TlsAcceptor::from(config).accept(stream);
+    let finished = smol::future::or(async { Some(accept.await) }, async {
+        smol::Timer::after(Duration::from_millis(HANDSHAKE_TIMEOUT_MS)).await;
+        None
+    })
+    .await;
+    match finished {
+        Some(Ok(stream)) => Some(stream),
+        Some(Err(error)) => {
+            log::info!(
+                "operations door {}: a TLS handshake failed: {error}",
+                door.name
+            );
+            None
+        }
+        None => {
+            log::info!(
+                "operations door {}: a TLS handshake did not finish in time",
+                door.name
+            );
+            None
+        }
     }
 }
 
