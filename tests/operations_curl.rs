@@ -170,6 +170,14 @@ fn every_route_answers_curl_on_a_loopback_door() {
     );
     assert_eq!(curl(&[&url("/v1/operations/acl")]).status, 400);
 
+    // Who may connect: names, never a hash.
+    let users = curl(&[&url("/v1/operations/users")]);
+    assert_eq!(users.status, 200);
+    assert_eq!(
+        users.body,
+        "{\"users\":[\"writer\"],\"users_total\":1,\"anonymous_allowed\":false,\"listeners\":{\"tcp\":{\"users\":[\"writer\"],\"users_total\":1,\"anonymous_allowed\":false,\"certificate\":\"none\"}}}"
+    );
+
     // A page whose name was re-resolved to this address sends its own
     // Host, and a caller with no credential is refused for it.
     let rebound = curl(&["-H", "Host: attacker.example:9090", &url("/metrics")]);

@@ -221,6 +221,7 @@ async fn serve(
                 &storage.handles,
                 crate::store::Backups::new(&shell.providers, &storage.handles),
                 bridges.observer(),
+                shell.doors.iter().map(certificate_rule).collect(),
             )?;
             tasks.extend(answering);
             Some(sockets)
@@ -240,6 +241,17 @@ async fn serve(
     storage.shutdown();
     log::info!("stopped");
     Ok(())
+}
+
+/// An MQTT door's name and whether it asks for a client certificate, as
+/// `/v1/operations/users` names it.
+fn certificate_rule(door: &settings::Door) -> (String, &'static str) {
+    let rule = match &door.tls {
+        Some(tls) if tls.client_ca_file.is_some() && tls.require_certificate => "required",
+        Some(tls) if tls.client_ca_file.is_some() => "accepted",
+        _ => "none",
+    };
+    (door.name.clone(), rule)
 }
 
 /// Every door's TLS files, read and checked, for the doors' `tls` blocks

@@ -34,6 +34,7 @@ pub fn start(
     handles: &[StorageHandle],
     backups: Backups,
     bridges: super::bridge::Observer,
+    mqtt_doors: Vec<(String, &'static str)>,
 ) -> std::io::Result<(Vec<smol::Task<()>>, ops::SocketFiles)> {
     let started = Instant::now();
     let beat_ms = Arc::new(AtomicU64::new(0));
@@ -51,6 +52,7 @@ pub fn start(
         providers(providers_written, &watches, handles),
     );
     link.backups = backups;
+    link.mqtt_doors = mqtt_doors;
     let sockets = bound.spawn(link)?;
     let heartbeat = executor.spawn(async move {
         loop {

@@ -47,6 +47,8 @@ pub enum Ask {
         client_id: Option<String>,
         reply: Sender<String>,
     },
+    /// Who may connect, as the broker holds it now.
+    Authentication(Sender<Arc<crate::auth::Authentication>>),
     /// `None` in the answer: no queue has that name.
     Queue {
         name: String,
@@ -95,6 +97,9 @@ pub fn answer(
         }
         Ask::Losses { max_rows, reply } => {
             let _ = reply.try_send(broker.losses_view(max_rows));
+        }
+        Ask::Authentication(reply) => {
+            let _ = reply.try_send(broker.authentication().clone());
         }
         Ask::Refused { max_rows, reply } => {
             let _ = reply.try_send(broker.refused_view(max_rows));
@@ -162,6 +167,9 @@ pub struct Link {
     pub healthy: Arc<dyn Fn() -> bool + Send + Sync>,
     pub providers: Vec<Provider>,
     pub broker_id: String,
+    /// Each MQTT door's name and whether it asks for a client
+    /// certificate (`required`, `accepted` or `none`), in door order.
+    pub mqtt_doors: Vec<(String, &'static str)>,
     /// The redb providers an online backup copies, asked without the
     /// executor.
     pub backups: Backups,
@@ -180,6 +188,7 @@ impl Link {
             healthy,
             providers,
             broker_id,
+            mqtt_doors: Vec::new(),
             backups: Backups::default(),
         };
         (link, receiver)

@@ -30,6 +30,7 @@ pub const ROUTES: &[&str] = &[
     "/v1/operations/queues",
     "/v1/operations/refused",
     "/v1/operations/sessions",
+    "/v1/operations/users",
 ];
 
 /// The route a queue's name follows.
@@ -146,6 +147,11 @@ impl Service {
                 self.listed(ask, v1::refused).await
             }
             "/v1/operations/acl" => self.acl(request).await,
+            "/v1/operations/users" => {
+                let doors = &self.link.mqtt_doors;
+                let render = |a: &Arc<_>| v1::users(a, doors, MAX_ROWS);
+                self.listed(Ask::Authentication, render).await
+            }
             _ => Response::text(404, "no such route\n"),
         }
     }

@@ -118,6 +118,50 @@ pub fn refused(view: &RefusedView) -> String {
     )
 }
 
+/// `/v1/operations/users`: who may connect, broker-wide and through each
+/// MQTT door; each list of names sorted and capped, with its count.
+pub fn users(
+    authentication: &crate::auth::Authentication,
+    doors: &[(String, &'static str)],
+    max_rows: usize,
+) -> String {
+    let names = |mut users: Vec<&str>| {
+        users.sort_unstable();
+        users.dedup();
+        let total = users.len();
+        let listed: Vec<String> = users.into_iter().take(max_rows).map(string).collect();
+        format!("\"users\":[{}],\"users_total\":{total}", listed.join(","))
+    };
+    let rules = authentication.rules();
+    let listeners: Vec<String> = doors
+        .iter()
+        .enumerate()
+        .map(|(index, (name, certificate))| {
+            let users = authentication
+                .door_file(index)
+                .map_or_else(Vec::new, |file| file.users().collect());
+            // A door without a rule admits everybody.
+            let anonymous = rules.get(index).is_none_or(|r| r.allow_anonymous);
+            format!(
+                "{}:{{{},\"anonymous_allowed\":{anonymous},\"certificate\":\"{certificate}\"}}",
+                string(name),
+                names(users)
+            )
+        })
+        .collect();
+    let everyone: Vec<&str> = authentication
+        .files()
+        .iter()
+        .flat_map(|f| f.users())
+        .collect();
+    let anonymous = rules.is_empty() || rules.iter().any(|r| r.allow_anonymous);
+    format!(
+        "{{{},\"anonymous_allowed\":{anonymous},\"listeners\":{{{}}}}}",
+        names(everyone),
+        listeners.join(",")
+    )
+}
+
 /// `/v1/operations/queues/<channel>`: the oldest unresolved work first.
 /// `holder` and `lease_until` appear only on a leased job.
 pub fn queue(channel: &str, view: &QueueView) -> String {
