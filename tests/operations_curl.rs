@@ -321,3 +321,102 @@ fn a_tcp_door_serves_its_routes_over_tls_to_curl() {
         .unwrap();
     assert!(!plain.status.success() || plain.stdout.is_empty());
 }
+
+#[test]
+fn the_config_route_serves_the_resolved_configuration_and_no_byte_of_a_file_it_names() {
+    if !have_curl() {
+        return;
+    }
+    let dir = TempDir::new("ops-curl-config");
+    let passwd = write_operators(dir.path());
+    let (_broker, ops) = start(&dir, &format!("    password_file: {passwd}\n"));
+    let url = |path: &str| format!("http://{ops}{path}");
+    let ask = |path: &str| curl(&["-u", "oncall:pager", &url(path)]);
+    let whole = ask("/v1/operations/config");
+    assert_eq!(whole.status, 200);
+    assert_eq!(
+        whole.header("Content-Type").as_deref(),
+        Some("application/json")
+    );
+    // Resolved: defaults the file never wrote are filled in.
+    for expected in [
+        "\"id\":\"test\"",
+        "\"max_connections\":",
+        "\"session_queue_bytes\":",
+        "\"events\":{\"type\":\"append\",\"filter\":\"events/#\",\"storage\":\"volatile\"",
+        "\"min_scrape_interval\":\"60s\"",
+    ] {
+        assert!(
+            whole.body.contains(expected),
+            "{expected} not in {}",
+            whole.body
+        );
+    }
+    // Files are named by path, and nothing they hold comes back.
+    for file in ["operations.passwd", "clients.passwd", "acl.yaml"] {
+        let path = dir.path().join(file);
+        assert!(
+            whole.body.contains(&path.display().to_string()),
+            "{file} is not named"
+        );
+        for line in std::fs::read_to_string(&path).unwrap().lines() {
+            for part in line.split([':', ' ']).filter(|p| p.len() > 12) {
+                assert!(!whole.body.contains(part), "{file}'s {part:?} came back");
+            }
+        }
+    }
+    let providers = ask("/v1/operations/config?section=providers");
+    assert_eq!(
+        providers.body,
+        "{\"providers\":{\"volatile\":{\"max_bytes\":67108864,\"type\":\"memory\",\"snapshot_dir\":null}}}"
+    );
+    let two = ask("/v1/operations/config?section=bridges&section=limits");
+    assert!(
+        two.body
+            .starts_with("{\"bridges\":{},\"limits\":{\"max_message_size\":"),
+        "{}",
+        two.body
+    );
+    let typo = ask("/v1/operations/config?section=provider");
+    assert_eq!(typo.status, 400);
+    assert!(typo.body.contains("providers"), "{}", typo.body);
+}
+
+#[test]
+fn check_config_output_prints_the_resolved_configuration_as_yaml() {
+    let dir = TempDir::new("check-config-output");
+    let path = dir.path().join("saguin.yaml");
+    let written = format!(
+        "broker:\n  id: edge-1\n  mqtt:\n    listen:\n      tcp:\n        address: 127.0.0.1:0\n{STORAGE}{CHANNELS}"
+    );
+    std::fs::write(&path, written).unwrap();
+    let output = Command::new(env!("CARGO_BIN_EXE_saguin"))
+        .arg("--check-config")
+        .arg(&path)
+        .arg("--output")
+        .output()
+        .unwrap();
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let yaml: serde_yaml::Value = serde_yaml::from_slice(&output.stdout).unwrap();
+    assert_eq!(yaml["broker"]["id"].as_str(), Some("edge-1"));
+    // Not written, and there with its default.
+    assert!(
+        yaml["broker"]["limits"]["max_connections"]
+            .as_u64()
+            .unwrap()
+            > 0
+    );
+    assert_eq!(yaml["broker"]["log_level"].as_str(), Some("info"));
+    assert_eq!(yaml["channels"]["jobs"]["type"].as_str(), Some("queue"));
+    assert!(yaml["channels"]["jobs"]["retry"]["max_attempts"]
+        .as_u64()
+        .is_some());
+    assert_eq!(
+        yaml["broker"]["mqtt"]["listen"]["tcp"]["tcp"]["address"].as_str(),
+        Some("127.0.0.1:0")
+    );
+}

@@ -41,6 +41,7 @@ mod operations;
 mod parse;
 mod persistence;
 pub mod queue;
+pub mod resolved;
 mod settings;
 mod storage;
 mod table;
@@ -88,7 +89,11 @@ impl Config {
     /// What the network shell runs with: the settings `net`, `core` and
     /// `store` own, built from this configuration.
     pub fn shell_settings(&self) -> crate::net::Settings {
-        settings::shell(&self.broker, &self.channels, &self.bridges)
+        let mut shell = settings::shell(&self.broker, &self.channels, &self.bridges);
+        if let Some(operations) = &mut shell.operations {
+            operations.resolved = std::sync::Arc::new(resolved::json(self));
+        }
+        shell
     }
 }
 

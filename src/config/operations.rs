@@ -114,6 +114,8 @@ pub(super) fn parse(
         unix: unix.into_iter().map(|(_, d)| d).collect(),
         password_file,
         min_scrape_interval_s: interval?,
+        // Rendered once the whole configuration is read.
+        resolved: Default::default(),
     }))
 }
 

@@ -46,6 +46,17 @@ pub struct Settings {
     pub password_file: Option<Arc<operators::Operators>>,
     /// The shortest interval at which the metrics are recomputed.
     pub min_scrape_interval_s: u32,
+    /// The configuration this process resolved, for
+    /// `/v1/operations/config`; rendered once, at startup.
+    pub resolved: Arc<ResolvedConfig>,
+}
+
+/// The resolved configuration as JSON, whole and by section.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ResolvedConfig {
+    pub whole: String,
+    /// Each section `?section=` may name, as `{"<name>": ...}`.
+    pub sections: Vec<(&'static str, String)>,
 }
 
 /// One TCP door of the operations listener.

@@ -25,6 +25,7 @@ pub const ROUTES: &[&str] = &[
     "/metrics",
     super::backup::ROUTE,
     "/v1/operations/acl",
+    "/v1/operations/config",
     "/v1/operations/consumers",
     "/v1/operations/position-lost",
     "/v1/operations/queues",
@@ -67,6 +68,8 @@ pub struct Service {
     /// The last scrape's body and when it was computed.
     scrape: RefCell<Option<(Instant, Arc<Vec<u8>>)>>,
     started: Instant,
+    /// The configuration this process resolved.
+    pub resolved: Arc<super::ResolvedConfig>,
 }
 
 impl Service {
@@ -76,6 +79,7 @@ impl Service {
             min_scrape_interval,
             scrape: RefCell::new(None),
             started: Instant::now(),
+            resolved: Arc::default(),
         }
     }
 
@@ -147,6 +151,7 @@ impl Service {
                 self.listed(ask, v1::refused).await
             }
             "/v1/operations/acl" => self.acl(request).await,
+            "/v1/operations/config" => self.config(request),
             "/v1/operations/users" => {
                 let doors = &self.link.mqtt_doors;
                 let render = |a: &Arc<_>| v1::users(a, doors, MAX_ROWS);
@@ -185,6 +190,31 @@ impl Service {
             reply,
         };
         self.listed(ask, String::clone).await
+    }
+
+    /// The resolved configuration, or the sections `?section=` names,
+    /// composed into one object; a name that is no section is `400`.
+    fn config(&self, request: &Request) -> Response {
+        let asked = request.query_values("section");
+        if asked.is_empty() {
+            return Response::json(200, self.resolved.whole.clone());
+        }
+        let mut parts = Vec::with_capacity(asked.len());
+        for name in &asked {
+            let found = self.resolved.sections.iter().find(|(n, _)| n == name);
+            let Some((_, json)) = found else {
+                let names: Vec<&str> = self.resolved.sections.iter().map(|(n, _)| *n).collect();
+                let text = format!(
+                    "no section {name:?}: the sections are {}\n",
+                    names.join(", ")
+                );
+                return Response::text(400, &text);
+            };
+            // Each is `{"<name>":...}`: its braces come off to compose.
+            parts.push(&json[1..json.len() - 1]);
+        }
+        parts.dedup();
+        Response::json(200, format!("{{{}}}", parts.join(",")))
     }
 
     /// A queue that is not configured is 404, naming none that are.

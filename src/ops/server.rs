@@ -35,6 +35,7 @@ pub struct Bound {
     unix: Vec<(Door, std::os::unix::net::UnixListener)>,
     min_scrape_interval: Duration,
     files: Vec<Arc<Reloadable>>,
+    resolved: Arc<super::ResolvedConfig>,
 }
 
 /// Re-reads every operators file the doors read, on request: the reload
@@ -69,6 +70,7 @@ pub fn bind(settings: &Settings) -> io::Result<Bound> {
         unix: Vec::new(),
         min_scrape_interval: Duration::from_secs(u64::from(settings.min_scrape_interval_s)),
         files: Vec::new(),
+        resolved: settings.resolved.clone(),
     };
     // The block's file is one for every door that names none of its own.
     let shared_file = settings.password_file.clone().map(Reloadable::new);
@@ -171,7 +173,9 @@ impl Bound {
                 // One thread for the life of the process: the executor is never freed.
                 let executor: &'static LocalExecutor<'static> =
                     Box::leak(Box::new(LocalExecutor::new()));
-                let service = Rc::new(Service::new(link, self.min_scrape_interval));
+                let mut service = Service::new(link, self.min_scrape_interval);
+                service.resolved = self.resolved;
+                let service = Rc::new(service);
                 let slots = Rc::new(Slots::default());
                 let mut loops = Vec::new();
                 for (door, listener) in self.tcp {
