@@ -68,6 +68,9 @@ pub enum SaguinSetup {
     /// file that `saguin --passwd` wrote, and still admit clients that
     /// offer none (figure 8).
     Passwords,
+    /// As `Plain`, with the operations listener on this loopback port and
+    /// `channels` append channels `c<i>` on a memory provider (figure 12).
+    Operations { port: u16, channels: u32 },
 }
 
 /// The one user in figure 8's password file, and its password.
@@ -134,6 +137,7 @@ fn saguin_config(setup: SaguinSetup, dir: &Path) -> String {
                 1,
             )
         }
+        SaguinSetup::Operations { port, channels } => return operations_config(port, channels),
         SaguinSetup::CommitPerPublish => "        publish_commit_interval: none\n",
         SaguinSetup::Pi4Commit => {
             "        publish_commit_interval: 20ms\n        publish_commit_max_records: 16\n"
@@ -178,6 +182,21 @@ fn saguin_config(setup: SaguinSetup, dir: &Path) -> String {
             _ => String::new(),
         }
     )
+}
+
+/// Figure 12's saguin: the operations listener on `port`, and `channels`
+/// append channels on a memory provider that keeps nothing.
+fn operations_config(port: u16, channels: u32) -> String {
+    let mut config = format!(
+        "{SAGUIN_CONFIG_YAML}  operations:\n    listen:\n      tcp:\n        address: 127.0.0.1:{port}\n"
+    );
+    if channels > 0 {
+        config.push_str("  storage:\n    default: mem\n    default_retention_period: none\n    default_retention_bytes: none\n    providers:\n      mem:\n        type: memory\n        max_bytes: 256MiB\n        snapshot_dir: none\nchannels:\n");
+        for i in 0..channels {
+            config.push_str(&format!("  c{i}:\n    type: append\n    filter: c{i}/#\n"));
+        }
+    }
+    config
 }
 
 /// The same bounds in mosquitto's terms. `max_inflight_messages 100`
@@ -376,7 +395,12 @@ impl Broker {
             dir,
         };
         let deadline = Instant::now() + START_TIMEOUT;
-        let port = broker.wait_for_listening_port(deadline)?;
+        // The operations door listens too, and is not the MQTT one.
+        let not_mqtt = match setup {
+            SaguinSetup::Operations { port, .. } if kind == BrokerKind::Saguin => Some(port),
+            _ => None,
+        };
+        let port = broker.wait_for_listening_port(deadline, not_mqtt)?;
         broker.address.set_port(port);
         broker.wait_until_serving(deadline)?;
         Ok(broker)
@@ -414,10 +438,14 @@ impl Broker {
         text[start..].to_string()
     }
 
-    fn wait_for_listening_port(&mut self, deadline: Instant) -> Result<u16, String> {
+    fn wait_for_listening_port(
+        &mut self,
+        deadline: Instant,
+        not_mqtt: Option<u16>,
+    ) -> Result<u16, String> {
         loop {
             self.check_running()?;
-            if let Some(port) = listening_port(self.pid()) {
+            if let Some(port) = listening_port(self.pid(), not_mqtt) {
                 return Ok(port);
             }
             if Instant::now() >= deadline {
@@ -565,7 +593,7 @@ fn spawn_mosquitto(
 
 /// A loopback port free a moment ago. Another process could take it
 /// before mosquitto binds it; the start then fails visibly, not silently.
-fn free_loopback_port() -> Result<u16, String> {
+pub fn free_loopback_port() -> Result<u16, String> {
     let listener =
         TcpListener::bind("127.0.0.1:0").map_err(|e| format!("bind 127.0.0.1:0: {e}"))?;
     let port = listener
@@ -578,8 +606,8 @@ fn free_loopback_port() -> Result<u16, String> {
 
 /// The port of a TCP socket that process `pid` listens on: its socket
 /// inodes from /proc/PID/fd matched against the LISTEN rows (state 0A) of
-/// /proc/PID/net/tcp.
-fn listening_port(pid: u32) -> Option<u16> {
+/// /proc/PID/net/tcp; never `except`.
+fn listening_port(pid: u32, except: Option<u16>) -> Option<u16> {
     let socket_inodes: Vec<String> = fs::read_dir(format!("/proc/{pid}/fd"))
         .ok()?
         .filter_map(|entry| fs::read_link(entry.ok()?.path()).ok())
@@ -600,6 +628,8 @@ fn listening_port(pid: u32) -> Option<u16> {
         if *state != "0A" || !socket_inodes.iter().any(|i| i == inode) {
             return None;
         }
-        u16::from_str_radix(local.rsplit_once(':')?.1, 16).ok()
+        u16::from_str_radix(local.rsplit_once(':')?.1, 16)
+            .ok()
+            .filter(|port| Some(*port) != except)
     })
 }

@@ -16,6 +16,7 @@ mod load;
 mod machine;
 mod queue;
 mod report;
+mod scrape;
 mod startup;
 mod stock;
 
@@ -37,7 +38,7 @@ const USAGE: &str = "\
 usage: saguin-bench [--quick] [--write FILE] [--only LIST] [--saguin-bin PATH]
   --quick            fewer messages and a 3 s latency run (a smoke test, not for BENCHMARKS.md)
   --write FILE       also write the report to FILE (BENCHMARKS.md)
-  --only LIST        comma-separated figures to run: 1,2,3,4,5,6,7,8,9,footprint (default: all; 9 is figures 9 and 10)
+  --only LIST        comma-separated figures to run: 1,2,3,4,5,6,7,8,9,11,12,footprint (default: all; 9 is figures 9 and 10)
   --saguin-bin PATH  the broker binary (default: saguin beside this executable)";
 
 /// Pause between runs, so the broker has finished closing the last run's
@@ -62,11 +63,12 @@ enum Figure {
     AuthStorm,
     Stock,
     Bridge,
+    Operations,
     Footprint,
 }
 
 impl Figure {
-    const ALL: [Figure; 11] = [
+    const ALL: [Figure; 12] = [
         Figure::Qos0,
         Figure::Qos1,
         Figure::FanOut,
@@ -77,6 +79,7 @@ impl Figure {
         Figure::AuthStorm,
         Figure::Stock,
         Figure::Bridge,
+        Figure::Operations,
         Figure::Footprint,
     ];
 
@@ -96,6 +99,7 @@ impl Figure {
             Figure::AuthStorm => "8",
             Figure::Stock => "9",
             Figure::Bridge => "11",
+            Figure::Operations => "12",
             Figure::Footprint => "footprint",
         }
     }
@@ -216,6 +220,7 @@ impl Plan {
             | Figure::AuthStorm
             | Figure::Stock
             | Figure::Bridge
+            | Figure::Operations
             | Figure::Footprint => return None,
         };
         Some(Throughput {
@@ -269,6 +274,7 @@ fn figure_label(figure: Figure) -> &'static str {
         | Figure::AuthStorm
         | Figure::Stock
         | Figure::Bridge
+        | Figure::Operations
         | Figure::Footprint => "",
     }
 }
@@ -432,7 +438,64 @@ fn run_traffic_figures(
     if wanted(Figure::Bridge) {
         run_bridge_figure(plan, binaries, results);
     }
+    if wanted(Figure::Operations) {
+        let load = plan.throughput_load(Figure::Qos1).expect("figure 2's load");
+        run_operations_figure(plan, &load, binaries, results);
+    }
     Ok(())
+}
+
+/// Figure 12, saguin alone: broadcast QoS 1 throughput (figure 2's load)
+/// without the operations listener and with `/metrics` asked for every
+/// second, alternating run by run on fresh brokers; and one computed
+/// scrape's time at 1,000 connected clients and 100 channels.
+fn run_operations_figure(
+    plan: &Plan,
+    load: &load::Throughput,
+    binaries: &BrokerBinaries,
+    results: &mut Results,
+) {
+    println!("\n== 12. the operations listener's cost");
+    let mut off = Row::new(
+        "12a. broadcast QoS 1, 1 → 1: messages/s, no operations listener",
+        Unit::MessagesPerS,
+        Better::Higher,
+    );
+    let mut on = Row::new(
+        "12b. broadcast QoS 1, 1 → 1: messages/s, /metrics scraped every second",
+        Unit::MessagesPerS,
+        Better::Higher,
+    );
+    let mut time = Row::new(
+        format!(
+            "12c. one computed /metrics scrape, {} clients connected, {} channels",
+            scrape::SCRAPE_CLIENTS,
+            scrape::SCRAPE_CHANNELS
+        ),
+        Unit::Milliseconds,
+        Better::Lower,
+    );
+    for run in 1..=plan.runs_per_broker {
+        for (scraped, row) in [(false, &mut off), (true, &mut on)] {
+            let label = format!("ops{run}{}", if scraped { "s" } else { "" });
+            let sample = scrape::throughput(binaries, load, &label, scraped);
+            println!("   run {run}, scraped {scraped}: {sample:?}");
+            row.push(
+                BrokerKind::Saguin,
+                sample.map_or_else(Sample::Failed, Sample::Value),
+            );
+        }
+        let sample = scrape::scrape_time(binaries, &format!("ops{run}t"));
+        println!("   run {run}, scrape time: {sample:?}");
+        time.push(
+            BrokerKind::Saguin,
+            sample.map_or_else(Sample::Failed, |d| Sample::Value(d.as_secs_f64() * 1e3)),
+        );
+    }
+    for mut row in [off, on, time] {
+        row.saguin_only = true;
+        results.figures.push(row);
+    }
 }
 
 /// Figure 11, saguin alone: records/s a bridge forwards upstream to a
@@ -1028,8 +1091,17 @@ fn method_notes(plan: &Plan) -> String {
          stored, then resumed; a run is timed from the resume to the last record reaching a \
          subscriber at the peer. One topic, so each record waits for the one before it to be \
          acknowledged (per-topic order).\n\
+         - Operations listener (figure 12, saguin alone): 12a and 12b are figure 2's load on a \
+         fresh saguin each run, alternating: 12a without `broker.operations`, 12b with a loopback \
+         door whose `/metrics` is asked for once a second through the run (recomputed at most once \
+         a `min_scrape_interval`, 60 s, and answered from the last scrape between). 12c is the \
+         first scrape of a fresh saguin, the one it computes, timed from the request to the last \
+         byte, with {scrape_clients} idle MQTT 5 clients connected and {scrape_channels} append \
+         channels on a memory provider.\n\
          {stock}",
         stock = stock::method_notes(&stock::StockPlan::new(plan.runs_per_broker, plan.quick)),
+        scrape_clients = report::with_thousands(scrape::SCRAPE_CLIENTS as f64),
+        scrape_channels = scrape::SCRAPE_CHANNELS,
         storm = report::with_thousands(auth_storm::STORM_CONNECTS as f64),
         storm_threads = auth_storm::STORM_THREADS,
         cpus = std::thread::available_parallelism().map_or(0, |n| n.get()),
