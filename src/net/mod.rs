@@ -210,19 +210,13 @@ async fn serve(
     // Held to the end: a clean stop removes the operations socket files.
     let _operations_sockets = match operations {
         Some(bound) => {
-            let watches = storage.watches();
-            let (answering, sockets) = operations::start(
-                executor,
-                &shared,
-                &shell.broker_id,
-                &shell.providers,
-                bound,
-                watches,
-                &storage.handles,
-                crate::store::Backups::new(&shell.providers, &storage.handles),
-                bridges.observer(),
-                shell.doors.iter().map(certificate_rule).collect(),
-            )?;
+            let told = operations::Shell {
+                broker_id: &shell.broker_id,
+                providers: &shell.providers,
+                doors: &shell.doors,
+            };
+            let (answering, sockets) =
+                operations::start(executor, &shared, told, &storage, bound, bridges.observer())?;
             tasks.extend(answering);
             Some(sockets)
         }
@@ -241,17 +235,6 @@ async fn serve(
     storage.shutdown();
     log::info!("stopped");
     Ok(())
-}
-
-/// An MQTT door's name and whether it asks for a client certificate, as
-/// `/v1/operations/users` names it.
-fn certificate_rule(door: &settings::Door) -> (String, &'static str) {
-    let rule = match &door.tls {
-        Some(tls) if tls.client_ca_file.is_some() && tls.require_certificate => "required",
-        Some(tls) if tls.client_ca_file.is_some() => "accepted",
-        _ => "none",
-    };
-    (door.name.clone(), rule)
 }
 
 /// Every door's TLS files, read and checked, for the doors' `tls` blocks

@@ -24,18 +24,23 @@ const HEARTBEAT_MS: u64 = 500;
 /// Starts serving `bound` on its own thread; the returned tasks answer it
 /// here and must live as long as the broker serves, and the socket files
 /// go when the returned guard does.
+/// What the listener is told of the broker's configuration.
+pub struct Shell<'a> {
+    pub broker_id: &'a str,
+    pub providers: &'a [ProviderSettings],
+    /// The MQTT doors, for `/v1/operations/users`.
+    pub doors: &'a [super::Door],
+}
+
 pub fn start(
     executor: &'static LocalExecutor<'static>,
     shared: &SharedRef,
-    broker_id: &str,
-    providers_written: &[ProviderSettings],
+    shell: Shell<'_>,
+    storage: &super::storage::Storage,
     bound: ops::Bound,
-    watches: Vec<StorageWatch>,
-    handles: &[StorageHandle],
-    backups: Backups,
     bridges: super::bridge::Observer,
-    mqtt_doors: Vec<(String, &'static str)>,
 ) -> std::io::Result<(Vec<smol::Task<()>>, ops::SocketFiles)> {
+    let watches = storage.watches();
     let started = Instant::now();
     let beat_ms = Arc::new(AtomicU64::new(0));
     let healthy = {
@@ -47,12 +52,12 @@ pub fn start(
         })
     };
     let (mut link, asks) = Link::new(
-        broker_id.to_string(),
+        shell.broker_id.to_string(),
         healthy,
-        providers(providers_written, &watches, handles),
+        providers(shell.providers, &watches, &storage.handles),
     );
-    link.backups = backups;
-    link.mqtt_doors = mqtt_doors;
+    link.backups = Backups::new(shell.providers, &storage.handles);
+    link.mqtt_doors = shell.doors.iter().map(certificate_rule).collect();
     let sockets = bound.spawn(link)?;
     let heartbeat = executor.spawn(async move {
         loop {
@@ -75,6 +80,17 @@ pub fn start(
 fn healthy(now_ms: u64, beat_ms: u64, watches: &[StorageWatch]) -> bool {
     let turning = now_ms.saturating_sub(beat_ms) < HEALTH_STALL_MS;
     turning && !watches.iter().any(StorageWatch::stopped)
+}
+
+/// An MQTT door's name and whether it asks for a client certificate, as
+/// `/v1/operations/users` names it.
+fn certificate_rule(door: &super::Door) -> (String, &'static str) {
+    let rule = match &door.tls {
+        Some(tls) if tls.client_ca_file.is_some() && tls.require_certificate => "required",
+        Some(tls) if tls.client_ca_file.is_some() => "accepted",
+        _ => "none",
+    };
+    (door.name.clone(), rule)
 }
 
 fn providers(

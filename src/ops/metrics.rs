@@ -10,7 +10,9 @@ use std::fmt::{Display, Write as _};
 
 use super::link::{BridgeObservation, Provider};
 use super::process::Process;
-use crate::core::observe::{ChannelObservation, Observation, QueueCounts, WillCause};
+use crate::core::observe::{
+    ChannelObservation, Observation, QueueCounts, QueueObservation, WillCause,
+};
 use crate::core::refusal_counts::ReasonCounts;
 
 /// What one scrape reports.
@@ -325,11 +327,8 @@ fn queues(out: &mut Exposition, channels: &[ChannelObservation]) {
         &'static str,
         fn(&QueueCounts) -> u64,
     );
-    let gauges: [(
-        &str,
-        &str,
-        fn(&crate::core::observe::QueueObservation) -> u64,
-    ); 2] = [
+    type Gauge = (&'static str, &'static str, fn(&QueueObservation) -> u64);
+    let gauges: [Gauge; 2] = [
         ("saguin_queue_depth", "Unresolved work.", |q| q.depth),
         (
             "saguin_queue_inflight",
