@@ -208,7 +208,7 @@ fn main() -> ExitCode {
                 eprintln!("warning: {warning}");
             }
             if output {
-                print!("{}", config::resolved::yaml(&config));
+                print!("{}", config::resolved::yaml(&config.resolved_parts()));
                 return ExitCode::SUCCESS;
             }
             println!("{}: configuration is valid", path.display());

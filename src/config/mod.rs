@@ -88,10 +88,19 @@ pub struct Config {
 impl Config {
     /// What the network shell runs with: the settings `net`, `core` and
     /// `store` own, built from this configuration.
+    /// What `--check-config --output` and `/v1/operations/config` render.
+    pub fn resolved_parts(&self) -> resolved::Parts<'_> {
+        resolved::Parts {
+            broker: &self.broker,
+            channels: &self.channels,
+            bridges: &self.bridges,
+        }
+    }
+
     pub fn shell_settings(&self) -> crate::net::Settings {
         let mut shell = settings::shell(&self.broker, &self.channels, &self.bridges);
         if let Some(operations) = &mut shell.operations {
-            operations.resolved = std::sync::Arc::new(resolved::json(self));
+            operations.resolved = std::sync::Arc::new(resolved::json(&self.resolved_parts()));
         }
         shell
     }

@@ -8,8 +8,9 @@
 
 use serde_yaml::{Mapping, Value};
 
+use super::broker::BrokerConfig;
 use super::channels::{ChannelConfig, ChannelKind, Start};
-use super::Config;
+use crate::bridge::BridgeSettings;
 use crate::store::{CommitPolicy, ProviderKind, ProviderSettings};
 
 /// The sections `?section=` names, each a part of the document.
@@ -23,8 +24,15 @@ pub const SECTIONS: [&str; 7] = [
     "storage",
 ];
 
+/// What the document is rendered from: a configuration's three parts.
+pub struct Parts<'a> {
+    pub broker: &'a BrokerConfig,
+    pub channels: &'a [ChannelConfig],
+    pub bridges: &'a [BridgeSettings],
+}
+
 /// The whole document, and each section of it, as JSON.
-pub fn json(config: &Config) -> crate::ops::ResolvedConfig {
+pub fn json(config: &Parts<'_>) -> crate::ops::ResolvedConfig {
     let whole = document(config);
     let sections = SECTIONS
         .iter()
@@ -37,11 +45,11 @@ pub fn json(config: &Config) -> crate::ops::ResolvedConfig {
 }
 
 /// The whole document as YAML.
-pub fn yaml(config: &Config) -> String {
+pub fn yaml(config: &Parts<'_>) -> String {
     serde_yaml::to_string(&document(config)).unwrap_or_default()
 }
 
-fn document(config: &Config) -> Value {
+fn document(config: &Parts<'_>) -> Value {
     let b = &config.broker;
     let mut broker = Mapping::new();
     put(&mut broker, "id", b.id.as_str());
@@ -94,7 +102,7 @@ fn document(config: &Config) -> Value {
 }
 
 /// One section, keyed by its name: an empty mapping where it is unused.
-fn section(config: &Config, whole: &Value, name: &str) -> Value {
+fn section(config: &Parts<'_>, whole: &Value, name: &str) -> Value {
     let part = match name {
         "providers" => providers(config),
         "listeners" => whole["broker"]["mqtt"]["listen"].clone(),
@@ -110,7 +118,7 @@ fn section(config: &Config, whole: &Value, name: &str) -> Value {
     Value::Mapping(named)
 }
 
-fn mqtt(config: &Config) -> Mapping {
+fn mqtt(config: &Parts<'_>) -> Mapping {
     let m = &config.broker.mqtt;
     let mut doors = Mapping::new();
     for door in &m.tcp {
@@ -163,7 +171,7 @@ fn mqtt(config: &Config) -> Mapping {
     out
 }
 
-fn limits(config: &Config) -> Mapping {
+fn limits(config: &Parts<'_>) -> Mapping {
     let l = &config.broker.limits;
     let mut out = Mapping::new();
     put(&mut out, "max_message_size", l.max_message_size_bytes);
@@ -202,7 +210,7 @@ fn limits(config: &Config) -> Mapping {
     out
 }
 
-fn storage(config: &Config) -> Value {
+fn storage(config: &Parts<'_>) -> Value {
     let Some(s) = &config.broker.storage else {
         return Value::Null;
     };
@@ -222,7 +230,7 @@ fn storage(config: &Config) -> Value {
     Value::Mapping(out)
 }
 
-fn providers(config: &Config) -> Value {
+fn providers(config: &Parts<'_>) -> Value {
     let mut out = Mapping::new();
     let listed: &[ProviderSettings] = config
         .broker
@@ -257,7 +265,7 @@ fn providers(config: &Config) -> Value {
     Value::Mapping(out)
 }
 
-fn operations(config: &Config) -> Value {
+fn operations(config: &Parts<'_>) -> Value {
     let Some(o) = &config.broker.operations else {
         return Value::Null;
     };
@@ -294,9 +302,9 @@ fn operations(config: &Config) -> Value {
     Value::Mapping(out)
 }
 
-fn channels(config: &Config) -> Mapping {
+fn channels(config: &Parts<'_>) -> Mapping {
     let mut out = Mapping::new();
-    for c in &config.channels {
+    for c in config.channels {
         put(&mut out, c.name.as_str(), channel(c));
     }
     out
@@ -359,9 +367,9 @@ fn channel(c: &ChannelConfig) -> Mapping {
     m
 }
 
-fn bridges(config: &Config) -> Mapping {
+fn bridges(config: &Parts<'_>) -> Mapping {
     let mut out = Mapping::new();
-    for b in &config.bridges {
+    for b in config.bridges {
         let mut m = Mapping::new();
         put(&mut m, "peer", format!("tcp://{}", b.peer.address()));
         put(&mut m, "client_id", b.client_id.as_str());
