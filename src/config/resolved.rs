@@ -44,9 +44,52 @@ pub fn json(config: &Parts<'_>) -> crate::ops::ResolvedConfig {
     }
 }
 
-/// The whole document as YAML.
+/// The whole document as YAML: block mappings, with every scalar and
+/// every list item written as JSON, which YAML reads as it is. Written
+/// here rather than by the YAML library's emitter, which would cost the
+/// binary more than this does.
 pub fn yaml(config: &Parts<'_>) -> String {
-    serde_yaml::to_string(&document(config)).unwrap_or_default()
+    let mut out = String::new();
+    if let Value::Mapping(map) = document(config) {
+        block(&map, 0, &mut out);
+    }
+    out
+}
+
+fn block(map: &Mapping, indent: usize, out: &mut String) {
+    for (key, value) in map {
+        let key = key.as_str().unwrap_or_default();
+        let plain = !key.is_empty()
+            && key
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-');
+        out.push_str(&" ".repeat(indent));
+        match plain {
+            true => out.push_str(key),
+            false => out.push_str(&crate::ops::json::string(key)),
+        }
+        out.push(':');
+        match value {
+            Value::Mapping(inner) if !inner.is_empty() => {
+                out.push('\n');
+                block(inner, indent + 2, out);
+            }
+            Value::Sequence(items) if !items.is_empty() => {
+                out.push('\n');
+                for item in items {
+                    out.push_str(&" ".repeat(indent + 2));
+                    out.push_str("- ");
+                    out.push_str(&to_json(item));
+                    out.push('\n');
+                }
+            }
+            other => {
+                out.push(' ');
+                out.push_str(&to_json(other));
+                out.push('\n');
+            }
+        }
+    }
 }
 
 fn document(config: &Parts<'_>) -> Value {
@@ -477,6 +520,24 @@ fn to_json(value: &Value) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_yaml_reads_back_as_the_document() {
+        let mut rule = Mapping::new();
+        put(&mut rule, "filter", "a/#");
+        put(&mut rule, "topic", None::<String>);
+        let mut inner = Mapping::new();
+        put(&mut inner, "odd key: \"x\"", "line\nbreak");
+        put(&mut inner, "empty", Mapping::new());
+        put(&mut inner, "rules", vec![Value::Mapping(rule)]);
+        put(&mut inner, "count", 3u32);
+        let mut outer = Mapping::new();
+        put(&mut outer, "broker", inner);
+        let mut text = String::new();
+        block(&outer, 0, &mut text);
+        let read: Value = serde_yaml::from_str(&text).unwrap();
+        assert_eq!(read, Value::Mapping(outer), "{text}");
+    }
 
     #[test]
     fn json_escapes_strings_and_keeps_nesting() {

@@ -1083,8 +1083,9 @@ impl Broker {
                     key: attempts_key(offset),
                 },
             ];
-            self.queues.list[q].counted.acknowledged += 1;
-            if !self.queue_commit(q, writes, QueuePending::Resolve { queue: q, offset }, out) {
+            if self.queue_commit(q, writes, QueuePending::Resolve { queue: q, offset }, out) {
+                self.queues.list[q].counted.acknowledged += 1;
+            } else {
                 // Storage is behind: the job is offered again rather than
                 // lost; its worker's answer cannot be kept now.
                 log::warn!("storage is behind: job {offset} of {name} could not be resolved and is offered again");
