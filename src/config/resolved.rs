@@ -164,19 +164,12 @@ fn section(config: &Parts<'_>, whole: &Value, name: &str) -> Value {
 fn mqtt(config: &Parts<'_>) -> Mapping {
     let m = &config.broker.mqtt;
     let mut doors = Mapping::new();
-    for door in &m.tcp {
+    // Each door as it admits clients: its own keys, or the block's.
+    for (door, rule) in m.tcp.iter().zip(m.door_rules()) {
         let mut d = Mapping::new();
         put(&mut d, "address", door.address.as_str());
-        put(
-            &mut d,
-            "password_file",
-            path(door.authentication.password_file.as_deref()),
-        );
-        put(
-            &mut d,
-            "allow_anonymous",
-            door.authentication.allow_anonymous,
-        );
+        put(&mut d, "password_file", path(rule.password_file.as_deref()));
+        put(&mut d, "allow_anonymous", rule.allow_anonymous);
         if let Some(tls) = &door.tls {
             let mut t = Mapping::new();
             put(&mut t, "cert_file", path(Some(&tls.cert_file)));
@@ -201,6 +194,7 @@ fn mqtt(config: &Parts<'_>) -> Mapping {
     };
     put(&mut out, "min_protocol_version", version);
     put(&mut out, "acl_file", path(m.acl_file.as_deref()));
+    // The block's keys as written: `null` where each door decides.
     put(
         &mut out,
         "password_file",
