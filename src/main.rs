@@ -7,7 +7,9 @@ use saguin::config::{self, Config};
 
 const USAGE: &str = "\
 usage: saguin [--config FILE]      run the broker (without --config: the embedded default, data in ./data)
-       saguin --check-config FILE  validate FILE and exit
+       saguin --check-config FILE [--output]
+                                   validate FILE and exit; with --output, print the
+                                   configuration it resolves to, every default filled in, as YAML
        saguin --acl FILE [USER [CLIENT_ID]] [--json]
                                    what USER may do under FILE's acl_file, and why;
                                    without USER, one user name (and client id) a line on standard input
@@ -26,7 +28,8 @@ struct AclQuestion {
 
 enum Command {
     Run(Option<PathBuf>),
-    CheckConfig(PathBuf),
+    /// With `true`, the resolved configuration is printed.
+    CheckConfig(PathBuf, bool),
     Acl(AclQuestion),
     PrintDefaultConfig,
     Version,
@@ -39,7 +42,10 @@ fn parse_args(args: &[String]) -> Result<Command, String> {
     match args {
         [] => Ok(Command::Run(None)),
         [flag, path] if flag == "--config" => Ok(Command::Run(Some(path.into()))),
-        [flag, path] if flag == "--check-config" => Ok(Command::CheckConfig(path.into())),
+        [flag, path] if flag == "--check-config" => Ok(Command::CheckConfig(path.into(), false)),
+        [flag, path, output] if flag == "--check-config" && output == "--output" => {
+            Ok(Command::CheckConfig(path.into(), true))
+        }
         [flag, path, rest @ ..] if flag == "--acl" => {
             let json = rest.iter().any(|a| a == "--json");
             let names: Vec<&String> = rest.iter().filter(|a| *a != "--json").collect();
@@ -184,7 +190,7 @@ fn main() -> ExitCode {
             }
         }
         Command::PrintDefaultConfig => print!("{}", config::DEFAULT_CONFIG_YAML),
-        Command::CheckConfig(path) => {
+        Command::CheckConfig(path, output) => {
             let config = match load(Some(path.clone())) {
                 Ok(config) => config,
                 Err(code) => return code,
@@ -205,6 +211,10 @@ fn main() -> ExitCode {
             }
             for warning in config.broker.mqtt.acl_warnings() {
                 eprintln!("warning: {warning}");
+            }
+            if output {
+                print!("{}", config::resolved::yaml(&config.resolved_parts()));
+                return ExitCode::SUCCESS;
             }
             println!("{}: configuration is valid", path.display());
             for line in saguin::tools::landing::bridge_rules(&config) {

@@ -438,10 +438,12 @@ fn one_loopback_door(
             name: "tcp".into(),
             address: "127.0.0.1:0".into(),
             password_file: None,
+            tls: None,
         }],
         unix: Vec::new(),
         password_file,
         min_scrape_interval_s: 60,
+        resolved: Default::default(),
     }
 }
 

@@ -71,6 +71,9 @@ pub enum SaguinSetup {
     /// file that `saguin --passwd` wrote, and still admit clients that
     /// offer none (figure 8).
     Passwords,
+    /// As `Plain`, with the operations listener on this loopback port and
+    /// `channels` append channels `c<i>` on a memory provider (figure 14).
+    Operations { port: u16, channels: u32 },
 }
 
 /// The one user in figure 8's password file, and its password.
@@ -137,6 +140,7 @@ fn saguin_config(setup: SaguinSetup, dir: &Path) -> String {
                 1,
             )
         }
+        SaguinSetup::Operations { port, channels } => return operations_config(port, channels),
         SaguinSetup::CommitPerPublish => "        publish_commit_interval: none\n",
         SaguinSetup::Pi4Commit => {
             "        publish_commit_interval: 20ms\n        publish_commit_max_records: 16\n"
@@ -211,6 +215,21 @@ fn saguin_acl_config(password_file: &Path, acl_file: Option<&Path>) -> String {
         ),
         1,
     )
+}
+
+/// Figure 14's saguin: the operations listener on `port`, and `channels`
+/// append channels on a memory provider that keeps nothing.
+fn operations_config(port: u16, channels: u32) -> String {
+    let mut config = format!(
+        "{SAGUIN_CONFIG_YAML}  operations:\n    listen:\n      tcp:\n        address: 127.0.0.1:{port}\n"
+    );
+    if channels > 0 {
+        config.push_str("  storage:\n    default: mem\n    default_retention_period: none\n    default_retention_bytes: none\n    providers:\n      mem:\n        type: memory\n        max_bytes: 256MiB\n        snapshot_dir: none\nchannels:\n");
+        for i in 0..channels {
+            config.push_str(&format!("  c{i}:\n    type: append\n    filter: c{i}/#\n"));
+        }
+    }
+    config
 }
 
 /// The same bounds in mosquitto's terms. `max_inflight_messages 100`
@@ -462,7 +481,13 @@ impl Broker {
                 (config, Some(port))
             }
         };
-        Broker::launch(kind, binaries, dir, &config, port, Access::default())
+        // The operations door listens too, and is not the MQTT one.
+        let not_mqtt = match setup {
+            SaguinSetup::Operations { port, .. } if kind == BrokerKind::Saguin => Some(port),
+            _ => None,
+        };
+        let ports = (port, not_mqtt);
+        Broker::launch(kind, binaries, dir, &config, ports, Access::default())
     }
 
     /// `kind` serving TLS on its one door with `served`, set up otherwise
@@ -487,7 +512,7 @@ impl Broker {
             tls: Some(client),
             credentials: None,
         };
-        Broker::launch(kind, binaries, dir, &config, port, access)
+        Broker::launch(kind, binaries, dir, &config, (port, None), access)
     }
 
     /// Saguin checking every CONNECT against `password_file`, with
@@ -505,17 +530,18 @@ impl Broker {
             tls: None,
             credentials: Some(credentials),
         };
-        Broker::launch(kind, binaries, dir, &config, None, access)
+        Broker::launch(kind, binaries, dir, &config, (None, None), access)
     }
 
     /// Starts `kind` on `config` in `dir` and waits until it answers a
-    /// CONNECT made with `access`. Saguin binds port 0; mosquitto `port`.
+    /// CONNECT made with `access`. Saguin binds port 0; mosquitto the first
+    /// of `ports`; the second is a port saguin listens on that is not MQTT.
     fn launch(
         kind: BrokerKind,
         binaries: &BrokerBinaries,
         dir: TempDir,
         config: &str,
-        port: Option<u16>,
+        (port, not_mqtt): (Option<u16>, Option<u16>),
         access: Access,
     ) -> Result<Broker, String> {
         let child = spawn(kind, binaries.path(kind), &dir.0, config)?;
@@ -527,7 +553,7 @@ impl Broker {
             dir,
         };
         let deadline = Instant::now() + START_TIMEOUT;
-        let port = broker.wait_for_listening_port(deadline)?;
+        let port = broker.wait_for_listening_port(deadline, not_mqtt)?;
         broker.address.set_port(port);
         broker.wait_until_serving(deadline)?;
         Ok(broker)
@@ -574,10 +600,14 @@ impl Broker {
         text[start..].to_string()
     }
 
-    fn wait_for_listening_port(&mut self, deadline: Instant) -> Result<u16, String> {
+    fn wait_for_listening_port(
+        &mut self,
+        deadline: Instant,
+        not_mqtt: Option<u16>,
+    ) -> Result<u16, String> {
         loop {
             self.check_running()?;
-            if let Some(port) = listening_port(self.pid()) {
+            if let Some(port) = listening_port(self.pid(), not_mqtt) {
                 return Ok(port);
             }
             if Instant::now() >= deadline {
@@ -715,7 +745,7 @@ fn mosquitto_tls_lines(served: &ServerCertificate) -> String {
 
 /// A loopback port free a moment ago. Another process could take it
 /// before mosquitto binds it; the start then fails visibly, not silently.
-fn free_loopback_port() -> Result<u16, String> {
+pub fn free_loopback_port() -> Result<u16, String> {
     let listener =
         TcpListener::bind("127.0.0.1:0").map_err(|e| format!("bind 127.0.0.1:0: {e}"))?;
     let port = listener
@@ -728,8 +758,8 @@ fn free_loopback_port() -> Result<u16, String> {
 
 /// The port of a TCP socket that process `pid` listens on: its socket
 /// inodes from /proc/PID/fd matched against the LISTEN rows (state 0A) of
-/// /proc/PID/net/tcp.
-fn listening_port(pid: u32) -> Option<u16> {
+/// /proc/PID/net/tcp; never `except`.
+fn listening_port(pid: u32, except: Option<u16>) -> Option<u16> {
     let socket_inodes: Vec<String> = fs::read_dir(format!("/proc/{pid}/fd"))
         .ok()?
         .filter_map(|entry| fs::read_link(entry.ok()?.path()).ok())
@@ -750,6 +780,8 @@ fn listening_port(pid: u32) -> Option<u16> {
         if *state != "0A" || !socket_inodes.iter().any(|i| i == inode) {
             return None;
         }
-        u16::from_str_radix(local.rsplit_once(':')?.1, 16).ok()
+        u16::from_str_radix(local.rsplit_once(':')?.1, 16)
+            .ok()
+            .filter(|port| Some(*port) != except)
     })
 }

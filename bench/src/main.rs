@@ -18,6 +18,7 @@ mod load;
 mod machine;
 mod queue;
 mod report;
+mod scrape;
 mod startup;
 mod stock;
 mod tls;
@@ -40,7 +41,7 @@ const USAGE: &str = "\
 usage: saguin-bench [--quick] [--write FILE] [--only LIST] [--saguin-bin PATH] [--baseline-bin PATH]
   --quick              fewer messages and a 3 s latency run (a smoke test, not for BENCHMARKS.md)
   --write FILE         also write the report to FILE (BENCHMARKS.md)
-  --only LIST          comma-separated figures to run: 1,2,3,4,5,6,7,8,9,11,12,13,footprint
+  --only LIST          comma-separated figures to run: 1,2,3,4,5,6,7,8,9,11,12,13,14,footprint
                        (default: all; 9 is figures 9 and 10)
   --saguin-bin PATH    the broker binary (default: saguin beside this executable)
   --baseline-bin PATH  another saguin binary (an older commit's) run beside it in figures 1 to 7,
@@ -70,11 +71,12 @@ enum Figure {
     Bridge,
     Acl,
     Tls,
+    Operations,
     Footprint,
 }
 
 impl Figure {
-    const ALL: [Figure; 13] = [
+    const ALL: [Figure; 14] = [
         Figure::Qos0,
         Figure::Qos1,
         Figure::FanOut,
@@ -87,6 +89,7 @@ impl Figure {
         Figure::Bridge,
         Figure::Acl,
         Figure::Tls,
+        Figure::Operations,
         Figure::Footprint,
     ];
 
@@ -108,6 +111,7 @@ impl Figure {
             Figure::Bridge => "11",
             Figure::Acl => "12",
             Figure::Tls => "13",
+            Figure::Operations => "14",
             Figure::Footprint => "footprint",
         }
     }
@@ -237,6 +241,7 @@ impl Plan {
             | Figure::Bridge
             | Figure::Acl
             | Figure::Tls
+            | Figure::Operations
             | Figure::Footprint => return None,
         };
         Some(Throughput {
@@ -294,6 +299,7 @@ fn figure_label(figure: Figure) -> &'static str {
         | Figure::Bridge
         | Figure::Acl
         | Figure::Tls
+        | Figure::Operations
         | Figure::Footprint => "",
     }
 }
@@ -472,6 +478,10 @@ fn run_traffic_figures(
     if wanted(Figure::Tls) {
         run_tls_figure(plan, binaries, ticks_per_s, results)?;
     }
+    if wanted(Figure::Operations) {
+        let load = plan.throughput_load(Figure::Qos1).expect("figure 2's load");
+        run_operations_figure(plan, &load, binaries, results);
+    }
     Ok(())
 }
 
@@ -543,6 +553,59 @@ fn run_tls_figure(
         broker.stop();
     }
     Ok(())
+}
+
+/// Figure 14, saguin alone: broadcast QoS 1 throughput (figure 2's load)
+/// without the operations listener and with `/metrics` asked for every
+/// second, alternating run by run on fresh brokers; and one computed
+/// scrape's time at 1,000 connected clients and 100 channels.
+fn run_operations_figure(
+    plan: &Plan,
+    load: &load::Throughput,
+    binaries: &BrokerBinaries,
+    results: &mut Results,
+) {
+    println!("\n== 14. the operations listener's cost");
+    let mut off = Row::new(
+        "14a. broadcast QoS 1, 1 → 1: messages/s, no operations listener",
+        Unit::MessagesPerS,
+        Better::Higher,
+    );
+    let mut on = Row::new(
+        "14b. broadcast QoS 1, 1 → 1: messages/s, /metrics scraped every second",
+        Unit::MessagesPerS,
+        Better::Higher,
+    );
+    let mut time = Row::new(
+        format!(
+            "14c. one computed /metrics scrape, {} clients connected, {} channels",
+            scrape::SCRAPE_CLIENTS,
+            scrape::SCRAPE_CHANNELS
+        ),
+        Unit::Milliseconds,
+        Better::Lower,
+    );
+    for run in 1..=plan.runs_per_broker {
+        for (scraped, row) in [(false, &mut off), (true, &mut on)] {
+            let label = format!("ops{run}{}", if scraped { "s" } else { "" });
+            let sample = scrape::throughput(binaries, load, &label, scraped);
+            println!("   run {run}, scraped {scraped}: {sample:?}");
+            row.push(
+                BrokerKind::Saguin,
+                sample.map_or_else(Sample::Failed, Sample::Value),
+            );
+        }
+        let sample = scrape::scrape_time(binaries, &format!("ops{run}t"));
+        println!("   run {run}, scrape time: {sample:?}");
+        time.push(
+            BrokerKind::Saguin,
+            sample.map_or_else(Sample::Failed, |d| Sample::Value(d.as_secs_f64() * 1e3)),
+        );
+    }
+    for mut row in [off, on, time] {
+        row.saguin_only = true;
+        results.figures.push(row);
+    }
 }
 
 /// Figure 11, saguin alone: records/s a bridge forwards upstream to a
@@ -1195,10 +1258,19 @@ fn method_notes(plan: &Plan) -> String {
          threads, each one after another: TCP connect, a full TLS handshake (the client keeps \
          no session to resume), an MQTT 3.1.1 CONNECT answered by its CONNACK, DISCONNECT; \
          the rate runs from the first connect to the last CONNACK.\n\
+         - Operations listener (figure 14, saguin alone): 14a and 14b are figure 2's load on a \
+         fresh saguin each run, alternating: 12a without `broker.operations`, 12b with a loopback \
+         door whose `/metrics` is asked for once a second through the run (recomputed at most once \
+         a `min_scrape_interval`, 60 s, and answered from the last scrape between). 14c is the \
+         first scrape of a fresh saguin, the one it computes, timed from the request to the last \
+         byte, with {scrape_clients} idle MQTT 5 clients connected and {scrape_channels} append \
+         channels on a memory provider.\n\
          {stock}",
         handshakes = report::with_thousands(plan.handshakes as f64),
         handshake_threads = handshakes::THREADS,
         stock = stock::method_notes(&stock::StockPlan::new(plan.runs_per_broker, plan.quick)),
+        scrape_clients = report::with_thousands(scrape::SCRAPE_CLIENTS as f64),
+        scrape_channels = scrape::SCRAPE_CHANNELS,
         storm = report::with_thousands(auth_storm::STORM_CONNECTS as f64),
         storm_threads = auth_storm::STORM_THREADS,
         cpus = std::thread::available_parallelism().map_or(0, |n| n.get()),

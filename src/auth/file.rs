@@ -110,6 +110,11 @@ impl PasswordFile {
         self.users.len()
     }
 
+    /// The user names, in no order.
+    pub fn users(&self) -> impl Iterator<Item = &str> {
+        self.users.keys().map(|user| &**user)
+    }
+
     /// Some entry of the file, checked in place of an unknown user's so that
     /// a refusal takes as long whether or not the name exists.
     pub(super) fn stand_in(&self) -> Option<&PasswordHash> {

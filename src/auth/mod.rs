@@ -130,6 +130,17 @@ impl Authentication {
         &self.files
     }
 
+    /// Each door's rule, in door order.
+    pub fn rules(&self) -> &[DoorRule] {
+        &self.rules
+    }
+
+    /// The password file door `door` checks users against, if any.
+    pub fn door_file(&self, door: usize) -> Option<&PasswordFile> {
+        let index = (*self.door_files.get(door)?)?;
+        self.files.get(index)
+    }
+
     /// One line for the log: each file and how many users it holds.
     pub fn summary(&self) -> String {
         if self.files.is_empty() {

@@ -41,6 +41,7 @@ mod operations;
 mod parse;
 mod persistence;
 pub mod queue;
+pub mod resolved;
 mod settings;
 mod storage;
 mod table;
@@ -87,8 +88,21 @@ pub struct Config {
 impl Config {
     /// What the network shell runs with: the settings `net`, `core` and
     /// `store` own, built from this configuration.
+    /// What `--check-config --output` and `/v1/operations/config` render.
+    pub fn resolved_parts(&self) -> resolved::Parts<'_> {
+        resolved::Parts {
+            broker: &self.broker,
+            channels: &self.channels,
+            bridges: &self.bridges,
+        }
+    }
+
     pub fn shell_settings(&self) -> crate::net::Settings {
-        settings::shell(&self.broker, &self.channels, &self.bridges)
+        let mut shell = settings::shell(&self.broker, &self.channels, &self.bridges);
+        if let Some(operations) = &mut shell.operations {
+            operations.resolved = std::sync::Arc::new(resolved::json(&self.resolved_parts()));
+        }
+        shell
     }
 }
 

@@ -32,8 +32,8 @@ const LISTEN_KEYS: Keys = Keys {
 };
 
 const TCP_KEYS: Keys = Keys {
-    supported: &["name", "address", "password_file", "allow_anonymous"],
-    not_yet: &["tls"],
+    supported: &["name", "address", "password_file", "allow_anonymous", "tls"],
+    not_yet: &[],
 };
 
 const UNIX_KEYS: Keys = Keys {
@@ -114,6 +114,8 @@ pub(super) fn parse(
         unix: unix.into_iter().map(|(_, d)| d).collect(),
         password_file,
         min_scrape_interval_s: interval?,
+        // Rendered once the whole configuration is read.
+        resolved: Default::default(),
     }))
 }
 
@@ -276,11 +278,37 @@ fn tcp_door(f: &mut Findings, path: &str, t: &Table<'_>) -> Option<ops::TcpDoor>
     )
     .map(|(_, address)| address.bind_text().to_string());
     let password_file = operators(f, &format!("{path}.password_file"), t.get("password_file"));
+    let tls = match t.get("tls") {
+        None => Some(None),
+        Some(v) => door_tls(f, path, v).map(Some),
+    };
     Some(ops::TcpDoor {
         name: String::new(),
         address: address?,
         password_file: password_file?,
+        tls: tls?,
     })
+}
+
+/// A TCP door's `tls` block, its files read and checked now so that a
+/// check refuses what a start would.
+fn door_tls(f: &mut Findings, path: &str, value: &Value) -> Option<ops::DoorTls> {
+    let tls_path = format!("{path}.tls");
+    let settings = super::tls::parse(f, &tls_path, value, Some(path.to_string()))?;
+    if settings.client_ca_file.is_some() {
+        f.key(
+            &format!("{tls_path}.client_ca_file"),
+            "not supported yet on an operations door: callers are named by password or, on a Unix door, by a proxy's X-Saguin-Principal; remove it and give the door a password_file",
+        );
+        return None;
+    }
+    match crate::net::tls::load(&settings) {
+        Ok(loaded) => Some(ops::DoorTls(loaded.config)),
+        Err(why) => {
+            f.key(&tls_path, &why);
+            None
+        }
+    }
 }
 
 fn unix_door(f: &mut Findings, path: &str, t: &Table<'_>) -> Option<ops::UnixDoor> {

@@ -681,8 +681,8 @@ fn acl_file_is_an_absolute_path() {
 fn keys_not_supported_yet_are_refused_as_recognised() {
     let cases = [
         (
-            "broker:\n  id: a\n  operations:\n    listen:\n      tcp:\n        address: 127.0.0.1:0\n        tls: {}\n",
-            "broker.operations.listen.tcp.tls:",
+            "broker:\n  id: a\n  operations:\n    listen:\n      unix:\n        path: /run/o.sock\n        proxy_protocol: true\n",
+            "broker.operations.listen.unix.proxy_protocol:",
         ),
         (
             &mqtt("listen:\n  ws:\n    address: 0.0.0.0:8083"),
@@ -704,6 +704,30 @@ fn keys_not_supported_yet_are_refused_as_recognised() {
             ],
         );
     }
+}
+
+#[test]
+fn an_operations_door_s_tls_is_read_at_the_check_and_refuses_client_authorities() {
+    let door = |tls: &str| {
+        format!("broker:\n  id: a\n  operations:\n    listen:\n      tcp:\n        address: 127.0.0.1:0\n        tls:\n{tls}")
+    };
+    let missing = only_finding(&door(
+        "          cert_file: /nonexistent/ops.pem\n          key_file: /nonexistent/ops-key.pem\n",
+    ));
+    assert_contains(
+        &missing,
+        &["broker.operations.listen.tcp.tls", "/nonexistent/ops.pem"],
+    );
+    let authorities = findings(&door(
+        "          cert_file: /nonexistent/ops.pem\n          key_file: /nonexistent/ops-key.pem\n          client_ca_file: /nonexistent/ca.pem\n",
+    ));
+    assert!(
+        authorities.iter().any(
+            |f| f.contains("broker.operations.listen.tcp.tls.client_ca_file")
+                && f.contains("not supported yet on an operations door")
+        ),
+        "{authorities:#?}"
+    );
 }
 
 #[test]

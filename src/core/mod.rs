@@ -14,6 +14,7 @@ pub mod message;
 pub mod observe;
 pub mod partition;
 pub mod refusal;
+pub mod refusal_counts;
 pub mod session;
 pub mod slab;
 #[cfg(test)]
@@ -286,6 +287,38 @@ pub struct Stats {
     /// Retain flags dropped from publishes into a queue, whose jobs are
     /// work rather than values to keep.
     pub queue_retain_ignored: u64,
+    // What the operations listener's catalogue reads beside the above.
+    /// Publishes refused, by the reason their client was answered with.
+    pub publish_refused: refusal_counts::ReasonCounts,
+    /// Connections refused at CONNECT or ended for a refusal, by reason;
+    /// `server busy` sockets are `connections_refused_busy`.
+    pub connections_refused: refusal_counts::ReasonCounts,
+    /// Topic filters a SUBACK refused, by reason.
+    pub subscriptions_refused: refusal_counts::ReasonCounts,
+    /// Broadcast deliveries refused because the session already held
+    /// `session_queue_bytes` unacknowledged.
+    pub deliveries_refused: u64,
+    /// Bytes read from and written to MQTT connections.
+    pub bytes_received: u64,
+    pub bytes_sent: u64,
+    /// Deliveries put on a shared group's backlog, and handed from it.
+    pub shares_held: u64,
+    pub shares_drained: u64,
+    /// Backlogged shared deliveries dropped: at their bound, with the last
+    /// member gone, past `broker.share.expires_after`, and QoS 2 ones a
+    /// member's ending took with it.
+    pub shares_dropped_backlog_full: u64,
+    pub shares_dropped_no_member_left: u64,
+    pub shares_dropped_expired: u64,
+    pub shares_dropped_member_ended: u64,
+}
+
+impl Stats {
+    /// A publish refused by `refusal`.
+    pub(crate) fn count_publish_refusal(&mut self, refusal: Refusal) {
+        self.publishes_refused += 1;
+        self.publish_refused.count(refusal);
+    }
 }
 
 pub struct Broker {
@@ -524,11 +557,13 @@ impl Broker {
             return;
         };
         if connection.active.is_some() {
+            let why = refusal_counts::Reason::Code(error.code);
+            self.connection_refused(conn, None, why, now_ms);
             let reason = Some((error.code, error.reason));
             self.end_connection_saying(conn, reason, true, now_ms, out);
             return;
         }
-        self.refuse_connect(conn, error, connect_version, out);
+        self.refuse_connect(conn, error, connect_version, now_ms, out);
     }
 
     /// The socket closed or failed without the broker deciding so.
@@ -652,6 +687,9 @@ impl Broker {
         now_ms: u64,
         out: &mut impl Transport,
     ) {
+        if let Some(refusal) = refusal.filter(|r| r.ends_for_a_rule()) {
+            self.connection_refused(conn, None, refusal.into(), now_ms);
+        }
         let reason = refusal.map(|r| (r.code(), r.reason()));
         self.end_connection_saying(conn, reason, publish_will, now_ms, out);
     }

@@ -64,6 +64,11 @@ pub struct ChannelObservation {
     pub position_lost: u64,
     /// Records stored since start.
     pub published: u64,
+    /// On a `latest` channel, values replaced while waiting for a
+    /// subscriber.
+    pub latest_superseded: Option<u64>,
+    /// Subscribers that declared a partition slice on it.
+    pub partitioned_consumers: u64,
 }
 
 /// A queue's work, as the catalogue counts it.
@@ -73,6 +78,26 @@ pub struct QueueObservation {
     pub depth: u64,
     /// Jobs out with a worker now.
     pub inflight: u64,
+    pub counted: QueueCounts,
+}
+
+/// A queue's work since start, as the catalogue counts it: a release
+/// lands in exactly one of `returned`, `redelivered` and `dead_lettered`.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct QueueCounts {
+    /// Jobs written to a worker, once per hand-over.
+    pub delivered: u64,
+    pub acknowledged: u64,
+    /// Handed back by their worker with attempts left.
+    pub returned: u64,
+    /// Taken back from a worker that did not answer in its lease or left,
+    /// with attempts left.
+    pub redelivered: u64,
+    pub dead_lettered: u64,
+    /// Dead-lettered for age rather than attempts.
+    pub expired: u64,
+    /// Retained publishes taken as ordinary work, the flag dropped.
+    pub retain_ignored: u64,
 }
 
 /// One unresolved job, for `/v1/operations/queues/<channel>`.
@@ -185,6 +210,31 @@ pub struct LossesView {
     pub beyond: u64,
 }
 
+/// Clients the refused-clients record holds at most; past it a newcomer
+/// displaces one refused only once, or is counted in `beyond`.
+pub const MAX_REFUSED_HELD: usize = 1_000;
+
+/// One client refused at CONNECT or ended for a refusal, for
+/// `/v1/operations/refused`; empty `client_id` where its CONNECT named
+/// none or could not be read.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RefusedClient {
+    pub client_id: String,
+    pub user: Option<String>,
+    /// The most recent refusal's reason, as the catalogue labels it.
+    pub reason: &'static str,
+    pub count: u64,
+    pub last_seen_unix_ms: u64,
+}
+
+/// The refused clients held, most refused first, and how many did not fit.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RefusedView {
+    pub rows: Vec<RefusedClient>,
+    pub tracked: u64,
+    pub beyond: u64,
+}
+
 /// What made a Will due.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum WillCause {
@@ -226,8 +276,14 @@ pub(crate) struct Tallies {
     pub(crate) position_lost: std::collections::HashMap<usize, u64>,
     pub(crate) losses: Vec<Loss>,
     pub(crate) beyond: u64,
+    /// Clients refused, bounded by [`MAX_REFUSED_HELD`].
+    pub(crate) refused: Vec<RefusedClient>,
+    pub(crate) refused_beyond: u64,
     /// Records stored, by channel index; sized once at startup.
     pub(crate) published: Vec<u64>,
+    /// Values a `latest` subscriber was not sent because a newer one of
+    /// the topic replaced them while they waited, by channel index.
+    pub(crate) latest_superseded: Vec<u64>,
     /// Broadcast publishes accepted, and those of them nobody matched.
     pub(crate) published_broadcast: u64,
     pub(crate) broadcast_unmatched: u64,
@@ -247,6 +303,7 @@ impl Tallies {
     pub(crate) fn new(channels: usize) -> Tallies {
         Tallies {
             published: vec![0; channels],
+            latest_superseded: vec![0; channels],
             ..Tallies::default()
         }
     }
@@ -258,6 +315,12 @@ impl Tallies {
     /// A record stored in channel `channel`.
     pub(crate) fn published(&mut self, channel: usize) {
         if let Some(count) = self.published.get_mut(channel) {
+            *count += 1;
+        }
+    }
+
+    pub(crate) fn latest_superseded(&mut self, channel: usize) {
+        if let Some(count) = self.latest_superseded.get_mut(channel) {
             *count += 1;
         }
     }
@@ -304,6 +367,54 @@ impl Tallies {
             if passing.records_missed > missed {
                 self.losses[index] = passing;
             }
+        }
+    }
+
+    /// A refusal of `client`. A client refused before is counted again; a
+    /// newcomer to a full record displaces one refused only once, so a
+    /// device that starts flapping later is still seen, and is what does
+    /// not fit when every one held is a repeat.
+    pub(crate) fn refused(&mut self, client: RefusedClient) {
+        if let Some(held) = self
+            .refused
+            .iter_mut()
+            .find(|r| r.client_id == client.client_id && r.user == client.user)
+        {
+            held.count += 1;
+            held.reason = client.reason;
+            held.last_seen_unix_ms = client.last_seen_unix_ms;
+            return;
+        }
+        if self.refused.len() < MAX_REFUSED_HELD {
+            self.refused.push(client);
+            return;
+        }
+        self.refused_beyond += 1;
+        let once = self
+            .refused
+            .iter()
+            .enumerate()
+            .filter(|(_, r)| r.count == 1)
+            .min_by_key(|(_, r)| r.last_seen_unix_ms)
+            .map(|(i, _)| i);
+        if let Some(index) = once {
+            self.refused[index] = client;
+        }
+    }
+
+    pub(crate) fn refused_view(&self, max_rows: usize) -> RefusedView {
+        let mut rows = self.refused.clone();
+        rows.sort_by(|a, b| {
+            b.count
+                .cmp(&a.count)
+                .then(b.last_seen_unix_ms.cmp(&a.last_seen_unix_ms))
+                .then_with(|| a.client_id.cmp(&b.client_id))
+        });
+        rows.truncate(max_rows);
+        RefusedView {
+            rows,
+            tracked: self.refused.len() as u64,
+            beyond: self.refused_beyond,
         }
     }
 
@@ -370,6 +481,40 @@ mod tests {
         assert_eq!(view.rows[0].records_missed, 8);
         assert!(!view.rows[0].reported);
         assert_eq!(tallies.position_lost[&0], 2);
+    }
+
+    fn refused(client_id: &str, at: u64) -> RefusedClient {
+        RefusedClient {
+            client_id: client_id.into(),
+            user: None,
+            reason: "not authorized",
+            count: 1,
+            last_seen_unix_ms: at,
+        }
+    }
+
+    #[test]
+    fn a_full_refused_record_gives_up_a_one_off_and_never_a_repeat() {
+        let mut tallies = Tallies::default();
+        for i in 0..MAX_REFUSED_HELD {
+            tallies.refused(refused(&format!("c{i}"), i as u64));
+        }
+        // Every one but c0 comes back, so c0 is the only one-off.
+        for i in 1..MAX_REFUSED_HELD {
+            tallies.refused(refused(&format!("c{i}"), 5_000));
+        }
+        tallies.refused(refused("newcomer", 6_000));
+        assert!(tallies.refused.iter().all(|r| r.client_id != "c0"));
+        // Now every one held but the newcomer is a repeat; a second
+        // newcomer displaces the first.
+        tallies.refused(refused("late", 7_000));
+        let view = tallies.refused_view(3);
+        assert_eq!(view.beyond, 2);
+        assert_eq!(view.tracked, MAX_REFUSED_HELD as u64);
+        assert!(tallies.refused.iter().any(|r| r.client_id == "late"));
+        assert!(tallies.refused.iter().all(|r| r.client_id != "newcomer"));
+        assert_eq!(view.rows[0].count, 2);
+        assert_eq!(view.rows.len(), 3);
     }
 
     #[test]

@@ -235,6 +235,13 @@ impl Refusal {
         }
     }
 
+    /// Whether a DISCONNECT for this ends a connection because its client
+    /// broke a rule, as `saguin_connections_refused_total` counts: the
+    /// broker stopping and a takeover are not refusals of anybody.
+    pub fn ends_for_a_rule(self) -> bool {
+        !matches!(self, Refusal::ShuttingDown | Refusal::SessionTakenOver)
+    }
+
     /// A Will's topic refused by the rule a publish to it would meet: the
     /// CONNACK says the topic name is what is wrong.
     pub fn for_will(self) -> Refusal {

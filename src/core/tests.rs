@@ -2695,3 +2695,5 @@ fn a_sessions_charge_follows_its_filters_and_leaves_with_it() {
     h.packet(conn, Packet::Disconnect(Default::default()));
     assert_eq!(h.broker.sessions.charged_bytes(), 0);
 }
+
+mod counted;

@@ -50,9 +50,40 @@ struct Bridge {
 pub struct Running {
     tasks: Vec<Task<()>>,
     locals: Vec<Key>,
+    bridges: Vec<Rc<Bridge>>,
+}
+
+/// Reads the running bridges' counters for the operations listener,
+/// changing nothing.
+#[derive(Clone, Default)]
+pub struct Observer(Vec<Rc<Bridge>>);
+
+impl Observer {
+    pub fn observe(&self) -> Vec<crate::ops::BridgeObservation> {
+        self.0
+            .iter()
+            .map(|bridge| {
+                let link = bridge.link.borrow();
+                crate::ops::BridgeObservation {
+                    name: link.name().to_string(),
+                    peer: {
+                        let peer = &link.settings().peer;
+                        let scheme = if peer.tls.is_some() { "tls" } else { "tcp" };
+                        format!("{scheme}://{}", peer.address())
+                    },
+                    connected: link.is_up(),
+                    stats: link.stats.clone(),
+                }
+            })
+            .collect()
+    }
 }
 
 impl Running {
+    pub fn observer(&self) -> Observer {
+        Observer(self.bridges.clone())
+    }
+
     /// Stops every bridge and ends its session's connection here, which
     /// stores its positions as any consumer's are when it leaves.
     pub fn stop(self, shared: &SharedRef) {
@@ -79,6 +110,7 @@ pub fn start(
 ) -> Running {
     let mut tasks = Vec::new();
     let mut locals = Vec::new();
+    let mut running = Vec::new();
     end_removed_readers(shared, bridges);
     for (settings, tls) in bridges.iter().zip(tls) {
         let classify = classifier(&shared.borrow().broker.settings().channels);
@@ -122,9 +154,14 @@ pub fn start(
             tasks.push(executor.spawn(local_loop(bridge.clone(), local, outbox)));
         }
         tasks.push(executor.spawn(tick_loop(bridge.clone())));
+        running.push(bridge.clone());
         tasks.push(executor.spawn(peer_loop(bridge, tls)));
     }
-    Running { tasks, locals }
+    Running {
+        tasks,
+        locals,
+        bridges: running,
+    }
 }
 
 /// Ends the stored session of every reader no configured rule names (a

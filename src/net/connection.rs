@@ -293,6 +293,10 @@ impl Connection {
                 Poll::Ready(Ok(0)) => return Err(io::ErrorKind::WriteZero.into()),
                 Poll::Ready(Ok(n)) => {
                     outbox.written += n;
+                    self.shared
+                        .borrow_mut()
+                        .broker
+                        .count_wire_bytes(0, n as u64);
                     moved = true;
                     self.deadline = None;
                 }
@@ -359,6 +363,14 @@ impl Connection {
         }
     }
 
+    /// Bytes read off the socket, for `saguin_bytes_received_total`.
+    fn count_read(&self, n: usize) {
+        self.shared
+            .borrow_mut()
+            .broker
+            .count_wire_bytes(n as u64, 0);
+    }
+
     /// Reads what the client has sent and feeds every packet that has
     /// fully arrived to the core. Ready(false) when the peer has closed.
     fn read(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<bool>> {
@@ -380,6 +392,7 @@ impl Connection {
                 return read.map_ok(|_| false);
             }
             self.socket.acknowledge_now();
+            self.count_read(n);
             self.consume_partial();
             return Poll::Ready(Ok(true));
         }
@@ -390,6 +403,7 @@ impl Connection {
             other => return other.map_ok(|_| false),
         };
         self.socket.acknowledge_now();
+        self.count_read(n);
         if self.partial.is_empty() {
             let used = self.consume(&chunk[..n]);
             if used < n && !self.read_ended {

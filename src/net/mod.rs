@@ -204,20 +204,19 @@ async fn serve(
         );
         tasks.push(executor.spawn(accept));
     }
+    // Started before the operations listener, which reads their counters.
+    let bridges = bridge::start(executor, &shared, &shell.bridges, bridge_tls);
     let operators_reload = operations.as_ref().map(crate::ops::Bound::reloader);
     // Held to the end: a clean stop removes the operations socket files.
     let _operations_sockets = match operations {
         Some(bound) => {
-            let watches = storage.watches();
-            let (answering, sockets) = operations::start(
-                executor,
-                &shared,
-                &shell.broker_id,
-                &shell.providers,
-                bound,
-                watches,
-                crate::store::Backups::new(&shell.providers, &storage.handles),
-            )?;
+            let told = operations::Shell {
+                broker_id: &shell.broker_id,
+                providers: &shell.providers,
+                doors: &shell.doors,
+            };
+            let (answering, sockets) =
+                operations::start(executor, &shared, told, &storage, bound, bridges.observer())?;
             tasks.extend(answering);
             Some(sockets)
         }
@@ -225,8 +224,6 @@ async fn serve(
     };
     tasks.push(executor.spawn(tick_loop(shared.clone())));
     tasks.push(executor.spawn(completion_loop(shared.clone(), completions)));
-
-    let bridges = bridge::start(executor, &shared, &shell.bridges, bridge_tls);
 
     let reload = reload::Reload::new(shared.clone(), tls_doors, operators_reload, read_acl);
     wait_for_stop(signals, reload).await;

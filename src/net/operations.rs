@@ -10,7 +10,9 @@ use smol::LocalExecutor;
 
 use super::SharedRef;
 use crate::ops::{self, Link, Provider};
-use crate::store::{Backups, CommitPolicy, ProviderKind, ProviderSettings, StorageWatch};
+use crate::store::{
+    Backups, CommitPolicy, ProviderKind, ProviderSettings, StorageHandle, StorageWatch,
+};
 
 /// How long the executor may go without turning before `/health` says a
 /// restart would help. The tick runs every 100 ms, so this is a wedge, not
@@ -22,15 +24,23 @@ const HEARTBEAT_MS: u64 = 500;
 /// Starts serving `bound` on its own thread; the returned tasks answer it
 /// here and must live as long as the broker serves, and the socket files
 /// go when the returned guard does.
+/// What the listener is told of the broker's configuration.
+pub struct Shell<'a> {
+    pub broker_id: &'a str,
+    pub providers: &'a [ProviderSettings],
+    /// The MQTT doors, for `/v1/operations/users`.
+    pub doors: &'a [super::Door],
+}
+
 pub fn start(
     executor: &'static LocalExecutor<'static>,
     shared: &SharedRef,
-    broker_id: &str,
-    providers_written: &[ProviderSettings],
+    shell: Shell<'_>,
+    storage: &super::storage::Storage,
     bound: ops::Bound,
-    watches: Vec<StorageWatch>,
-    backups: Backups,
+    bridges: super::bridge::Observer,
 ) -> std::io::Result<(Vec<smol::Task<()>>, ops::SocketFiles)> {
+    let watches = storage.watches();
     let started = Instant::now();
     let beat_ms = Arc::new(AtomicU64::new(0));
     let healthy = {
@@ -42,11 +52,12 @@ pub fn start(
         })
     };
     let (mut link, asks) = Link::new(
-        broker_id.to_string(),
+        shell.broker_id.to_string(),
         healthy,
-        providers(providers_written, &watches),
+        providers(shell.providers, &watches, &storage.handles),
     );
-    link.backups = backups;
+    link.backups = Backups::new(shell.providers, &storage.handles);
+    link.mqtt_doors = shell.doors.iter().map(certificate_rule).collect();
     let sockets = bound.spawn(link)?;
     let heartbeat = executor.spawn(async move {
         loop {
@@ -58,7 +69,7 @@ pub fn start(
     let answers = executor.spawn(async move {
         while let Ok(ask) = asks.recv().await {
             let state = shared.borrow();
-            ops::answer(ask, &state.broker, state.now_ms());
+            ops::answer(ask, &state.broker, &|| bridges.observe(), state.now_ms());
         }
     });
     Ok((vec![heartbeat, answers], sockets))
@@ -71,11 +82,27 @@ fn healthy(now_ms: u64, beat_ms: u64, watches: &[StorageWatch]) -> bool {
     turning && !watches.iter().any(StorageWatch::stopped)
 }
 
-fn providers(written: &[ProviderSettings], watches: &[StorageWatch]) -> Vec<Provider> {
+/// An MQTT door's name and whether it asks for a client certificate, as
+/// `/v1/operations/users` names it.
+fn certificate_rule(door: &super::Door) -> (String, &'static str) {
+    let rule = match &door.tls {
+        Some(tls) if tls.client_ca_file.is_some() && tls.require_certificate => "required",
+        Some(tls) if tls.client_ca_file.is_some() => "accepted",
+        _ => "none",
+    };
+    (door.name.clone(), rule)
+}
+
+fn providers(
+    written: &[ProviderSettings],
+    watches: &[StorageWatch],
+    handles: &[StorageHandle],
+) -> Vec<Provider> {
     written
         .iter()
         .zip(watches)
-        .map(|(provider, watch)| {
+        .zip(handles)
+        .map(|((provider, watch), handle)| {
             let (kind, publish_commit_max_records) = match &provider.kind {
                 ProviderKind::Redb { commit, .. } => (
                     "redb",
@@ -88,7 +115,9 @@ fn providers(written: &[ProviderSettings], watches: &[StorageWatch]) -> Vec<Prov
                 ProviderKind::Memory { .. } => ("memory", None),
             };
             let watch = watch.clone();
+            let handle = handle.clone();
             Provider {
+                channel_bytes: Arc::new(move |reply| handle.try_channel_bytes(reply).is_ok()),
                 name: provider.name.clone(),
                 kind,
                 max_bytes: provider.max_bytes,

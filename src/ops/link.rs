@@ -11,9 +11,11 @@ use std::time::Duration;
 
 use smol::channel::{Receiver, Sender};
 
-use crate::core::observe::{ChannelConsumers, LossesView, Observation, QueueView, SessionsView};
+use crate::core::observe::{
+    ChannelConsumers, LossesView, Observation, QueueView, RefusedView, SessionsView,
+};
 use crate::core::Broker;
-use crate::store::{Backups, CommitStats};
+use crate::store::{Backups, ChannelBytesReply, CommitStats};
 
 /// Questions waiting for the executor at once; one more is answered 503.
 pub const ASK_QUEUE: usize = 8;
@@ -22,7 +24,7 @@ pub const ASK_TIMEOUT_MS: u64 = 5_000;
 
 /// One question for the executor thread, with where to put the answer.
 pub enum Ask {
-    Observe(Sender<Observation>),
+    Observe(Sender<Scrape>),
     Consumers {
         max_rows: usize,
         reply: Sender<Vec<ChannelConsumers>>,
@@ -35,6 +37,18 @@ pub enum Ask {
         max_rows: usize,
         reply: Sender<LossesView>,
     },
+    Refused {
+        max_rows: usize,
+        reply: Sender<RefusedView>,
+    },
+    /// The acl_file's answer for a user, as JSON.
+    Acl {
+        user: String,
+        client_id: Option<String>,
+        reply: Sender<String>,
+    },
+    /// Who may connect, as the broker holds it now.
+    Authentication(Sender<Arc<crate::auth::Authentication>>),
     /// `None` in the answer: no queue has that name.
     Queue {
         name: String,
@@ -43,13 +57,37 @@ pub enum Ask {
     },
 }
 
-/// Answers `ask` from the broker's tables: the bounded copy the executor
-/// pays for a route. A caller that gave up is not waited for. `now_ms`
-/// is the core's clock.
-pub fn answer(ask: Ask, broker: &Broker, now_ms: u64) {
+/// What the executor copies out for one scrape.
+pub struct Scrape {
+    pub observation: Observation,
+    pub bridges: Vec<BridgeObservation>,
+}
+
+/// One bridge as the catalogue reports it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BridgeObservation {
+    pub name: String,
+    /// `tcp://host:port` or `tls://host:port`.
+    pub peer: String,
+    pub connected: bool,
+    pub stats: crate::bridge::link::Stats,
+}
+
+/// Answers `ask` from the broker's tables and `bridges`' counters: the
+/// bounded copy the executor pays for a route. A caller that gave up is
+/// not waited for. `now_ms` is the core's clock.
+pub fn answer(
+    ask: Ask,
+    broker: &Broker,
+    bridges: &dyn Fn() -> Vec<BridgeObservation>,
+    now_ms: u64,
+) {
     match ask {
         Ask::Observe(reply) => {
-            let _ = reply.try_send(broker.observe());
+            let _ = reply.try_send(Scrape {
+                observation: broker.observe(),
+                bridges: bridges(),
+            });
         }
         Ask::Consumers { max_rows, reply } => {
             let _ = reply.try_send(broker.consumers_view(max_rows));
@@ -59,6 +97,19 @@ pub fn answer(ask: Ask, broker: &Broker, now_ms: u64) {
         }
         Ask::Losses { max_rows, reply } => {
             let _ = reply.try_send(broker.losses_view(max_rows));
+        }
+        Ask::Authentication(reply) => {
+            let _ = reply.try_send(broker.authentication().clone());
+        }
+        Ask::Refused { max_rows, reply } => {
+            let _ = reply.try_send(broker.refused_view(max_rows));
+        }
+        Ask::Acl {
+            user,
+            client_id,
+            reply,
+        } => {
+            let _ = reply.try_send(broker.acl_view(&user, client_id.as_deref()));
         }
         Ask::Queue {
             name,
@@ -83,6 +134,28 @@ pub struct Provider {
     pub publish_commit_max_records: Option<u32>,
     /// Its storage thread's counters, read without the executor.
     pub commits: Arc<dyn Fn() -> CommitStats + Send + Sync>,
+    /// Asks its storage thread for each channel's record bytes; false when
+    /// the thread's queue is full or it has stopped.
+    pub channel_bytes: Arc<dyn Fn(ChannelBytesReply) -> bool + Send + Sync>,
+}
+
+impl Provider {
+    /// Each channel's record bytes, as the storage thread last committed
+    /// them; `None` when it does not answer within [`ASK_TIMEOUT_MS`].
+    pub async fn ask_channel_bytes(&self) -> Option<Vec<(String, u64)>> {
+        let (reply, answer) = smol::channel::bounded(1);
+        let asked = (self.channel_bytes)(Box::new(move |bytes| {
+            let _ = reply.try_send(bytes);
+        }));
+        if !asked {
+            return None;
+        }
+        smol::future::or(async { answer.recv().await.ok() }, async {
+            smol::Timer::after(Duration::from_millis(ASK_TIMEOUT_MS)).await;
+            None
+        })
+        .await
+    }
 }
 
 /// Everything the operations thread holds of the broker.
@@ -94,6 +167,9 @@ pub struct Link {
     pub healthy: Arc<dyn Fn() -> bool + Send + Sync>,
     pub providers: Vec<Provider>,
     pub broker_id: String,
+    /// Each MQTT door's name and whether it asks for a client
+    /// certificate (`required`, `accepted` or `none`), in door order.
+    pub mqtt_doors: Vec<(String, &'static str)>,
     /// The redb providers an online backup copies, asked without the
     /// executor.
     pub backups: Backups,
@@ -112,6 +188,7 @@ impl Link {
             healthy,
             providers,
             broker_id,
+            mqtt_doors: Vec::new(),
             backups: Backups::default(),
         };
         (link, receiver)

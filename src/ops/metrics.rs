@@ -8,15 +8,22 @@
 
 use std::fmt::{Display, Write as _};
 
-use super::link::Provider;
+use super::link::{BridgeObservation, Provider};
 use super::process::Process;
-use crate::core::observe::{ChannelObservation, Observation, WillCause};
+use crate::core::observe::{
+    ChannelObservation, Observation, QueueCounts, QueueObservation, WillCause,
+};
+use crate::core::refusal_counts::ReasonCounts;
 
 /// What one scrape reports.
 pub struct Figures<'a> {
     pub broker_id: &'a str,
     pub uptime_s: f64,
     pub observation: &'a Observation,
+    pub bridges: &'a [BridgeObservation],
+    /// Each provider's channels' record bytes, by provider index; `None`
+    /// for a provider whose storage thread did not answer.
+    pub channel_bytes: &'a [Option<Vec<(String, u64)>>],
     pub providers: &'a [Provider],
     pub process: Process,
 }
@@ -73,15 +80,25 @@ pub fn render(figures: &Figures<'_>) -> String {
         "Connections accepted since start.",
         s.connections_accepted,
     );
-    out.family(
+    let mut connections_refused = s.connections_refused.clone();
+    connections_refused.add_busy(s.connections_refused_busy);
+    by_reason(
+        &mut out,
         "saguin_connections_refused_total",
-        "counter",
-        "Connections refused, by reason.",
+        "Connections refused at CONNECT or ended for a refusal, by reason.",
+        &connections_refused,
     );
-    out.sample(
-        "saguin_connections_refused_total",
-        &[("reason", "server busy")],
-        s.connections_refused_busy,
+    by_reason(
+        &mut out,
+        "saguin_publish_refused_total",
+        "Publishes refused, by the reason their client was answered with.",
+        &s.publish_refused,
+    );
+    by_reason(
+        &mut out,
+        "saguin_subscriptions_refused_total",
+        "Topic filters a SUBACK refused, by reason.",
+        &s.subscriptions_refused,
     );
     out.one(
         "saguin_sessions_offline",
@@ -186,6 +203,18 @@ pub fn render(figures: &Figures<'_>) -> String {
         o.qos2_max_inflight_per_client,
     );
     out.one(
+        "saguin_bytes_received_total",
+        "counter",
+        "Bytes read from MQTT connections.",
+        s.bytes_received,
+    );
+    out.one(
+        "saguin_bytes_sent_total",
+        "counter",
+        "Bytes written to MQTT connections.",
+        s.bytes_sent,
+    );
+    out.one(
         "saguin_publishes_received_total",
         "counter",
         "PUBLISH packets received, refused ones included.",
@@ -196,6 +225,12 @@ pub fn render(figures: &Figures<'_>) -> String {
         "counter",
         "Publishes sent to subscribers.",
         s.deliveries_sent,
+    );
+    out.one(
+        "saguin_deliveries_refused_total",
+        "counter",
+        "Broadcast deliveries refused because the session already held limits.session_queue_bytes.",
+        s.deliveries_refused,
     );
     out.one(
         "saguin_deliveries_dropped_total",
@@ -216,8 +251,12 @@ pub fn render(figures: &Figures<'_>) -> String {
     );
     for (cause, n) in [
         ("session_queue_full", s.session_queue_full),
-        ("too_large", s.deliveries_too_large),
+        // Never: Receive Maximum keeps a session's identifiers from
+        // running out.
+        ("packet_ids_exhausted", 0),
         ("no_shared_member", s.shared_dropped),
+        ("storage_full", s.log_dropped),
+        ("too_large", s.deliveries_too_large),
     ] {
         out.sample(
             "saguin_session_deliveries_dropped_total",
@@ -231,10 +270,233 @@ pub fn render(figures: &Figures<'_>) -> String {
         "Broadcast publishes that matched no subscription and no channel.",
         o.broadcast_unmatched,
     );
+    shares(&mut out, s);
     channels(&mut out, figures);
+    queues(&mut out, &o.channels);
     providers(&mut out, figures.providers);
+    bridges(&mut out, figures.bridges);
     process(&mut out, &figures.process);
     out.text
+}
+
+/// A family labelled by refusal reason: a series for each reason counted,
+/// none for a reason nobody was answered with.
+fn by_reason(out: &mut Exposition, name: &str, help: &str, counts: &ReasonCounts) {
+    out.family(name, "counter", help);
+    for (reason, n) in counts.nonzero() {
+        out.sample(name, &[("reason", reason)], n);
+    }
+}
+
+fn shares(out: &mut Exposition, s: &crate::core::Stats) {
+    out.one(
+        "saguin_shares_held_total",
+        "counter",
+        "Deliveries put on a shared group's backlog.",
+        s.shares_held,
+    );
+    out.one(
+        "saguin_shares_drained_total",
+        "counter",
+        "Deliveries a shared group handed from its backlog to a member.",
+        s.shares_drained,
+    );
+    out.family(
+        "saguin_shares_dropped_total",
+        "counter",
+        "Backlogged shared deliveries dropped, by cause.",
+    );
+    for (cause, n) in [
+        ("backlog_full", s.shares_dropped_backlog_full),
+        ("no_member_left", s.shares_dropped_no_member_left),
+        ("expired", s.shares_dropped_expired),
+        // Never: a backlog is held in memory, and one nobody may read
+        // waits rather than being dropped.
+        ("storage_full", 0),
+        ("member_ended", s.shares_dropped_member_ended),
+        ("not_authorized", 0),
+    ] {
+        out.sample("saguin_shares_dropped_total", &[("cause", cause)], n);
+    }
+}
+
+fn queues(out: &mut Exposition, channels: &[ChannelObservation]) {
+    type Row = (
+        &'static str,
+        &'static str,
+        &'static str,
+        fn(&QueueCounts) -> u64,
+    );
+    type Gauge = (&'static str, &'static str, fn(&QueueObservation) -> u64);
+    let gauges: [Gauge; 2] = [
+        ("saguin_queue_depth", "Unresolved work.", |q| q.depth),
+        (
+            "saguin_queue_inflight",
+            "Work out with a worker now.",
+            |q| q.inflight,
+        ),
+    ];
+    for (name, help, value) in gauges {
+        out.family(name, "gauge", help);
+        for c in channels {
+            if let Some(q) = &c.queue {
+                out.sample(name, &[("channel", c.name.as_str())], value(q));
+            }
+        }
+    }
+    let counters: [Row; 7] = [
+        (
+            "saguin_queue_delivered_total",
+            "counter",
+            "Jobs handed to a worker, once per hand-over.",
+            |q| q.delivered,
+        ),
+        (
+            "saguin_queue_acknowledged_total",
+            "counter",
+            "Jobs a worker acknowledged.",
+            |q| q.acknowledged,
+        ),
+        (
+            "saguin_queue_returned_total",
+            "counter",
+            "Jobs handed back by a worker.",
+            |q| q.returned,
+        ),
+        (
+            "saguin_queue_redelivered_total",
+            "counter",
+            "Jobs taken back from a worker that did not answer in its lease or left.",
+            |q| q.redelivered,
+        ),
+        (
+            "saguin_queue_dead_lettered_total",
+            "counter",
+            "Jobs moved to the dead-letter channel.",
+            |q| q.dead_lettered,
+        ),
+        (
+            "saguin_queue_expired_total",
+            "counter",
+            "Jobs that aged out unresolved.",
+            |q| q.expired,
+        ),
+        (
+            "saguin_queue_retain_ignored_total",
+            "counter",
+            "Retained publishes taken as ordinary work, the flag dropped.",
+            |q| q.retain_ignored,
+        ),
+    ];
+    for (name, kind, help, value) in counters {
+        out.family(name, kind, help);
+        for c in channels {
+            if let Some(q) = &c.queue {
+                out.sample(name, &[("channel", c.name.as_str())], value(&q.counted));
+            }
+        }
+    }
+}
+
+fn bridges(out: &mut Exposition, bridges: &[BridgeObservation]) {
+    out.family(
+        "saguin_bridge_info",
+        "gauge",
+        "Always 1; the bridge's peer.",
+    );
+    for b in bridges {
+        let labels = [("bridge", b.name.as_str()), ("peer", b.peer.as_str())];
+        out.sample("saguin_bridge_info", &labels, 1u64);
+    }
+    type Row = (
+        &'static str,
+        &'static str,
+        &'static str,
+        fn(&BridgeObservation) -> u64,
+    );
+    let rows: [Row; 7] = [
+        (
+            "saguin_bridge_connected",
+            "gauge",
+            "1 while the link to the peer is up.",
+            |b| u64::from(b.connected),
+        ),
+        // This edition never halts a bridge: it redials whatever ended the link.
+        (
+            "saguin_bridge_stopped",
+            "gauge",
+            "1 when the bridge halted itself; never, here.",
+            |_| 0,
+        ),
+        (
+            "saguin_bridge_sent_total",
+            "counter",
+            "Records forwarded to the peer.",
+            |b| b.stats.sent,
+        ),
+        (
+            "saguin_bridge_loops_skipped_total",
+            "counter",
+            "Records not forwarded because they arrived over a bridge.",
+            |b| b.stats.loops_skipped,
+        ),
+        (
+            "saguin_bridge_received_total",
+            "counter",
+            "Records that arrived from the peer.",
+            |b| b.stats.received,
+        ),
+        (
+            "saguin_bridge_reconnects_total",
+            "counter",
+            "Times the link to the peer was dialled again.",
+            |b| b.stats.reconnects,
+        ),
+        (
+            "saguin_bridge_unsent_total",
+            "counter",
+            "Records an outbound rule did not send the peer, by cause.",
+            |_| 0,
+        ),
+    ];
+    for (name, kind, help, value) in rows {
+        out.family(name, kind, help);
+        if name == "saguin_bridge_unsent_total" {
+            for b in bridges {
+                let s = &b.stats;
+                for (cause, n) in [
+                    ("peer_refused", s.unsent_peer_refused),
+                    ("broadcast_refused", s.unsent_live_down),
+                    ("unmappable", s.unsent_unmappable),
+                    ("live_queue_full", s.unsent_live_queue_full),
+                    ("superseded", s.unsent_superseded),
+                ] {
+                    out.sample(name, &[("bridge", b.name.as_str()), ("cause", cause)], n);
+                }
+            }
+            continue;
+        }
+        for b in bridges {
+            out.sample(name, &[("bridge", b.name.as_str())], value(b));
+        }
+    }
+    let name = "saguin_bridge_unstored_total";
+    out.family(
+        name,
+        "counter",
+        "Records from the peer the bridge did not store, by cause.",
+    );
+    for b in bridges {
+        let s = &b.stats;
+        for (cause, n) in [
+            ("no_rule", s.unstored_no_rule),
+            ("unmappable", s.unstored_unmappable),
+            ("never_accepted", s.unstored_never_accepted),
+            ("queue_full", s.unstored_queue_full),
+        ] {
+            out.sample(name, &[("bridge", b.name.as_str()), ("cause", cause)], n);
+        }
+    }
 }
 
 fn provider_name(providers: &[Provider], index: usize) -> &str {
@@ -257,6 +519,27 @@ fn channels(out: &mut Exposition, figures: &Figures<'_>) {
             ("provider", provider),
         ];
         out.sample("saguin_channel_info", &labels, 1u64);
+    }
+    out.family(
+        "saguin_channel_bytes",
+        "gauge",
+        "Record bytes an append or queue channel holds, as its provider counts them.",
+    );
+    // A latest channel has none: measuring a replacement would mean
+    // reading the value it replaces.
+    for c in list.iter().filter(|c| c.kind != "latest") {
+        let Some(Some(held)) = figures.channel_bytes.get(c.provider) else {
+            continue;
+        };
+        let bytes = held
+            .iter()
+            .find(|(name, _)| *name == c.name)
+            .map_or(0, |(_, b)| *b);
+        out.sample(
+            "saguin_channel_bytes",
+            &[("channel", c.name.as_str())],
+            bytes,
+        );
     }
     let append = |c: &ChannelObservation| c.kind == "append";
     let every = |_: &ChannelObservation| true;
@@ -308,6 +591,20 @@ fn channels(out: &mut Exposition, figures: &Figures<'_>) {
             |c| c.consumer_position_min,
         ),
         (
+            "saguin_channel_partitioned_consumers",
+            "gauge",
+            "Subscribers that declared a partition slice on the channel.",
+            every,
+            |c| Some(c.partitioned_consumers),
+        ),
+        (
+            "saguin_latest_superseded_total",
+            "counter",
+            "Values a latest subscriber was not sent because a newer one took their place.",
+            every,
+            |c| c.latest_superseded,
+        ),
+        (
             "saguin_channel_retention_removed_total",
             "counter",
             "Records retention has deleted.",
@@ -327,20 +624,6 @@ fn channels(out: &mut Exposition, figures: &Figures<'_>) {
             "Records stored per channel, and broadcast publishes accepted.",
             every,
             |c| Some(c.published),
-        ),
-        (
-            "saguin_queue_depth",
-            "gauge",
-            "Unresolved work.",
-            every,
-            |c| c.queue.as_ref().map(|q| q.depth),
-        ),
-        (
-            "saguin_queue_inflight",
-            "gauge",
-            "Work out with a worker now.",
-            every,
-            |c| c.queue.as_ref().map(|q| q.inflight),
         ),
     ];
     for (name, kind, help, carries, value) in rows {
@@ -410,6 +693,8 @@ fn providers(out: &mut Exposition, providers: &[Provider]) {
         for (closed_by, n) in [
             ("records", s.closed_by_records),
             ("interval", s.closed_by_interval),
+            ("commit", s.closed_by_commit),
+            ("unbatched", s.unbatched),
         ] {
             out.sample(
                 "saguin_storage_commits_total",
@@ -571,6 +856,8 @@ mod tests {
             retention_removed: 0,
             position_lost: 0,
             published: 0,
+            latest_superseded: (kind == "latest").then_some(0),
+            partitioned_consumers: 0,
         }
     }
 
@@ -579,6 +866,8 @@ mod tests {
             broker_id: "edge \"1\"",
             uptime_s: 1.5,
             observation,
+            bridges: &[],
+            channel_bytes: &[],
             providers: &[],
             process: Process::default(),
         })

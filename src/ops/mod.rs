@@ -30,7 +30,7 @@ pub mod v1;
 use std::path::PathBuf;
 use std::sync::Arc;
 
-pub use link::{answer, Ask, Link, Provider};
+pub use link::{answer, Ask, BridgeObservation, Link, Provider, Scrape};
 pub use server::{bind, Bound, Reloader, SocketFiles};
 
 /// The shortest `min_scrape_interval`, and its default.
@@ -46,6 +46,17 @@ pub struct Settings {
     pub password_file: Option<Arc<operators::Operators>>,
     /// The shortest interval at which the metrics are recomputed.
     pub min_scrape_interval_s: u32,
+    /// The configuration this process resolved, for
+    /// `/v1/operations/config`; rendered once, at startup.
+    pub resolved: Arc<ResolvedConfig>,
+}
+
+/// The resolved configuration as JSON, whole and by section.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ResolvedConfig {
+    pub whole: String,
+    /// Each section `?section=` may name, as `{"<name>": ...}`.
+    pub sections: Vec<(&'static str, String)>,
 }
 
 /// One TCP door of the operations listener.
@@ -56,7 +67,28 @@ pub struct TcpDoor {
     pub address: String,
     /// This door's own operators, which win over the block's.
     pub password_file: Option<Arc<operators::Operators>>,
+    /// What its TLS handshakes run on, loaded at startup; `None` for
+    /// plain HTTP.
+    pub tls: Option<DoorTls>,
 }
+
+/// A TCP door's TLS: its certificate, key and versions, ready to serve.
+#[derive(Clone)]
+pub struct DoorTls(pub Arc<rustls::ServerConfig>);
+
+impl std::fmt::Debug for DoorTls {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("DoorTls")
+    }
+}
+
+impl PartialEq for DoorTls {
+    fn eq(&self, other: &DoorTls) -> bool {
+        Arc::ptr_eq(&self.0, &other.0)
+    }
+}
+
+impl Eq for DoorTls {}
 
 /// One Unix-socket door of the operations listener.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -24,10 +24,14 @@ use super::{metrics, process, v1};
 pub const ROUTES: &[&str] = &[
     "/metrics",
     super::backup::ROUTE,
+    "/v1/operations/acl",
+    "/v1/operations/config",
     "/v1/operations/consumers",
     "/v1/operations/position-lost",
     "/v1/operations/queues",
+    "/v1/operations/refused",
     "/v1/operations/sessions",
+    "/v1/operations/users",
 ];
 
 /// The route a queue's name follows.
@@ -53,6 +57,8 @@ pub struct Door {
     pub kind: DoorKind,
     /// The door's own operators, or the block's.
     pub operators: Option<Arc<Reloadable>>,
+    /// A TCP door's TLS, whose handshake comes before anything is read.
+    pub tls: Option<Arc<rustls::ServerConfig>>,
 }
 
 /// The state the routes share on the operations thread.
@@ -62,6 +68,8 @@ pub struct Service {
     /// The last scrape's body and when it was computed.
     scrape: RefCell<Option<(Instant, Arc<Vec<u8>>)>>,
     started: Instant,
+    /// The configuration this process resolved.
+    pub resolved: Arc<super::ResolvedConfig>,
 }
 
 impl Service {
@@ -71,6 +79,7 @@ impl Service {
             min_scrape_interval,
             scrape: RefCell::new(None),
             started: Instant::now(),
+            resolved: Arc::default(),
         }
     }
 
@@ -134,6 +143,20 @@ impl Service {
                 };
                 self.listed(ask, v1::position_lost).await
             }
+            "/v1/operations/refused" => {
+                let ask = |reply| Ask::Refused {
+                    max_rows: MAX_ROWS,
+                    reply,
+                };
+                self.listed(ask, v1::refused).await
+            }
+            "/v1/operations/acl" => self.acl(request).await,
+            "/v1/operations/config" => self.config(request),
+            "/v1/operations/users" => {
+                let doors = &self.link.mqtt_doors;
+                let render = |a: &Arc<_>| v1::users(a, doors, MAX_ROWS);
+                self.listed(Ask::Authentication, render).await
+            }
             _ => Response::text(404, "no such route\n"),
         }
     }
@@ -148,6 +171,50 @@ impl Service {
             Some(view) => Response::json(200, render(&view)),
             None => busy(),
         }
+    }
+
+    /// `?user=` names the user asked about, once; `&client_id=` resolves
+    /// a rule written with `%c`.
+    async fn acl(&self, request: &Request) -> Response {
+        let users = request.query_values("user");
+        let [user] = users.as_slice() else {
+            return Response::text(400, "name one user: ?user=<name>[&client_id=<id>]\n");
+        };
+        let ids = request.query_values("client_id");
+        if ids.len() > 1 {
+            return Response::text(400, "name at most one client_id\n");
+        }
+        let ask = |reply| Ask::Acl {
+            user: user.clone(),
+            client_id: ids.first().cloned(),
+            reply,
+        };
+        self.listed(ask, String::clone).await
+    }
+
+    /// The resolved configuration, or the sections `?section=` names,
+    /// composed into one object; a name that is no section is `400`.
+    fn config(&self, request: &Request) -> Response {
+        let asked = request.query_values("section");
+        if asked.is_empty() {
+            return Response::json(200, self.resolved.whole.clone());
+        }
+        let mut parts = Vec::with_capacity(asked.len());
+        for name in &asked {
+            let found = self.resolved.sections.iter().find(|(n, _)| n == name);
+            let Some((_, json)) = found else {
+                let names: Vec<&str> = self.resolved.sections.iter().map(|(n, _)| *n).collect();
+                let text = format!(
+                    "no section {name:?}: the sections are {}\n",
+                    names.join(", ")
+                );
+                return Response::text(400, &text);
+            };
+            // Each is `{"<name>":...}`: its braces come off to compose.
+            parts.push(&json[1..json.len() - 1]);
+        }
+        parts.dedup();
+        Response::json(200, format!("{{{}}}", parts.join(",")))
     }
 
     /// A queue that is not configured is 404, naming none that are.
@@ -182,13 +249,19 @@ impl Service {
         let body = match cached {
             Some((at, body)) if at.elapsed() < self.min_scrape_interval => body,
             _ => {
-                let Some(observation) = self.link.ask(Ask::Observe).await else {
+                let Some(scrape) = self.link.ask(Ask::Observe).await else {
                     return busy();
                 };
+                let mut channel_bytes = Vec::with_capacity(self.link.providers.len());
+                for provider in &self.link.providers {
+                    channel_bytes.push(provider.ask_channel_bytes().await);
+                }
                 let figures = metrics::Figures {
                     broker_id: &self.link.broker_id,
                     uptime_s: self.started.elapsed().as_secs_f64(),
-                    observation: &observation,
+                    observation: &scrape.observation,
+                    bridges: &scrape.bridges,
+                    channel_bytes: &channel_bytes,
                     providers: &self.link.providers,
                     process: process::read(),
                 };
@@ -355,6 +428,7 @@ mod tests {
             name: "d".into(),
             kind,
             operators: None,
+            tls: None,
         }
     }
 

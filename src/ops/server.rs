@@ -35,6 +35,7 @@ pub struct Bound {
     unix: Vec<(Door, std::os::unix::net::UnixListener)>,
     min_scrape_interval: Duration,
     files: Vec<Arc<Reloadable>>,
+    resolved: Arc<super::ResolvedConfig>,
 }
 
 /// Re-reads every operators file the doors read, on request: the reload
@@ -69,6 +70,7 @@ pub fn bind(settings: &Settings) -> io::Result<Bound> {
         unix: Vec::new(),
         min_scrape_interval: Duration::from_secs(u64::from(settings.min_scrape_interval_s)),
         files: Vec::new(),
+        resolved: settings.resolved.clone(),
     };
     // The block's file is one for every door that names none of its own.
     let shared_file = settings.password_file.clone().map(Reloadable::new);
@@ -93,7 +95,9 @@ pub fn bind(settings: &Settings) -> io::Result<Bound> {
             listener.local_addr()?
         );
         let operators = door_file(&door.password_file);
-        tcp.push((door_of(&door.name, DoorKind::Tcp, operators), listener));
+        let mut served = door_of(&door.name, DoorKind::Tcp, operators);
+        served.tls = door.tls.as_ref().map(|tls| tls.0.clone());
+        tcp.push((served, listener));
     }
     for door in &settings.unix {
         let key = format!("broker.operations.listen.unix {:?}", door.name);
@@ -122,6 +126,7 @@ fn door_of(name: &str, kind: DoorKind, operators: Option<Arc<Reloadable>>) -> Do
         name: name.to_string(),
         kind,
         operators,
+        tls: None,
     }
 }
 
@@ -168,7 +173,9 @@ impl Bound {
                 // One thread for the life of the process: the executor is never freed.
                 let executor: &'static LocalExecutor<'static> =
                     Box::leak(Box::new(LocalExecutor::new()));
-                let service = Rc::new(Service::new(link, self.min_scrape_interval));
+                let mut service = Service::new(link, self.min_scrape_interval);
+                service.resolved = self.resolved;
+                let service = Rc::new(service);
                 let slots = Rc::new(Slots::default());
                 let mut loops = Vec::new();
                 for (door, listener) in self.tcp {
@@ -280,7 +287,14 @@ fn admit<S>(
         slots.serving.set(slots.serving.get() + 1);
         executor
             .spawn(async move {
-                serve(stream, &door, &service).await;
+                match door.tls.clone() {
+                    None => serve(stream, &door, &service).await,
+                    Some(config) => {
+                        if let Some(stream) = handshake(stream, config, &door).await {
+                            serve(stream, &door, &service).await;
+                        }
+                    }
+                }
                 slots.serving.set(slots.serving.get() - 1);
             })
             .detach();
@@ -288,10 +302,55 @@ fn admit<S>(
         slots.refusing.set(slots.refusing.get() + 1);
         executor
             .spawn(async move {
-                refuse_busy(stream).await;
+                match door.tls.clone() {
+                    None => refuse_busy(stream).await,
+                    Some(config) => {
+                        if let Some(stream) = handshake(stream, config, &door).await {
+                            refuse_busy(stream).await;
+                        }
+                    }
+                }
                 slots.refusing.set(slots.refusing.get() - 1);
             })
             .detach();
+    }
+}
+
+/// How long a TLS handshake may take before the connection is closed.
+const HANDSHAKE_TIMEOUT_MS: u64 = 10_000;
+
+/// The TLS handshake on a TCP door; `None`, logged, when it fails or takes
+/// longer than [`HANDSHAKE_TIMEOUT_MS`].
+async fn handshake<S>(
+    stream: S,
+    config: Arc<rustls::ServerConfig>,
+    door: &Door,
+) -> Option<futures_rustls::server::TlsStream<S>>
+where
+    S: AsyncRead + AsyncWrite + Unpin,
+{
+    let accept = futures_rustls::TlsAcceptor::from(config).accept(stream);
+    let finished = smol::future::or(async { Some(accept.await) }, async {
+        smol::Timer::after(Duration::from_millis(HANDSHAKE_TIMEOUT_MS)).await;
+        None
+    })
+    .await;
+    match finished {
+        Some(Ok(stream)) => Some(stream),
+        Some(Err(error)) => {
+            log::info!(
+                "operations door {}: a TLS handshake failed: {error}",
+                door.name
+            );
+            None
+        }
+        None => {
+            log::info!(
+                "operations door {}: a TLS handshake did not finish in time",
+                door.name
+            );
+            None
+        }
     }
 }
 

@@ -4,7 +4,7 @@
 //! many it carries.
 
 use super::json::{string, timestamp};
-use crate::core::observe::{ChannelConsumers, LossesView, QueueView, SessionsView};
+use crate::core::observe::{ChannelConsumers, LossesView, QueueView, RefusedView, SessionsView};
 
 /// `/v1/operations/consumers`: per channel, the furthest behind first.
 pub fn consumers(channels: &[ChannelConsumers]) -> String {
@@ -90,6 +90,75 @@ pub fn position_lost(view: &LossesView) -> String {
         view.rows.len(),
         view.tracked,
         view.beyond
+    )
+}
+
+/// `/v1/operations/refused`: the clients refused most first.
+pub fn refused(view: &RefusedView) -> String {
+    let rows: Vec<String> = view
+        .rows
+        .iter()
+        .map(|r| {
+            format!(
+                "{{\"client_id\":{},\"user\":{},\"reason\":{},\"count\":{},\"last_seen\":{}}}",
+                string(&r.client_id),
+                r.user.as_deref().map_or_else(|| "null".to_string(), string),
+                string(r.reason),
+                r.count,
+                timestamp(Some(r.last_seen_unix_ms))
+            )
+        })
+        .collect();
+    format!(
+        "{{\"clients\":[{}],\"returned\":{},\"tracked\":{},\"beyond\":{}}}",
+        rows.join(","),
+        view.rows.len(),
+        view.tracked,
+        view.beyond
+    )
+}
+
+/// `/v1/operations/users`: who may connect, broker-wide and through each
+/// MQTT door; each list of names sorted and capped, with its count.
+pub fn users(
+    authentication: &crate::auth::Authentication,
+    doors: &[(String, &'static str)],
+    max_rows: usize,
+) -> String {
+    let names = |mut users: Vec<&str>| {
+        users.sort_unstable();
+        users.dedup();
+        let total = users.len();
+        let listed: Vec<String> = users.into_iter().take(max_rows).map(string).collect();
+        format!("\"users\":[{}],\"users_total\":{total}", listed.join(","))
+    };
+    let rules = authentication.rules();
+    let listeners: Vec<String> = doors
+        .iter()
+        .enumerate()
+        .map(|(index, (name, certificate))| {
+            let users = authentication
+                .door_file(index)
+                .map_or_else(Vec::new, |file| file.users().collect());
+            // A door without a rule admits everybody.
+            let anonymous = rules.get(index).is_none_or(|r| r.allow_anonymous);
+            format!(
+                "{}:{{{},\"anonymous_allowed\":{anonymous},\"certificate\":\"{certificate}\"}}",
+                string(name),
+                names(users)
+            )
+        })
+        .collect();
+    let everyone: Vec<&str> = authentication
+        .files()
+        .iter()
+        .flat_map(|f| f.users())
+        .collect();
+    let anonymous = rules.is_empty() || rules.iter().any(|r| r.allow_anonymous);
+    format!(
+        "{{{},\"anonymous_allowed\":{anonymous},\"listeners\":{{{}}}}}",
+        names(everyone),
+        listeners.join(",")
     )
 }
 

@@ -78,8 +78,8 @@ pub use validate::{
     MAX_USER_PROPERTIES,
 };
 pub use writer::{
-    Answer, CommitStats, Completion, StorageHandle, StorageThread, StorageWatch, SubmitError,
-    Ticket, COLLECT_MAX_RECORDS, MAX_REQUEST_WRITES,
+    Answer, ChannelBytesReply, CommitStats, Completion, StorageHandle, StorageThread, StorageWatch,
+    SubmitError, Ticket, COLLECT_MAX_RECORDS, MAX_REQUEST_WRITES,
 };
 
 /// A storage provider. Synchronous, and used from one thread at a time:

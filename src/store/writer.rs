@@ -110,8 +110,15 @@ enum Request {
         destination: PathBuf,
         reply: BackupReply,
     },
+    ChannelBytes {
+        reply: ChannelBytesReply,
+    },
     Shutdown,
 }
+
+/// Takes each channel's record bytes, by name, as the provider counts them
+/// against `max_bytes`; an empty list from a stopped thread.
+pub type ChannelBytesReply = Box<dyn FnOnce(Vec<(String, u64)>) + Send>;
 
 /// How the storage thread has been committing: what a metrics scrape or a
 /// benchmark reads.
@@ -127,6 +134,11 @@ pub struct CommitStats {
     pub closed_by_records: u64,
     /// Batches that closed because their interval ran out.
     pub closed_by_interval: u64,
+    /// Batches of publishes that closed holding what had arrived, with
+    /// nothing to wait for (`Collect`), and publishes committed one to a
+    /// transaction (`PerPublish`).
+    pub closed_by_commit: u64,
+    pub unbatched: u64,
     /// Batches that failed as a whole and were retried request by request.
     pub failed_batches: u64,
     /// Commits the provider failed, each retry of a failed batch counted.
@@ -143,6 +155,8 @@ struct Counters {
     records: AtomicU64,
     closed_by_records: AtomicU64,
     closed_by_interval: AtomicU64,
+    closed_by_commit: AtomicU64,
+    unbatched: AtomicU64,
     failed_batches: AtomicU64,
     failed_commits: AtomicU64,
     used_bytes: AtomicU64,
@@ -163,6 +177,8 @@ impl Counters {
             records: get(&self.records),
             closed_by_records: get(&self.closed_by_records),
             closed_by_interval: get(&self.closed_by_interval),
+            closed_by_commit: get(&self.closed_by_commit),
+            unbatched: get(&self.unbatched),
             failed_batches: get(&self.failed_batches),
             failed_commits: get(&self.failed_commits),
             used_bytes: get(&self.used_bytes),
@@ -235,6 +251,12 @@ impl StorageHandle {
     /// per provider; a memory provider has none to take.
     pub fn try_backup(&self, destination: PathBuf, reply: BackupReply) -> Result<(), SubmitError> {
         self.submit(Request::Backup { destination, reply })
+    }
+
+    /// Asks for every channel's record bytes, read from the provider's
+    /// counters in memory between commits: a metrics scrape's question.
+    pub fn try_channel_bytes(&self, reply: ChannelBytesReply) -> Result<(), SubmitError> {
+        self.submit(Request::ChannelBytes { reply })
     }
 
     /// Asks for the earliest offset of `channel` received at or after
@@ -426,7 +448,12 @@ impl Worker {
             match closed {
                 Closed::Records => Counters::add(&self.counters.closed_by_records, 1),
                 Closed::Interval => Counters::add(&self.counters.closed_by_interval, 1),
-                Closed::Other => {}
+                // Only a transaction that stored publishes is counted.
+                Closed::Other if batch.records == 0 => {}
+                Closed::Other => match self.policy {
+                    CommitPolicy::PerPublish => Counters::add(&self.counters.unbatched, 1),
+                    _ => Counters::add(&self.counters.closed_by_commit, 1),
+                },
             }
             self.commit(batch);
         }
@@ -500,6 +527,11 @@ impl Worker {
                 self.start_backup(destination, reply);
                 return true;
             }
+            Request::ChannelBytes { reply } => {
+                let channels = self.provider.channels().into_iter();
+                reply(channels.map(|(name, s)| (name, s.record_bytes)).collect());
+                return true;
+            }
             Request::Shutdown => return false,
             Request::Commit { .. } => unreachable!("commits are batched, not served"),
         };
@@ -549,6 +581,7 @@ impl Worker {
             }
             Request::Entries { ticket, .. } => (ticket, Answer::Entries(Err(StoreError::Stopped))),
             Request::Backup { reply, .. } => return reply(Err(StoreError::Stopped)),
+            Request::ChannelBytes { reply } => return reply(Vec::new()),
             Request::Shutdown => return,
         };
         (self.deliver)(Completion { ticket, answer });

@@ -496,7 +496,7 @@ impl Broker {
         match (conn, slot) {
             (Some(conn), Some(slot)) => {
                 if let Err(reason) = answer {
-                    self.stats.publishes_refused += 1;
+                    self.stats.count_publish_refusal(reason);
                     log::warn!(
                         "refusing a publish from {}: {reason}",
                         self.client_id_of(conn)

@@ -106,6 +106,11 @@ impl Broker {
         }
     }
 
+    /// The acl_file in force, if any.
+    pub(crate) fn acl_in_force(&self) -> Option<&Acl> {
+        self.authorization.acl.as_deref()
+    }
+
     /// Whether an authorization file is in force.
     pub fn has_acl(&self) -> bool {
         self.authorization.acl.is_some()

@@ -1,6 +1,7 @@
 //! CONNECT: admission, session ownership, and every way a session ends.
 
 use crate::core::refusal::Refusal;
+use crate::core::refusal_counts::Reason;
 use std::rc::Rc;
 
 use crate::codec::{
@@ -298,6 +299,8 @@ impl Broker {
         out: &mut impl Transport,
     ) {
         log::warn!("refusing CONNECT from client id {client_id:?}: {refusal}");
+        let named = (client_id, connect.username.as_deref());
+        self.connection_refused(conn, Some(named), refusal.into(), now_ms);
         let problem_information = connect.properties.request_problem_information != Some(0);
         self.send_connack_refusal(
             conn,
@@ -340,9 +343,11 @@ impl Broker {
         conn: Key,
         error: DecodeError,
         connect_version: Option<ProtocolVersion>,
+        now_ms: u64,
         out: &mut impl Transport,
     ) {
         log::debug!("refusing an unreadable CONNECT: {error}");
+        self.connection_refused(conn, Some(("", None)), Reason::Code(error.code), now_ms);
         if error.code == ReasonCode::UNSUPPORTED_PROTOCOL_VERSION {
             self.send_connack_refusal(
                 conn,

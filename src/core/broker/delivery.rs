@@ -146,6 +146,7 @@ impl Broker {
         if session.held_bytes + cost > bound && !session.inflight.is_empty() {
             // Nothing left that can be given up: this delivery is refused.
             self.stats.session_queue_full += 1;
+            self.stats.deliveries_refused += 1;
             return;
         }
         session.held_bytes += cost;

@@ -195,6 +195,7 @@ impl Broker {
             if let Err(refusal) = answer {
                 if version == ProtocolVersion::V311 {
                     debug_assert_eq!(refusal.rule().v311, V311Answer::Close);
+                    self.connection_refused(conn, None, refusal.into(), now_ms);
                     self.end_connection(conn, None, true, now_ms, out);
                     return;
                 }
@@ -331,7 +332,7 @@ impl Broker {
         now_ms: u64,
         out: &mut impl Transport,
     ) {
-        self.stats.publishes_refused += 1;
+        self.stats.count_publish_refusal(refusal);
         let client_id = self.client_id_of(conn);
         if refusal == Refusal::PublishRateExceeded {
             // A client held to its rate may earn one per publish.
@@ -349,6 +350,7 @@ impl Broker {
             return;
         };
         if version == ProtocolVersion::V311 {
+            self.connection_refused(conn, None, refusal.into(), now_ms);
             self.end_connection(conn, None, true, now_ms, out);
             return;
         }

@@ -7,9 +7,73 @@ use crate::core::observe::{
     ChannelConsumers, ChannelObservation, ConsumerRow, Loss, LossKind, LossesView, Observation,
     SessionRow, SessionsView,
 };
+use crate::core::observe::{RefusedClient, RefusedView};
+use crate::core::refusal_counts::Reason;
 use crate::core::{Broker, Key};
 
+/// `text` cut to at most `max_bytes`, at a character boundary: a client
+/// chose it, and the record outlives the connection.
+fn bounded(text: &str, max_bytes: usize) -> String {
+    let mut end = text.len().min(max_bytes);
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    text[..end].to_string()
+}
+
 impl Broker {
+    /// Connection `conn` refused at CONNECT, or ended for breaking a rule:
+    /// counted by reason, and its client recorded for
+    /// `/v1/operations/refused`. `named` is the client id and user name
+    /// its CONNECT gave, where the connection has no session yet.
+    pub(crate) fn connection_refused(
+        &mut self,
+        conn: Key,
+        named: Option<(&str, Option<&str>)>,
+        why: Reason,
+        now_ms: u64,
+    ) {
+        self.stats.connections_refused.count(why);
+        let max_bytes = self.settings.max_topic_length as usize;
+        let (client_id, user) = match named {
+            Some(named) => named,
+            None => match self.client_id_of(conn) {
+                "-" => ("", self.user_name(conn)),
+                id => (id, self.user_name(conn)),
+            },
+        };
+        let client = RefusedClient {
+            client_id: bounded(client_id, max_bytes),
+            user: user.map(|user| bounded(user, max_bytes)),
+            reason: why.label(),
+            count: 1,
+            last_seen_unix_ms: self.unix_ms(now_ms),
+        };
+        self.tallies.refused(client);
+    }
+
+    /// The clients refused, most refused first, `max_rows` at most.
+    pub fn refused_view(&self, max_rows: usize) -> RefusedView {
+        self.tallies.refused_view(max_rows)
+    }
+
+    /// What `user` (and `client_id`, for a rule written with `%c`) may do
+    /// under the acl_file in force, as `saguin --acl --json` answers.
+    pub fn acl_view(&self, user: &str, client_id: Option<&str>) -> String {
+        match self.acl_in_force() {
+            Some(acl) => crate::acl::explain::json_paragraph(acl, user, client_id)
+                .trim_end()
+                .to_string(),
+            None => crate::acl::explain::JSON_NO_ACL.to_string(),
+        }
+    }
+
+    /// Bytes an MQTT connection read and wrote, for the catalogue.
+    pub fn count_wire_bytes(&mut self, received: u64, sent: u64) {
+        self.stats.bytes_received += received;
+        self.stats.bytes_sent += sent;
+    }
+
     /// The broker-wide figures; `O(connections + sessions + channel
     /// readers)`, the price the catalogue states for a scrape.
     pub fn observe(&self) -> Observation {
@@ -79,7 +143,32 @@ impl Broker {
                 .unwrap_or(0),
             position_lost: self.tallies.position_lost.get(&index).copied().unwrap_or(0),
             published: self.tallies.published.get(index).copied().unwrap_or(0),
+            latest_superseded: channel
+                .latest
+                .as_ref()
+                .map(|_| self.tallies.latest_superseded[index]),
+            partitioned_consumers: self.partitioned_consumers(index),
         }
+    }
+
+    /// Subscribers that declared a partition slice on channel `index`.
+    fn partitioned_consumers(&self, index: usize) -> u64 {
+        let channel = &self.channels[index];
+        let sliced = channel
+            .readers
+            .iter()
+            .filter_map(|&key| self.readers.get(key))
+            .filter(|reader| reader.filters.iter().any(|f| f.slice.is_some()))
+            .count();
+        let sliced_latest = channel.latest.as_ref().map_or(0, |latest| {
+            latest
+                .readers
+                .iter()
+                .filter_map(|&key| self.latest_readers.get(key))
+                .filter(|reader| reader.declares_slice())
+                .count()
+        });
+        (sliced + sliced_latest) as u64
     }
 
     /// Every durable consumer of channel `index` whose position is known:

@@ -587,6 +587,7 @@ impl Broker {
             self.client_id_of(conn),
             refusal.reason()
         );
+        self.connection_refused(conn, None, refusal.into(), now_ms);
         let (code, reason) = (refusal.code(), refusal.reason());
         self.send_connack_refusal(conn, version, code, reason, problem_information, out);
         self.persist.forget_connection(conn);
@@ -1048,6 +1049,9 @@ impl Broker {
             _ => Refusal::SessionStoreFailedAtSubscribe,
         };
         let (code, reason) = (refusal.suback_code(version), refusal.reason());
+        for _ in &subscribe.filters {
+            self.stats.subscriptions_refused.count(refusal);
+        }
         log::warn!(
             "refusing a SUBSCRIBE from {}: {reason}",
             self.client_id_of(conn)

@@ -117,7 +117,7 @@ impl Broker {
         match (slot, answer) {
             (Some(slot), answer) => {
                 if let Err(reason) = answer {
-                    self.stats.publishes_refused += 1;
+                    self.stats.count_publish_refusal(reason);
                     log::warn!(
                         "refusing a retained publish from {}: {reason}",
                         self.client_id_of(conn)
@@ -126,7 +126,7 @@ impl Broker {
                 self.complete_puback(conn, slot, answer, now_ms, out)
             }
             (None, Err(reason)) => {
-                self.stats.publishes_refused += 1;
+                self.stats.count_publish_refusal(reason);
                 log::warn!("a retained QoS 0 publish was not kept: {reason}");
             }
             (None, Ok(())) => {}

@@ -31,7 +31,9 @@ impl Broker {
     /// group and whatever it still held.
     pub(crate) fn leave_group(&mut self, group_key: Key, session: Key) {
         if let Some(group) = self.groups.leave(group_key, session) {
-            self.stats.shared_backlog_dropped += group.backlog().count() as u64;
+            let held = group.backlog().count() as u64;
+            self.stats.shared_backlog_dropped += held;
+            self.stats.shares_dropped_no_member_left += held;
             self.index.remove(&group.filter, Target::Group(group_key));
         }
     }
@@ -69,7 +71,9 @@ impl Broker {
         let bound_bytes = self.settings.session_queue_bytes;
         let group = self.groups.get_mut(group_key).expect("checked above");
         let dropped = group.hold(Rc::clone(message), bound_bytes);
+        self.stats.shares_held += 1;
         self.stats.shared_backlog_dropped += dropped;
+        self.stats.shares_dropped_backlog_full += dropped;
         self.drain_group(group_key, now_ms, out);
     }
 
@@ -98,6 +102,7 @@ impl Broker {
             };
             let group = self.groups.get_mut(group_key).expect("checked above");
             let message = group.take_front().expect("front exists");
+            self.stats.shares_drained += 1;
             self.deliver_to_member(group_key, member, message, now_ms, out);
         }
     }
@@ -218,6 +223,8 @@ impl Broker {
             };
             if !returnable {
                 self.stats.shared_dropped += 1;
+                self.stats.shares_dropped_member_ended +=
+                    u64::from(delivery.qos == QoS::ExactlyOnce);
                 continue;
             }
             let Some(group) = self.groups.get_mut(group_key) else {
@@ -225,6 +232,7 @@ impl Broker {
                 continue;
             };
             group.put_back(delivery.message);
+            self.stats.shares_held += 1;
             if !touched.contains(&group_key) {
                 touched.push(group_key);
             }
@@ -242,5 +250,6 @@ impl Broker {
         let now_unix_ms = self.unix_ms(now_ms);
         let dropped = self.groups.expire_backlogs(now_unix_ms, expires_after_ms);
         self.stats.shared_backlog_dropped += dropped;
+        self.stats.shares_dropped_expired += dropped;
     }
 }

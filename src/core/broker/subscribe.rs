@@ -87,6 +87,7 @@ impl Broker {
                         "refusing a subscription to {filter:?} from {}: {refusal}",
                         self.client_id_of(conn)
                     );
+                    self.stats.subscriptions_refused.count(refusal);
                     first_refusal.get_or_insert(refusal.reason());
                     refusal.code()
                 });
@@ -137,6 +138,7 @@ impl Broker {
                         "refusing a subscription to {filter:?} from {}: {refusal}",
                         self.client_id_of(conn)
                     );
+                    self.stats.subscriptions_refused.count(refusal);
                     first_refusal.get_or_insert(refusal.reason());
                     refusal.code()
                 }

@@ -650,7 +650,7 @@ impl Broker {
         match (ack, answer) {
             (PendingAck::None, Ok(())) => {}
             (PendingAck::None, Err(reason)) => {
-                self.stats.publishes_refused += 1;
+                self.stats.count_publish_refusal(reason);
                 log::warn!(
                     "a QoS 0 publish from {} was not stored: {reason}",
                     self.client_id_of(conn)
@@ -658,7 +658,7 @@ impl Broker {
             }
             (PendingAck::Puback { slot }, answer) => {
                 if let Err(reason) = answer {
-                    self.stats.publishes_refused += 1;
+                    self.stats.count_publish_refusal(reason);
                     log::warn!(
                         "refusing a publish from {}: {reason}",
                         self.client_id_of(conn)

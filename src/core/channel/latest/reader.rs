@@ -82,6 +82,12 @@ pub(crate) struct ReadFor {
 }
 
 impl LatestReader {
+    /// Whether its session declared a partition slice on a filter that
+    /// reaches the channel.
+    pub(crate) fn declares_slice(&self) -> bool {
+        self.filters.iter().any(|f| f.slice.is_some())
+    }
+
     /// How many passes and waiting changes it holds, for tests of its bound.
     #[cfg(test)]
     pub(crate) fn held(&self) -> (usize, usize) {
@@ -92,15 +98,18 @@ impl LatestReader {
     /// the bound, the waiting changes become one pass of changes from the
     /// lowest of them, which also takes every change after (current
     /// offsets only rise, so nothing a change pass has not reached is lost).
-    fn offer(&mut self, topic: &Rc<str>, offset: u64) {
+    /// Returns whether the change took the place of one still waiting.
+    fn offer(&mut self, topic: &Rc<str>, offset: u64) -> bool {
         if self.passes.iter().any(|pass| !pass.as_state) {
-            return;
+            return false;
         }
+        let mut superseded = false;
         if let Some(&queued) = self.waiting_topics.get(topic) {
             if queued >= offset {
-                return;
+                return false;
             }
             self.waiting.remove(&queued);
+            superseded = true;
         }
         self.waiting_topics.insert(Rc::clone(topic), offset);
         self.waiting.insert(offset, Rc::clone(topic));
@@ -117,6 +126,7 @@ impl LatestReader {
                 as_state: false,
             });
         }
+        superseded
     }
 
     fn withdraw(&mut self, offset: u64) {
@@ -344,7 +354,9 @@ impl Broker {
                 continue;
             }
             let reader = self.latest_readers.get_mut(key).expect("checked above");
-            reader.offer(topic_name, offset);
+            if reader.offer(topic_name, offset) {
+                self.tallies.latest_superseded(channel);
+            }
             self.pump_latest(key, now_ms, out);
         }
     }

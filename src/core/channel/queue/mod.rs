@@ -17,6 +17,8 @@
 #[cfg(test)]
 mod broker_tests;
 pub mod dead_letter;
+
+use crate::core::observe::QueueCounts;
 pub mod rules;
 
 use crate::core::refusal::Refusal;
@@ -159,6 +161,8 @@ pub(crate) struct Queue {
     /// and when: a move that never fits is retried every tick, and warned
     /// of again only when its failure changes or a minute has passed.
     move_warnings: HashMap<u64, (String, u64)>,
+    /// What the metrics catalogue counts of its work since start.
+    counted: QueueCounts,
 }
 
 /// Every queue, and the deliveries of theirs on a wire.
@@ -259,6 +263,7 @@ impl Queues {
                 moves_paused_until_ms: 0,
                 unstored_counts: BTreeSet::new(),
                 move_warnings: HashMap::new(),
+                counted: QueueCounts::default(),
             });
         }
         queues
@@ -320,6 +325,9 @@ impl Broker {
         if message.retain && self.queues.is_queue(channel) {
             message.retain = false;
             self.stats.queue_retain_ignored += 1;
+            if let Some(&q) = self.queues.by_channel.get(&channel) {
+                self.queues.list[q].counted.retain_ignored += 1;
+            }
         }
     }
 
@@ -548,6 +556,7 @@ impl Broker {
             let Some(job) = self.queues.list[q].jobs.get(&offset).copied() else {
                 continue;
             };
+            self.count_release(q, job.attempts, |c| &mut c.redelivered);
             match job.state {
                 // Never shown to have arrived: back with its attempt unspent.
                 JobState::Delivering { .. } => self.set_available(q, offset, 0),
@@ -562,6 +571,21 @@ impl Broker {
                 "job {offset} of {} went back: its worker left",
                 self.queue_name(q)
             );
+        }
+    }
+
+    /// A job taken from its worker by `counter`'s cause; one whose last
+    /// attempt that was goes to the dead-letter channel and is counted
+    /// there instead, so each release is counted once.
+    fn count_release(
+        &mut self,
+        q: usize,
+        attempts: u32,
+        counter: fn(&mut QueueCounts) -> &mut u64,
+    ) {
+        let queue = &mut self.queues.list[q];
+        if attempts < queue.settings.max_attempts {
+            *counter(&mut queue.counted) += 1;
         }
     }
 
@@ -622,6 +646,7 @@ impl Broker {
             for (offset, worker, since_ms, attempts) in expired {
                 log::debug!("job {offset} of {}: its lease ran out", self.queue_name(q));
                 self.queues.list[q].held.remove(&worker);
+                self.count_release(q, attempts, |c| &mut c.redelivered);
                 let gap = self.gap_ms(q, attempts);
                 self.set_available(q, offset, available_at_ms(since_ms, gap));
             }
@@ -834,6 +859,7 @@ impl Broker {
         self.stats.deliveries_sent += 1;
         self.queues.on_wire.insert((worker, packet_id));
         let queue = &mut self.queues.list[q];
+        queue.counted.delivered += 1;
         let previous = queue.held.insert(worker, offset);
         debug_assert!(previous.is_none(), "a worker holds one job at a time");
         queue.bodies.remove(&offset);
@@ -1066,7 +1092,9 @@ impl Broker {
                     key: attempts_key(offset),
                 },
             ];
-            if !self.queue_commit(q, writes, QueuePending::Resolve { queue: q, offset }, out) {
+            if self.queue_commit(q, writes, QueuePending::Resolve { queue: q, offset }, out) {
+                self.queues.list[q].counted.acknowledged += 1;
+            } else {
                 // Storage is behind: the job is offered again rather than
                 // lost; its worker's answer cannot be kept now.
                 log::warn!("storage is behind: job {offset} of {name} could not be resolved and is offered again");
@@ -1076,6 +1104,7 @@ impl Broker {
             }
         } else {
             let attempts = self.queues.list[q].jobs[&offset].attempts;
+            self.count_release(q, attempts, |c| &mut c.returned);
             let gap = self.gap_ms(q, attempts);
             self.set_available(q, offset, available_at_ms(now_ms, gap));
         }
@@ -1254,6 +1283,9 @@ impl Broker {
                             reason.as_str()
                         );
                         self.forget_job(queue, offset, *floor);
+                        let counted = &mut self.queues.list[queue].counted;
+                        counted.dead_lettered += 1;
+                        counted.expired += u64::from(reason == DeadReason::Expired);
                         let dlq = self.queues.list[queue].dlq.expect("moved into it");
                         // Its readers are served as from any append.
                         self.record_committed(
@@ -1420,6 +1452,7 @@ impl Queues {
         Some(crate::core::observe::QueueObservation {
             depth: queue.jobs.len() as u64,
             inflight: inflight as u64,
+            counted: queue.counted.clone(),
         })
     }
 }

@@ -1,0 +1,422 @@
+//! The operations listener asked by the real `curl`: every route, every
+//! answer authentication gives, a DNS-rebinding `Host` refused, and a Unix
+//! socket carrying a proxy's `X-Saguin-Principal`.
+
+mod common;
+
+use std::net::TcpStream;
+use std::path::Path;
+use std::process::Command;
+
+use common::{BrokerProcess, RawClient, Received, TempDir};
+use saguin::codec::{Packet, ProtocolVersion};
+use saguin::ops::operators::hash_line;
+
+/// What curl reported: the status, the head and the body.
+struct Answer {
+    status: u16,
+    head: String,
+    body: String,
+}
+
+impl Answer {
+    fn header(&self, name: &str) -> Option<String> {
+        self.head.lines().find_map(|line| {
+            let (n, v) = line.split_once(':')?;
+            n.eq_ignore_ascii_case(name).then(|| v.trim().to_string())
+        })
+    }
+}
+
+/// Runs curl with `args`, the head included in what it prints.
+fn curl(args: &[&str]) -> Answer {
+    let output = Command::new("curl")
+        .args(["-s", "-i", "--max-time", "20"])
+        .args(args)
+        .output()
+        .expect("run curl");
+    assert!(
+        output.status.success(),
+        "curl {args:?} failed: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let text = String::from_utf8(output.stdout).unwrap();
+    let (head, body) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
+    let status = head.split(' ').nth(1).unwrap().parse().unwrap();
+    Answer {
+        status,
+        head: head.to_string(),
+        body: body.to_string(),
+    }
+}
+
+fn have_curl() -> bool {
+    common::have_tools("the curl tests", &["curl"], "curl")
+}
+
+const SALT: &[u8; 12] = b"test-salt-12";
+const STORAGE: &str = "  storage:\n    default: volatile\n    default_retention_period: none\n    default_retention_bytes: none\n    providers:\n      volatile:\n        type: memory\n        max_bytes: 64MiB\n        snapshot_dir: none\n";
+const CHANNELS: &str = "channels:\n  events:\n    type: append\n    filter: events/#\n  jobs:\n    type: queue\n    filter: jobs/#\n";
+const ACL: &str =
+    "roles:\n  writer:\n    - channel: events\n      allow: [write]\nusers:\n  writer: [writer]\n";
+
+fn write_operators(dir: &Path) -> String {
+    let path = dir.join("operations.passwd");
+    let lines = [
+        format!("{}:/metrics", hash_line("prometheus", "scrape", SALT)),
+        hash_line("oncall", "pager", SALT),
+    ];
+    std::fs::write(&path, lines.join("\n") + "\n").unwrap();
+    path.display().to_string()
+}
+
+/// A broker with an acl_file, an MQTT password file, a queue and the
+/// operations block `operations`; and its operations TCP address.
+fn start(dir: &TempDir, operations: &str) -> (BrokerProcess, String) {
+    let passwd = dir.path().join("clients.passwd");
+    std::fs::write(
+        &passwd,
+        format!("{}\n", hash_line("writer", "secret", SALT)),
+    )
+    .unwrap();
+    std::fs::write(dir.path().join("acl.yaml"), ACL).unwrap();
+    let block = format!(
+        "    acl_file: {{dir}}/acl.yaml\n    password_file: {{dir}}/clients.passwd\n{STORAGE}  operations:\n    listen:\n      tcp:\n        address: 127.0.0.1:0\n{operations}"
+    );
+    let mut broker = BrokerProcess::start_in(dir.path(), &block, CHANNELS);
+    let line = broker.wait_for_log("operations door tcp bound to");
+    let address = line.rsplit("bound to ").next().unwrap().trim().to_string();
+    (broker, address)
+}
+
+#[test]
+fn every_route_answers_curl_on_a_loopback_door() {
+    if !have_curl() {
+        return;
+    }
+    let dir = TempDir::new("ops-curl");
+    let (broker, ops) = start(&dir, "");
+    let url = |path: &str| format!("http://{ops}{path}");
+    // A client refused for its password is named on the refused route.
+    let mut refused = RawClient::open(&broker.address(), ProtocolVersion::V5);
+    let mut connect = common::connect_packet(ProtocolVersion::V5, "sensor-9");
+    connect.username = Some("writer".into());
+    connect.password = Some(b"wrong".to_vec());
+    refused.send(&Packet::Connect(connect));
+    assert!(
+        matches!(refused.recv(), Received::Packet(Packet::Connack(c)) if c.reason_code.0 == 0x86)
+    );
+
+    let health = curl(&[&url("/health")]);
+    assert_eq!(
+        (health.status, health.body.as_str()),
+        (200, "{\"status\":\"ok\"}")
+    );
+    assert_eq!(curl(&["-I", &url("/health")]).status, 200);
+    let post = curl(&["-X", "POST", &url("/health")]);
+    assert_eq!(post.status, 405);
+    assert_eq!(post.header("Allow").as_deref(), Some("GET, HEAD"));
+    assert_eq!(curl(&[&url("/nothing")]).status, 404);
+
+    let metrics = curl(&[&url("/metrics")]);
+    assert_eq!(metrics.status, 200);
+    assert!(metrics
+        .body
+        .contains("saguin_connections_refused_total{reason=\"bad user name or password\"} 1\n"));
+    for route in ["consumers", "sessions", "position-lost", "queues/jobs"] {
+        let answer = curl(&[&url(&format!("/v1/operations/{route}"))]);
+        assert_eq!(answer.status, 200, "{route}: {}", answer.body);
+        assert_eq!(
+            answer.header("Content-Type").as_deref(),
+            Some("application/json")
+        );
+    }
+    assert_eq!(curl(&[&url("/v1/operations/queues/events")]).status, 404);
+
+    let refused = curl(&[&url("/v1/operations/refused")]);
+    assert_eq!(refused.status, 200);
+    assert!(
+        refused.body.starts_with("{\"clients\":[{\"client_id\":\"sensor-9\",\"user\":\"writer\",\"reason\":\"bad user name or password\",\"count\":1,\"last_seen\":\""),
+        "{}",
+        refused.body
+    );
+    assert!(
+        refused
+            .body
+            .ends_with("\"returned\":1,\"tracked\":1,\"beyond\":0}"),
+        "{}",
+        refused.body
+    );
+
+    let acl = curl(&[&url("/v1/operations/acl?user=writer&client_id=w-1")]);
+    assert_eq!(acl.status, 200);
+    assert!(
+        acl.body.contains("\"pattern_applied\":\"writer\""),
+        "{}",
+        acl.body
+    );
+    assert!(
+        acl.body.contains("\"client_id_allowed\":true"),
+        "{}",
+        acl.body
+    );
+    let nobody = curl(&[&url("/v1/operations/acl?user=printer-3")]);
+    assert!(
+        nobody
+            .body
+            .contains("\"pattern_applied\":null,\"patterns_matched\":[]"),
+        "{}",
+        nobody.body
+    );
+    assert_eq!(curl(&[&url("/v1/operations/acl")]).status, 400);
+
+    // Who may connect: names, never a hash.
+    let users = curl(&[&url("/v1/operations/users")]);
+    assert_eq!(users.status, 200);
+    assert_eq!(
+        users.body,
+        "{\"users\":[\"writer\"],\"users_total\":1,\"anonymous_allowed\":false,\"listeners\":{\"tcp\":{\"users\":[\"writer\"],\"users_total\":1,\"anonymous_allowed\":false,\"certificate\":\"none\"}}}"
+    );
+
+    // A page whose name was re-resolved to this address sends its own
+    // Host, and a caller with no credential is refused for it.
+    let rebound = curl(&["-H", "Host: attacker.example:9090", &url("/metrics")]);
+    assert_eq!(rebound.status, 403);
+    assert!(rebound.body.contains("broker.operations.password_file"));
+    assert_eq!(
+        curl(&["-H", "Host: attacker.example", &url("/health")]).status,
+        200
+    );
+}
+
+#[test]
+fn authentication_answers_401_403_and_429_to_curl() {
+    if !have_curl() {
+        return;
+    }
+    let dir = TempDir::new("ops-curl-auth");
+    let passwd = write_operators(dir.path());
+    let (_broker, ops) = start(&dir, &format!("    password_file: {passwd}\n"));
+    let url = |path: &str| format!("http://{ops}{path}");
+    let nothing = curl(&[&url("/metrics")]);
+    assert_eq!(nothing.status, 401);
+    assert!(nothing
+        .header("WWW-Authenticate")
+        .unwrap()
+        .starts_with("Basic realm=\"saguin\""));
+    assert_eq!(
+        curl(&["-u", "prometheus:nope", &url("/metrics")]).status,
+        401
+    );
+    assert_eq!(
+        curl(&["-u", "prometheus:scrape", &url("/metrics")]).status,
+        200
+    );
+    assert_eq!(
+        curl(&["-u", "prometheus:scrape", &url("/v1/operations/refused")]).status,
+        403
+    );
+    assert_eq!(
+        curl(&["-u", "oncall:pager", &url("/v1/operations/acl?user=writer")]).status,
+        200
+    );
+    // A header naming somebody is not read on a TCP door.
+    assert_eq!(
+        curl(&["-H", "X-Saguin-Principal: oncall", &url("/metrics")]).status,
+        401
+    );
+    // Every slot held by a connection that sends nothing: turned away.
+    let held: Vec<TcpStream> = (0..saguin::ops::server::MAX_CONNECTIONS)
+        .map(|_| TcpStream::connect(&ops).unwrap())
+        .collect();
+    let busy = curl(&[&url("/health")]);
+    assert_eq!(busy.status, 429);
+    assert_eq!(busy.header("Retry-After").as_deref(), Some("1"));
+    drop(held);
+}
+
+#[test]
+fn a_unix_socket_request_carries_a_proxys_principal_to_curl() {
+    if !have_curl() {
+        return;
+    }
+    let dir = TempDir::new("ops-curl-unix");
+    let passwd = write_operators(dir.path());
+    let socket = dir.path().join("ops.sock");
+    let block = format!(
+        "      unix:\n        path: {}\n    password_file: {passwd}\n",
+        socket.display()
+    );
+    let (mut broker, _ops) = start(&dir, &block);
+    broker.wait_for_log("operations door unix bound to");
+    let socket = socket.display().to_string();
+    let ask = |header: &str, path: &str| {
+        let url = format!("http://localhost{path}");
+        match header {
+            "" => curl(&["--unix-socket", &socket, &url]),
+            _ => curl(&["--unix-socket", &socket, "-H", header, &url]),
+        }
+    };
+    let named = "X-Saguin-Principal: oncall";
+    assert_eq!(ask(named, "/v1/operations/consumers").status, 200);
+    let stranger = "X-Saguin-Principal: grafana-agent";
+    assert_eq!(ask(stranger, "/metrics").status, 200);
+    assert_eq!(ask(stranger, "/v1/operations/sessions").status, 403);
+    assert_eq!(ask("", "/metrics").status, 401);
+}
+
+#[test]
+fn a_tcp_door_serves_its_routes_over_tls_to_curl() {
+    if !have_curl() || !common::have_tools("the operations TLS test", &["openssl"], "openssl") {
+        return;
+    }
+    let dir = TempDir::new("ops-curl-tls");
+    let made = Command::new("openssl")
+        .current_dir(dir.path())
+        .args([
+            "req",
+            "-x509",
+            "-newkey",
+            "ec",
+            "-pkeyopt",
+            "ec_paramgen_curve:P-256",
+        ])
+        .args(["-days", "30", "-nodes", "-subj", "/CN=operations"])
+        .args(["-addext", "subjectAltName=IP:127.0.0.1"])
+        .args(["-keyout", "ops-key.pem", "-out", "ops.pem"])
+        .output()
+        .expect("run openssl");
+    assert!(
+        made.status.success(),
+        "{}",
+        String::from_utf8_lossy(&made.stderr)
+    );
+    let passwd = write_operators(dir.path());
+    let tls = format!(
+        "        tls:\n          cert_file: {0}/ops.pem\n          key_file: {0}/ops-key.pem\n    password_file: {passwd}\n",
+        dir.path().display()
+    );
+    let (_broker, ops) = start(&dir, &tls);
+    let cacert = dir.path().join("ops.pem").display().to_string();
+    let url = |path: &str| format!("https://{ops}{path}");
+    let health = curl(&["--cacert", &cacert, &url("/health")]);
+    assert_eq!(
+        (health.status, health.body.as_str()),
+        (200, "{\"status\":\"ok\"}")
+    );
+    let scrape = curl(&[
+        "--cacert",
+        &cacert,
+        "-u",
+        "prometheus:scrape",
+        &url("/metrics"),
+    ]);
+    assert_eq!(scrape.status, 200);
+    assert!(scrape.body.contains("saguin_build_info{"));
+    assert_eq!(curl(&["--cacert", &cacert, &url("/metrics")]).status, 401);
+    // Plain HTTP on the TLS door is not served.
+    let plain = Command::new("curl")
+        .args(["-s", "--max-time", "20", &format!("http://{ops}/health")])
+        .output()
+        .unwrap();
+    assert!(!plain.status.success() || plain.stdout.is_empty());
+}
+
+#[test]
+fn the_config_route_serves_the_resolved_configuration_and_no_byte_of_a_file_it_names() {
+    if !have_curl() {
+        return;
+    }
+    let dir = TempDir::new("ops-curl-config");
+    let passwd = write_operators(dir.path());
+    let (_broker, ops) = start(&dir, &format!("    password_file: {passwd}\n"));
+    let url = |path: &str| format!("http://{ops}{path}");
+    let ask = |path: &str| curl(&["-u", "oncall:pager", &url(path)]);
+    let whole = ask("/v1/operations/config");
+    assert_eq!(whole.status, 200);
+    assert_eq!(
+        whole.header("Content-Type").as_deref(),
+        Some("application/json")
+    );
+    // Resolved: defaults the file never wrote are filled in.
+    for expected in [
+        "\"id\":\"test\"",
+        "\"max_connections\":",
+        "\"session_queue_bytes\":",
+        "\"events\":{\"type\":\"append\",\"filter\":\"events/#\",\"storage\":\"volatile\"",
+        "\"min_scrape_interval\":\"60s\"",
+    ] {
+        assert!(
+            whole.body.contains(expected),
+            "{expected} not in {}",
+            whole.body
+        );
+    }
+    // Files are named by path, and nothing they hold comes back.
+    for file in ["operations.passwd", "clients.passwd", "acl.yaml"] {
+        let path = dir.path().join(file);
+        assert!(
+            whole.body.contains(&path.display().to_string()),
+            "{file} is not named"
+        );
+        for line in std::fs::read_to_string(&path).unwrap().lines() {
+            for part in line.split([':', ' ']).filter(|p| p.len() > 12) {
+                assert!(!whole.body.contains(part), "{file}'s {part:?} came back");
+            }
+        }
+    }
+    let providers = ask("/v1/operations/config?section=providers");
+    assert_eq!(
+        providers.body,
+        "{\"providers\":{\"volatile\":{\"max_bytes\":67108864,\"type\":\"memory\",\"snapshot_dir\":null}}}"
+    );
+    let two = ask("/v1/operations/config?section=bridges&section=limits");
+    assert!(
+        two.body
+            .starts_with("{\"bridges\":{},\"limits\":{\"max_message_size\":"),
+        "{}",
+        two.body
+    );
+    let typo = ask("/v1/operations/config?section=provider");
+    assert_eq!(typo.status, 400);
+    assert!(typo.body.contains("providers"), "{}", typo.body);
+}
+
+#[test]
+fn check_config_output_prints_the_resolved_configuration_as_yaml() {
+    let dir = TempDir::new("check-config-output");
+    let path = dir.path().join("saguin.yaml");
+    let written = format!(
+        "broker:\n  id: edge-1\n  mqtt:\n    listen:\n      tcp:\n        address: 127.0.0.1:0\n{STORAGE}{CHANNELS}"
+    );
+    std::fs::write(&path, written).unwrap();
+    let output = Command::new(env!("CARGO_BIN_EXE_saguin"))
+        .arg("--check-config")
+        .arg(&path)
+        .arg("--output")
+        .output()
+        .unwrap();
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let yaml: serde_yaml::Value = serde_yaml::from_slice(&output.stdout).unwrap();
+    assert_eq!(yaml["broker"]["id"].as_str(), Some("edge-1"));
+    // Not written, and there with its default.
+    assert!(
+        yaml["broker"]["limits"]["max_connections"]
+            .as_u64()
+            .unwrap()
+            > 0
+    );
+    assert_eq!(yaml["broker"]["log_level"].as_str(), Some("info"));
+    assert_eq!(yaml["channels"]["jobs"]["type"].as_str(), Some("queue"));
+    assert!(yaml["channels"]["jobs"]["retry"]["max_attempts"]
+        .as_u64()
+        .is_some());
+    assert_eq!(
+        yaml["broker"]["mqtt"]["listen"]["tcp"]["tcp"]["address"].as_str(),
+        Some("127.0.0.1:0")
+    );
+}
