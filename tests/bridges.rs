@@ -184,7 +184,9 @@ fn records_published_while_mosquitto_is_down_arrive_upstream_in_order_once_acros
     let dir = TempDir::new("bridge-out");
     let rules = "      - filter: events/#\n        direction: out\n        topic: up/$#\n";
     let top = format!("{EVENTS}{}", bridge_yaml(port, rules));
-    let mut saguin = BrokerProcess::start_in(dir.path(), REDB, &top);
+    // The longest interval: only the link's end stores the position in time.
+    let broker = format!("{REDB}    ack_commit_interval: 1s\n");
+    let mut saguin = BrokerProcess::start_in(dir.path(), &broker, &top);
     saguin.wait_for_log("bridge up: reading its out filter");
     saguin.wait_for_log("bridge up: link to");
     let mut device = RawClient::connect(&saguin.address(), ProtocolVersion::V5, "device");
@@ -200,7 +202,7 @@ fn records_published_while_mosquitto_is_down_arrive_upstream_in_order_once_acros
     // The link's end stores the rule's position (1..10 taken by the peer)
     // before it is logged; a stored position may otherwise lag by
     // `ack_commit_interval`, and a SIGKILL inside that lag sends the peer
-    // the lag again (RFC 0004). The store commits in the order it is asked,
+    // the lag again (RFC 0004, at-least-once). The store commits in the order it is asked,
     // so the PUBACK of the first publish below, which follows its own
     // commit, says the position is stored too.
     saguin.wait_for_log(" down (");
@@ -219,7 +221,7 @@ fn records_published_while_mosquitto_is_down_arrive_upstream_in_order_once_acros
     drop(device);
     saguin.kill();
     drop(saguin);
-    let saguin = BrokerProcess::start_in(dir.path(), REDB, &top);
+    let saguin = BrokerProcess::start_in(dir.path(), &broker, &top);
     let mut device = RawClient::connect(&saguin.address(), ProtocolVersion::V5, "device");
     let peer = Mosquitto::start(peer_dir.path(), port);
     let mut watcher = durable_client(&peer.address(), "watcher");
