@@ -1992,13 +1992,26 @@ fn a_position_that_cannot_be_read_is_asked_for_again_never_guessed() {
 /// position read not yet answered. What a new session drops under its
 /// client id is taken and not looked at, as a restored session's would be.
 fn durable_events_consumer() -> (Harness, Key) {
+    durable_events_reader("consumer", false)
+}
+
+/// [`durable_events_consumer`] as `client_id`, on a bridge's in-process
+/// connection when `bridge` says so.
+fn durable_events_reader(client_id: &str, bridge: bool) -> (Harness, Key) {
     let mut settings = events_channel(ChannelStart::Floor);
     settings.channels[0].next = 10;
     let mut h = Harness::new(settings);
-    let mut connect = connect_packet("consumer", ProtocolVersion::V5);
+    let mut connect = connect_packet(client_id, ProtocolVersion::V5);
     connect.clean_start = false;
     connect.properties.session_expiry_interval_s = Some(3600);
-    let (consumer, _) = h.connect_with(connect);
+    let consumer = if bridge {
+        let conn = h.broker.accept_bridge(h.now_ms).expect("a free slot");
+        h.packet(conn, Packet::Connect(connect));
+        assert!(matches!(h.out.take(conn).as_slice(), [Packet::Connack(_)]));
+        conn
+    } else {
+        h.connect_with(connect).0
+    };
     h.stored();
     h.subscribe(consumer, "events/#", qos(QoS::AtLeastOnce), None);
     (h, consumer)
@@ -2007,7 +2020,15 @@ fn durable_events_consumer() -> (Harness, Key) {
 /// A durable consumer of `events` reading from stored position 7: records
 /// 7 to 9 delivered and acknowledged, every request drained.
 fn consumer_at_seven() -> (Harness, Key) {
-    let (mut h, consumer) = durable_events_consumer();
+    let (mut h, consumer) = acknowledged_to_ten(durable_events_consumer());
+    h.advance(300);
+    h.stored();
+    (h, consumer)
+}
+
+/// The reader of [`durable_events_reader`], resumed at stored position 7,
+/// has acknowledged records 7 to 9; no `ack_commit_interval` has passed.
+fn acknowledged_to_ten((mut h, consumer): (Harness, Key)) -> (Harness, Key) {
     let ticket = match h.stored().as_slice() {
         [StoreRequest::Position { ticket, .. }] => *ticket,
         other => panic!("expected a position read, got {other:?}"),
@@ -2030,8 +2051,6 @@ fn consumer_at_seven() -> (Harness, Key) {
     for publish in publishes(&received) {
         h.puback(consumer, publish.packet_id.expect("QoS 1"));
     }
-    h.advance(300);
-    h.stored();
     (h, consumer)
 }
 
@@ -2694,6 +2713,34 @@ fn a_sessions_charge_follows_its_filters_and_leaves_with_it() {
     assert_eq!(h.broker.sessions.charged_bytes(), 3_501);
     h.packet(conn, Packet::Disconnect(Default::default()));
     assert_eq!(h.broker.sessions.charged_bytes(), 0);
+}
+
+/// A bridge rule's reader stores what its peer took when the link goes,
+/// not at the next `ack_commit_interval`: a SIGKILL inside the interval
+/// would otherwise send the peer again what it already holds.
+#[test]
+fn a_bridge_readers_moved_position_is_stored_at_once_when_its_link_goes() {
+    let bridge = durable_events_reader("saguin-bridge/up/0123456789abcdef", true);
+    let (mut h, reader) = acknowledged_to_ten(bridge);
+    let is_position = |r: &StoreRequest| {
+        matches!(r, StoreRequest::Commit { writes, .. }
+            if writes.iter().any(|w| matches!(w, Write::SetPosition { .. })))
+    };
+    assert!(
+        !h.stored().iter().any(is_position),
+        "no interval has passed"
+    );
+    h.broker.store_bridge_positions(reader, &mut h.out);
+    match h.stored().as_slice() {
+        [StoreRequest::Commit { writes, .. }]
+            if matches!(writes.as_slice(), [Write::SetPosition { offset: 10, .. }]) => {}
+        other => panic!("expected the position write, got {other:?}"),
+    }
+    // An ordinary consumer's positions keep to the interval.
+    let (mut h, consumer) = acknowledged_to_ten(durable_events_consumer());
+    h.stored();
+    h.broker.store_bridge_positions(consumer, &mut h.out);
+    assert!(!h.stored().iter().any(is_position));
 }
 
 mod counted;

@@ -251,6 +251,19 @@ impl Bridge {
             .handle_packet(key, packet, now_ms, &mut state.outboxes);
     }
 
+    /// Stores the positions the rules' readers moved since the last
+    /// `ack_commit_interval`, so a restart does not send the peer again
+    /// what it took before its link went.
+    fn store_positions(&self) {
+        let mut guard = self.shared.borrow_mut();
+        let state = &mut *guard;
+        for &(_, key) in &self.locals {
+            state
+                .broker
+                .store_bridge_positions(key, &mut state.outboxes);
+        }
+    }
+
     fn apply(&self, actions: Vec<Action>) {
         for action in actions {
             match action {
@@ -349,6 +362,8 @@ async fn peer_loop(bridge: Rc<Bridge>, tls: Option<PeerTlsConfig>) {
             None => "connect timed out".to_string(),
         };
         let retry_in_311 = bridge.link.borrow_mut().peer_unreadable_before_connack();
+        // Before the link's end is logged: what the peer took is stored.
+        bridge.store_positions();
         let now_ms = bridge.now_ms();
         let (wait_ms, actions) = bridge.link.borrow_mut().peer_lost(now_ms, &why);
         bridge.apply(actions);

@@ -43,6 +43,20 @@ impl Broker {
             .collect()
     }
 
+    /// Stores the moved channel positions of the session on bridge
+    /// connection `conn` now rather than at the next
+    /// `ack_commit_interval`: its link to the peer has gone, so its reader
+    /// stops moving, as a consumer's does when it goes away. The commit is
+    /// queued ahead of any write submitted after this call.
+    pub fn store_bridge_positions(&mut self, conn: Key, out: &mut impl Transport) {
+        if !self.is_bridge(conn) {
+            return;
+        }
+        if let Some(session_key) = self.session_of(conn) {
+            self.commit_positions(Some(session_key), out);
+        }
+    }
+
     /// Only a bridge's own session may hold a `saguin-bridge/` client id.
     fn admit_bridge_client_id(&self, conn: Key, connect: &Connect) -> Result<(), Refusal> {
         match crate::core::is_bridge_client_id(&connect.client_id) {
