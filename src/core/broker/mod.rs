@@ -11,6 +11,8 @@ mod delivery;
 pub(crate) mod exactly_once;
 pub(crate) mod hang_up;
 mod inbound;
+mod latest_readers;
+mod latest_values;
 mod observe;
 pub(crate) mod persist;
 #[cfg(test)]
