@@ -5,6 +5,7 @@
 
 mod authenticate;
 pub(crate) mod authorize;
+mod broadcast_log;
 mod certificate;
 mod connect;
 mod delivery;
