@@ -19,6 +19,7 @@ pub(crate) mod persist;
 #[cfg(test)]
 mod persist_tests;
 mod point_read;
+mod queue_work;
 pub(crate) mod retained_writes;
 mod seek;
 mod session_room;
