@@ -24,7 +24,7 @@ use crate::core::channel::append::seek::SeekReply;
 use crate::core::channel::positions::OwedDrop;
 use crate::core::message::{Delivery, Message};
 use crate::core::partition::{self, Slice};
-use crate::core::{Key, Transport};
+use crate::core::Key;
 use crate::store::{self, MessageId, Outcome};
 
 /// Where a reader with no stored position starts.
