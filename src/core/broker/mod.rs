@@ -1,21 +1,28 @@
 //! The broker's handlers, by event: what a CONNECT, a PUBLISH, a
-//! SUBSCRIBE or a session write sets in motion across the sub-machines.
+//! SUBSCRIBE or a session write sets in motion across the sub-machines,
+//! and the driving of each sub-machine whose state lives in its own folder
+//! (the broadcast log, append and latest channels, work queues).
 //! Each file extends [`Broker`](crate::core::Broker); none holds state of
 //! its own beyond what it hands back to the broker.
 
 mod authenticate;
 pub(crate) mod authorize;
+mod broadcast_log;
 mod certificate;
+mod channels;
 mod connect;
 mod delivery;
 pub(crate) mod exactly_once;
 pub(crate) mod hang_up;
 mod inbound;
+mod latest_readers;
+mod latest_values;
 mod observe;
 pub(crate) mod persist;
 #[cfg(test)]
 mod persist_tests;
 mod point_read;
+mod queue_work;
 pub(crate) mod retained_writes;
 mod seek;
 mod session_room;
