@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use smol::LocalExecutor;
+use async_executor::StaticLocalExecutor;
 
 use super::SharedRef;
 use crate::ops::{self, Link, Provider};
@@ -23,7 +23,7 @@ const HEARTBEAT_MS: u64 = 500;
 /// here and must live as long as the broker serves, and the socket files
 /// go when the returned guard does.
 pub fn start(
-    executor: &'static LocalExecutor<'static>,
+    executor: &'static StaticLocalExecutor,
     shared: &SharedRef,
     broker_id: &str,
     providers_written: &[ProviderSettings],
