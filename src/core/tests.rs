@@ -2744,3 +2744,26 @@ fn a_bridge_readers_moved_position_is_stored_at_once_when_its_link_goes() {
 }
 
 mod counted;
+
+#[test]
+fn an_idle_session_carries_no_traffic_until_a_delivery() {
+    let mut h = Harness::new(Settings::default());
+    h.connect("idle", ProtocolVersion::V311);
+    let sub = h.connect("sub", ProtocolVersion::V5);
+    h.subscribe(sub, "t", qos(QoS::AtLeastOnce), None);
+    let has_traffic = |h: &Harness, id: &str| {
+        let key = h.broker.sessions.key_of(id).expect("a session");
+        h.broker.sessions.get(key).expect("held").has_traffic()
+    };
+    h.advance(1_000);
+    assert!(!has_traffic(&h, "idle"));
+    assert!(!has_traffic(&h, "sub"));
+    let publisher = h.connect("pub", ProtocolVersion::V5);
+    h.packet(
+        publisher,
+        Packet::Publish(publish_packet("t", QoS::AtLeastOnce, Some(1), b"x")),
+    );
+    assert_eq!(publishes(&h.out.take(sub)).len(), 1);
+    assert!(has_traffic(&h, "sub"));
+    assert!(!has_traffic(&h, "idle"));
+}

@@ -8,10 +8,11 @@ use std::cell::RefCell;
 use std::rc::Rc;
 use std::time::Duration;
 
+use async_executor::StaticLocalExecutor;
 use async_net::TcpStream;
 use smol::future;
 use smol::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
-use smol::{LocalExecutor, Task};
+use smol::Task;
 
 use super::outbox::{writable, Outbox};
 use super::tls::client::PeerTlsConfig;
@@ -103,7 +104,7 @@ impl Running {
 /// Starts every bridge; each runs until [`Running::stop`]. `tls` holds
 /// each bridge's TLS, in order, `None` for a `tcp://` peer.
 pub fn start(
-    executor: &'static LocalExecutor<'static>,
+    executor: &'static StaticLocalExecutor,
     shared: &SharedRef,
     bridges: &[BridgeSettings],
     tls: Vec<Option<PeerTlsConfig>>,

@@ -287,12 +287,11 @@ impl Connection {
     fn write(&mut self, cx: &mut Context<'_>) -> io::Result<Wrote> {
         let mut outbox = self.outbox.borrow_mut();
         let mut moved = false;
-        while outbox.written < outbox.bytes.len() {
-            let from = outbox.written;
-            match self.socket.poll_write(cx, &outbox.bytes[from..]) {
+        while outbox.unwritten_bytes() > 0 {
+            match self.socket.poll_write(cx, outbox.unwritten()) {
                 Poll::Ready(Ok(0)) => return Err(io::ErrorKind::WriteZero.into()),
                 Poll::Ready(Ok(n)) => {
-                    outbox.written += n;
+                    outbox.took(n);
                     self.shared
                         .borrow_mut()
                         .broker
@@ -306,7 +305,7 @@ impl Connection {
         }
         // A TLS writer may keep records back until flushed; a plain one
         // holds nothing, and its flush costs nothing.
-        let all_taken = outbox.written == outbox.bytes.len();
+        let all_taken = outbox.unwritten_bytes() == 0;
         if all_taken {
             match self.socket.poll_flush(cx) {
                 Poll::Ready(Ok(())) => {

@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use smol::LocalExecutor;
+use async_executor::StaticLocalExecutor;
 
 use super::SharedRef;
 use crate::ops::{self, Link, Provider};
@@ -33,7 +33,7 @@ pub struct Shell<'a> {
 }
 
 pub fn start(
-    executor: &'static LocalExecutor<'static>,
+    executor: &'static StaticLocalExecutor,
     shared: &SharedRef,
     shell: Shell<'_>,
     storage: &super::storage::Storage,

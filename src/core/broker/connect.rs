@@ -642,12 +642,13 @@ impl Broker {
         // What a shared group handed this session and it did not finish
         // goes back to the group.
         // Each with whether it went on the wire.
-        let unfinished: Vec<(Delivery, bool)> = session
+        let traffic = session.take_traffic();
+        let unfinished: Vec<(Delivery, bool)> = traffic
             .inflight
             .into_values()
             .filter(|f| f.stage == OutboundStage::Published)
             .map(|f| (f.delivery, true))
-            .chain(session.waiting.into_iter().map(|d| (d, false)))
+            .chain(traffic.waiting.into_iter().map(|d| (d, false)))
             .filter(|(d, _)| d.group.is_some())
             .collect();
         self.return_to_groups(unfinished, now_ms, out);

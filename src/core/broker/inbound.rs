@@ -512,6 +512,10 @@ impl Broker {
         let mut abandoned = Vec::new();
         for key in self.sessions.keys() {
             let session = self.sessions.get_mut(key).expect("key just listed");
+            if session.held_publishes.is_empty() {
+                // Changing nothing keeps an idle session's traffic unmade.
+                continue;
+            }
             session.held_publishes.retain(|&packet_id, held| {
                 let keep = now_ms.saturating_sub(held.received_at_ms) < expires_after_ms;
                 if !keep {

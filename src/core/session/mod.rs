@@ -4,7 +4,8 @@ pub(crate) mod charge;
 pub(crate) mod record;
 pub(crate) mod table;
 
-use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::collections::{BTreeMap, VecDeque};
+use std::ops::{Deref, DerefMut};
 use std::rc::Rc;
 
 use crate::codec::{SubscriptionOptions, Will};
@@ -48,30 +49,15 @@ pub struct Session {
     pub client_id: Rc<str>,
     /// The connection that owns the session, if it is connected.
     pub connection: Option<Key>,
-    pub subscriptions: HashMap<Box<str>, SubscriptionEntry>,
+    pub subscriptions: BTreeMap<Box<str>, SubscriptionEntry>,
     /// The granted Session Expiry Interval; 0 ends the session with its
     /// connection, `u32::MAX` never expires it.
     pub expiry_interval_s: u32,
     /// Set while the session is away and will expire.
     pub expires_at_ms: Option<u64>,
-    /// QoS 1 and 2 deliveries on the wire, by packet identifier.
-    pub inflight: BTreeMap<u16, InFlight>,
-    /// QoS 1 and 2 deliveries waiting for window, oldest first.
-    pub waiting: VecDeque<Delivery>,
-    /// What `inflight` and `waiting` cost, against `session_queue_bytes`.
-    pub held_bytes: u64,
-    /// What `inflight` alone costs.
-    pub inflight_bytes: u64,
-    pub next_packet_id: u16,
-    /// Exactly-once publishes received and not yet released, by packet id.
-    pub held_publishes: BTreeMap<u16, HeldPublish>,
     /// A Will waiting out its delay after its connection ended, and when
     /// it is due.
     pub pending_will: Option<Box<(Will, u64)>>,
-    /// Its cursors into channels.
-    pub readers: Vec<Key>,
-    /// Its subscriptions to `latest` channels, one per channel.
-    pub latest_readers: Vec<Key>,
     /// Ending this session leaves its stored positions in place.
     pub keep_positions: bool,
     /// True until the session's first connection is answered, so that its
@@ -82,6 +68,54 @@ pub struct Session {
     pub epoch: u64,
     /// What the table counts it at against the bound on session memory.
     pub charged_bytes: u64,
+    /// Made on first change: an idle session has none (see the `Deref`).
+    traffic: Option<Box<Traffic>>,
+}
+
+/// What a session holds only while messages move through it: the larger
+/// part of a session, boxed so that an idle one does not carry it. Its
+/// fields read as the session's own through `Deref`.
+#[derive(Default)]
+pub struct Traffic {
+    /// QoS 1 and 2 deliveries on the wire, by packet identifier.
+    pub inflight: BTreeMap<u16, InFlight>,
+    /// QoS 1 and 2 deliveries waiting for window, oldest first.
+    pub waiting: VecDeque<Delivery>,
+    /// What `inflight` and `waiting` cost, against `session_queue_bytes`.
+    pub held_bytes: u64,
+    /// What `inflight` alone costs.
+    pub inflight_bytes: u64,
+    /// The packet identifier given last; 0 before the first.
+    last_packet_id: u16,
+    /// Exactly-once publishes received and not yet released, by packet id.
+    pub held_publishes: BTreeMap<u16, HeldPublish>,
+    /// Its cursors into channels.
+    pub readers: Vec<Key>,
+    /// Its subscriptions to `latest` channels, one per channel.
+    pub latest_readers: Vec<Key>,
+}
+
+thread_local! {
+    /// What a session without traffic reads as: one per thread, never
+    /// changed (`Traffic` holds `Rc`s, so it cannot be a shared static).
+    static NO_TRAFFIC: &'static Traffic = Box::leak(Box::default());
+}
+
+impl Deref for Session {
+    type Target = Traffic;
+
+    fn deref(&self) -> &Traffic {
+        match &self.traffic {
+            Some(traffic) => traffic,
+            None => NO_TRAFFIC.with(|none| *none),
+        }
+    }
+}
+
+impl DerefMut for Session {
+    fn deref_mut(&mut self) -> &mut Traffic {
+        self.traffic.get_or_insert_with(Box::default)
+    }
 }
 
 impl Session {
@@ -89,23 +123,30 @@ impl Session {
         Session {
             client_id: client_id.into(),
             connection: None,
-            subscriptions: HashMap::new(),
+            subscriptions: BTreeMap::new(),
             expiry_interval_s,
             expires_at_ms: None,
-            inflight: BTreeMap::new(),
-            waiting: VecDeque::new(),
-            held_bytes: 0,
-            inflight_bytes: 0,
-            next_packet_id: 1,
-            held_publishes: BTreeMap::new(),
             pending_will: None,
             is_new: true,
-            readers: Vec::new(),
-            latest_readers: Vec::new(),
             keep_positions: false,
             epoch: 0,
             charged_bytes: 0,
+            traffic: None,
         }
+    }
+
+    /// Whether the session has made its traffic box.
+    #[cfg(test)]
+    pub fn has_traffic(&self) -> bool {
+        self.traffic.is_some()
+    }
+
+    /// Takes what the session holds in flight and waiting, leaving none.
+    pub fn take_traffic(&mut self) -> Traffic {
+        self.traffic
+            .take()
+            .map(|traffic| *traffic)
+            .unwrap_or_default()
     }
 
     /// A packet identifier no outgoing exchange of this session holds.
@@ -116,11 +157,12 @@ impl Session {
             self.inflight.len() < usize::from(u16::MAX),
             "a free identifier"
         );
+        let traffic = &mut **self;
         loop {
-            let id = self.next_packet_id;
-            self.next_packet_id = if id == u16::MAX { 1 } else { id + 1 };
-            if !self.inflight.contains_key(&id) {
-                debug_assert_ne!(id, 0, "0 is no packet identifier");
+            let last = traffic.last_packet_id;
+            let id = if last == u16::MAX { 1 } else { last + 1 };
+            traffic.last_packet_id = id;
+            if !traffic.inflight.contains_key(&id) {
                 return id;
             }
         }
@@ -140,5 +182,34 @@ impl Session {
         let delivery = self.waiting.remove(index).expect("index found above");
         self.held_bytes -= delivery.message.cost_bytes();
         true
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A session entry's bytes: every connected client has one, so an
+    /// idle connection pays this.
+    const MAX_SESSION_ENTRY_BYTES: usize = 112;
+
+    #[test]
+    fn a_session_entry_stays_small() {
+        let size_bytes = std::mem::size_of::<Session>();
+        assert!(
+            size_bytes <= MAX_SESSION_ENTRY_BYTES,
+            "a session entry is {size_bytes} B, over {MAX_SESSION_ENTRY_BYTES} B"
+        );
+    }
+
+    #[test]
+    fn packet_ids_start_at_one_and_skip_zero_when_they_wrap() {
+        let mut session = Session::new("a", 0);
+        assert!(!session.has_traffic());
+        assert_eq!(session.allocate_packet_id(), 1);
+        assert_eq!(session.allocate_packet_id(), 2);
+        session.last_packet_id = u16::MAX - 1;
+        assert_eq!(session.allocate_packet_id(), u16::MAX);
+        assert_eq!(session.allocate_packet_id(), 1);
     }
 }

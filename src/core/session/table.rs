@@ -1,6 +1,7 @@
 //! Every session the broker holds, by key and by client id.
 
 use std::collections::HashMap;
+use std::rc::Rc;
 
 use crate::core::session::charge;
 use crate::core::session::Session;
@@ -10,7 +11,8 @@ pub(crate) struct Sessions {
     table: Slab<Session>,
     /// Each client id's session: every entry names a session the table
     /// holds, and a session another has replaced may be absent from it.
-    by_client_id: HashMap<Box<str>, Key>,
+    /// The key is the session's own id, shared, not a second copy.
+    by_client_id: HashMap<Rc<str>, Key>,
     /// The last client id the broker assigned.
     last_assigned_id: u64,
     /// The last session epoch given.
@@ -74,7 +76,7 @@ impl Sessions {
         session.epoch = self.last_epoch;
         session.charged_bytes = charge_of(&session);
         self.charged_bytes += session.charged_bytes;
-        let client_id: Box<str> = (*session.client_id).into();
+        let client_id = Rc::clone(&session.client_id);
         let key = self
             .table
             .insert_with(|_| session)
