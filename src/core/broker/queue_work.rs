@@ -151,6 +151,19 @@ impl Broker {
             Ok(q) => q,
             Err(refusal) => return Some(Err(refusal)),
         };
+        self.enlist_worker(session_key, q, filter, options)?;
+        Some(Ok(ReasonCode::GRANTED_QOS_1))
+    }
+
+    /// Records `filter` (a queue's form) in the session at QoS 1 and makes
+    /// the session one of queue `q`'s workers. `None` without the session.
+    fn enlist_worker(
+        &mut self,
+        session_key: Key,
+        q: usize,
+        filter: &str,
+        options: SubscriptionOptions,
+    ) -> Option<()> {
         let session = self.sessions.get_mut(session_key)?;
         let granted = SubscriptionOptions {
             qos: QoS::AtLeastOnce,
@@ -170,7 +183,7 @@ impl Broker {
         if !queue.workers.contains(&session_key) {
             queue.workers.push(session_key);
         }
-        Some(Ok(ReasonCode::GRANTED_QOS_1))
+        Some(())
     }
 
     /// A restored session's subscription to a queue's form, made again as
@@ -181,25 +194,7 @@ impl Broker {
         let Some(q) = form.ok().and_then(|name| self.queue_by_name(name)) else {
             return Some(false);
         };
-        let session = self.sessions.get_mut(session_key)?;
-        let granted = SubscriptionOptions {
-            qos: QoS::AtLeastOnce,
-            ..SubscriptionOptions::default()
-        };
-        session.subscriptions.insert(
-            filter.into(),
-            crate::core::session::SubscriptionEntry {
-                options: granted,
-                subscription_id: None,
-                group: None,
-                slice: None,
-            },
-        );
-        self.sessions.recharge(session_key);
-        let queue = &mut self.queues.list[q];
-        if !queue.workers.contains(&session_key) {
-            queue.workers.push(session_key);
-        }
+        self.enlist_worker(session_key, q, filter, SubscriptionOptions::default())?;
         Some(true)
     }
 
