@@ -4,7 +4,7 @@
 use std::rc::Rc;
 
 use crate::codec::{encoded_len, Packet, QoS};
-use crate::core::broadcast::topic_index::{Subscriber, Target};
+use crate::core::broadcast::topic_index::{Matched, Target};
 use crate::core::channel::release_reader_mark;
 use crate::core::message::{outgoing_publish, Delivery, Message};
 use crate::core::partition::topic_hash;
@@ -12,7 +12,7 @@ use crate::core::session::{InFlight, OutboundStage};
 use crate::core::{Broker, Key, Transport};
 
 /// One delivery for all of one session's subscriptions that matched.
-fn merge_subscriptions(matched: &[Subscriber], message: &Rc<Message>) -> Delivery {
+fn merge_subscriptions(matched: &[Matched], message: &Rc<Message>) -> Delivery {
     let granted = matched
         .iter()
         .map(|s| s.options.qos)
@@ -74,7 +74,7 @@ impl Broker {
                 slice.admits_hash(*hash.get_or_insert_with(|| topic_hash(&message.topic)))
             });
             if admitted {
-                matches.push(subscriber.clone());
+                matches.push(subscriber.matched());
             }
         });
         // No Local is read off each subscription, against the publisher's
@@ -90,6 +90,8 @@ impl Broker {
         }
         self.tallies.broadcast(!matches.is_empty());
         matches.sort_unstable_by_key(|s| s.target);
+        // The topic's channel is looked up once for every target's check.
+        let read_check = self.read_check(&message.topic);
         let mut start = 0;
         while start < matches.len() {
             let target = matches[start].target;
@@ -100,7 +102,7 @@ impl Broker {
                     .count();
             match target {
                 Target::Group(group) => self.route_to_group(group, &message, now_ms, out),
-                Target::Session(session) if self.may_read(session, &message.topic) => {
+                Target::Session(session) if self.may_read_checked(session, &read_check) => {
                     let delivery = merge_subscriptions(&matches[start..end], &message);
                     self.deliver(session, delivery, now_ms, out);
                 }
