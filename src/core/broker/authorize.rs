@@ -258,6 +258,8 @@ impl Broker {
     }
 
     fn grants_of_connection(&self, conn: Key) -> Option<&Grants> {
+        // Asked on every publish: without a file, no session is looked up.
+        self.authorization.acl.as_ref()?;
         self.grants_of_session(self.session_of(conn)?)
     }
 

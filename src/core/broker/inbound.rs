@@ -295,6 +295,10 @@ impl Broker {
         now_ms: u64,
     ) -> Result<(), Refusal> {
         let own_limits = self.grants_limits(conn);
+        if own_limits.is_none() && !self.budgets.is_limited() {
+            // No bucket to spend from: no client id to look up.
+            return Ok(());
+        }
         let client_id = self
             .connections
             .get(conn)
