@@ -103,3 +103,65 @@ fn packets_split_across_reads_or_sharing_one_are_read_whole() {
     }
     publisher.assert_alive();
 }
+
+/// Connections read into one buffer in turn: a packet's start kept from
+/// one connection's read survives other connections' reads before its
+/// end arrives. Two publishers each send a whole publish and the first
+/// half of another, then the halves' ends; every payload arrives intact,
+/// each publisher's in order.
+#[test]
+fn halves_of_packets_from_two_connections_do_not_mix() {
+    let broker = BrokerProcess::start("");
+    let address = broker.address();
+    let mut subscriber = RawClient::connect(&address, ProtocolVersion::V5, "mix-sub");
+    subscriber.subscribe("mix/#", QoS::AtMostOnce);
+    let mut publishers: Vec<(RawClient, Vec<u8>, Vec<Vec<u8>>)> = ["a", "b"]
+        .into_iter()
+        .enumerate()
+        .map(|(i, name)| {
+            let client =
+                RawClient::connect(&address, ProtocolVersion::V311, &format!("mix-{name}"));
+            let payloads = vec![
+                vec![i as u8 + 1; 300],
+                (0..8_000u32).map(|n| (n + i as u32) as u8).collect(),
+            ];
+            let mut bytes = Vec::new();
+            for payload in &payloads {
+                encode(
+                    &publish(&format!("mix/{name}"), payload.clone()),
+                    ProtocolVersion::V311,
+                    &mut bytes,
+                );
+            }
+            (client, bytes, payloads)
+        })
+        .collect();
+    // The whole first publish and half of the second, from each in turn.
+    let split_at = 300 + 4_000;
+    for (client, bytes, _) in &mut publishers {
+        client.send_bytes(&bytes[..split_at]);
+    }
+    for (client, bytes, _) in &mut publishers {
+        client.send_bytes(&bytes[split_at..]);
+    }
+    let mut received: Vec<(String, Vec<u8>)> = Vec::new();
+    while received.len() < 4 {
+        match subscriber.recv() {
+            Received::Packet(Packet::Publish(p)) => received.push((p.topic, p.payload)),
+            other => panic!("expected a PUBLISH, got {other:?}"),
+        }
+    }
+    for (name, (_, _, payloads)) in ["a", "b"].into_iter().zip(&publishers) {
+        let topic = format!("mix/{name}");
+        let got: Vec<&Vec<u8>> = received
+            .iter()
+            .filter(|(t, _)| *t == topic)
+            .map(|(_, payload)| payload)
+            .collect();
+        assert_eq!(
+            got,
+            payloads.iter().collect::<Vec<_>>(),
+            "payloads on {topic}"
+        );
+    }
+}

@@ -32,7 +32,7 @@ use crate::store::{ReadLimit, Write};
 pub use broadcast::log::{read_log, LogAtStart, BROADCAST_SPACE};
 pub use broadcast::qos2_holds::{is_hold_key, StoredHold};
 pub use broadcast::retained::RETAINED_SPACE;
-use broadcast::topic_index::{Subscriber, TopicIndex};
+use broadcast::topic_index::{Matched, TopicIndex};
 pub use broker::persist::SESSIONS_SPACE;
 /// The User Property a bridge's publish keeps, stored with the record:
 /// a record carrying it never leaves over a bridge.
@@ -347,7 +347,7 @@ pub struct Broker {
     pub(crate) id_generator: crate::store::MessageIdGenerator,
     timers: timer::Timers,
     /// Reused by routing so that a publish allocates no match list.
-    pub(crate) match_scratch: Vec<Subscriber>,
+    pub(crate) match_scratch: Vec<Matched>,
     /// Session records in the session provider.
     pub(crate) persist: broker::persist::Persistence,
     pub(crate) queues: channel::queue::Queues,

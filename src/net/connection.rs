@@ -4,6 +4,7 @@
 //! idle connection holds no buffer and nothing boxed; what only a TLS
 //! door, a password check or a stalled write needs is boxed while it lasts.
 
+use std::cell::Cell;
 use std::future::Future;
 use std::io;
 use std::net::{Shutdown, SocketAddr, TcpStream};
@@ -29,6 +30,13 @@ use crate::core::{Broker, Key};
 /// Each read lands in a buffer of this size on the stack; only the tail
 /// of a packet that has not fully arrived is kept between reads.
 pub const READ_CHUNK_BYTES: usize = 16 * 1024;
+thread_local! {
+    /// The buffer every connection on this thread reads into, taken for
+    /// the length of one read and its packets. A fresh zeroed chunk per
+    /// read (even one that finds nothing) cost more than the packets it
+    /// carried on a fan-out (rfcs/0001).
+    static READ_CHUNK: Cell<Vec<u8>> = const { Cell::new(Vec::new()) };
+}
 /// Reads one poll may take before it lets the other tasks run.
 const READS_PER_POLL: u32 = 16;
 /// An outbox past this many unwritten bytes pauses reading from its client.
@@ -395,8 +403,20 @@ impl Connection {
             self.consume_partial();
             return Poll::Ready(Ok(true));
         }
-        let mut chunk = [0u8; READ_CHUNK_BYTES];
-        let n = match self.socket.poll_read(cx, &mut chunk) {
+        let mut chunk = READ_CHUNK.take();
+        if chunk.is_empty() {
+            // The thread's first read; a read nested in another (none is)
+            // would find the buffer taken and make its own.
+            chunk = vec![0; READ_CHUNK_BYTES];
+        }
+        let read = self.read_chunk(cx, &mut chunk);
+        READ_CHUNK.set(chunk);
+        read
+    }
+
+    /// [`Connection::read`] into the thread's read buffer.
+    fn read_chunk(&mut self, cx: &mut Context<'_>, chunk: &mut [u8]) -> Poll<io::Result<bool>> {
+        let n = match self.socket.poll_read(cx, chunk) {
             Poll::Ready(Ok(0)) => return Poll::Ready(Ok(false)),
             Poll::Ready(Ok(n)) => n,
             other => return other.map_ok(|_| false),

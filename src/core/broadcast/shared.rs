@@ -135,6 +135,10 @@ impl SharedGroups {
         self.table.keys()
     }
 
+    pub fn is_empty(&self) -> bool {
+        self.table.is_empty()
+    }
+
     /// Gives up every backlogged message past its time; returns how many.
     pub fn expire_backlogs(&mut self, now_unix_ms: u64, expires_after_ms: u64) -> u64 {
         let mut dropped = 0;

@@ -30,6 +30,27 @@ pub struct Subscriber {
     pub slice: Option<Rc<Slice>>,
 }
 
+impl Subscriber {
+    /// What routing keeps of a match once its slice has admitted the topic.
+    pub fn matched(&self) -> Matched {
+        Matched {
+            target: self.target,
+            options: self.options,
+            subscription_id: self.subscription_id,
+        }
+    }
+}
+
+/// A subscription that matched a message: plain data, so a fan-out's list
+/// of matches is copied, sorted and cleared without touching reference
+/// counts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Matched {
+    pub target: Target,
+    pub options: SubscriptionOptions,
+    pub subscription_id: Option<u32>,
+}
+
 #[derive(Default)]
 struct Node {
     children: HashMap<Box<str>, usize>,

@@ -36,6 +36,14 @@ pub(crate) struct Authorization {
     by_client: HashMap<Rc<str>, Held>,
 }
 
+/// The topic's part of a delivery check (see [`Broker::read_check`]).
+pub(crate) struct ReadCheck<'t> {
+    topic_name: &'t str,
+    /// No file in force, or the broker's own space: every session may read.
+    open: bool,
+    channel: Option<usize>,
+}
+
 struct Held {
     user: Box<str>,
     grants: Grants,
@@ -250,6 +258,8 @@ impl Broker {
     }
 
     fn grants_of_connection(&self, conn: Key) -> Option<&Grants> {
+        // Asked on every publish: without a file, no session is looked up.
+        self.authorization.acl.as_ref()?;
         self.grants_of_session(self.session_of(conn)?)
     }
 
@@ -257,13 +267,31 @@ impl Broker {
     /// A session with an authorization file in force and no grants (none
     /// compiled) is delivered nothing.
     pub(crate) fn may_read(&self, session_key: Key, topic_name: &str) -> bool {
+        self.may_read_checked(session_key, &self.read_check(topic_name))
+    }
+
+    /// What every delivery of a message on `topic_name` is checked against:
+    /// resolved once for a fan-out, not once per target.
+    pub(crate) fn read_check<'t>(&self, topic_name: &'t str) -> ReadCheck<'t> {
         // Answers under $saguin/ go to the asking connection alone.
-        if self.authorization.acl.is_none() || topic_name.starts_with(RESERVED) {
-            return true;
+        let open = self.authorization.acl.is_none() || topic_name.starts_with(RESERVED);
+        ReadCheck {
+            topic_name,
+            open,
+            channel: if open {
+                None
+            } else {
+                self.channel_for(topic_name)
+            },
         }
-        let channel = self.channel_for(topic_name);
-        self.grants_of_session(session_key)
-            .is_some_and(|g| g.allows(Verbs::READ, channel, topic_name))
+    }
+
+    /// [`Broker::may_read`] with the topic's part already resolved.
+    pub(crate) fn may_read_checked(&self, session_key: Key, check: &ReadCheck) -> bool {
+        check.open
+            || self
+                .grants_of_session(session_key)
+                .is_some_and(|g| g.allows(Verbs::READ, check.channel, check.topic_name))
     }
 
     /// Whether a channel reader's next record is one its session would be

@@ -183,3 +183,40 @@ fn a_slice_and_the_acl_both_filter_a_delivery() {
     publish(&mut h, outside, b"out, not granted");
     assert!(delivered_payloads(&mut h, reader).is_empty());
 }
+
+/// The topic's part of the read check is resolved once per message; each
+/// target's grants are still asked: in one fan-out, the one subscriber
+/// whose grant was withdrawn (sorted between two that keep theirs) gets
+/// nothing, at QoS 0 and QoS 1, and the others get every message.
+#[test]
+fn a_fan_out_skips_only_the_subscriber_the_file_does_not_let_read() {
+    let mut h = Harness::new(Settings::default());
+    h.broker.set_acl(Some(acl(true)), h.now_ms, &mut h.out);
+    let (first, _) = connect_as(&mut h, "quiet", "q1");
+    let (refused, _) = connect_as(&mut h, "reader", "r1");
+    let (last, _) = connect_as(&mut h, "quiet", "q2");
+    for conn in [first, refused, last] {
+        assert_eq!(
+            h.subscribe(conn, "news/#", qos(QoS::AtLeastOnce), None),
+            [ReasonCode::GRANTED_QOS_1]
+        );
+    }
+    // "reader" keeps WRITE on news/# and loses READ.
+    h.broker.set_acl(Some(acl(false)), h.now_ms, &mut h.out);
+    let (writer, _) = connect_as(&mut h, "quiet", "w1");
+    h.packet(
+        writer,
+        Packet::Publish(publish_packet("news/a", QoS::AtMostOnce, None, b"0")),
+    );
+    h.packet(
+        writer,
+        Packet::Publish(publish_packet("news/b", QoS::AtLeastOnce, Some(1), b"1")),
+    );
+    for conn in [first, last] {
+        assert_eq!(
+            delivered_payloads(&mut h, conn),
+            [b"0".to_vec(), b"1".to_vec()]
+        );
+    }
+    assert!(delivered_payloads(&mut h, refused).is_empty());
+}

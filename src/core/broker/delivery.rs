@@ -4,7 +4,7 @@
 use std::rc::Rc;
 
 use crate::codec::{encoded_len, Packet, QoS};
-use crate::core::broadcast::topic_index::{Subscriber, Target};
+use crate::core::broadcast::topic_index::{Matched, Target};
 use crate::core::channel::release_reader_mark;
 use crate::core::message::{outgoing_publish, Delivery, Message};
 use crate::core::partition::topic_hash;
@@ -12,7 +12,7 @@ use crate::core::session::{InFlight, OutboundStage};
 use crate::core::{Broker, Key, Transport};
 
 /// One delivery for all of one session's subscriptions that matched.
-fn merge_subscriptions(matched: &[Subscriber], message: &Rc<Message>) -> Delivery {
+fn merge_subscriptions(matched: &[Matched], message: &Rc<Message>) -> Delivery {
     let granted = matched
         .iter()
         .map(|s| s.options.qos)
@@ -74,7 +74,7 @@ impl Broker {
                 slice.admits_hash(*hash.get_or_insert_with(|| topic_hash(&message.topic)))
             });
             if admitted {
-                matches.push(subscriber.clone());
+                matches.push(subscriber.matched());
             }
         });
         // No Local is read off each subscription, against the publisher's
@@ -90,6 +90,8 @@ impl Broker {
         }
         self.tallies.broadcast(!matches.is_empty());
         matches.sort_unstable_by_key(|s| s.target);
+        // The topic's channel is looked up once for every target's check.
+        let read_check = self.read_check(&message.topic);
         let mut start = 0;
         while start < matches.len() {
             let target = matches[start].target;
@@ -100,7 +102,7 @@ impl Broker {
                     .count();
             match target {
                 Target::Group(group) => self.route_to_group(group, &message, now_ms, out),
-                Target::Session(session) if self.may_read(session, &message.topic) => {
+                Target::Session(session) if self.may_read_checked(session, &read_check) => {
                     let delivery = merge_subscriptions(&matches[start..end], &message);
                     self.deliver(session, delivery, now_ms, out);
                 }
@@ -149,8 +151,9 @@ impl Broker {
             self.stats.deliveries_refused += 1;
             return;
         }
-        session.held_bytes += cost;
-        session.waiting.push_back(delivery);
+        let traffic = &mut **session;
+        traffic.held_bytes += cost;
+        traffic.waiting.push_back(delivery);
         self.pump(session_key, now_ms, out);
     }
 
@@ -174,23 +177,31 @@ impl Broker {
             active.client_max_packet_size,
         );
         let half_bound = self.settings.session_queue_bytes / 2;
-        while let Some(front) = session.waiting.front() {
+        let durable = session.expiry_interval_s > 0;
+        if session.waiting.is_empty() {
+            // Nothing to move, and no traffic box to make.
+            self.send_after_window(session_key, out);
+            return;
+        }
+        // Through the traffic box once, not at every field.
+        let traffic = &mut **session;
+        while let Some(front) = traffic.waiting.front() {
             let cost = front.message.cost_bytes();
-            let on_wire = !session.inflight.is_empty();
-            if session.inflight.len() >= receive_maximum
-                || (on_wire && session.inflight_bytes + cost > half_bound)
+            let on_wire = !traffic.inflight.is_empty();
+            if traffic.inflight.len() >= receive_maximum
+                || (on_wire && traffic.inflight_bytes + cost > half_bound)
             {
                 break;
             }
-            let delivery = session.waiting.pop_front().expect("front exists");
+            let delivery = traffic.waiting.pop_front().expect("front exists");
             let Ok(remaining_expiry_s) = delivery.remaining_expiry_s(now_unix_ms) else {
-                session.held_bytes -= cost;
+                traffic.held_bytes -= cost;
                 self.stats.deliveries_expired += 1;
                 // An expired record is passed over; its cursor moves on.
                 release_reader_mark(&mut self.readers, &delivery);
                 continue;
             };
-            let packet_id = session.allocate_packet_id();
+            let packet_id = traffic.allocate_packet_id();
             let packet = Packet::Publish(outgoing_publish(
                 &delivery,
                 Some(packet_id),
@@ -201,14 +212,14 @@ impl Broker {
                 && encoded_len(&packet, version) > max_packet_size as usize
             {
                 // The client said it cannot take a packet this large.
-                session.held_bytes -= cost;
+                traffic.held_bytes -= cost;
                 self.stats.deliveries_too_large += 1;
                 continue;
             }
             // A logged QoS 1 or 2 delivery to a durable session goes on the wire
             // once the window naming it is stored (rfcs/0007).
             if delivery.qos != QoS::AtMostOnce
-                && session.expiry_interval_s > 0
+                && durable
                 && self.persist.log.is_logged(&delivery.message)
             {
                 self.persist.log.hold_unsent(session_key, packet_id);
@@ -216,9 +227,9 @@ impl Broker {
                 out.send(conn, version, &packet, false);
             }
             self.stats.deliveries_sent += 1;
-            session.inflight_bytes += cost;
-            debug_assert!(!session.inflight.contains_key(&packet_id));
-            session.inflight.insert(
+            traffic.inflight_bytes += cost;
+            debug_assert!(!traffic.inflight.contains_key(&packet_id));
+            traffic.inflight.insert(
                 packet_id,
                 InFlight {
                     delivery,

@@ -295,6 +295,10 @@ impl Broker {
         now_ms: u64,
     ) -> Result<(), Refusal> {
         let own_limits = self.grants_limits(conn);
+        if own_limits.is_none() && !self.budgets.is_limited() {
+            // No bucket to spend from: no client id to look up.
+            return Ok(());
+        }
         let client_id = self
             .connections
             .get(conn)
@@ -634,10 +638,11 @@ impl Broker {
             log::debug!("ignoring an acknowledgement for packet identifier {packet_id}, which nothing awaits");
             return;
         }
-        let finished = session.inflight.remove(&packet_id).expect("checked above");
+        let traffic = &mut **session;
+        let finished = traffic.inflight.remove(&packet_id).expect("checked above");
         let cost = finished.delivery.message.cost_bytes();
-        session.inflight_bytes -= cost;
-        session.held_bytes -= cost;
+        traffic.inflight_bytes -= cost;
+        traffic.held_bytes -= cost;
         self.channel_delivery_finished(&finished.delivery);
         self.pump(session_key, now_ms, out);
         self.drain_groups_of(session_key, now_ms, out);

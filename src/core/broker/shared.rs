@@ -114,6 +114,11 @@ impl Broker {
         now_ms: u64,
         out: &mut impl Transport,
     ) {
+        // Asked on every acknowledgement: without a group there is no
+        // subscription worth walking.
+        if self.groups.is_empty() {
+            return;
+        }
         let Some(session) = self.sessions.get(session_key) else {
             return;
         };

@@ -36,6 +36,11 @@ impl PublishBudgets {
         }
     }
 
+    /// Whether a broker-wide `publish_rate` or `publish_bytes` is set.
+    pub fn is_limited(&self) -> bool {
+        self.limited
+    }
+
     /// Spends one message of `payload_bytes` from `client_id`'s bucket, or
     /// refuses it when the bucket is empty.
     pub fn spend(

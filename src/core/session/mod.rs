@@ -101,6 +101,26 @@ thread_local! {
     static NO_TRAFFIC: &'static Traffic = Box::leak(Box::default());
 }
 
+impl Traffic {
+    /// A packet identifier no outgoing exchange of this session holds.
+    /// The window is bounded well below 65,535, so one is always free.
+    pub fn allocate_packet_id(&mut self) -> u16 {
+        // Receive Maximum keeps far fewer than 65,535 exchanges open.
+        debug_assert!(
+            self.inflight.len() < usize::from(u16::MAX),
+            "a free identifier"
+        );
+        loop {
+            let last = self.last_packet_id;
+            let id = if last == u16::MAX { 1 } else { last + 1 };
+            self.last_packet_id = id;
+            if !self.inflight.contains_key(&id) {
+                return id;
+            }
+        }
+    }
+}
+
 impl Deref for Session {
     type Target = Traffic;
 
@@ -147,25 +167,6 @@ impl Session {
             .take()
             .map(|traffic| *traffic)
             .unwrap_or_default()
-    }
-
-    /// A packet identifier no outgoing exchange of this session holds.
-    /// The window is bounded well below 65,535, so one is always free.
-    pub fn allocate_packet_id(&mut self) -> u16 {
-        // Receive Maximum keeps far fewer than 65,535 exchanges open.
-        debug_assert!(
-            self.inflight.len() < usize::from(u16::MAX),
-            "a free identifier"
-        );
-        let traffic = &mut **self;
-        loop {
-            let last = traffic.last_packet_id;
-            let id = if last == u16::MAX { 1 } else { last + 1 };
-            traffic.last_packet_id = id;
-            if !traffic.inflight.contains_key(&id) {
-                return id;
-            }
-        }
     }
 
     /// Drops the oldest waiting delivery that may be given up; returns
