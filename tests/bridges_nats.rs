@@ -341,7 +341,15 @@ fn receive_each(client: &mut RawClient, want: &[String]) {
 struct NatsClient {
     writer: std::net::TcpStream,
     reader: std::io::BufReader<std::net::TcpStream>,
+    /// What has been read of the line being read.
+    line: String,
+    /// Requests sent, naming each one's reply subject.
+    requests: u64,
 }
+
+/// How long one JetStream API request waits for its answer before it is
+/// sent again.
+const NATS_ANSWER_WAIT: Duration = Duration::from_secs(5);
 
 /// One message a NATS subscription received: its subject and payload.
 struct NatsMessage {
@@ -360,22 +368,37 @@ impl NatsClient {
         use std::io::Write;
         let stream =
             std::net::TcpStream::connect(("127.0.0.1", cluster.nodes[n].client_port)).unwrap();
-        stream.set_read_timeout(Some(CLUSTER_WAIT)).unwrap();
         let mut writer = stream.try_clone().unwrap();
         writer
-            .write_all(b"CONNECT {\"verbose\":false,\"pedantic\":false,\"headers\":true}\r\nSUB nats.reply 1\r\n")
+            .write_all(b"CONNECT {\"verbose\":false,\"pedantic\":false,\"headers\":true}\r\nSUB nats.reply.* 1\r\n")
             .unwrap();
         NatsClient {
             writer,
             reader: std::io::BufReader::new(stream),
+            line: String::new(),
+            requests: 0,
         }
     }
 
-    fn next_message(&mut self) -> NatsMessage {
-        use std::io::{BufRead, Read, Write};
+    /// The next message, or `None` if none has come by `until`.
+    fn next_message(&mut self, until: Instant) -> Option<NatsMessage> {
+        use std::io::{BufRead, ErrorKind, Read, Write};
         loop {
-            let mut line = String::new();
-            assert!(self.reader.read_line(&mut line).unwrap() > 0, "NATS closed");
+            let left = until.saturating_duration_since(Instant::now());
+            let stream = self.reader.get_ref();
+            stream
+                .set_read_timeout(Some(left.max(Duration::from_millis(1))))
+                .unwrap();
+            // A line cut by the timeout stays in `self.line` for the next call.
+            match self.reader.read_line(&mut self.line) {
+                Ok(0) => panic!("NATS closed the connection"),
+                Ok(_) => {}
+                Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => {
+                    return None
+                }
+                Err(e) => panic!("reading from NATS: {e}"),
+            }
+            let line = std::mem::take(&mut self.line);
             let words: Vec<&str> = line.split_whitespace().collect();
             match words.first().copied() {
                 Some("PING") => self.writer.write_all(b"PONG\r\n").unwrap(),
@@ -386,13 +409,18 @@ impl NatsClient {
                     } else {
                         0
                     };
+                    // The body follows its line at once.
+                    self.reader
+                        .get_ref()
+                        .set_read_timeout(Some(CLUSTER_WAIT))
+                        .unwrap();
                     let mut body = vec![0; total + 2];
                     self.reader.read_exact(&mut body).unwrap();
                     body.truncate(total);
-                    return NatsMessage {
+                    return Some(NatsMessage {
                         subject: words[1].to_string(),
                         payload: body.split_off(header),
-                    };
+                    });
                 }
                 Some("-ERR") => panic!("NATS: {line}"),
                 _ => {}
@@ -400,21 +428,36 @@ impl NatsClient {
         }
     }
 
-    /// A JetStream API request and its JSON answer, refused on an error.
+    /// A JetStream API request and its JSON answer. While a node is
+    /// down, the cluster may elect leaders: a request it leaves
+    /// unanswered, or answers "unavailable" (503), is asked again.
     fn request(&mut self, subject: &str, body: &str) -> String {
         use std::io::Write;
-        write!(
-            self.writer,
-            "PUB {subject} nats.reply {}\r\n{body}\r\n",
-            body.len()
-        )
-        .unwrap();
+        let deadline = Instant::now() + CLUSTER_WAIT;
         loop {
-            let message = self.next_message();
-            if message.subject == "nats.reply" {
-                let text = String::from_utf8(message.payload).unwrap();
-                assert!(!text.contains("\"error\""), "{subject}: {text}");
-                return text;
+            self.requests += 1;
+            let reply = format!("nats.reply.{}", self.requests);
+            write!(
+                self.writer,
+                "PUB {subject} {reply} {}\r\n{body}\r\n",
+                body.len()
+            )
+            .unwrap();
+            let answer_by = Instant::now() + NATS_ANSWER_WAIT;
+            let mut answer = None;
+            while let Some(message) = self.next_message(answer_by) {
+                if message.subject == reply {
+                    answer = Some(String::from_utf8(message.payload).unwrap());
+                    break;
+                }
+            }
+            match answer {
+                Some(text) if !text.contains("\"error\"") => return text,
+                Some(text) if !text.contains("\"code\":503") => panic!("{subject}: {text}"),
+                other => assert!(
+                    Instant::now() < deadline,
+                    "{subject}: no answer from NATS ({other:?})"
+                ),
             }
         }
     }
