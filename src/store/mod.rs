@@ -33,6 +33,7 @@ mod lock;
 mod memory;
 mod message_id;
 mod open;
+mod pending;
 mod redb;
 mod replay;
 mod settings;

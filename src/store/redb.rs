@@ -18,6 +18,7 @@
 //! the only writer, and it updates them only from transactions that
 //! committed.
 
+use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
 use std::ffi::OsString;
 use std::fmt::Display;
@@ -43,6 +44,7 @@ use super::error::StoreError;
 use super::journal::Journal;
 use super::lock::LockFile;
 use super::memory::empty_read;
+use super::pending::{Base, Pending, Rebuild};
 use super::replay::{attach_journal, checkpoint_db};
 use super::types::{
     ChannelState, Message, Outcome, Read, ReadBatch, ReadLimit, Record, Usage, Write,
@@ -96,7 +98,7 @@ struct CheckpointState {
 }
 
 /// A channel's id and counters, as the cache and a batch hold them.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct ChannelEntry {
     pub(crate) id: u32,
     pub(crate) state: ChannelState,
@@ -105,6 +107,14 @@ pub(crate) struct ChannelEntry {
 pub struct RedbProvider {
     name: String,
     path: PathBuf,
+    /// Acknowledged batches applied in a transaction not committed yet
+    /// (`pending.rs`); committed before anything reads the file. Declared
+    /// before the file, so a drop aborts it first.
+    pending: RefCell<Option<Pending>>,
+    /// Set when acknowledged batches could not be put back into a
+    /// transaction after a failure: only a restart (the journal's replay)
+    /// brings them back, so nothing more is taken.
+    broken: Cell<bool>,
     // Declared before the lock, so an unclean drop closes the file before
     // another broker may take it.
     db: Database,
@@ -225,6 +235,8 @@ impl RedbProvider {
         Ok(RedbProvider {
             name: name.to_string(),
             path: file_path.to_path_buf(),
+            pending: RefCell::new(None),
+            broken: Cell::new(false),
             db,
             budget,
             channels,
@@ -256,6 +268,84 @@ impl RedbProvider {
         self.checkpoint
             .since
             .is_some_and(|t| t.elapsed() >= Duration::from_millis(self.checkpoint.interval_ms))
+    }
+
+    /// Where a new transaction starts: the counters as committed.
+    fn base(&self) -> Base {
+        Base {
+            channels: self.channels.clone(),
+            next_channel_id: self.next_channel_id,
+        }
+    }
+
+    fn unbroken(&self) -> Result<(), StoreError> {
+        if self.broken.get() {
+            return Err(StoreError::format(
+                &self.path,
+                "acknowledged batches could not be applied to the file again after a failed commit; restart the broker, which applies them again from the journal",
+            ));
+        }
+        Ok(())
+    }
+
+    /// After a failure inside the open transaction: a new one holding the
+    /// acknowledged batches again, or, if even that fails, the provider
+    /// stops taking anything until a restart replays them.
+    fn rebuild(&self, rebuild: Rebuild) {
+        match rebuild.run(&self.db, &self.path, self.journal.path(), &self.channels) {
+            Ok(pending) if pending.is_empty() => {}
+            Ok(pending) => *self.pending.borrow_mut() = Some(pending),
+            Err(e) => {
+                log::error!("{}: {e}", self.path.display());
+                self.broken.set(true);
+            }
+        }
+    }
+
+    /// Commits the open transaction without a sync: every batch in it is
+    /// synced in the journal already. Reads call this first, so they see
+    /// every acknowledged batch.
+    fn settle(&self) -> Result<(), StoreError> {
+        self.unbroken()?;
+        let Some(pending) = self.pending.borrow_mut().take() else {
+            return Ok(());
+        };
+        if let Err((e, rebuild)) = pending.commit(&self.path, self.journal_sequence, Durability::None)
+        {
+            self.rebuild(rebuild);
+            return Err(e);
+        }
+        Ok(())
+    }
+
+    /// A checkpoint: redb made durable with everything acknowledged, so
+    /// the journal's frames are no longer needed.
+    fn make_durable(&mut self) -> Result<(), StoreError> {
+        self.unbroken()?;
+        if self.checkpoint.since.is_none() && !self.checkpoint.must {
+            return Ok(());
+        }
+        match self.pending.get_mut().take() {
+            Some(pending) => {
+                if let Err((e, rebuild)) =
+                    pending.commit(&self.path, self.journal_sequence, Durability::Immediate)
+                {
+                    self.rebuild(rebuild);
+                    return Err(e);
+                }
+            }
+            None => checkpoint_db(&self.db, &self.path, self.journal_sequence)?,
+        }
+        self.checkpointed();
+        Ok(())
+    }
+
+    /// The counters of a batch that committed (or whose frame is synced).
+    fn adopt(&mut self, applied: Applied) -> Vec<Outcome> {
+        self.channels.extend(applied.staged);
+        self.next_channel_id = applied.next_channel_id;
+        self.budget = applied.budget;
+        applied.outcomes
     }
 
     fn checkpointed(&mut self) {
@@ -735,6 +825,7 @@ impl RedbProvider {
         table: TableDefinition<K, V>,
         opening: &'static str,
     ) -> Result<ReadOnlyTable<K, V>, StoreError> {
+        self.settle()?;
         let path = self.path.as_path();
         let txn = self
             .db
@@ -770,30 +861,39 @@ impl Provider for RedbProvider {
         all
     }
 
-    /// One write transaction for the whole batch. Its frame is appended to
-    /// the journal and synced before the transaction commits without a
-    /// sync of its own (readers see it at once); when a checkpoint is due,
-    /// or the frame does not fit the journal, the transaction itself is
-    /// committed with `Durability::Immediate` instead. Either way the batch
-    /// is on disk when this returns `Ok`. The counters in memory change
-    /// only after that; a failure anywhere leaves them as they were.
+    /// The batch is applied in the open write transaction (begun if none
+    /// is), and its frame appended to the journal and synced; the
+    /// transaction stays open for the next batches and is committed
+    /// without a sync of its own when full or when anything reads. When a
+    /// checkpoint is due, or the frame does not fit the journal, the
+    /// transaction is instead committed at once with
+    /// `Durability::Immediate`. Either way the batch is on disk when this
+    /// returns `Ok`. The counters in memory change only after that; a
+    /// failure anywhere leaves the provider as it was.
     fn commit(&mut self, writes: &[Write]) -> Result<Vec<Outcome>, StoreError> {
         check_writes(writes)?;
-        let path = self.path.as_path();
-        let mut txn = self
-            .db
-            .begin_write()
-            .map_err(db_error(path, "begin a transaction"))?;
-        let applied = apply_in(
-            &txn,
-            path,
+        self.unbroken()?;
+        let pending = match self.pending.get_mut().take() {
+            Some(pending) => pending,
+            None => Pending::begin(&self.db, &self.path, self.base())?,
+        };
+        let applied = match apply_in(
+            &pending.txn,
+            &self.path,
             &self.channels,
             self.next_channel_id,
             self.budget,
             writes,
-        )?;
+        ) {
+            Ok(applied) => applied,
+            Err(e) => {
+                self.rebuild(pending.abandon());
+                return Err(e);
+            }
+        };
         #[cfg(test)]
         if std::mem::take(&mut self.fail_next_commit) {
+            self.rebuild(pending.abandon());
             return Err(StoreError::Invalid("a failure injected by a test".into()));
         }
         // Only what was not refused is journalled: a refused write changed
@@ -806,46 +906,60 @@ impl Provider for RedbProvider {
         let frame = encode_batch(kept.collect::<Vec<_>>().into_iter());
         let journalled =
             !self.checkpoint.must && !self.checkpoint_due() && self.journal.fits(frame.len());
-        if journalled {
-            self.journal_sequence += 1;
-            write_meta_u64(&txn, path, META_JOURNAL_SEQUENCE, self.journal_sequence)?;
-            txn.set_durability(Durability::None)
-                .map_err(db_error(path, "ask for a commit without a sync"))?;
-            // Until a checkpoint, a frame that may be on the disk without
-            // its transaction committed must not be replayed after newer
-            // ones: the next commit is a checkpoint, past its sequence.
-            self.checkpoint.must = true;
-            self.journal.append(self.journal_sequence, &frame)?;
-            txn.commit().map_err(db_error(path, "commit"))?;
-            self.checkpoint.must = false;
-            self.checkpoint.since.get_or_insert_with(Instant::now);
-        } else {
-            write_meta_u64(&txn, path, META_JOURNAL_SEQUENCE, self.journal_sequence)?;
-            txn.set_durability(Durability::Immediate)
-                .map_err(db_error(path, "ask for a durable commit"))?;
-            txn.commit().map_err(db_error(path, "commit"))?;
+        if !journalled {
+            if let Err((e, rebuild)) =
+                pending.commit(&self.path, self.journal_sequence, Durability::Immediate)
+            {
+                self.rebuild(rebuild);
+                return Err(e);
+            }
             self.checkpointed();
+            return Ok(self.adopt(applied));
         }
-        self.channels.extend(applied.staged);
-        self.next_channel_id = applied.next_channel_id;
-        self.budget = applied.budget;
-        Ok(applied.outcomes)
+        self.journal_sequence += 1;
+        // Until a checkpoint, a frame that may be on the disk without its
+        // batch acknowledged must not be replayed after newer ones: the
+        // next commit is a checkpoint, past its sequence.
+        self.checkpoint.must = true;
+        if let Err(e) = self.journal.append(self.journal_sequence, &frame) {
+            self.rebuild(pending.abandon());
+            return Err(e);
+        }
+        self.checkpoint.must = false;
+        self.checkpoint.since.get_or_insert_with(Instant::now);
+        let mut pending = pending;
+        pending.push(self.journal_sequence, frame);
+        let full = pending.is_full();
+        *self.pending.get_mut() = Some(pending);
+        let outcomes = self.adopt(applied);
+        if full {
+            // The batch is durable already; a failed commit here is put
+            // back and reported to the next read or commit.
+            if let Err(e) = self.settle() {
+                log::warn!("{}: {e}", self.path.display());
+            }
+        }
+        Ok(outcomes)
     }
 
     fn checkpoint_due_in(&self) -> Option<Duration> {
-        let since = self.checkpoint.since?;
-        Some(Duration::from_millis(self.checkpoint.interval_ms).saturating_sub(since.elapsed()))
+        let checkpoint = self.checkpoint.since.map(|since| {
+            Duration::from_millis(self.checkpoint.interval_ms).saturating_sub(since.elapsed())
+        });
+        let settle = self.pending.borrow().as_ref().and_then(Pending::due_in);
+        match (checkpoint, settle) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
     }
 
-    /// A durable commit of everything committed since the last one: the
-    /// journal's frames are then no longer needed.
+    /// While idle: a checkpoint when one is due, otherwise the commit of
+    /// the open transaction whose age ran out.
     fn checkpoint(&mut self) -> Result<(), StoreError> {
-        if self.checkpoint.since.is_none() && !self.checkpoint.must {
-            return Ok(());
+        if self.checkpoint_due() {
+            return self.make_durable();
         }
-        checkpoint_db(&self.db, &self.path, self.journal_sequence)?;
-        self.checkpointed();
-        Ok(())
+        self.settle()
     }
 
     /// Reads run on the storage thread between commits, so the counters in
@@ -976,6 +1090,9 @@ impl Provider for RedbProvider {
     /// A read transaction: redb's snapshot of the last commit, begun
     /// without waiting for or holding up any write.
     fn backup_view(&self) -> Option<Result<BackupView, StoreError>> {
+        if let Err(e) = self.settle() {
+            return Some(Err(e));
+        }
         Some(
             self.db
                 .begin_read()
@@ -991,7 +1108,7 @@ impl Provider for RedbProvider {
     fn close(mut self: Box<Self>) -> Result<(), StoreError> {
         // The file alone then holds everything: it can be copied or
         // converted without its journal.
-        self.checkpoint()?;
+        self.make_durable()?;
         self.journal.clear()?;
         let RedbProvider {
             path, db, _lock, ..
