@@ -50,6 +50,8 @@ mod conformance;
 #[cfg(test)]
 mod journal_tests;
 #[cfg(test)]
+mod pending_tests;
+#[cfg(test)]
 mod writer_tests;
 
 pub use self::redb::{

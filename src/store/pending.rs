@@ -33,7 +33,7 @@ pub(crate) const PENDING_MAX_BATCHES: usize = 128;
 pub(crate) const PENDING_MAX_FRAME_BYTES: usize = 1 << 20;
 /// The longest an open transaction holds its first batch before it is
 /// committed, by the next batch or, when none comes, by the idle storage
-/// thread.
+/// thread (tests stretch it, `RedbProvider::set_pending_max_age_ms`).
 pub(crate) const PENDING_MAX_AGE_MS: u64 = 20;
 
 /// The provider's memory as of the last redb commit: where a rebuild
@@ -53,11 +53,17 @@ pub(crate) struct Pending {
     frame_bytes: usize,
     /// When the first batch was applied; `None` while it holds none.
     since: Option<Instant>,
+    max_age: Duration,
 }
 
 impl Pending {
     /// A new write transaction over the state `base` describes.
-    pub(crate) fn begin(db: &Database, path: &Path, base: Base) -> Result<Pending, StoreError> {
+    pub(crate) fn begin(
+        db: &Database,
+        path: &Path,
+        base: Base,
+        max_age: Duration,
+    ) -> Result<Pending, StoreError> {
         let txn = db
             .begin_write()
             .map_err(db_error(path, "begin a transaction"))?;
@@ -67,6 +73,7 @@ impl Pending {
             frames: Vec::new(),
             frame_bytes: 0,
             since: None,
+            max_age,
         })
     }
 
@@ -93,7 +100,7 @@ impl Pending {
     /// batch.
     pub(crate) fn due_in(&self) -> Option<Duration> {
         let since = self.since?;
-        Some(Duration::from_millis(PENDING_MAX_AGE_MS).saturating_sub(since.elapsed()))
+        Some(self.max_age.saturating_sub(since.elapsed()))
     }
 
     /// Commits the transaction, recording `sequence` as the last journal
@@ -109,9 +116,14 @@ impl Pending {
             mut txn,
             base,
             frames,
+            max_age,
             ..
         } = self;
-        let rebuild = Rebuild { base, frames };
+        let rebuild = Rebuild {
+            base,
+            frames,
+            max_age,
+        };
         let committed = write_meta_u64(&txn, path, META_JOURNAL_SEQUENCE, sequence)
             .and_then(|()| {
                 txn.set_durability(durability)
@@ -126,6 +138,7 @@ impl Pending {
         Rebuild {
             base: self.base,
             frames: self.frames,
+            max_age: self.max_age,
         }
     }
 }
@@ -135,6 +148,7 @@ impl Pending {
 pub(crate) struct Rebuild {
     base: Base,
     frames: Vec<(u64, Vec<u8>)>,
+    max_age: Duration,
 }
 
 impl Rebuild {
@@ -149,7 +163,7 @@ impl Rebuild {
         journal_path: &Path,
         expected: &HashMap<String, ChannelEntry>,
     ) -> Result<Pending, StoreError> {
-        let mut pending = Pending::begin(db, path, self.base.clone())?;
+        let mut pending = Pending::begin(db, path, self.base.clone(), self.max_age)?;
         let mut channels = self.base.channels;
         let mut next_channel_id = self.base.next_channel_id;
         for (sequence, payload) in self.frames {

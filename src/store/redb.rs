@@ -44,7 +44,7 @@ use super::error::StoreError;
 use super::journal::Journal;
 use super::lock::LockFile;
 use super::memory::empty_read;
-use super::pending::{Base, Pending, Rebuild};
+use super::pending::{Base, Pending, Rebuild, PENDING_MAX_AGE_MS};
 use super::replay::{attach_journal, checkpoint_db};
 use super::types::{
     ChannelState, Message, Outcome, Read, ReadBatch, ReadLimit, Record, Usage, Write,
@@ -115,6 +115,7 @@ pub struct RedbProvider {
     /// transaction after a failure: only a restart (the journal's replay)
     /// brings them back, so nothing more is taken.
     broken: Cell<bool>,
+    pending_max_age: Duration,
     // Declared before the lock, so an unclean drop closes the file before
     // another broker may take it.
     db: Database,
@@ -129,6 +130,9 @@ pub struct RedbProvider {
     /// Tests make a commit fail after its writes are in the transaction.
     #[cfg(test)]
     pub(crate) fail_next_commit: bool,
+    /// Tests count the commits of batch-holding transactions.
+    #[cfg(test)]
+    pub(crate) redb_commits: Cell<u64>,
 }
 
 /// Turns any redb error into one naming the file and what was being done.
@@ -237,6 +241,7 @@ impl RedbProvider {
             path: file_path.to_path_buf(),
             pending: RefCell::new(None),
             broken: Cell::new(false),
+            pending_max_age: Duration::from_millis(PENDING_MAX_AGE_MS),
             db,
             budget,
             channels,
@@ -251,6 +256,8 @@ impl RedbProvider {
             _lock: lock,
             #[cfg(test)]
             fail_next_commit: false,
+            #[cfg(test)]
+            redb_commits: Cell::new(0),
         })
     }
 
@@ -262,6 +269,12 @@ impl RedbProvider {
     /// so that a crash image is certain to need the journal.
     pub fn set_checkpoint_interval_ms(&mut self, interval_ms: u64) {
         self.checkpoint.interval_ms = interval_ms;
+    }
+
+    /// Sets how long acknowledged batches may wait in the open
+    /// transaction; tests stretch it so that only counts and reads commit.
+    pub fn set_pending_max_age_ms(&mut self, max_age_ms: u64) {
+        self.pending_max_age = Duration::from_millis(max_age_ms);
     }
 
     fn checkpoint_due(&self) -> bool {
@@ -310,12 +323,20 @@ impl RedbProvider {
         let Some(pending) = self.pending.borrow_mut().take() else {
             return Ok(());
         };
-        if let Err((e, rebuild)) = pending.commit(&self.path, self.journal_sequence, Durability::None)
-        {
-            self.rebuild(rebuild);
-            return Err(e);
-        }
-        Ok(())
+        self.commit_pending(pending, Durability::None)
+    }
+
+    /// Commits the open transaction, recording the last journal sequence
+    /// used; after a failure it is rebuilt without the failed batch.
+    fn commit_pending(&self, pending: Pending, durability: Durability) -> Result<(), StoreError> {
+        #[cfg(test)]
+        self.redb_commits.set(self.redb_commits.get() + 1);
+        pending
+            .commit(&self.path, self.journal_sequence, durability)
+            .map_err(|(e, rebuild)| {
+                self.rebuild(rebuild);
+                e
+            })
     }
 
     /// A checkpoint: redb made durable with everything acknowledged, so
@@ -326,14 +347,7 @@ impl RedbProvider {
             return Ok(());
         }
         match self.pending.get_mut().take() {
-            Some(pending) => {
-                if let Err((e, rebuild)) =
-                    pending.commit(&self.path, self.journal_sequence, Durability::Immediate)
-                {
-                    self.rebuild(rebuild);
-                    return Err(e);
-                }
-            }
+            Some(pending) => self.commit_pending(pending, Durability::Immediate)?,
             None => checkpoint_db(&self.db, &self.path, self.journal_sequence)?,
         }
         self.checkpointed();
@@ -875,7 +889,7 @@ impl Provider for RedbProvider {
         self.unbroken()?;
         let pending = match self.pending.get_mut().take() {
             Some(pending) => pending,
-            None => Pending::begin(&self.db, &self.path, self.base())?,
+            None => Pending::begin(&self.db, &self.path, self.base(), self.pending_max_age)?,
         };
         let applied = match apply_in(
             &pending.txn,
@@ -907,12 +921,7 @@ impl Provider for RedbProvider {
         let journalled =
             !self.checkpoint.must && !self.checkpoint_due() && self.journal.fits(frame.len());
         if !journalled {
-            if let Err((e, rebuild)) =
-                pending.commit(&self.path, self.journal_sequence, Durability::Immediate)
-            {
-                self.rebuild(rebuild);
-                return Err(e);
-            }
+            self.commit_pending(pending, Durability::Immediate)?;
             self.checkpointed();
             return Ok(self.adopt(applied));
         }

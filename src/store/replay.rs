@@ -13,8 +13,9 @@ use super::budget::Budget;
 use super::error::StoreError;
 use super::journal::{journal_path_for, Frame, Journal, Opened};
 use super::redb::{
-    apply_in, counted_bytes, Applied, ChannelEntry, db_error, load_channels, read_meta_number, read_next_channel_id,
-    write_meta_u64, JOURNAL_CAPACITY_BYTES, META_JOURNAL_ID, META_JOURNAL_SEQUENCE,
+    apply_in, counted_bytes, db_error, load_channels, read_meta_number, read_next_channel_id,
+    write_meta_u64, Applied, ChannelEntry, JOURNAL_CAPACITY_BYTES, META_JOURNAL_ID,
+    META_JOURNAL_SEQUENCE,
 };
 use super::types::Outcome;
 
