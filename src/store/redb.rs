@@ -1,8 +1,10 @@
-//! `type: redb`: one redb file per provider and its journal. Every commit
-//! is a write transaction whose batch is synced to the journal (or, at a
-//! checkpoint, committed with `Durability::Immediate`) before it returns,
-//! so a record is on disk before its publisher is told anything, and a
-//! power cut loses nothing that was acknowledged.
+//! `type: redb`: one redb file per provider and its journal. Every batch
+//! is applied in a write transaction and synced to the journal (or, at a
+//! checkpoint, committed with `Durability::Immediate`) before `commit`
+//! returns, so a record is on disk before its publisher is told anything,
+//! and a power cut loses nothing that was acknowledged. The transaction
+//! stays open for the batches after it until a read or a bound commits it
+//! (`pending.rs`).
 //!
 //! Tables:
 //!
@@ -564,6 +566,12 @@ impl Tables for RedbTables<'_, '_> {
     }
 
     fn set_state(&mut self, channel: &str, state: ChannelState) -> Result<(), StoreError> {
+        // Every write sets its channel's state: the name is copied only the
+        // first time in a batch.
+        if let Some(entry) = self.staged.get_mut(channel) {
+            entry.state = state;
+            return Ok(());
+        }
         let id = self.id_for(channel)?;
         self.staged
             .insert(channel.to_string(), ChannelEntry { id, state });
