@@ -39,7 +39,7 @@ use super::backup::BackupView;
 use super::batch_encoding::encode_batch;
 use super::budget::Budget;
 use super::encoding::{
-    decode_channel_state, encode_channel_state, message_bytes, message_from_bytes, message_header,
+    decode_channel_state, encode_channel_state, encode_message, message_from_bytes, message_header,
     Decoder, Encoder, CHANNEL_STATE_BYTES,
 };
 use super::error::StoreError;
@@ -529,6 +529,9 @@ struct RedbTables<'a, 't> {
     committed: &'a HashMap<String, ChannelEntry>,
     staged: HashMap<String, ChannelEntry>,
     next_channel_id: u32,
+    /// Each record is encoded here before it is stored: one buffer a
+    /// batch, not one a record.
+    scratch: Encoder,
 }
 
 impl RedbTables<'_, '_> {
@@ -585,10 +588,11 @@ impl Tables for RedbTables<'_, '_> {
         message: &Message,
     ) -> Result<(), StoreError> {
         let id = self.id_for(channel)?;
-        let bytes = message_bytes(message);
+        self.scratch.buf.clear();
+        encode_message(message, &mut self.scratch);
         let previous = self
             .records
-            .insert((id, offset), bytes.as_slice())
+            .insert((id, offset), self.scratch.buf.as_slice())
             .map_err(db_error(self.path, "write a record"))?;
         if previous.is_some() {
             // The counters and the records disagree: storing over a record
@@ -752,6 +756,7 @@ pub(crate) fn apply_in(
             committed: channels,
             staged: HashMap::new(),
             next_channel_id,
+            scratch: Encoder::default(),
         };
         let outcomes = apply_batch(&mut tables, &mut budget, writes)?;
         (outcomes, tables.staged, tables.next_channel_id)
@@ -920,12 +925,13 @@ impl Provider for RedbProvider {
         }
         // Only what was not refused is journalled: a refused write changed
         // nothing, and a replay then needs no byte bound to refuse it again.
-        let kept = writes
+        let kept: Vec<&Write> = writes
             .iter()
             .zip(&applied.outcomes)
             .filter(|(_, o)| !matches!(o, Outcome::Refused(_)))
-            .map(|(w, _)| w);
-        let frame = encode_batch(kept.collect::<Vec<_>>().into_iter());
+            .map(|(w, _)| w)
+            .collect();
+        let frame = encode_batch(kept.iter().copied());
         let journalled =
             !self.checkpoint.must && !self.checkpoint_due() && self.journal.fits(frame.len());
         if !journalled {
