@@ -179,6 +179,36 @@ fn records_acknowledged_only_into_the_journal_survive_sigkill_at_their_offsets()
         .is_none());
 }
 
+/// A record is acknowledged once its journal frame is synced; the redb
+/// transaction holding it stays open for the records after it until a
+/// read or a bound commits it. Killed right after the last PUBACK, with no
+/// reader having looked, the latest records are in no committed
+/// transaction, and the journal brings every one back at its offset.
+#[test]
+fn records_acknowledged_while_their_transaction_is_open_survive_sigkill() {
+    let dir = TempDir::new("open-transaction-sigkill");
+    let storage = REDB.replace(
+        "        max_bytes: 64MiB\n",
+        "        max_bytes: 64MiB\n        checkpoint_interval: 1m\n",
+    );
+    let mut broker = BrokerProcess::start_in(dir.path(), &storage, EVENTS);
+    let mut publisher = RawClient::connect(&broker.address(), ProtocolVersion::V5, "publisher");
+    let all = payloads("open", 300);
+    let acknowledged = publish_all(&mut publisher, "events/o", &all);
+    assert_eq!(acknowledged, all);
+    broker.kill();
+
+    let broker = BrokerProcess::start_in(dir.path(), &storage, EVENTS);
+    let mut reader = RawClient::connect(&broker.address(), ProtocolVersion::V5, "reader");
+    reader.subscribe("events/#", QoS::AtLeastOnce);
+    let after = consume(&mut reader, all.len());
+    assert_eq!(
+        after,
+        (1..=300u64).zip(all).collect::<Vec<_>>(),
+        "every acknowledged record, in order, at offsets from 1"
+    );
+}
+
 #[test]
 fn a_memory_channel_survives_a_graceful_restart_and_continues_its_offsets() {
     let dir = TempDir::new("memory");
