@@ -105,13 +105,14 @@ impl Pending {
 
     /// Commits the transaction, recording `sequence` as the last journal
     /// frame the file holds. On failure the transaction is gone and the
-    /// returned `Rebuild` can make it again.
+    /// returned `Rebuild` can make it again (boxed: a failure is rare, and
+    /// the success path should not carry its size).
     pub(crate) fn commit(
         self,
         path: &Path,
         sequence: u64,
         durability: Durability,
-    ) -> Result<(), (StoreError, Rebuild)> {
+    ) -> Result<(), Box<(StoreError, Rebuild)>> {
         let Pending {
             mut txn,
             base,
@@ -130,7 +131,7 @@ impl Pending {
                     .map_err(db_error(path, "choose how a commit syncs"))
             })
             .and_then(|()| txn.commit().map_err(db_error(path, "commit")));
-        committed.map_err(|e| (e, rebuild))
+        committed.map_err(|e| Box::new((e, rebuild)))
     }
 
     /// Drops the transaction, keeping what rebuilds it.

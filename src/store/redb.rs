@@ -335,7 +335,8 @@ impl RedbProvider {
         self.redb_commits.set(self.redb_commits.get() + 1);
         pending
             .commit(&self.path, self.journal_sequence, durability)
-            .map_err(|(e, rebuild)| {
+            .map_err(|failed| {
+                let (e, rebuild) = *failed;
                 self.rebuild(rebuild);
                 e
             })
