@@ -2,34 +2,19 @@
 //! redb commit, reads see them, a failure inside it keeps the batches
 //! before it, and a crash with it open loses nothing acknowledged.
 
-use std::fs;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use super::conformance::{append, msg, TempDir};
-use super::journal::journal_path_for;
+use super::journal_tests::{crash_image, journal_only, ALL, MAX_BYTES};
 use super::pending::PENDING_MAX_BATCHES;
 use super::*;
-
-const MAX_BYTES: u64 = 64 << 20;
-const ALL: ReadLimit = ReadLimit {
-    max_records: u32::MAX,
-    max_bytes: u64::MAX,
-};
 
 /// A provider that never checkpoints on its own and whose open
 /// transaction has no age bound.
 fn open(file: &Path) -> RedbProvider {
-    let mut p = RedbProvider::open("local", file, MAX_BYTES, 0).expect("open");
-    p.set_checkpoint_interval_ms(u64::MAX);
+    let mut p = journal_only(file);
     p.set_pending_max_age_ms(u64::MAX);
     p
-}
-
-/// Both files copied while the provider holds them: a process killed now.
-fn crash_image(file: &Path, to: &Path) -> PathBuf {
-    fs::copy(file, to).expect("copy the live file");
-    fs::copy(journal_path_for(file), journal_path_for(to)).expect("copy the live journal");
-    to.to_path_buf()
 }
 
 fn offsets(p: &RedbProvider, channel: &str) -> Vec<u64> {
@@ -94,7 +79,7 @@ fn a_batch_failing_in_the_open_transaction_keeps_the_batches_before_it() {
     assert_eq!(offsets(&p, "c"), (1..=7).collect::<Vec<_>>());
     let recovered = RedbProvider::open(
         "copy",
-        &crash_image(&file, &dir.path().join("c.redb")),
+        &crash_image(&file, &dir.path().join("c.redb"), true),
         MAX_BYTES,
         0,
     )
@@ -111,7 +96,7 @@ fn a_crash_with_batches_in_the_open_transaction_loses_none() {
     // One committed share, and more acknowledged since, not committed.
     acknowledge(&mut p, PENDING_MAX_BATCHES as u64 + 7);
     assert_eq!(p.redb_commits.get(), 1);
-    let image = crash_image(&file, &dir.path().join("crashed.redb"));
+    let image = crash_image(&file, &dir.path().join("crashed.redb"), true);
     let recovered = RedbProvider::open("copy", &image, MAX_BYTES, 0).expect("recover");
     assert_eq!(recovered.channel("c"), p.channel("c"));
     assert_eq!(
