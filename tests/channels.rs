@@ -49,6 +49,29 @@ fn payloads(prefix: &str, count: usize) -> Vec<Vec<u8>> {
         .collect()
 }
 
+/// The redb storage with a checkpoint a minute away: what a test stores
+/// before it kills the broker is durable only in the journal.
+fn redb_checkpointing_every_minute() -> String {
+    REDB.replace(
+        "        max_bytes: 64MiB\n",
+        "        max_bytes: 64MiB\n        checkpoint_interval: 1m\n",
+    )
+}
+
+/// Starts the broker again on `dir` and reads `count` records with a new
+/// consumer, from the channel's start.
+fn restart_and_read(
+    dir: &std::path::Path,
+    storage: &str,
+    count: usize,
+) -> (BrokerProcess, RawClient, Vec<(u64, Vec<u8>)>) {
+    let broker = BrokerProcess::start_in(dir, storage, EVENTS);
+    let mut reader = RawClient::connect(&broker.address(), ProtocolVersion::V5, "reader");
+    reader.subscribe("events/#", QoS::AtLeastOnce);
+    let records = consume(&mut reader, count);
+    (broker, reader, records)
+}
+
 fn assert_rising(received: &[(u64, Vec<u8>)]) {
     assert!(
         received.windows(2).all(|w| w[0].0 < w[1].0),
@@ -143,12 +166,7 @@ fn every_acknowledged_record_survives_sigkill_on_redb() {
 #[test]
 fn records_acknowledged_only_into_the_journal_survive_sigkill_at_their_offsets() {
     let dir = TempDir::new("journal-sigkill");
-    // A checkpoint a minute away: everything below is durable only in the
-    // journal when the broker is killed.
-    let storage = REDB.replace(
-        "        max_bytes: 64MiB\n",
-        "        max_bytes: 64MiB\n        checkpoint_interval: 1m\n",
-    );
+    let storage = redb_checkpointing_every_minute();
     let mut broker = BrokerProcess::start_in(dir.path(), &storage, EVENTS);
     let mut watcher = RawClient::connect(&broker.address(), ProtocolVersion::V5, "watcher");
     watcher.subscribe("events/#", QoS::AtLeastOnce);
@@ -161,10 +179,7 @@ fn records_acknowledged_only_into_the_journal_survive_sigkill_at_their_offsets()
     assert!(dir.path().join("saguin.redb.journal").exists());
     broker.kill();
 
-    let broker = BrokerProcess::start_in(dir.path(), &storage, EVENTS);
-    let mut reader = RawClient::connect(&broker.address(), ProtocolVersion::V5, "reader");
-    reader.subscribe("events/#", QoS::AtLeastOnce);
-    let after = consume(&mut reader, all.len());
+    let (_broker, mut reader, after) = restart_and_read(dir.path(), &storage, all.len());
     assert_eq!(
         after, live,
         "every acknowledged record, at the offset it had"
@@ -177,6 +192,30 @@ fn records_acknowledged_only_into_the_journal_survive_sigkill_at_their_offsets()
     assert!(reader
         .recv_within(std::time::Duration::from_millis(300))
         .is_none());
+}
+
+/// A record is acknowledged once its journal frame is synced; the redb
+/// transaction holding it stays open for the records after it until a
+/// read or a bound commits it. Killed right after the last PUBACK, with no
+/// reader having looked, the latest records are in no committed
+/// transaction, and the journal brings every one back at its offset.
+#[test]
+fn records_acknowledged_while_their_transaction_is_open_survive_sigkill() {
+    let dir = TempDir::new("open-transaction-sigkill");
+    let storage = redb_checkpointing_every_minute();
+    let mut broker = BrokerProcess::start_in(dir.path(), &storage, EVENTS);
+    let mut publisher = RawClient::connect(&broker.address(), ProtocolVersion::V5, "publisher");
+    let all = payloads("open", 300);
+    let acknowledged = publish_all(&mut publisher, "events/o", &all);
+    assert_eq!(acknowledged, all);
+    broker.kill();
+
+    let (_broker, _reader, after) = restart_and_read(dir.path(), &storage, all.len());
+    assert_eq!(
+        after,
+        (1..=300u64).zip(all).collect::<Vec<_>>(),
+        "every acknowledged record, in order, at offsets from 1"
+    );
 }
 
 #[test]

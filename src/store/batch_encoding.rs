@@ -22,13 +22,30 @@ const TRIM_TO_BYTES: u8 = 3;
 /// The fewest bytes a write takes: its tag and an empty channel name.
 const WRITE_MIN_BYTES: usize = 5;
 
-pub(crate) fn encode_batch<'w>(writes: impl ExactSizeIterator<Item = &'w Write>) -> Vec<u8> {
-    let mut e = Encoder::with_capacity(256);
+pub(crate) fn encode_batch<'w>(
+    writes: impl ExactSizeIterator<Item = &'w Write> + Clone,
+) -> Vec<u8> {
+    // Sized up front from the messages' counted sizes (which include a
+    // record's fixed overhead), so the buffer is not grown record by record.
+    let estimate: u64 = writes.clone().map(estimated_bytes).sum();
+    let mut e = Encoder::with_capacity(usize::try_from(estimate).unwrap_or(0).saturating_add(4));
     e.u32(u32::try_from(writes.len()).unwrap_or(u32::MAX));
     for w in writes {
         encode_write(w, &mut e);
     }
     e.buf
+}
+
+/// About what a write's encoding takes: exact enough to size a buffer.
+fn estimated_bytes(write: &Write) -> u64 {
+    const SMALL_WRITE_BYTES: u64 = 64;
+    match write {
+        Write::Append { message, .. }
+        | Write::Replace { message, .. }
+        | Write::Move { message, .. } => message.size_bytes(),
+        Write::PutEntry { value, .. } => SMALL_WRITE_BYTES + value.len() as u64,
+        _ => SMALL_WRITE_BYTES,
+    }
 }
 
 pub(crate) fn decode_batch(bytes: &[u8]) -> Decoded<Vec<Write>> {

@@ -28,9 +28,16 @@ const fn build_table() -> [u32; 256] {
 
 /// The CRC32C of `bytes`.
 pub(crate) fn crc32c(bytes: &[u8]) -> u32 {
+    crc32c_of(&[bytes])
+}
+
+/// The CRC32C of `parts` laid end to end, without joining them.
+pub(crate) fn crc32c_of(parts: &[&[u8]]) -> u32 {
     let mut crc = !0u32;
-    for &b in bytes {
-        crc = TABLE[((crc ^ u32::from(b)) & 0xFF) as usize] ^ (crc >> 8);
+    for part in parts {
+        for &b in *part {
+            crc = TABLE[((crc ^ u32::from(b)) & 0xFF) as usize] ^ (crc >> 8);
+        }
     }
     !crc
 }

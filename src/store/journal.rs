@@ -23,7 +23,7 @@ use std::fs::{File, OpenOptions};
 use std::os::unix::fs::{FileExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 
-use super::checksum::crc32c;
+use super::checksum::{crc32c, crc32c_of};
 use super::error::StoreError;
 
 const MAGIC: &[u8; 8] = b"SAGUINJL";
@@ -59,7 +59,14 @@ pub(crate) struct Journal {
     /// The bytes of the block `write_at` is in, before it: an append
     /// writes them again with the frame, so every write is whole blocks.
     tail: Vec<u8>,
+    /// The blocks an append writes, kept for the next one up to
+    /// [`KEPT_BUFFER_BYTES`]: a batch then allocates nothing here.
+    buffer: Vec<u8>,
 }
+
+/// The largest append buffer kept between appends; one grown past it by
+/// a large frame is given back.
+const KEPT_BUFFER_BYTES: usize = 64 << 10;
 
 /// What [`Journal::open`] found.
 pub(crate) enum Opened {
@@ -113,6 +120,7 @@ impl Journal {
             capacity_bytes,
             write_at: FRAMES_START,
             tail: Vec::new(),
+            buffer: Vec::new(),
         })
     }
 
@@ -165,6 +173,7 @@ impl Journal {
                 capacity_bytes,
                 write_at: FRAMES_START,
                 tail: Vec::new(),
+                buffer: Vec::new(),
             },
             frames,
         )))
@@ -187,16 +196,23 @@ impl Journal {
     /// On an error the frame may or may not be on the disk.
     pub(crate) fn append(&mut self, sequence: u64, payload: &[u8]) -> Result<(), StoreError> {
         debug_assert!(self.fits(payload.len()));
-        let frame = encode_frame(sequence, payload);
+        let frame_bytes = FRAME_HEADER_BYTES as usize + payload.len();
         let block_start = self.write_at - self.tail.len() as u64;
-        let used = self.tail.len() + frame.len();
+        let used = self.tail.len() + frame_bytes;
         let blocks_bytes = used.div_ceil(BLOCK_BYTES) * BLOCK_BYTES;
         // Direct I/O wants the memory aligned as well as the offset.
-        let mut buffer = vec![0u8; blocks_bytes + BLOCK_BYTES];
-        let skew = buffer.as_ptr().align_offset(BLOCK_BYTES).min(BLOCK_BYTES);
-        let blocks = &mut buffer[skew..skew + blocks_bytes];
+        if self.buffer.len() < blocks_bytes + BLOCK_BYTES {
+            self.buffer = vec![0u8; blocks_bytes + BLOCK_BYTES];
+        }
+        let skew = self
+            .buffer
+            .as_ptr()
+            .align_offset(BLOCK_BYTES)
+            .min(BLOCK_BYTES);
+        let blocks = &mut self.buffer[skew..skew + blocks_bytes];
         blocks[..self.tail.len()].copy_from_slice(&self.tail);
-        blocks[self.tail.len()..used].copy_from_slice(&frame);
+        write_frame(&mut blocks[self.tail.len()..used], sequence, payload);
+        blocks[used..].fill(0);
         // The last block may run past the file when the frame ends near
         // it; the file is a whole number of blocks past FRAMES_START, so
         // it never does, but the write is clipped to be sure.
@@ -206,9 +222,13 @@ impl Journal {
         self.file
             .write_all_at(blocks, block_start)
             .map_err(|e| StoreError::io(&self.path, "write and sync a journal frame", e))?;
-        self.write_at += frame.len() as u64;
+        self.write_at += frame_bytes as u64;
         let tail_from = (used / BLOCK_BYTES) * BLOCK_BYTES;
-        self.tail = blocks[tail_from..used].to_vec();
+        self.tail.clear();
+        self.tail.extend_from_slice(&blocks[tail_from..used]);
+        if self.buffer.len() > KEPT_BUFFER_BYTES {
+            self.buffer = Vec::new();
+        }
         Ok(())
     }
 
@@ -309,22 +329,24 @@ fn parse_header(h: &[u8; HEADER_BYTES]) -> Option<(u64, u64)> {
     (capacity > FRAMES_START && capacity % BLOCK_BYTES as u64 == 0).then_some((id, capacity))
 }
 
+#[cfg(test)]
 pub(crate) fn encode_frame(sequence: u64, payload: &[u8]) -> Vec<u8> {
-    let mut frame = Vec::with_capacity(FRAME_HEADER_BYTES as usize + payload.len());
-    let length = u32::try_from(payload.len()).unwrap_or(u32::MAX);
-    frame.extend_from_slice(&length.to_le_bytes());
-    frame.extend_from_slice(&sequence.to_le_bytes());
-    frame.extend_from_slice(&frame_crc(length, sequence, payload).to_le_bytes());
-    frame.extend_from_slice(payload);
+    let mut frame = vec![0u8; FRAME_HEADER_BYTES as usize + payload.len()];
+    write_frame(&mut frame, sequence, payload);
     frame
 }
 
+/// Writes the frame of `payload` into `into`, which is exactly its size.
+fn write_frame(into: &mut [u8], sequence: u64, payload: &[u8]) {
+    let length = u32::try_from(payload.len()).unwrap_or(u32::MAX);
+    into[..4].copy_from_slice(&length.to_le_bytes());
+    into[4..12].copy_from_slice(&sequence.to_le_bytes());
+    into[12..16].copy_from_slice(&frame_crc(length, sequence, payload).to_le_bytes());
+    into[16..].copy_from_slice(payload);
+}
+
 fn frame_crc(length: u32, sequence: u64, payload: &[u8]) -> u32 {
-    let mut covered = Vec::with_capacity(12 + payload.len());
-    covered.extend_from_slice(&length.to_le_bytes());
-    covered.extend_from_slice(&sequence.to_le_bytes());
-    covered.extend_from_slice(payload);
-    crc32c(&covered)
+    crc32c_of(&[&length.to_le_bytes(), &sequence.to_le_bytes(), payload])
 }
 
 /// The frames from the start of `body` while each is whole, checksummed

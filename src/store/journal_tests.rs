@@ -11,15 +11,15 @@ use super::conformance::{append, msg, TempDir};
 use super::journal::journal_path_for;
 use super::*;
 
-const MAX_BYTES: u64 = 64 << 20;
-const ALL: ReadLimit = ReadLimit {
+pub(crate) const MAX_BYTES: u64 = 64 << 20;
+pub(crate) const ALL: ReadLimit = ReadLimit {
     max_records: u32::MAX,
     max_bytes: u64::MAX,
 };
 
 /// A provider that never checkpoints on its own: everything after its
 /// open is durable only in the journal.
-fn journal_only(file: &Path) -> RedbProvider {
+pub(crate) fn journal_only(file: &Path) -> RedbProvider {
     let mut p = RedbProvider::open("local", file, MAX_BYTES, 0).expect("open");
     p.set_checkpoint_interval_ms(u64::MAX);
     p
@@ -28,7 +28,7 @@ fn journal_only(file: &Path) -> RedbProvider {
 /// The two files as a process killed right now leaves them: copied while
 /// the provider holds them, no close, no destructor. Without the journal
 /// when `with_journal` is false.
-fn crash_image(file: &Path, to: &Path, with_journal: bool) -> PathBuf {
+pub(crate) fn crash_image(file: &Path, to: &Path, with_journal: bool) -> PathBuf {
     fs::copy(file, to).expect("copy the live file");
     if with_journal {
         fs::copy(journal_path_for(file), journal_path_for(to)).expect("copy the live journal");

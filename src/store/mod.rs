@@ -33,6 +33,7 @@ mod lock;
 mod memory;
 mod message_id;
 mod open;
+mod pending;
 mod redb;
 mod replay;
 mod settings;
@@ -48,6 +49,8 @@ mod backup_tests;
 mod conformance;
 #[cfg(test)]
 mod journal_tests;
+#[cfg(test)]
+mod pending_tests;
 #[cfg(test)]
 mod writer_tests;
 
@@ -150,8 +153,10 @@ pub trait Provider: Send {
         None
     }
 
-    /// Makes durable where it is meant to be what so far is durable only
-    /// in a journal (a redb provider's checkpoint). Called by the storage
+    /// The work a provider with a journal defers until idle: on redb, the
+    /// checkpoint (what so far is durable only in the journal made durable
+    /// in the file) when it is due, otherwise the commit of the write
+    /// transaction holding acknowledged batches. Called by the storage
     /// thread when [`Provider::checkpoint_due_in`] runs out while idle.
     fn checkpoint(&mut self) -> Result<(), StoreError> {
         Ok(())

@@ -1,8 +1,10 @@
-//! `type: redb`: one redb file per provider and its journal. Every commit
-//! is a write transaction whose batch is synced to the journal (or, at a
-//! checkpoint, committed with `Durability::Immediate`) before it returns,
-//! so a record is on disk before its publisher is told anything, and a
-//! power cut loses nothing that was acknowledged.
+//! `type: redb`: one redb file per provider and its journal. Every batch
+//! is applied in a write transaction and synced to the journal (or, at a
+//! checkpoint, committed with `Durability::Immediate`) before `commit`
+//! returns, so a record is on disk before its publisher is told anything,
+//! and a power cut loses nothing that was acknowledged. The transaction
+//! stays open for the batches after it until a read or a bound commits it
+//! (`pending.rs`).
 //!
 //! Tables:
 //!
@@ -18,6 +20,7 @@
 //! the only writer, and it updates them only from transactions that
 //! committed.
 
+use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
 use std::ffi::OsString;
 use std::fmt::Display;
@@ -36,13 +39,14 @@ use super::backup::BackupView;
 use super::batch_encoding::encode_batch;
 use super::budget::Budget;
 use super::encoding::{
-    decode_channel_state, encode_channel_state, message_bytes, message_from_bytes, message_header,
+    decode_channel_state, encode_channel_state, encode_message, message_from_bytes, message_header,
     Decoder, Encoder, CHANNEL_STATE_BYTES,
 };
 use super::error::StoreError;
 use super::journal::Journal;
 use super::lock::LockFile;
 use super::memory::empty_read;
+use super::pending::{Base, Pending, Rebuild, PENDING_MAX_AGE_MS};
 use super::replay::{attach_journal, checkpoint_db};
 use super::types::{
     ChannelState, Message, Outcome, Read, ReadBatch, ReadLimit, Record, Usage, Write,
@@ -96,7 +100,7 @@ struct CheckpointState {
 }
 
 /// A channel's id and counters, as the cache and a batch hold them.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct ChannelEntry {
     pub(crate) id: u32,
     pub(crate) state: ChannelState,
@@ -105,6 +109,15 @@ pub(crate) struct ChannelEntry {
 pub struct RedbProvider {
     name: String,
     path: PathBuf,
+    /// Acknowledged batches applied in a transaction not committed yet
+    /// (`pending.rs`); committed before anything reads the file. Declared
+    /// before the file, so a drop aborts it first.
+    pending: RefCell<Option<Pending>>,
+    /// Set when acknowledged batches could not be put back into a
+    /// transaction after a failure: only a restart (the journal's replay)
+    /// brings them back, so nothing more is taken.
+    broken: Cell<bool>,
+    pending_max_age: Duration,
     // Declared before the lock, so an unclean drop closes the file before
     // another broker may take it.
     db: Database,
@@ -119,6 +132,9 @@ pub struct RedbProvider {
     /// Tests make a commit fail after its writes are in the transaction.
     #[cfg(test)]
     pub(crate) fail_next_commit: bool,
+    /// Tests count the commits of batch-holding transactions.
+    #[cfg(test)]
+    pub(crate) redb_commits: Cell<u64>,
 }
 
 /// Turns any redb error into one naming the file and what was being done.
@@ -225,6 +241,9 @@ impl RedbProvider {
         Ok(RedbProvider {
             name: name.to_string(),
             path: file_path.to_path_buf(),
+            pending: RefCell::new(None),
+            broken: Cell::new(false),
+            pending_max_age: Duration::from_millis(PENDING_MAX_AGE_MS),
             db,
             budget,
             channels,
@@ -239,6 +258,8 @@ impl RedbProvider {
             _lock: lock,
             #[cfg(test)]
             fail_next_commit: false,
+            #[cfg(test)]
+            redb_commits: Cell::new(0),
         })
     }
 
@@ -252,10 +273,96 @@ impl RedbProvider {
         self.checkpoint.interval_ms = interval_ms;
     }
 
+    /// Sets how long acknowledged batches may wait in the open
+    /// transaction; tests stretch it so that only counts and reads commit.
+    pub fn set_pending_max_age_ms(&mut self, max_age_ms: u64) {
+        self.pending_max_age = Duration::from_millis(max_age_ms);
+    }
+
     fn checkpoint_due(&self) -> bool {
         self.checkpoint
             .since
             .is_some_and(|t| t.elapsed() >= Duration::from_millis(self.checkpoint.interval_ms))
+    }
+
+    /// Where a new transaction starts: the counters as committed.
+    fn base(&self) -> Base {
+        Base {
+            channels: self.channels.clone(),
+            next_channel_id: self.next_channel_id,
+        }
+    }
+
+    fn unbroken(&self) -> Result<(), StoreError> {
+        if self.broken.get() {
+            return Err(StoreError::format(
+                &self.path,
+                "acknowledged batches could not be applied to the file again after a failed commit; restart the broker, which applies them again from the journal",
+            ));
+        }
+        Ok(())
+    }
+
+    /// After a failure inside the open transaction: a new one holding the
+    /// acknowledged batches again, or, if even that fails, the provider
+    /// stops taking anything until a restart replays them.
+    fn rebuild(&self, rebuild: Rebuild) {
+        match rebuild.run(&self.db, &self.path, self.journal.path(), &self.channels) {
+            Ok(pending) if pending.is_empty() => {}
+            Ok(pending) => *self.pending.borrow_mut() = Some(pending),
+            Err(e) => {
+                log::error!("{}: {e}", self.path.display());
+                self.broken.set(true);
+            }
+        }
+    }
+
+    /// Commits the open transaction without a sync: every batch in it is
+    /// synced in the journal already. Reads call this first, so they see
+    /// every acknowledged batch.
+    fn settle(&self) -> Result<(), StoreError> {
+        self.unbroken()?;
+        let Some(pending) = self.pending.borrow_mut().take() else {
+            return Ok(());
+        };
+        self.commit_pending(pending, Durability::None)
+    }
+
+    /// Commits the open transaction, recording the last journal sequence
+    /// used; after a failure it is rebuilt without the failed batch.
+    fn commit_pending(&self, pending: Pending, durability: Durability) -> Result<(), StoreError> {
+        #[cfg(test)]
+        self.redb_commits.set(self.redb_commits.get() + 1);
+        pending
+            .commit(&self.path, self.journal_sequence, durability)
+            .map_err(|failed| {
+                let (e, rebuild) = *failed;
+                self.rebuild(rebuild);
+                e
+            })
+    }
+
+    /// A checkpoint: redb made durable with everything acknowledged, so
+    /// the journal's frames are no longer needed.
+    fn make_durable(&mut self) -> Result<(), StoreError> {
+        self.unbroken()?;
+        if self.checkpoint.since.is_none() && !self.checkpoint.must {
+            return Ok(());
+        }
+        match self.pending.get_mut().take() {
+            Some(pending) => self.commit_pending(pending, Durability::Immediate)?,
+            None => checkpoint_db(&self.db, &self.path, self.journal_sequence)?,
+        }
+        self.checkpointed();
+        Ok(())
+    }
+
+    /// The counters of a batch that committed (or whose frame is synced).
+    fn adopt(&mut self, applied: Applied) -> Vec<Outcome> {
+        self.channels.extend(applied.staged);
+        self.next_channel_id = applied.next_channel_id;
+        self.budget = applied.budget;
+        applied.outcomes
     }
 
     fn checkpointed(&mut self) {
@@ -423,6 +530,9 @@ struct RedbTables<'a, 't> {
     committed: &'a HashMap<String, ChannelEntry>,
     staged: HashMap<String, ChannelEntry>,
     next_channel_id: u32,
+    /// Each record is encoded here before it is stored: one buffer a
+    /// batch, not one a record.
+    scratch: Encoder,
 }
 
 impl RedbTables<'_, '_> {
@@ -460,6 +570,12 @@ impl Tables for RedbTables<'_, '_> {
     }
 
     fn set_state(&mut self, channel: &str, state: ChannelState) -> Result<(), StoreError> {
+        // Every write sets its channel's state: the name is copied only the
+        // first time in a batch.
+        if let Some(entry) = self.staged.get_mut(channel) {
+            entry.state = state;
+            return Ok(());
+        }
         let id = self.id_for(channel)?;
         self.staged
             .insert(channel.to_string(), ChannelEntry { id, state });
@@ -473,10 +589,11 @@ impl Tables for RedbTables<'_, '_> {
         message: &Message,
     ) -> Result<(), StoreError> {
         let id = self.id_for(channel)?;
-        let bytes = message_bytes(message);
+        self.scratch.buf.clear();
+        encode_message(message, &mut self.scratch);
         let previous = self
             .records
-            .insert((id, offset), bytes.as_slice())
+            .insert((id, offset), self.scratch.buf.as_slice())
             .map_err(db_error(self.path, "write a record"))?;
         if previous.is_some() {
             // The counters and the records disagree: storing over a record
@@ -640,6 +757,7 @@ pub(crate) fn apply_in(
             committed: channels,
             staged: HashMap::new(),
             next_channel_id,
+            scratch: Encoder::default(),
         };
         let outcomes = apply_batch(&mut tables, &mut budget, writes)?;
         (outcomes, tables.staged, tables.next_channel_id)
@@ -735,6 +853,7 @@ impl RedbProvider {
         table: TableDefinition<K, V>,
         opening: &'static str,
     ) -> Result<ReadOnlyTable<K, V>, StoreError> {
+        self.settle()?;
         let path = self.path.as_path();
         let txn = self
             .db
@@ -770,82 +889,101 @@ impl Provider for RedbProvider {
         all
     }
 
-    /// One write transaction for the whole batch. Its frame is appended to
-    /// the journal and synced before the transaction commits without a
-    /// sync of its own (readers see it at once); when a checkpoint is due,
-    /// or the frame does not fit the journal, the transaction itself is
-    /// committed with `Durability::Immediate` instead. Either way the batch
-    /// is on disk when this returns `Ok`. The counters in memory change
-    /// only after that; a failure anywhere leaves them as they were.
+    /// The batch is applied in the open write transaction (begun if none
+    /// is), and its frame appended to the journal and synced; the
+    /// transaction stays open for the next batches and is committed
+    /// without a sync of its own when full or when anything reads. When a
+    /// checkpoint is due, or the frame does not fit the journal, the
+    /// transaction is instead committed at once with
+    /// `Durability::Immediate`. Either way the batch is on disk when this
+    /// returns `Ok`. The counters in memory change only after that; a
+    /// failure anywhere leaves the provider as it was.
     fn commit(&mut self, writes: &[Write]) -> Result<Vec<Outcome>, StoreError> {
         check_writes(writes)?;
-        let path = self.path.as_path();
-        let mut txn = self
-            .db
-            .begin_write()
-            .map_err(db_error(path, "begin a transaction"))?;
-        let applied = apply_in(
-            &txn,
-            path,
+        self.unbroken()?;
+        let pending = match self.pending.get_mut().take() {
+            Some(pending) => pending,
+            None => Pending::begin(&self.db, &self.path, self.base(), self.pending_max_age)?,
+        };
+        let applied = match apply_in(
+            &pending.txn,
+            &self.path,
             &self.channels,
             self.next_channel_id,
             self.budget,
             writes,
-        )?;
+        ) {
+            Ok(applied) => applied,
+            Err(e) => {
+                self.rebuild(pending.abandon());
+                return Err(e);
+            }
+        };
         #[cfg(test)]
         if std::mem::take(&mut self.fail_next_commit) {
+            self.rebuild(pending.abandon());
             return Err(StoreError::Invalid("a failure injected by a test".into()));
         }
         // Only what was not refused is journalled: a refused write changed
         // nothing, and a replay then needs no byte bound to refuse it again.
-        let kept = writes
+        let kept: Vec<&Write> = writes
             .iter()
             .zip(&applied.outcomes)
             .filter(|(_, o)| !matches!(o, Outcome::Refused(_)))
-            .map(|(w, _)| w);
-        let frame = encode_batch(kept.collect::<Vec<_>>().into_iter());
+            .map(|(w, _)| w)
+            .collect();
+        let frame = encode_batch(kept.iter().copied());
         let journalled =
             !self.checkpoint.must && !self.checkpoint_due() && self.journal.fits(frame.len());
-        if journalled {
-            self.journal_sequence += 1;
-            write_meta_u64(&txn, path, META_JOURNAL_SEQUENCE, self.journal_sequence)?;
-            txn.set_durability(Durability::None)
-                .map_err(db_error(path, "ask for a commit without a sync"))?;
-            // Until a checkpoint, a frame that may be on the disk without
-            // its transaction committed must not be replayed after newer
-            // ones: the next commit is a checkpoint, past its sequence.
-            self.checkpoint.must = true;
-            self.journal.append(self.journal_sequence, &frame)?;
-            txn.commit().map_err(db_error(path, "commit"))?;
-            self.checkpoint.must = false;
-            self.checkpoint.since.get_or_insert_with(Instant::now);
-        } else {
-            write_meta_u64(&txn, path, META_JOURNAL_SEQUENCE, self.journal_sequence)?;
-            txn.set_durability(Durability::Immediate)
-                .map_err(db_error(path, "ask for a durable commit"))?;
-            txn.commit().map_err(db_error(path, "commit"))?;
+        if !journalled {
+            self.commit_pending(pending, Durability::Immediate)?;
             self.checkpointed();
+            return Ok(self.adopt(applied));
         }
-        self.channels.extend(applied.staged);
-        self.next_channel_id = applied.next_channel_id;
-        self.budget = applied.budget;
-        Ok(applied.outcomes)
+        self.journal_sequence += 1;
+        // Until a checkpoint, a frame that may be on the disk without its
+        // batch acknowledged must not be replayed after newer ones: the
+        // next commit is a checkpoint, past its sequence.
+        self.checkpoint.must = true;
+        if let Err(e) = self.journal.append(self.journal_sequence, &frame) {
+            self.rebuild(pending.abandon());
+            return Err(e);
+        }
+        self.checkpoint.must = false;
+        self.checkpoint.since.get_or_insert_with(Instant::now);
+        let mut pending = pending;
+        pending.push(self.journal_sequence, frame);
+        let full = pending.is_full();
+        *self.pending.get_mut() = Some(pending);
+        let outcomes = self.adopt(applied);
+        if full {
+            // The batch is durable already; a failed commit here is put
+            // back and reported to the next read or commit.
+            if let Err(e) = self.settle() {
+                log::warn!("{}: {e}", self.path.display());
+            }
+        }
+        Ok(outcomes)
     }
 
     fn checkpoint_due_in(&self) -> Option<Duration> {
-        let since = self.checkpoint.since?;
-        Some(Duration::from_millis(self.checkpoint.interval_ms).saturating_sub(since.elapsed()))
+        let checkpoint = self.checkpoint.since.map(|since| {
+            Duration::from_millis(self.checkpoint.interval_ms).saturating_sub(since.elapsed())
+        });
+        let settle = self.pending.borrow().as_ref().and_then(Pending::due_in);
+        match (checkpoint, settle) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
     }
 
-    /// A durable commit of everything committed since the last one: the
-    /// journal's frames are then no longer needed.
+    /// While idle: a checkpoint when one is due, otherwise the commit of
+    /// the open transaction whose age ran out.
     fn checkpoint(&mut self) -> Result<(), StoreError> {
-        if self.checkpoint.since.is_none() && !self.checkpoint.must {
-            return Ok(());
+        if self.checkpoint_due() {
+            return self.make_durable();
         }
-        checkpoint_db(&self.db, &self.path, self.journal_sequence)?;
-        self.checkpointed();
-        Ok(())
+        self.settle()
     }
 
     /// Reads run on the storage thread between commits, so the counters in
@@ -976,6 +1114,9 @@ impl Provider for RedbProvider {
     /// A read transaction: redb's snapshot of the last commit, begun
     /// without waiting for or holding up any write.
     fn backup_view(&self) -> Option<Result<BackupView, StoreError>> {
+        if let Err(e) = self.settle() {
+            return Some(Err(e));
+        }
         Some(
             self.db
                 .begin_read()
@@ -991,7 +1132,7 @@ impl Provider for RedbProvider {
     fn close(mut self: Box<Self>) -> Result<(), StoreError> {
         // The file alone then holds everything: it can be copied or
         // converted without its journal.
-        self.checkpoint()?;
+        self.make_durable()?;
         self.journal.clear()?;
         let RedbProvider {
             path, db, _lock, ..

@@ -3,9 +3,10 @@
 //! acknowledged write is back at the offset it was acknowledged with (the
 //! apply is deterministic from the same state).
 
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
-use ::redb::{Database, Durability};
+use ::redb::{Database, Durability, WriteTransaction};
 
 use super::batch_encoding::decode_batch;
 use super::budget::Budget;
@@ -13,7 +14,8 @@ use super::error::StoreError;
 use super::journal::{journal_path_for, Frame, Journal, Opened};
 use super::redb::{
     apply_in, counted_bytes, db_error, load_channels, read_meta_number, read_next_channel_id,
-    write_meta_u64, JOURNAL_CAPACITY_BYTES, META_JOURNAL_ID, META_JOURNAL_SEQUENCE,
+    write_meta_u64, Applied, ChannelEntry, JOURNAL_CAPACITY_BYTES, META_JOURNAL_ID,
+    META_JOURNAL_SEQUENCE,
 };
 use super::types::Outcome;
 
@@ -113,35 +115,20 @@ fn replay_frames(
     let mut channels = load_channels(db, path)?;
     let mut next_channel_id = read_next_channel_id(db, path)?;
     for frame in &newer {
-        let writes = decode_batch(&frame.payload).map_err(|e| {
-            StoreError::format(
-                journal_path,
-                format!(
-                    "batch {} checks out and cannot be read: {}",
-                    frame.sequence, e.0
-                ),
-            )
-        })?;
         let mut txn = db
             .begin_write()
             .map_err(db_error(path, "begin replaying a journal batch"))?;
         txn.set_durability(Durability::None)
             .map_err(db_error(path, "ask for a commit without a sync"))?;
-        // The batch was admitted once; no byte bound (which may have been
-        // lowered since) refuses it now.
-        let mut unbounded = Budget::new(u64::MAX, 0);
-        unbounded.used_bytes = counted_bytes(&channels);
-        let applied = apply_in(&txn, path, &channels, next_channel_id, unbounded, &writes)?;
-        if applied
-            .outcomes
-            .iter()
-            .any(|o| matches!(o, Outcome::Refused(_)))
-        {
-            return Err(StoreError::format(
-                journal_path,
-                format!("batch {} is refused when applied again: the redb file is not the state it was written against; restore the provider from a backup", frame.sequence),
-            ));
-        }
+        let applied = apply_frame(
+            &txn,
+            path,
+            journal_path,
+            &channels,
+            next_channel_id,
+            frame.sequence,
+            &frame.payload,
+        )?;
         write_meta_u64(&txn, path, META_JOURNAL_SEQUENCE, frame.sequence)?;
         txn.commit()
             .map_err(db_error(path, "commit a journal batch"))?;
@@ -156,6 +143,42 @@ fn replay_frames(
         newer.len()
     );
     Ok(last)
+}
+
+/// Applies one journal frame's writes in `txn` over `channels`, as they
+/// were applied when acknowledged. The batch was admitted once, so no byte
+/// bound (which may have been lowered since) refuses it now; a write that
+/// is refused all the same means the file is not the state the frame was
+/// written against.
+pub(crate) fn apply_frame(
+    txn: &WriteTransaction,
+    path: &Path,
+    journal_path: &Path,
+    channels: &HashMap<String, ChannelEntry>,
+    next_channel_id: u32,
+    sequence: u64,
+    payload: &[u8],
+) -> Result<Applied, StoreError> {
+    let writes = decode_batch(payload).map_err(|e| {
+        StoreError::format(
+            journal_path,
+            format!("batch {sequence} checks out and cannot be read: {}", e.0),
+        )
+    })?;
+    let mut unbounded = Budget::new(u64::MAX, 0);
+    unbounded.used_bytes = counted_bytes(channels);
+    let applied = apply_in(txn, path, channels, next_channel_id, unbounded, &writes)?;
+    if applied
+        .outcomes
+        .iter()
+        .any(|o| matches!(o, Outcome::Refused(_)))
+    {
+        return Err(StoreError::format(
+            journal_path,
+            format!("batch {sequence} is refused when applied again: the redb file is not the state it was written against; restore the provider from a backup"),
+        ));
+    }
+    Ok(applied)
 }
 
 /// A new journal for a file that has none, its id in the file's meta.
