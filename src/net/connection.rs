@@ -731,4 +731,23 @@ mod tests {
             "a connection's future is {size_bytes} B, over {MAX_CONNECTION_TASK_BYTES} B"
         );
     }
+
+    #[test]
+    fn the_rare_box_lasts_only_while_something_in_it_is_used() {
+        let mut rare = Rare::default();
+        rare.tidy();
+        assert!(rare.0.is_none(), "an idle connection holds no box");
+        rare.parts().partial.extend_from_slice(&[0x30, 2]);
+        rare.tidy();
+        assert_eq!(rare.partial(), [0x30, 2], "a split packet keeps it");
+        assert_eq!(rare.take_partial(), [0x30, 2]);
+        rare.tidy();
+        assert!(rare.0.is_none(), "freed once the split packet is whole");
+        rare.deadline(1_000);
+        rare.tidy();
+        assert!(rare.0.is_some(), "a stalled write's deadline keeps it");
+        rare.disarm();
+        rare.tidy();
+        assert!(rare.0.is_none(), "freed once the write moves");
+    }
 }
