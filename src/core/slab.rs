@@ -4,15 +4,28 @@
 //! that has since ended and whose slot was reused finds nothing, instead of
 //! reaching the stranger now in that slot.
 
+use std::num::NonZeroU32;
+
 /// A key into a [`Slab`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct Key {
     pub index: u32,
-    pub generation: u32,
+    /// Never 0, so that an `Option<Key>` is as small as a `Key`.
+    pub generation: NonZeroU32,
+}
+
+impl Key {
+    /// The key a slot's first entry gets.
+    pub const fn first(index: u32) -> Key {
+        Key {
+            index,
+            generation: NonZeroU32::MIN,
+        }
+    }
 }
 
 struct Slot<T> {
-    generation: u32,
+    generation: NonZeroU32,
     value: Option<T>,
 }
 
@@ -73,7 +86,7 @@ impl<T> Slab<T> {
             Some(index) => index,
             None => {
                 self.slots.push(Slot {
-                    generation: 0,
+                    generation: NonZeroU32::MIN,
                     value: None,
                 });
                 (self.slots.len() - 1) as u32
@@ -116,7 +129,8 @@ impl<T> Slab<T> {
             return None;
         }
         let value = slot.value.take()?;
-        slot.generation = slot.generation.wrapping_add(1);
+        // Past u32::MAX the generation starts again at 1, skipping 0.
+        slot.generation = slot.generation.checked_add(1).unwrap_or(NonZeroU32::MIN);
         self.free.push(key.index);
         self.len -= 1;
         Some(value)
@@ -157,5 +171,26 @@ mod tests {
             "a stale key must not reach the new entry"
         );
         assert_eq!(slab.get(c), Some(&'c'));
+    }
+
+    #[test]
+    fn an_optional_key_is_as_small_as_a_key() {
+        assert_eq!(std::mem::size_of::<Option<Key>>(), std::mem::size_of::<Key>());
+    }
+
+    #[test]
+    fn a_generation_past_its_maximum_starts_again_at_one() {
+        let mut slab = Slab::with_capacity(1);
+        let a = slab.insert_with(|_| 'a').unwrap();
+        slab.slots[a.index as usize].generation = NonZeroU32::MAX;
+        let old = Key {
+            generation: NonZeroU32::MAX,
+            ..a
+        };
+        assert_eq!(slab.remove(old), Some('a'));
+        let b = slab.insert_with(|_| 'b').unwrap();
+        assert_eq!(b.generation, NonZeroU32::MIN);
+        assert_eq!(slab.get(old), None);
+        assert_eq!(slab.get(b), Some(&'b'));
     }
 }

@@ -230,10 +230,7 @@ mod tests {
         let (key, made) = groups.join(
             "g",
             "t/#",
-            member(Key {
-                index: 1,
-                generation: 0,
-            }),
+            member(Key::first(1)),
         );
         assert!(made);
         let group = groups.get_mut(key).expect("made");
@@ -255,14 +252,8 @@ mod tests {
     fn members_take_turns_and_the_last_to_leave_ends_the_group() {
         let mut groups = SharedGroups::new();
         let (a, b) = (
-            Key {
-                index: 1,
-                generation: 0,
-            },
-            Key {
-                index: 2,
-                generation: 0,
-            },
+            Key::first(1),
+            Key::first(2),
         );
         let (key, _) = groups.join("g", "t", member(a));
         assert_eq!(groups.join("g", "t", member(b)), (key, false));
