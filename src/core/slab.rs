@@ -24,13 +24,11 @@ impl Key {
     }
 }
 
-struct Slot<T> {
-    generation: NonZeroU32,
-    value: Option<T>,
-}
-
+/// Entries and their generations are in two arrays side by side: in one
+/// array of pairs a 4 B generation would pad each entry to its alignment.
 pub struct Slab<T> {
-    slots: Vec<Slot<T>>,
+    slots: Vec<Option<T>>,
+    generations: Vec<NonZeroU32>,
     free: Vec<u32>,
     len: usize,
     capacity: usize,
@@ -43,6 +41,7 @@ impl<T> Slab<T> {
         assert!(capacity <= u32::MAX as usize);
         Slab {
             slots: Vec::with_capacity(capacity),
+            generations: Vec::with_capacity(capacity),
             free: Vec::with_capacity(capacity),
             len: 0,
             capacity,
@@ -55,6 +54,7 @@ impl<T> Slab<T> {
         assert!(capacity <= u32::MAX as usize);
         Slab {
             slots: Vec::new(),
+            generations: Vec::new(),
             free: Vec::new(),
             len: 0,
             capacity,
@@ -85,38 +85,38 @@ impl<T> Slab<T> {
         let index = match self.free.pop() {
             Some(index) => index,
             None => {
-                self.slots.push(Slot {
-                    generation: NonZeroU32::MIN,
-                    value: None,
-                });
+                self.slots.push(None);
+                self.generations.push(NonZeroU32::MIN);
                 (self.slots.len() - 1) as u32
             }
         };
-        let slot = &mut self.slots[index as usize];
-        debug_assert!(slot.value.is_none());
         let key = Key {
             index,
-            generation: slot.generation,
+            generation: self.generations[index as usize],
         };
-        slot.value = Some(make(key));
+        let slot = &mut self.slots[index as usize];
+        debug_assert!(slot.is_none());
+        *slot = Some(make(key));
         self.len += 1;
         Some(key)
     }
 
+    fn is_current(&self, key: Key) -> bool {
+        self.generations.get(key.index as usize) == Some(&key.generation)
+    }
+
     pub fn get(&self, key: Key) -> Option<&T> {
-        let slot = self.slots.get(key.index as usize)?;
-        if slot.generation != key.generation {
+        if !self.is_current(key) {
             return None;
         }
-        slot.value.as_ref()
+        self.slots[key.index as usize].as_ref()
     }
 
     pub fn get_mut(&mut self, key: Key) -> Option<&mut T> {
-        let slot = self.slots.get_mut(key.index as usize)?;
-        if slot.generation != key.generation {
+        if !self.is_current(key) {
             return None;
         }
-        slot.value.as_mut()
+        self.slots[key.index as usize].as_mut()
     }
 
     pub fn contains(&self, key: Key) -> bool {
@@ -124,26 +124,26 @@ impl<T> Slab<T> {
     }
 
     pub fn remove(&mut self, key: Key) -> Option<T> {
-        let slot = self.slots.get_mut(key.index as usize)?;
-        if slot.generation != key.generation {
+        if !self.is_current(key) {
             return None;
         }
-        let value = slot.value.take()?;
+        let value = self.slots[key.index as usize].take()?;
+        let generation = &mut self.generations[key.index as usize];
         // Past u32::MAX the generation starts again at 1, skipping 0.
-        slot.generation = slot.generation.checked_add(1).unwrap_or(NonZeroU32::MIN);
+        *generation = generation.checked_add(1).unwrap_or(NonZeroU32::MIN);
         self.free.push(key.index);
         self.len -= 1;
         Some(value)
     }
 
     pub fn iter(&self) -> impl Iterator<Item = (Key, &T)> {
-        self.slots.iter().enumerate().filter_map(|(index, slot)| {
-            let key = Key {
-                index: index as u32,
-                generation: slot.generation,
-            };
-            slot.value.as_ref().map(|value| (key, value))
-        })
+        let generations = self.generations.iter();
+        (0..).zip(self.slots.iter().zip(generations)).filter_map(
+            |(index, (slot, &generation))| {
+                let key = Key { index, generation };
+                slot.as_ref().map(|value| (key, value))
+            },
+        )
     }
 
     pub fn keys(&self) -> Vec<Key> {
@@ -182,7 +182,7 @@ mod tests {
     fn a_generation_past_its_maximum_starts_again_at_one() {
         let mut slab = Slab::with_capacity(1);
         let a = slab.insert_with(|_| 'a').unwrap();
-        slab.slots[a.index as usize].generation = NonZeroU32::MAX;
+        slab.generations[a.index as usize] = NonZeroU32::MAX;
         let old = Key {
             generation: NonZeroU32::MAX,
             ..a
