@@ -138,12 +138,12 @@ impl<T> Slab<T> {
 
     pub fn iter(&self) -> impl Iterator<Item = (Key, &T)> {
         let generations = self.generations.iter();
-        (0..).zip(self.slots.iter().zip(generations)).filter_map(
-            |(index, (slot, &generation))| {
+        (0..)
+            .zip(self.slots.iter().zip(generations))
+            .filter_map(|(index, (slot, &generation))| {
                 let key = Key { index, generation };
                 slot.as_ref().map(|value| (key, value))
-            },
-        )
+            })
     }
 
     pub fn keys(&self) -> Vec<Key> {
@@ -175,7 +175,10 @@ mod tests {
 
     #[test]
     fn an_optional_key_is_as_small_as_a_key() {
-        assert_eq!(std::mem::size_of::<Option<Key>>(), std::mem::size_of::<Key>());
+        assert_eq!(
+            std::mem::size_of::<Option<Key>>(),
+            std::mem::size_of::<Key>()
+        );
     }
 
     #[test]

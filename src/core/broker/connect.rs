@@ -662,7 +662,8 @@ impl Broker {
         let mut expired = Vec::new();
         let mut due_wills = Vec::new();
         for (key, session) in self.sessions.iter() {
-            if session.connection.is_none() && session.expires_at_ms().is_some_and(|at| at <= now_ms)
+            if session.connection.is_none()
+                && session.expires_at_ms().is_some_and(|at| at <= now_ms)
             {
                 expired.push(key);
             } else if session
