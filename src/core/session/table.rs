@@ -92,16 +92,17 @@ impl Sessions {
             .table
             .insert_with(|_| session)
             .expect("the session table is bounded far above its use");
-        // An entry for this id names a session already ended (see the
-        // doc of `insert`): it no longer resolves, so it is found by hash
-        // and by naming nothing the table holds.
+        // The id names one session: an entry it had before is given the
+        // new key (its session should have been ended first, see above).
         let table = &self.table;
         let hasher = &self.hasher;
-        match self
-            .by_client_id
-            .find_entry(hash, |&old| !table.contains(old))
-        {
-            Ok(mut stale) => *stale.get_mut() = key,
+        let id = &*table.get(key).expect("just inserted").client_id;
+        let earlier = |&old: &Key| old != key && table.get(old).is_none_or(|s| *s.client_id == *id);
+        match self.by_client_id.find_entry(hash, earlier) {
+            Ok(mut entry) => {
+                debug_assert!(!table.contains(*entry.get()), "ended first");
+                *entry.get_mut() = key;
+            }
             Err(_) => {
                 self.by_client_id.insert_unique(hash, key, |&k| {
                     hasher.hash_one(table.get(k).map_or("", |s| &*s.client_id))
