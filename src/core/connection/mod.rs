@@ -170,7 +170,7 @@ mod tests {
 
     /// A connection's entry in the core's table is touched for every
     /// socket, idle or not: rarely used parts are boxed to keep it here.
-    const MAX_CONNECTION_ENTRY_BYTES: usize = 104;
+    const MAX_CONNECTION_ENTRY_BYTES: usize = 96;
 
     #[test]
     fn a_connection_entry_stays_small() {
