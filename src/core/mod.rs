@@ -445,8 +445,7 @@ impl Broker {
 
     fn accept_as(&mut self, now_ms: u64, origin: Origin, bridge: bool) -> Option<Key> {
         let key = self.connections.insert_with(|_| Connection {
-            accepted_at_ms: now_ms,
-            last_received_ms: now_ms,
+            heard_ms: now_ms,
             active: None,
             bridge,
             origin,
@@ -506,10 +505,21 @@ impl Broker {
         let Some(connection) = self.connections.get_mut(conn) else {
             return;
         };
-        connection.last_received_ms = now_ms;
-        if connection.active.is_none() {
+        if connection.active.is_some() {
+            connection.heard_ms = now_ms;
+        } else {
             match packet {
-                Packet::Connect(connect) => self.handle_connect(conn, connect, now_ms, out),
+                Packet::Connect(connect) => {
+                    self.handle_connect(conn, connect, now_ms, out);
+                    // Accepted: the keepalive counts from this CONNECT.
+                    // Refused: the connect timeout still counts from the
+                    // accept, as for a client that sent nothing.
+                    if let Some(accepted) = self.connections.get_mut(conn) {
+                        if accepted.active.is_some() {
+                            accepted.heard_ms = now_ms;
+                        }
+                    }
+                }
                 // The decoder refuses anything else before CONNECT.
                 _ => self.close_silently(conn, now_ms, out),
             }
@@ -583,11 +593,11 @@ impl Broker {
             .connections
             .iter()
             .filter_map(|(key, c)| match c.active.as_ref().map(|a| a.keep_alive_s) {
-                None => (now_ms.saturating_sub(c.accepted_at_ms) >= connect_timeout_ms)
+                None => (now_ms.saturating_sub(c.heard_ms) >= connect_timeout_ms)
                     .then_some((key, false)),
                 Some(0) => None,
                 // MQTT allows one and a half keepalives of silence.
-                Some(keep_alive_s) => (now_ms.saturating_sub(c.last_received_ms)
+                Some(keep_alive_s) => (now_ms.saturating_sub(c.heard_ms)
                     > u64::from(keep_alive_s) * 1500)
                     .then_some((key, true)),
             })

@@ -633,6 +633,31 @@ fn keepalive_allows_one_and_a_half_intervals() {
 }
 
 #[test]
+fn the_keepalive_counts_from_the_connect_not_from_the_accept() {
+    let mut h = Harness::new(Settings {
+        connect_timeout_ms: 10_000,
+        ..Settings::default()
+    });
+    let conn = h.open();
+    h.advance(8_000);
+    let mut connect = connect_packet("late", ProtocolVersion::V5);
+    connect.keep_alive_s = 10;
+    h.packet(conn, Packet::Connect(connect));
+    h.out.take(conn);
+    h.advance(15_000);
+    assert!(
+        h.broker.is_open(conn),
+        "15 s after the CONNECT (23 s after the accept) is within 1.5 x 10 s"
+    );
+    h.advance(100);
+    assert!(!h.broker.is_open(conn));
+    assert_eq!(
+        disconnect_code(&h.out.take(conn)),
+        Some(ReasonCode::KEEP_ALIVE_TIMEOUT)
+    );
+}
+
+#[test]
 fn a_second_connection_takes_the_session_over() {
     let mut h = Harness::new(Settings::default());
     let first = h.connect("same", ProtocolVersion::V5);

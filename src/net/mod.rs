@@ -44,6 +44,9 @@ pub struct Shared {
     pub outboxes: Outboxes,
     started: Instant,
     overflow_in_use: usize,
+    /// `limits.write_timeout`, the same for every connection: read by a
+    /// connection only when a write stalls, so its future does not carry it.
+    write_timeout_ms: Option<u64>,
 }
 
 pub type SharedRef = Rc<RefCell<Shared>>;
@@ -170,6 +173,7 @@ async fn serve(
         broker: Broker::new(settings),
         started: Instant::now(),
         overflow_in_use: 0,
+        write_timeout_ms: shell.write_timeout_ms,
     }));
     {
         // Before any client is accepted: sessions come back, and those
@@ -202,7 +206,6 @@ async fn serve(
             (door, listener),
             tls_doors.clone(),
             shell.max_connect_rate_per_s,
-            shell.write_timeout_ms,
         );
         tasks.push(executor.spawn(accept));
     }
@@ -264,7 +267,6 @@ async fn accept_loop(
     (door, listener): (usize, TcpListener),
     tls_doors: Rc<tls::TlsDoors>,
     max_connect_rate_per_s: Option<u32>,
-    write_timeout_ms: Option<u64>,
 ) {
     let mut rate = ConnectRate::new(max_connect_rate_per_s);
     loop {
@@ -294,14 +296,7 @@ async fn accept_loop(
             Some(key) => {
                 let outbox = state.outboxes.insert(key);
                 executor
-                    .spawn(connection::serve(
-                        shared.clone(),
-                        stream,
-                        tls,
-                        key,
-                        outbox,
-                        write_timeout_ms,
-                    ))
+                    .spawn(connection::serve(shared.clone(), stream, tls, key, outbox))
                     .detach();
             }
             // Answering Server Busy over TLS would cost a handshake for a

@@ -231,14 +231,7 @@ mod tests {
     #[test]
     fn a_backlog_keeps_its_bound_by_giving_up_the_oldest() {
         let mut groups = SharedGroups::new();
-        let (key, made) = groups.join(
-            "g",
-            "t/#",
-            member(Key {
-                index: 1,
-                generation: 0,
-            }),
-        );
+        let (key, made) = groups.join("g", "t/#", member(Key::first(1)));
         assert!(made);
         let group = groups.get_mut(key).expect("made");
         let one = message(100, 0).cost_bytes();
@@ -258,16 +251,7 @@ mod tests {
     #[test]
     fn members_take_turns_and_the_last_to_leave_ends_the_group() {
         let mut groups = SharedGroups::new();
-        let (a, b) = (
-            Key {
-                index: 1,
-                generation: 0,
-            },
-            Key {
-                index: 2,
-                generation: 0,
-            },
-        );
+        let (a, b) = (Key::first(1), Key::first(2));
         let (key, _) = groups.join("g", "t", member(a));
         assert_eq!(groups.join("g", "t", member(b)), (key, false));
         let group = groups.get_mut(key).expect("made");

@@ -228,10 +228,7 @@ mod tests {
     use super::*;
 
     fn key(index: u32) -> Target {
-        Target::Session(Key {
-            index,
-            generation: 0,
-        })
+        Target::Session(Key::first(index))
     }
 
     fn sub(index: u32) -> Subscriber {

@@ -58,7 +58,7 @@ impl Broker {
         // A certificate the shell verified names the client; no password
         // file is asked.
         if let Some(name) = &connection.origin.certificate_user {
-            connection.user = Some(name.clone());
+            connection.user = Some((**name).clone());
             return Ok(());
         }
         let door = connection.origin.door;

@@ -14,7 +14,7 @@ impl Broker {
     /// gives it.
     pub fn certified(&mut self, conn: Key, user_name: Box<str>) {
         if let Some(connection) = self.connections.get_mut(conn) {
-            connection.origin.certificate_user = Some(user_name);
+            connection.origin.certificate_user = Some(Box::new(user_name));
         }
     }
 
@@ -25,7 +25,8 @@ impl Broker {
         let name = self
             .connections
             .get(conn)
-            .and_then(|c| c.origin.certificate_user.as_deref());
+            .and_then(|c| c.origin.certificate_user.as_deref())
+            .map(|name| &**name);
         match name {
             Some(name) if name.contains('\0') || has_control_character(name) => {
                 Err(Refusal::CertificateNameControlCharacter)

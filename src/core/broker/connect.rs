@@ -141,7 +141,7 @@ impl Broker {
         let session_present = !session.is_new;
         let made = session.is_new;
         session.is_new = false;
-        session.expires_at_ms = None;
+        session.set_expires_at_ms(None);
         session.expiry_interval_s = granted_expiry_s;
         // A Will waiting from the previous connection is cancelled by this one.
         if session.pending_will.take().is_some() {
@@ -411,7 +411,7 @@ impl Broker {
                 let expired = self
                     .sessions
                     .get(existing)
-                    .and_then(|s| s.expires_at_ms)
+                    .and_then(|s| s.expires_at_ms())
                     .is_some_and(|at| at <= now_ms);
                 if clean_start || expired {
                     self.end_session(existing, now_ms, out);
@@ -566,10 +566,10 @@ impl Broker {
             self.end_session(session_key, now_ms, out);
             return;
         }
-        session.expires_at_ms = match session.expiry_interval_s {
+        session.set_expires_at_ms(match session.expiry_interval_s {
             u32::MAX => None,
             expiry_s => Some(now_ms + u64::from(expiry_s) * 1000),
-        };
+        });
         // A disconnect stores where the session's readers have reached.
         self.commit_positions(Some(session_key), out);
         self.latest_readers_away(session_key);
@@ -662,7 +662,8 @@ impl Broker {
         let mut expired = Vec::new();
         let mut due_wills = Vec::new();
         for (key, session) in self.sessions.iter() {
-            if session.connection.is_none() && session.expires_at_ms.is_some_and(|at| at <= now_ms)
+            if session.connection.is_none()
+                && session.expires_at_ms().is_some_and(|at| at <= now_ms)
             {
                 expired.push(key);
             } else if session

@@ -179,7 +179,7 @@ impl Broker {
                 }),
             ),
             None => {
-                let moment_ms = match (session.expires_at_ms, session.expiry_interval_s) {
+                let moment_ms = match (session.expires_at_ms(), session.expiry_interval_s) {
                     (Some(at), expiry_s) if expiry_s != u32::MAX => {
                         at.saturating_sub(u64::from(expiry_s) * 1000)
                     }
@@ -526,7 +526,7 @@ impl Broker {
         }
         let claimed = Claimed {
             expiry_interval_s: session.expiry_interval_s,
-            expires_at_ms: session.expires_at_ms,
+            expires_at_ms: session.expires_at_ms(),
             pending_will: session.pending_will.clone(),
             user_name: self.persist.user_names.get(&*session.client_id).cloned(),
         };
@@ -547,7 +547,7 @@ impl Broker {
             return;
         };
         session.expiry_interval_s = claimed.expiry_interval_s;
-        session.expires_at_ms = claimed.expires_at_ms;
+        session.set_expires_at_ms(claimed.expires_at_ms);
         session.pending_will = claimed.pending_will;
         let client_id: Box<str> = session.client_id.as_ref().into();
         self.give_grants_back(session_key, claimed.user_name.as_deref());
@@ -1159,8 +1159,9 @@ impl Broker {
             }
             if let Some(session) = self.sessions.get_mut(key) {
                 session.is_new = false;
-                session.expires_at_ms =
-                    expires_unix_ms.map(|at| at.saturating_sub(self.settings.start_unix_ms));
+                session.set_expires_at_ms(
+                    expires_unix_ms.map(|at| at.saturating_sub(self.settings.start_unix_ms)),
+                );
             }
             let mut refused = false;
             for s in &record.subscriptions {

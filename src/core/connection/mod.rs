@@ -147,8 +147,11 @@ impl TopicAliases {
 }
 
 pub(crate) struct Connection {
-    pub accepted_at_ms: u64,
-    pub last_received_ms: u64,
+    /// Until its CONNECT is accepted, when the socket was accepted (the
+    /// connect timeout counts from it); after, when the client was last
+    /// heard from (the keepalive counts from it). One field for both
+    /// keeps the entry, which every idle connection pays, 8 B smaller.
+    pub heard_ms: u64,
     pub active: Option<Active>,
     /// A bridge's own session here: its publishes keep the mark that
     /// stops a record which came over a bridge from leaving over one.
@@ -167,7 +170,7 @@ mod tests {
 
     /// A connection's entry in the core's table is touched for every
     /// socket, idle or not: rarely used parts are boxed to keep it here.
-    const MAX_CONNECTION_ENTRY_BYTES: usize = 112;
+    const MAX_CONNECTION_ENTRY_BYTES: usize = 96;
 
     #[test]
     fn a_connection_entry_stays_small() {

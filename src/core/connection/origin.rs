@@ -6,6 +6,8 @@ pub struct Origin {
     /// Index of the MQTT door (listener) it arrived on, in configuration order.
     pub door: usize,
     /// The user name a verified client certificate gives it, on a door that
-    /// takes the certificate as the user name; `None` otherwise.
-    pub certificate_user: Option<Box<str>>,
+    /// takes the certificate as the user name; `None` otherwise. Boxed
+    /// again so that the field is one pointer, not two: few doors name
+    /// their clients by certificate, and every connection entry holds it.
+    pub certificate_user: Option<Box<Box<str>>>,
 }

@@ -53,8 +53,10 @@ pub struct Session {
     /// The granted Session Expiry Interval; 0 ends the session with its
     /// connection, `u32::MAX` never expires it.
     pub expiry_interval_s: u32,
-    /// Set while the session is away and will expire.
-    pub expires_at_ms: Option<u64>,
+    /// When the session expires while it is away; `NEVER_MS` while it is
+    /// connected or never expires (read through `expires_at_ms()`). Not an
+    /// `Option`, which would cost the entry 8 B.
+    expires_at_ms: u64,
     /// A Will waiting out its delay after its connection ended, and when
     /// it is due.
     pub pending_will: Option<Box<(Will, u64)>>,
@@ -94,6 +96,9 @@ pub struct Traffic {
     /// Its subscriptions to `latest` channels, one per channel.
     pub latest_readers: Vec<Key>,
 }
+
+/// `Session::expires_at_ms` when there is no deadline.
+const NEVER_MS: u64 = u64::MAX;
 
 thread_local! {
     /// What a session without traffic reads as: one per thread, never
@@ -145,7 +150,7 @@ impl Session {
             connection: None,
             subscriptions: BTreeMap::new(),
             expiry_interval_s,
-            expires_at_ms: None,
+            expires_at_ms: NEVER_MS,
             pending_will: None,
             is_new: true,
             keep_positions: false,
@@ -153,6 +158,16 @@ impl Session {
             charged_bytes: 0,
             traffic: None,
         }
+    }
+
+    /// Set while the session is away and will expire.
+    pub fn expires_at_ms(&self) -> Option<u64> {
+        Some(self.expires_at_ms).filter(|&at_ms| at_ms != NEVER_MS)
+    }
+
+    /// A deadline of `u64::MAX` ms, past any clock, is stored as none.
+    pub fn set_expires_at_ms(&mut self, at_ms: Option<u64>) {
+        self.expires_at_ms = at_ms.unwrap_or(NEVER_MS);
     }
 
     /// Whether the session has made its traffic box.
@@ -192,7 +207,7 @@ mod tests {
 
     /// A session entry's bytes: every connected client has one, so an
     /// idle connection pays this.
-    const MAX_SESSION_ENTRY_BYTES: usize = 112;
+    const MAX_SESSION_ENTRY_BYTES: usize = 96;
 
     #[test]
     fn a_session_entry_stays_small() {

@@ -1,7 +1,8 @@
 //! Every session the broker holds, by key and by client id.
 
-use std::collections::HashMap;
-use std::rc::Rc;
+use std::hash::{BuildHasher, RandomState};
+
+use hashbrown::HashTable;
 
 use crate::core::session::charge;
 use crate::core::session::Session;
@@ -11,8 +12,10 @@ pub(crate) struct Sessions {
     table: Slab<Session>,
     /// Each client id's session: every entry names a session the table
     /// holds, and a session another has replaced may be absent from it.
-    /// The key is the session's own id, shared, not a second copy.
-    by_client_id: HashMap<Rc<str>, Key>,
+    /// An entry is the session's key alone (8 B), hashed and compared by
+    /// the client id the session holds: the id is kept once.
+    by_client_id: HashTable<Key>,
+    hasher: RandomState,
     /// The last client id the broker assigned.
     last_assigned_id: u64,
     /// The last session epoch given.
@@ -32,7 +35,8 @@ impl Sessions {
             // charges (see `has_room_for`), connected ones by the
             // connection table; the slab grows with use within both.
             table: Slab::growable(u32::MAX as usize),
-            by_client_id: HashMap::new(),
+            by_client_id: HashTable::new(),
+            hasher: RandomState::new(),
             last_assigned_id: 0,
             last_epoch: 0,
             charged_bytes: 0,
@@ -66,7 +70,14 @@ impl Sessions {
 
     /// The session `client_id` names, if one does.
     pub fn key_of(&self, client_id: &str) -> Option<Key> {
-        self.by_client_id.get(client_id).copied()
+        let hash = self.hasher.hash_one(client_id);
+        self.by_client_id
+            .find(hash, |&key| self.id_of(key) == Some(client_id))
+            .copied()
+    }
+
+    fn id_of(&self, key: Key) -> Option<&str> {
+        self.table.get(key).map(|session| &*session.client_id)
     }
 
     /// Adds a session for its client id, which names it from now on. What
@@ -76,13 +87,28 @@ impl Sessions {
         session.epoch = self.last_epoch;
         session.charged_bytes = charge_of(&session);
         self.charged_bytes += session.charged_bytes;
-        let client_id = Rc::clone(&session.client_id);
+        let hash = self.hasher.hash_one(&*session.client_id);
         let key = self
             .table
             .insert_with(|_| session)
             .expect("the session table is bounded far above its use");
-        let replaced = self.by_client_id.insert(client_id, key);
-        debug_assert!(replaced.is_none_or(|old| !self.table.contains(old)));
+        // The id names one session: an entry it had before is given the
+        // new key (its session should have been ended first, see above).
+        let table = &self.table;
+        let hasher = &self.hasher;
+        let id = &*table.get(key).expect("just inserted").client_id;
+        let earlier = |&old: &Key| old != key && table.get(old).is_none_or(|s| *s.client_id == *id);
+        match self.by_client_id.find_entry(hash, earlier) {
+            Ok(mut entry) => {
+                debug_assert!(!table.contains(*entry.get()), "ended first");
+                *entry.get_mut() = key;
+            }
+            Err(_) => {
+                self.by_client_id.insert_unique(hash, key, |&k| {
+                    hasher.hash_one(table.get(k).map_or("", |s| &*s.client_id))
+                });
+            }
+        }
         debug_assert!(self.by_client_id.len() <= self.table.len());
         key
     }
@@ -92,8 +118,9 @@ impl Sessions {
     pub fn remove(&mut self, key: Key) -> Option<Session> {
         let session = self.table.remove(key)?;
         self.charged_bytes -= session.charged_bytes;
-        if self.by_client_id.get(&*session.client_id) == Some(&key) {
-            self.by_client_id.remove(&*session.client_id);
+        let hash = self.hasher.hash_one(&*session.client_id);
+        if let Ok(entry) = self.by_client_id.find_entry(hash, |&k| k == key) {
+            entry.remove();
         }
         debug_assert!(self.by_client_id.len() <= self.table.len());
         Some(session)
@@ -127,7 +154,7 @@ impl Sessions {
         loop {
             self.last_assigned_id += 1;
             let id = format!("saguin-{:016x}", self.last_assigned_id);
-            if !self.by_client_id.contains_key(id.as_str()) {
+            if self.key_of(&id).is_none() {
                 return id;
             }
         }
@@ -163,5 +190,26 @@ mod tests {
         let mut sessions = Sessions::new(u64::MAX);
         sessions.insert(Session::new("saguin-0000000000000001", 0));
         assert_eq!(sessions.assign_client_id(), "saguin-0000000000000002");
+    }
+
+    #[test]
+    fn the_index_finds_every_id_as_it_grows_and_as_sessions_end() {
+        let mut sessions = Sessions::new(u64::MAX);
+        // Enough ids for the index to grow, and rehash, several times.
+        let keys: Vec<Key> = (0..1000)
+            .map(|n| sessions.insert(Session::new(&format!("client-{n}"), 0)))
+            .collect();
+        for (n, key) in keys.iter().enumerate() {
+            assert_eq!(sessions.key_of(&format!("client-{n}")), Some(*key));
+        }
+        for key in keys.iter().step_by(2) {
+            sessions.remove(*key);
+        }
+        for (n, key) in keys.iter().enumerate() {
+            let expected = (n % 2 == 1).then_some(*key);
+            assert_eq!(sessions.key_of(&format!("client-{n}")), expected);
+        }
+        assert_eq!(sessions.key_of("client-1000"), None);
+        assert_eq!(sessions.by_client_id.len(), 500);
     }
 }
