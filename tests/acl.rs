@@ -578,11 +578,7 @@ fn a_file_that_cannot_be_used_stops_the_start_and_a_reload_keeps_the_old_one() {
         format!("broker:\n  id: t\n  mqtt:\n{}", mqtt_keys(&dir)),
     )
     .unwrap();
-    let output = Command::new(env!("CARGO_BIN_EXE_saguin"))
-        .arg("--check-config")
-        .arg(&config)
-        .output()
-        .unwrap();
+    let output = common::check_config(&config);
     assert_eq!(output.status.code(), Some(2));
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(stderr.contains("acl.yaml"), "{stderr}");
@@ -609,11 +605,7 @@ fn check_config(dir: &TempDir, mqtt: &str) -> (Option<i32>, String) {
         STORAGE.replace("{dir}", &dir.path().display().to_string())
     );
     std::fs::write(&config, text).unwrap();
-    let output = Command::new(env!("CARGO_BIN_EXE_saguin"))
-        .arg("--check-config")
-        .arg(&config)
-        .output()
-        .unwrap();
+    let output = common::check_config(&config);
     let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
     (output.status.code(), stderr)
 }

@@ -937,11 +937,7 @@ fn check_config_says_where_each_rule_lands() {
         ),
     )
     .unwrap();
-    let output = Command::new(env!("CARGO_BIN_EXE_saguin"))
-        .arg("--check-config")
-        .arg(&path)
-        .output()
-        .unwrap();
+    let output = common::check_config(&path);
     let stdout = String::from_utf8_lossy(&output.stdout);
     assert!(output.status.success(), "{stdout}");
     for spelling in ["a", "b"] {

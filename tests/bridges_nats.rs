@@ -181,11 +181,9 @@ fn publish(client: &mut RawClient, payload: &str, id: u16) {
     }
 }
 
-/// Payloads the watcher is sent until `last`, acknowledged, within the
-/// cluster's wait.
-fn receive_until(client: &mut RawClient, last: &str) -> Vec<String> {
-    let deadline = Instant::now() + CLUSTER_WAIT;
-    let mut got = Vec::new();
+/// The next payload `client` is published, acknowledged; what ended the
+/// wait instead (`Err`, described) when none came before `deadline`.
+fn next_payload(client: &mut RawClient, deadline: Instant) -> Result<String, String> {
     loop {
         let left = deadline.saturating_duration_since(Instant::now());
         match client.recv_within(left) {
@@ -196,15 +194,29 @@ fn receive_until(client: &mut RawClient, last: &str) -> Vec<String> {
                         ..PubAck::default()
                     }));
                 }
-                let text = String::from_utf8(p.payload).unwrap();
+                return Ok(String::from_utf8(p.payload).unwrap());
+            }
+            Some(Received::Packet(_)) => continue,
+            other => return Err(format!("{other:?}")),
+        }
+    }
+}
+
+/// Payloads the watcher is sent until `last`, acknowledged, within the
+/// cluster's wait.
+fn receive_until(client: &mut RawClient, last: &str) -> Vec<String> {
+    let deadline = Instant::now() + CLUSTER_WAIT;
+    let mut got = Vec::new();
+    loop {
+        match next_payload(client, deadline) {
+            Ok(text) => {
                 let done = text == last;
                 got.push(text);
                 if done {
                     return got;
                 }
             }
-            Some(Received::Packet(_)) => continue,
-            other => panic!("no {last:?} from the cluster ({other:?}) after {got:?}"),
+            Err(other) => panic!("no {last:?} from the cluster ({other}) after {got:?}"),
         }
     }
 }
@@ -318,20 +330,9 @@ fn receive_each(client: &mut RawClient, want: &[String]) {
     let deadline = Instant::now() + CLUSTER_WAIT;
     let mut missing: Vec<&String> = want.iter().collect();
     while !missing.is_empty() {
-        let left = deadline.saturating_duration_since(Instant::now());
-        match client.recv_within(left) {
-            Some(Received::Packet(Packet::Publish(p))) => {
-                if let Some(packet_id) = p.packet_id {
-                    client.send(&Packet::Puback(PubAck {
-                        packet_id,
-                        ..PubAck::default()
-                    }));
-                }
-                let text = String::from_utf8(p.payload).unwrap();
-                missing.retain(|m| **m != text);
-            }
-            Some(Received::Packet(_)) => continue,
-            other => panic!("{missing:?} never delivered by the cluster ({other:?})"),
+        match next_payload(client, deadline) {
+            Ok(text) => missing.retain(|m| **m != text),
+            Err(other) => panic!("{missing:?} never delivered by the cluster ({other})"),
         }
     }
 }

@@ -272,11 +272,7 @@ fn a_sqlite_provider_is_refused_naming_redb() {
     let path = dir.path().join("bad.yaml");
     let text = "broker:\n  id: t\n  storage:\n    default: local\n    default_retention_period: none\n    default_retention_bytes: none\n    providers:\n      local:\n        type: sqlite\n        file_path: /var/lib/saguin/saguin.db\n";
     std::fs::write(&path, text).unwrap();
-    let output = std::process::Command::new(env!("CARGO_BIN_EXE_saguin"))
-        .arg("--check-config")
-        .arg(&path)
-        .output()
-        .unwrap();
+    let output = common::check_config(&path);
     assert!(!output.status.success());
     let message = String::from_utf8_lossy(&output.stderr);
     assert!(

@@ -11,25 +11,10 @@ use std::path::Path;
 use std::process::Command;
 use std::sync::Arc;
 
+use common::http::Answer;
 use common::{BrokerProcess, RawClient, TempDir, WAIT};
 use saguin::codec::{Packet, ProtocolVersion, Publish, QoS};
 use saguin::ops::operators::hash_line;
-
-/// A response as the test reads it.
-struct Answer {
-    status: u16,
-    head: String,
-    body: String,
-}
-
-impl Answer {
-    fn header(&self, name: &str) -> Option<String> {
-        self.head.lines().find_map(|line| {
-            let (n, v) = line.split_once(':')?;
-            n.eq_ignore_ascii_case(name).then(|| v.trim().to_string())
-        })
-    }
-}
 
 /// Sends `request` whole and reads until the listener closes.
 fn exchange(mut stream: impl Read + Write, request: &str) -> Answer {
@@ -37,13 +22,7 @@ fn exchange(mut stream: impl Read + Write, request: &str) -> Answer {
     let mut bytes = Vec::new();
     stream.read_to_end(&mut bytes).unwrap();
     let text = String::from_utf8(bytes).unwrap();
-    let (head, body) = text.split_once("\r\n\r\n").expect("a complete response");
-    let status = head.split(' ').nth(1).unwrap().parse().unwrap();
-    Answer {
-        status,
-        head: head.to_string(),
-        body: body.to_string(),
-    }
+    Answer::parse(&text).expect("a complete response")
 }
 
 fn tcp(address: &str) -> TcpStream {
@@ -189,37 +168,10 @@ fn metrics_are_prometheus_text_and_count_a_publish() {
 /// installed; the test says so loudly when it is not.
 fn assert_parses_as_prometheus_text(body: &str) {
     let script = "import sys\nfrom prometheus_client.parser import text_string_to_metric_families as parse\nprint(len(list(parse(sys.stdin.read()))))\n";
-    let run = Command::new("python3")
-        .arg("-c")
-        .arg(script)
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn();
-    let Ok(mut child) = run else {
-        eprintln!("SKIPPED the prometheus_client parse: python3 is missing");
+    let Some(printed) = common::http::prometheus_client(script, body) else {
         return;
     };
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(body.as_bytes())
-        .unwrap();
-    let output = child.wait_with_output().unwrap();
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    if stderr.contains("No module named 'prometheus_client'") {
-        eprintln!("SKIPPED the prometheus_client parse: pip install prometheus_client");
-        return;
-    }
-    assert!(
-        output.status.success(),
-        "prometheus_client refused the body: {stderr}"
-    );
-    let families: usize = String::from_utf8_lossy(&output.stdout)
-        .trim()
-        .parse()
-        .unwrap();
+    let families: usize = printed.trim().parse().unwrap();
     let announced = body.lines().filter(|l| l.starts_with("# TYPE ")).count();
     assert_eq!(families, announced);
 }
@@ -467,11 +419,7 @@ fn startup_refusals_name_the_key() {
     let check = |yaml: &str| {
         let path = dir.path().join("check.yaml");
         std::fs::write(&path, format!("broker:\n  id: a\n  operations:\n{yaml}")).unwrap();
-        let output = Command::new(env!("CARGO_BIN_EXE_saguin"))
-            .arg("--check-config")
-            .arg(&path)
-            .output()
-            .unwrap();
+        let output = common::check_config(&path);
         assert!(!output.status.success());
         String::from_utf8_lossy(&output.stderr).to_string()
     };

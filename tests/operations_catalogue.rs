@@ -7,7 +7,6 @@ mod common;
 
 use std::io::Write;
 use std::net::TcpListener;
-use std::process::{Command, Stdio};
 
 use common::{BrokerProcess, RawClient, Received, TempDir};
 use saguin::codec::{Packet, ProtocolVersion, Publish, QoS};
@@ -148,34 +147,7 @@ fn get(address: &str, path: &str) -> String {
 /// when the parser is not installed.
 fn parsed_sample_names(body: &str) -> Option<Vec<String>> {
     let script = "import sys\nfrom prometheus_client.parser import text_string_to_metric_families as parse\nfor f in parse(sys.stdin.read()):\n    for s in f.samples:\n        print(s.name)\n";
-    let Ok(mut child) = Command::new("python3")
-        .arg("-c")
-        .arg(script)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-    else {
-        eprintln!("SKIPPED the catalogue parse: python3 is missing");
-        return None;
-    };
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(body.as_bytes())
-        .unwrap();
-    let output = child.wait_with_output().unwrap();
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    if stderr.contains("No module named 'prometheus_client'") {
-        eprintln!("SKIPPED the catalogue parse: pip install prometheus_client");
-        return None;
-    }
-    assert!(
-        output.status.success(),
-        "prometheus_client refused: {stderr}"
-    );
-    let names = String::from_utf8_lossy(&output.stdout);
+    let names = common::http::prometheus_client(script, body)?;
     Some(names.lines().map(str::to_string).collect())
 }
 

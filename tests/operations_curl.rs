@@ -8,25 +8,10 @@ use std::net::TcpStream;
 use std::path::Path;
 use std::process::Command;
 
+use common::http::Answer;
 use common::{BrokerProcess, RawClient, Received, TempDir};
 use saguin::codec::{Packet, ProtocolVersion};
 use saguin::ops::operators::hash_line;
-
-/// What curl reported: the status, the head and the body.
-struct Answer {
-    status: u16,
-    head: String,
-    body: String,
-}
-
-impl Answer {
-    fn header(&self, name: &str) -> Option<String> {
-        self.head.lines().find_map(|line| {
-            let (n, v) = line.split_once(':')?;
-            n.eq_ignore_ascii_case(name).then(|| v.trim().to_string())
-        })
-    }
-}
 
 /// Runs curl with `args`, the head included in what it prints.
 fn curl(args: &[&str]) -> Answer {
@@ -41,13 +26,8 @@ fn curl(args: &[&str]) -> Answer {
         String::from_utf8_lossy(&output.stderr)
     );
     let text = String::from_utf8(output.stdout).unwrap();
-    let (head, body) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
-    let status = head.split(' ').nth(1).unwrap().parse().unwrap();
-    Answer {
-        status,
-        head: head.to_string(),
-        body: body.to_string(),
-    }
+    Answer::parse(&text)
+        .unwrap_or_else(|| panic!("curl {args:?} printed no whole response: {text}"))
 }
 
 fn have_curl() -> bool {

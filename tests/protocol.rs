@@ -306,11 +306,7 @@ fn version_and_check_config() {
     let dir = common::TempDir::new("check-config");
     let good = dir.path().join("good.yaml");
     std::fs::write(&good, "broker:\n  id: edge\n").unwrap();
-    let output = std::process::Command::new(binary)
-        .arg("--check-config")
-        .arg(&good)
-        .output()
-        .unwrap();
+    let output = common::check_config(&good);
     assert!(
         output.status.success(),
         "{}",
@@ -323,11 +319,7 @@ fn version_and_check_config() {
         "broker:\n  id: edge\n  log_level: verbose\n  limits:\n    max_keepalive: 20h\n",
     )
     .unwrap();
-    let output = std::process::Command::new(binary)
-        .arg("--check-config")
-        .arg(&bad)
-        .output()
-        .unwrap();
+    let output = common::check_config(&bad);
     assert!(!output.status.success());
     let message = String::from_utf8_lossy(&output.stderr);
     assert!(message.contains("bad.yaml"), "{message}");

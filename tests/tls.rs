@@ -461,11 +461,7 @@ fn a_door_whose_files_cannot_serve_stops_the_broker_naming_door_and_file() {
             format!("broker:\n  id: test\n  mqtt:\n    listen:\n      tcp:\n        - name: fleet\n          address: 127.0.0.1:0\n          tls:\n{tls}"),
         )
         .unwrap();
-        let output = Command::new(env!("CARGO_BIN_EXE_saguin"))
-            .arg("--check-config")
-            .arg(&path)
-            .output()
-            .unwrap();
+        let output = common::check_config(&path);
         assert!(!output.status.success(), "accepted: {tls}");
         String::from_utf8_lossy(&output.stderr).into_owned()
     };

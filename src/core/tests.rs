@@ -2586,29 +2586,7 @@ fn consumer_gone_with_positions_stored() -> Harness {
 /// serve acknowledged records again.
 #[test]
 fn a_clean_disconnect_closes_only_once_the_positions_are_stored() {
-    let (mut h, consumer) = durable_events_consumer();
-    let ticket = match h.stored().as_slice() {
-        [StoreRequest::Position { ticket, .. }] => *ticket,
-        other => panic!("expected a position read, got {other:?}"),
-    };
-    h.complete(ticket, Answer::Position(Ok(Some(7))));
-    let ticket = match h.stored().as_slice() {
-        [StoreRequest::Read { ticket, .. }] => *ticket,
-        other => panic!("expected a read, got {other:?}"),
-    };
-    let records = (7..10)
-        .map(|o| stored_record(o, "events/x", &[o as u8]))
-        .collect();
-    let batch = ReadBatch {
-        floor: 0,
-        next: 10,
-        records,
-    };
-    h.complete(ticket, Answer::Read(Ok(Read::Records(batch))));
-    let received = h.out.take(consumer);
-    for publish in publishes(&received) {
-        h.puback(consumer, publish.packet_id.expect("QoS 1"));
-    }
+    let (mut h, consumer) = acknowledged_to_ten(durable_events_consumer());
     h.packet(consumer, Packet::Disconnect(Default::default()));
     assert!(
         !h.out.closed.contains(&consumer),

@@ -5,6 +5,7 @@
 #![allow(dead_code)]
 
 pub mod certs;
+pub mod http;
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
@@ -443,4 +444,13 @@ pub fn publish_all(client: &mut RawClient, topic: &str, payloads: &[Vec<u8>]) ->
         }
     }
     acknowledged
+}
+
+/// What `saguin --check-config path` printed and how it exited.
+pub fn check_config(path: impl AsRef<std::ffi::OsStr>) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_saguin"))
+        .arg("--check-config")
+        .arg(path)
+        .output()
+        .expect("run saguin --check-config")
 }

@@ -138,17 +138,23 @@ impl Broker {
             let Some(cursor) = self.group_cursor(group_key) else {
                 continue;
             };
-            self.persist
-                .log
-                .stored
-                .insert(reader.as_str().into(), cursor);
-            writes.push(Write::SetPosition {
-                channel: BROADCAST_SPACE.to_string(),
-                reader,
-                offset: cursor,
-            });
+            writes.push(self.store_group_cursor(reader, cursor));
         }
         writes
+    }
+
+    /// Records `cursor` as the one stored for the group reader `reader`,
+    /// and the write that stores it.
+    fn store_group_cursor(&mut self, reader: String, cursor: u64) -> Write {
+        self.persist
+            .log
+            .stored
+            .insert(reader.as_str().into(), cursor);
+        Write::SetPosition {
+            channel: BROADCAST_SPACE.to_string(),
+            reader,
+            offset: cursor,
+        }
     }
 
     /// Group cursors a failed commit carried are written again later.
@@ -305,16 +311,7 @@ impl Broker {
             _ => Err(Refusal::LogNotStored),
         };
         match (conn, slot) {
-            (Some(conn), Some(slot)) => {
-                if let Err(reason) = answer {
-                    self.stats.count_publish_refusal(reason);
-                    log::warn!(
-                        "refusing a publish from {}: {reason}",
-                        self.client_id_of(conn)
-                    );
-                }
-                self.complete_puback(conn, slot, answer, now_ms, out);
-            }
+            (Some(conn), Some(slot)) => self.answer_puback(conn, slot, answer, now_ms, out),
             _ => {
                 if let Err(reason) = answer {
                     log::warn!("a message owed to sessions away was not kept: {reason}");
@@ -723,15 +720,7 @@ impl Broker {
             };
             floor = floor.min(cursor);
             if self.persist.log.stored.get(reader.as_str()) != Some(&cursor) {
-                self.persist
-                    .log
-                    .stored
-                    .insert(reader.as_str().into(), cursor);
-                writes.push(Write::SetPosition {
-                    channel: BROADCAST_SPACE.to_string(),
-                    reader: reader.clone(),
-                    offset: cursor,
-                });
+                writes.push(self.store_group_cursor(reader.clone(), cursor));
             }
             live_groups.push(reader);
         }

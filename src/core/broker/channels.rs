@@ -391,14 +391,7 @@ impl Broker {
                 );
             }
             (PendingAck::Puback { slot }, answer) => {
-                if let Err(reason) = answer {
-                    self.stats.count_publish_refusal(reason);
-                    log::warn!(
-                        "refusing a publish from {}: {reason}",
-                        self.client_id_of(conn)
-                    );
-                }
-                self.complete_puback(conn, slot, answer, now_ms, out);
+                self.answer_puback(conn, slot, answer, now_ms, out)
             }
             (PendingAck::Pubcomp { packet_id }, Ok(())) => {
                 self.send(

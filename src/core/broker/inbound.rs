@@ -158,6 +158,26 @@ impl Broker {
         active.pubacks.reserve(packet_id)
     }
 
+    /// A stored QoS 1 publish's answer: a refusal counted and logged with
+    /// the publisher's name, then the PUBACK (`complete_puback`).
+    pub(crate) fn answer_puback(
+        &mut self,
+        conn: Key,
+        slot: u64,
+        answer: Result<(), Refusal>,
+        now_ms: u64,
+        out: &mut impl Transport,
+    ) {
+        if let Err(reason) = answer {
+            self.stats.count_publish_refusal(reason);
+            log::warn!(
+                "refusing a publish from {}: {reason}",
+                self.client_id_of(conn)
+            );
+        }
+        self.complete_puback(conn, slot, answer, now_ms, out);
+    }
+
     /// Records a QoS 1 publish's answer and sends every PUBACK now due, in
     /// arrival order. A refusal reaching a 3.1.1 client closes it instead.
     pub(crate) fn complete_puback(

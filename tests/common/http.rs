@@ -1,0 +1,67 @@
+//! An HTTP response as the operations tests read it, whoever fetched it
+//! (a raw socket or curl), and the Prometheus text parser they check it with.
+
+use std::io::Write;
+use std::process::{Command, Stdio};
+
+/// A response: its status, its head and its body.
+pub struct Answer {
+    pub status: u16,
+    pub head: String,
+    pub body: String,
+}
+
+impl Answer {
+    /// Splits a whole response; `None` when it has no blank line after its
+    /// head.
+    pub fn parse(text: &str) -> Option<Answer> {
+        let (head, body) = text.split_once("\r\n\r\n")?;
+        let status = head.split(' ').nth(1)?.parse().ok()?;
+        Some(Answer {
+            status,
+            head: head.to_string(),
+            body: body.to_string(),
+        })
+    }
+
+    pub fn header(&self, name: &str) -> Option<String> {
+        self.head.lines().find_map(|line| {
+            let (n, v) = line.split_once(':')?;
+            n.eq_ignore_ascii_case(name).then(|| v.trim().to_string())
+        })
+    }
+}
+
+/// Runs `script` under python3 with Prometheus text `body` on its standard
+/// input, the script importing `prometheus_client`; what it printed, or
+/// `None` (said loudly) when python3 or the parser is not installed.
+pub fn prometheus_client(script: &str, body: &str) -> Option<String> {
+    let Ok(mut child) = Command::new("python3")
+        .arg("-c")
+        .arg(script)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+    else {
+        eprintln!("SKIPPED the prometheus_client parse: python3 is missing");
+        return None;
+    };
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(body.as_bytes())
+        .unwrap();
+    let output = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    if stderr.contains("No module named 'prometheus_client'") {
+        eprintln!("SKIPPED the prometheus_client parse: pip install prometheus_client");
+        return None;
+    }
+    assert!(
+        output.status.success(),
+        "prometheus_client refused the body: {stderr}"
+    );
+    Some(String::from_utf8_lossy(&output.stdout).into_owned())
+}
