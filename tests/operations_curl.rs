@@ -15,15 +15,11 @@ use saguin::ops::operators::hash_line;
 
 /// Runs curl with `args`, the head included in what it prints.
 fn curl(args: &[&str]) -> Answer {
-    let output = Command::new("curl")
-        .args(["-s", "-i", "--max-time", "20"])
-        .args(args)
-        .output()
-        .expect("run curl");
-    assert!(
-        output.status.success(),
-        "curl {args:?} failed: {}",
-        String::from_utf8_lossy(&output.stderr)
+    let output = common::output_of(
+        Command::new("curl")
+            .args(["-s", "-i", "--max-time", "20"])
+            .args(args),
+        "apt-get install curl",
     );
     let text = String::from_utf8(output.stdout).unwrap();
     Answer::parse(&text)

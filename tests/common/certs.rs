@@ -112,14 +112,8 @@ impl Authority {
 }
 
 pub fn openssl(dir: &Path, args: &[&str]) {
-    let output = Command::new("openssl")
-        .args(args)
-        .current_dir(dir)
-        .output()
-        .expect("run openssl (apt-get install openssl)");
-    assert!(
-        output.status.success(),
-        "openssl {args:?} failed: {}",
-        String::from_utf8_lossy(&output.stderr)
+    super::output_of(
+        Command::new("openssl").args(args).current_dir(dir),
+        "apt-get install openssl",
     );
 }

@@ -454,3 +454,18 @@ pub fn check_config(path: impl AsRef<std::ffi::OsStr>) -> std::process::Output {
         .output()
         .expect("run saguin --check-config")
 }
+
+/// Runs `command` to its end and what it printed; a failure (or a tool that
+/// is not installed, with `install` saying how to get it) fails the test
+/// with its standard error.
+pub fn output_of(command: &mut Command, install: &str) -> std::process::Output {
+    let output = command
+        .output()
+        .unwrap_or_else(|e| panic!("run {command:?} ({install}): {e}"));
+    assert!(
+        output.status.success(),
+        "{command:?} failed: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    output
+}
