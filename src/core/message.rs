@@ -182,6 +182,7 @@ pub(crate) fn labelled(mut message: Message, id: &MessageId, offset: u64) -> Mes
     let expiry_s = message.properties.message_expiry_interval_s;
     let labels = &mut message.properties.user_properties;
     labels.retain(|(name, _)| name != "saguin-id");
+    labels.reserve(4);
     labels.push(("saguin-id".into(), id.to_string()));
     labels.push(("saguin-offset".into(), offset.to_string()));
     if received_ms == 0 {

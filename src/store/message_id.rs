@@ -49,13 +49,21 @@ impl fmt::Display for MessageId {
         match self {
             MessageId::Text(t) => f.write_str(t),
             MessageId::Uuid(b) => {
+                // Every stored record is labelled with this text, so it is
+                // built in one buffer rather than through 16 `{:02x}`s.
+                const HEX: &[u8; 16] = b"0123456789abcdef";
+                let mut text = [0u8; 36];
+                let mut at = 0;
                 for (i, byte) in b.iter().enumerate() {
                     if matches!(i, 4 | 6 | 8 | 10) {
-                        f.write_str("-")?;
+                        text[at] = b'-';
+                        at += 1;
                     }
-                    write!(f, "{byte:02x}")?;
+                    text[at] = HEX[usize::from(byte >> 4)];
+                    text[at + 1] = HEX[usize::from(byte & 0xf)];
+                    at += 2;
                 }
-                Ok(())
+                f.write_str(std::str::from_utf8(&text).map_err(|_| fmt::Error)?)
             }
         }
     }

@@ -524,15 +524,34 @@ pub(crate) fn for_each_keyed<V: Value + 'static>(
 /// has touched staged beside the committed cache.
 struct RedbTables<'a, 't> {
     path: &'a Path,
-    records: Table<'t, (u32, u64), &'static [u8]>,
-    positions: Table<'t, (u32, &'static str), u64>,
-    entries: Table<'t, (u32, &'static str), &'static [u8]>,
+    txn: &'t WriteTransaction,
+    // Opened on first use: a batch of appends never touches positions or
+    // entries, and opening a table (and closing it at the batch's end)
+    // costs a lookup and an update of redb's table of tables.
+    records: Option<Table<'t, (u32, u64), &'static [u8]>>,
+    positions: Option<Table<'t, (u32, &'static str), u64>>,
+    entries: Option<Table<'t, (u32, &'static str), &'static [u8]>>,
     committed: &'a HashMap<String, ChannelEntry>,
     staged: HashMap<String, ChannelEntry>,
     next_channel_id: u32,
     /// Each record is encoded here before it is stored: one buffer a
     /// batch, not one a record.
     scratch: Encoder,
+}
+
+/// The table in `slot`, opened in `txn` on first use.
+fn opened<'s, 't, K: ::redb::Key + 'static, V: Value + 'static>(
+    slot: &'s mut Option<Table<'t, K, V>>,
+    txn: &'t WriteTransaction,
+    definition: TableDefinition<K, V>,
+    path: &Path,
+    what: &'static str,
+) -> Result<&'s mut Table<'t, K, V>, StoreError> {
+    if slot.is_none() {
+        let table = txn.open_table(definition);
+        *slot = Some(table.map_err(db_error(path, what))?);
+    }
+    Ok(slot.as_mut().expect("opened above"))
 }
 
 impl RedbTables<'_, '_> {
@@ -591,10 +610,15 @@ impl Tables for RedbTables<'_, '_> {
         let id = self.id_for(channel)?;
         self.scratch.buf.clear();
         encode_message(message, &mut self.scratch);
-        let previous = self
-            .records
-            .insert((id, offset), self.scratch.buf.as_slice())
-            .map_err(db_error(self.path, "write a record"))?;
+        let previous = opened(
+            &mut self.records,
+            self.txn,
+            RECORDS,
+            self.path,
+            "open the records table",
+        )?
+        .insert((id, offset), self.scratch.buf.as_slice())
+        .map_err(db_error(self.path, "write a record"))?;
         if previous.is_some() {
             // The counters and the records disagree: storing over a record
             // would reuse an offset (invariant 9), so the batch fails.
@@ -611,10 +635,15 @@ impl Tables for RedbTables<'_, '_> {
             return Ok(Vec::new());
         };
         let mut heads = Vec::with_capacity(limit.min(1024));
-        let range = self
-            .records
-            .range((entry.id, 0)..=(entry.id, u64::MAX))
-            .map_err(db_error(self.path, "read records"))?;
+        let range = opened(
+            &mut self.records,
+            self.txn,
+            RECORDS,
+            self.path,
+            "open the records table",
+        )?
+        .range((entry.id, 0)..=(entry.id, u64::MAX))
+        .map_err(db_error(self.path, "read records"))?;
         for row in range.take(limit) {
             let (k, v) = row.map_err(db_error(self.path, "read a record"))?;
             let (received_at_ms, size_bytes) =
@@ -633,9 +662,15 @@ impl Tables for RedbTables<'_, '_> {
             return Ok(());
         };
         for &offset in offsets {
-            self.records
-                .remove((entry.id, offset))
-                .map_err(db_error(self.path, "remove a record"))?;
+            opened(
+                &mut self.records,
+                self.txn,
+                RECORDS,
+                self.path,
+                "open the records table",
+            )?
+            .remove((entry.id, offset))
+            .map_err(db_error(self.path, "remove a record"))?;
         }
         Ok(())
     }
@@ -644,18 +679,29 @@ impl Tables for RedbTables<'_, '_> {
         let Some(entry) = self.lookup(channel) else {
             return Ok(None);
         };
-        Ok(self
-            .positions
-            .get((entry.id, reader))
-            .map_err(db_error(self.path, "read a position"))?
-            .map(|v| v.value()))
+        Ok(opened(
+            &mut self.positions,
+            self.txn,
+            POSITIONS,
+            self.path,
+            "open the positions table",
+        )?
+        .get((entry.id, reader))
+        .map_err(db_error(self.path, "read a position"))?
+        .map(|v| v.value()))
     }
 
     fn set_position(&mut self, channel: &str, reader: &str, offset: u64) -> Result<(), StoreError> {
         let id = self.id_for(channel)?;
-        self.positions
-            .insert((id, reader), offset)
-            .map_err(db_error(self.path, "write a position"))?;
+        opened(
+            &mut self.positions,
+            self.txn,
+            POSITIONS,
+            self.path,
+            "open the positions table",
+        )?
+        .insert((id, reader), offset)
+        .map_err(db_error(self.path, "write a position"))?;
         Ok(())
     }
 
@@ -663,11 +709,16 @@ impl Tables for RedbTables<'_, '_> {
         let Some(entry) = self.lookup(channel) else {
             return Ok(false);
         };
-        Ok(self
-            .positions
-            .remove((entry.id, reader))
-            .map_err(db_error(self.path, "remove a position"))?
-            .is_some())
+        Ok(opened(
+            &mut self.positions,
+            self.txn,
+            POSITIONS,
+            self.path,
+            "open the positions table",
+        )?
+        .remove((entry.id, reader))
+        .map_err(db_error(self.path, "remove a position"))?
+        .is_some())
     }
 
     fn record_head(
@@ -678,10 +729,15 @@ impl Tables for RedbTables<'_, '_> {
         let Some(entry) = self.lookup(channel) else {
             return Ok(None);
         };
-        let Some(v) = self
-            .records
-            .get((entry.id, offset))
-            .map_err(db_error(self.path, "read a record"))?
+        let Some(v) = opened(
+            &mut self.records,
+            self.txn,
+            RECORDS,
+            self.path,
+            "open the records table",
+        )?
+        .get((entry.id, offset))
+        .map_err(db_error(self.path, "read a record"))?
         else {
             return Ok(None);
         };
@@ -698,26 +754,43 @@ impl Tables for RedbTables<'_, '_> {
         let Some(entry) = self.lookup(channel) else {
             return Ok(None);
         };
-        Ok(self
-            .entries
-            .get((entry.id, key))
-            .map_err(db_error(self.path, "read an entry"))?
-            .map(|v| v.value().len() as u64))
+        Ok(opened(
+            &mut self.entries,
+            self.txn,
+            ENTRIES,
+            self.path,
+            "open the entries table",
+        )?
+        .get((entry.id, key))
+        .map_err(db_error(self.path, "read an entry"))?
+        .map(|v| v.value().len() as u64))
     }
 
     fn put_entry(&mut self, channel: &str, key: &str, value: &[u8]) -> Result<(), StoreError> {
         let id = self.id_for(channel)?;
-        self.entries
-            .insert((id, key), value)
-            .map_err(db_error(self.path, "write an entry"))?;
+        opened(
+            &mut self.entries,
+            self.txn,
+            ENTRIES,
+            self.path,
+            "open the entries table",
+        )?
+        .insert((id, key), value)
+        .map_err(db_error(self.path, "write an entry"))?;
         Ok(())
     }
 
     fn remove_entry(&mut self, channel: &str, key: &str) -> Result<(), StoreError> {
         if let Some(entry) = self.lookup(channel) {
-            self.entries
-                .remove((entry.id, key))
-                .map_err(db_error(self.path, "remove an entry"))?;
+            opened(
+                &mut self.entries,
+                self.txn,
+                ENTRIES,
+                self.path,
+                "open the entries table",
+            )?
+            .remove((entry.id, key))
+            .map_err(db_error(self.path, "remove an entry"))?;
         }
         Ok(())
     }
@@ -745,15 +818,10 @@ pub(crate) fn apply_in(
     let (outcomes, staged, next_id) = {
         let mut tables = RedbTables {
             path,
-            records: txn
-                .open_table(RECORDS)
-                .map_err(db_error(path, "open the records table"))?,
-            positions: txn
-                .open_table(POSITIONS)
-                .map_err(db_error(path, "open the positions table"))?,
-            entries: txn
-                .open_table(ENTRIES)
-                .map_err(db_error(path, "open the entries table"))?,
+            txn,
+            records: None,
+            positions: None,
+            entries: None,
             committed: channels,
             staged: HashMap::new(),
             next_channel_id,
