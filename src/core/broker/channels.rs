@@ -294,10 +294,10 @@ impl Broker {
             return;
         }
         let received_at_unix_ms = message.received_at_unix_ms;
-        let labelled = Rc::new(labelled(message, id, offset));
+        let routed_to_groups = self.topic_has_groups(&message.topic);
         let ch = &mut self.channels[channel];
         ch.next = ch.next.max(offset + 1);
-        ch.cache(offset, Rc::clone(&labelled));
+        ch.cache(offset, message, id.clone());
         // A queue's record is a job: offered to one worker, never routed.
         if self.queue_record_committed(channel, offset, received_at_unix_ms, now_ms, out) {
             self.answer_committed(answer, now_ms, out);
@@ -306,6 +306,14 @@ impl Broker {
         for reader in self.channels[channel].readers.clone() {
             self.pump_reader(reader, now_ms, out);
         }
+        if !routed_to_groups {
+            return self.answer_committed(answer, now_ms, out);
+        }
+        // The newest record is always cached (the tail keeps at least one).
+        let Some(labelled) = self.channels[channel].cached(offset) else {
+            debug_assert!(false, "the record just committed is cached");
+            return self.answer_committed(answer, now_ms, out);
+        };
         if self.owed_to_durable_group(&labelled) {
             let record = self.next_ticket();
             // The log keeps its own copy, as the store keeps any record.
@@ -349,6 +357,15 @@ impl Broker {
         if let Some((conn, ack)) = answer {
             self.answer_publish(conn, ack, Ok(()), now_ms, out);
         }
+    }
+
+    /// Whether any shared group's filter matches `topic`.
+    fn topic_has_groups(&self, topic: &str) -> bool {
+        let mut found = false;
+        self.index.for_each_match(topic, |subscriber| {
+            found |= matches!(subscriber.target, Target::Group(_));
+        });
+        found
     }
 
     /// A shared group over a channel is handed each new record, to one
@@ -667,7 +684,7 @@ impl Broker {
             }
             let record = match reader.buffer.front() {
                 Some((buffered, message)) if *buffered == offset => Some(Rc::clone(message)),
-                _ => channel.cached(offset).cloned(),
+                _ => channel.cached(offset),
             };
             let Some(message) = record else {
                 self.request_read(reader_key, out);
@@ -1348,9 +1365,8 @@ impl Broker {
         }
         let floor = self.channels[channel].floor;
         let ch = &mut self.channels[channel];
-        while ch.tail.front().is_some_and(|(offset, _)| *offset < floor) {
-            let (_, old) = ch.tail.pop_front().expect("front exists");
-            ch.tail_bytes -= old.cost_bytes();
+        while ch.tail.front().is_some_and(|cached| cached.offset < floor) {
+            ch.drop_oldest();
         }
         if more {
             self.sweep_retention(now_ms, true, true, out);

@@ -501,8 +501,7 @@ impl Broker {
         let queue = &self.queues.list[q];
         self.channels[queue.channel]
             .cached(offset)
-            .or_else(|| queue.bodies.get(&offset))
-            .cloned()
+            .or_else(|| queue.bodies.get(&offset).cloned())
     }
 
     fn read_bodies(&mut self, q: usize, from_offset: u64, out: &mut impl Transport) {

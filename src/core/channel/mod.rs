@@ -16,13 +16,14 @@ pub(crate) mod positions;
 pub mod queue;
 
 use crate::core::refusal::Refusal;
+use std::cell::RefCell;
 use std::collections::{BTreeSet, VecDeque};
 use std::rc::Rc;
 
 use crate::codec::{topic, QoS, SubscriptionOptions};
 use crate::core::channel::append::seek::SeekReply;
 use crate::core::channel::positions::OwedDrop;
-use crate::core::message::{Delivery, Message};
+use crate::core::message::{labelled, Delivery, Message};
 use crate::core::partition::{self, Slice};
 use crate::core::Key;
 use crate::store::{self, MessageId, Outcome};
@@ -91,7 +92,7 @@ pub(crate) struct Channel {
     pub next: u64,
     pub floor: u64,
     /// The newest records, oldest first, for live readers.
-    pub(crate) tail: VecDeque<(u64, Rc<Message>)>,
+    pub(crate) tail: VecDeque<Cached>,
     pub(crate) tail_bytes: u64,
     pub readers: Vec<Key>,
     /// A retention trim is in flight.
@@ -124,19 +125,69 @@ impl Channel {
         self.at_bound = false;
     }
 
-    pub(crate) fn cache(&mut self, offset: u64, message: Rc<Message>) {
-        self.tail_bytes += message.cost_bytes();
-        self.tail.push_back((offset, message));
+    /// Keeps a committed record for live readers, as stored: it is
+    /// labelled the first time one is sent it.
+    pub(crate) fn cache(&mut self, offset: u64, message: Message, id: MessageId) {
+        // Counted as labelled, whether or not it ever is.
+        let cost_bytes = message.cost_bytes() + LABELS_MAX_BYTES;
+        self.tail_bytes += cost_bytes;
+        self.tail.push_back(Cached {
+            offset,
+            cost_bytes,
+            body: RefCell::new(CachedBody::Stored(message, id)),
+        });
         while self.tail_bytes > TAIL_CACHE_BYTES && self.tail.len() > 1 {
-            let (_, old) = self.tail.pop_front().expect("more than one");
-            self.tail_bytes -= old.cost_bytes();
+            self.drop_oldest();
         }
     }
 
-    pub(crate) fn cached(&self, offset: u64) -> Option<&Rc<Message>> {
-        let (first, _) = self.tail.front()?;
-        let index = offset.checked_sub(*first)?;
-        self.tail.get(usize::try_from(index).ok()?).map(|(_, m)| m)
+    /// Forgets the oldest cached record.
+    pub(crate) fn drop_oldest(&mut self) {
+        if let Some(old) = self.tail.pop_front() {
+            self.tail_bytes -= old.cost_bytes;
+        }
+    }
+
+    /// The record at `offset` as readers are sent it, if it is cached.
+    pub(crate) fn cached(&self, offset: u64) -> Option<Rc<Message>> {
+        let first = self.tail.front()?.offset;
+        let index = offset.checked_sub(first)?;
+        let cached = self.tail.get(usize::try_from(index).ok()?)?;
+        Some(cached.labelled())
+    }
+}
+
+/// The most a record's four labels (`saguin-id`, `-offset`, `-timestamp`,
+/// `-expires`) add to its cost: names, values, and 4 bytes each.
+const LABELS_MAX_BYTES: u64 = 160;
+
+/// A record in a channel's tail. Most records of a channel nobody reads
+/// live are never sent from here, so their labels are made only when one
+/// is.
+pub(crate) struct Cached {
+    pub(crate) offset: u64,
+    /// What the tail counts for it, fixed when it was cached.
+    cost_bytes: u64,
+    body: RefCell<CachedBody>,
+}
+
+enum CachedBody {
+    Stored(Message, MessageId),
+    Labelled(Rc<Message>),
+    /// Only while being labelled.
+    Taken,
+}
+
+impl Cached {
+    fn labelled(&self) -> Rc<Message> {
+        let mut body = self.body.borrow_mut();
+        let labelled = match std::mem::replace(&mut *body, CachedBody::Taken) {
+            CachedBody::Stored(message, id) => Rc::new(labelled(message, &id, self.offset)),
+            CachedBody::Labelled(message) => message,
+            CachedBody::Taken => unreachable!("a record is labelled once, under its borrow"),
+        };
+        *body = CachedBody::Labelled(Rc::clone(&labelled));
+        labelled
     }
 }
 
