@@ -33,6 +33,8 @@ impl Broker {
             self.end_connection(conn, Some(breach), true, now_ms, out);
             return;
         }
+        // The channel holding the topic, looked up once for the whole way.
+        let channel = self.channel_for(&publish.topic);
         let (qos, packet_id) = (publish.qos, publish.packet_id);
         // A QoS 1 publish takes its place in the PUBACK order on arrival.
         let slot =
@@ -41,7 +43,7 @@ impl Broker {
             .admit_topic(&publish.topic)
             .and_then(|()| self.admit_properties(&publish))
             .and_then(|()| admit_seek_qos(&publish))
-            .and_then(|()| self.admit_queue_topic(&publish.topic))
+            .and_then(|()| self.admit_into_channel(channel))
             .and_then(|()| self.authorize_publish(conn, &publish))
             .and_then(|()| self.spend_publish_budget(conn, publish.payload.len(), now_ms));
         if let Err(refusal) = admitted {
@@ -109,7 +111,7 @@ impl Broker {
             return;
         }
         // A retained broadcast whose store has a provider is kept first.
-        let message = match self.channel_for(&message.topic) {
+        let message = match channel {
             Some(_) => message,
             None => match self.retain_after_write(conn, slot, message, now_ms, out) {
                 Some(message) => {
@@ -122,7 +124,7 @@ impl Broker {
             },
         };
         let topic = message.topic.clone();
-        let result = match self.channel_for(&topic) {
+        let result = match channel {
             None => self.accept_message(message, now_ms, out),
             Some(channel) => {
                 // Answered once the record is committed.

@@ -43,7 +43,12 @@ impl Broker {
     /// A publish into a dead-letter channel is refused: it takes records
     /// from its queue's dead-lettering and from nowhere else.
     pub(crate) fn admit_queue_topic(&self, topic: &str) -> Result<(), Refusal> {
-        match self.channel_for(topic) {
+        self.admit_into_channel(self.channel_for(topic))
+    }
+
+    /// As [`Self::admit_queue_topic`], for a topic whose channel is known.
+    pub(crate) fn admit_into_channel(&self, channel: Option<usize>) -> Result<(), Refusal> {
+        match channel {
             Some(c) if self.queues.dead_letter_channels.contains(&c) => {
                 Err(Refusal::DeadLetterPublish)
             }
