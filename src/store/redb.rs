@@ -554,7 +554,24 @@ fn opened<'s, 't, K: ::redb::Key + 'static, V: Value + 'static>(
     Ok(slot.as_mut().expect("opened above"))
 }
 
-impl RedbTables<'_, '_> {
+impl<'t> RedbTables<'_, 't> {
+    fn records(&mut self) -> Result<&mut Table<'t, (u32, u64), &'static [u8]>, StoreError> {
+        let what = "open the records table";
+        opened(&mut self.records, self.txn, RECORDS, self.path, what)
+    }
+
+    fn positions(&mut self) -> Result<&mut Table<'t, (u32, &'static str), u64>, StoreError> {
+        let what = "open the positions table";
+        opened(&mut self.positions, self.txn, POSITIONS, self.path, what)
+    }
+
+    fn entries(
+        &mut self,
+    ) -> Result<&mut Table<'t, (u32, &'static str), &'static [u8]>, StoreError> {
+        let what = "open the entries table";
+        opened(&mut self.entries, self.txn, ENTRIES, self.path, what)
+    }
+
     fn lookup(&self, channel: &str) -> Option<ChannelEntry> {
         self.staged
             .get(channel)
@@ -607,23 +624,22 @@ impl Tables for RedbTables<'_, '_> {
         offset: u64,
         message: &Message,
     ) -> Result<(), StoreError> {
+        let path = self.path;
         let id = self.id_for(channel)?;
         self.scratch.buf.clear();
         encode_message(message, &mut self.scratch);
-        let previous = opened(
-            &mut self.records,
-            self.txn,
-            RECORDS,
-            self.path,
-            "open the records table",
-        )?
-        .insert((id, offset), self.scratch.buf.as_slice())
-        .map_err(db_error(self.path, "write a record"))?;
-        if previous.is_some() {
+        let encoded = std::mem::take(&mut self.scratch.buf);
+        let existed = self
+            .records()?
+            .insert((id, offset), encoded.as_slice())
+            .map_err(db_error(path, "write a record"))?
+            .is_some();
+        self.scratch.buf = encoded;
+        if existed {
             // The counters and the records disagree: storing over a record
             // would reuse an offset (invariant 9), so the batch fails.
             return Err(StoreError::format(
-                self.path,
+                path,
                 format!("channel {channel:?} already holds offset {offset}, at or past its next: the file is damaged"),
             ));
         }
@@ -631,23 +647,19 @@ impl Tables for RedbTables<'_, '_> {
     }
 
     fn oldest(&mut self, channel: &str, limit: usize) -> Result<Vec<RecordHead>, StoreError> {
+        let path = self.path;
         let Some(entry) = self.lookup(channel) else {
             return Ok(Vec::new());
         };
         let mut heads = Vec::with_capacity(limit.min(1024));
-        let range = opened(
-            &mut self.records,
-            self.txn,
-            RECORDS,
-            self.path,
-            "open the records table",
-        )?
-        .range((entry.id, 0)..=(entry.id, u64::MAX))
-        .map_err(db_error(self.path, "read records"))?;
+        let range = self
+            .records()?
+            .range((entry.id, 0)..=(entry.id, u64::MAX))
+            .map_err(db_error(path, "read records"))?;
         for row in range.take(limit) {
-            let (k, v) = row.map_err(db_error(self.path, "read a record"))?;
+            let (k, v) = row.map_err(db_error(path, "read a record"))?;
             let (received_at_ms, size_bytes) =
-                message_header(v.value()).map_err(|e| StoreError::format(self.path, e.0))?;
+                message_header(v.value()).map_err(|e| StoreError::format(path, e.0))?;
             heads.push(RecordHead {
                 offset: k.value().1,
                 received_at_ms,
@@ -658,67 +670,49 @@ impl Tables for RedbTables<'_, '_> {
     }
 
     fn remove_records(&mut self, channel: &str, offsets: &[u64]) -> Result<(), StoreError> {
+        let path = self.path;
         let Some(entry) = self.lookup(channel) else {
             return Ok(());
         };
         for &offset in offsets {
-            opened(
-                &mut self.records,
-                self.txn,
-                RECORDS,
-                self.path,
-                "open the records table",
-            )?
-            .remove((entry.id, offset))
-            .map_err(db_error(self.path, "remove a record"))?;
+            self.records()?
+                .remove((entry.id, offset))
+                .map_err(db_error(path, "remove a record"))?;
         }
         Ok(())
     }
 
     fn position(&mut self, channel: &str, reader: &str) -> Result<Option<u64>, StoreError> {
+        let path = self.path;
         let Some(entry) = self.lookup(channel) else {
             return Ok(None);
         };
-        Ok(opened(
-            &mut self.positions,
-            self.txn,
-            POSITIONS,
-            self.path,
-            "open the positions table",
-        )?
-        .get((entry.id, reader))
-        .map_err(db_error(self.path, "read a position"))?
-        .map(|v| v.value()))
+        Ok(self
+            .positions()?
+            .get((entry.id, reader))
+            .map_err(db_error(path, "read a position"))?
+            .map(|v| v.value()))
     }
 
     fn set_position(&mut self, channel: &str, reader: &str, offset: u64) -> Result<(), StoreError> {
+        let path = self.path;
         let id = self.id_for(channel)?;
-        opened(
-            &mut self.positions,
-            self.txn,
-            POSITIONS,
-            self.path,
-            "open the positions table",
-        )?
-        .insert((id, reader), offset)
-        .map_err(db_error(self.path, "write a position"))?;
+        self.positions()?
+            .insert((id, reader), offset)
+            .map_err(db_error(path, "write a position"))?;
         Ok(())
     }
 
     fn remove_position(&mut self, channel: &str, reader: &str) -> Result<bool, StoreError> {
+        let path = self.path;
         let Some(entry) = self.lookup(channel) else {
             return Ok(false);
         };
-        Ok(opened(
-            &mut self.positions,
-            self.txn,
-            POSITIONS,
-            self.path,
-            "open the positions table",
-        )?
-        .remove((entry.id, reader))
-        .map_err(db_error(self.path, "remove a position"))?
-        .is_some())
+        Ok(self
+            .positions()?
+            .remove((entry.id, reader))
+            .map_err(db_error(path, "remove a position"))?
+            .is_some())
     }
 
     fn record_head(
@@ -726,23 +720,19 @@ impl Tables for RedbTables<'_, '_> {
         channel: &str,
         offset: u64,
     ) -> Result<Option<RecordHead>, StoreError> {
+        let path = self.path;
         let Some(entry) = self.lookup(channel) else {
             return Ok(None);
         };
-        let Some(v) = opened(
-            &mut self.records,
-            self.txn,
-            RECORDS,
-            self.path,
-            "open the records table",
-        )?
-        .get((entry.id, offset))
-        .map_err(db_error(self.path, "read a record"))?
+        let Some(v) = self
+            .records()?
+            .get((entry.id, offset))
+            .map_err(db_error(path, "read a record"))?
         else {
             return Ok(None);
         };
         let (received_at_ms, size_bytes) =
-            message_header(v.value()).map_err(|e| StoreError::format(self.path, e.0))?;
+            message_header(v.value()).map_err(|e| StoreError::format(path, e.0))?;
         Ok(Some(RecordHead {
             offset,
             received_at_ms,
@@ -751,46 +741,32 @@ impl Tables for RedbTables<'_, '_> {
     }
 
     fn entry_len(&mut self, channel: &str, key: &str) -> Result<Option<u64>, StoreError> {
+        let path = self.path;
         let Some(entry) = self.lookup(channel) else {
             return Ok(None);
         };
-        Ok(opened(
-            &mut self.entries,
-            self.txn,
-            ENTRIES,
-            self.path,
-            "open the entries table",
-        )?
-        .get((entry.id, key))
-        .map_err(db_error(self.path, "read an entry"))?
-        .map(|v| v.value().len() as u64))
+        Ok(self
+            .entries()?
+            .get((entry.id, key))
+            .map_err(db_error(path, "read an entry"))?
+            .map(|v| v.value().len() as u64))
     }
 
     fn put_entry(&mut self, channel: &str, key: &str, value: &[u8]) -> Result<(), StoreError> {
+        let path = self.path;
         let id = self.id_for(channel)?;
-        opened(
-            &mut self.entries,
-            self.txn,
-            ENTRIES,
-            self.path,
-            "open the entries table",
-        )?
-        .insert((id, key), value)
-        .map_err(db_error(self.path, "write an entry"))?;
+        self.entries()?
+            .insert((id, key), value)
+            .map_err(db_error(path, "write an entry"))?;
         Ok(())
     }
 
     fn remove_entry(&mut self, channel: &str, key: &str) -> Result<(), StoreError> {
+        let path = self.path;
         if let Some(entry) = self.lookup(channel) {
-            opened(
-                &mut self.entries,
-                self.txn,
-                ENTRIES,
-                self.path,
-                "open the entries table",
-            )?
-            .remove((entry.id, key))
-            .map_err(db_error(self.path, "remove an entry"))?;
+            self.entries()?
+                .remove((entry.id, key))
+                .map_err(db_error(path, "remove an entry"))?;
         }
         Ok(())
     }
