@@ -657,22 +657,9 @@ fn acl_explains_a_user() {
     )
     .unwrap();
     let run = |args: &[&str], input: &str| {
-        use std::io::Write;
-        let mut child = Command::new(env!("CARGO_BIN_EXE_saguin"))
-            .arg("--acl")
-            .arg(&config)
-            .args(args)
-            .stdin(std::process::Stdio::piped())
-            .stdout(std::process::Stdio::piped())
-            .spawn()
-            .unwrap();
-        child
-            .stdin
-            .take()
-            .unwrap()
-            .write_all(input.as_bytes())
-            .unwrap();
-        let output = child.wait_with_output().unwrap();
+        let mut saguin = Command::new(env!("CARGO_BIN_EXE_saguin"));
+        saguin.arg("--acl").arg(&config).args(args);
+        let output = common::output_with_input(&mut saguin, input).unwrap();
         assert!(output.status.success());
         String::from_utf8(output.stdout).unwrap()
     };

@@ -1,8 +1,7 @@
 //! An HTTP response as the operations tests read it, whoever fetched it
 //! (a raw socket or curl), and the Prometheus text parser they check it with.
 
-use std::io::Write;
-use std::process::{Command, Stdio};
+use std::process::Command;
 
 /// A response: its status, its head and its body.
 pub struct Answer {
@@ -36,24 +35,12 @@ impl Answer {
 /// input, the script importing `prometheus_client`; what it printed, or
 /// `None` (said loudly) when python3 or the parser is not installed.
 pub fn prometheus_client(script: &str, body: &str) -> Option<String> {
-    let Ok(mut child) = Command::new("python3")
-        .arg("-c")
-        .arg(script)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-    else {
+    let mut python = Command::new("python3");
+    python.arg("-c").arg(script);
+    let Ok(output) = super::output_with_input(&mut python, body) else {
         eprintln!("SKIPPED the prometheus_client parse: python3 is missing");
         return None;
     };
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(body.as_bytes())
-        .unwrap();
-    let output = child.wait_with_output().unwrap();
     let stderr = String::from_utf8_lossy(&output.stderr);
     if stderr.contains("No module named 'prometheus_client'") {
         eprintln!("SKIPPED the prometheus_client parse: pip install prometheus_client");

@@ -455,6 +455,27 @@ pub fn check_config(path: impl AsRef<std::ffi::OsStr>) -> std::process::Output {
         .expect("run saguin --check-config")
 }
 
+/// Runs `command` with `input` on its standard input, to its end; what it
+/// printed, or why it could not be started (the tool is missing).
+pub fn output_with_input(
+    command: &mut Command,
+    input: &str,
+) -> std::io::Result<std::process::Output> {
+    use std::io::Write;
+    use std::process::Stdio;
+    let mut child = command
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()?;
+    child
+        .stdin
+        .take()
+        .expect("stdin is piped")
+        .write_all(input.as_bytes())?;
+    child.wait_with_output()
+}
+
 /// Runs `command` to its end and what it printed; a failure (or a tool that
 /// is not installed, with `install` saying how to get it) fails the test
 /// with its standard error.
