@@ -60,10 +60,10 @@ release-host:
 release-static:
 	$(call cross-tools,aarch64-musl,$(STATIC_AARCH64),$(AARCH64_PREFIX),)
 	$(call cross-tools,armv7-static,$(STATIC_ARMV7),$(ARMV7_PREFIX),)
-	$(STATIC_ENV) $(CARGO) build --release --target $(STATIC_AARCH64) --target-dir $(STATIC_DIR) --bin $(BIN)
+	$(STATIC_ENV) $(CARGO) build $(GATEWAY_CARGO_FLAGS) --release --target $(STATIC_AARCH64) --target-dir $(STATIC_DIR) --bin $(BIN)
 	$(AARCH64_PREFIX)-objcopy --remove-section .eh_frame --remove-section .eh_frame_hdr \
 	  --remove-section .gcc_except_table $(STATIC_DIR)/$(STATIC_AARCH64)/release/$(BIN)
-	$(STATIC_ENV) $(CARGO) build --release --target $(STATIC_ARMV7) --target-dir $(STATIC_DIR) --bin $(BIN)
+	$(STATIC_ENV) $(CARGO) build $(GATEWAY_CARGO_FLAGS) --release --target $(STATIC_ARMV7) --target-dir $(STATIC_DIR) --bin $(BIN)
 	@for t in $(STATIC_AARCH64) $(STATIC_ARMV7); do \
 	  bin=$(STATIC_DIR)/$$t/release/$(BIN); bytes=$$(stat -c %s $$bin); \
 	  linked=$$(file -b $$bin | grep -o '[a-z-]* linked'); \

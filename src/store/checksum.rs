@@ -1,13 +1,17 @@
-//! CRC32C (Castagnoli), the checksum a snapshot file ends with. Written
-//! here, table-driven, rather than taken from a crate: it is forty lines
-//! and the format depends on nothing else.
+//! CRC32C (Castagnoli), the checksum of journal frames and snapshot
+//! files. Written here rather than taken from a crate: the format depends
+//! on nothing else. Eight bytes are folded per step through eight tables
+//! (slicing-by-8), a quarter of the work of one table a byte: a journal
+//! frame is checksummed on every commit.
 
 const POLY_REFLECTED: u32 = 0x82F6_3B78;
 
-const TABLE: [u32; 256] = build_table();
+/// `TABLES[0]` is the classic byte table; `TABLES[k][b]` is the CRC of
+/// byte `b` followed by `k` zero bytes.
+const TABLES: [[u32; 256]; 8] = build_tables();
 
-const fn build_table() -> [u32; 256] {
-    let mut table = [0u32; 256];
+const fn build_tables() -> [[u32; 256]; 8] {
+    let mut tables = [[0u32; 256]; 8];
     let mut i = 0;
     while i < 256 {
         let mut crc = i as u32;
@@ -20,10 +24,20 @@ const fn build_table() -> [u32; 256] {
             };
             bit += 1;
         }
-        table[i] = crc;
+        tables[0][i] = crc;
         i += 1;
     }
-    table
+    let mut k = 1;
+    while k < 8 {
+        let mut i = 0;
+        while i < 256 {
+            let previous = tables[k - 1][i];
+            tables[k][i] = (previous >> 8) ^ tables[0][(previous & 0xFF) as usize];
+            i += 1;
+        }
+        k += 1;
+    }
+    tables
 }
 
 /// The CRC32C of `bytes`.
@@ -35,22 +49,68 @@ pub(crate) fn crc32c(bytes: &[u8]) -> u32 {
 pub(crate) fn crc32c_of(parts: &[&[u8]]) -> u32 {
     let mut crc = !0u32;
     for part in parts {
-        for &b in *part {
-            crc = TABLE[((crc ^ u32::from(b)) & 0xFF) as usize] ^ (crc >> 8);
-        }
+        crc = update(crc, part);
     }
     !crc
 }
 
+fn update(mut crc: u32, bytes: &[u8]) -> u32 {
+    let mut words = bytes.chunks_exact(8);
+    for word in &mut words {
+        let low = crc ^ u32::from_le_bytes([word[0], word[1], word[2], word[3]]);
+        let high = u32::from_le_bytes([word[4], word[5], word[6], word[7]]);
+        crc = TABLES[7][(low & 0xFF) as usize]
+            ^ TABLES[6][((low >> 8) & 0xFF) as usize]
+            ^ TABLES[5][((low >> 16) & 0xFF) as usize]
+            ^ TABLES[4][(low >> 24) as usize]
+            ^ TABLES[3][(high & 0xFF) as usize]
+            ^ TABLES[2][((high >> 8) & 0xFF) as usize]
+            ^ TABLES[1][((high >> 16) & 0xFF) as usize]
+            ^ TABLES[0][(high >> 24) as usize];
+    }
+    for &b in words.remainder() {
+        crc = TABLES[0][((crc ^ u32::from(b)) & 0xFF) as usize] ^ (crc >> 8);
+    }
+    crc
+}
+
 #[cfg(test)]
 mod tests {
-    use super::crc32c;
+    use super::{crc32c, crc32c_of};
 
     #[test]
     fn known_vectors() {
         assert_eq!(crc32c(b""), 0);
         assert_eq!(crc32c(b"123456789"), 0xE306_9283);
         assert_eq!(crc32c(&[0u8; 32]), 0x8A91_36AA);
+    }
+
+    /// The folding by eight agrees with a byte at a time, at every length
+    /// and wherever a frame's parts are split.
+    #[test]
+    fn eight_at_a_time_is_a_byte_at_a_time() {
+        fn bytewise(bytes: &[u8]) -> u32 {
+            let mut crc = !0u32;
+            for &b in bytes {
+                crc ^= u32::from(b);
+                for _ in 0..8 {
+                    crc = if crc & 1 == 1 {
+                        (crc >> 1) ^ 0x82F6_3B78
+                    } else {
+                        crc >> 1
+                    };
+                }
+            }
+            !crc
+        }
+        let data: Vec<u8> = (0..67u32).map(|i| (i * 151 + 7) as u8).collect();
+        for len in 0..data.len() {
+            assert_eq!(crc32c(&data[..len]), bytewise(&data[..len]), "length {len}");
+            for split in 0..=len {
+                let (a, b) = data[..len].split_at(split);
+                assert_eq!(crc32c_of(&[a, b]), bytewise(&data[..len]));
+            }
+        }
     }
 
     #[test]
