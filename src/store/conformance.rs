@@ -173,10 +173,13 @@ fn trim(channel: &str, rule: TrimRule, max_records: u32) -> Write {
     }
 }
 
+/// Through `commit_owned`, as the storage thread commits: on redb a batch
+/// of appends is then answered before it is applied (`ahead.rs`), and
+/// every read below checks that it was.
 fn commit(p: &mut impl Provider, writes: Vec<Write>) -> Vec<Outcome> {
-    match p.commit(&writes) {
+    match p.commit_owned(writes) {
         Ok(o) => o,
-        Err(e) => panic!("commit failed: {e}"),
+        Err((e, _)) => panic!("commit failed: {e}"),
     }
 }
 

@@ -18,6 +18,7 @@
 //! appends may not use and relieving writes may. `rfcs/0003-storage.md`
 //! has the formats and the reasoning.
 
+mod ahead;
 mod apply;
 mod backup;
 mod backups;
@@ -43,6 +44,8 @@ mod types;
 mod validate;
 mod writer;
 
+#[cfg(test)]
+mod ahead_tests;
 #[cfg(test)]
 mod backup_tests;
 #[cfg(test)]
@@ -115,6 +118,16 @@ pub trait Provider: Send {
     /// outcome, not a failure: the rest of the batch still commits. On
     /// redb, the batch is on disk (fsynced) when this returns `Ok`.
     fn commit(&mut self, writes: &[Write]) -> Result<Vec<Outcome>, StoreError>;
+
+    /// [`Provider::commit`], handed the writes to keep: a provider that
+    /// applies a batch after answering it (redb, `ahead.rs`) holds on to
+    /// them instead of decoding its frame again. A failure hands them back.
+    fn commit_owned(
+        &mut self,
+        writes: Vec<Write>,
+    ) -> Result<Vec<Outcome>, (StoreError, Vec<Write>)> {
+        self.commit(&writes).map_err(|e| (e, writes))
+    }
 
     /// Up to `limit` records from `from_offset` on, with the floor and next
     /// from the same moment. Below the floor is refused, never served with

@@ -7,7 +7,8 @@
 //! read, a backup, a checkpoint - or when it has held enough: a write
 //! transaction's begin and commit cost more CPU than the handful of
 //! records a batch carries at a client's pace (rfcs/0003, "Batches kept
-//! open").
+//! open"). Batches of appends join it after they are answered
+//! (`ahead.rs`).
 //!
 //! The open transaction also keeps each batch's frame, and the provider's
 //! counters as of the last commit, so that when one batch fails inside it
@@ -153,6 +154,12 @@ pub(crate) struct Rebuild {
 }
 
 impl Rebuild {
+    /// Adds frames that were answered and not yet applied in the dropped
+    /// transaction (`ahead.rs`), after those that were.
+    pub(crate) fn then(&mut self, frames: impl IntoIterator<Item = (u64, Vec<u8>)>) {
+        self.frames.extend(frames);
+    }
+
     /// A new transaction holding every frame again, in order. The counters
     /// it arrives at must be `expected` (what the provider's memory says),
     /// or the rebuild is refused: the file would then disagree with what

@@ -34,6 +34,7 @@ use ::redb::{
     TableDefinition, Value, WriteTransaction,
 };
 
+use super::ahead::{forecast, Answered, Behind};
 use super::apply::{apply_batch, RecordHead, Tables};
 use super::backup::BackupView;
 use super::batch_encoding::encode_batch;
@@ -47,7 +48,7 @@ use super::journal::Journal;
 use super::lock::LockFile;
 use super::memory::empty_read;
 use super::pending::{Base, Pending, Rebuild, PENDING_MAX_AGE_MS};
-use super::replay::{attach_journal, checkpoint_db};
+use super::replay::{apply_journalled, attach_journal, checkpoint_db};
 use super::types::{
     ChannelState, Message, Outcome, Read, ReadBatch, ReadLimit, Record, Usage, Write,
 };
@@ -113,6 +114,9 @@ pub struct RedbProvider {
     /// (`pending.rs`); committed before anything reads the file. Declared
     /// before the file, so a drop aborts it first.
     pending: RefCell<Option<Pending>>,
+    /// Batches of appends answered and not yet applied in `pending`
+    /// (`ahead.rs`); applied before anything else touches it.
+    pub(crate) behind: RefCell<Option<Behind>>,
     /// Set when acknowledged batches could not be put back into a
     /// transaction after a failure: only a restart (the journal's replay)
     /// brings them back, so nothing more is taken.
@@ -135,6 +139,9 @@ pub struct RedbProvider {
     /// Tests count the commits of batch-holding transactions.
     #[cfg(test)]
     pub(crate) redb_commits: Cell<u64>,
+    /// Tests make the next apply of an answered batch fail.
+    #[cfg(test)]
+    pub(crate) fail_next_apply: Cell<bool>,
 }
 
 /// Turns any redb error into one naming the file and what was being done.
@@ -242,6 +249,7 @@ impl RedbProvider {
             name: name.to_string(),
             path: file_path.to_path_buf(),
             pending: RefCell::new(None),
+            behind: RefCell::new(None),
             broken: Cell::new(false),
             pending_max_age: Duration::from_millis(PENDING_MAX_AGE_MS),
             db,
@@ -260,6 +268,8 @@ impl RedbProvider {
             fail_next_commit: false,
             #[cfg(test)]
             redb_commits: Cell::new(0),
+            #[cfg(test)]
+            fail_next_apply: Cell::new(false),
         })
     }
 
@@ -322,6 +332,7 @@ impl RedbProvider {
     /// every acknowledged batch.
     fn settle(&self) -> Result<(), StoreError> {
         self.unbroken()?;
+        self.catch_up()?;
         let Some(pending) = self.pending.borrow_mut().take() else {
             return Ok(());
         };
@@ -346,6 +357,7 @@ impl RedbProvider {
     /// the journal's frames are no longer needed.
     fn make_durable(&mut self) -> Result<(), StoreError> {
         self.unbroken()?;
+        self.catch_up()?;
         if self.checkpoint.since.is_none() && !self.checkpoint.must {
             return Ok(());
         }
@@ -363,6 +375,111 @@ impl RedbProvider {
         self.next_channel_id = applied.next_channel_id;
         self.budget = applied.budget;
         applied.outcomes
+    }
+
+    /// Applies the answered batches that are not in the open transaction
+    /// yet, oldest first. After a failure the transaction is rebuilt from
+    /// every frame, or the provider stops until a restart replays them.
+    fn catch_up(&self) -> Result<(), StoreError> {
+        let Some(mut behind) = self.behind.borrow_mut().take() else {
+            return Ok(());
+        };
+        let mut slot = self.pending.borrow_mut();
+        let mut pending = match slot.take() {
+            Some(pending) => pending,
+            None => match Pending::begin(&self.db, &self.path, behind.base(), self.pending_max_age)
+            {
+                Ok(pending) => pending,
+                Err(e) => {
+                    // Nothing applied: the batches wait for the next try.
+                    drop(slot);
+                    *self.behind.borrow_mut() = Some(behind);
+                    return Err(e);
+                }
+            },
+        };
+        while let Some(Answered {
+            sequence,
+            frame,
+            writes,
+        }) = behind.pop()
+        {
+            #[cfg(test)]
+            let injected = self.fail_next_apply.replace(false);
+            #[cfg(not(test))]
+            let injected = false;
+            let applied = if injected {
+                Err(StoreError::Invalid("a failure injected by a test".into()))
+            } else {
+                apply_journalled(
+                    &pending.txn,
+                    &self.path,
+                    self.journal.path(),
+                    &behind.channels,
+                    behind.next_channel_id,
+                    sequence,
+                    &writes,
+                )
+            };
+            match applied {
+                Ok(applied) => {
+                    behind.channels.extend(applied.staged);
+                    behind.next_channel_id = applied.next_channel_id;
+                    pending.push(sequence, frame);
+                }
+                Err(e) => {
+                    let mut rebuild = pending.abandon();
+                    rebuild.then(std::iter::once((sequence, frame)));
+                    rebuild.then(behind.into_frames());
+                    drop(slot);
+                    self.rebuild(rebuild);
+                    return Err(e);
+                }
+            }
+        }
+        *slot = Some(pending);
+        Ok(())
+    }
+
+    /// Commits a batch of appends ahead of redb (`ahead.rs`): forecast,
+    /// journalled, answered, applied later. `None` when this batch must
+    /// go the usual way (a checkpoint is owed, or the journal is full).
+    fn commit_ahead(
+        &mut self,
+        writes: &mut Vec<Write>,
+    ) -> Result<Option<Vec<Outcome>>, StoreError> {
+        if self.checkpoint.must || self.checkpoint_due() {
+            return Ok(None);
+        }
+        let forecast = forecast(&self.channels, self.next_channel_id, self.budget, writes)?;
+        #[cfg(test)]
+        if std::mem::take(&mut self.fail_next_commit) {
+            return Err(StoreError::Invalid("a failure injected by a test".into()));
+        }
+        let frame = frame_of_kept(writes, &forecast.outcomes);
+        if !self.journal.fits(frame.len()) {
+            return Ok(None);
+        }
+        self.journal_sequence += 1;
+        // As in `commit`: a frame that may be on the disk unanswered is
+        // passed by a checkpoint before anything newer is journalled.
+        self.checkpoint.must = true;
+        self.journal.append(self.journal_sequence, &frame)?;
+        self.checkpoint.must = false;
+        self.checkpoint.since.get_or_insert_with(Instant::now);
+        let behind = self
+            .behind
+            .get_mut()
+            .get_or_insert_with(|| Behind::new(self.channels.clone(), self.next_channel_id));
+        // What the frame holds is what is applied: not the refused.
+        let mut outcomes = forecast.outcomes.iter();
+        writes.retain(|_| !matches!(outcomes.next(), Some(Outcome::Refused(_))));
+        behind.push(Answered {
+            sequence: self.journal_sequence,
+            frame,
+            writes: std::mem::take(writes),
+        });
+        Ok(Some(self.adopt(forecast)))
     }
 
     fn checkpointed(&mut self) {
@@ -531,9 +648,7 @@ struct RedbTables<'a, 't> {
     records: Option<Table<'t, (u32, u64), &'static [u8]>>,
     positions: Option<Table<'t, (u32, &'static str), u64>>,
     entries: Option<Table<'t, (u32, &'static str), &'static [u8]>>,
-    committed: &'a HashMap<String, ChannelEntry>,
-    staged: HashMap<String, ChannelEntry>,
-    next_channel_id: u32,
+    counters: Staging<'a>,
     /// Each record is encoded here before it is stored: one buffer a
     /// batch, not one a record.
     scratch: Encoder,
@@ -571,6 +686,25 @@ impl<'t> RedbTables<'_, 't> {
         let what = "open the entries table";
         opened(&mut self.entries, self.txn, ENTRIES, self.path, what)
     }
+}
+
+/// A batch's view of the channels' counters: those it changed, staged
+/// over the provider's. Counters are all an append reads or changes, so
+/// the same view forecasts a batch of appends without redb (`ahead.rs`).
+pub(crate) struct Staging<'a> {
+    committed: &'a HashMap<String, ChannelEntry>,
+    pub(crate) staged: HashMap<String, ChannelEntry>,
+    pub(crate) next_channel_id: u32,
+}
+
+impl<'a> Staging<'a> {
+    pub(crate) fn new(committed: &'a HashMap<String, ChannelEntry>, next_channel_id: u32) -> Self {
+        Staging {
+            committed,
+            staged: HashMap::new(),
+            next_channel_id,
+        }
+    }
 
     fn lookup(&self, channel: &str) -> Option<ChannelEntry> {
         self.staged
@@ -598,14 +732,16 @@ impl<'t> RedbTables<'_, 't> {
         );
         Ok(id)
     }
-}
 
-impl Tables for RedbTables<'_, '_> {
-    fn state(&mut self, channel: &str) -> Result<ChannelState, StoreError> {
-        Ok(self.lookup(channel).map(|e| e.state).unwrap_or_default())
+    pub(crate) fn state(&self, channel: &str) -> ChannelState {
+        self.lookup(channel).map(|e| e.state).unwrap_or_default()
     }
 
-    fn set_state(&mut self, channel: &str, state: ChannelState) -> Result<(), StoreError> {
+    pub(crate) fn set_state(
+        &mut self,
+        channel: &str,
+        state: ChannelState,
+    ) -> Result<(), StoreError> {
         // Every write sets its channel's state: the name is copied only the
         // first time in a batch.
         if let Some(entry) = self.staged.get_mut(channel) {
@@ -617,6 +753,16 @@ impl Tables for RedbTables<'_, '_> {
             .insert(channel.to_string(), ChannelEntry { id, state });
         Ok(())
     }
+}
+
+impl Tables for RedbTables<'_, '_> {
+    fn state(&mut self, channel: &str) -> Result<ChannelState, StoreError> {
+        Ok(self.counters.state(channel))
+    }
+
+    fn set_state(&mut self, channel: &str, state: ChannelState) -> Result<(), StoreError> {
+        self.counters.set_state(channel, state)
+    }
 
     fn insert_record(
         &mut self,
@@ -625,7 +771,7 @@ impl Tables for RedbTables<'_, '_> {
         message: &Message,
     ) -> Result<(), StoreError> {
         let path = self.path;
-        let id = self.id_for(channel)?;
+        let id = self.counters.id_for(channel)?;
         self.scratch.buf.clear();
         encode_message(message, &mut self.scratch);
         let encoded = std::mem::take(&mut self.scratch.buf);
@@ -648,7 +794,7 @@ impl Tables for RedbTables<'_, '_> {
 
     fn oldest(&mut self, channel: &str, limit: usize) -> Result<Vec<RecordHead>, StoreError> {
         let path = self.path;
-        let Some(entry) = self.lookup(channel) else {
+        let Some(entry) = self.counters.lookup(channel) else {
             return Ok(Vec::new());
         };
         let mut heads = Vec::with_capacity(limit.min(1024));
@@ -671,7 +817,7 @@ impl Tables for RedbTables<'_, '_> {
 
     fn remove_records(&mut self, channel: &str, offsets: &[u64]) -> Result<(), StoreError> {
         let path = self.path;
-        let Some(entry) = self.lookup(channel) else {
+        let Some(entry) = self.counters.lookup(channel) else {
             return Ok(());
         };
         for &offset in offsets {
@@ -684,7 +830,7 @@ impl Tables for RedbTables<'_, '_> {
 
     fn position(&mut self, channel: &str, reader: &str) -> Result<Option<u64>, StoreError> {
         let path = self.path;
-        let Some(entry) = self.lookup(channel) else {
+        let Some(entry) = self.counters.lookup(channel) else {
             return Ok(None);
         };
         Ok(self
@@ -696,7 +842,7 @@ impl Tables for RedbTables<'_, '_> {
 
     fn set_position(&mut self, channel: &str, reader: &str, offset: u64) -> Result<(), StoreError> {
         let path = self.path;
-        let id = self.id_for(channel)?;
+        let id = self.counters.id_for(channel)?;
         self.positions()?
             .insert((id, reader), offset)
             .map_err(db_error(path, "write a position"))?;
@@ -705,7 +851,7 @@ impl Tables for RedbTables<'_, '_> {
 
     fn remove_position(&mut self, channel: &str, reader: &str) -> Result<bool, StoreError> {
         let path = self.path;
-        let Some(entry) = self.lookup(channel) else {
+        let Some(entry) = self.counters.lookup(channel) else {
             return Ok(false);
         };
         Ok(self
@@ -721,7 +867,7 @@ impl Tables for RedbTables<'_, '_> {
         offset: u64,
     ) -> Result<Option<RecordHead>, StoreError> {
         let path = self.path;
-        let Some(entry) = self.lookup(channel) else {
+        let Some(entry) = self.counters.lookup(channel) else {
             return Ok(None);
         };
         let Some(v) = self
@@ -742,7 +888,7 @@ impl Tables for RedbTables<'_, '_> {
 
     fn entry_len(&mut self, channel: &str, key: &str) -> Result<Option<u64>, StoreError> {
         let path = self.path;
-        let Some(entry) = self.lookup(channel) else {
+        let Some(entry) = self.counters.lookup(channel) else {
             return Ok(None);
         };
         Ok(self
@@ -754,7 +900,7 @@ impl Tables for RedbTables<'_, '_> {
 
     fn put_entry(&mut self, channel: &str, key: &str, value: &[u8]) -> Result<(), StoreError> {
         let path = self.path;
-        let id = self.id_for(channel)?;
+        let id = self.counters.id_for(channel)?;
         self.entries()?
             .insert((id, key), value)
             .map_err(db_error(path, "write an entry"))?;
@@ -763,7 +909,7 @@ impl Tables for RedbTables<'_, '_> {
 
     fn remove_entry(&mut self, channel: &str, key: &str) -> Result<(), StoreError> {
         let path = self.path;
-        if let Some(entry) = self.lookup(channel) {
+        if let Some(entry) = self.counters.lookup(channel) {
             self.entries()?
                 .remove((entry.id, key))
                 .map_err(db_error(path, "remove an entry"))?;
@@ -798,13 +944,15 @@ pub(crate) fn apply_in(
             records: None,
             positions: None,
             entries: None,
-            committed: channels,
-            staged: HashMap::new(),
-            next_channel_id,
+            counters: Staging::new(channels, next_channel_id),
             scratch: Encoder::default(),
         };
         let outcomes = apply_batch(&mut tables, &mut budget, writes)?;
-        (outcomes, tables.staged, tables.next_channel_id)
+        (
+            outcomes,
+            tables.counters.staged,
+            tables.counters.next_channel_id,
+        )
     };
     {
         // Each touched channel's row is written once for the batch.
@@ -890,6 +1038,18 @@ pub(crate) fn read_next_channel_id(db: &Database, path: &Path) -> Result<u32, St
     u32::try_from(id).map_err(|_| StoreError::format(path, "the next channel id is damaged"))
 }
 
+/// The journal frame of a batch: only what was not refused is
+/// journalled. A refused write changed nothing, and a replay then needs no
+/// byte bound to refuse it again.
+fn frame_of_kept(writes: &[Write], outcomes: &[Outcome]) -> Vec<u8> {
+    let kept = writes
+        .iter()
+        .zip(outcomes)
+        .filter(|(_, o)| !matches!(o, Outcome::Refused(_)))
+        .map(|(w, _)| w);
+    encode_batch(kept.collect::<Vec<_>>().into_iter())
+}
+
 impl RedbProvider {
     /// One table in a fresh read transaction: every read sees one snapshot.
     fn read_table<K: Key + 'static, V: Value + 'static>(
@@ -945,6 +1105,7 @@ impl Provider for RedbProvider {
     fn commit(&mut self, writes: &[Write]) -> Result<Vec<Outcome>, StoreError> {
         check_writes(writes)?;
         self.unbroken()?;
+        self.catch_up()?;
         let pending = match self.pending.get_mut().take() {
             Some(pending) => pending,
             None => Pending::begin(&self.db, &self.path, self.base(), self.pending_max_age)?,
@@ -968,15 +1129,7 @@ impl Provider for RedbProvider {
             self.rebuild(pending.abandon());
             return Err(StoreError::Invalid("a failure injected by a test".into()));
         }
-        // Only what was not refused is journalled: a refused write changed
-        // nothing, and a replay then needs no byte bound to refuse it again.
-        let kept: Vec<&Write> = writes
-            .iter()
-            .zip(&applied.outcomes)
-            .filter(|(_, o)| !matches!(o, Outcome::Refused(_)))
-            .map(|(w, _)| w)
-            .collect();
-        let frame = encode_batch(kept.iter().copied());
+        let frame = frame_of_kept(writes, &applied.outcomes);
         let journalled =
             !self.checkpoint.must && !self.checkpoint_due() && self.journal.fits(frame.len());
         if !journalled {
@@ -1010,7 +1163,31 @@ impl Provider for RedbProvider {
         Ok(outcomes)
     }
 
+    /// A batch of nothing but appends is answered ahead of redb
+    /// (`ahead.rs`) and its writes kept for the apply; any other goes
+    /// through [`Provider::commit`].
+    fn commit_owned(
+        &mut self,
+        mut writes: Vec<Write>,
+    ) -> Result<Vec<Outcome>, (StoreError, Vec<Write>)> {
+        let behind_full = self.behind.get_mut().as_ref().is_some_and(Behind::is_full);
+        let only_appends = writes.iter().all(|w| matches!(w, Write::Append { .. }));
+        if !behind_full && only_appends {
+            let checked = check_writes(&writes).and_then(|()| self.unbroken());
+            match checked.and_then(|()| self.commit_ahead(&mut writes)) {
+                Ok(Some(outcomes)) => return Ok(outcomes),
+                Ok(None) => {}
+                Err(e) => return Err((e, writes)),
+            }
+        }
+        self.commit(&writes).map_err(|e| (e, writes))
+    }
+
     fn checkpoint_due_in(&self) -> Option<Duration> {
+        if self.behind.borrow().is_some() {
+            // Answered batches wait for the apply: now, if nothing is queued.
+            return Some(Duration::ZERO);
+        }
         let checkpoint = self.checkpoint.since.map(|since| {
             Duration::from_millis(self.checkpoint.interval_ms).saturating_sub(since.elapsed())
         });
@@ -1026,6 +1203,18 @@ impl Provider for RedbProvider {
     fn checkpoint(&mut self) -> Result<(), StoreError> {
         if self.checkpoint_due() {
             return self.make_durable();
+        }
+        if self.behind.get_mut().is_some() {
+            self.unbroken()?;
+            self.catch_up()?;
+            if !self
+                .pending
+                .get_mut()
+                .as_ref()
+                .is_some_and(Pending::is_full)
+            {
+                return Ok(());
+            }
         }
         self.settle()
     }

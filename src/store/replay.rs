@@ -17,7 +17,7 @@ use super::redb::{
     write_meta_u64, Applied, ChannelEntry, JOURNAL_CAPACITY_BYTES, META_JOURNAL_ID,
     META_JOURNAL_SEQUENCE,
 };
-use super::types::Outcome;
+use super::types::{Outcome, Write};
 
 /// Opens (or creates) the journal of the redb file at `path`, applies the
 /// frames the file lacks, and returns the journal, emptied, with the last
@@ -165,9 +165,30 @@ pub(crate) fn apply_frame(
             format!("batch {sequence} checks out and cannot be read: {}", e.0),
         )
     })?;
+    apply_journalled(
+        txn,
+        path,
+        journal_path,
+        channels,
+        next_channel_id,
+        sequence,
+        &writes,
+    )
+}
+
+/// [`apply_frame`] for the writes a frame holds, already at hand.
+pub(crate) fn apply_journalled(
+    txn: &WriteTransaction,
+    path: &Path,
+    journal_path: &Path,
+    channels: &HashMap<String, ChannelEntry>,
+    next_channel_id: u32,
+    sequence: u64,
+    writes: &[Write],
+) -> Result<Applied, StoreError> {
     let mut unbounded = Budget::new(u64::MAX, 0);
     unbounded.used_bytes = counted_bytes(channels);
-    let applied = apply_in(txn, path, channels, next_channel_id, unbounded, &writes)?;
+    let applied = apply_in(txn, path, channels, next_channel_id, unbounded, writes)?;
     if applied
         .outcomes
         .iter()

@@ -669,7 +669,7 @@ impl Worker {
             tickets.push((ticket, writes.len()));
             all.extend(writes);
         }
-        match self.provider.commit(&all) {
+        match self.provider.commit_owned(all) {
             Ok(outcomes) => {
                 self.count(&outcomes, tickets.len());
                 let mut outcomes = outcomes.into_iter();
@@ -681,7 +681,7 @@ impl Worker {
                     });
                 }
             }
-            Err(e) if tickets.len() == 1 => {
+            Err((e, _)) if tickets.len() == 1 => {
                 Counters::add(&self.counters.failed_commits, 1);
                 Counters::add(&self.counters.requests, 1);
                 (self.deliver)(Completion {
@@ -689,7 +689,7 @@ impl Worker {
                     answer: Answer::Committed(Err(e)),
                 });
             }
-            Err(_) => {
+            Err((_, all)) => {
                 // One request's failure must not be its neighbours': each
                 // runs again alone, and gets the answer it would have had.
                 Counters::add(&self.counters.failed_batches, 1);
