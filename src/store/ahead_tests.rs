@@ -2,19 +2,13 @@
 //! kind of write or an idle storage thread applies them first, a failure
 //! applying one keeps every answered batch, and a crash loses none.
 
-use std::path::Path;
 use std::time::Duration;
 
 use super::ahead::BEHIND_MAX_BATCHES;
 use super::conformance::{append, msg, TempDir};
-use super::journal_tests::{crash_image, journal_only, ALL, MAX_BYTES};
+use super::journal_tests::{crash_image, ALL, MAX_BYTES};
+use super::pending_tests::{offsets, open};
 use super::*;
-
-fn open(file: &Path) -> RedbProvider {
-    let mut p = journal_only(file);
-    p.set_pending_max_age_ms(u64::MAX);
-    p
-}
 
 /// `n` batches of one append each, from offset `first`.
 fn acknowledge(p: &mut RedbProvider, first: u64, n: u64) {
@@ -24,16 +18,6 @@ fn acknowledge(p: &mut RedbProvider, first: u64, n: u64) {
             .map_err(|(e, _)| e)
             .expect("commit");
         assert_eq!(outcomes, vec![Outcome::Appended { offset }]);
-    }
-}
-
-fn offsets(p: &RedbProvider, channel: &str) -> Vec<u64> {
-    match p
-        .read(channel, p.channel(channel).floor, ALL)
-        .expect("read")
-    {
-        Read::Records(b) => b.records.iter().map(|r| r.offset).collect(),
-        other => panic!("expected records, got {other:?}"),
     }
 }
 

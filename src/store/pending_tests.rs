@@ -11,13 +11,13 @@ use super::*;
 
 /// A provider that never checkpoints on its own and whose open
 /// transaction has no age bound.
-fn open(file: &Path) -> RedbProvider {
+pub(crate) fn open(file: &Path) -> RedbProvider {
     let mut p = journal_only(file);
     p.set_pending_max_age_ms(u64::MAX);
     p
 }
 
-fn offsets(p: &RedbProvider, channel: &str) -> Vec<u64> {
+pub(crate) fn offsets(p: &RedbProvider, channel: &str) -> Vec<u64> {
     match p
         .read(channel, p.channel(channel).floor, ALL)
         .expect("read")
