@@ -2,6 +2,7 @@
 //! kind of write or an idle storage thread applies them first, a failure
 //! applying one keeps every answered batch, and a crash loses none.
 
+use std::path::PathBuf;
 use std::time::Duration;
 
 use super::ahead::BEHIND_MAX_BATCHES;
@@ -21,14 +22,21 @@ fn acknowledge(p: &mut RedbProvider, first: u64, n: u64) {
     }
 }
 
+/// A fresh provider in a directory of its own, and its file's path.
+fn provider(name: &str) -> (TempDir, PathBuf, RedbProvider) {
+    let dir = TempDir::new(name);
+    let file = dir.path().join("saguin.redb");
+    let p = open(&file);
+    (dir, file, p)
+}
+
 fn behind(p: &RedbProvider) -> bool {
     p.behind.borrow().is_some()
 }
 
 #[test]
 fn appends_are_answered_before_the_apply_and_a_read_applies_them_first() {
-    let dir = TempDir::new("ahead-read");
-    let mut p = open(&dir.path().join("saguin.redb"));
+    let (_dir, _, mut p) = provider("ahead-read");
     acknowledge(&mut p, 1, 3);
     assert!(
         behind(&p),
@@ -41,8 +49,7 @@ fn appends_are_answered_before_the_apply_and_a_read_applies_them_first() {
 
 #[test]
 fn another_kind_of_write_applies_the_answered_appends_first() {
-    let dir = TempDir::new("ahead-mixed");
-    let mut p = open(&dir.path().join("saguin.redb"));
+    let (_dir, _, mut p) = provider("ahead-mixed");
     acknowledge(&mut p, 1, 2);
     let set = Write::SetPosition {
         channel: "c".into(),
@@ -60,8 +67,7 @@ fn another_kind_of_write_applies_the_answered_appends_first() {
 
 #[test]
 fn an_idle_storage_thread_applies_them_without_committing() {
-    let dir = TempDir::new("ahead-idle");
-    let mut p = open(&dir.path().join("saguin.redb"));
+    let (_dir, _, mut p) = provider("ahead-idle");
     acknowledge(&mut p, 1, 2);
     assert_eq!(p.checkpoint_due_in(), Some(Duration::ZERO));
     p.checkpoint().expect("idle");
@@ -80,8 +86,7 @@ fn an_idle_storage_thread_applies_them_without_committing() {
 
 #[test]
 fn at_most_a_bounded_number_wait_for_the_apply() {
-    let dir = TempDir::new("ahead-bound");
-    let mut p = open(&dir.path().join("saguin.redb"));
+    let (_dir, _, mut p) = provider("ahead-bound");
     acknowledge(&mut p, 1, BEHIND_MAX_BATCHES as u64);
     assert!(behind(&p));
     // The next batch finds the queue of answered batches full: they are
@@ -92,9 +97,7 @@ fn at_most_a_bounded_number_wait_for_the_apply() {
 
 #[test]
 fn a_failed_apply_rebuilds_the_transaction_with_every_answered_batch() {
-    let dir = TempDir::new("ahead-fail");
-    let file = dir.path().join("saguin.redb");
-    let mut p = open(&file);
+    let (_dir, _, mut p) = provider("ahead-fail");
     acknowledge(&mut p, 1, 2);
     p.checkpoint().expect("applied into the open transaction");
     acknowledge(&mut p, 3, 3);
@@ -111,9 +114,7 @@ fn a_failed_apply_rebuilds_the_transaction_with_every_answered_batch() {
 
 #[test]
 fn a_crash_with_answered_batches_not_applied_loses_none() {
-    let dir = TempDir::new("ahead-crash");
-    let file = dir.path().join("saguin.redb");
-    let mut p = open(&file);
+    let (dir, file, mut p) = provider("ahead-crash");
     acknowledge(&mut p, 1, 4);
     assert!(behind(&p));
     let image = crash_image(&file, &dir.path().join("crashed.redb"), true);
@@ -124,9 +125,7 @@ fn a_crash_with_answered_batches_not_applied_loses_none() {
 
 #[test]
 fn a_checkpoint_puts_the_answered_batches_in_the_file_before_the_journal_restarts() {
-    let dir = TempDir::new("ahead-checkpoint");
-    let file = dir.path().join("saguin.redb");
-    let mut p = open(&file);
+    let (dir, file, mut p) = provider("ahead-checkpoint");
     acknowledge(&mut p, 1, 3);
     p.set_checkpoint_interval_ms(0);
     p.checkpoint().expect("checkpoint");

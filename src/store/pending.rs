@@ -25,7 +25,7 @@ use ::redb::{Database, Durability, WriteTransaction};
 
 use super::error::StoreError;
 use super::redb::{db_error, write_meta_u64, ChannelEntry, META_JOURNAL_SEQUENCE};
-use super::replay::apply_frame;
+use super::replay::{apply_journalled, decode_frame};
 
 /// The most batches one open transaction holds before it is committed.
 pub(crate) const PENDING_MAX_BATCHES: usize = 128;
@@ -175,14 +175,14 @@ impl Rebuild {
         let mut channels = self.base.channels;
         let mut next_channel_id = self.base.next_channel_id;
         for (sequence, payload) in self.frames {
-            let applied = apply_frame(
+            let applied = apply_journalled(
                 &pending.txn,
                 path,
                 journal_path,
                 &channels,
                 next_channel_id,
                 sequence,
-                &payload,
+                &decode_frame(journal_path, sequence, &payload)?,
             )?;
             channels.extend(applied.staged);
             next_channel_id = applied.next_channel_id;

@@ -120,14 +120,14 @@ fn replay_frames(
             .map_err(db_error(path, "begin replaying a journal batch"))?;
         txn.set_durability(Durability::None)
             .map_err(db_error(path, "ask for a commit without a sync"))?;
-        let applied = apply_frame(
+        let applied = apply_journalled(
             &txn,
             path,
             journal_path,
             &channels,
             next_channel_id,
             frame.sequence,
-            &frame.payload,
+            &decode_frame(journal_path, frame.sequence, &frame.payload)?,
         )?;
         write_meta_u64(&txn, path, META_JOURNAL_SEQUENCE, frame.sequence)?;
         txn.commit()
@@ -145,38 +145,25 @@ fn replay_frames(
     Ok(last)
 }
 
+/// The writes one journal frame holds.
+pub(crate) fn decode_frame(
+    journal_path: &Path,
+    sequence: u64,
+    payload: &[u8],
+) -> Result<Vec<Write>, StoreError> {
+    decode_batch(payload).map_err(|e| {
+        StoreError::format(
+            journal_path,
+            format!("batch {sequence} checks out and cannot be read: {}", e.0),
+        )
+    })
+}
+
 /// Applies one journal frame's writes in `txn` over `channels`, as they
 /// were applied when acknowledged. The batch was admitted once, so no byte
 /// bound (which may have been lowered since) refuses it now; a write that
 /// is refused all the same means the file is not the state the frame was
 /// written against.
-pub(crate) fn apply_frame(
-    txn: &WriteTransaction,
-    path: &Path,
-    journal_path: &Path,
-    channels: &HashMap<String, ChannelEntry>,
-    next_channel_id: u32,
-    sequence: u64,
-    payload: &[u8],
-) -> Result<Applied, StoreError> {
-    let writes = decode_batch(payload).map_err(|e| {
-        StoreError::format(
-            journal_path,
-            format!("batch {sequence} checks out and cannot be read: {}", e.0),
-        )
-    })?;
-    apply_journalled(
-        txn,
-        path,
-        journal_path,
-        channels,
-        next_channel_id,
-        sequence,
-        &writes,
-    )
-}
-
-/// [`apply_frame`] for the writes a frame holds, already at hand.
 pub(crate) fn apply_journalled(
     txn: &WriteTransaction,
     path: &Path,
