@@ -18,6 +18,7 @@ pub mod bridge;
 pub mod codec;
 pub mod config;
 pub mod core;
+pub(crate) mod fast_hash;
 pub mod net;
 pub mod ops;
 pub mod store;

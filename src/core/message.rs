@@ -132,7 +132,9 @@ pub(crate) fn to_stored(message: &Message, id: &MessageId) -> store::Message {
     store::Message {
         id: id.clone(),
         received_at_ms: message.received_at_unix_ms,
-        topic: message.topic.to_string(),
+        // `String::from`, not `to_string`: a `Box<str>` would go through
+        // the formatter.
+        topic: String::from(&*message.topic),
         payload: message.payload.clone(),
         user_properties: p
             .user_properties

@@ -21,13 +21,13 @@ pub mod slab;
 mod tests;
 mod timer;
 
-use std::collections::HashMap;
 use std::sync::Arc;
 
 use crate::codec::{
     Connack, DecodeError, Disconnect, Packet, Properties, ProtocolVersion, ReasonCode, Subscribe,
     Unsubscribe,
 };
+use crate::fast_hash::FastHashMap;
 use crate::store::{ReadLimit, Write};
 pub use broadcast::log::{read_log, LogAtStart, BROADCAST_SPACE};
 pub use broadcast::qos2_holds::{is_hold_key, StoredHold};
@@ -335,12 +335,12 @@ pub struct Broker {
     pub(crate) readers: Slab<channel::Reader>,
     pub(crate) latest_readers: Slab<channel::latest::reader::LatestReader>,
     /// Storage requests in flight, by ticket.
-    pub(crate) pending: HashMap<u64, channel::Pending>,
+    pub(crate) pending: FastHashMap<u64, channel::Pending>,
     pub(crate) position_duties: channel::positions::PositionDuties,
     /// Channel records owed to durable shared groups, waiting on their log
     /// write, with their publisher's answer; bounded by the publishes
     /// waiting on storage.
-    pub(crate) records_for_groups: HashMap<u64, channel::RecordForGroups>,
+    pub(crate) records_for_groups: FastHashMap<u64, channel::RecordForGroups>,
     pub(crate) next_ticket: u64,
     /// What publishes waiting on storage hold, against its bound.
     pub(crate) pending_publish_bytes: u64,
@@ -385,9 +385,9 @@ impl Broker {
             queues,
             readers: Slab::growable(u32::MAX as usize),
             latest_readers: Slab::growable(u32::MAX as usize),
-            pending: HashMap::new(),
+            pending: FastHashMap::default(),
             position_duties: Default::default(),
-            records_for_groups: HashMap::new(),
+            records_for_groups: FastHashMap::default(),
             next_ticket: 0,
             pending_publish_bytes: 0,
             id_generator: crate::store::MessageIdGenerator::with_seed(settings.start_unix_ms),

@@ -18,13 +18,14 @@
 //! rebuilds the transaction from every frame, as after any failure inside
 //! it (`pending.rs`).
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
+use std::ops::Range;
 
 use super::apply::{apply_batch, RecordHead, Tables};
 use super::budget::Budget;
 use super::error::StoreError;
 use super::pending::Base;
-use super::redb::{Applied, ChannelEntry, Staging};
+use super::redb::{Applied, ChannelMap, Staging};
 use super::types::{ChannelState, Message, Write};
 
 /// The most answered batches left unapplied before the next commit
@@ -37,7 +38,7 @@ pub(crate) const BEHIND_MAX_FRAME_BYTES: usize = 256 << 10;
 /// Answered frames not yet in redb's open transaction, oldest first, and
 /// the counters as that transaction has them.
 pub(crate) struct Behind {
-    pub(crate) channels: HashMap<String, ChannelEntry>,
+    pub(crate) channels: ChannelMap,
     pub(crate) next_channel_id: u32,
     batches: VecDeque<Answered>,
     frame_bytes: usize,
@@ -48,12 +49,14 @@ pub(crate) struct Behind {
 pub(crate) struct Answered {
     pub(crate) sequence: u64,
     pub(crate) frame: Vec<u8>,
+    /// Where each append's record lies in `frame`, for the apply.
+    pub(crate) records: Vec<Range<usize>>,
     pub(crate) writes: Vec<Write>,
 }
 
 impl Behind {
     /// Nothing behind yet; redb's transaction is at these counters.
-    pub(crate) fn new(channels: HashMap<String, ChannelEntry>, next_channel_id: u32) -> Self {
+    pub(crate) fn new(channels: ChannelMap, next_channel_id: u32) -> Self {
         Behind {
             channels,
             next_channel_id,
@@ -96,7 +99,7 @@ impl Behind {
 /// the same code that applies it (`apply.rs`), with the records left for
 /// the apply. The caller has checked that every write is an append.
 pub(crate) fn forecast(
-    channels: &HashMap<String, ChannelEntry>,
+    channels: &ChannelMap,
     next_channel_id: u32,
     mut budget: Budget,
     writes: &[Write],

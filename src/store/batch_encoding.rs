@@ -2,6 +2,8 @@
 //! byte per write, then its fields in declaration order, messages in the
 //! record encoding, optional fields behind a presence byte.
 
+use std::ops::Range;
+
 use super::encoding::{decode_message, encode_message, DecodeError, Decoded, Decoder, Encoder};
 use super::types::{TrimRule, Write};
 
@@ -22,18 +24,22 @@ const TRIM_TO_BYTES: u8 = 3;
 /// The fewest bytes a write takes: its tag and an empty channel name.
 const WRITE_MIN_BYTES: usize = 5;
 
+/// A batch's bytes, and where each append's record encoding lies in them,
+/// in order: the bytes redb stores for the record, so the apply need not
+/// encode it again.
 pub(crate) fn encode_batch<'w>(
     writes: impl ExactSizeIterator<Item = &'w Write> + Clone,
-) -> Vec<u8> {
+) -> (Vec<u8>, Vec<Range<usize>>) {
     // Sized up front from the messages' counted sizes (which include a
     // record's fixed overhead), so the buffer is not grown record by record.
     let estimate: u64 = writes.clone().map(estimated_bytes).sum();
     let mut e = Encoder::with_capacity(usize::try_from(estimate).unwrap_or(0).saturating_add(4));
     e.u32(u32::try_from(writes.len()).unwrap_or(u32::MAX));
+    let mut records = Vec::with_capacity(writes.len());
     for w in writes {
-        encode_write(w, &mut e);
+        records.extend(encode_write(w, &mut e));
     }
-    e.buf
+    (e.buf, records)
 }
 
 /// About what a write's encoding takes: exact enough to size a buffer.
@@ -77,7 +83,8 @@ fn decode_option_u64(d: &mut Decoder<'_>, what: &str) -> Decoded<Option<u64>> {
     }
 }
 
-fn encode_write(w: &Write, e: &mut Encoder) {
+/// Encodes `w`; for an append, returns where its record's encoding went.
+fn encode_write(w: &Write, e: &mut Encoder) -> Option<Range<usize>> {
     match w {
         Write::Append {
             channel,
@@ -86,8 +93,11 @@ fn encode_write(w: &Write, e: &mut Encoder) {
         } => {
             e.u8(APPEND);
             e.str(channel);
+            let start = e.buf.len();
             encode_message(message, e);
+            let record = start..e.buf.len();
             option_u64(*channel_max_bytes, e);
+            return Some(record);
         }
         Write::SetPosition {
             channel,
@@ -175,6 +185,7 @@ fn encode_write(w: &Write, e: &mut Encoder) {
             }
         }
     }
+    None
 }
 
 fn decode_write(d: &mut Decoder<'_>) -> Decoded<Write> {
@@ -326,11 +337,47 @@ mod tests {
                 drop_entry: None,
             },
         ];
-        let bytes = encode_batch(writes.iter());
+        let (bytes, _) = encode_batch(writes.iter());
         assert_eq!(decode_batch(&bytes).unwrap(), writes);
         // Every shortened form is refused, never misread.
         for cut in 0..bytes.len() {
             assert!(decode_batch(&bytes[..cut]).is_err(), "cut at {cut}");
+        }
+    }
+
+    #[test]
+    fn the_noted_records_are_the_appends_record_encodings_in_order() {
+        let appended = [full_message(), plain_message("t", b"p")];
+        let writes = vec![
+            Write::SetPosition {
+                channel: "a".into(),
+                reader: "mqtt:c".into(),
+                offset: 3,
+            },
+            Write::Append {
+                channel: "a".into(),
+                message: appended[0].clone(),
+                channel_max_bytes: Some(99),
+            },
+            Write::Move {
+                channel: "q".into(),
+                offset: 2,
+                to: "dlq".into(),
+                message: plain_message("moved", b"m"),
+                drop_entry: None,
+            },
+            Write::Append {
+                channel: "b".into(),
+                message: appended[1].clone(),
+                channel_max_bytes: None,
+            },
+        ];
+        let (bytes, records) = encode_batch(writes.iter());
+        assert_eq!(records.len(), appended.len());
+        for (record, message) in records.iter().zip(&appended) {
+            let mut alone = Encoder::default();
+            encode_message(message, &mut alone);
+            assert_eq!(&bytes[record.clone()], alone.buf.as_slice());
         }
     }
 }

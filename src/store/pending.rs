@@ -17,14 +17,13 @@
 //! and the failed one leaves no trace. A crash drops it too; the frames
 //! are in the journal and the replay at open applies them again.
 
-use std::collections::HashMap;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
 use ::redb::{Database, Durability, WriteTransaction};
 
 use super::error::StoreError;
-use super::redb::{db_error, write_meta_u64, ChannelEntry, META_JOURNAL_SEQUENCE};
+use super::redb::{db_error, write_meta_u64, ChannelMap, META_JOURNAL_SEQUENCE};
 use super::replay::{apply_journalled, decode_frame};
 
 /// The most batches one open transaction holds before it is committed.
@@ -41,7 +40,7 @@ pub(crate) const PENDING_MAX_AGE_MS: u64 = 20;
 /// starts.
 #[derive(Clone)]
 pub(crate) struct Base {
-    pub(crate) channels: HashMap<String, ChannelEntry>,
+    pub(crate) channels: ChannelMap,
     pub(crate) next_channel_id: u32,
 }
 
@@ -169,7 +168,7 @@ impl Rebuild {
         db: &Database,
         path: &Path,
         journal_path: &Path,
-        expected: &HashMap<String, ChannelEntry>,
+        expected: &ChannelMap,
     ) -> Result<Pending, StoreError> {
         let mut pending = Pending::begin(db, path, self.base.clone(), self.max_age)?;
         let mut channels = self.base.channels;
@@ -183,6 +182,7 @@ impl Rebuild {
                 next_channel_id,
                 sequence,
                 &decode_frame(journal_path, sequence, &payload)?,
+                None,
             )?;
             channels.extend(applied.staged);
             next_channel_id = applied.next_channel_id;

@@ -21,10 +21,10 @@
 //! committed.
 
 use std::cell::{Cell, RefCell};
-use std::collections::HashMap;
 use std::ffi::OsString;
 use std::fmt::Display;
 use std::fs::OpenOptions;
+use std::ops::Range;
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -100,6 +100,9 @@ struct CheckpointState {
     must: bool,
 }
 
+/// Each channel's counters, by name.
+pub(crate) type ChannelMap = crate::fast_hash::FastHashMap<String, ChannelEntry>;
+
 /// A channel's id and counters, as the cache and a batch hold them.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct ChannelEntry {
@@ -126,7 +129,7 @@ pub struct RedbProvider {
     // another broker may take it.
     db: Database,
     budget: Budget,
-    channels: HashMap<String, ChannelEntry>,
+    channels: ChannelMap,
     next_channel_id: u32,
     journal: Journal,
     /// The last journal sequence used (or attempted).
@@ -401,6 +404,7 @@ impl RedbProvider {
         while let Some(Answered {
             sequence,
             frame,
+            records,
             writes,
         }) = behind.pop()
         {
@@ -419,6 +423,7 @@ impl RedbProvider {
                     behind.next_channel_id,
                     sequence,
                     &writes,
+                    Some(EncodedRecords::new(&frame, &records)),
                 )
             };
             match applied {
@@ -456,7 +461,7 @@ impl RedbProvider {
         if std::mem::take(&mut self.fail_next_commit) {
             return Err(StoreError::Invalid("a failure injected by a test".into()));
         }
-        let frame = frame_of_kept(writes, &forecast.outcomes);
+        let (frame, records) = frame_of_kept(writes, &forecast.outcomes);
         if !self.journal.fits(frame.len()) {
             return Ok(None);
         }
@@ -477,6 +482,7 @@ impl RedbProvider {
         behind.push(Answered {
             sequence: self.journal_sequence,
             frame,
+            records,
             writes: std::mem::take(writes),
         });
         Ok(Some(self.adopt(forecast)))
@@ -584,10 +590,7 @@ pub(crate) fn not_a_provider(path: &Path, tables: &[String]) -> StoreError {
     )
 }
 
-pub(crate) fn load_channels(
-    db: &Database,
-    path: &Path,
-) -> Result<HashMap<String, ChannelEntry>, StoreError> {
+pub(crate) fn load_channels(db: &Database, path: &Path) -> Result<ChannelMap, StoreError> {
     let txn = db
         .begin_read()
         .map_err(db_error(path, "begin a read transaction"))?;
@@ -598,11 +601,11 @@ pub(crate) fn load_channels(
 pub(crate) fn read_channel_rows(
     txn: &::redb::ReadTransaction,
     path: &Path,
-) -> Result<HashMap<String, ChannelEntry>, StoreError> {
+) -> Result<ChannelMap, StoreError> {
     let table = txn
         .open_table(CHANNELS)
         .map_err(db_error(path, "open the channels table"))?;
-    let mut channels = HashMap::new();
+    let mut channels = ChannelMap::default();
     for row in table
         .iter()
         .map_err(db_error(path, "read the channels table"))?
@@ -652,6 +655,30 @@ struct RedbTables<'a, 't> {
     /// Each record is encoded here before it is stored: one buffer a
     /// batch, not one a record.
     scratch: Encoder,
+    /// The batch's records as its journal frame already holds them.
+    encoded: Option<EncodedRecords<'a>>,
+}
+
+/// The records of a batch encoded in its journal frame, in the order its
+/// appends store them (`encode_batch`): the apply stores
+/// these bytes rather than encoding each record a second time.
+pub(crate) struct EncodedRecords<'f> {
+    frame: &'f [u8],
+    records: std::slice::Iter<'f, Range<usize>>,
+}
+
+impl<'f> EncodedRecords<'f> {
+    pub(crate) fn new(frame: &'f [u8], records: &'f [Range<usize>]) -> Self {
+        EncodedRecords {
+            frame,
+            records: records.iter(),
+        }
+    }
+
+    fn next(&mut self) -> Option<&'f [u8]> {
+        let record = self.records.next()?;
+        self.frame.get(record.clone())
+    }
 }
 
 /// The table in `slot`, opened in `txn` on first use.
@@ -692,16 +719,16 @@ impl<'t> RedbTables<'_, 't> {
 /// over the provider's. Counters are all an append reads or changes, so
 /// the same view forecasts a batch of appends without redb (`ahead.rs`).
 pub(crate) struct Staging<'a> {
-    committed: &'a HashMap<String, ChannelEntry>,
-    pub(crate) staged: HashMap<String, ChannelEntry>,
+    committed: &'a ChannelMap,
+    pub(crate) staged: ChannelMap,
     pub(crate) next_channel_id: u32,
 }
 
 impl<'a> Staging<'a> {
-    pub(crate) fn new(committed: &'a HashMap<String, ChannelEntry>, next_channel_id: u32) -> Self {
+    pub(crate) fn new(committed: &'a ChannelMap, next_channel_id: u32) -> Self {
         Staging {
             committed,
-            staged: HashMap::new(),
+            staged: ChannelMap::default(),
             next_channel_id,
         }
     }
@@ -773,11 +800,23 @@ impl Tables for RedbTables<'_, '_> {
         let path = self.path;
         let id = self.counters.id_for(channel)?;
         self.scratch.buf.clear();
-        encode_message(message, &mut self.scratch);
+        let from_frame = self.encoded.as_mut().and_then(EncodedRecords::next);
+        if from_frame.is_none() || cfg!(test) {
+            encode_message(message, &mut self.scratch);
+        }
         let encoded = std::mem::take(&mut self.scratch.buf);
+        let bytes = match from_frame {
+            Some(bytes) => {
+                // The frame's appends and the apply's inserts pair up in
+                // order; the tests check every pairing byte for byte.
+                debug_assert!(!cfg!(test) || bytes == encoded.as_slice());
+                bytes
+            }
+            None => encoded.as_slice(),
+        };
         let existed = self
             .records()?
-            .insert((id, offset), encoded.as_slice())
+            .insert((id, offset), bytes)
             .map_err(db_error(path, "write a record"))?
             .is_some();
         self.scratch.buf = encoded;
@@ -922,7 +961,7 @@ impl Tables for RedbTables<'_, '_> {
 /// memory becomes if it commits.
 pub(crate) struct Applied {
     pub(crate) outcomes: Vec<Outcome>,
-    pub(crate) staged: HashMap<String, ChannelEntry>,
+    pub(crate) staged: ChannelMap,
     pub(crate) next_channel_id: u32,
     pub(crate) budget: Budget,
 }
@@ -932,10 +971,11 @@ pub(crate) struct Applied {
 pub(crate) fn apply_in(
     txn: &WriteTransaction,
     path: &Path,
-    channels: &HashMap<String, ChannelEntry>,
+    channels: &ChannelMap,
     next_channel_id: u32,
     mut budget: Budget,
     writes: &[Write],
+    encoded: Option<EncodedRecords<'_>>,
 ) -> Result<Applied, StoreError> {
     let (outcomes, staged, next_id) = {
         let mut tables = RedbTables {
@@ -946,6 +986,7 @@ pub(crate) fn apply_in(
             entries: None,
             counters: Staging::new(channels, next_channel_id),
             scratch: Encoder::default(),
+            encoded,
         };
         let outcomes = apply_batch(&mut tables, &mut budget, writes)?;
         (
@@ -980,7 +1021,7 @@ pub(crate) fn apply_in(
 }
 
 /// What the channels' counters say is held, as `max_bytes` counts it.
-pub(crate) fn counted_bytes(channels: &HashMap<String, ChannelEntry>) -> u64 {
+pub(crate) fn counted_bytes(channels: &ChannelMap) -> u64 {
     channels
         .values()
         .map(|c| c.state.record_bytes + c.state.position_bytes + c.state.entry_bytes)
@@ -1041,7 +1082,7 @@ pub(crate) fn read_next_channel_id(db: &Database, path: &Path) -> Result<u32, St
 /// The journal frame of a batch: only what was not refused is
 /// journalled. A refused write changed nothing, and a replay then needs no
 /// byte bound to refuse it again.
-fn frame_of_kept(writes: &[Write], outcomes: &[Outcome]) -> Vec<u8> {
+fn frame_of_kept(writes: &[Write], outcomes: &[Outcome]) -> (Vec<u8>, Vec<Range<usize>>) {
     let kept = writes
         .iter()
         .zip(outcomes)
@@ -1117,6 +1158,7 @@ impl Provider for RedbProvider {
             self.next_channel_id,
             self.budget,
             writes,
+            None,
         ) {
             Ok(applied) => applied,
             Err(e) => {
@@ -1129,7 +1171,7 @@ impl Provider for RedbProvider {
             self.rebuild(pending.abandon());
             return Err(StoreError::Invalid("a failure injected by a test".into()));
         }
-        let frame = frame_of_kept(writes, &applied.outcomes);
+        let (frame, _) = frame_of_kept(writes, &applied.outcomes);
         let journalled =
             !self.checkpoint.must && !self.checkpoint_due() && self.journal.fits(frame.len());
         if !journalled {

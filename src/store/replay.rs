@@ -3,7 +3,6 @@
 //! acknowledged write is back at the offset it was acknowledged with (the
 //! apply is deterministic from the same state).
 
-use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
 use ::redb::{Database, Durability, WriteTransaction};
@@ -14,7 +13,7 @@ use super::error::StoreError;
 use super::journal::{journal_path_for, Frame, Journal, Opened};
 use super::redb::{
     apply_in, counted_bytes, db_error, load_channels, read_meta_number, read_next_channel_id,
-    write_meta_u64, Applied, ChannelEntry, JOURNAL_CAPACITY_BYTES, META_JOURNAL_ID,
+    write_meta_u64, Applied, ChannelMap, EncodedRecords, JOURNAL_CAPACITY_BYTES, META_JOURNAL_ID,
     META_JOURNAL_SEQUENCE,
 };
 use super::types::{Outcome, Write};
@@ -128,6 +127,7 @@ fn replay_frames(
             next_channel_id,
             frame.sequence,
             &decode_frame(journal_path, frame.sequence, &frame.payload)?,
+            None,
         )?;
         write_meta_u64(&txn, path, META_JOURNAL_SEQUENCE, frame.sequence)?;
         txn.commit()
@@ -168,14 +168,23 @@ pub(crate) fn apply_journalled(
     txn: &WriteTransaction,
     path: &Path,
     journal_path: &Path,
-    channels: &HashMap<String, ChannelEntry>,
+    channels: &ChannelMap,
     next_channel_id: u32,
     sequence: u64,
     writes: &[Write],
+    encoded: Option<EncodedRecords<'_>>,
 ) -> Result<Applied, StoreError> {
     let mut unbounded = Budget::new(u64::MAX, 0);
     unbounded.used_bytes = counted_bytes(channels);
-    let applied = apply_in(txn, path, channels, next_channel_id, unbounded, writes)?;
+    let applied = apply_in(
+        txn,
+        path,
+        channels,
+        next_channel_id,
+        unbounded,
+        writes,
+        encoded,
+    )?;
     if applied
         .outcomes
         .iter()

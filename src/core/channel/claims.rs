@@ -18,7 +18,7 @@
 //! channel's name and its filters already expanded from `{a,b}` and
 //! validated, in any order; a channel's index is its position there.
 
-use std::collections::HashMap;
+use crate::fast_hash::FastHashMap;
 
 use crate::codec::topic::is_valid_topic_filter;
 
@@ -50,7 +50,7 @@ pub struct Reach {
 #[derive(Default)]
 struct Node {
     /// Spelled-out next levels.
-    children: HashMap<Box<str>, usize>,
+    children: FastHashMap<Box<str>, usize>,
     /// The `+` next level.
     plus: Option<usize>,
     /// A filter ending at this level.
