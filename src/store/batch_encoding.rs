@@ -348,7 +348,7 @@ mod tests {
     #[test]
     fn the_noted_records_are_the_appends_record_encodings_in_order() {
         let appended = [full_message(), plain_message("t", b"p")];
-        let writes = vec![
+        let writes = [
             Write::SetPosition {
                 channel: "a".into(),
                 reader: "mqtt:c".into(),

@@ -181,8 +181,9 @@ impl Rebuild {
                 &channels,
                 next_channel_id,
                 sequence,
-                &decode_frame(journal_path, sequence, &payload)?,
-                None,
+                decode_frame(journal_path, sequence, &payload)?
+                    .as_slice()
+                    .into(),
             )?;
             channels.extend(applied.staged);
             next_channel_id = applied.next_channel_id;

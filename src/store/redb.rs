@@ -48,7 +48,7 @@ use super::journal::Journal;
 use super::lock::LockFile;
 use super::memory::empty_read;
 use super::pending::{Base, Pending, Rebuild, PENDING_MAX_AGE_MS};
-use super::replay::{apply_journalled, attach_journal, checkpoint_db};
+use super::replay::{apply_journalled, attach_journal, checkpoint_db, FrameWrites};
 use super::types::{
     ChannelState, Message, Outcome, Read, ReadBatch, ReadLimit, Record, Usage, Write,
 };
@@ -422,8 +422,10 @@ impl RedbProvider {
                     &behind.channels,
                     behind.next_channel_id,
                     sequence,
-                    &writes,
-                    Some(EncodedRecords::new(&frame, &records)),
+                    FrameWrites {
+                        writes: &writes,
+                        encoded: Some(EncodedRecords::new(&frame, &records)),
+                    },
                 )
             };
             match applied {

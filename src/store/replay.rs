@@ -126,8 +126,9 @@ fn replay_frames(
             &channels,
             next_channel_id,
             frame.sequence,
-            &decode_frame(journal_path, frame.sequence, &frame.payload)?,
-            None,
+            decode_frame(journal_path, frame.sequence, &frame.payload)?
+                .as_slice()
+                .into(),
         )?;
         write_meta_u64(&txn, path, META_JOURNAL_SEQUENCE, frame.sequence)?;
         txn.commit()
@@ -159,6 +160,21 @@ pub(crate) fn decode_frame(
     })
 }
 
+/// A frame's writes, and its records' bytes where the frame is at hand.
+pub(crate) struct FrameWrites<'a> {
+    pub(crate) writes: &'a [Write],
+    pub(crate) encoded: Option<EncodedRecords<'a>>,
+}
+
+impl<'a> From<&'a [Write]> for FrameWrites<'a> {
+    fn from(writes: &'a [Write]) -> Self {
+        FrameWrites {
+            writes,
+            encoded: None,
+        }
+    }
+}
+
 /// Applies one journal frame's writes in `txn` over `channels`, as they
 /// were applied when acknowledged. The batch was admitted once, so no byte
 /// bound (which may have been lowered since) refuses it now; a write that
@@ -171,8 +187,7 @@ pub(crate) fn apply_journalled(
     channels: &ChannelMap,
     next_channel_id: u32,
     sequence: u64,
-    writes: &[Write],
-    encoded: Option<EncodedRecords<'_>>,
+    writes: FrameWrites<'_>,
 ) -> Result<Applied, StoreError> {
     let mut unbounded = Budget::new(u64::MAX, 0);
     unbounded.used_bytes = counted_bytes(channels);
@@ -182,8 +197,8 @@ pub(crate) fn apply_journalled(
         channels,
         next_channel_id,
         unbounded,
-        writes,
-        encoded,
+        writes.writes,
+        writes.encoded,
     )?;
     if applied
         .outcomes
