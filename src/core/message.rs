@@ -16,12 +16,29 @@ pub struct Message {
     pub qos: QoS,
     pub retain: bool,
     /// The publisher's properties, less Topic Alias and Subscription
-    /// Identifiers, which belong to one hop.
-    pub properties: Properties,
+    /// Identifiers, which belong to one hop. Shared (see
+    /// [`shared_properties`]): the struct holds every packet's properties,
+    /// 328 bytes, and a message is moved several times on its way.
+    pub properties: Rc<Properties>,
     /// When the broker received it, in Unix milliseconds.
     pub received_at_unix_ms: u64,
     /// The publishing client id, for No Local. Never sent to a subscriber.
     pub publisher: Option<Rc<str>>,
+}
+
+thread_local! {
+    /// The properties of every message that has none.
+    static NO_PROPERTIES: Rc<Properties> = Rc::new(Properties::default());
+}
+
+/// `properties` to hang on a message: most messages carry none, and those
+/// share one empty set rather than allocating their own.
+pub fn shared_properties(properties: Properties) -> Rc<Properties> {
+    if properties.is_empty() {
+        NO_PROPERTIES.with(Rc::clone)
+    } else {
+        Rc::new(properties)
+    }
 }
 
 impl Message {
@@ -96,7 +113,7 @@ pub(crate) fn outgoing_publish(
     remaining_expiry_s: Option<u32>,
 ) -> Publish {
     let message = &delivery.message;
-    let mut properties = message.properties.clone();
+    let mut properties = Properties::clone(&message.properties);
     properties.subscription_identifiers = delivery.subscription_ids.clone();
     let from_channel = delivery.reader.is_some() || delivery.latest.is_some();
     match remaining_expiry_s {
@@ -160,7 +177,7 @@ pub(crate) fn from_stored(stored: &store::Message) -> Message {
         payload: stored.payload.clone(),
         qos: QoS::from_bits(stored.qos).unwrap_or(QoS::AtMostOnce),
         retain: stored.retain,
-        properties: Properties {
+        properties: shared_properties(Properties {
             payload_format_indicator: stored.payload_format_indicator,
             message_expiry_interval_s: stored.message_expiry_interval_s,
             content_type: stored.content_type.clone(),
@@ -168,7 +185,7 @@ pub(crate) fn from_stored(stored: &store::Message) -> Message {
             correlation_data: stored.correlation_data.clone(),
             user_properties: stored.user_properties.clone(),
             ..Properties::default()
-        },
+        }),
         received_at_unix_ms: stored.received_at_ms,
         publisher: stored.publisher.as_deref().map(Into::into),
     }
@@ -182,7 +199,7 @@ pub(crate) fn from_stored(stored: &store::Message) -> Message {
 pub(crate) fn labelled(mut message: Message, id: &MessageId, offset: u64) -> Message {
     let received_ms = message.received_at_unix_ms;
     let expiry_s = message.properties.message_expiry_interval_s;
-    let labels = &mut message.properties.user_properties;
+    let labels = &mut Rc::make_mut(&mut message.properties).user_properties;
     labels.retain(|(name, _)| name != "saguin-id");
     labels.reserve(4);
     labels.push(("saguin-id".into(), id.to_string()));
@@ -202,7 +219,7 @@ pub(crate) fn labelled(mut message: Message, id: &MessageId, offset: u64) -> Mes
 /// consumer whose filter reaches more than one (its offsets are per
 /// channel) and for a dead letter. Built at delivery, never stored.
 pub(crate) fn with_channel(message: &Rc<Message>, channel: &str) -> Rc<Message> {
-    let mut properties = message.properties.clone();
+    let mut properties = Properties::clone(&message.properties);
     properties
         .user_properties
         .push(("saguin-channel".into(), channel.to_string()));
@@ -211,8 +228,35 @@ pub(crate) fn with_channel(message: &Rc<Message>, channel: &str) -> Rc<Message> 
         payload: message.payload.clone(),
         qos: message.qos,
         retain: message.retain,
-        properties,
+        properties: Rc::new(properties),
         received_at_unix_ms: message.received_at_unix_ms,
         publisher: message.publisher.clone(),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every session, cached tail and waiting publish holds messages; the
+    /// struct of all properties (328 bytes) stays out of them.
+    const MAX_MESSAGE_BYTES: usize = 96;
+
+    #[test]
+    fn a_message_stays_small_and_messages_without_properties_share_them() {
+        assert!(
+            std::mem::size_of::<Message>() <= MAX_MESSAGE_BYTES,
+            "a Message is {} bytes",
+            std::mem::size_of::<Message>()
+        );
+        let a = shared_properties(Properties::default());
+        let b = shared_properties(Properties::default());
+        assert!(Rc::ptr_eq(&a, &b));
+        let with = shared_properties(Properties {
+            content_type: Some("text/plain".into()),
+            ..Properties::default()
+        });
+        assert!(!Rc::ptr_eq(&a, &with));
+        assert_eq!(with.content_type.as_deref(), Some("text/plain"));
+    }
 }

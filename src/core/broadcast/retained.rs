@@ -124,7 +124,8 @@ mod tests {
             properties: Properties {
                 message_expiry_interval_s: expiry_s,
                 ..Properties::default()
-            },
+            }
+            .into(),
             received_at_unix_ms: 0,
             publisher: None,
         })

@@ -214,7 +214,7 @@ mod tests {
             payload: vec![0; payload_bytes],
             qos: QoS::AtLeastOnce,
             retain: false,
-            properties: Properties::default(),
+            properties: Properties::default().into(),
             received_at_unix_ms,
             publisher: None,
         })

@@ -9,7 +9,7 @@ use crate::codec::{
     ReasonCode, Will,
 };
 use crate::core::broadcast::topic_index::Target;
-use crate::core::message::{Delivery, Message};
+use crate::core::message::{shared_properties, Delivery, Message};
 use crate::core::observe::WillCause;
 use crate::core::session::{OutboundStage, Session};
 use crate::core::{Active, Broker, Key, Transport, TOPIC_ALIAS_MAXIMUM};
@@ -721,7 +721,7 @@ impl Broker {
             payload: will.payload,
             qos: will.qos,
             retain: will.retain,
-            properties,
+            properties: shared_properties(properties),
             received_at_unix_ms: self.unix_ms(now_ms),
             publisher: Some(Rc::clone(&client_id)),
         };

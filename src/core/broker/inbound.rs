@@ -6,7 +6,7 @@ use std::rc::Rc;
 
 use crate::codec::{Packet, Properties, ProtocolVersion, PubAck, Publish, QoS, ReasonCode};
 use crate::core::channel::PendingAck;
-use crate::core::message::Message;
+use crate::core::message::{shared_properties, Message};
 use crate::core::session::{HeldPublish, OutboundStage};
 use crate::core::{Broker, Key, Transport};
 
@@ -704,7 +704,7 @@ fn message_from_publish(
         payload: publish.payload,
         qos: publish.qos,
         retain: publish.retain,
-        properties,
+        properties: shared_properties(properties),
         received_at_unix_ms: now_unix_ms,
         publisher,
     }

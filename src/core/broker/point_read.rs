@@ -218,7 +218,7 @@ impl Broker {
             response_topic: None,
             correlation_data: None,
             message_expiry_interval_s: None,
-            ..message.properties.clone()
+            ..Properties::clone(&message.properties)
         };
         let payload = message.payload.clone();
         self.answer_request(reply, Some(properties), payload, now_ms, out);

@@ -24,7 +24,7 @@ pub mod rules;
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::rc::Rc;
 
-use crate::codec::QoS;
+use crate::codec::{Properties, QoS};
 use crate::core::message::Message;
 use crate::core::Key;
 use crate::store::{self};
@@ -295,7 +295,7 @@ pub(crate) fn job_message(
     attempt: u32,
     now_unix_ms: u64,
 ) -> Message {
-    let mut properties = body.properties.clone();
+    let mut properties = Properties::clone(&body.properties);
     properties
         .user_properties
         .push(("saguin-attempt".into(), attempt.to_string()));
@@ -310,7 +310,7 @@ pub(crate) fn job_message(
         payload: body.payload.clone(),
         qos: QoS::AtLeastOnce,
         retain: false,
-        properties,
+        properties: Rc::new(properties),
         received_at_unix_ms: body.received_at_unix_ms,
         publisher: body.publisher.clone(),
     }
