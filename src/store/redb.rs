@@ -654,8 +654,8 @@ struct RedbTables<'a, 't> {
     positions: Option<Table<'t, (u32, &'static str), u64>>,
     entries: Option<Table<'t, (u32, &'static str), &'static [u8]>>,
     counters: Staging<'a>,
-    /// Each record is encoded here before it is stored: one buffer a
-    /// batch, not one a record.
+    /// A record no frame holds encoded is encoded here before it is
+    /// stored: one buffer a batch, not one a record.
     scratch: Encoder,
     /// The batch's records as its journal frame already holds them.
     encoded: Option<EncodedRecords<'a>>,
