@@ -241,14 +241,11 @@ fn a_unix_socket_request_carries_a_proxys_principal_to_curl() {
     assert_eq!(ask("", "/metrics").status, 401);
 }
 
-#[test]
-fn a_tcp_door_serves_its_routes_over_tls_to_curl() {
-    if !have_curl() || !common::have_tools("the operations TLS test", &["openssl"], "openssl") {
-        return;
-    }
-    let dir = TempDir::new("ops-curl-tls");
+/// A self-signed certificate for 127.0.0.1 in `NAME.pem`, its key in
+/// `NAME-key.pem`.
+fn self_signed(dir: &Path, name: &str) {
     let made = Command::new("openssl")
-        .current_dir(dir.path())
+        .current_dir(dir)
         .args([
             "req",
             "-x509",
@@ -257,9 +254,14 @@ fn a_tcp_door_serves_its_routes_over_tls_to_curl() {
             "-pkeyopt",
             "ec_paramgen_curve:P-256",
         ])
-        .args(["-days", "30", "-nodes", "-subj", "/CN=operations"])
+        .args(["-days", "30", "-nodes", "-subj", &format!("/CN={name}")])
         .args(["-addext", "subjectAltName=IP:127.0.0.1"])
-        .args(["-keyout", "ops-key.pem", "-out", "ops.pem"])
+        .args([
+            "-keyout",
+            &format!("{name}-key.pem"),
+            "-out",
+            &format!("{name}.pem"),
+        ])
         .output()
         .expect("run openssl");
     assert!(
@@ -267,6 +269,70 @@ fn a_tcp_door_serves_its_routes_over_tls_to_curl() {
         "{}",
         String::from_utf8_lossy(&made.stderr)
     );
+}
+
+/// Whether curl, trusting only `cacert`, completes a request to `url`.
+fn trusts(cacert: &Path, url: &str) -> bool {
+    Command::new("curl")
+        .args(["-s", "-o", "/dev/null", "--max-time", "20", "--cacert"])
+        .arg(cacert)
+        .arg(url)
+        .status()
+        .expect("run curl")
+        .success()
+}
+
+#[test]
+fn sigusr1_swaps_an_operations_door_certificate_and_keeps_it_through_a_broken_renewal() {
+    if !have_curl() || !common::have_tools("the operations TLS test", &["openssl"], "openssl") {
+        return;
+    }
+    let dir = TempDir::new("ops-curl-tls-reload");
+    for name in ["served", "renewed", "stray"] {
+        self_signed(dir.path(), name);
+    }
+    let at = |file: &str| dir.path().join(file);
+    std::fs::copy(at("served.pem"), at("ops.pem")).unwrap();
+    std::fs::copy(at("served-key.pem"), at("ops-key.pem")).unwrap();
+    let tls = format!(
+        "        tls:\n          cert_file: {0}/ops.pem\n          key_file: {0}/ops-key.pem\n",
+        dir.path().display()
+    );
+    let (mut broker, ops) = start(&dir, &tls);
+    let health = format!("https://{ops}/health");
+    assert!(trusts(&at("served.pem"), &health));
+    assert!(!trusts(&at("renewed.pem"), &health));
+
+    // The renewal lands over the files the door was started with.
+    std::fs::copy(at("renewed.pem"), at("ops.pem")).unwrap();
+    std::fs::copy(at("renewed-key.pem"), at("ops-key.pem")).unwrap();
+    broker.signal("USR1");
+    let line = broker.wait_for_log("certificate re-read; new connections are served with it");
+    assert!(line.contains("broker.operations.listen.tcp"), "{line}");
+    assert!(trusts(&at("renewed.pem"), &health));
+    assert!(!trusts(&at("served.pem"), &health));
+
+    // A key that is not the certificate's: logged naming the key and the
+    // file, and the renewed pair goes on serving.
+    std::fs::copy(at("stray-key.pem"), at("ops-key.pem")).unwrap();
+    broker.signal("USR1");
+    let error = broker.wait_for_log("the certificate served before stays in force");
+    assert!(
+        error.contains("ERROR")
+            && error.contains("broker.operations.listen.tcp.tls.key_file")
+            && error.contains("is not the key of the certificate"),
+        "{error}"
+    );
+    assert!(trusts(&at("renewed.pem"), &health));
+}
+
+#[test]
+fn a_tcp_door_serves_its_routes_over_tls_to_curl() {
+    if !have_curl() || !common::have_tools("the operations TLS test", &["openssl"], "openssl") {
+        return;
+    }
+    let dir = TempDir::new("ops-curl-tls");
+    self_signed(dir.path(), "ops");
     let passwd = write_operators(dir.path());
     let tls = format!(
         "        tls:\n          cert_file: {0}/ops.pem\n          key_file: {0}/ops-key.pem\n    password_file: {passwd}\n",

@@ -303,7 +303,16 @@ fn door_tls(f: &mut Findings, path: &str, value: &Value) -> Option<ops::DoorTls>
         return None;
     }
     match crate::net::tls::load(&settings) {
-        Ok(loaded) => Some(ops::DoorTls(loaded.config)),
+        Ok(loaded) => Some(ops::DoorTls {
+            door: settings.door.clone(),
+            config: loaded.config,
+            read_again: Arc::new(move || {
+                let loaded = crate::net::tls::load(&settings)?;
+                let now_unix_s = crate::net::tls::now_unix_s();
+                crate::net::tls::log_expiry(&settings, &loaded.leaf, now_unix_s);
+                Ok(loaded.config)
+            }),
+        }),
         Err(why) => {
             f.key(&tls_path, &why);
             None

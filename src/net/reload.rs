@@ -10,8 +10,8 @@
 //! logged at `error` naming the file. Connected clients keep their
 //! connections (and their handshakes) either way; what they may do from
 //! then on is what the new authorization file grants. The operations
-//! listener's operators files are re-read too, on their own. Every other
-//! setting is read once, at startup.
+//! listener's operators files and its doors' certificates are re-read
+//! too, each on its own. Every other setting is read once, at startup.
 
 use std::rc::Rc;
 use std::sync::Arc;
@@ -54,7 +54,9 @@ impl Reload {
     /// applied, and that the rest waits for a restart.
     pub(crate) async fn reload(&mut self) {
         if let Some(operators) = self.operators.clone() {
-            log::info!("received SIGUSR1: re-reading the operations listener's operators files");
+            log::info!(
+                "received SIGUSR1: re-reading the operations listener's operators files and certificates"
+            );
             // Off the executor, as the password files below are.
             smol::unblock(move || operators.reload()).await;
         }

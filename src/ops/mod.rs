@@ -72,9 +72,20 @@ pub struct TcpDoor {
     pub tls: Option<DoorTls>,
 }
 
-/// A TCP door's TLS: its certificate, key and versions, ready to serve.
+/// A TCP door's TLS: what its handshakes run on, and how SIGUSR1 reads it
+/// again from the door's files (the configuration knows where they are
+/// and how to check them).
 #[derive(Clone)]
-pub struct DoorTls(pub Arc<rustls::ServerConfig>);
+pub struct DoorTls {
+    /// What messages call the door: `broker.operations.listen.tcp`.
+    pub door: String,
+    pub config: Arc<rustls::ServerConfig>,
+    pub read_again: TlsReader,
+}
+
+/// Reads a door's certificate and key again; the error names the key and
+/// the file.
+pub type TlsReader = Arc<dyn Fn() -> Result<Arc<rustls::ServerConfig>, String> + Send + Sync>;
 
 impl std::fmt::Debug for DoorTls {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -84,7 +95,7 @@ impl std::fmt::Debug for DoorTls {
 
 impl PartialEq for DoorTls {
     fn eq(&self, other: &DoorTls) -> bool {
-        Arc::ptr_eq(&self.0, &other.0)
+        self.door == other.door && Arc::ptr_eq(&self.config, &other.config)
     }
 }
 

@@ -58,7 +58,7 @@ pub struct Door {
     /// The door's own operators, or the block's.
     pub operators: Option<Arc<Reloadable>>,
     /// A TCP door's TLS, whose handshake comes before anything is read.
-    pub tls: Option<Arc<rustls::ServerConfig>>,
+    pub tls: Option<Arc<super::server::ServedTls>>,
 }
 
 /// The state the routes share on the operations thread.

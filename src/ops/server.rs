@@ -35,19 +35,31 @@ pub struct Bound {
     unix: Vec<(Door, std::os::unix::net::UnixListener)>,
     min_scrape_interval: Duration,
     files: Vec<Arc<Reloadable>>,
+    /// The TCP doors' TLS, re-read on SIGUSR1.
+    certificates: Vec<Arc<ServedTls>>,
     resolved: Arc<super::ResolvedConfig>,
 }
 
-/// Re-reads every operators file the doors read, on request: the reload
-/// signal's part in this listener. Cheap to clone; any thread may call it.
+/// Re-reads every operators file and every certificate the doors read,
+/// on request: the reload signal's part in this listener. Cheap to clone;
+/// any thread may call it.
 #[derive(Clone, Debug)]
-pub struct Reloader(Vec<Arc<Reloadable>>);
+pub struct Reloader {
+    files: Vec<Arc<Reloadable>>,
+    certificates: Vec<Arc<ServedTls>>,
+}
 
 impl Reloader {
     /// Reads each file again, logging what it now holds; a file that
     /// cannot be read or does not check is logged and left as it was.
+    /// Each door's certificate and key are read again the same way, one
+    /// door at a time: a door whose pair does not read keeps serving the
+    /// pair it served.
     pub fn reload(&self) {
-        for file in &self.0 {
+        for served in &self.certificates {
+            served.reload();
+        }
+        for file in &self.files {
             match file.reload(ROUTES) {
                 Ok(operators) => log::info!(
                     "operations: re-read {}: {} operators",
@@ -70,6 +82,7 @@ pub fn bind(settings: &Settings) -> io::Result<Bound> {
         unix: Vec::new(),
         min_scrape_interval: Duration::from_secs(u64::from(settings.min_scrape_interval_s)),
         files: Vec::new(),
+        certificates: Vec::new(),
         resolved: settings.resolved.clone(),
     };
     // The block's file is one for every door that names none of its own.
@@ -96,7 +109,8 @@ pub fn bind(settings: &Settings) -> io::Result<Bound> {
         );
         let operators = door_file(&door.password_file);
         let mut served = door_of(&door.name, DoorKind::Tcp, operators);
-        served.tls = door.tls.as_ref().map(|tls| tls.0.clone());
+        served.tls = door.tls.as_ref().map(ServedTls::new);
+        bound.certificates.extend(served.tls.clone());
         tcp.push((served, listener));
     }
     for door in &settings.unix {
@@ -119,6 +133,62 @@ pub fn bind(settings: &Settings) -> io::Result<Bound> {
     bound.tcp = tcp;
     bound.unix = unix;
     Ok(bound)
+}
+
+/// A TCP door's TLS as served: what its handshakes run on now, and the
+/// files SIGUSR1 reads it again from. The MQTT executor's signal task
+/// swaps it; the operations thread reads it at each handshake.
+pub struct ServedTls {
+    door: String,
+    current: std::sync::Mutex<Arc<rustls::ServerConfig>>,
+    read_again: super::TlsReader,
+}
+
+impl ServedTls {
+    fn new(tls: &super::DoorTls) -> Arc<ServedTls> {
+        Arc::new(ServedTls {
+            door: tls.door.clone(),
+            current: std::sync::Mutex::new(tls.config.clone()),
+            read_again: tls.read_again.clone(),
+        })
+    }
+
+    /// What the next handshake runs on.
+    fn current(&self) -> Arc<rustls::ServerConfig> {
+        let current = self.current.lock();
+        current
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
+    }
+
+    /// Reads the door's files again and serves them from the next
+    /// handshake on; a pair that cannot be served is logged, naming the
+    /// key and the file, and the pair served before stays.
+    fn reload(&self) {
+        match (self.read_again)() {
+            Ok(config) => {
+                let mut current = self
+                    .current
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner);
+                *current = config;
+                drop(current);
+                log::info!(
+                    "operations: {}: certificate re-read; new connections are served with it",
+                    self.door
+                );
+            }
+            Err(why) => {
+                log::error!("operations: {why}; the certificate served before stays in force")
+            }
+        }
+    }
+}
+
+impl std::fmt::Debug for ServedTls {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "ServedTls({})", self.door)
+    }
 }
 
 fn door_of(name: &str, kind: DoorKind, operators: Option<Arc<Reloadable>>) -> Door {
@@ -153,9 +223,13 @@ impl Bound {
             .collect()
     }
 
-    /// What re-reads the doors' operators files once they are served.
+    /// What re-reads the doors' operators files and certificates once
+    /// they are served.
     pub fn reloader(&self) -> Reloader {
-        Reloader(self.files.clone())
+        Reloader {
+            files: self.files.clone(),
+            certificates: self.certificates.clone(),
+        }
     }
 
     /// Serves every door on a thread of its own until the process ends.
@@ -287,7 +361,7 @@ fn admit<S>(
         slots.serving.set(slots.serving.get() + 1);
         executor
             .spawn(async move {
-                match door.tls.clone() {
+                match door.tls.as_deref().map(ServedTls::current) {
                     None => serve(stream, &door, &service).await,
                     Some(config) => {
                         if let Some(stream) = handshake(stream, config, &door).await {
@@ -302,7 +376,7 @@ fn admit<S>(
         slots.refusing.set(slots.refusing.get() + 1);
         executor
             .spawn(async move {
-                match door.tls.clone() {
+                match door.tls.as_deref().map(ServedTls::current) {
                     None => refuse_busy(stream).await,
                     Some(config) => {
                         if let Some(stream) = handshake(stream, config, &door).await {
