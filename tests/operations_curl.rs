@@ -8,6 +8,7 @@ use std::net::TcpStream;
 use std::path::Path;
 use std::process::Command;
 
+use common::certs::Authority;
 use common::http::Answer;
 use common::{BrokerProcess, RawClient, Received, TempDir};
 use saguin::codec::{Packet, ProtocolVersion};
@@ -324,6 +325,117 @@ fn sigusr1_swaps_an_operations_door_certificate_and_keeps_it_through_a_broken_re
         "{error}"
     );
     assert!(trusts(&at("renewed.pem"), &health));
+}
+
+/// What curl, presenting `identity` (certificate, key) if any, is
+/// answered for `url`; `None` when the handshake refused it.
+fn status_with(
+    cacert: &Path,
+    identity: Option<&(std::path::PathBuf, std::path::PathBuf)>,
+    extra: &[&str],
+    url: &str,
+) -> Option<u16> {
+    let mut command = Command::new("curl");
+    command
+        .args([
+            "-s",
+            "-o",
+            "/dev/null",
+            "-w",
+            "%{http_code}",
+            "--max-time",
+            "20",
+        ])
+        .arg("--cacert")
+        .arg(cacert)
+        .args(extra);
+    if let Some((cert, key)) = identity {
+        command.arg("--cert").arg(cert).arg("--key").arg(key);
+    }
+    let output = command.arg(url).output().expect("run curl");
+    let code: u16 = String::from_utf8_lossy(&output.stdout)
+        .trim()
+        .parse()
+        .ok()?;
+    (output.status.success() && code != 0).then_some(code)
+}
+
+#[test]
+fn client_certificates_name_callers_on_an_operations_door() {
+    if !have_curl() || !common::have_tools("the operations TLS test", &["openssl"], "openssl") {
+        return;
+    }
+    let dir = TempDir::new("ops-curl-client-certs");
+    let ca = Authority::new(dir.path(), "operators-ca");
+    let other_ca = Authority::new(dir.path(), "other-ca");
+    let served = ca.server("ops");
+    let client = |file: &str, subject: &str, authority: &Authority| {
+        authority.issue(file, subject, Some("extendedKeyUsage=clientAuth"), 30)
+    };
+    let oncall = client("oncall", "/CN=oncall", &ca);
+    let agent = client("agent", "/CN=grafana-agent", &ca);
+    let unnamed = client("unnamed", "/O=fleet", &ca);
+    let outsider = client("outsider", "/CN=oncall", &other_ca);
+    // oncall is in the operators file with every route; nobody else is.
+    let passwd = dir.path().join("operations.passwd");
+    std::fs::write(&passwd, format!("{}\n", hash_line("oncall", "pager", SALT))).unwrap();
+    let tls = format!(
+        "        tls:\n          cert_file: {}\n          key_file: {}\n          client_ca_file: {}\n    password_file: {}\n",
+        served.0.display(),
+        served.1.display(),
+        ca.pem().display(),
+        passwd.display()
+    );
+    let (_broker, ops) = start(&dir, &tls);
+    let cacert = ca.pem();
+    let ask = |identity, extra: &[&str], path: &str| {
+        status_with(&cacert, identity, extra, &format!("https://{ops}{path}"))
+    };
+    let sessions = "/v1/operations/sessions";
+    assert_eq!(ask(Some(&oncall), &[], "/metrics"), Some(200));
+    assert_eq!(ask(Some(&oncall), &[], sessions), Some(200));
+    // A name the operators file does not hold is scraped and no more, and
+    // so is a certificate that names nobody.
+    assert_eq!(ask(Some(&agent), &[], "/metrics"), Some(200));
+    assert_eq!(ask(Some(&agent), &[], sessions), Some(403));
+    assert_eq!(ask(Some(&unnamed), &[], "/metrics"), Some(200));
+    assert_eq!(ask(Some(&unnamed), &[], sessions), Some(403));
+    // A password offered beside the certificate decides alone.
+    let wrong = ["-u", "oncall:wrong"];
+    assert_eq!(ask(Some(&oncall), &wrong, "/metrics"), Some(401));
+    // Without a certificate, or with one another authority signed, the
+    // handshake refuses: the certificate is required by default.
+    assert_eq!(ask(None, &[], "/health"), None);
+    assert_eq!(ask(Some(&outsider), &[], "/health"), None);
+    assert_eq!(ask(Some(&oncall), &[], "/health"), Some(200));
+
+    // Required certificates let a door off loopback without a password
+    // file; certificates that are only accepted do not.
+    let check = |extra: &str| {
+        let path = dir.path().join("check.yaml");
+        let yaml = format!(
+            "broker:\n  id: a\n  operations:\n    listen:\n      tcp:\n        address: 0.0.0.0:9090\n        tls:\n          cert_file: {}\n          key_file: {}\n          client_ca_file: {}\n{extra}",
+            served.0.display(),
+            served.1.display(),
+            ca.pem().display()
+        );
+        std::fs::write(&path, yaml).unwrap();
+        common::check_config(&path)
+    };
+    let required = check("");
+    assert!(
+        required.status.success(),
+        "{}",
+        String::from_utf8_lossy(&required.stderr)
+    );
+    let optional = check("          require_certificate: false\n");
+    let refusal = String::from_utf8_lossy(&optional.stderr);
+    assert!(!optional.status.success());
+    assert!(
+        refusal.contains("broker.operations.listen.tcp.address")
+            && refusal.contains("require_certificate: false does not count"),
+        "{refusal}"
+    );
 }
 
 #[test]

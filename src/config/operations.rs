@@ -132,11 +132,16 @@ fn check_tcp_door(
         return true;
     };
     let mut clean = true;
-    if !address.is_loopback() && door.password_file.is_none() && !block_has_operators {
+    let certificate_required = door.tls.as_ref().is_some_and(|t| t.certificate_required);
+    if !address.is_loopback()
+        && door.password_file.is_none()
+        && !block_has_operators
+        && !certificate_required
+    {
         f.key(
             &format!("{path}.address"),
             format!(
-                "{:?} is reachable from other machines and nothing here authenticates a reader: set {BLOCK}.password_file or {path}.password_file, or listen on 127.0.0.1",
+                "{:?} is reachable from other machines and nothing here authenticates a reader: set {BLOCK}.password_file or {path}.password_file, require client certificates with {path}.tls.client_ca_file (require_certificate: false does not count), or listen on 127.0.0.1",
                 door.address
             ),
         );
@@ -295,16 +300,14 @@ fn tcp_door(f: &mut Findings, path: &str, t: &Table<'_>) -> Option<ops::TcpDoor>
 fn door_tls(f: &mut Findings, path: &str, value: &Value) -> Option<ops::DoorTls> {
     let tls_path = format!("{path}.tls");
     let settings = super::tls::parse(f, &tls_path, value, Some(path.to_string()))?;
-    if settings.client_ca_file.is_some() {
-        f.key(
-            &format!("{tls_path}.client_ca_file"),
-            "not supported yet on an operations door: callers are named by password or, on a Unix door, by a proxy's X-Saguin-Principal; remove it and give the door a password_file",
-        );
-        return None;
-    }
+    let certificate_required = settings.client_ca_file.is_some() && settings.require_certificate;
     match crate::net::tls::load(&settings) {
         Ok(loaded) => Some(ops::DoorTls {
             door: settings.door.clone(),
+            certificate_required,
+            name_of: Arc::new(|der: &[u8]| {
+                crate::net::tls::x509::read(der).name().map(str::to_string)
+            }),
             config: loaded.config,
             read_again: Arc::new(move || {
                 let loaded = crate::net::tls::load(&settings)?;

@@ -81,7 +81,16 @@ pub struct DoorTls {
     pub door: String,
     pub config: Arc<rustls::ServerConfig>,
     pub read_again: TlsReader,
+    /// Whether the handshake refuses a caller without a certificate its
+    /// `client_ca_file` signed: the credential the loopback rule accepts
+    /// in place of a password file.
+    pub certificate_required: bool,
+    pub name_of: CertificateNamer,
 }
+
+/// The name a verified client certificate (DER) gives its holder: its
+/// Common Name, or its first DNS name; `None` when it has neither.
+pub type CertificateNamer = Arc<dyn Fn(&[u8]) -> Option<String> + Send + Sync>;
 
 /// Reads a door's certificate and key again; the error names the key and
 /// the file.

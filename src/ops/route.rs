@@ -2,11 +2,16 @@
 //!
 //! `/health` answers anybody. Every other route asks who is calling, in
 //! this order: a password (HTTP Basic) checked against the door's
-//! operators, which ends there whether it is right or wrong; on a Unix
-//! socket only, the `X-Saguin-Principal` a proxy in front of it set; and
-//! otherwise nobody, which the door itself vouches for - a socket by its
-//! file permissions, a loopback port by where it is, and then only when
-//! the request addressed this broker by an IP address or `localhost`.
+//! operators, which ends there whether it is right or wrong; on a TLS
+//! door with `client_ca_file`, the name of the client certificate the
+//! handshake verified; on a Unix socket only, the `X-Saguin-Principal` a
+//! proxy in front of it set; and otherwise nobody, which the door itself
+//! vouches for - a socket by its file permissions, a loopback port by
+//! where it is, and then only when the request addressed this broker by
+//! an IP address or `localhost`. A certificate's name and a proxy's are
+//! weighed alike: a name the operators file holds reaches its routes, any
+//! other name `/metrics` alone; a verified certificate that names nobody
+//! is such a stranger, not nobody.
 
 use std::cell::RefCell;
 use std::sync::Arc;
@@ -59,6 +64,18 @@ pub struct Door {
     pub operators: Option<Arc<Reloadable>>,
     /// A TCP door's TLS, whose handshake comes before anything is read.
     pub tls: Option<Arc<super::server::ServedTls>>,
+    /// What this connection's client certificate named, once its
+    /// handshake verified one.
+    pub certificate: Option<Certified>,
+}
+
+/// What a client certificate the handshake verified says of its holder.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Certified {
+    /// Its Common Name, or its first DNS name.
+    Named(String),
+    /// Neither: a caller the authority vouched for without naming.
+    Unnamed,
 }
 
 /// The state the routes share on the operations thread.
@@ -302,6 +319,18 @@ fn authorize(request: &Request, door: &Door) -> Result<(), Response> {
     if let Some(value) = request.header("authorization") {
         return authorize_password(value, operators, &door.name, path);
     }
+    match &door.certificate {
+        Some(Certified::Named(name)) => {
+            return authorize_principal(name, operators, &door.name, path)
+        }
+        Some(Certified::Unnamed) if path == "/metrics" => return Ok(()),
+        Some(Certified::Unnamed) => {
+            return Err(forbidden(format!(
+                "a client certificate that names nobody reaches /metrics alone, not {path}; issue it with a Common Name the operators file holds"
+            )))
+        }
+        None => {}
+    }
     if door.kind == DoorKind::Unix {
         // Only a socket carries somebody else's word: its permissions
         // decide who may speak to it. Elsewhere the header is not read.
@@ -429,7 +458,67 @@ mod tests {
             kind,
             operators: None,
             tls: None,
+            certificate: None,
         }
+    }
+
+    /// A TCP door whose operators are `prometheus` (scraping only) and
+    /// `oncall` (everything), reached by a connection whose certificate
+    /// said `certificate`.
+    fn certified_door(certificate: Certified) -> Door {
+        let text = format!(
+            "{}:/metrics\n{}\n",
+            crate::ops::operators::hash_line("prometheus", "p", b"test-salt-12"),
+            crate::ops::operators::hash_line("oncall", "o", b"test-salt-12"),
+        );
+        let operators = Operators::parse("ops.passwd", &text, ROUTES).unwrap();
+        Door {
+            operators: Some(Reloadable::new(Arc::new(operators))),
+            certificate: Some(certificate),
+            ..door(DoorKind::Tcp)
+        }
+    }
+
+    fn asks(path: &str, headers: &[(&str, &str)], door: &Door) -> u16 {
+        let mut request = request(headers);
+        request.path = path.into();
+        match authorize(&request, door) {
+            Ok(()) => 200,
+            Err(refusal) => refusal.status,
+        }
+    }
+
+    #[test]
+    fn a_certificate_s_name_is_weighed_as_the_operators_file_weighs_it() {
+        let sessions = "/v1/operations/sessions";
+        let oncall = certified_door(Certified::Named("oncall".into()));
+        assert_eq!(asks("/metrics", &[], &oncall), 200);
+        assert_eq!(asks(sessions, &[], &oncall), 200);
+        // A scoped operator keeps its scope.
+        let scraper = certified_door(Certified::Named("prometheus".into()));
+        assert_eq!(asks("/metrics", &[], &scraper), 200);
+        assert_eq!(asks(sessions, &[], &scraper), 403);
+        // A name the file does not hold is scraped and nothing more.
+        let stranger = certified_door(Certified::Named("grafana-agent".into()));
+        assert_eq!(asks("/metrics", &[], &stranger), 200);
+        assert_eq!(asks(sessions, &[], &stranger), 403);
+        // A certificate naming nobody is a stranger, not the trusted nobody.
+        let unnamed = certified_door(Certified::Unnamed);
+        assert_eq!(asks("/metrics", &[], &unnamed), 200);
+        assert_eq!(asks(sessions, &[], &unnamed), 403);
+        // A control character names nobody at all.
+        let control = certified_door(Certified::Named("on\u{7}call".into()));
+        assert_eq!(asks("/metrics", &[], &control), 403);
+    }
+
+    #[test]
+    fn a_password_offered_beside_a_certificate_decides_alone() {
+        let oncall = certified_door(Certified::Named("oncall".into()));
+        let wrong = format!("Basic {}", Base64::encode_string(b"oncall:wrong"));
+        assert_eq!(asks("/metrics", &[("authorization", &wrong)], &oncall), 401);
+        let scraper = format!("Basic {}", Base64::encode_string(b"prometheus:p"));
+        let sessions = "/v1/operations/sessions";
+        assert_eq!(asks(sessions, &[("authorization", &scraper)], &oncall), 403);
     }
 
     #[test]

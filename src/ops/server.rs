@@ -23,7 +23,7 @@ use smol::LocalExecutor;
 use super::http::{self, ReadBuffer, Response};
 use super::link::Link;
 use super::operators::{Operators, Reloadable};
-use super::route::{Door, DoorKind, Service, ROUTES};
+use super::route::{Certified, Door, DoorKind, Service, ROUTES};
 use super::Settings;
 
 /// Connections served at once, over every door.
@@ -142,6 +142,7 @@ pub struct ServedTls {
     door: String,
     current: std::sync::Mutex<Arc<rustls::ServerConfig>>,
     read_again: super::TlsReader,
+    name_of: super::CertificateNamer,
 }
 
 impl ServedTls {
@@ -150,6 +151,17 @@ impl ServedTls {
             door: tls.door.clone(),
             current: std::sync::Mutex::new(tls.config.clone()),
             read_again: tls.read_again.clone(),
+            name_of: tls.name_of.clone(),
+        })
+    }
+
+    /// What the client certificate a finished handshake verified names;
+    /// `None` when the caller presented none.
+    fn certified<S>(&self, stream: &futures_rustls::server::TlsStream<S>) -> Option<Certified> {
+        let leaf = stream.get_ref().1.peer_certificates()?.first()?;
+        Some(match (self.name_of)(leaf.as_ref()) {
+            Some(name) => Certified::Named(name),
+            None => Certified::Unnamed,
         })
     }
 
@@ -197,6 +209,7 @@ fn door_of(name: &str, kind: DoorKind, operators: Option<Arc<Reloadable>>) -> Do
         kind,
         operators,
         tls: None,
+        certificate: None,
     }
 }
 
@@ -356,15 +369,16 @@ fn admit<S>(
 ) where
     S: AsyncRead + AsyncWrite + Unpin + 'static,
 {
-    let (door, service, slots) = (door.clone(), service.clone(), slots.clone());
+    let (mut door, service, slots) = (door.clone(), service.clone(), slots.clone());
     if slots.serving.get() < MAX_CONNECTIONS {
         slots.serving.set(slots.serving.get() + 1);
         executor
             .spawn(async move {
-                match door.tls.as_deref().map(ServedTls::current) {
+                match door.tls.clone() {
                     None => serve(stream, &door, &service).await,
-                    Some(config) => {
-                        if let Some(stream) = handshake(stream, config, &door).await {
+                    Some(tls) => {
+                        if let Some(stream) = handshake(stream, tls.current(), &door).await {
+                            door.certificate = tls.certified(&stream);
                             serve(stream, &door, &service).await;
                         }
                     }
