@@ -408,6 +408,24 @@ fn client_certificates_name_callers_on_an_operations_door() {
     assert_eq!(ask(None, &[], "/health"), None);
     assert_eq!(ask(Some(&outsider), &[], "/health"), None);
     assert_eq!(ask(Some(&oncall), &[], "/health"), Some(200));
+    // The config route names the door's files, and that it requires a
+    // certificate.
+    let config = Command::new("curl")
+        .args(["-s", "--max-time", "20", "--cacert"])
+        .arg(&cacert)
+        .arg("--cert")
+        .arg(&oncall.0)
+        .arg("--key")
+        .arg(&oncall.1)
+        .arg(format!("https://{ops}/v1/operations/config"))
+        .output()
+        .unwrap();
+    let config = String::from_utf8_lossy(&config.stdout);
+    let authorities = format!("\"client_ca_file\":\"{}\"", ca.pem().display());
+    assert!(
+        config.contains(&authorities) && config.contains("\"require_certificate\":true"),
+        "{config}"
+    );
 
     // Required certificates let a door off loopback without a password
     // file; certificates that are only accepted do not.

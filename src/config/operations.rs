@@ -305,6 +305,9 @@ fn door_tls(f: &mut Findings, path: &str, value: &Value) -> Option<ops::DoorTls>
         Ok(loaded) => Some(ops::DoorTls {
             door: settings.door.clone(),
             certificate_required,
+            cert_file: settings.cert_file.clone(),
+            key_file: settings.key_file.clone(),
+            client_ca_file: settings.client_ca_file.clone(),
             name_of: Arc::new(|der: &[u8]| {
                 crate::net::tls::x509::read(der).name().map(str::to_string)
             }),

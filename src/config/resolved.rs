@@ -320,7 +320,18 @@ fn operations(config: &Parts<'_>) -> Value {
         let mut d = Mapping::new();
         put(&mut d, "address", door.address.as_str());
         put(&mut d, "password_file", file(&door.password_file));
-        put(&mut d, "tls", door.tls.is_some());
+        if let Some(tls) = &door.tls {
+            let mut t = Mapping::new();
+            put(&mut t, "cert_file", path(Some(&tls.cert_file)));
+            put(&mut t, "key_file", path(Some(&tls.key_file)));
+            put(
+                &mut t,
+                "client_ca_file",
+                path(tls.client_ca_file.as_deref()),
+            );
+            put(&mut t, "require_certificate", tls.certificate_required);
+            put(&mut d, "tls", t);
+        }
         put(&mut tcp, door.name.as_str(), d);
     }
     let mut unix = Mapping::new();

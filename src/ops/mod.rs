@@ -86,6 +86,10 @@ pub struct DoorTls {
     /// in place of a password file.
     pub certificate_required: bool,
     pub name_of: CertificateNamer,
+    /// The files, as `/v1/operations/config` names them.
+    pub cert_file: PathBuf,
+    pub key_file: PathBuf,
+    pub client_ca_file: Option<PathBuf>,
 }
 
 /// The name a verified client certificate (DER) gives its holder: its
