@@ -367,6 +367,73 @@ fn a_unix_socket_carries_a_proxy_s_principal() {
     assert!(!socket.exists());
 }
 
+/// A PROXY protocol v2 header as a TLS-terminating proxy writes it, from
+/// 192.0.2.7 to 192.0.2.1, with an SSL TLV: the client flags, the
+/// verify result and, where given, the certificate's Common Name.
+fn proxy_v2(ssl: Option<(u8, u32, Option<&str>)>) -> Vec<u8> {
+    let mut body = vec![192, 0, 2, 7, 192, 0, 2, 1, 0x9c, 0x40, 0x23, 0x82];
+    if let Some((client, verify, name)) = ssl {
+        let mut value = vec![client];
+        value.extend_from_slice(&verify.to_be_bytes());
+        if let Some(name) = name {
+            value.push(0x22);
+            value.extend_from_slice(&(name.len() as u16).to_be_bytes());
+            value.extend_from_slice(name.as_bytes());
+        }
+        body.push(0x20);
+        body.extend_from_slice(&(value.len() as u16).to_be_bytes());
+        body.extend_from_slice(&value);
+    }
+    let mut header = b"\r\n\r\n\0\r\nQUIT\n".to_vec();
+    header.extend_from_slice(&[0x21, 0x11]);
+    header.extend_from_slice(&(body.len() as u16).to_be_bytes());
+    header.extend_from_slice(&body);
+    header
+}
+
+#[test]
+fn a_unix_door_behind_a_proxy_takes_the_verified_common_name_from_proxy_protocol_v2() {
+    let dir = TempDir::new("ops-proxy");
+    let passwd = write_operators(dir.path());
+    let socket = dir.path().join("ops.sock");
+    let yaml = format!(
+        "{LOOPBACK_DOOR}      unix:\n        path: {}\n        proxy_protocol: true\n    password_file: {passwd}\n",
+        socket.display()
+    );
+    let (mut broker, _address, _d) = broker_with(&yaml, "");
+    broker.wait_for_log("operations door unix bound to");
+    let ask = |header: &[u8], path: &str| {
+        let mut stream = UnixStream::connect(&socket).unwrap();
+        stream.set_read_timeout(Some(WAIT)).unwrap();
+        stream.write_all(header).unwrap();
+        exchange(stream, &request("GET", path, &[])).status
+    };
+    // TLS, a certificate on the connection and in the session, verified.
+    const VERIFIED: u8 = 0x01 | 0x02 | 0x04;
+    let oncall = proxy_v2(Some((VERIFIED, 0, Some("oncall"))));
+    assert_eq!(ask(&oncall, "/v1/operations/consumers"), 200);
+    // A scoped operator keeps its scope; a stranger is scraped only.
+    let viewer = proxy_v2(Some((VERIFIED, 0, Some("viewer"))));
+    assert_eq!(ask(&viewer, "/v1/operations/sessions"), 200);
+    assert_eq!(ask(&viewer, "/v1/operations/consumers"), 403);
+    let stranger = proxy_v2(Some((VERIFIED, 0, Some("grafana-agent"))));
+    assert_eq!(ask(&stranger, "/metrics"), 200);
+    assert_eq!(ask(&stranger, "/v1/operations/sessions"), 403);
+    // A certificate the proxy could not verify names nobody: with a
+    // password file, nobody is asked for a credential.
+    let unverified = proxy_v2(Some((VERIFIED, 21, Some("oncall"))));
+    assert_eq!(ask(&unverified, "/metrics"), 401);
+    broker.wait_for_log("verify_result=21");
+    assert_eq!(ask(&proxy_v2(None), "/metrics"), 401);
+    // No header, or a v1 one, is answered 400 naming what is wrong.
+    assert_eq!(ask(b"", "/metrics"), 400);
+    assert_eq!(
+        ask(b"PROXY TCP4 192.0.2.7 192.0.2.1 40000 9090\r\n", "/metrics"),
+        400
+    );
+    broker.wait_for_log("proxy_protocol v2");
+}
+
 #[test]
 fn connections_past_the_bound_are_answered_429() {
     let (_broker, address, _dir) = broker_with(LOOPBACK_DOOR, "");

@@ -37,8 +37,15 @@ const TCP_KEYS: Keys = Keys {
 };
 
 const UNIX_KEYS: Keys = Keys {
-    supported: &["name", "path", "mode", "password_file", "allow_anonymous"],
-    not_yet: &["proxy_protocol"],
+    supported: &[
+        "name",
+        "path",
+        "mode",
+        "password_file",
+        "allow_anonymous",
+        "proxy_protocol",
+    ],
+    not_yet: &[],
 };
 
 /// Reads `broker.operations`; `Some(None)` when it is absent, which opens
@@ -339,11 +346,24 @@ fn unix_door(f: &mut Findings, path: &str, t: &Table<'_>) -> Option<ops::UnixDoo
         Some(v) => socket_mode(f, &format!("{path}.mode"), v),
     };
     let password_file = operators(f, &format!("{path}.password_file"), t.get("password_file"));
+    let proxy_protocol = match t.get("proxy_protocol") {
+        None => Some(false),
+        Some(Value::Bool(b)) => Some(*b),
+        Some(v) => {
+            f.value(
+                &format!("{path}.proxy_protocol"),
+                v,
+                "it is true (every connection starts with a PROXY protocol v2 header from the proxy in front of the socket) or false",
+            );
+            None
+        }
+    };
     Some(ops::UnixDoor {
         name: String::new(),
         path: socket?,
         mode: mode?,
         password_file: password_file?,
+        proxy_protocol: proxy_protocol?,
     })
 }
 

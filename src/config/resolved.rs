@@ -340,6 +340,7 @@ fn operations(config: &Parts<'_>) -> Value {
         put(&mut d, "path", path(Some(&door.path)));
         put(&mut d, "mode", format!("{:04o}", door.mode));
         put(&mut d, "password_file", file(&door.password_file));
+        put(&mut d, "proxy_protocol", door.proxy_protocol);
         put(&mut unix, door.name.as_str(), d);
     }
     let mut listen = Mapping::new();

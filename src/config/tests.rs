@@ -666,6 +666,26 @@ fn an_unknown_key_near_a_known_one_gets_a_suggestion() {
 }
 
 #[test]
+fn an_operations_unix_door_s_proxy_protocol_is_true_or_false() {
+    let door = |value: &str| {
+        format!("broker:\n  id: a\n  operations:\n    listen:\n      unix:\n        path: /run/o.sock\n        proxy_protocol: {value}\n")
+    };
+    let settings = ok(&door("true")).broker.operations.unwrap();
+    assert!(settings.unix[0].proxy_protocol);
+    let settings = ok(&door("false")).broker.operations.unwrap();
+    assert!(!settings.unix[0].proxy_protocol);
+    let f = only_finding(&door("v2"));
+    assert_contains(
+        &f,
+        &[
+            "broker.operations.listen.unix.proxy_protocol",
+            "true",
+            "false",
+        ],
+    );
+}
+
+#[test]
 fn an_unknown_top_level_key_is_refused() {
     let f = only_finding("broker:\n  id: a\nbrokers:\n  id: b\n");
     assert_contains(&f, &["brokers:", "did you mean broker?"]);
@@ -680,10 +700,6 @@ fn acl_file_is_an_absolute_path() {
 #[test]
 fn keys_not_supported_yet_are_refused_as_recognised() {
     let cases = [
-        (
-            "broker:\n  id: a\n  operations:\n    listen:\n      unix:\n        path: /run/o.sock\n        proxy_protocol: true\n",
-            "broker.operations.listen.unix.proxy_protocol:",
-        ),
         (
             &mqtt("listen:\n  ws:\n    address: 0.0.0.0:8083"),
             "broker.mqtt.listen.ws:",

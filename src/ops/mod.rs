@@ -23,6 +23,7 @@ pub mod link;
 pub mod metrics;
 pub mod operators;
 pub mod process;
+pub mod proxy;
 pub mod route;
 pub mod server;
 pub mod v1;
@@ -122,6 +123,8 @@ pub struct UnixDoor {
     /// The socket file's permissions, which decide who may speak to it.
     pub mode: u32,
     pub password_file: Option<Arc<operators::Operators>>,
+    /// Every connection starts with a PROXY protocol v2 header (`proxy.rs`).
+    pub proxy_protocol: bool,
 }
 
 /// The socket file's permissions when `mode` is not written.

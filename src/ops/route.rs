@@ -65,8 +65,10 @@ pub struct Door {
     /// A TCP door's TLS, whose handshake comes before anything is read.
     pub tls: Option<Arc<super::server::ServedTls>>,
     /// What this connection's client certificate named, once its
-    /// handshake verified one.
+    /// handshake, or the proxy in front of a Unix door, verified one.
     pub certificate: Option<Certified>,
+    /// A Unix door whose connections start with a PROXY v2 header.
+    pub proxy_protocol: bool,
 }
 
 /// What a client certificate the handshake verified says of its holder.
@@ -459,6 +461,7 @@ mod tests {
             operators: None,
             tls: None,
             certificate: None,
+            proxy_protocol: false,
         }
     }
 

@@ -23,6 +23,7 @@ use smol::LocalExecutor;
 use super::http::{self, ReadBuffer, Response};
 use super::link::Link;
 use super::operators::{Operators, Reloadable};
+use super::proxy;
 use super::route::{Certified, Door, DoorKind, Service, ROUTES};
 use super::Settings;
 
@@ -128,7 +129,9 @@ pub fn bind(settings: &Settings) -> io::Result<Bound> {
             door.path.display()
         );
         let operators = door_file(&door.password_file);
-        unix.push((door_of(&door.name, DoorKind::Unix, operators), listener));
+        let mut served = door_of(&door.name, DoorKind::Unix, operators);
+        served.proxy_protocol = door.proxy_protocol;
+        unix.push((served, listener));
     }
     bound.tcp = tcp;
     bound.unix = unix;
@@ -210,6 +213,7 @@ fn door_of(name: &str, kind: DoorKind, operators: Option<Arc<Reloadable>>) -> Do
         operators,
         tls: None,
         certificate: None,
+        proxy_protocol: false,
     }
 }
 
@@ -375,6 +379,19 @@ fn admit<S>(
         executor
             .spawn(async move {
                 match door.tls.clone() {
+                    None if door.proxy_protocol => {
+                        let mut stream = stream;
+                        match proxied(&mut stream, &door).await {
+                            Ok(certificate) => {
+                                door.certificate = certificate;
+                                serve(stream, &door, &service).await;
+                            }
+                            Err(why) => {
+                                let refusal = Response::text(400, format!("{why}\n"));
+                                answer_and_close(&mut stream, &refusal).await;
+                            }
+                        }
+                    }
                     None => serve(stream, &door, &service).await,
                     Some(tls) => {
                         if let Some(stream) = handshake(stream, tls.current(), &door).await {
@@ -401,6 +418,53 @@ fn admit<S>(
                 slots.refusing.set(slots.refusing.get() - 1);
             })
             .detach();
+    }
+}
+
+/// Reads the PROXY v2 header a `proxy_protocol` door's connection starts
+/// with: what it names, or, logged, why the connection is refused (no
+/// header, v1, unsound, or too slow).
+async fn proxied<S: AsyncRead + Unpin>(
+    stream: &mut S,
+    door: &Door,
+) -> Result<Option<Certified>, String> {
+    use smol::io::AsyncReadExt;
+    let read = async {
+        let mut fixed = [0u8; proxy::FIXED_BYTES];
+        stream
+            .read_exact(&mut fixed)
+            .await
+            .map_err(|e| e.to_string())?;
+        let length = proxy::body_length(&fixed)?;
+        // Exactly the header: the request behind it is HTTP's to read.
+        let mut body = vec![0u8; length];
+        stream
+            .read_exact(&mut body)
+            .await
+            .map_err(|e| e.to_string())?;
+        proxy::read(&fixed, &body)
+    };
+    let deadline = async {
+        smol::Timer::after(Duration::from_millis(proxy::HEADER_TIMEOUT_MS)).await;
+        Err(format!(
+            "no PROXY v2 header within {} ms",
+            proxy::HEADER_TIMEOUT_MS
+        ))
+    };
+    match smol::future::or(read, deadline).await {
+        Ok(proxy::Told::Nobody) => Ok(None),
+        Ok(proxy::Told::Certified(certified)) => Ok(Some(certified)),
+        Ok(proxy::Told::Unverified { verify_result }) => {
+            log::warn!(
+                "operations door {}: the proxy could not verify this client's certificate (verify_result={verify_result}); it names nobody",
+                door.name
+            );
+            Ok(None)
+        }
+        Err(why) => {
+            log::warn!("operations door {}: connection refused: {why}", door.name);
+            Err(why)
+        }
     }
 }
 

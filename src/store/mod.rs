@@ -25,7 +25,7 @@ mod backups;
 mod batch_encoding;
 pub mod bench;
 mod budget;
-mod checksum;
+pub(crate) mod checksum;
 mod convert;
 pub(crate) mod encoding;
 mod error;
