@@ -252,6 +252,26 @@ mod tests {
     }
 
     #[test]
+    fn no_damage_to_a_header_panics_the_reader() {
+        let whole = header(COMMAND_PROXY, &ssl_tlv(VERIFIED, 0, Some("oncall")), true);
+        let fixed: [u8; FIXED_BYTES] = whole[..FIXED_BYTES].try_into().unwrap();
+        let body = &whole[FIXED_BYTES..];
+        // Every truncation, and every byte flipped in turn (the fixed part
+        // included), is read to an answer.
+        for end in 0..=body.len() {
+            let _ = read(&fixed, &body[..end]);
+        }
+        for at in 0..whole.len() {
+            let mut damaged = whole.clone();
+            damaged[at] ^= 0xff;
+            let fixed: [u8; FIXED_BYTES] = damaged[..FIXED_BYTES].try_into().unwrap();
+            if body_length(&fixed).is_ok() {
+                let _ = read(&fixed, &damaged[FIXED_BYTES..]);
+            }
+        }
+    }
+
+    #[test]
     fn headers_that_are_not_sound_v2_are_refused_naming_why() {
         let v1 = b"PROXY TCP4 192.0.2.7 192.0.2.1 40000 9090\r\n";
         let fixed: [u8; FIXED_BYTES] = v1[..FIXED_BYTES].try_into().unwrap();
