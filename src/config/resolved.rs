@@ -171,15 +171,12 @@ fn mqtt(config: &Parts<'_>) -> Mapping {
         put(&mut d, "password_file", path(rule.password_file.as_deref()));
         put(&mut d, "allow_anonymous", rule.allow_anonymous);
         if let Some(tls) = &door.tls {
-            let mut t = Mapping::new();
-            put(&mut t, "cert_file", path(Some(&tls.cert_file)));
-            put(&mut t, "key_file", path(Some(&tls.key_file)));
-            put(
-                &mut t,
-                "client_ca_file",
-                path(tls.client_ca_file.as_deref()),
+            let files = [&tls.cert_file, &tls.key_file];
+            let t = tls_block(
+                files,
+                tls.client_ca_file.as_deref(),
+                tls.require_certificate,
             );
-            put(&mut t, "require_certificate", tls.require_certificate);
             put(&mut d, "tls", t);
         }
         put(&mut doors, door.name.as_str(), d);
@@ -308,6 +305,20 @@ fn providers(config: &Parts<'_>) -> Value {
     Value::Mapping(out)
 }
 
+/// A door's `tls` block: its files by path, never their contents.
+fn tls_block(
+    [cert_file, key_file]: [&std::path::PathBuf; 2],
+    client_ca_file: Option<&std::path::Path>,
+    require_certificate: bool,
+) -> Mapping {
+    let mut t = Mapping::new();
+    put(&mut t, "cert_file", path(Some(cert_file)));
+    put(&mut t, "key_file", path(Some(key_file)));
+    put(&mut t, "client_ca_file", path(client_ca_file));
+    put(&mut t, "require_certificate", require_certificate);
+    t
+}
+
 fn operations(config: &Parts<'_>) -> Value {
     let Some(o) = &config.broker.operations else {
         return Value::Null;
@@ -321,15 +332,12 @@ fn operations(config: &Parts<'_>) -> Value {
         put(&mut d, "address", door.address.as_str());
         put(&mut d, "password_file", file(&door.password_file));
         if let Some(tls) = &door.tls {
-            let mut t = Mapping::new();
-            put(&mut t, "cert_file", path(Some(&tls.cert_file)));
-            put(&mut t, "key_file", path(Some(&tls.key_file)));
-            put(
-                &mut t,
-                "client_ca_file",
-                path(tls.client_ca_file.as_deref()),
+            let files = [&tls.cert_file, &tls.key_file];
+            let t = tls_block(
+                files,
+                tls.client_ca_file.as_deref(),
+                tls.certificate_required,
             );
-            put(&mut t, "require_certificate", tls.certificate_required);
             put(&mut d, "tls", t);
         }
         put(&mut tcp, door.name.as_str(), d);
