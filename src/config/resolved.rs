@@ -172,11 +172,10 @@ fn mqtt(config: &Parts<'_>) -> Mapping {
         put(&mut d, "allow_anonymous", rule.allow_anonymous);
         if let Some(tls) = &door.tls {
             let files = [&tls.cert_file, &tls.key_file];
-            let t = tls_block(
-                files,
-                tls.client_ca_file.as_deref(),
-                tls.require_certificate,
-            );
+            // What the handshake does: with no authorities to check a
+            // certificate against, none is asked for, whatever the default.
+            let required = tls.client_ca_file.is_some() && tls.require_certificate;
+            let t = tls_block(files, tls.client_ca_file.as_deref(), required);
             put(&mut d, "tls", t);
         }
         put(&mut doors, door.name.as_str(), d);
@@ -557,6 +556,17 @@ mod tests {
         block(&outer, 0, &mut text);
         let read: Value = serde_yaml::from_str(&text).unwrap();
         assert_eq!(read, Value::Mapping(outer), "{text}");
+    }
+
+    #[test]
+    fn a_door_without_client_authorities_requires_no_certificate() {
+        let text = "broker:\n  id: a\n  mqtt:\n    listen:\n      tcp:\n        address: 127.0.0.1:8883\n        tls:\n          cert_file: /etc/saguin/cert.pem\n          key_file: /etc/saguin/key.pem\n";
+        let config = crate::config::parse(text, "saguin.yaml").unwrap();
+        let listeners = &json(&config.resolved_parts()).sections;
+        let listeners = listeners.iter().find(|(name, _)| *name == "listeners");
+        let json = &listeners.unwrap().1;
+        assert!(json.contains("\"require_certificate\":false"), "{json}");
+        assert!(json.contains("\"client_ca_file\":null"), "{json}");
     }
 
     #[test]
