@@ -7,7 +7,7 @@ mod common;
 use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::os::unix::net::UnixStream;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::Arc;
 
@@ -325,17 +325,25 @@ fn a_caller_with_no_credential_must_address_the_broker_by_ip_or_localhost() {
     );
 }
 
-#[test]
-fn a_unix_socket_carries_a_proxy_s_principal() {
-    let dir = TempDir::new("ops-unix");
+/// A broker with a loopback door and a Unix door at `ops.sock` carrying
+/// `door_key` (one line), guarded by the test operators; the socket's
+/// path, and the directories to keep until the test ends.
+fn unix_door_broker(tag: &str, door_key: &str) -> (BrokerProcess, PathBuf, [TempDir; 2]) {
+    let dir = TempDir::new(tag);
     let passwd = write_operators(dir.path());
     let socket = dir.path().join("ops.sock");
     let yaml = format!(
-        "{LOOPBACK_DOOR}      unix:\n        path: {}\n        mode: \"0600\"\n    password_file: {passwd}\n",
+        "{LOOPBACK_DOOR}      unix:\n        path: {}\n        {door_key}\n    password_file: {passwd}\n",
         socket.display()
     );
-    let (mut broker, _address, _d) = broker_with(&yaml, "");
+    let (mut broker, _address, broker_dir) = broker_with(&yaml, "");
     broker.wait_for_log("operations door unix bound to");
+    (broker, socket, [dir, broker_dir])
+}
+
+#[test]
+fn a_unix_socket_carries_a_proxy_s_principal() {
+    let (mut broker, socket, _dirs) = unix_door_broker("ops-unix", "mode: \"0600\"");
     use std::os::unix::fs::PermissionsExt;
     let mode = std::fs::metadata(&socket).unwrap().permissions().mode() & 0o777;
     assert_eq!(mode, 0o600);
@@ -393,15 +401,7 @@ fn proxy_v2(ssl: Option<(u8, u32, Option<&str>)>) -> Vec<u8> {
 
 #[test]
 fn a_unix_door_behind_a_proxy_takes_the_verified_common_name_from_proxy_protocol_v2() {
-    let dir = TempDir::new("ops-proxy");
-    let passwd = write_operators(dir.path());
-    let socket = dir.path().join("ops.sock");
-    let yaml = format!(
-        "{LOOPBACK_DOOR}      unix:\n        path: {}\n        proxy_protocol: true\n    password_file: {passwd}\n",
-        socket.display()
-    );
-    let (mut broker, _address, _d) = broker_with(&yaml, "");
-    broker.wait_for_log("operations door unix bound to");
+    let (mut broker, socket, _dirs) = unix_door_broker("ops-proxy", "proxy_protocol: true");
     let ask = |header: &[u8], path: &str| {
         let mut stream = UnixStream::connect(&socket).unwrap();
         stream.set_read_timeout(Some(WAIT)).unwrap();
