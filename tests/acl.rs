@@ -130,7 +130,7 @@ fn try_connect(
     connect.username = Some(user.into());
     connect.password = Some(PASSWORD.to_vec());
     shape(&mut connect);
-    client.send(&Packet::Connect(connect));
+    client.send(&Packet::Connect(Box::new(connect)));
     match client.recv() {
         Received::Packet(Packet::Connack(connack)) => (client, connack),
         other => panic!("expected a CONNACK, got {other:?}"),

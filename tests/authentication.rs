@@ -163,7 +163,7 @@ fn the_refusal_codes_are_exact_on_both_protocols() {
         connect.username = Some("dave".into());
         connect.password = Some(b"wrong".to_vec());
         let mut client = RawClient::open(&format!("127.0.0.1:{fleet}"), version);
-        client.send(&Packet::Connect(connect.clone()));
+        client.send(&Packet::Connect(Box::new(connect.clone())));
         match client.recv() {
             Received::Packet(Packet::Connack(connack)) => {
                 assert_eq!(connack.reason_code, ReasonCode::BAD_USER_NAME_OR_PASSWORD);
@@ -181,7 +181,7 @@ fn the_refusal_codes_are_exact_on_both_protocols() {
         assert_eq!(client.recv(), Received::Closed);
         connect.password = Some(b"s3cret".to_vec());
         let mut client = RawClient::open(&format!("127.0.0.1:{fleet}"), version);
-        client.send(&Packet::Connect(connect));
+        client.send(&Packet::Connect(Box::new(connect)));
         match client.recv() {
             Received::Packet(Packet::Connack(connack)) => assert_eq!(connack.reason_code.0, 0),
             other => panic!("expected a CONNACK, got {other:?}"),
@@ -288,7 +288,7 @@ fn sigusr1_admits_a_user_added_and_a_broken_file_leaves_the_old_users() {
     let mut connect = common::connect_packet(ProtocolVersion::V5, "stays");
     connect.username = Some("gina".into());
     connect.password = Some(b"one".to_vec());
-    connected.send(&Packet::Connect(connect));
+    connected.send(&Packet::Connect(Box::new(connect)));
     assert!(
         matches!(connected.recv(), Received::Packet(Packet::Connack(c)) if c.reason_code.0 == 0)
     );
@@ -421,7 +421,7 @@ fn a_slow_password_check_holds_up_no_other_client() {
     let mut connect = common::connect_packet(ProtocolVersion::V5, "slow");
     connect.username = Some("slow".into());
     connect.password = Some(b"guess".to_vec());
-    slow.send(&Packet::Connect(connect));
+    slow.send(&Packet::Connect(Box::new(connect)));
     broker.wait_for_log("checking a password off the executor");
     // Served while the hash is still being computed.
     bystander.assert_alive();

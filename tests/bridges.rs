@@ -110,7 +110,7 @@ fn durable(client_id: &str) -> Connect {
 /// A durable 3.1.1 client at `address` (mosquitto keeps its session).
 fn durable_client(address: &str, client_id: &str) -> RawClient {
     let mut client = RawClient::open(address, ProtocolVersion::V311);
-    client.send(&Packet::Connect(durable(client_id)));
+    client.send(&Packet::Connect(Box::new(durable(client_id))));
     assert!(matches!(
         client.recv(),
         Received::Packet(Packet::Connack(_))
@@ -723,7 +723,7 @@ fn client_as(address: &str, client_id: &str, user: &str, password: &[u8]) -> Raw
     let mut connect = common::connect_packet(ProtocolVersion::V5, client_id);
     connect.username = Some(user.into());
     connect.password = Some(password.to_vec());
-    client.send(&Packet::Connect(connect));
+    client.send(&Packet::Connect(Box::new(connect)));
     match client.recv() {
         Received::Packet(Packet::Connack(c)) => assert_eq!(c.reason_code.0, 0, "{c:?}"),
         other => panic!("expected a CONNACK, got {other:?}"),
@@ -771,10 +771,10 @@ fn an_ordinary_client_is_refused_a_bridge_client_id() {
     // code 2, its counterpart, as the same.
     for version in [ProtocolVersion::V5, ProtocolVersion::V311] {
         let mut client = RawClient::open(&broker.address(), version);
-        client.send(&Packet::Connect(common::connect_packet(
+        client.send(&Packet::Connect(Box::new(common::connect_packet(
             version,
             "saguin-bridge/up",
-        )));
+        ))));
         match client.recv() {
             Received::Packet(Packet::Connack(c)) => assert_eq!(c.reason_code.0, 0x85, "{c:?}"),
             other => panic!("expected a CONNACK, got {other:?}"),

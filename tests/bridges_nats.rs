@@ -151,7 +151,7 @@ fn try_connect(address: &str, client_id: &str, clean: bool) -> Option<RawClient>
     let mut client = RawClient::open(address, ProtocolVersion::V311);
     let mut connect = common::connect_packet(ProtocolVersion::V311, client_id);
     connect.clean_start = clean;
-    client.send(&Packet::Connect(connect));
+    client.send(&Packet::Connect(Box::new(connect)));
     match client.recv_within(Duration::from_secs(5))? {
         Received::Packet(Packet::Connack(c)) if c.reason_code.0 == 0 => Some(client),
         _ => None,

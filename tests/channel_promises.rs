@@ -17,7 +17,7 @@ fn durable_connect(address: &str, client_id: &str) -> (RawClient, bool) {
     let mut connect: Connect = common::connect_packet(ProtocolVersion::V5, client_id);
     connect.clean_start = false;
     connect.properties.session_expiry_interval_s = Some(3600);
-    client.send(&Packet::Connect(connect));
+    client.send(&Packet::Connect(Box::new(connect)));
     match client.recv() {
         Received::Packet(Packet::Connack(connack)) => {
             assert_eq!(connack.reason_code.0, 0);
@@ -190,7 +190,7 @@ fn a_new_session_never_resumes_from_a_lost_sessions_position() {
     let mut consumer = RawClient::open(&broker.address(), ProtocolVersion::V5);
     let mut connect: Connect = common::connect_packet(ProtocolVersion::V5, "consumer");
     connect.properties.session_expiry_interval_s = Some(3600);
-    consumer.send(&Packet::Connect(connect));
+    consumer.send(&Packet::Connect(Box::new(connect)));
     assert!(
         matches!(consumer.recv(), Received::Packet(Packet::Connack(c)) if c.reason_code.0 == 0 && !c.session_present)
     );

@@ -21,7 +21,7 @@ fn round_trip(packet: &Packet, version: ProtocolVersion) -> Packet {
 fn a_client_session_round_trips_on_both_versions() {
     for version in [ProtocolVersion::V311, ProtocolVersion::V5] {
         let session = [
-            Packet::Connect(Connect {
+            Packet::Connect(Box::new(Connect {
                 protocol_version: version,
                 clean_start: true,
                 keep_alive_s: 10,
@@ -30,7 +30,7 @@ fn a_client_session_round_trips_on_both_versions() {
                 username: Some("u".into()),
                 password: Some(b"p".to_vec()),
                 properties: Properties::default(),
-            }),
+            })),
             Packet::Connack(Connack::default()),
             Packet::Subscribe(Subscribe {
                 packet_id: 1,

@@ -57,7 +57,7 @@ fn connect_keeping_session(address: &str, client_id: &str) -> (RawClient, bool) 
     let mut client = RawClient::open(address, ProtocolVersion::V311);
     let mut connect = common::connect_packet(ProtocolVersion::V311, client_id);
     connect.clean_start = false;
-    client.send(&Packet::Connect(connect));
+    client.send(&Packet::Connect(Box::new(connect)));
     match client.recv() {
         Received::Packet(Packet::Connack(connack)) => {
             assert_eq!(connack.reason_code.0, 0, "refused: {connack:?}");

@@ -130,7 +130,7 @@ fn durable(address: &str, client_id: &str, receive_maximum: Option<u16>) -> (Raw
     connect.clean_start = false;
     connect.properties.session_expiry_interval_s = Some(3600);
     connect.properties.receive_maximum = receive_maximum;
-    client.send(&Packet::Connect(connect));
+    client.send(&Packet::Connect(Box::new(connect)));
     match client.recv() {
         Received::Packet(Packet::Connack(connack)) => {
             assert_eq!(connack.reason_code, ReasonCode::SUCCESS);

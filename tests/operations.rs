@@ -194,7 +194,7 @@ fn wills_are_counted_by_cause_and_a_return_cancels_one() {
         will.properties.will_delay_interval_s = delay_s;
         connect.will = Some(will);
         let mut client = RawClient::open(&mqtt, ProtocolVersion::V5);
-        client.send(&Packet::Connect(connect));
+        client.send(&Packet::Connect(Box::new(connect)));
         assert!(matches!(
             client.recv(),
             common::Received::Packet(Packet::Connack(_))
@@ -748,7 +748,7 @@ fn a_start_says_how_many_sessions_it_put_back_and_ended() {
     let mut connect = common::connect_packet(ProtocolVersion::V5, "brief");
     connect.clean_start = false;
     connect.properties.session_expiry_interval_s = Some(1);
-    brief.send(&Packet::Connect(connect));
+    brief.send(&Packet::Connect(Box::new(connect)));
     assert!(matches!(
         brief.recv(),
         common::Received::Packet(Packet::Connack(_))

@@ -188,7 +188,7 @@ fn every_name_of_the_reference_catalogue_is_in_a_scrape() {
     let mut refused = RawClient::open(&address, ProtocolVersion::V5);
     let mut connect = common::connect_packet(ProtocolVersion::V5, "scram-1");
     connect.properties.authentication_method = Some("SCRAM-SHA-1".into());
-    refused.send(&Packet::Connect(connect));
+    refused.send(&Packet::Connect(Box::new(connect)));
     assert!(
         matches!(refused.recv(), Received::Packet(Packet::Connack(c)) if c.reason_code.0 == 0x8C)
     );

@@ -79,7 +79,7 @@ fn every_route_answers_curl_on_a_loopback_door() {
     let mut connect = common::connect_packet(ProtocolVersion::V5, "sensor-9");
     connect.username = Some("writer".into());
     connect.password = Some(b"wrong".to_vec());
-    refused.send(&Packet::Connect(connect));
+    refused.send(&Packet::Connect(Box::new(connect)));
     assert!(
         matches!(refused.recv(), Received::Packet(Packet::Connack(c)) if c.reason_code.0 == 0x86)
     );

@@ -49,7 +49,7 @@ fn connect(address: &str, client_id: &str, durable: bool, problem_information: b
     if !problem_information {
         connect.properties.request_problem_information = Some(0);
     }
-    client.send(&Packet::Connect(connect));
+    client.send(&Packet::Connect(Box::new(connect)));
     match client.recv() {
         Received::Packet(Packet::Connack(connack)) => assert_eq!(connack.reason_code.0, 0),
         other => panic!("expected a CONNACK, got {other:?}"),

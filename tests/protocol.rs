@@ -111,7 +111,7 @@ fn a_connection_past_max_connections_is_told_server_busy_and_the_rest_are_served
 
     for version in [ProtocolVersion::V5, ProtocolVersion::V311] {
         let mut third = RawClient::open(&broker.address(), version);
-        third.send(&Packet::Connect(connect_packet(version, "third")));
+        third.send(&Packet::Connect(Box::new(connect_packet(version, "third"))));
         let answer = third.recv_until_closed();
         let code = match answer.as_slice() {
             [Packet::Connack(connack)] => connack.reason_code,
@@ -132,10 +132,10 @@ fn a_connection_past_max_connections_is_told_server_busy_and_the_rest_are_served
     let deadline = std::time::Instant::now() + common::WAIT;
     loop {
         let mut again = RawClient::open(&broker.address(), ProtocolVersion::V5);
-        again.send(&Packet::Connect(connect_packet(
+        again.send(&Packet::Connect(Box::new(connect_packet(
             ProtocolVersion::V5,
             "again",
-        )));
+        ))));
         if let Received::Packet(Packet::Connack(connack)) = again.recv() {
             if connack.reason_code == ReasonCode::SUCCESS {
                 break;
@@ -170,7 +170,7 @@ fn a_client_silent_past_one_and_a_half_keepalives_is_disconnected() {
     // its keepalive earlier, so a slow CONNACK on a busy machine cannot make
     // a correct broker look early.
     let started = std::time::Instant::now();
-    client.send(&Packet::Connect(connect));
+    client.send(&Packet::Connect(Box::new(connect)));
     assert!(matches!(
         client.recv(),
         Received::Packet(Packet::Connack(_))
@@ -196,7 +196,7 @@ fn a_connect_over_max_connect_size_is_refused_unread() {
         let mut connect = connect_packet(version, "big");
         connect.password = Some(vec![b'p'; 2000]);
         connect.username = Some("user".into());
-        client.send(&Packet::Connect(connect));
+        client.send(&Packet::Connect(Box::new(connect)));
         let answer = client.recv_until_closed();
         match version {
             ProtocolVersion::V5 => match answer.as_slice() {

@@ -587,7 +587,7 @@ fn the_dead_letter_channel_is_read_and_sought_as_an_append_channel() {
     let mut reader = RawClient::open(&address, ProtocolVersion::V5);
     let mut connect = common::connect_packet(ProtocolVersion::V5, "auditor");
     connect.properties.session_expiry_interval_s = Some(600);
-    reader.send(&Packet::Connect(connect));
+    reader.send(&Packet::Connect(Box::new(connect)));
     assert!(matches!(reader.recv(), Received::Packet(Packet::Connack(c)) if c.reason_code.0 == 0));
     assert_eq!(
         subscribe_code(&mut reader, "jobs/__dlq/#", at(QoS::AtLeastOnce)),

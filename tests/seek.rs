@@ -15,7 +15,7 @@ fn connect(address: &str, client_id: &str, durable: bool) -> RawClient {
     if durable {
         connect.properties.session_expiry_interval_s = Some(3600);
     }
-    client.send(&Packet::Connect(connect));
+    client.send(&Packet::Connect(Box::new(connect)));
     assert!(matches!(client.recv(), Received::Packet(Packet::Connack(c)) if c.reason_code.0 == 0));
     client
 }

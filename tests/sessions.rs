@@ -64,7 +64,7 @@ fn durable(client_id: &str, expiry_s: u32) -> Connect {
 /// Connects and returns the client with its CONNACK's Session Present.
 fn connect(address: &str, connect: Connect) -> (RawClient, bool) {
     let mut client = RawClient::open(address, ProtocolVersion::V5);
-    client.send(&Packet::Connect(connect));
+    client.send(&Packet::Connect(Box::new(connect)));
     match client.recv() {
         Received::Packet(Packet::Connack(connack)) => {
             assert_eq!(connack.reason_code.0, 0, "refused: {connack:?}");

@@ -157,9 +157,8 @@ fn stock_clients_publish_and_subscribe_through_a_tls_door() {
         &format!("127.0.0.1:{port}"),
         saguin::codec::ProtocolVersion::V5,
     );
-    plain.send(&saguin::codec::Packet::Connect(common::connect_packet(
-        saguin::codec::ProtocolVersion::V5,
-        "plain",
+    plain.send(&saguin::codec::Packet::Connect(Box::new(
+        common::connect_packet(saguin::codec::ProtocolVersion::V5, "plain"),
     )));
     assert_eq!(plain.recv_until_closed(), Vec::new());
     common::RawClient::connect(

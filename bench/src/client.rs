@@ -236,7 +236,7 @@ impl Client {
             receive_maximum: options.receive_maximum,
             ..Properties::default()
         };
-        client.queue(&Packet::Connect(Connect {
+        client.queue(&Packet::Connect(Box::new(Connect {
             protocol_version: options.version,
             clean_start: true,
             keep_alive_s: options.keep_alive_s,
@@ -245,7 +245,7 @@ impl Client {
             username: credentials.map(|(user, _)| user.to_string()),
             password: credentials.map(|(_, password)| password.to_vec()),
             properties,
-        }));
+        })));
         client.flush()?;
         match client.wait_for_packet(HANDSHAKE_TIMEOUT)? {
             Packet::Connack(connack) => Ok((client, connack.reason_code)),

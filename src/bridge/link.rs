@@ -241,7 +241,7 @@ impl Link {
             };
             connect.properties.session_expiry_interval_s = Some(if durable { u32::MAX } else { 0 });
             connect.properties.receive_maximum = Some(self.settings.receive_maximum);
-            Packet::Connect(connect)
+            Packet::Connect(Box::new(connect))
         };
         let mut sessions = vec![(
             Local::Writer,
@@ -495,7 +495,7 @@ impl Link {
         };
         connect.properties.session_expiry_interval_s = Some(self.settings.session_expiry_s);
         connect.properties.receive_maximum = Some(self.settings.receive_maximum);
-        Packet::Connect(connect)
+        Packet::Connect(Box::new(connect))
     }
 
     /// The link is gone, or an attempt failed: how long to wait before

@@ -75,7 +75,7 @@ pub fn decode_packet(
     }
     let is_connect = header.packet_type == PacketType::Connect as u8;
     match (version, is_connect) {
-        (None, true) => decode_connect(body).map(Packet::Connect),
+        (None, true) => decode_connect(body).map(|c| Packet::Connect(Box::new(c))),
         (None, false) => Err(DecodeError::protocol("first packet must be CONNECT")),
         (Some(_), true) => Err(DecodeError::protocol("second CONNECT")),
         (Some(version), false) => {

@@ -14,6 +14,14 @@ use super::{Properties, ReasonCode, MAX_REMAINING_LENGTH};
 /// dropped, and AUTH, which it lacks entirely, writes nothing. On MQTT 5
 /// the short forms are used wherever the spec allows them.
 pub fn encode(packet: &Packet, version: ProtocolVersion, out: &mut Vec<u8>) {
+    match plain_ack(packet) {
+        Some(bytes) => out.extend_from_slice(&bytes),
+        None => encode_any(packet, version, out),
+    }
+}
+
+/// [`encode`] for every packet, without the shortcut.
+pub(super) fn encode_any(packet: &Packet, version: ProtocolVersion, out: &mut Vec<u8>) {
     if !exists_in(packet, version) {
         debug_assert!(false, "AUTH cannot be encoded on MQTT 3.1.1");
         return;
@@ -24,6 +32,23 @@ pub fn encode(packet: &Packet, version: ProtocolVersion, out: &mut Vec<u8>) {
     out.put_u8(first_byte(packet));
     out.put_varint(len_field);
     write_body(packet, version, out);
+}
+
+/// A PUBACK, PUBREC, PUBREL or PUBCOMP with a Success reason and no
+/// properties: the same four bytes in both versions (MQTT 5 leaves the
+/// reason and the empty properties out). One is sent for every QoS 1 and
+/// 2 publish, so it skips the general path's measuring pass.
+fn plain_ack(packet: &Packet) -> Option<[u8; 4]> {
+    let (Packet::Puback(ack) | Packet::Pubrec(ack) | Packet::Pubrel(ack) | Packet::Pubcomp(ack)) =
+        packet
+    else {
+        return None;
+    };
+    if ack.reason_code != ReasonCode::SUCCESS || !ack.properties.is_empty() {
+        return None;
+    }
+    let [high, low] = ack.packet_id.to_be_bytes();
+    Some([first_byte(packet), 2, high, low])
 }
 
 /// The exact number of bytes [`encode`] appends, computed without

@@ -56,7 +56,7 @@ fn options(qos: QoS) -> SubscriptionOptions {
 
 fn v5_samples() -> Vec<Packet> {
     vec![
-        Packet::Connect(Connect {
+        Packet::Connect(Box::new(Connect {
             protocol_version: V5,
             clean_start: true,
             keep_alive_s: 30,
@@ -78,7 +78,7 @@ fn v5_samples() -> Vec<Packet> {
                 receive_maximum: Some(20),
                 ..Properties::default()
             },
-        }),
+        })),
         Packet::Connack(Connack {
             session_present: true,
             reason_code: ReasonCode::SUCCESS,
@@ -219,7 +219,7 @@ fn v5_short_forms() -> Vec<Packet> {
             payload: vec![7; 200],
             ..Publish::default()
         }),
-        Packet::Connect(Connect {
+        Packet::Connect(Box::new(Connect {
             protocol_version: V5,
             clean_start: false,
             keep_alive_s: 0,
@@ -228,7 +228,7 @@ fn v5_short_forms() -> Vec<Packet> {
             username: Some("user".into()),
             password: None,
             properties: Properties::default(),
-        }),
+        })),
         Packet::Suback(Suback {
             packet_id: 1,
             properties: Properties::default(),
@@ -239,7 +239,7 @@ fn v5_short_forms() -> Vec<Packet> {
 
 fn v311_samples() -> Vec<Packet> {
     vec![
-        Packet::Connect(Connect {
+        Packet::Connect(Box::new(Connect {
             protocol_version: V311,
             clean_start: true,
             keep_alive_s: 60,
@@ -254,7 +254,7 @@ fn v311_samples() -> Vec<Packet> {
             username: Some("u".into()),
             password: Some(vec![]),
             properties: Properties::default(),
-        }),
+        })),
         Packet::Connack(Connack {
             session_present: true,
             reason_code: ReasonCode::BAD_USER_NAME_OR_PASSWORD,
@@ -367,7 +367,7 @@ fn all_properties_samples() -> Vec<Packet> {
         ..Properties::default()
     };
     vec![
-        Packet::Connect(Connect {
+        Packet::Connect(Box::new(Connect {
             protocol_version: V5,
             clean_start: false,
             keep_alive_s: 65535,
@@ -382,7 +382,7 @@ fn all_properties_samples() -> Vec<Packet> {
             username: Some("u".into()),
             password: Some(b"p".to_vec()),
             properties: connect_properties,
-        }),
+        })),
         Packet::Connack(Connack {
             session_present: false,
             reason_code: ReasonCode::SERVER_MOVED,
@@ -751,15 +751,15 @@ fn dup_is_dropped_from_a_qos_0_publish() {
 
 #[rustfmt::skip]
 fn golden_vectors() -> Vec<(&'static str, ProtocolVersion, Vec<u8>, Packet)> {
-    let connect_v311 = Packet::Connect(Connect {
+    let connect_v311 = Packet::Connect(Box::new(Connect {
         protocol_version: V311, clean_start: true, keep_alive_s: 60, client_id: "mosq-pub".into(),
         will: None, username: None, password: None, properties: Properties::default(),
-    });
-    let connect_v5 = Packet::Connect(Connect {
+    }));
+    let connect_v5 = Packet::Connect(Box::new(Connect {
         protocol_version: V5, clean_start: true, keep_alive_s: 60, client_id: String::new(),
         will: None, username: None, password: None,
         properties: Properties { receive_maximum: Some(10), ..Properties::default() },
-    });
+    }));
     let publish = Packet::Publish(Publish {
         qos: QoS::AtLeastOnce, topic: "a/b".into(), packet_id: Some(1), payload: b"hi".to_vec(), ..Publish::default()
     });
@@ -1059,5 +1059,173 @@ fn write_fuzz_seeds() {
     let rows = cases().into_iter().map(|case| case.bytes);
     for (index, bytes) in samples.chain(rows).enumerate() {
         std::fs::write(format!("{dir}/seed-{index:03}"), bytes).expect("seed file");
+    }
+}
+
+#[test]
+fn plain_acks_take_the_shortcut_and_match_the_general_encoding() {
+    let kinds: [fn(PubAck) -> Packet; 4] = [
+        Packet::Puback,
+        Packet::Pubrec,
+        Packet::Pubrel,
+        Packet::Pubcomp,
+    ];
+    for kind in kinds {
+        for version in [V311, V5] {
+            for packet_id in [1, 0x1234, u16::MAX] {
+                let plain = kind(PubAck {
+                    packet_id,
+                    ..PubAck::default()
+                });
+                let mut general = Vec::new();
+                super::encode::encode_any(&plain, version, &mut general);
+                let bytes = to_bytes(&plain, version);
+                assert_eq!(bytes, general, "{plain:?} on {version:?}");
+                assert_eq!(bytes.len(), 4);
+                assert_eq!(decode_one(&bytes, version).unwrap(), plain);
+            }
+            // A reason or a property is not plain: the general path, with
+            // the reason kept on MQTT 5.
+            let refused = kind(PubAck {
+                packet_id: 7,
+                reason_code: ReasonCode(0x83),
+                properties: Properties {
+                    reason_string: Some("full".into()),
+                    ..Properties::default()
+                },
+            });
+            let mut general = Vec::new();
+            super::encode::encode_any(&refused, version, &mut general);
+            assert_eq!(to_bytes(&refused, version), general);
+            if version == V5 {
+                assert!(general.len() > 4, "{general:?}");
+            }
+        }
+    }
+}
+
+#[test]
+fn properties_are_empty_only_when_every_property_is_absent() {
+    assert!(Properties::default().is_empty());
+    let one_each = [
+        Properties {
+            payload_format_indicator: Some(0),
+            ..Properties::default()
+        },
+        Properties {
+            message_expiry_interval_s: Some(0),
+            ..Properties::default()
+        },
+        Properties {
+            content_type: Some(String::new()),
+            ..Properties::default()
+        },
+        Properties {
+            response_topic: Some("r".into()),
+            ..Properties::default()
+        },
+        Properties {
+            correlation_data: Some(Vec::new()),
+            ..Properties::default()
+        },
+        Properties {
+            subscription_identifiers: vec![1],
+            ..Properties::default()
+        },
+        Properties {
+            session_expiry_interval_s: Some(0),
+            ..Properties::default()
+        },
+        Properties {
+            assigned_client_identifier: Some("c".into()),
+            ..Properties::default()
+        },
+        Properties {
+            server_keep_alive_s: Some(0),
+            ..Properties::default()
+        },
+        Properties {
+            authentication_method: Some("m".into()),
+            ..Properties::default()
+        },
+        Properties {
+            authentication_data: Some(Vec::new()),
+            ..Properties::default()
+        },
+        Properties {
+            request_problem_information: Some(0),
+            ..Properties::default()
+        },
+        Properties {
+            will_delay_interval_s: Some(0),
+            ..Properties::default()
+        },
+        Properties {
+            request_response_information: Some(0),
+            ..Properties::default()
+        },
+        Properties {
+            response_information: Some("i".into()),
+            ..Properties::default()
+        },
+        Properties {
+            server_reference: Some("s".into()),
+            ..Properties::default()
+        },
+        Properties {
+            reason_string: Some(String::new()),
+            ..Properties::default()
+        },
+        Properties {
+            receive_maximum: Some(1),
+            ..Properties::default()
+        },
+        Properties {
+            topic_alias_maximum: Some(0),
+            ..Properties::default()
+        },
+        Properties {
+            topic_alias: Some(1),
+            ..Properties::default()
+        },
+        Properties {
+            maximum_qos: Some(0),
+            ..Properties::default()
+        },
+        Properties {
+            retain_available: Some(0),
+            ..Properties::default()
+        },
+        Properties {
+            user_properties: vec![user("", "")],
+            ..Properties::default()
+        },
+        Properties {
+            maximum_packet_size: Some(1),
+            ..Properties::default()
+        },
+        Properties {
+            wildcard_subscription_available: Some(0),
+            ..Properties::default()
+        },
+        Properties {
+            subscription_identifier_available: Some(0),
+            ..Properties::default()
+        },
+        Properties {
+            shared_subscription_available: Some(0),
+            ..Properties::default()
+        },
+    ];
+    for properties in &one_each {
+        assert!(!properties.is_empty(), "{properties:?}");
+        assert_ne!(*properties, Properties::default());
+    }
+    // One for each property MQTT 5 defines.
+    assert_eq!(one_each.len(), 27);
+    for packet in all_properties_samples() {
+        for p in properties_of(&packet) {
+            assert_eq!(p.is_empty(), *p == Properties::default(), "{p:?}");
+        }
     }
 }

@@ -510,7 +510,7 @@ impl Broker {
         } else {
             match packet {
                 Packet::Connect(connect) => {
-                    self.handle_connect(conn, connect, now_ms, out);
+                    self.handle_connect(conn, *connect, now_ms, out);
                     // Accepted: the keepalive counts from this CONNECT.
                     // Refused: the connect timeout still counts from the
                     // accept, as for a client that sent nothing.

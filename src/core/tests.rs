@@ -118,7 +118,7 @@ impl Harness {
 
     fn connect_with(&mut self, connect: Connect) -> (Key, Connack) {
         let conn = self.open();
-        self.packet(conn, Packet::Connect(connect));
+        self.packet(conn, Packet::Connect(Box::new(connect)));
         let mut replies = self.out.take(conn);
         let rest = replies.split_off(1.min(replies.len()));
         // What follows the CONNACK stays for the test to read.
@@ -632,7 +632,7 @@ fn the_keepalive_counts_from_the_connect_not_from_the_accept() {
     h.advance(8_000);
     let mut connect = connect_packet("late", ProtocolVersion::V5);
     connect.keep_alive_s = 10;
-    h.packet(conn, Packet::Connect(connect));
+    h.packet(conn, Packet::Connect(Box::new(connect)));
     h.out.take(conn);
     open_for_15_s_then_timed_out(
         &mut h,
@@ -2028,7 +2028,7 @@ fn durable_events_reader(client_id: &str, bridge: bool) -> (Harness, Key) {
     connect.properties.session_expiry_interval_s = Some(3600);
     let consumer = if bridge {
         let conn = h.broker.accept_bridge(h.now_ms).expect("a free slot");
-        h.packet(conn, Packet::Connect(connect));
+        h.packet(conn, Packet::Connect(Box::new(connect)));
         assert!(matches!(h.out.take(conn).as_slice(), [Packet::Connack(_)]));
         conn
     } else {
@@ -2379,7 +2379,7 @@ fn a_certificate_name_with_a_control_character_is_refused() {
         h.broker.certified(conn, name.into());
         h.packet(
             conn,
-            Packet::Connect(connect_packet("device", ProtocolVersion::V5)),
+            Packet::Connect(Box::new(connect_packet("device", ProtocolVersion::V5))),
         );
         match h.out.take(conn).first() {
             Some(Packet::Connack(connack)) => {
@@ -2394,7 +2394,7 @@ fn a_certificate_name_with_a_control_character_is_refused() {
     h.broker.certified(conn, "device 7".into());
     h.packet(
         conn,
-        Packet::Connect(connect_packet("device", ProtocolVersion::V5)),
+        Packet::Connect(Box::new(connect_packet("device", ProtocolVersion::V5))),
     );
     assert!(h.broker.version(conn).is_some(), "a plain name is admitted");
 }
@@ -2438,7 +2438,7 @@ impl Harness {
                 },
             )
             .expect("a free slot");
-        self.packet(conn, Packet::Connect(connect));
+        self.packet(conn, Packet::Connect(Box::new(connect)));
         match self.out.take(conn).first() {
             Some(Packet::Connack(connack)) => (conn, connack.reason_code),
             other => panic!("expected a CONNACK, got {other:?}"),
@@ -2528,7 +2528,10 @@ fn a_certified_client_is_admitted_under_its_name_without_a_password() {
     let conn = h.broker.accept(h.now_ms, Origin::default()).unwrap();
     h.broker.certified(conn, "device-7".into());
     // A CONNECT naming another user and no password, on the password door.
-    h.packet(conn, Packet::Connect(credentials("d", Some("bob"), None)));
+    h.packet(
+        conn,
+        Packet::Connect(Box::new(credentials("d", Some("bob"), None))),
+    );
     match h.out.take(conn).first() {
         Some(Packet::Connack(connack)) => assert_eq!(connack.reason_code, ReasonCode::SUCCESS),
         other => panic!("expected a CONNACK, got {other:?}"),

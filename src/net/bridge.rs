@@ -200,9 +200,12 @@ fn end_removed_readers(shared: &SharedRef, bridges: &[BridgeSettings]) {
             properties: Default::default(),
         };
         connect.properties.session_expiry_interval_s = Some(0);
-        state
-            .broker
-            .handle_packet(key, Packet::Connect(connect), now_ms, &mut state.outboxes);
+        state.broker.handle_packet(
+            key,
+            Packet::Connect(Box::new(connect)),
+            now_ms,
+            &mut state.outboxes,
+        );
         state
             .broker
             .handle_connection_lost(key, now_ms, &mut state.outboxes);

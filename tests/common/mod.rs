@@ -246,7 +246,9 @@ impl RawClient {
     /// Opens a connection and completes a CONNECT with a clean session.
     pub fn connect(address: &str, version: ProtocolVersion, client_id: &str) -> RawClient {
         let mut client = RawClient::open(address, version);
-        client.send(&Packet::Connect(connect_packet(version, client_id)));
+        client.send(&Packet::Connect(Box::new(connect_packet(
+            version, client_id,
+        ))));
         match client.recv() {
             Received::Packet(Packet::Connack(connack)) => {
                 assert_eq!(connack.reason_code.0, 0, "CONNACK refused: {connack:?}")
@@ -401,7 +403,7 @@ pub fn durable_connect(address: &str, client_id: &str) -> (RawClient, bool) {
     let mut connect: Connect = connect_packet(ProtocolVersion::V5, client_id);
     connect.clean_start = false;
     connect.properties.session_expiry_interval_s = Some(3600);
-    client.send(&Packet::Connect(connect));
+    client.send(&Packet::Connect(Box::new(connect)));
     match client.recv() {
         Received::Packet(Packet::Connack(connack)) => {
             assert_eq!(connack.reason_code.0, 0);

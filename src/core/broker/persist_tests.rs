@@ -189,7 +189,10 @@ impl Rig {
     /// the rig settles.
     fn connect_as(&mut self, client_id: &str, durable: bool, expiry_s: u32) -> Key {
         let conn = self.open();
-        self.packet(conn, Packet::Connect(connect(client_id, durable, expiry_s)));
+        self.packet(
+            conn,
+            Packet::Connect(Box::new(connect(client_id, durable, expiry_s))),
+        );
         conn
     }
 
@@ -369,7 +372,7 @@ fn a_full_store_refuses_a_will_with_0x97_and_a_bare_session_is_told_it_ends() {
     let conn = rig.open();
     let mut with_will = connect("device", true, 60);
     with_will.will = Some(will(0));
-    rig.packet(conn, Packet::Connect(with_will));
+    rig.packet(conn, Packet::Connect(Box::new(with_will)));
     rig.settle();
     assert_eq!(
         rig.connack(conn).unwrap().reason_code,
@@ -474,7 +477,7 @@ fn a_delayed_will_resumes_what_is_left_of_its_wait_after_a_restart() {
     let conn = rig.open();
     let mut with_will = connect("device", true, 3600);
     with_will.will = Some(will(10));
-    rig.packet(conn, Packet::Connect(with_will));
+    rig.packet(conn, Packet::Connect(Box::new(with_will)));
     rig.settle();
     rig.broker
         .handle_connection_lost(conn, rig.now_ms, &mut rig.wire);
@@ -497,7 +500,7 @@ fn a_delayed_will_resumes_what_is_left_of_its_wait_after_a_restart() {
     let conn = rig.open();
     let mut with_will = connect("device", true, 3600);
     with_will.will = Some(will(10));
-    rig.packet(conn, Packet::Connect(with_will));
+    rig.packet(conn, Packet::Connect(Box::new(with_will)));
     rig.settle();
     rig.broker
         .handle_connection_lost(conn, rig.now_ms, &mut rig.wire);
@@ -523,7 +526,7 @@ fn a_will_whose_connection_the_stop_cut_waits_for_the_session_to_expire() {
     let conn = rig.open();
     let mut with_will = connect("device", true, 60);
     with_will.will = Some(will(5));
-    rig.packet(conn, Packet::Connect(with_will));
+    rig.packet(conn, Packet::Connect(Box::new(with_will)));
     rig.settle();
     let mut rig = Rig::new(rig.crash());
     let watcher = rig.watcher("wills/#");
@@ -543,7 +546,7 @@ fn a_session_that_expired_while_stopped_is_ended_and_a_will_without_a_moment_goe
     let conn = rig.open();
     let mut with_will = connect("device", true, 60);
     with_will.will = Some(will(5));
-    rig.packet(conn, Packet::Connect(with_will));
+    rig.packet(conn, Packet::Connect(Box::new(with_will)));
     rig.packet(conn, subscribe("a/#"));
     rig.settle();
     // Cut by a stop, and away longer than its expiry? No: a session cut by
@@ -585,7 +588,7 @@ fn a_crash_at_every_storage_write_loses_nothing_the_client_was_told() {
         let mut with_will = connect("device", true, 3600);
         with_will.will = Some(will(30));
         let conn = rig.open();
-        rig.packet(conn, Packet::Connect(with_will.clone()));
+        rig.packet(conn, Packet::Connect(Box::new(with_will.clone())));
         rig.settle();
         let answers = rig.take(conn);
         if answers.iter().any(|p| matches!(p, Packet::Connack(_))) {
@@ -611,7 +614,7 @@ fn a_crash_at_every_storage_write_loses_nothing_the_client_was_told() {
         // is sent.
         if told.clean_close && rig.applied < rig.budget {
             let conn = rig.open();
-            rig.packet(conn, Packet::Connect(with_will));
+            rig.packet(conn, Packet::Connect(Box::new(with_will)));
             rig.settle();
             told.reconnected = rig
                 .take(conn)
@@ -1109,7 +1112,7 @@ fn a_retained_publish_and_a_will_owed_to_a_durable_session_are_logged_too() {
     let device = rig.open();
     let mut with_will = connect("device", false, 0);
     with_will.will = Some(will(0));
-    rig.packet(device, Packet::Connect(with_will));
+    rig.packet(device, Packet::Connect(Box::new(with_will)));
     rig.settle();
     rig.broker
         .handle_connection_lost(device, rig.now_ms, &mut rig.wire);
@@ -1397,7 +1400,7 @@ fn a_connect_refused_for_a_failed_write_leaves_the_waiting_will_and_the_session_
     let conn = rig.open();
     let mut with_will = connect("device", true, 3600);
     with_will.will = Some(will(10));
-    rig.packet(conn, Packet::Connect(with_will));
+    rig.packet(conn, Packet::Connect(Box::new(with_will)));
     rig.settle();
     rig.broker
         .handle_connection_lost(conn, rig.now_ms, &mut rig.wire);
@@ -1408,7 +1411,7 @@ fn a_connect_refused_for_a_failed_write_leaves_the_waiting_will_and_the_session_
         let again = rig.open();
         let mut resume = connect("device", true, expiry_s);
         resume.clean_start = false;
-        rig.packet(again, Packet::Connect(resume));
+        rig.packet(again, Packet::Connect(Box::new(resume)));
         rig.settle();
         let connack = rig.connack(again).expect("answered");
         assert_eq!(
@@ -1500,7 +1503,7 @@ fn stored_will_user(certificate_user: Option<&str>) -> Option<String> {
     let mut with_will = connect("device", true, 3600);
     with_will.will = Some(will(10));
     with_will.username = Some("alice".into());
-    rig.packet(conn, Packet::Connect(with_will));
+    rig.packet(conn, Packet::Connect(Box::new(with_will)));
     rig.settle();
     rig.packet(
         conn,
@@ -1815,7 +1818,7 @@ fn a_connect_refused_for_a_failed_write_leaves_the_session_its_own_grants() {
         let mut connect = connect(client_id, durable, if durable { 3600 } else { 0 });
         connect.clean_start = !durable;
         connect.username = Some(user.into());
-        rig.packet(conn, Packet::Connect(connect));
+        rig.packet(conn, Packet::Connect(Box::new(connect)));
         rig.settle();
         let answers = rig.take(conn);
         let code = answers.iter().find_map(|p| match p {

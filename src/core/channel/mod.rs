@@ -134,7 +134,7 @@ impl Channel {
         self.tail.push_back(Cached {
             offset,
             cost_bytes,
-            body: RefCell::new(CachedBody::Stored(Box::new(message), id)),
+            body: RefCell::new(CachedBody::Stored(message, id)),
         });
         while self.tail_bytes > TAIL_CACHE_BYTES && self.tail.len() > 1 {
             self.drop_oldest();
@@ -172,7 +172,7 @@ pub(crate) struct Cached {
 }
 
 enum CachedBody {
-    Stored(Box<Message>, MessageId),
+    Stored(Message, MessageId),
     Labelled(Rc<Message>),
     /// Only while being labelled.
     Taken,
@@ -182,7 +182,7 @@ impl Cached {
     fn labelled(&self) -> Rc<Message> {
         let mut body = self.body.borrow_mut();
         let labelled = match std::mem::replace(&mut *body, CachedBody::Taken) {
-            CachedBody::Stored(message, id) => Rc::new(labelled(*message, &id, self.offset)),
+            CachedBody::Stored(message, id) => Rc::new(labelled(message, &id, self.offset)),
             CachedBody::Labelled(message) => message,
             CachedBody::Taken => unreachable!("a record is labelled once, under its borrow"),
         };

@@ -627,7 +627,7 @@ fn an_exactly_once_deletion_of_nothing_is_completed_once_its_hold_is_gone() {
     let mut connect = connect_packet("pub", ProtocolVersion::V5);
     connect.clean_start = false;
     connect.properties.session_expiry_interval_s = Some(600);
-    h.packet(conn, Packet::Connect(connect));
+    h.packet(conn, Packet::Connect(Box::new(connect)));
     answer_commits(&mut h);
     assert!(matches!(h.out.take(conn).as_slice(), [Packet::Connack(_)]));
     let publish = publish_packet("state/never", QoS::ExactlyOnce, Some(7), b"");

@@ -197,7 +197,7 @@ impl Rig {
             password: None,
             properties,
         };
-        self.packet(conn, Packet::Connect(connect));
+        self.packet(conn, Packet::Connect(Box::new(connect)));
         assert!(
             matches!(self.take(conn).first(), Some(Packet::Connack(c)) if c.reason_code == ReasonCode::SUCCESS)
         );
@@ -981,7 +981,7 @@ fn a_will_into_a_queue_becomes_an_ordinary_job() {
         password: None,
         properties: Properties::default(),
     };
-    rig.packet(conn, Packet::Connect(connect));
+    rig.packet(conn, Packet::Connect(Box::new(connect)));
     rig.broker
         .handle_connection_lost(conn, rig.now_ms, &mut rig.shell);
     rig.settle();
@@ -1084,7 +1084,7 @@ fn a_will_into_a_dead_letter_channel_is_not_stored() {
         password: None,
         properties: Properties::default(),
     };
-    rig.packet(conn, Packet::Connect(connect));
+    rig.packet(conn, Packet::Connect(Box::new(connect)));
     rig.broker
         .handle_connection_lost(conn, rig.now_ms, &mut rig.shell);
     rig.settle();
@@ -1525,7 +1525,7 @@ fn a_will_aimed_at_a_dead_letter_channel_or_saguin_is_refused_0x90_at_connect() 
             password: None,
             properties: Properties::default(),
         };
-        rig.packet(conn, Packet::Connect(connect));
+        rig.packet(conn, Packet::Connect(Box::new(connect)));
         assert!(
             matches!(rig.take(conn).first(), Some(Packet::Connack(c)) if c.reason_code == ReasonCode::TOPIC_NAME_INVALID),
             "{topic}"
