@@ -522,6 +522,8 @@ impl Connection {
     /// whose password is to be checked off the executor.
     fn consume(&mut self, bytes: &[u8]) -> usize {
         let (shared, key) = (&self.shared, self.key);
+        // One clock read for every packet of this read: they arrived together.
+        let now_ms = shared.borrow().now_ms();
         let mut consumed = 0;
         while !self.read_ended {
             let pending = &bytes[consumed..];
@@ -556,7 +558,7 @@ impl Connection {
                 }
             }
             consumed += header.packet_len();
-            if !dispatch(shared, key, &header, body) {
+            if !dispatch(shared, key, &header, body, now_ms) {
                 self.read_ended = true;
             }
         }
@@ -625,10 +627,9 @@ impl Socket {
 
 /// Feeds one decoded packet, or the error that stopped decoding it, to the
 /// core. Returns whether the connection is still open.
-fn dispatch(shared: &SharedRef, key: Key, header: &FixedHeader, body: &[u8]) -> bool {
+fn dispatch(shared: &SharedRef, key: Key, header: &FixedHeader, body: &[u8], now_ms: u64) -> bool {
     let mut guard = shared.borrow_mut();
     let shared = &mut *guard;
-    let now_ms = shared.now_ms();
     let broker: &mut Broker = &mut shared.broker;
     match decode_packet(header, body, broker.version(key)) {
         Ok(packet) => broker.handle_packet(key, packet, now_ms, &mut shared.outboxes),

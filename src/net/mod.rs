@@ -27,6 +27,9 @@ use crate::core::{Broker, Origin};
 use outbox::Outboxes;
 pub use settings::{Door, Settings};
 
+/// Storage answers handled in one turn of the executor before the
+/// connections get theirs.
+const COMPLETIONS_PER_TURN: usize = 256;
 /// How often the core's clocks (keepalive, connect timeout, expiry) run.
 const TICK_MS: u64 = 100;
 /// How long a stopping broker waits for its goodbyes to be written.
@@ -326,13 +329,31 @@ async fn completion_loop(
     shared: SharedRef,
     completions: smol::channel::Receiver<(usize, crate::store::Completion)>,
 ) {
-    while let Ok((_provider, completion)) = completions.recv().await {
-        let mut guard = shared.borrow_mut();
-        let state = &mut *guard;
-        let now_ms = state.now_ms();
-        state
-            .broker
-            .handle_store_completion(completion, now_ms, &mut state.outboxes);
+    while let Ok(first) = completions.recv().await {
+        {
+            // A batch's completions arrive together: they are handled in
+            // one turn, under one borrow and one clock read.
+            let mut guard = shared.borrow_mut();
+            let state = &mut *guard;
+            let now_ms = state.now_ms();
+            let mut next = Some(first);
+            let mut handled = 0;
+            while let Some((_provider, completion)) = next {
+                state
+                    .broker
+                    .handle_store_completion(completion, now_ms, &mut state.outboxes);
+                handled += 1;
+                next = if handled < COMPLETIONS_PER_TURN {
+                    completions.try_recv().ok()
+                } else {
+                    None
+                };
+            }
+        }
+        // What is left waits behind the connections' turns.
+        if !completions.is_empty() {
+            smol::future::yield_now().await;
+        }
     }
 }
 

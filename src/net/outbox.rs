@@ -174,6 +174,11 @@ impl Transport for Outboxes {
         if droppable && state.unwritten_bytes() >= self.droppable_limit_bytes {
             return false;
         }
+        if state.bytes.capacity() == 0 {
+            // A burst's first packet: room for the acknowledgements that
+            // usually follow it, instead of a regrowth every few of them.
+            state.bytes.reserve(IDLE_WRITE_BYTES);
+        }
         encode(packet, version, &mut state.bytes);
         state.wake();
         true

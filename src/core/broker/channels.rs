@@ -176,7 +176,7 @@ impl Broker {
             ) => match self.channel_commit_answer(channel, result) {
                 Ok(offset) => {
                     let answer = Some((conn, ack));
-                    self.record_committed(channel, message, &id, offset, answer, now_ms, out);
+                    self.record_committed(channel, message, id, offset, answer, now_ms, out);
                 }
                 Err(refusal) => {
                     if let PendingAck::Pubcomp { packet_id } = ack {
@@ -196,7 +196,7 @@ impl Broker {
                 Answer::Committed(result),
             ) => match self.channel_commit_answer(channel, result) {
                 Ok(offset) => {
-                    self.record_committed(channel, message, &id, offset, None, now_ms, out)
+                    self.record_committed(channel, message, id, offset, None, now_ms, out)
                 }
                 Err(reason) => {
                     log::warn!(
@@ -281,7 +281,7 @@ impl Broker {
         &mut self,
         channel: usize,
         message: Message,
-        id: &MessageId,
+        id: MessageId,
         offset: u64,
         answer: Option<(Key, PendingAck)>,
         now_ms: u64,
@@ -289,7 +289,7 @@ impl Broker {
     ) {
         self.tallies.published(channel);
         if self.channels[channel].latest.is_some() {
-            self.latest_committed(channel, message, id, offset, now_ms, out);
+            self.latest_committed(channel, message, &id, offset, now_ms, out);
             self.answer_committed(answer, now_ms, out);
             return;
         }
@@ -297,7 +297,7 @@ impl Broker {
         let routed_to_groups = self.topic_has_groups(&message.topic);
         let ch = &mut self.channels[channel];
         ch.next = ch.next.max(offset + 1);
-        ch.cache(offset, message, id.clone());
+        ch.cache(offset, message, id);
         // A queue's record is a job: offered to one worker, never routed.
         if self.queue_record_committed(channel, offset, received_at_unix_ms, now_ms, out) {
             self.answer_committed(answer, now_ms, out);

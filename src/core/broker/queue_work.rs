@@ -1027,7 +1027,7 @@ impl Broker {
                         self.record_committed(
                             dlq,
                             from_stored(&message),
-                            &message.id,
+                            message.id.clone(),
                             *at,
                             None,
                             now_ms,
