@@ -1107,115 +1107,43 @@ fn plain_acks_take_the_shortcut_and_match_the_general_encoding() {
 #[test]
 fn properties_are_empty_only_when_every_property_is_absent() {
     assert!(Properties::default().is_empty());
+    // One property set, every other absent.
+    macro_rules! only {
+        ($field:ident: $value:expr) => {
+            Properties {
+                $field: $value,
+                ..Properties::default()
+            }
+        };
+    }
     let one_each = [
-        Properties {
-            payload_format_indicator: Some(0),
-            ..Properties::default()
-        },
-        Properties {
-            message_expiry_interval_s: Some(0),
-            ..Properties::default()
-        },
-        Properties {
-            content_type: Some(String::new()),
-            ..Properties::default()
-        },
-        Properties {
-            response_topic: Some("r".into()),
-            ..Properties::default()
-        },
-        Properties {
-            correlation_data: Some(Vec::new()),
-            ..Properties::default()
-        },
-        Properties {
-            subscription_identifiers: vec![1],
-            ..Properties::default()
-        },
-        Properties {
-            session_expiry_interval_s: Some(0),
-            ..Properties::default()
-        },
-        Properties {
-            assigned_client_identifier: Some("c".into()),
-            ..Properties::default()
-        },
-        Properties {
-            server_keep_alive_s: Some(0),
-            ..Properties::default()
-        },
-        Properties {
-            authentication_method: Some("m".into()),
-            ..Properties::default()
-        },
-        Properties {
-            authentication_data: Some(Vec::new()),
-            ..Properties::default()
-        },
-        Properties {
-            request_problem_information: Some(0),
-            ..Properties::default()
-        },
-        Properties {
-            will_delay_interval_s: Some(0),
-            ..Properties::default()
-        },
-        Properties {
-            request_response_information: Some(0),
-            ..Properties::default()
-        },
-        Properties {
-            response_information: Some("i".into()),
-            ..Properties::default()
-        },
-        Properties {
-            server_reference: Some("s".into()),
-            ..Properties::default()
-        },
-        Properties {
-            reason_string: Some(String::new()),
-            ..Properties::default()
-        },
-        Properties {
-            receive_maximum: Some(1),
-            ..Properties::default()
-        },
-        Properties {
-            topic_alias_maximum: Some(0),
-            ..Properties::default()
-        },
-        Properties {
-            topic_alias: Some(1),
-            ..Properties::default()
-        },
-        Properties {
-            maximum_qos: Some(0),
-            ..Properties::default()
-        },
-        Properties {
-            retain_available: Some(0),
-            ..Properties::default()
-        },
-        Properties {
-            user_properties: vec![user("", "")],
-            ..Properties::default()
-        },
-        Properties {
-            maximum_packet_size: Some(1),
-            ..Properties::default()
-        },
-        Properties {
-            wildcard_subscription_available: Some(0),
-            ..Properties::default()
-        },
-        Properties {
-            subscription_identifier_available: Some(0),
-            ..Properties::default()
-        },
-        Properties {
-            shared_subscription_available: Some(0),
-            ..Properties::default()
-        },
+        only!(payload_format_indicator: Some(0)),
+        only!(message_expiry_interval_s: Some(0)),
+        only!(content_type: Some(String::new())),
+        only!(response_topic: Some("r".into())),
+        only!(correlation_data: Some(Vec::new())),
+        only!(subscription_identifiers: vec![1]),
+        only!(session_expiry_interval_s: Some(0)),
+        only!(assigned_client_identifier: Some("c".into())),
+        only!(server_keep_alive_s: Some(0)),
+        only!(authentication_method: Some("m".into())),
+        only!(authentication_data: Some(Vec::new())),
+        only!(request_problem_information: Some(0)),
+        only!(will_delay_interval_s: Some(0)),
+        only!(request_response_information: Some(0)),
+        only!(response_information: Some("i".into())),
+        only!(server_reference: Some("s".into())),
+        only!(reason_string: Some(String::new())),
+        only!(receive_maximum: Some(1)),
+        only!(topic_alias_maximum: Some(0)),
+        only!(topic_alias: Some(1)),
+        only!(maximum_qos: Some(0)),
+        only!(retain_available: Some(0)),
+        only!(user_properties: vec![user("", "")]),
+        only!(maximum_packet_size: Some(1)),
+        only!(wildcard_subscription_available: Some(0)),
+        only!(subscription_identifier_available: Some(0)),
+        only!(shared_subscription_available: Some(0)),
     ];
     for properties in &one_each {
         assert!(!properties.is_empty(), "{properties:?}");
