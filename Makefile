@@ -20,8 +20,9 @@
 # (apt: gcc-arm-linux-gnueabihf gcc-aarch64-linux-gnu libc6-dev-armhf-cross
 # libc6-dev-arm64-cross qemu-user; rustup target add for both targets);
 # `.ci/run` installs all of it. Linkers and runners are passed to cargo through
-# environment variables, so no .cargo/config.toml is needed. Every variable
-# below can be overridden from the command line or the environment.
+# environment variables; .cargo/config.toml holds only what every armv7 build
+# must share however it is started (Thumb-2 code). Every variable below can be
+# overridden from the command line or the environment.
 # Users with Docker can use `cross` instead; see Cross.toml.
 
 SHELL := bash
