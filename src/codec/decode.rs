@@ -6,7 +6,7 @@
 
 use super::packet::*;
 use super::property_codec::{read_properties, Place};
-use super::topic::is_valid_topic_name;
+use super::topic::{filter_form_error, is_valid_topic_name};
 use super::wire::{parse_varint, Reader};
 use super::{DecodeError, FixedHeader, Properties, ReasonCode};
 
@@ -38,6 +38,22 @@ pub fn decode_fixed_header(buf: &[u8]) -> Result<Option<FixedHeader>, DecodeErro
         header_len: 1 + len_bytes,
     }))
 }
+
+/// [`decode_fixed_header`] for a connection's first packet, which must be a
+/// CONNECT (MQTT-3.1.0-1): any other first byte is a protocol error as soon
+/// as it arrives, so nothing it declares is waited for or read.
+pub fn decode_first_header(buf: &[u8]) -> Result<Option<FixedHeader>, DecodeError> {
+    if let Some(&first) = buf.first() {
+        let packet_type = first >> 4;
+        check_type_and_flags(packet_type, first & 0x0F)?;
+        if packet_type != PacketType::Connect as u8 {
+            return Err(NOT_CONNECT_FIRST);
+        }
+    }
+    decode_fixed_header(buf)
+}
+
+const NOT_CONNECT_FIRST: DecodeError = DecodeError::protocol("first packet must be CONNECT");
 
 /// The fixed header rules of spec section 2.1.3.
 fn check_type_and_flags(packet_type: u8, flags: u8) -> Result<(), DecodeError> {
@@ -76,7 +92,7 @@ pub fn decode_packet(
     let is_connect = header.packet_type == PacketType::Connect as u8;
     match (version, is_connect) {
         (None, true) => decode_connect(body).map(|c| Packet::Connect(Box::new(c))),
-        (None, false) => Err(DecodeError::protocol("first packet must be CONNECT")),
+        (None, false) => Err(NOT_CONNECT_FIRST),
         (Some(_), true) => Err(DecodeError::protocol("second CONNECT")),
         (Some(version), false) => {
             let mut reader = Reader::new(body);
@@ -172,19 +188,23 @@ fn properties_if_v5(
 
 // ---- CONNECT ----
 
-/// Protocol Name "MQTT" with level 4 or 5; anything else (such as MQTT 3.1's
-/// "MQIsdp" level 3) is 0x84. The name is compared as raw bytes so that a
-/// foreign name is "unsupported", not "malformed".
+/// Protocol Name "MQTT" with level 4 or 5. Another level of MQTT, or MQTT
+/// 3.1's own name "MQIsdp", is 0x84: a version this codec does not speak,
+/// which its client is told. Any other name is not MQTT at all (MQTT-3.1.2-1
+/// in both versions), so it is malformed and answered with nothing
+/// (MQTT-3.1.4-1). The name is compared as raw bytes, so a name that is not
+/// even UTF-8 is foreign too.
 fn read_protocol(reader: &mut Reader) -> Result<ProtocolVersion, DecodeError> {
     let name = reader.binary()?;
     let level = reader.u8()?;
     match (name, level) {
         (b"MQTT", 4) => Ok(ProtocolVersion::V311),
         (b"MQTT", 5) => Ok(ProtocolVersion::V5),
-        _ => Err(DecodeError {
+        (b"MQTT" | b"MQIsdp", _) => Err(DecodeError {
             code: ReasonCode::UNSUPPORTED_PROTOCOL_VERSION,
-            reason: "unsupported protocol name or level",
+            reason: "unsupported protocol level",
         }),
+        _ => Err(DecodeError::malformed("protocol name is not MQTT")),
     }
 }
 
@@ -388,15 +408,25 @@ fn decode_ack(reader: &mut Reader, v5: bool, valid: &[u8]) -> Result<PubAck, Dec
 }
 
 // ---- SUBSCRIBE and UNSUBSCRIBE ----
-// Filters are only checked as strings: an invalid filter is refused per
-// filter in the SUBACK (0x8F), not by closing the connection.
+// A filter that is no topic filter at all (empty, a wildcard inside a
+// level, a `$share/` without a name or a filter) is a protocol error. One
+// that is well formed but not accepted is the broker's to refuse, per
+// filter, in the SUBACK.
+
+fn topic_filter(reader: &mut Reader, v5: bool) -> Result<String, DecodeError> {
+    let filter = reader.utf8()?;
+    match filter_form_error(filter, v5) {
+        Some(why) => Err(DecodeError::protocol(why)),
+        None => Ok(filter.to_owned()),
+    }
+}
 
 fn decode_subscribe(reader: &mut Reader, v5: bool) -> Result<Subscribe, DecodeError> {
     let packet_id = packet_id(reader)?;
     let properties = properties_if_v5(reader, v5, Place::Subscribe)?;
     let mut filters = Vec::new();
     while !reader.is_empty() {
-        let filter = reader.utf8()?.to_owned();
+        let filter = topic_filter(reader, v5)?;
         let options = subscription_options(reader.u8()?, v5)?;
         filters.push((filter, options));
     }
@@ -438,7 +468,7 @@ fn decode_unsubscribe(reader: &mut Reader, v5: bool) -> Result<Unsubscribe, Deco
     let properties = properties_if_v5(reader, v5, Place::Unsubscribe)?;
     let mut filters = Vec::new();
     while !reader.is_empty() {
-        filters.push(reader.utf8()?.to_owned());
+        filters.push(topic_filter(reader, v5)?);
     }
     if filters.is_empty() {
         return Err(DecodeError::protocol("UNSUBSCRIBE without a topic filter"));

@@ -48,6 +48,7 @@ pub fn cases() -> Vec<MalformedCase> {
         packet_identifiers(),
         publish(),
         subscribe(),
+        topic_filters(),
         reason_codes(),
         lengths(),
     ]
@@ -149,8 +150,15 @@ fn property_values() -> Vec<MalformedCase> {
 #[rustfmt::skip]
 fn connect() -> Vec<MalformedCase> {
     vec![
-        // The protocol name and level.
-        row("protocol name MQTX", V311, &[0x10, 0x0D, 0x00, 0x04, b'M', b'Q', b'T', b'X', 0x04, 0x02, 0x00, 0x3C, 0x00, 0x01, b'c'], UNSUPPORTED),
+        // The protocol name and level. A name other than MQTT's is not
+        // MQTT at all, whatever level follows it (MQTT-3.1.2-1, 3.1.4-1).
+        row("protocol name MQTX", V311, &[0x10, 0x0D, 0x00, 0x04, b'M', b'Q', b'T', b'X', 0x04, 0x02, 0x00, 0x3C, 0x00, 0x01, b'c'], MALFORMED),
+        row("protocol name MQT", V311, &[0x10, 0x0C, 0x00, 0x03, b'M', b'Q', b'T', 0x04, 0x02, 0x00, 0x3C, 0x00, 0x01, b'c'], MALFORMED),
+        row("empty protocol name", V311, &[0x10, 0x09, 0x00, 0x00, 0x04, 0x02, 0x00, 0x3C, 0x00, 0x01, b'c'], MALFORMED),
+        row("protocol name MQTTT", V311, &[0x10, 0x0E, 0x00, 0x05, b'M', b'Q', b'T', b'T', b'T', 0x04, 0x02, 0x00, 0x3C, 0x00, 0x01, b'c'], MALFORMED),
+        row("protocol name MQTU", V311, &[0x10, 0x0D, 0x00, 0x04, b'M', b'Q', b'T', b'U', 0x04, 0x02, 0x00, 0x3C, 0x00, 0x01, b'c'], MALFORMED),
+        row("protocol name MQTU at level 5", V311, &[0x10, 0x0E, 0x00, 0x04, b'M', b'Q', b'T', b'U', 0x05, 0x02, 0x00, 0x3C, 0x00, 0x00, 0x01, b'c'], MALFORMED),
+        row("empty protocol name at level 5", V311, &[0x10, 0x0A, 0x00, 0x00, 0x05, 0x02, 0x00, 0x3C, 0x00, 0x00, 0x01, b'c'], MALFORMED),
         row("MQTT 3.1 (MQIsdp level 3)", V311, &[0x10, 0x0F, 0x00, 0x06, b'M', b'Q', b'I', b's', b'd', b'p', 0x03, 0x02, 0x00, 0x3C, 0x00, 0x01, b'c'], UNSUPPORTED),
         row("protocol level 6", V311, &[0x10, 0x0D, 0x00, 0x04, b'M', b'Q', b'T', b'T', 0x06, 0x02, 0x00, 0x3C, 0x00, 0x01, b'c'], UNSUPPORTED),
         // The Connect Flags.
@@ -228,6 +236,25 @@ fn subscribe() -> Vec<MalformedCase> {
         row("UNSUBSCRIBE without filters", V5, &[0xA2, 0x03, 0x00, 0x01, 0x00], PROTOCOL),
         row("UNSUBSCRIBE without filters on 3.1.1", V311, &[0xA2, 0x02, 0x00, 0x01], PROTOCOL),
         row("UNSUBSCRIBE filter length past the packet", V311, &[0xA2, 0x05, 0x00, 0x01, 0x00, 0x09, b't'], MALFORMED),
+    ]
+}
+
+/// Spec 4.7 and 4.8.2: a filter that is no topic filter is a protocol error
+/// (MQTT-4.7.3-1, 4.7.1-1, 4.8.2-2); the `$share/` form is MQTT 5's.
+#[rustfmt::skip]
+fn topic_filters() -> Vec<MalformedCase> {
+    vec![
+        row("SUBSCRIBE with an empty filter", V5, &[0x82, 0x06, 0x00, 0x01, 0x00, 0x00, 0x00, 0x01], PROTOCOL),
+        row("SUBSCRIBE with an empty filter on 3.1.1", V311, &[0x82, 0x05, 0x00, 0x01, 0x00, 0x00, 0x01], PROTOCOL),
+        row("SUBSCRIBE to #/test/topic", V5, &[0x82, 0x12, 0x00, 0x01, 0x00, 0x00, 0x0C, b'#', b'/', b't', b'e', b's', b't', b'/', b't', b'o', b'p', b'i', b'c', 0x00], PROTOCOL),
+        row("SUBSCRIBE to #/test/topic on 3.1.1", V311, &[0x82, 0x11, 0x00, 0x01, 0x00, 0x0C, b'#', b'/', b't', b'e', b's', b't', b'/', b't', b'o', b'p', b'i', b'c', 0x00], PROTOCOL),
+        row("SUBSCRIBE to $share/name with no filter", V5, &[0x82, 0x11, 0x00, 0x01, 0x00, 0x00, 0x0B, b'$', b's', b'h', b'a', b'r', b'e', b'/', b'n', b'a', b'm', b'e', 0x00], PROTOCOL),
+        row("SUBSCRIBE to $share/name/a+", V5, &[0x82, 0x14, 0x00, 0x01, 0x00, 0x00, 0x0E, b'$', b's', b'h', b'a', b'r', b'e', b'/', b'n', b'a', b'm', b'e', b'/', b'a', b'+', 0x00], PROTOCOL),
+        row("UNSUBSCRIBE with an empty filter", V5, &[0xA2, 0x05, 0x00, 0x01, 0x00, 0x00, 0x00], PROTOCOL),
+        row("UNSUBSCRIBE with an empty filter on 3.1.1", V311, &[0xA2, 0x04, 0x00, 0x01, 0x00, 0x00], PROTOCOL),
+        row("UNSUBSCRIBE from a/#/b", V5, &[0xA2, 0x0A, 0x00, 0x01, 0x00, 0x00, 0x05, b'a', b'/', b'#', b'/', b'b'], PROTOCOL),
+        row("UNSUBSCRIBE from a/#/b on 3.1.1", V311, &[0xA2, 0x09, 0x00, 0x01, 0x00, 0x05, b'a', b'/', b'#', b'/', b'b'], PROTOCOL),
+        row("UNSUBSCRIBE from $share/name with no filter", V5, &[0xA2, 0x10, 0x00, 0x01, 0x00, 0x00, 0x0B, b'$', b's', b'h', b'a', b'r', b'e', b'/', b'n', b'a', b'm', b'e'], PROTOCOL),
     ]
 }
 

@@ -3,7 +3,9 @@
 //! Reading is in two steps so that a connection can refuse a packet by its
 //! declared size before reading its body:
 //!
-//! 1. [`decode_fixed_header`] reads the first byte and the remaining length;
+//! 1. [`decode_fixed_header`] reads the first byte and the remaining length
+//!    ([`decode_first_header`] for a connection's first packet, which is
+//!    refused on its first byte unless that byte is a CONNECT's);
 //! 2. [`decode_packet`] reads the body once it has fully arrived.
 //!
 //! Every malformation maps to the MQTT 5 reason code the specification gives
@@ -22,7 +24,7 @@ mod tests;
 pub mod topic;
 mod wire;
 
-pub use decode::{decode_fixed_header, decode_packet, peek_connect_version};
+pub use decode::{decode_first_header, decode_fixed_header, decode_packet, peek_connect_version};
 pub use encode::{encode, encoded_len};
 pub use packet::*;
 pub use properties::Properties;

@@ -886,6 +886,32 @@ fn only_a_first_packet_may_be_connect() {
 }
 
 #[test]
+fn a_first_packet_is_refused_on_its_first_byte_unless_a_connect() {
+    // Nothing after the first byte is waited for: not the length, not the body.
+    for first in [0x30, 0x82, 0xC0, 0xE0] {
+        assert_eq!(
+            decode_first_header(&[first]).map_err(|e| e.code),
+            Err(ReasonCode::PROTOCOL_ERROR),
+            "{first:02X}"
+        );
+    }
+    // A PUBLISH declaring a body of 2 MiB is refused before any of it.
+    assert_eq!(
+        decode_first_header(&[0x30, 0x80, 0x80, 0x80]).map_err(|e| e.code),
+        Err(ReasonCode::PROTOCOL_ERROR)
+    );
+    // A first byte no packet has is malformed, as anywhere else.
+    assert_eq!(
+        decode_first_header(&[0x00]).map_err(|e| e.code),
+        Err(ReasonCode::MALFORMED_PACKET)
+    );
+    assert_eq!(decode_first_header(&[]), Ok(None));
+    assert_eq!(decode_first_header(&[0x10]), Ok(None));
+    let connect = to_bytes(&v5_samples()[0], V5);
+    assert_eq!(decode_first_header(&connect), decode_fixed_header(&connect));
+}
+
+#[test]
 fn connect_version_can_be_peeked_even_when_the_rest_is_bad() {
     let body = |bytes: &[u8]| bytes[2..].to_vec();
     assert_eq!(
@@ -910,17 +936,41 @@ fn connect_version_can_be_peeked_even_when_the_rest_is_bad() {
 }
 
 #[test]
-fn invalid_filters_are_decoded_for_the_broker_to_refuse() {
-    // "a/#/b" and "" are invalid filters, refused per filter in the SUBACK.
+fn a_filter_that_is_no_filter_is_a_protocol_error_and_a_refusable_one_decodes() {
+    // "a/#/b" then "": neither is a topic filter, so the packet is refused.
     let bytes = [
         0x82, 0x0E, 0x00, 0x01, 0x00, 0x00, 0x05, b'a', b'/', b'#', b'/', b'b', 0x00, 0x00, 0x00,
         0x00,
     ];
-    let Ok(Packet::Subscribe(subscribe)) = decode_one(&bytes, V5) else {
-        panic!("decodes")
-    };
-    let filters: Vec<&str> = subscribe.filters.iter().map(|(f, _)| f.as_str()).collect();
-    assert_eq!(filters, ["a/#/b", ""]);
+    let refused = decode_one(&bytes, V5).unwrap_err();
+    assert_eq!(refused.code, ReasonCode::PROTOCOL_ERROR);
+    assert_eq!(refused.reason, "a wildcard takes less than a whole level");
+    // Well formed, if the broker will not take them: for the SUBACK to say.
+    let refusable = ["$SHARE/g/t", "$SYS/#", "$share", "a/b/c/d/e/f"];
+    let subscribe = Packet::Subscribe(Subscribe {
+        packet_id: 1,
+        properties: Properties::default(),
+        filters: refusable
+            .iter()
+            .map(|f| (f.to_string(), SubscriptionOptions::default()))
+            .collect(),
+    });
+    for version in [V311, V5] {
+        assert_eq!(
+            decode_one(&to_bytes(&subscribe, version), version),
+            Ok(subscribe.clone())
+        );
+    }
+    // 3.1.1 has no shared form: `$share/name` is a filter like another.
+    let shared_form = Packet::Unsubscribe(Unsubscribe {
+        packet_id: 1,
+        properties: Properties::default(),
+        filters: vec!["$share/name".into()],
+    });
+    let bytes = to_bytes(&shared_form, V311);
+    assert_eq!(decode_one(&bytes, V311), Ok(shared_form.clone()));
+    let on_mqtt5 = decode_one(&to_bytes(&shared_form, V5), V5).map_err(|e| e.code);
+    assert_eq!(on_mqtt5, Err(ReasonCode::PROTOCOL_ERROR));
 }
 
 #[test]
@@ -991,6 +1041,26 @@ fn check_decode_and_round_trip(data: &[u8]) {
         assert_eq!(bytes.len(), encoded_len(&packet, write_version));
         let again = decode_one(&bytes, write_version);
         assert_eq!(again.as_ref(), Ok(&packet), "{data:02X?}");
+        assert_filters_well_formed(&packet, write_version);
+    }
+}
+
+/// What the decoder accepts as a SUBSCRIBE or UNSUBSCRIBE names topic
+/// filters only (the fuzz target checks the same).
+fn assert_filters_well_formed(packet: &Packet, version: ProtocolVersion) {
+    let filters: Vec<&str> = match packet {
+        Packet::Subscribe(subscribe) => subscribe.filters.iter().map(|(f, _)| f.as_str()).collect(),
+        Packet::Unsubscribe(unsubscribe) => {
+            unsubscribe.filters.iter().map(String::as_str).collect()
+        }
+        _ => return,
+    };
+    for filter in filters {
+        assert_eq!(
+            topic::filter_form_error(filter, version == V5),
+            None,
+            "{filter:?}"
+        );
     }
 }
 

@@ -29,6 +29,27 @@ pub fn is_valid_topic_filter(filter: &str) -> bool {
     true
 }
 
+/// Why a SUBSCRIBE or UNSUBSCRIBE filter is not a topic filter at all, or
+/// `None` when it is one: non-empty (MQTT-4.7.3-1), its wildcards whole
+/// levels (MQTT-4.7.1-1, -2), and, where `share_form` (MQTT 5 defines the
+/// form; 3.1.1 does not), a shared one `$share/{name}/{filter}` with a name
+/// and a filter (MQTT-4.8.2-1, -2). Such a filter is a protocol error, not
+/// a refusal of one filter: the connection is closed for it.
+pub fn filter_form_error(filter: &str, share_form: bool) -> Option<&'static str> {
+    let inner = match parse_shared(filter).filter(|_| share_form) {
+        None => filter,
+        Some(Ok(shared)) => shared.filter,
+        Some(Err(())) => return Some("a shared subscription is $share/<name>/<filter>"),
+    };
+    if inner.is_empty() {
+        Some("an empty topic filter")
+    } else if !is_valid_topic_filter(inner) {
+        Some("a wildcard takes less than a whole level")
+    } else {
+        None
+    }
+}
+
 /// Topic levels in a name or filter: one more than its '/' count.
 pub fn level_count(s: &str) -> usize {
     s.bytes().filter(|&b| b == b'/').count() + 1
@@ -192,6 +213,52 @@ mod tests {
                 filter: "/"
             }))
         );
+    }
+
+    #[test]
+    fn filters_that_are_no_filter_say_why() {
+        for filter in [
+            "a",
+            "#",
+            "+/+",
+            "$share/g/#",
+            "$share/g//",
+            "$SHARE/g/t",
+            "$share",
+        ] {
+            assert_eq!(filter_form_error(filter, true), None, "{filter}");
+        }
+        let bad = [
+            ("", "an empty topic filter"),
+            ("#/test/topic", "a wildcard takes less than a whole level"),
+            ("a/b#", "a wildcard takes less than a whole level"),
+            ("$share/g/a/#/b", "a wildcard takes less than a whole level"),
+            (
+                "$share/name",
+                "a shared subscription is $share/<name>/<filter>",
+            ),
+            (
+                "$share/name/",
+                "a shared subscription is $share/<name>/<filter>",
+            ),
+            (
+                "$share//t",
+                "a shared subscription is $share/<name>/<filter>",
+            ),
+            (
+                "$share/g+/t",
+                "a shared subscription is $share/<name>/<filter>",
+            ),
+        ];
+        for (filter, why) in bad {
+            assert_eq!(filter_form_error(filter, true), Some(why), "{filter}");
+        }
+        // Without the shared form `$share/name` is a filter like another;
+        // the empty filter and a wildcard inside a level are still none.
+        assert_eq!(filter_form_error("$share/name", false), None);
+        assert_eq!(filter_form_error("$share//t", false), None);
+        assert!(filter_form_error("", false).is_some());
+        assert!(filter_form_error("$share/g/a#", false).is_some());
     }
 
     #[test]

@@ -664,10 +664,44 @@ impl Broker {
         debug_assert_eq!(self.connections.len(), 0, "a stop closes every connection");
     }
 
+    /// Sends `packet` to an accepted connection, within its client's
+    /// Maximum Packet Size (see [`Broker::send_within`]).
     pub(crate) fn send(&mut self, conn: Key, packet: &Packet, out: &mut impl Transport) {
-        if let Some(version) = self.version(conn) {
-            out.send(conn, version, packet, false);
+        let Some(active) = self.connections.get(conn).and_then(|c| c.active.as_ref()) else {
+            return;
+        };
+        let (version, max_bytes) = (active.version, active.client_max_packet_size);
+        self.send_within(conn, version, max_bytes, packet, out);
+    }
+
+    /// Sends `packet` trimmed to `max_bytes` as MQTT allows. A PUBLISH that
+    /// cannot fit is discarded as though sent (MQTT-3.1.2-25); any other
+    /// packet that cannot is an answer the client waits for and can never
+    /// be given, so the connection is closed, and its end is reported back
+    /// as a lost connection is. Returns whether the packet was sent.
+    pub(crate) fn send_within(
+        &mut self,
+        conn: Key,
+        version: ProtocolVersion,
+        max_bytes: u32,
+        packet: &Packet,
+        out: &mut impl Transport,
+    ) -> bool {
+        if let Some(fitted) = connection::packet_size::fitted(packet, version, max_bytes) {
+            out.send(conn, version, &fitted, false);
+            return true;
         }
+        if let Packet::Publish(_) = packet {
+            self.stats.deliveries_too_large += 1;
+        } else {
+            log::info!(
+                "closing the connection of {}: no {:?} it is owed fits its Maximum Packet Size of {max_bytes} bytes",
+                self.client_id_of(conn),
+                packet.packet_type()
+            );
+            out.close(conn);
+        }
+        false
     }
 
     /// A Reason String for `conn`, unless its client asked for none.
@@ -723,6 +757,7 @@ impl Broker {
         };
         if let Some((code, text)) = reason {
             if active.version == ProtocolVersion::V5 {
+                let max_bytes = active.client_max_packet_size;
                 let reason_string = self.reason_string(conn, text);
                 let packet = Packet::Disconnect(Disconnect {
                     reason_code: code,
@@ -731,7 +766,12 @@ impl Broker {
                         ..Properties::default()
                     },
                 });
-                out.send(conn, ProtocolVersion::V5, &packet, false);
+                // One that cannot fit is left unsaid: the close follows anyway.
+                if let Some(fitted) =
+                    connection::packet_size::fitted(&packet, ProtocolVersion::V5, max_bytes)
+                {
+                    out.send(conn, ProtocolVersion::V5, &fitted, false);
+                }
             }
             if code.is_error() {
                 log::info!(

@@ -112,6 +112,9 @@ refusals! {
     OutboundExchangeNotStored = (UNSPECIFIED_ERROR, Other, "the store could not keep the exchange"),
     WindowNotStored = (UNSPECIFIED_ERROR, Other, "the store could not keep the window"),
     SharedNoLocal = (PROTOCOL_ERROR, Other, "No Local on a shared subscription"),
+    /// A PUBACK for a QoS 2 delivery, a PUBCOMP where a PUBREC is owed, a
+    /// PUBREC for QoS 1: the client's state and the broker's differ.
+    AcknowledgementOutOfTurn = (PROTOCOL_ERROR, Other, "an acknowledgement of the wrong kind for the exchange under its packet identifier"),
     RecordTooLarge = (PACKET_TOO_LARGE, Other, "a channel record is larger than your Maximum Packet Size"),
     JobTooLarge = (PACKET_TOO_LARGE, Other, "a queue's job is larger than your Maximum Packet Size"),
     Qos2Denied = (QOS_NOT_SUPPORTED, Other, "QoS 2 publish from a client told Maximum QoS 1"),

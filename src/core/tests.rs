@@ -2746,6 +2746,7 @@ fn a_bridge_readers_moved_position_is_stored_at_once_when_its_link_goes() {
     assert!(!h.stored().iter().any(is_position));
 }
 
+mod conformance;
 mod counted;
 
 #[test]

@@ -22,8 +22,8 @@ use smol::{Async, Timer};
 use super::outbox::Outbox;
 use super::{quick_ack, tls, SharedRef};
 use crate::codec::{
-    decode_fixed_header, decode_packet, peek_connect_version, DecodeError, FixedHeader, Packet,
-    PacketType, ProtocolVersion, ReasonCode,
+    decode_first_header, decode_fixed_header, decode_packet, peek_connect_version, DecodeError,
+    FixedHeader, Packet, PacketType, ProtocolVersion, ReasonCode,
 };
 use crate::core::{Broker, Key};
 
@@ -527,7 +527,17 @@ impl Connection {
         let mut consumed = 0;
         while !self.read_ended {
             let pending = &bytes[consumed..];
-            let header = match decode_fixed_header(pending) {
+            let (read_header, limit_bytes) = {
+                let state = shared.borrow();
+                // Before its CONNECT is read, a connection is refused on the
+                // first byte that is not a CONNECT's, not on what it declares.
+                let read_header = match state.broker.version(key) {
+                    None => decode_first_header,
+                    Some(_) => decode_fixed_header,
+                };
+                (read_header, state.broker.inbound_limit_bytes(key) as usize)
+            };
+            let header = match read_header(pending) {
                 Ok(Some(header)) => header,
                 Ok(None) => break,
                 Err(error) => {
@@ -536,7 +546,6 @@ impl Connection {
                     break;
                 }
             };
-            let limit_bytes = shared.borrow().broker.inbound_limit_bytes(key) as usize;
             if header.packet_len() > limit_bytes {
                 // Refused on its declared length: the body is never read.
                 let version =

@@ -373,9 +373,16 @@ def test_shared_subscription_round_robin(broker, connect):
 def test_subscribe_refusals(broker, connect):
     client = connect(broker, "refuse-sub")
     assert client.subscribe("$SYS/#") == [0x87]
-    assert client.subscribe("a/b#", check_filter=False) == [0x8F]
+    # Well formed but not accepted: "$share" is written in lower case.
+    assert client.subscribe("$SHARE/g/t") == [0x8F]
     # A refusal leaves the connection usable.
     assert client.subscribe("fine/#") == [0]
+    # A filter that is no topic filter is a protocol error: DISCONNECT 0x82.
+    client.paho._filter_wildcard_len_check = lambda _filter: mqtt.MQTT_ERR_SUCCESS
+    result, _ = client.paho.subscribe("a/b#", options=mqtt.SubscribeOptions(qos=0))
+    assert result == mqtt.MQTT_ERR_SUCCESS, result
+    reason, _ = client.disconnects.get(timeout=WAIT)
+    assert reason.value == 0x82, reason
 
 
 def test_publish_refusals(broker, connect):

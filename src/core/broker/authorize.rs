@@ -83,6 +83,17 @@ impl Admitted {
     fn denies(&self, feature: Features) -> bool {
         self.grants.as_ref().is_some_and(|g| g.denies(feature))
     }
+
+    /// What an MQTT 5 CONNACK says the client's roles took away, in MQTT's
+    /// own signals.
+    pub(crate) fn connack_properties(&self, properties: &mut Properties) {
+        if self.denies(Features::QOS2) {
+            properties.maximum_qos = Some(1);
+        }
+        if self.denies(Features::SHARE) {
+            properties.shared_subscription_available = Some(0);
+        }
+    }
 }
 
 impl Broker {
@@ -181,15 +192,9 @@ impl Broker {
         })
     }
 
-    /// The CONNACK says what the client's roles took away, in MQTT's own
-    /// signals; the grants are kept for the session.
-    pub(crate) fn hold_grants(
-        &mut self,
-        session_key: Key,
-        admitted: Admitted,
-        version: ProtocolVersion,
-        properties: &mut Properties,
-    ) {
+    /// Keeps a CONNECT's grants for its session (its CONNACK has said what
+    /// they take away: [`Admitted::connack_properties`]).
+    pub(crate) fn hold_grants(&mut self, session_key: Key, admitted: Admitted) {
         let Some(session) = self.sessions.get(session_key) else {
             return;
         };
@@ -198,14 +203,6 @@ impl Broker {
             self.authorization.by_client.remove(&client_id);
             return;
         };
-        if version == ProtocolVersion::V5 {
-            if grants.denies(Features::QOS2) {
-                properties.maximum_qos = Some(1);
-            }
-            if grants.denies(Features::SHARE) {
-                properties.shared_subscription_available = Some(0);
-            }
-        }
         let held = Held {
             user: admitted.user,
             grants,

@@ -2,6 +2,7 @@
 
 use crate::core::refusal::Refusal;
 use crate::core::refusal_counts::Reason;
+use std::borrow::Cow;
 use std::rc::Rc;
 
 use crate::codec::{
@@ -9,6 +10,7 @@ use crate::codec::{
     ReasonCode, Will,
 };
 use crate::core::broadcast::topic_index::Target;
+use crate::core::connection::packet_size;
 use crate::core::message::{shared_properties, Delivery, Message};
 use crate::core::observe::WillCause;
 use crate::core::session::{OutboundStage, Session};
@@ -24,6 +26,28 @@ fn has_reserved_user_property(properties: &Properties) -> bool {
         .user_properties
         .iter()
         .any(|(name, _)| name.starts_with("saguin-"))
+}
+
+/// What a refusing CONNACK's client said it can read.
+#[derive(Clone, Copy)]
+pub(crate) struct ConnackReader {
+    pub version: ProtocolVersion,
+    /// It did not ask for Reason Strings to be left out.
+    pub problem_information: bool,
+    pub max_packet_size: u32,
+}
+
+/// [`packet_size::fitted`] for a CONNACK.
+fn fitted_connack(connack: Connack, version: ProtocolVersion, max_bytes: u32) -> Option<Connack> {
+    let packet = Packet::Connack(connack);
+    let trimmed = match packet_size::fitted(&packet, version, max_bytes)? {
+        Cow::Borrowed(_) => None,
+        Cow::Owned(trimmed) => Some(trimmed),
+    };
+    match trimmed.unwrap_or(packet) {
+        Packet::Connack(connack) => Some(connack),
+        _ => unreachable!("trimming keeps a packet's type"),
+    }
 }
 
 impl Broker {
@@ -133,47 +157,9 @@ impl Broker {
             }
             _ => (connect.keep_alive_s, None),
         };
-
-        let session_key =
-            self.claim_session(&client_id, clean_start, granted_expiry_s, now_ms, out);
-        self.remember_claimed(session_key);
-        let session = self.sessions.get_mut(session_key).expect("claimed above");
-        let session_present = !session.is_new;
-        let made = session.is_new;
-        session.is_new = false;
-        session.set_expires_at_ms(None);
-        session.expiry_interval_s = granted_expiry_s;
-        // A Will waiting from the previous connection is cancelled by this one.
-        if session.pending_will.take().is_some() {
-            self.tallies.wills_cancelled += 1;
-        }
-
-        let properties = &connect.properties;
-        let active = Active {
-            version,
-            session: session_key,
-            keep_alive_s,
-            client_max_packet_size: properties.maximum_packet_size.unwrap_or(u32::MAX),
-            client_receive_maximum: properties.receive_maximum.unwrap_or(u16::MAX),
-            topic_aliases: Default::default(),
-            problem_information: properties.request_problem_information != Some(0),
-            connect_expiry_s: granted_expiry_s,
-            will: connect.will.map(Box::new),
-            pubacks: Default::default(),
-        };
-        let connection = self
-            .connections
-            .get_mut(conn)
-            .expect("the caller checked the connection");
-        connection.active = Some(active);
-
-        let mut connack = Connack {
-            session_present,
-            reason_code: ReasonCode::SUCCESS,
-            properties: Properties::default(),
-        };
+        let mut properties = Properties::default();
         if version == ProtocolVersion::V5 {
-            let p = &mut connack.properties;
+            let p = &mut properties;
             p.topic_alias_maximum = Some(TOPIC_ALIAS_MAXIMUM);
             p.maximum_packet_size = Some(self.settings.max_message_size_bytes);
             // Retain Available, Shared Subscription Available and Maximum
@@ -188,8 +174,61 @@ impl Broker {
             if assigned {
                 p.assigned_client_identifier = Some(client_id.clone());
             }
+            admitted.connack_properties(p);
         }
-        self.hold_grants(session_key, admitted, version, &mut connack.properties);
+        let connack = Connack {
+            session_present: false,
+            reason_code: ReasonCode::SUCCESS,
+            properties,
+        };
+        // A client no CONNACK can reach is refused before its session is
+        // touched, and told nothing (MQTT-3.1.2-24).
+        let client_max_packet_size = connect.properties.maximum_packet_size.unwrap_or(u32::MAX);
+        let Some(mut connack) = fitted_connack(connack, version, client_max_packet_size) else {
+            log::warn!(
+                "refusing CONNECT from client id {client_id:?}: its Maximum Packet Size of {client_max_packet_size} bytes is smaller than the CONNACK it must be sent"
+            );
+            let named = (client_id.as_str(), connect.username.as_deref());
+            let why = Reason::Code(ReasonCode::PACKET_TOO_LARGE);
+            self.connection_refused(conn, Some(named), why, now_ms);
+            self.close_silently(conn, now_ms, out);
+            return;
+        };
+
+        let session_key =
+            self.claim_session(&client_id, clean_start, granted_expiry_s, now_ms, out);
+        self.remember_claimed(session_key);
+        let session = self.sessions.get_mut(session_key).expect("claimed above");
+        connack.session_present = !session.is_new;
+        let made = session.is_new;
+        session.is_new = false;
+        session.set_expires_at_ms(None);
+        session.expiry_interval_s = granted_expiry_s;
+        // A Will waiting from the previous connection is cancelled by this one.
+        if session.pending_will.take().is_some() {
+            self.tallies.wills_cancelled += 1;
+        }
+
+        let properties = &connect.properties;
+        let active = Active {
+            version,
+            session: session_key,
+            keep_alive_s,
+            client_max_packet_size,
+            client_receive_maximum: properties.receive_maximum.unwrap_or(u16::MAX),
+            topic_aliases: Default::default(),
+            problem_information: properties.request_problem_information != Some(0),
+            connect_expiry_s: granted_expiry_s,
+            will: connect.will.map(Box::new),
+            pubacks: Default::default(),
+        };
+        let connection = self
+            .connections
+            .get_mut(conn)
+            .expect("the caller checked the connection");
+        connection.active = Some(active);
+
+        self.hold_grants(session_key, admitted);
         // A session that keeps a record is answered once it is stored.
         // The admitted name - a verified certificate's wins over whatever
         // the CONNECT says - which the acl_file's grants are compiled for
@@ -222,16 +261,21 @@ impl Broker {
         now_ms: u64,
         out: &mut impl Transport,
     ) {
-        let Some(version) = self.version(conn) else {
+        let Some(active) = self.connections.get(conn).and_then(|c| c.active.as_ref()) else {
             return;
         };
+        let (version, max_bytes) = (active.version, active.client_max_packet_size);
         let Some(session) = self.sessions.get_mut(session_key) else {
             return;
         };
         session.connection = Some(conn);
         let client_id = Rc::clone(&session.client_id);
         let session_present = connack.session_present;
-        out.send(conn, version, &Packet::Connack(connack), false);
+        // Fitted at the CONNECT; only a store's late word on the expiry
+        // can have grown it since.
+        if !self.send_within(conn, version, max_bytes, &Packet::Connack(connack), out) {
+            return;
+        }
         log::info!(
             "client {client_id} connected (MQTT {}, session present: {session_present})",
             match version {
@@ -316,28 +360,27 @@ impl Broker {
         let named = (client_id, connect.username.as_deref());
         self.connection_refused(conn, Some(named), refusal.into(), now_ms);
         let problem_information = connect.properties.request_problem_information != Some(0);
-        self.send_connack_refusal(
-            conn,
-            connect.protocol_version,
-            refusal.code(),
-            refusal.reason(),
+        let client = ConnackReader {
+            version: connect.protocol_version,
             problem_information,
-            out,
-        );
+            max_packet_size: connect.properties.maximum_packet_size.unwrap_or(u32::MAX),
+        };
+        self.send_connack_refusal(conn, client, refusal.code(), refusal.reason(), out);
         self.close_silently(conn, now_ms, out);
     }
 
+    /// A refusing CONNACK, with its Reason String where the client takes
+    /// one and it fits; nothing where not even the code fits.
     pub(crate) fn send_connack_refusal(
         &mut self,
         conn: Key,
-        version: ProtocolVersion,
+        client: ConnackReader,
         code: ReasonCode,
         reason: &str,
-        problem_information: bool,
         out: &mut impl Transport,
     ) {
         let mut properties = Properties::default();
-        if version == ProtocolVersion::V5 && problem_information {
+        if client.version == ProtocolVersion::V5 && client.problem_information {
             properties.reason_string = Some(reason.to_string());
         }
         let packet = Packet::Connack(Connack {
@@ -345,7 +388,9 @@ impl Broker {
             reason_code: code,
             properties,
         });
-        out.send(conn, version, &packet, false);
+        if let Some(fitted) = packet_size::fitted(&packet, client.version, client.max_packet_size) {
+            out.send(conn, client.version, &fitted, false);
+        }
     }
 
     /// Answers a CONNECT that could not be read: with the code the reading
@@ -362,24 +407,18 @@ impl Broker {
     ) {
         log::debug!("refusing an unreadable CONNECT: {error}");
         self.connection_refused(conn, Some(("", None)), Reason::Code(error.code), now_ms);
+        // The CONNECT was not read, so the client's limits are not known.
+        let unread = |version| ConnackReader {
+            version,
+            problem_information: version == ProtocolVersion::V5,
+            max_packet_size: u32::MAX,
+        };
         if error.code == ReasonCode::UNSUPPORTED_PROTOCOL_VERSION {
-            self.send_connack_refusal(
-                conn,
-                ProtocolVersion::V311,
-                error.code,
-                error.reason,
-                false,
-                out,
-            );
+            let client = unread(ProtocolVersion::V311);
+            self.send_connack_refusal(conn, client, error.code, error.reason, out);
         } else if connect_version == Some(ProtocolVersion::V5) {
-            self.send_connack_refusal(
-                conn,
-                ProtocolVersion::V5,
-                error.code,
-                error.reason,
-                true,
-                out,
-            );
+            let client = unread(ProtocolVersion::V5);
+            self.send_connack_refusal(conn, client, error.code, error.reason, out);
         }
         self.close_silently(conn, 0, out);
     }
@@ -442,21 +481,12 @@ impl Broker {
     }
 
     /// Disconnects the connection that held a session another CONNECT now
-    /// claims. Its Will goes out only if it carries no delay.
+    /// claims. Its Will is treated as at any other end of a connection: one
+    /// without a delay goes out now, and one with a delay waits on the
+    /// session, so it goes out if the session ends - with the connection,
+    /// or at this CONNECT's Clean Start - and is cancelled if this CONNECT
+    /// resumes it (rfcs/0002, "Wills").
     fn take_over(&mut self, old_conn: Key, now_ms: u64, out: &mut impl Transport) {
-        if let Some(active) = self
-            .connections
-            .get_mut(old_conn)
-            .and_then(|c| c.active.as_mut())
-        {
-            let delayed = active
-                .will
-                .as_ref()
-                .is_some_and(|w| w.properties.will_delay_interval_s.unwrap_or(0) > 0);
-            if delayed {
-                active.will = None;
-            }
-        }
         let reason = Refusal::SessionTakenOver;
         self.end_connection(old_conn, Some(reason), true, now_ms, out);
     }
@@ -471,12 +501,14 @@ impl Broker {
         out: &mut impl Transport,
     ) {
         let now_unix_ms = self.unix_ms(now_ms);
-        let Some(version) = self.version(conn) else {
+        let Some(active) = self.connections.get(conn).and_then(|c| c.active.as_ref()) else {
             return;
         };
+        let (version, max_bytes) = (active.version, active.client_max_packet_size);
         let Some(session) = self.sessions.get(session_key) else {
             return;
         };
+        let mut too_large = Vec::new();
         for (&packet_id, inflight) in &session.inflight {
             if self.persist.log.held_for_window(session_key, packet_id) {
                 // Never sent: it goes once its window is stored.
@@ -496,7 +528,19 @@ impl Broker {
                     ..PubAck::default()
                 }),
             };
-            out.send(conn, version, &packet, false);
+            match packet_size::fitted(&packet, version, max_bytes) {
+                Some(fitted) => {
+                    out.send(conn, version, &fitted, false);
+                }
+                None => too_large.push(packet_id),
+            }
+        }
+        // A client back with a smaller Maximum Packet Size: what no longer
+        // fits is discarded as though sent (MQTT-3.1.2-25), once the rest
+        // is on the wire.
+        for packet_id in too_large {
+            self.stats.deliveries_too_large += 1;
+            self.outbound_finished(session_key, packet_id, now_ms, out);
         }
     }
 

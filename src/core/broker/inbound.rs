@@ -206,7 +206,7 @@ impl Broker {
             else {
                 return;
             };
-            let version = active.version;
+            let (version, max_bytes) = (active.version, active.client_max_packet_size);
             let Some((packet_id, answer)) = active.pubacks.next_due() else {
                 return;
             };
@@ -224,7 +224,9 @@ impl Broker {
                 ack.reason_code = refusal.code();
                 ack.properties.reason_string = self.reason_string(conn, refusal.reason());
             }
-            out.send(conn, version, &Packet::Puback(ack), false);
+            if !self.send_within(conn, version, max_bytes, &Packet::Puback(ack), out) {
+                return;
+            }
         }
     }
 
@@ -388,7 +390,7 @@ impl Broker {
                 ..Properties::default()
             },
         };
-        out.send(conn, version, &Packet::Pubrec(ack), false);
+        self.send(conn, &Packet::Pubrec(ack), out);
     }
 
     /// QoS 2 in: the message is held from PUBREC until PUBREL releases it,
@@ -626,17 +628,26 @@ impl Broker {
             ..PubAck::default()
         };
         match session.inflight.get_mut(&packet_id) {
+            // Again after its PUBREL, it is answered again.
             Some(inflight) if inflight.delivery.qos == QoS::ExactlyOnce => {
                 inflight.stage = OutboundStage::Released
             }
-            _ => reply.reason_code = ReasonCode::PACKET_IDENTIFIER_NOT_FOUND,
+            Some(_) => {
+                let refusal = Refusal::AcknowledgementOutOfTurn;
+                self.end_connection(conn, Some(refusal), true, now_ms, out);
+                return;
+            }
+            None => reply.reason_code = ReasonCode::PACKET_IDENTIFIER_NOT_FOUND,
         }
         // A logged delivery's PUBREL waits for its PUBREC to be stored.
         self.pubrel_after_window(conn, session_key, reply, out);
     }
 
-    /// Ends an outbound exchange that has reached its last answer, and
-    /// sends what was waiting for the window it frees.
+    /// Ends an outbound exchange on the answer that is its last, given at
+    /// `stage` of a `qos` delivery. An answer under an identifier nothing
+    /// awaits is let go (it can be a late one); one of the wrong kind for
+    /// the exchange it names - a PUBACK for QoS 2, a PUBCOMP where a PUBREC
+    /// is owed - is a protocol error.
     fn finish_outbound(
         &mut self,
         conn: Key,
@@ -652,12 +663,34 @@ impl Broker {
         let Some(session) = self.sessions.get_mut(session_key) else {
             return;
         };
-        let matches = session
-            .inflight
-            .get(&packet_id)
-            .is_some_and(|f| f.delivery.qos == qos && f.stage == stage);
-        if !matches {
-            log::debug!("ignoring an acknowledgement for packet identifier {packet_id}, which nothing awaits");
+        match session.inflight.get(&packet_id) {
+            None => {
+                log::debug!("ignoring an acknowledgement for packet identifier {packet_id}, which nothing awaits");
+            }
+            Some(f) if f.delivery.qos == qos && f.stage == stage => {
+                self.outbound_finished(session_key, packet_id, now_ms, out)
+            }
+            Some(_) => {
+                let refusal = Refusal::AcknowledgementOutOfTurn;
+                self.end_connection(conn, Some(refusal), true, now_ms, out);
+            }
+        }
+    }
+
+    /// Ends an outbound exchange as completed, and sends what was waiting
+    /// for the window it frees.
+    pub(crate) fn outbound_finished(
+        &mut self,
+        session_key: Key,
+        packet_id: u16,
+        now_ms: u64,
+        out: &mut impl Transport,
+    ) {
+        let Some(session) = self.sessions.get_mut(session_key) else {
+            return;
+        };
+        // Looked at before the traffic box is touched mutably, which makes one.
+        if !session.inflight.contains_key(&packet_id) {
             return;
         }
         let traffic = &mut **session;

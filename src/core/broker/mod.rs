@@ -10,7 +10,7 @@ pub(crate) mod authorize;
 mod broadcast_log;
 mod certificate;
 mod channels;
-mod connect;
+pub(crate) mod connect;
 mod delivery;
 pub(crate) mod exactly_once;
 pub(crate) mod hang_up;

@@ -23,6 +23,7 @@ use crate::codec::{
     Connack, Disconnect, Packet, Properties, ProtocolVersion, QoS, ReasonCode, RetainHandling,
     Suback, Subscribe, SubscriptionOptions, Unsuback, Unsubscribe,
 };
+use crate::core::broker::connect::ConnackReader;
 use crate::core::broker::subscribe::{filter_refusal, packet_reading, Form};
 use crate::core::channel::ReaderFilter;
 use crate::core::session::record::{SessionRecord, StoredSubscription, StoredWill};
@@ -578,8 +579,11 @@ impl Broker {
         else {
             return;
         };
-        let version = active.version;
-        let problem_information = active.problem_information;
+        let client = ConnackReader {
+            version: active.version,
+            problem_information: active.problem_information,
+            max_packet_size: active.client_max_packet_size,
+        };
         // Its Will was never accepted.
         active.will = None;
         log::warn!(
@@ -589,7 +593,7 @@ impl Broker {
         );
         self.connection_refused(conn, None, refusal.into(), now_ms);
         let (code, reason) = (refusal.code(), refusal.reason());
-        self.send_connack_refusal(conn, version, code, reason, problem_information, out);
+        self.send_connack_refusal(conn, client, code, reason, out);
         self.persist.forget_connection(conn);
         let claimed = self.persist.claimed.remove(&session_key);
         if let (Some(claimed), Some(session)) = (&claimed, self.sessions.get_mut(session_key)) {

@@ -281,7 +281,7 @@ impl Broker {
             } else {
                 publish
             };
-            out.send(reply.conn, version, &Packet::Publish(publish), false);
+            self.send(reply.conn, &Packet::Publish(publish), out);
         }
         let refusal = answer.err().map(seek_refusal);
         self.finish_seek_ack(

@@ -187,6 +187,10 @@ impl Broker {
             .map(|a| a.session)
     }
 
+    /// Whether a filter may be subscribed, and in which form. A filter that
+    /// is no filter at all ends its connection in the codec; the form checks
+    /// here answer a 3.1.1 `$share/` filter, which only this broker reads as
+    /// shared, and a filter read back from a session record.
     pub(crate) fn admit_filter<'a>(
         &self,
         session_key: Key,

@@ -5,6 +5,7 @@
 
 pub(crate) mod budget;
 pub mod origin;
+pub(crate) mod packet_size;
 
 use std::collections::VecDeque;
 
