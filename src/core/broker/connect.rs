@@ -453,6 +453,13 @@ impl Broker {
                     .and_then(|s| s.expires_at_ms())
                     .is_some_and(|at| at <= now_ms);
                 if clean_start || expired {
+                    // A Will its closed connection left waiting is withheld
+                    // by this new connection for its client id, though the
+                    // session ends (MQTT-3.1.2-8; rfcs/0002, "Wills"). A
+                    // resume cancels it once its claim is remembered.
+                    if owner.is_none() {
+                        self.cancel_waiting_will(existing, now_ms);
+                    }
                     self.end_session(existing, now_ms, out);
                 } else if self.below_floor(existing) {
                     // Retention took records this session had not read:
@@ -489,6 +496,24 @@ impl Broker {
     fn take_over(&mut self, old_conn: Key, now_ms: u64, out: &mut impl Transport) {
         let reason = Refusal::SessionTakenOver;
         self.end_connection(old_conn, Some(reason), true, now_ms, out);
+    }
+
+    /// Cancels the Will a session's last connection left waiting, unless its
+    /// delay or the session's expiry ran out before this moment (then the
+    /// tick that publishes it is only late).
+    fn cancel_waiting_will(&mut self, session_key: Key, now_ms: u64) {
+        let Some(session) = self.sessions.get_mut(session_key) else {
+            return;
+        };
+        let session_lives = session.expires_at_ms().is_none_or(|at| at > now_ms);
+        let will_waits = session
+            .pending_will
+            .as_ref()
+            .is_some_and(|waiting| waiting.1 > now_ms);
+        if session_lives && will_waits {
+            session.pending_will = None;
+            self.tallies.wills_cancelled += 1;
+        }
     }
 
     /// Sends again what a resumed session had on the wire: PUBLISH with DUP

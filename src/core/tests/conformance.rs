@@ -261,36 +261,33 @@ fn wills(h: &mut Harness, watcher: Key) -> usize {
 }
 
 #[test]
-fn a_clean_start_inside_the_will_delay_ends_the_session_and_so_publishes_the_will() {
+fn a_reconnect_inside_the_will_delay_withholds_the_will_whatever_its_clean_start() {
     // The socket closed, and the same CONNECT comes back a second later.
+    for clean_start in [true, false] {
+        let (mut h, watcher) = watched();
+        let (device, _) = h.connect_with(device_connect(clean_start));
+        h.broker
+            .handle_connection_lost(device, h.now_ms, &mut h.out);
+        h.advance(1_000);
+        assert_eq!(wills(&mut h, watcher), 0, "waiting out its delay");
+        let (device, connack) = h.connect_with(device_connect(clean_start));
+        assert_eq!(connack.session_present, !clean_start);
+        h.advance(10_000);
+        assert_eq!(wills(&mut h, watcher), 0, "clean start {clean_start}");
+        assert_eq!(h.broker.tallies.wills_cancelled, 1);
+        assert!(h.broker.is_open(device));
+    }
+
+    // A reconnect after the delay ran out, before the tick that would
+    // publish it, still gets it published.
     let (mut h, watcher) = watched();
     let (device, _) = h.connect_with(device_connect(true));
     h.broker
         .handle_connection_lost(device, h.now_ms, &mut h.out);
-    h.advance(1_000);
-    assert_eq!(wills(&mut h, watcher), 0, "waiting out its delay");
-    let (device, connack) = h.connect_with(device_connect(true));
-    assert!(!connack.session_present);
-    assert_eq!(
-        wills(&mut h, watcher),
-        1,
-        "the session it belonged to ended"
-    );
-    h.advance(10_000);
-    assert_eq!(wills(&mut h, watcher), 0, "once");
-    assert!(h.broker.is_open(device));
-
-    // With Clean Start 0 the session goes on, and the Will never goes out.
-    let (mut h, watcher) = watched();
-    let (device, _) = h.connect_with(device_connect(false));
-    h.broker
-        .handle_connection_lost(device, h.now_ms, &mut h.out);
-    h.advance(1_000);
-    let (_, connack) = h.connect_with(device_connect(false));
-    assert!(connack.session_present);
-    h.advance(10_000);
-    assert_eq!(wills(&mut h, watcher), 0);
-    assert_eq!(h.broker.tallies.wills_cancelled, 1);
+    h.now_ms += 3_000;
+    h.connect_with(device_connect(true));
+    assert_eq!(wills(&mut h, watcher), 1, "its delay had passed");
+    assert_eq!(h.broker.tallies.wills_cancelled, 0);
 }
 
 #[test]
