@@ -572,7 +572,8 @@ fn read_health(stream: &mut TcpStream) {
 fn health_is_answered_while_idle_keep_alive_connections_hold_every_slot() {
     let (_broker, address, _dir) = broker_with(LOOPBACK_DOOR, "");
     let keep_alive = "GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n";
-    let mut idle: Vec<TcpStream> = (0..16).map(|_| send(&address, keep_alive)).collect();
+    let seats = saguin::ops::DEFAULT_MAX_CONNECTIONS;
+    let mut idle: Vec<TcpStream> = (0..seats).map(|_| send(&address, keep_alive)).collect();
     for stream in &mut idle {
         read_health(stream);
     }
@@ -585,14 +586,16 @@ fn health_is_answered_while_idle_keep_alive_connections_hold_every_slot() {
     assert!(rest.is_empty(), "the longest idle is closed unanswered");
     // Any route, not /health alone: the next longest idle makes room.
     assert_eq!(get(&address, "/metrics", &[]).status, 200);
-    assert!(unanswered(&idle[15]), "the newest idle stays open");
+    assert!(unanswered(&idle[seats - 1]), "the newest idle stays open");
 }
 
 #[test]
 fn health_is_answered_while_half_sent_requests_hold_every_slot() {
     let (_broker, address, _dir) = broker_with(LOOPBACK_DOOR, "");
     let half = "GET /v1/operations/sessions HTTP/1.1\r\nHo";
-    let held: Vec<TcpStream> = (0..32).map(|_| send(&address, half)).collect();
+    // As many as both tables seat.
+    let seats = 2 * saguin::ops::DEFAULT_MAX_CONNECTIONS;
+    let held: Vec<TcpStream> = (0..seats).map(|_| send(&address, half)).collect();
     let probe = get(&address, "/health", &[]);
     assert_eq!(probe.status, 200, "{}", probe.body);
     // A caller without a slot of its own is served past them too.
@@ -680,7 +683,8 @@ fn password_checks_past_the_bound_are_answered_503_and_a_verified_credential_ski
     let scraper = metrics_as("prometheus", "scrape");
     assert_eq!(exchange(tcp(&address), &scraper).status, 200);
     // Sixteen connections take four checks at once.
-    let bound = 16 / 4;
+    let bound = saguin::ops::password_checks::most_for(saguin::ops::DEFAULT_MAX_CONNECTIONS);
+    assert_eq!(bound, 4);
     let guesses: Vec<TcpStream> = (0..bound)
         .map(|_| send(&address, &metrics_as("slow", "guess")))
         .collect();
