@@ -435,16 +435,290 @@ fn a_unix_door_behind_a_proxy_takes_the_verified_common_name_from_proxy_protocol
 }
 
 #[test]
-fn connections_past_the_bound_are_answered_429() {
+fn behind_proxy_protocol_the_principal_header_names_nobody() {
+    let (_broker, socket, _dirs) = unix_door_broker("ops-proxy-claim", "proxy_protocol: true");
+    let ask = |header: &[u8], path: &str| {
+        let mut stream = UnixStream::connect(&socket).unwrap();
+        stream.set_read_timeout(Some(WAIT)).unwrap();
+        stream.write_all(header).unwrap();
+        let claim = [("X-Saguin-Principal", "oncall")];
+        exchange(stream, &request("GET", path, &claim)).status
+    };
+    const VERIFIED: u8 = 0x01 | 0x02 | 0x04;
+    // Behind the header, the request is the proxy's client's own bytes:
+    // what it claims names nobody, and nobody is asked for a credential.
+    let sessions = "/v1/operations/sessions";
+    assert_eq!(ask(&proxy_v2(None), sessions), 401);
+    assert_eq!(ask(&proxy_v2(Some((0x01, 0, None))), sessions), 401);
+    let unverified = proxy_v2(Some((VERIFIED, 21, Some("viewer"))));
+    assert_eq!(ask(&unverified, sessions), 401);
+    // A certificate the proxy verified names its holder, whatever the
+    // request claims: the viewer reaches the sessions and no further.
+    let viewer = proxy_v2(Some((VERIFIED, 0, Some("viewer"))));
+    assert_eq!(ask(&viewer, sessions), 200);
+    assert_eq!(ask(&viewer, "/v1/operations/consumers"), 403);
+}
+
+#[test]
+fn a_request_with_an_ambiguous_length_is_answered_400_and_nothing_behind_it_is_read() {
     let (_broker, address, _dir) = broker_with(LOOPBACK_DOOR, "");
-    // Each holds a slot until it sends a request or times out.
-    let held: Vec<TcpStream> = (0..saguin::ops::server::MAX_CONNECTIONS)
-        .map(|_| tcp(&address))
+    let behind = "GET /metrics HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n";
+    for lengths in [
+        "Content-Length: 0\r\nContent-Length: 5\r\n",
+        "Content-Length: 0\r\nContent-Length: 0\r\n",
+        "Content-Length: 0, 5\r\n",
+        "Transfer-Encoding: chunked\r\nContent-Length: 0\r\n",
+        "Content-Length: +0\r\n",
+    ] {
+        let smuggling = format!("GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\n{lengths}\r\n{behind}");
+        let mut stream = send(&address, &smuggling);
+        let mut text = String::new();
+        stream.read_to_string(&mut text).unwrap();
+        assert_eq!(text.matches("HTTP/1.1 ").count(), 1, "{lengths}: {text}");
+        let answer = Answer::parse(&text).unwrap();
+        assert_eq!(answer.status, 400, "{lengths}: {text}");
+        assert!(answer.body.contains("Content-Length"), "{lengths}: {text}");
+        assert_eq!(answer.header("Connection").as_deref(), Some("close"));
+    }
+    // One length of 0 is no body, as before.
+    let one = "GET /health HTTP/1.1\r\nContent-Length: 0\r\nConnection: close\r\n\r\n";
+    assert_eq!(exchange(tcp(&address), one).status, 200);
+}
+
+#[test]
+fn a_cross_site_post_is_refused_and_writes_nothing() {
+    let dir = TempDir::new("ops-cross-site");
+    let block = format!("{REDB_EVENTS}  operations:\n{LOOPBACK_DOOR}");
+    let mut broker = BrokerProcess::start_in(dir.path(), &block, "");
+    let line = broker.wait_for_log("operations door tcp bound to");
+    let ops = line.rsplit("bound to ").next().unwrap().trim().to_string();
+    let copies = TempDir::new("ops-cross-site-copies");
+    let path = format!("/v1/operations/backup?dir={}", copies.path().display());
+    let post = |headers: &[(&str, &str)]| exchange(tcp(&ops), &request("POST", &path, headers));
+    let ours = ("X-Saguin-Request", "backup");
+    let host = ("Host", ops.as_str());
+    let written = || std::fs::read_dir(copies.path()).unwrap().count();
+    for (headers, rule) in [
+        (
+            vec![host, ("Origin", "https://evil.example"), ours],
+            "Origin",
+        ),
+        (vec![host, ("Origin", "null"), ours], "Origin"),
+        (
+            vec![host, ("Sec-Fetch-Site", "cross-site"), ours],
+            "Sec-Fetch-Site",
+        ),
+        (
+            vec![host, ("Sec-Fetch-Site", "same-site"), ours],
+            "Sec-Fetch-Site",
+        ),
+        // What a page's form sends carries no header of ours.
+        (vec![host], "X-Saguin-Request"),
+    ] {
+        let refused = post(&headers);
+        assert_eq!(refused.status, 403, "{headers:?}: {}", refused.body);
+        assert!(refused.body.contains(rule), "{headers:?}: {}", refused.body);
+    }
+    assert_eq!(written(), 0, "a refused request wrote a copy");
+    // The broker's own tool, and a page of this very door, are served.
+    assert_eq!(post(&[host, ours]).status, 200);
+    let origin = format!("http://{ops}");
+    let same = [
+        host,
+        ("Origin", &origin),
+        ("Sec-Fetch-Site", "same-origin"),
+        ours,
+    ];
+    assert_eq!(post(&same).status, 200);
+    assert_eq!(written(), 2);
+}
+
+/// Opens a connection and sends `request` without reading the answer.
+fn send(address: &str, request: &str) -> TcpStream {
+    let mut stream = tcp(address);
+    stream.write_all(request.as_bytes()).unwrap();
+    stream
+}
+
+/// Reads what is left of a connection's answers until the listener closes.
+fn finish(mut stream: TcpStream) -> Answer {
+    let mut bytes = Vec::new();
+    stream.read_to_end(&mut bytes).unwrap();
+    Answer::parse(&String::from_utf8(bytes).unwrap()).expect("a complete response")
+}
+
+/// Whether the listener has written nothing on `stream` yet.
+fn unanswered(stream: &TcpStream) -> bool {
+    stream.set_nonblocking(true).unwrap();
+    let mut byte = [0u8; 1];
+    let nothing =
+        matches!(stream.peek(&mut byte), Err(e) if e.kind() == std::io::ErrorKind::WouldBlock);
+    stream.set_nonblocking(false).unwrap();
+    nothing
+}
+
+/// Reads one keep-alive answer to `/health` off `stream`, leaving the
+/// connection open.
+fn read_health(stream: &mut TcpStream) {
+    let mut text = Vec::new();
+    let mut byte = [0u8; 1];
+    while !text.ends_with(b"{\"status\":\"ok\"}") {
+        assert_eq!(stream.read(&mut byte).unwrap(), 1, "closed mid-answer");
+        text.push(byte[0]);
+    }
+}
+
+#[test]
+fn health_is_answered_while_idle_keep_alive_connections_hold_every_slot() {
+    let (_broker, address, _dir) = broker_with(LOOPBACK_DOOR, "");
+    let keep_alive = "GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n";
+    let seats = saguin::ops::DEFAULT_MAX_CONNECTIONS;
+    let mut idle: Vec<TcpStream> = (0..seats).map(|_| send(&address, keep_alive)).collect();
+    for stream in &mut idle {
+        read_health(stream);
+    }
+    // Every slot holds a connection waiting for its next request: the one
+    // that has waited longest makes room.
+    let probe = get(&address, "/health", &[]);
+    assert_eq!(probe.status, 200, "{}", probe.body);
+    let mut rest = Vec::new();
+    idle[0].read_to_end(&mut rest).unwrap();
+    assert!(rest.is_empty(), "the longest idle is closed unanswered");
+    // Any route, not /health alone: the next longest idle makes room.
+    assert_eq!(get(&address, "/metrics", &[]).status, 200);
+    assert!(unanswered(&idle[seats - 1]), "the newest idle stays open");
+}
+
+#[test]
+fn health_is_answered_while_half_sent_requests_hold_every_slot() {
+    let (_broker, address, _dir) = broker_with(LOOPBACK_DOOR, "");
+    let half = "GET /v1/operations/sessions HTTP/1.1\r\nHo";
+    // As many as both tables seat.
+    let seats = 2 * saguin::ops::DEFAULT_MAX_CONNECTIONS;
+    let held: Vec<TcpStream> = (0..seats).map(|_| send(&address, half)).collect();
+    let probe = get(&address, "/health", &[]);
+    assert_eq!(probe.status, 200, "{}", probe.body);
+    // A caller without a slot of its own is served past them too.
+    assert_eq!(get(&address, "/metrics", &[]).status, 200);
+    drop(held);
+}
+
+/// Iterations of PBKDF2 in the operators below that no password matches:
+/// enough that a check outlasts a few requests by far (about a second in
+/// a debug build).
+const COSTLY_ITERATIONS: u32 = 50_000;
+
+/// An operators line checked with `iterations` of PBKDF2 that no password
+/// matches (its digest is zeros).
+fn costly_line(name: &str, iterations: u32) -> String {
+    use base64ct::Encoding;
+    let salt = base64ct::Base64::encode_string(SALT);
+    let digest = base64ct::Base64::encode_string(&[0u8; 64]);
+    format!("{name}:$7${iterations}${salt}${digest}")
+}
+
+/// A `$6$` hash, one SHA-512 to check: `mosquitto_passwd -H sha512`'s
+/// for `hunter2`.
+const SHA512_HUNTER2: &str = "$6$DssEkUY/ld4blukw$9EvI2OdZOnUSp3rG8Qjszy7fwnQxLXJGRPu9kUowxiIPjM9xRKwAAn/h8/6b8fmq77JWiZKEY/HdIpz+/DUDrQ==";
+
+/// A door whose operators are `slow` (costly, matching nothing),
+/// `prometheus` (password `scrape`, 101 iterations) and `legacy` (one
+/// SHA-512), with `operations_extra` under the block.
+fn costly_operators_broker(
+    tag: &str,
+    operations_extra: &str,
+) -> (BrokerProcess, String, [TempDir; 2]) {
+    let dir = TempDir::new(tag);
+    let path = dir.path().join("operations.passwd");
+    let lines = [
+        costly_line("slow", COSTLY_ITERATIONS),
+        format!("{}:/metrics", hash_line("prometheus", "scrape", SALT)),
+        format!("legacy:{SHA512_HUNTER2}"),
+    ];
+    std::fs::write(&path, lines.join("\n") + "\n").unwrap();
+    let yaml = format!(
+        "{LOOPBACK_DOOR}    password_file: {}\n{operations_extra}",
+        path.display()
+    );
+    let (broker, address, broker_dir) = broker_with(&yaml, "");
+    (broker, address, [dir, broker_dir])
+}
+
+/// What the broker logs (at debug) as the `n`th check at once begins.
+fn pending(n: usize) -> String {
+    format!("checking a password off the operations thread, {n} pending")
+}
+
+fn metrics_as(user: &str, password: &str) -> String {
+    request(
+        "GET",
+        "/metrics",
+        &[("Authorization", &basic(user, password))],
+    )
+}
+
+#[test]
+fn a_refusal_costs_the_costliest_check_and_no_check_holds_up_health() {
+    let (mut broker, address, _dirs) = costly_operators_broker("ops-costly", "");
+    // Each refusal, alone among the checks, does the costliest entry's
+    // work, and does it off the thread that answers /health.
+    let cases = [
+        ("slow", "the costly entry's own check"),
+        ("nobody", "an unknown name costs as much"),
+        ("legacy", "so does a wrong password for the cheapest entry"),
+    ];
+    for (at, (user, why)) in cases.into_iter().enumerate() {
+        let refused = send(&address, &metrics_as(user, "guess"));
+        broker.wait_for_nth_log(&pending(1), at + 1);
+        assert_eq!(get(&address, "/health", &[]).status, 200);
+        assert!(unanswered(&refused), "{why}");
+        assert_eq!(finish(refused).status, 401);
+    }
+}
+
+#[test]
+fn password_checks_past_the_bound_are_answered_503_and_a_verified_credential_skips_them() {
+    let (mut broker, address, _dirs) = costly_operators_broker("ops-checks", "");
+    // Verified once, remembered.
+    let scraper = metrics_as("prometheus", "scrape");
+    assert_eq!(exchange(tcp(&address), &scraper).status, 200);
+    // Sixteen connections take four checks at once.
+    let bound = saguin::ops::password_checks::most_for(saguin::ops::DEFAULT_MAX_CONNECTIONS);
+    assert_eq!(bound, 4);
+    let guesses: Vec<TcpStream> = (0..bound)
+        .map(|_| send(&address, &metrics_as("slow", "guess")))
         .collect();
-    let refused = get(&address, "/health", &[]);
+    broker.wait_for_log(&pending(bound));
+    for _ in 0..2 {
+        let busy = exchange(tcp(&address), &metrics_as("slow", "guess"));
+        assert_eq!(busy.status, 503, "{}", busy.body);
+        assert_eq!(busy.header("Retry-After").as_deref(), Some("1"));
+    }
+    // The scraper verified before needs no check, and is answered while
+    // the last guess still waits for the three before it.
+    assert_eq!(exchange(tcp(&address), &scraper).status, 200);
+    assert!(unanswered(guesses.last().unwrap()));
+    for guess in guesses {
+        assert_eq!(finish(guess).status, 401);
+    }
+}
+
+#[test]
+fn with_every_slot_working_health_is_still_answered_and_other_routes_429() {
+    let (mut broker, address, _dirs) =
+        costly_operators_broker("ops-overflow", "    max_connections: 1\n");
+    // The one slot is held by a request being worked on, which nobody
+    // may take from it.
+    let working = send(&address, &metrics_as("slow", "guess"));
+    broker.wait_for_log(&pending(1));
+    let health = get(&address, "/health", &[]);
+    assert_eq!(health.status, 200, "{}", health.body);
+    let refused = get(&address, "/metrics", &[]);
     assert_eq!(refused.status, 429);
     assert_eq!(refused.header("Retry-After").as_deref(), Some("1"));
-    drop(held);
+    assert!(refused.body.contains("/health"), "{}", refused.body);
+    assert!(unanswered(&working));
+    assert_eq!(finish(working).status, 401);
 }
 
 /// The listener alone, for a test that runs it in process: one TCP door
@@ -462,6 +736,7 @@ fn one_loopback_door(
         unix: Vec::new(),
         password_file,
         min_scrape_interval_s: 60,
+        max_connections: saguin::ops::DEFAULT_MAX_CONNECTIONS,
         resolved: Default::default(),
     }
 }

@@ -15,14 +15,19 @@ use serde_yaml::Value;
 use super::findings::Findings;
 use super::listen::{clashes, door_address, parse_address, TcpDoor as MqttDoor};
 use super::table::{table, Keys, Table};
-use super::values::{duration_ms, whole_seconds, NoneRule};
+use super::values::{count_key, duration_ms, whole_seconds, CountRule, NoneRule};
 use crate::ops::operators::Operators;
 use crate::ops::{self, route::ROUTES, MIN_SCRAPE_INTERVAL_S};
 
 const BLOCK: &str = "broker.operations";
 
 const BLOCK_KEYS: Keys = Keys {
-    supported: &["listen", "password_file", "min_scrape_interval"],
+    supported: &[
+        "listen",
+        "password_file",
+        "min_scrape_interval",
+        "max_connections",
+    ],
     not_yet: &[],
 };
 
@@ -61,6 +66,7 @@ pub(super) fn parse(
     let t = table(f, BLOCK, value, &BLOCK_KEYS)?;
     let password_file = operators(f, &format!("{BLOCK}.password_file"), t.get("password_file"));
     let interval = min_scrape_interval(f, t.get("min_scrape_interval"));
+    let max_connections = max_connections(f, t.get("max_connections"));
     let listen_path = format!("{BLOCK}.listen");
     let Some(listen_value) = t.get("listen") else {
         f.key(
@@ -121,6 +127,7 @@ pub(super) fn parse(
         unix: unix.into_iter().map(|(_, d)| d).collect(),
         password_file,
         min_scrape_interval_s: interval?,
+        max_connections: max_connections?,
         // Rendered once the whole configuration is read.
         resolved: Default::default(),
     }))
@@ -432,6 +439,20 @@ fn operators(
             None
         }
     }
+}
+
+/// Connections served at once; as many more are answered `/health` alone.
+fn max_connections(f: &mut Findings, value: Option<&Value>) -> Option<usize> {
+    let rule = CountRule {
+        min: 1,
+        max: ops::MAX_MAX_CONNECTIONS as u64,
+        allowed: "it is a whole number from 1 to 1024; omit the key for 16",
+        below: "0 would serve nobody, /health included",
+        none: "the listener's connections are bounded like everything else",
+    };
+    let path = format!("{BLOCK}.max_connections");
+    let default = ops::DEFAULT_MAX_CONNECTIONS as u32;
+    count_key(f, (path, value), default, rule).map(|n| n as usize)
 }
 
 fn min_scrape_interval(f: &mut Findings, value: Option<&Value>) -> Option<u32> {

@@ -361,6 +361,7 @@ fn operations(config: &Parts<'_>) -> Value {
         "min_scrape_interval",
         seconds(Some(u64::from(o.min_scrape_interval_s))),
     );
+    put(&mut out, "max_connections", o.max_connections as u64);
     Value::Mapping(out)
 }
 

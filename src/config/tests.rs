@@ -686,6 +686,24 @@ fn an_operations_unix_door_s_proxy_protocol_is_true_or_false() {
 }
 
 #[test]
+fn the_operations_listener_s_max_connections_is_1_to_1024_and_16_unwritten() {
+    let block = |extra: &str| {
+        format!("broker:\n  id: a\n  operations:\n    listen:\n      unix:\n        path: /run/o.sock\n{extra}")
+    };
+    let settings = ok(&block("")).broker.operations.unwrap();
+    assert_eq!(settings.max_connections, 16);
+    let settings = ok(&block("    max_connections: 1\n"))
+        .broker
+        .operations
+        .unwrap();
+    assert_eq!(settings.max_connections, 1);
+    for refused in ["0", "1025", "none", "many"] {
+        let f = only_finding(&block(&format!("    max_connections: {refused}\n")));
+        assert_contains(&f, &["broker.operations.max_connections", "1 to 1024"]);
+    }
+}
+
+#[test]
 fn an_unknown_top_level_key_is_refused() {
     let f = only_finding("broker:\n  id: a\nbrokers:\n  id: b\n");
     assert_contains(&f, &["brokers:", "did you mean broker?"]);

@@ -2,9 +2,12 @@
 //!
 //! The request head is parsed by `httparse` from a buffer of
 //! [`MAX_HEAD_BYTES`]; a head that does not fit is answered 431 and the
-//! connection closed, so nothing a caller sends grows memory. Every route
-//! here is a `GET` or `HEAD`, so a request carrying a body is refused
-//! rather than read.
+//! connection closed, so nothing a caller sends grows memory. No route
+//! here takes a body, so a request carrying one is refused rather than
+//! read, and one whose length could be read two ways (two
+//! `Content-Length`s, one beside `Transfer-Encoding`) is refused and the
+//! connection closed: a proxy in front reading the other length would
+//! take the bytes after it for a request of their own.
 
 use std::time::Duration;
 
@@ -92,6 +95,9 @@ pub enum ReadError {
     TooLarge,
     /// A body was announced; no route here takes one.
     HasBody,
+    /// More than one `Content-Length`, one that is not digits, or one
+    /// beside `Transfer-Encoding`.
+    AmbiguousLength,
 }
 
 impl ReadError {
@@ -105,6 +111,10 @@ impl ReadError {
                 "the request head is larger than this listener reads\n",
             )),
             ReadError::HasBody => Some(Response::text(413, "no route here takes a request body\n")),
+            ReadError::AmbiguousLength => Some(Response::text(
+                400,
+                "a request carries at most one Content-Length, written in digits, and none beside Transfer-Encoding; this connection is closed\n",
+            )),
         }
     }
 }
@@ -193,11 +203,7 @@ fn parse(bytes: &[u8]) -> Result<Option<(Request, usize)>, ReadError> {
             .find(|(n, _)| n == name)
             .map(|(_, v)| String::from_utf8_lossy(v).trim().to_ascii_lowercase())
     };
-    let announces_body = value("transfer-encoding").is_some()
-        || value("content-length").is_some_and(|length| length != "0");
-    if announces_body {
-        return Err(ReadError::HasBody);
-    }
+    body_length(&headers)?;
     let connection = value("connection").unwrap_or_default();
     let keep_alive = version == 1 && !connection.split(',').any(|t| t.trim() == "close");
     let (path, query) = target.split_once('?').unwrap_or((target, ""));
@@ -212,6 +218,30 @@ fn parse(bytes: &[u8]) -> Result<Option<(Request, usize)>, ReadError> {
         keep_alive,
     };
     Ok(Some((request, used)))
+}
+
+/// Refuses a request announcing a body, and one whose length two readers
+/// could read differently.
+fn body_length(headers: &[(String, Vec<u8>)]) -> Result<(), ReadError> {
+    let mut lengths = headers
+        .iter()
+        .filter(|(n, _)| n == "content-length")
+        .map(|(_, v)| v.trim_ascii());
+    let chunked = headers.iter().any(|(n, _)| n == "transfer-encoding");
+    match (lengths.next(), lengths.next(), chunked) {
+        (None, _, false) => Ok(()),
+        (None, _, true) => Err(ReadError::HasBody),
+        (Some(_), Some(_), _) | (Some(_), None, true) => Err(ReadError::AmbiguousLength),
+        (Some(length), None, false) => {
+            if length.is_empty() || !length.iter().all(u8::is_ascii_digit) {
+                Err(ReadError::AmbiguousLength)
+            } else if length.iter().all(|&b| b == b'0') {
+                Ok(())
+            } else {
+                Err(ReadError::HasBody)
+            }
+        }
+    }
 }
 
 /// A response, written whole.
@@ -342,6 +372,25 @@ mod tests {
         assert_eq!(parsed(body), Err(ReadError::HasBody));
         let chunked = "GET / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n";
         assert_eq!(parsed(chunked), Err(ReadError::HasBody));
+        let zero = "GET / HTTP/1.1\r\nContent-Length: 00\r\n\r\n";
+        assert!(parsed(zero).unwrap().is_some());
+        for ambiguous in [
+            "Content-Length: 0\r\nContent-Length: 5",
+            "Content-Length: 0\r\ncontent-length: 0",
+            "Content-Length: 0, 5",
+            "Content-Length: +0",
+            "Content-Length: 0x0",
+            "Content-Length:",
+            "Transfer-Encoding: chunked\r\nContent-Length: 0",
+            "Content-Length: 5\r\nTransfer-Encoding: identity",
+        ] {
+            let head = format!("GET / HTTP/1.1\r\n{ambiguous}\r\n\r\n");
+            assert_eq!(
+                parsed(&head),
+                Err(ReadError::AmbiguousLength),
+                "{ambiguous}"
+            );
+        }
         let many: String = (0..=MAX_HEADERS).map(|i| format!("x{i}: y\r\n")).collect();
         assert_eq!(
             parsed(&format!("GET / HTTP/1.1\r\n{many}\r\n")),

@@ -8,10 +8,12 @@
 //! executor answers by copying numbers (see [`Ask`]).
 //!
 //! - [`http`]: reading one bounded request, writing one response;
-//! - [`server`]: the doors, their accept loops and connection bounds;
+//! - [`server`]: the doors, their accept loops and connections;
+//! - [`seats`]: how many connections are served, and who makes room;
 //! - [`link`]: the bounded questions the executor thread answers;
 //! - [`route`]: which path answers what, and who may ask;
 //! - [`operators`]: the operators' password file and its route scopes;
+//! - [`password_checks`]: checking a password off the listener's thread;
 //! - [`metrics`]: the Prometheus text catalogue;
 //! - [`process`]: the process's own figures, read from `/proc`;
 //! - [`v1`]: the JSON routes.
@@ -22,9 +24,11 @@ pub mod json;
 pub mod link;
 pub mod metrics;
 pub mod operators;
+pub mod password_checks;
 pub mod process;
 pub mod proxy;
 pub mod route;
+mod seats;
 pub mod server;
 pub mod v1;
 
@@ -37,6 +41,12 @@ pub use server::{bind, Bound, Reloader, SocketFiles};
 /// The shortest `min_scrape_interval`, and its default.
 pub const MIN_SCRAPE_INTERVAL_S: u32 = 60;
 
+/// `max_connections` when it is not written: connections served at once
+/// over every door, with as many more answered `/health` alone.
+pub const DEFAULT_MAX_CONNECTIONS: usize = 16;
+/// The largest `max_connections` taken.
+pub const MAX_MAX_CONNECTIONS: usize = 1_024;
+
 /// `broker.operations`, as the configuration resolved it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Settings {
@@ -47,6 +57,9 @@ pub struct Settings {
     pub password_file: Option<Arc<operators::Operators>>,
     /// The shortest interval at which the metrics are recomputed.
     pub min_scrape_interval_s: u32,
+    /// Connections served at once over every door; as many more are
+    /// answered `/health` alone (`server.rs`).
+    pub max_connections: usize,
     /// The configuration this process resolved, for
     /// `/v1/operations/config`; rendered once, at startup.
     pub resolved: Arc<ResolvedConfig>,

@@ -8,9 +8,21 @@
 //! line without it reaches every route. A path grants itself and every
 //! route below it at a `/` boundary, so `/v1/operations` grants
 //! `/v1/operations/consumers` and not `/v1/operationsomething`.
+//!
+//! A refusal costs what checking the file's costliest entry costs, whether
+//! the name is unknown, or known with a cheaper hash, so its time tells
+//! nobody which names exist. An accepted password is remembered, as a
+//! keyed digest in its operator's entry, so the next request with it is
+//! answered without a hash; a reload reads a new file with nothing
+//! remembered.
 
+use std::collections::hash_map::RandomState;
+use std::hash::{BuildHasher, Hasher};
 use std::path::Path;
-use std::sync::{Arc, RwLock};
+use std::sync::{Arc, Mutex, OnceLock, RwLock};
+
+use sha2::{Digest, Sha512};
+use subtle::ConstantTimeEq;
 
 use crate::auth::hash::SALT_BYTES;
 use crate::auth::PasswordHash;
@@ -26,6 +38,9 @@ pub struct Operators {
     /// The file, as the configuration named it.
     pub path: String,
     list: Vec<Operator>,
+    /// The entry whose hash costs most to check: what an unknown name is
+    /// checked against.
+    costliest: usize,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -34,6 +49,84 @@ struct Operator {
     hash: PasswordHash,
     /// `None` reaches every route.
     scopes: Option<Vec<String>>,
+    remembered: Remembered,
+}
+
+/// The keyed digest of the password last accepted for one operator.
+#[derive(Default)]
+struct Remembered(Mutex<Option<[u8; REMEMBERED_BYTES]>>);
+
+const REMEMBERED_BYTES: usize = 32;
+
+impl Remembered {
+    fn get(&self) -> Option<[u8; REMEMBERED_BYTES]> {
+        *self
+            .0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    fn set(&self, digest: [u8; REMEMBERED_BYTES]) {
+        *self
+            .0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(digest);
+    }
+}
+
+/// What is remembered is not what the file says: a copy starts empty and
+/// every two compare equal.
+impl Clone for Remembered {
+    fn clone(&self) -> Remembered {
+        Remembered::default()
+    }
+}
+
+impl PartialEq for Remembered {
+    fn eq(&self, _: &Remembered) -> bool {
+        true
+    }
+}
+
+impl Eq for Remembered {}
+
+impl std::fmt::Debug for Remembered {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Remembered")
+    }
+}
+
+/// A password's digest under a key drawn once per process from the
+/// standard library's random hash keys: memory holding it does not give
+/// the password away to whoever has the file.
+fn remembered_digest(password: &[u8]) -> [u8; REMEMBERED_BYTES] {
+    static KEY: OnceLock<[u8; 16]> = OnceLock::new();
+    let key = KEY.get_or_init(|| {
+        let state = RandomState::new();
+        let mut key = [0u8; 16];
+        for (half, part) in key.chunks_exact_mut(8).enumerate() {
+            let mut hasher = state.build_hasher();
+            hasher.write_usize(half);
+            part.copy_from_slice(&hasher.finish().to_le_bytes());
+        }
+        key
+    });
+    let digest = Sha512::new()
+        .chain_update(key)
+        .chain_update(password)
+        .finalize();
+    let mut out = [0u8; REMEMBERED_BYTES];
+    out.copy_from_slice(&digest[..REMEMBERED_BYTES]);
+    out
+}
+
+/// The PBKDF2 iterations checking `hash` runs; a `$6$` hash is one
+/// SHA-512, next to nothing.
+fn iterations(hash: &PasswordHash) -> u32 {
+    match hash {
+        PasswordHash::Sha512 { .. } => 0,
+        PasswordHash::Pbkdf2Sha512 { iterations, .. } => *iterations,
+    }
 }
 
 /// What a name and password come to.
@@ -85,9 +178,13 @@ impl Operators {
         if list.is_empty() {
             return Err("names nobody, so nobody could read this listener; add an operator with saguin --passwd, or remove the key".to_string());
         }
+        let costliest = (0..list.len())
+            .max_by_key(|&i| iterations(&list[i].hash))
+            .unwrap_or_default();
         Ok(Operators {
             path: path.to_string(),
             list,
+            costliest,
         })
     }
 
@@ -105,11 +202,46 @@ impl Operators {
         self.list.iter().any(|o| o.name == name)
     }
 
+    /// Whether `password` is the one last accepted for `name`: one
+    /// SHA-512, computed whether or not the name exists.
+    pub fn remembered(&self, name: &str, password: &[u8]) -> bool {
+        let digest = remembered_digest(password);
+        let held = self
+            .list
+            .iter()
+            .find(|o| o.name == name)
+            .and_then(|o| o.remembered.get());
+        held.is_some_and(|held| bool::from(held.ct_eq(&digest)))
+    }
+
+    /// Checks the password against the hash: the costly step, which the
+    /// listener runs off its own thread. A refusal does the costliest
+    /// entry's work whatever the name; an acceptance is remembered.
     pub fn check(&self, name: &str, password: &[u8]) -> Check {
-        match self.list.iter().find(|o| o.name == name) {
-            Some(operator) if operator.hash.verify(password) => Check::Accepted,
-            _ => Check::Refused,
+        let Some(operator) = self.list.iter().find(|o| o.name == name) else {
+            // black_box: a result nobody reads must still be computed.
+            std::hint::black_box(self.list[self.costliest].hash.verify(password));
+            return Check::Refused;
+        };
+        if operator.hash.verify(password) {
+            operator.remembered.set(remembered_digest(password));
+            return Check::Accepted;
         }
+        let mut wasted = [0u8; 64];
+        let padding = self.padding(name);
+        if padding > 0 {
+            pbkdf2::pbkdf2_hmac::<Sha512>(password, b"padding", padding, &mut wasted);
+            std::hint::black_box(&wasted);
+        }
+        Check::Refused
+    }
+
+    /// The iterations a refusal of the known `name` runs beyond its own
+    /// hash, so that it costs what the costliest entry costs.
+    fn padding(&self, name: &str) -> u32 {
+        let costliest = iterations(&self.list[self.costliest].hash);
+        let own = self.list.iter().find(|o| o.name == name);
+        costliest - own.map_or(costliest, |o| iterations(&o.hash))
     }
 
     /// Whether the operator `name` reaches `path`; `false` for a name the
@@ -186,6 +318,7 @@ fn parse_line(line: &str, routes: &[&str]) -> Result<Operator, String> {
         name: name.to_string(),
         hash,
         scopes,
+        remembered: Remembered::default(),
     })
 }
 
@@ -250,6 +383,60 @@ mod tests {
         assert_eq!(ops.check("nobody", b"pw"), Check::Refused);
         assert!(ops.reaches("prometheus", "/metrics"));
         assert!(!ops.reaches("prometheus", "/v1/operations/sessions"));
+    }
+
+    /// A `$7$` line of `iterations` that no password matches.
+    fn costly_line(name: &str, iterations: u32) -> String {
+        use base64ct::{Base64, Encoding};
+        let salt = Base64::encode_string(SALT);
+        let zeros = Base64::encode_string(&[0u8; 64]);
+        format!("{name}:$7${iterations}${salt}${zeros}")
+    }
+
+    #[test]
+    fn every_refusal_runs_the_costliest_entry_s_iterations() {
+        let text = format!(
+            "{}\n{}\n{}\n",
+            hash_line("cheap", "pw", SALT),
+            costly_line("costly", 5_000),
+            "sha:$6$DssEkUY/ld4blukw$9EvI2OdZOnUSp3rG8Qjszy7fwnQxLXJGRPu9kUowxiIPjM9xRKwAAn/h8/6b8fmq77JWiZKEY/HdIpz+/DUDrQ==",
+        );
+        let ops = Operators::parse("f", &text, ROUTES).unwrap();
+        assert_eq!(iterations(&ops.list[ops.costliest].hash), 5_000);
+        // An unknown name is checked against the costliest entry itself.
+        assert_eq!(ops.padding("nobody"), 0);
+        assert_eq!(ops.padding("costly"), 0);
+        assert_eq!(
+            ops.padding("cheap"),
+            5_000 - crate::auth::hash::WRITE_ITERATIONS
+        );
+        assert_eq!(ops.padding("sha"), 5_000);
+        for name in ["nobody", "costly", "cheap", "sha"] {
+            assert_eq!(ops.check(name, b"wrong"), Check::Refused, "{name}");
+        }
+    }
+
+    #[test]
+    fn an_accepted_password_is_remembered_until_the_file_is_read_again() {
+        let text = format!(
+            "{}\n{}\n",
+            hash_line("a", "pw", SALT),
+            hash_line("b", "pw", SALT)
+        );
+        let ops = Operators::parse("f", &text, ROUTES).unwrap();
+        assert!(!ops.remembered("a", b"pw"));
+        assert_eq!(ops.check("a", b"wrong"), Check::Refused);
+        assert!(
+            !ops.remembered("a", b"wrong"),
+            "a refusal is not remembered"
+        );
+        assert_eq!(ops.check("a", b"pw"), Check::Accepted);
+        assert!(ops.remembered("a", b"pw"));
+        assert!(!ops.remembered("a", b"px"));
+        assert!(!ops.remembered("b", b"pw"), "each operator's own");
+        assert!(!ops.remembered("nobody", b"pw"));
+        // A copy remembers nothing; a reload reads a new one.
+        assert!(!ops.clone().remembered("a", b"pw"));
     }
 
     #[test]

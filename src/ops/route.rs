@@ -11,7 +11,14 @@
 //! an IP address or `localhost`. A certificate's name and a proxy's are
 //! weighed alike: a name the operators file holds reaches its routes, any
 //! other name `/metrics` alone; a verified certificate that names nobody
-//! is such a stranger, not nobody.
+//! is such a stranger, not nobody. A password is checked off this
+//! thread, at most so many at once ([`PasswordChecks`]).
+//!
+//! A route that changes something (a `POST`) is served only to a request
+//! no web page of another site could have sent: one carrying
+//! `X-Saguin-Request`, which a page elsewhere cannot set without asking
+//! first, and nothing (`Origin`, `Sec-Fetch-Site`) saying it came from
+//! elsewhere.
 
 use std::cell::RefCell;
 use std::sync::Arc;
@@ -22,6 +29,7 @@ use base64ct::{Base64, Encoding};
 use super::http::{Request, Response};
 use super::link::{Ask, Link};
 use super::operators::{Check, Operators, Reloadable};
+use super::password_checks::PasswordChecks;
 use super::{metrics, process, v1};
 
 /// Every route that takes a credential, as a password file's scope names
@@ -47,6 +55,10 @@ pub const MAX_ROWS: usize = 100;
 
 const CHALLENGE: &str = "Basic realm=\"saguin\", charset=\"UTF-8\"";
 const PRINCIPAL_HEADER: &str = "x-saguin-principal";
+/// The header a request that changes something carries: a page of
+/// another site can send it only once a preflight this listener never
+/// answers has allowed it.
+pub const REQUEST_HEADER: &str = "X-Saguin-Request";
 
 /// Which kind of door a connection came through.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -89,16 +101,19 @@ pub struct Service {
     started: Instant,
     /// The configuration this process resolved.
     pub resolved: Arc<super::ResolvedConfig>,
+    checks: PasswordChecks,
 }
 
 impl Service {
-    pub fn new(link: Link, min_scrape_interval: Duration) -> Service {
+    /// `password_checks` is the most password checks pending at once.
+    pub fn new(link: Link, min_scrape_interval: Duration, password_checks: usize) -> Service {
         Service {
             link,
             min_scrape_interval,
             scrape: RefCell::new(None),
             started: Instant::now(),
             resolved: Arc::default(),
+            checks: PasswordChecks::new(password_checks),
         }
     }
 
@@ -118,7 +133,10 @@ impl Service {
                 return Response::text(405, "this route answers POST\n")
                     .with_header("Allow", "POST");
             }
-            if let Err(refusal) = authorize(request, door) {
+            if let Err(refusal) = from_no_other_site(request, door) {
+                return refusal;
+            }
+            if let Err(refusal) = self.authorize(request, door).await {
                 return refusal;
             }
             let now_unix_ms = std::time::SystemTime::now()
@@ -133,7 +151,7 @@ impl Service {
         if path == "/health" {
             return self.health();
         }
-        if let Err(refusal) = authorize(request, door) {
+        if let Err(refusal) = self.authorize(request, door).await {
             return refusal;
         }
         if let Some(name) = queue {
@@ -313,14 +331,71 @@ fn forbidden(body: impl std::fmt::Display) -> Response {
     Response::text(403, format!("{body}\n"))
 }
 
-/// `Ok` when the caller may read `request.path` at `door`.
-fn authorize(request: &Request, door: &Door) -> Result<(), Response> {
-    let path = request.path.as_str();
-    let operators = door.operators.as_ref().map(|file| file.current());
-    let operators = operators.as_deref();
-    if let Some(value) = request.header("authorization") {
-        return authorize_password(value, operators, &door.name, path);
+impl Service {
+    /// `Ok` when the caller may read `request.path` at `door`.
+    async fn authorize(&self, request: &Request, door: &Door) -> Result<(), Response> {
+        let operators = door.operators.as_ref().map(|file| file.current());
+        match request.header("authorization") {
+            Some(value) => {
+                self.authorize_password(value, operators, &door.name, &request.path)
+                    .await
+            }
+            None => authorize_unnamed(request, door, operators.as_deref()),
+        }
     }
+
+    async fn authorize_password(
+        &self,
+        value: &str,
+        operators: Option<Arc<Operators>>,
+        door: &str,
+        path: &str,
+    ) -> Result<(), Response> {
+        let Some((name, password)) = basic_credential(value) else {
+            return Err(challenge("the Authorization header is not HTTP Basic"));
+        };
+        let accepted = match &operators {
+            None => false,
+            Some(ops) if ops.remembered(&name, &password) => true,
+            Some(ops) => {
+                let checked = self.checks.check(ops.clone(), name.clone(), password, door);
+                match checked.await {
+                    Some(check) => check == Check::Accepted,
+                    None => return Err(checks_busy(self.checks.most())),
+                }
+            }
+        };
+        if !accepted {
+            // The log says a credential failed and never what it was.
+            log::warn!("operations door {door}: a credential was rejected for {path}");
+            return Err(challenge("the credential was rejected"));
+        }
+        if operators.is_some_and(|ops| ops.reaches(&name, path)) {
+            Ok(())
+        } else {
+            Err(forbidden(format!(
+                "this credential does not reach {path}; its routes are the third field of its line in the operators file"
+            )))
+        }
+    }
+}
+
+fn checks_busy(most: usize) -> Response {
+    Response::text(
+        503,
+        format!("{most} password checks are already pending; try again shortly\n"),
+    )
+    .with_header("Retry-After", "1")
+}
+
+/// Who a request with no password names, and whether that reaches
+/// `request.path`.
+fn authorize_unnamed(
+    request: &Request,
+    door: &Door,
+    operators: Option<&Operators>,
+) -> Result<(), Response> {
+    let path = request.path.as_str();
     match &door.certificate {
         Some(Certified::Named(name)) => {
             return authorize_principal(name, operators, &door.name, path)
@@ -333,9 +408,12 @@ fn authorize(request: &Request, door: &Door) -> Result<(), Response> {
         }
         None => {}
     }
-    if door.kind == DoorKind::Unix {
+    if door.kind == DoorKind::Unix && !door.proxy_protocol {
         // Only a socket carries somebody else's word: its permissions
-        // decide who may speak to it. Elsewhere the header is not read.
+        // decide who may speak to it. Elsewhere the header is not read,
+        // nor behind a PROXY header, where the bytes of the request are
+        // the proxy's client's own and only the certificate the header
+        // carries speaks for anybody.
         if let Some(name) = request.header(PRINCIPAL_HEADER).map(str::trim) {
             if !name.is_empty() {
                 return authorize_principal(name, operators, &door.name, path);
@@ -351,29 +429,41 @@ fn authorize(request: &Request, door: &Door) -> Result<(), Response> {
     Ok(())
 }
 
-fn authorize_password(
-    value: &str,
-    operators: Option<&Operators>,
-    door: &str,
-    path: &str,
-) -> Result<(), Response> {
-    let Some((name, password)) = basic_credential(value) else {
-        return Err(challenge("the Authorization header is not HTTP Basic"));
+/// Refuses a request that changes something when a web page of another
+/// site could have sent it: one without [`REQUEST_HEADER`], or whose
+/// browser says, by `Sec-Fetch-Site` or `Origin`, that it came from
+/// elsewhere. A page of this very door (its `Origin` the door's scheme
+/// and the `Host` asked for) is not elsewhere.
+fn from_no_other_site(request: &Request, door: &Door) -> Result<(), Response> {
+    let raw = |name: &str| {
+        request
+            .headers
+            .iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, v)| String::from_utf8_lossy(v).trim().to_string())
     };
-    let accepted = operators.is_some_and(|ops| ops.check(&name, &password) == Check::Accepted);
-    if !accepted {
-        // The log says a credential failed and never what it was.
-        log::warn!("operations door {door}: a credential was rejected for {path}");
-        return Err(challenge("the credential was rejected"));
+    if let Some(site) = raw("sec-fetch-site") {
+        if !site.eq_ignore_ascii_case("same-origin") && !site.eq_ignore_ascii_case("none") {
+            return Err(forbidden(format!(
+                "a request that changes something is refused from a web page of another site, and this browser said Sec-Fetch-Site: {site:?}; send it with saguin backup or curl"
+            )));
+        }
     }
-    let reaches = operators.is_some_and(|ops| ops.reaches(&name, path));
-    if reaches {
-        Ok(())
-    } else {
-        Err(forbidden(format!(
-            "this credential does not reach {path}; its routes are the third field of its line in the operators file"
-        )))
+    if let Some(origin) = raw("origin") {
+        let scheme = if door.tls.is_some() { "https" } else { "http" };
+        let own = raw("host").map(|host| format!("{scheme}://{host}"));
+        if !own.is_some_and(|own| own.eq_ignore_ascii_case(&origin)) {
+            return Err(forbidden(format!(
+                "a request that changes something is refused from a web page of another site, and this one's Origin is {origin:?}; send it with saguin backup or curl"
+            )));
+        }
     }
+    if raw(&REQUEST_HEADER.to_ascii_lowercase()).is_none_or(|value| value.is_empty()) {
+        return Err(forbidden(format!(
+            "a request that changes something carries {REQUEST_HEADER} (any value), which a web page of another site cannot send; saguin backup sends it, and curl takes -H '{REQUEST_HEADER}: backup'"
+        )));
+    }
+    Ok(())
 }
 
 fn authorize_principal(
@@ -482,6 +572,15 @@ mod tests {
         }
     }
 
+    fn service() -> Service {
+        let (link, _asks) = Link::new("t".into(), Arc::new(|| true), Vec::new());
+        Service::new(link, Duration::from_secs(60), 1)
+    }
+
+    fn authorize(request: &Request, door: &Door) -> Result<(), Response> {
+        smol::block_on(service().authorize(request, door))
+    }
+
     fn asks(path: &str, headers: &[(&str, &str)], door: &Door) -> u16 {
         let mut request = request(headers);
         request.path = path.into();
@@ -537,6 +636,80 @@ mod tests {
         assert_eq!(refused.status, 403);
         // A socket is exempt: no browser opens one.
         assert!(authorize(&request(&[("host", "evil.example")]), &door(DoorKind::Unix)).is_ok());
+    }
+
+    #[test]
+    fn behind_a_proxy_header_a_principal_header_names_nobody() {
+        let mut socket = door(DoorKind::Unix);
+        let claim = [("x-saguin-principal", "oncall")];
+        // A plain socket believes the claim: a name no file holds is a
+        // stranger, who reaches /metrics alone.
+        assert_eq!(asks("/v1/operations/sessions", &claim, &socket), 403);
+        socket.proxy_protocol = true;
+        // Behind the header the claim is ignored: nobody, whom the socket
+        // vouches for when it has no operators.
+        assert_eq!(asks("/v1/operations/sessions", &claim, &socket), 200);
+        let guarded = Door {
+            kind: DoorKind::Unix,
+            proxy_protocol: true,
+            certificate: None,
+            ..certified_door(Certified::Unnamed)
+        };
+        assert_eq!(asks("/metrics", &claim, &guarded), 401);
+    }
+
+    #[test]
+    fn a_post_is_served_only_when_no_other_site_could_have_sent_it() {
+        let post = |headers: &[(&str, &str)], door: &Door| {
+            let mut request = request(headers);
+            request.method = "POST".into();
+            from_no_other_site(&request, door).map_err(|r| r.status)
+        };
+        let tcp = door(DoorKind::Tcp);
+        let ours = ("x-saguin-request", "1");
+        assert_eq!(post(&[ours], &tcp), Ok(()));
+        assert_eq!(post(&[], &tcp), Err(403));
+        assert_eq!(post(&[("x-saguin-request", " ")], &tcp), Err(403));
+        let host = ("host", "127.0.0.1:9090");
+        assert_eq!(
+            post(&[host, ("origin", "http://127.0.0.1:9090"), ours], &tcp),
+            Ok(())
+        );
+        assert_eq!(
+            post(&[host, ("origin", "HTTP://127.0.0.1:9090"), ours], &tcp),
+            Ok(())
+        );
+        for origin in [
+            "https://127.0.0.1:9090",
+            "http://127.0.0.1:9091",
+            "null",
+            "http://evil.example",
+        ] {
+            assert_eq!(
+                post(&[host, ("origin", origin), ours], &tcp),
+                Err(403),
+                "{origin}"
+            );
+        }
+        assert_eq!(
+            post(&[("origin", "http://127.0.0.1:9090"), ours], &tcp),
+            Err(403),
+            "no Host"
+        );
+        for site in ["same-origin", "none", "Same-Origin"] {
+            assert_eq!(
+                post(&[("sec-fetch-site", site), ours], &tcp),
+                Ok(()),
+                "{site}"
+            );
+        }
+        for site in ["cross-site", "same-site", ""] {
+            assert_eq!(
+                post(&[("sec-fetch-site", site), ours], &tcp),
+                Err(403),
+                "{site}"
+            );
+        }
     }
 
     #[test]

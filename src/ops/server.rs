@@ -3,12 +3,20 @@
 //! Every door is bound by [`bind`] on the caller's thread, with the MQTT
 //! doors, so a port in use is a startup error naming the door. The bound
 //! sockets then move to a thread of their own, where one executor serves
-//! every connection: at most [`MAX_CONNECTIONS`] at once, and up to as
-//! many more answered 429 and closed; past both, closed unanswered.
+//! every connection.
+//!
+//! `max_connections` are served at once. A newcomer finding them all
+//! taken takes the place of the one that has waited longest for a request
+//! (an idle keep-alive, a caller sending slowly, a handshake not done),
+//! which is closed; only when every one is being answered does it go to
+//! the second table, as large, where `/health` is answered and anything
+//! else `429`. Past both, and past as many closed connections not yet
+//! gone, a socket is closed unanswered. So a supervisor's probe is
+//! answered however many strangers hold connections open.
+//!
 //! A connection is served over any byte stream, so a TLS stream can take
 //! a TCP door's place without the routes knowing.
 
-use std::cell::Cell;
 use std::io;
 use std::os::unix::fs::PermissionsExt;
 use std::rc::Rc;
@@ -20,21 +28,20 @@ use async_net::TcpListener;
 use smol::io::{AsyncRead, AsyncWrite};
 use smol::LocalExecutor;
 
-use super::http::{self, ReadBuffer, Response};
+use super::http::{self, ReadBuffer, Request, Response};
 use super::link::Link;
 use super::operators::{Operators, Reloadable};
 use super::proxy;
 use super::route::{Certified, Door, DoorKind, Service, ROUTES};
+use super::seats::{Scope, Seat, Tables};
 use super::Settings;
-
-/// Connections served at once, over every door.
-pub const MAX_CONNECTIONS: usize = 16;
 
 /// The doors, bound and not yet served.
 pub struct Bound {
     tcp: Vec<(Door, std::net::TcpListener)>,
     unix: Vec<(Door, std::os::unix::net::UnixListener)>,
     min_scrape_interval: Duration,
+    max_connections: usize,
     files: Vec<Arc<Reloadable>>,
     /// The TCP doors' TLS, re-read on SIGUSR1.
     certificates: Vec<Arc<ServedTls>>,
@@ -82,6 +89,7 @@ pub fn bind(settings: &Settings) -> io::Result<Bound> {
         tcp: Vec::new(),
         unix: Vec::new(),
         min_scrape_interval: Duration::from_secs(u64::from(settings.min_scrape_interval_s)),
+        max_connections: settings.max_connections,
         files: Vec::new(),
         certificates: Vec::new(),
         resolved: settings.resolved.clone(),
@@ -264,18 +272,19 @@ impl Bound {
                 // One thread for the life of the process: the executor is never freed.
                 let executor: &'static LocalExecutor<'static> =
                     Box::leak(Box::new(LocalExecutor::new()));
-                let mut service = Service::new(link, self.min_scrape_interval);
+                let checks = super::password_checks::most_for(self.max_connections);
+                let mut service = Service::new(link, self.min_scrape_interval, checks);
                 service.resolved = self.resolved;
                 let service = Rc::new(service);
-                let slots = Rc::new(Slots::default());
+                let tables = Rc::new(Tables::new(self.max_connections));
                 let mut loops = Vec::new();
                 for (door, listener) in self.tcp {
                     let listener = TcpListener::try_from(listener);
-                    loops.extend(serve_door(executor, door, listener, &service, &slots));
+                    loops.extend(serve_door(executor, door, listener, &service, &tables));
                 }
                 for (door, listener) in self.unix {
                     let listener = UnixListener::try_from(listener);
-                    loops.extend(serve_door(executor, door, listener, &service, &slots));
+                    loops.extend(serve_door(executor, door, listener, &service, &tables));
                 }
                 smol::block_on(executor.run(smol::future::pending::<()>()));
                 drop(loops);
@@ -302,13 +311,6 @@ fn socket_path(listener: &std::os::unix::net::UnixListener) -> Option<std::path:
         .ok()?
         .as_pathname()
         .map(|p| p.to_path_buf())
-}
-
-/// Connections being served, and being answered 429.
-#[derive(Default)]
-struct Slots {
-    serving: Cell<usize>,
-    refusing: Cell<usize>,
 }
 
 /// A listening socket of either kind.
@@ -338,7 +340,7 @@ fn serve_door(
     door: Door,
     listener: io::Result<impl Accept>,
     service: &Rc<Service>,
-    slots: &Rc<Slots>,
+    tables: &Rc<Tables>,
 ) -> Option<smol::Task<()>> {
     let listener = match listener {
         Ok(listener) => listener,
@@ -347,11 +349,16 @@ fn serve_door(
             return None;
         }
     };
-    let (service, slots) = (service.clone(), slots.clone());
+    let (service, tables) = (service.clone(), tables.clone());
     Some(executor.spawn(async move {
         loop {
             match listener.accept_one().await {
-                Ok(stream) => admit(executor, stream, &door, &service, &slots),
+                Ok(stream) => {
+                    admit(executor, stream, &door, &service, &tables);
+                    // The connection told to make room closes, and the
+                    // newcomer starts, before the next is accepted.
+                    smol::future::yield_now().await;
+                }
                 Err(e) => pause_after(&door, e).await,
             }
         }
@@ -364,60 +371,58 @@ async fn pause_after(door: &Door, error: io::Error) {
     smol::Timer::after(Duration::from_millis(100)).await;
 }
 
+/// Seats a newcomer and serves it, or closes it unanswered when no seat
+/// can be had.
 fn admit<S>(
     executor: &'static LocalExecutor<'static>,
     stream: S,
     door: &Door,
     service: &Rc<Service>,
-    slots: &Rc<Slots>,
+    tables: &Tables,
 ) where
     S: AsyncRead + AsyncWrite + Unpin + 'static,
 {
-    let (mut door, service, slots) = (door.clone(), service.clone(), slots.clone());
-    if slots.serving.get() < MAX_CONNECTIONS {
-        slots.serving.set(slots.serving.get() + 1);
-        executor
-            .spawn(async move {
-                match door.tls.clone() {
-                    None if door.proxy_protocol => {
-                        let mut stream = stream;
-                        match proxied(&mut stream, &door).await {
-                            Ok(certificate) => {
-                                door.certificate = certificate;
-                                serve(stream, &door, &service).await;
-                            }
-                            Err(why) => {
-                                let refusal = Response::text(400, format!("{why}\n"));
-                                answer_and_close(&mut stream, &refusal).await;
-                            }
-                        }
-                    }
-                    None => serve(stream, &door, &service).await,
-                    Some(tls) => {
-                        if let Some(stream) = handshake(stream, tls.current(), &door).await {
-                            door.certificate = tls.certified(&stream);
-                            serve(stream, &door, &service).await;
-                        }
-                    }
+    let Some((held, scope)) = tables.seat() else {
+        return;
+    };
+    let (door, service) = (door.clone(), service.clone());
+    executor
+        .spawn(async move {
+            connection(stream, door, &service, &held.seat, scope).await;
+            drop(held);
+        })
+        .detach();
+}
+
+/// One connection, from its TLS handshake or PROXY header to its close.
+async fn connection<S>(stream: S, mut door: Door, service: &Service, seat: &Seat, scope: Scope)
+where
+    S: AsyncRead + AsyncWrite + Unpin,
+{
+    match door.tls.clone() {
+        None if door.proxy_protocol => {
+            let mut stream = stream;
+            match seat.unless_evicted(proxied(&mut stream, &door)).await {
+                None => {}
+                Some(Ok(certificate)) => {
+                    door.certificate = certificate;
+                    serve(stream, &door, service, seat, scope).await;
                 }
-                slots.serving.set(slots.serving.get() - 1);
-            })
-            .detach();
-    } else if slots.refusing.get() < MAX_CONNECTIONS {
-        slots.refusing.set(slots.refusing.get() + 1);
-        executor
-            .spawn(async move {
-                match door.tls.as_deref().map(ServedTls::current) {
-                    None => refuse_busy(stream).await,
-                    Some(config) => {
-                        if let Some(stream) = handshake(stream, config, &door).await {
-                            refuse_busy(stream).await;
-                        }
-                    }
+                Some(Err(why)) => {
+                    let refusal = Response::text(400, format!("{why}\n"));
+                    seat.unless_evicted(answer_and_close(&mut stream, &refusal))
+                        .await;
                 }
-                slots.refusing.set(slots.refusing.get() - 1);
-            })
-            .detach();
+            }
+        }
+        None => serve(stream, &door, service, seat, scope).await,
+        Some(tls) => {
+            let shaken = seat.unless_evicted(handshake(stream, tls.current(), &door));
+            if let Some(Some(stream)) = shaken.await {
+                door.certificate = tls.certified(&stream);
+                serve(stream, &door, service, seat, scope).await;
+            }
+        }
     }
 }
 
@@ -512,14 +517,17 @@ where
 const REFUSAL_DRAIN_MS: u64 = 1_000;
 const REFUSAL_DRAIN_BYTES: usize = 64 * 1024;
 
-/// Answers 429 and closes.
-async fn refuse_busy<S: AsyncRead + AsyncWrite + Unpin>(mut stream: S) {
-    let busy = Response::text(
+/// The answer to a route other than `/health` at a full listener.
+fn busy() -> Response {
+    Response::text(
         429,
-        "the operations listener is serving as many connections as it takes; try again shortly\n",
+        "the operations listener is answering as many requests as it takes, and past them only /health; try again shortly\n",
     )
-    .with_header("Retry-After", "1");
-    answer_and_close(&mut stream, &busy).await;
+    .with_header("Retry-After", "1")
+}
+
+fn is_health(request: &Request) -> bool {
+    request.path == "/health"
 }
 
 /// Writes a final response and closes. What the caller sent and was not
@@ -548,21 +556,40 @@ async fn answer_and_close<S: AsyncRead + AsyncWrite + Unpin>(stream: &mut S, res
 }
 
 /// Serves requests on one connection until it closes, asks to, goes
-/// quiet, or reaches [`http::MAX_REQUESTS_PER_CONNECTION`].
-async fn serve<S: AsyncRead + AsyncWrite + Unpin>(mut stream: S, door: &Door, service: &Service) {
+/// quiet, reaches [`http::MAX_REQUESTS_PER_CONNECTION`] (one, for
+/// [`Scope::HealthOnly`]), or is told to make room while it waits.
+async fn serve<S: AsyncRead + AsyncWrite + Unpin>(
+    mut stream: S,
+    door: &Door,
+    service: &Service,
+    seat: &Seat,
+    scope: Scope,
+) {
+    let most = match scope {
+        Scope::Everything => http::MAX_REQUESTS_PER_CONNECTION,
+        Scope::HealthOnly => 1,
+    };
     let mut buffer = ReadBuffer::default();
-    for served in 1..=http::MAX_REQUESTS_PER_CONNECTION {
-        let request = match buffer.read_request(&mut stream).await {
-            Ok(request) => request,
-            Err(error) => {
+    for served in 1..=most {
+        seat.waiting();
+        let request = match seat.unless_evicted(buffer.read_request(&mut stream)).await {
+            None => return,
+            Some(Ok(request)) => request,
+            Some(Err(error)) => {
                 if let Some(response) = error.response() {
-                    answer_and_close(&mut stream, &response).await;
+                    seat.unless_evicted(answer_and_close(&mut stream, &response))
+                        .await;
                 }
                 return;
             }
         };
-        let response = service.respond(&request, door).await;
-        let keep_alive = request.keep_alive && served < http::MAX_REQUESTS_PER_CONNECTION;
+        seat.answering();
+        let response = if scope == Scope::HealthOnly && !is_health(&request) {
+            busy()
+        } else {
+            service.respond(&request, door).await
+        };
+        let keep_alive = request.keep_alive && served < most;
         let head_only = request.method == "HEAD";
         if !http::write_response(&mut stream, &response, head_only, keep_alive).await || !keep_alive
         {

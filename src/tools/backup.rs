@@ -51,8 +51,9 @@ pub fn percent_encode(text: &str) -> String {
 /// The request for a backup into `dir`, with a Basic credential if given.
 pub fn request(dir: &str, credential: Option<&str>) -> String {
     let mut head = format!(
-        "POST {ROUTE}?dir={} HTTP/1.1\r\nHost: localhost\r\nContent-Length: 0\r\nConnection: close\r\n",
-        percent_encode(dir)
+        "POST {ROUTE}?dir={} HTTP/1.1\r\nHost: localhost\r\nContent-Length: 0\r\n{}: backup\r\nConnection: close\r\n",
+        percent_encode(dir),
+        crate::ops::route::REQUEST_HEADER
     );
     if let Some(credential) = credential {
         head.push_str(&format!(
@@ -123,6 +124,8 @@ mod tests {
             text.contains("Authorization: Basic b3BzOnMzY3JldA==\r\n"),
             "{text}"
         );
+        // What tells the listener no web page of another site sent it.
+        assert!(text.contains("X-Saguin-Request: backup\r\n"), "{text}");
     }
 
     #[test]

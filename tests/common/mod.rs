@@ -171,6 +171,26 @@ impl BrokerProcess {
         }
     }
 
+    /// Waits for the `nth` log line (counted from 1) containing `needle`
+    /// and returns it.
+    pub fn wait_for_nth_log(&mut self, needle: &str, nth: usize) -> String {
+        let deadline = Instant::now() + WAIT;
+        loop {
+            let mut seen = self.log_lines.iter().filter(|l| l.contains(needle));
+            if let Some(line) = seen.nth(nth - 1) {
+                return line.clone();
+            }
+            let left = deadline.saturating_duration_since(Instant::now());
+            match self.log.recv_timeout(left) {
+                Ok(line) => self.log_lines.push(line),
+                Err(_) => panic!(
+                    "no log line {nth} containing {needle:?}; log so far:\n{}",
+                    self.log_lines.join("\n")
+                ),
+            }
+        }
+    }
+
     pub fn address(&self) -> String {
         format!("127.0.0.1:{}", self.port)
     }
