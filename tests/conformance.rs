@@ -215,7 +215,7 @@ fn a_reconnect_inside_the_will_delay_withholds_the_will_whatever_its_clean_start
         // The close is seen before the client id comes back, so this is a
         // reconnect, not a takeover of an open connection. Each round logs
         // two: this close and the DISCONNECT that ends it.
-        broker.wait_for_log_count("client device disconnected", 2 * round - 1);
+        broker.wait_for_nth_log("client device disconnected", 2 * round - 1);
         let (device, present) = connect_device(&address, clean_start);
         assert_eq!(present, !clean_start);
         let marker = format!("after clean start {clean_start}");

@@ -135,40 +135,7 @@ impl BrokerProcess {
 
     /// Waits for a log line containing `needle` and returns it.
     pub fn wait_for_log(&mut self, needle: &str) -> String {
-        self.wait_for_log_count(needle, 1)
-    }
-
-    /// Waits until `count` log lines since the start contain `needle`, and
-    /// returns the last of them: for an event the broker logs each time.
-    pub fn wait_for_log_count(&mut self, needle: &str, count: usize) -> String {
-        let seen: Vec<&String> = self
-            .log_lines
-            .iter()
-            .filter(|l| l.contains(needle))
-            .collect();
-        if seen.len() >= count {
-            return seen[count - 1].clone();
-        }
-        let mut found = seen.len();
-        let deadline = Instant::now() + WAIT;
-        loop {
-            let left = deadline.saturating_duration_since(Instant::now());
-            match self.log.recv_timeout(left) {
-                Ok(line) => {
-                    self.log_lines.push(line.clone());
-                    if line.contains(needle) {
-                        found += 1;
-                        if found == count {
-                            return line;
-                        }
-                    }
-                }
-                Err(_) => panic!(
-                    "{found} of {count} log lines containing {needle:?}; log so far:\n{}",
-                    self.log_lines.join("\n")
-                ),
-            }
-        }
+        self.wait_for_nth_log(needle, 1)
     }
 
     /// Waits for the `nth` log line (counted from 1) containing `needle`
