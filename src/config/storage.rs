@@ -79,6 +79,7 @@ const REDB_KEYS: Keys = Keys {
     supported: &[
         "type",
         "max_bytes",
+        "device_endurance",
         "file_path",
         "publish_commit_interval",
         "publish_commit_max_records",
@@ -87,13 +88,14 @@ const REDB_KEYS: Keys = Keys {
     not_yet: &[],
 };
 const MEMORY_KEYS: Keys = Keys {
-    supported: &["type", "max_bytes", "snapshot_dir"],
+    supported: &["type", "max_bytes", "snapshot_dir", "device_endurance"],
     not_yet: &[],
 };
 const ANY_PROVIDER_KEYS: Keys = Keys {
     supported: &[
         "type",
         "max_bytes",
+        "device_endurance",
         "file_path",
         "snapshot_dir",
         "publish_commit_interval",
@@ -354,6 +356,7 @@ fn provider(
     let rest = Value::Mapping(rest);
     let t = table(f, path, &rest, keys)?;
     let max_bytes = max_bytes(f, path, t.get("max_bytes"), kind, limits);
+    let endurance = device_endurance(f, path, t.get("device_endurance"));
     let kind = match kind? {
         Type::Redb => {
             let file_path = file_path(f, path, t.get("file_path"));
@@ -379,7 +382,32 @@ fn provider(
         name: name.to_string(),
         max_bytes: max_bytes?,
         kind,
+        device_endurance_bytes: endurance?,
     })
+}
+
+/// `device_endurance`: what the device under the provider is rated to be
+/// written before it wears out; `Some(None)` when absent.
+fn device_endurance(
+    f: &mut Findings,
+    provider_path: &str,
+    value: Option<&Value>,
+) -> Option<Option<u64>> {
+    let Some(value) = value else {
+        return Some(None);
+    };
+    let path = join(provider_path, "device_endurance");
+    let read = match value {
+        Value::String(text) => super::units::parse_endurance_bytes(text),
+        _ => Err(super::units::ENDURANCE_FORMS.to_string()),
+    };
+    match read {
+        Ok(bytes) => Some(Some(bytes)),
+        Err(why) => {
+            f.value(&path, value, why);
+            None
+        }
+    }
 }
 
 fn provider_type(f: &mut Findings, path: &str, value: Option<&Value>) -> Option<Type> {
@@ -1229,6 +1257,7 @@ mod tests {
             name: name.into(),
             max_bytes,
             kind: ProviderKind::Memory { snapshot_dir: None },
+            device_endurance_bytes: None,
         };
         let mut c = StorageConfig {
             default_provider: "a".into(),
@@ -1244,6 +1273,7 @@ mod tests {
                         commit: CommitPolicy::Collect,
                         checkpoint_interval_ms: store::DEFAULT_CHECKPOINT_INTERVAL_MS,
                     },
+                    device_endurance_bytes: None,
                 },
                 memory("b", 8 << 30),
             ],
