@@ -1232,6 +1232,27 @@ mod tests {
     }
 
     #[test]
+    fn a_providers_device_endurance_is_read_and_a_bad_one_named_with_its_fix() {
+        let c = ok(&redb("device_endurance: 30TBW"));
+        assert_eq!(
+            c.providers[0].device_endurance_bytes,
+            Some(30_000_000_000_000)
+        );
+        let c = ok(&redb("device_endurance: 3000 cycles of 32GiB"));
+        assert_eq!(c.providers[0].device_endurance_bytes, Some(3000 << 35));
+        assert_eq!(ok(&redb("")).providers[0].device_endurance_bytes, None);
+        for bad in ["30TB", "30", "lots", "3000 cycles of 32GB"] {
+            let f = one_refusal(&redb(&format!("device_endurance: {bad}")));
+            assert!(
+                f.contains("broker.storage.providers.local.device_endurance") && f.contains(bad),
+                "{f}"
+            );
+        }
+        let f = one_refusal(&redb("device_endurance: 30TB"));
+        assert!(f.contains("such as 30TBW"), "{f}");
+    }
+
+    #[test]
     fn providers_written_in_place_in_a_list_are_read() {
         let c = ok(&providers(
             "- local:\n    type: redb\n    file_path: /var/lib/x.redb\n    max_bytes: 1MiB\n- a:\n    type: memory\n    max_bytes: 1MiB\n    snapshot_dir: none\n  b:\n    type: memory\n    max_bytes: 2MiB\n    snapshot_dir: /s\n",
