@@ -5,101 +5,15 @@ mod common;
 
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use common::certs::Authority;
+use common::mosquitto::{free_port, have_mosquitto, Mosquitto};
 use common::{have_tools, BrokerProcess, RawClient, Received, TempDir, WAIT};
 use saguin::codec::{Connect, Packet, ProtocolVersion, PubAck, Publish, QoS};
 
-const MOSQUITTO: &str = "/usr/sbin/mosquitto";
-
 const REDB: &str = "  storage:\n    default: local\n    default_retention_period: none\n    default_retention_bytes: none\n    providers:\n      local:\n        type: redb\n        file_path: {dir}/saguin.redb\n        max_bytes: 64MiB\n  session:\n    storage: local\n";
 const EVENTS: &str = "channels:\n  events:\n    type: append\n    filter: events/#\n";
-
-/// A port nothing listens on now; the peer is started on it later.
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
-fn have_mosquitto(test: &str) -> bool {
-    let found = Path::new(MOSQUITTO).exists();
-    if !found {
-        eprintln!(
-            "\n*** SKIPPED {test}: {MOSQUITTO} is not installed (apt-get install mosquitto) ***\n"
-        );
-    }
-    found
-}
-
-/// A mosquitto broker on a fixed port, persisting its sessions in `dir`
-/// so that a subscriber's queue outlives a restart of it.
-struct Mosquitto {
-    child: Child,
-    port: u16,
-}
-
-impl Mosquitto {
-    fn start(dir: &Path, port: u16) -> Mosquitto {
-        Mosquitto::start_with(dir, port, "")
-    }
-
-    /// With `extra` appended to its configuration: another listener, say.
-    fn start_with(dir: &Path, port: u16, extra: &str) -> Mosquitto {
-        // Started as root, mosquitto writes its database as its own user.
-        use std::os::unix::fs::PermissionsExt;
-        std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o777)).unwrap();
-        let config = dir.join("mosquitto.conf");
-        std::fs::write(
-            &config,
-            format!(
-                "allow_anonymous true\npersistence true\npersistence_location {}/\nmax_queued_messages 100000\nlistener {port} 127.0.0.1\n{extra}",
-                dir.display()
-            ),
-        )
-        .unwrap();
-        let child = Command::new(MOSQUITTO)
-            .arg("-c")
-            .arg(&config)
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("start mosquitto");
-        let deadline = Instant::now() + WAIT;
-        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-            assert!(
-                Instant::now() < deadline,
-                "mosquitto did not listen on {port}"
-            );
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        Mosquitto { child, port }
-    }
-
-    fn address(&self) -> String {
-        format!("127.0.0.1:{}", self.port)
-    }
-
-    /// SIGTERM, so that it writes its sessions to disk.
-    fn stop(mut self) {
-        let _ = Command::new("kill")
-            .arg("-TERM")
-            .arg(self.child.id().to_string())
-            .status();
-        let _ = self.child.wait();
-    }
-}
-
-impl Drop for Mosquitto {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
 
 fn durable(client_id: &str) -> Connect {
     let mut connect = common::connect_packet(ProtocolVersion::V311, client_id);

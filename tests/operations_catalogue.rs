@@ -241,51 +241,6 @@ fn sample(body: &str, series: &str) -> u64 {
     line.rsplit(' ').next().unwrap().parse().unwrap()
 }
 
-/// The next job the worker is sent, acknowledged at the MQTT level so
-/// its lease starts.
-fn take_job(worker: &mut RawClient, early: &mut Vec<Publish>) -> Publish {
-    loop {
-        let next = match early.pop() {
-            Some(job) => Received::Packet(Packet::Publish(job)),
-            None => worker.recv(),
-        };
-        match next {
-            Received::Packet(Packet::Publish(job)) => {
-                let ack = saguin::codec::PubAck {
-                    packet_id: job.packet_id.unwrap(),
-                    ..Default::default()
-                };
-                worker.send(&Packet::Puback(ack));
-                return job;
-            }
-            Received::Packet(_) => continue,
-            Received::Closed => panic!("the worker was closed"),
-        }
-    }
-}
-
-/// Answers `job` with `outcome`, waiting for the answer's PUBACK; a job
-/// offered meanwhile is kept in `early`.
-fn answer(worker: &mut RawClient, job: &Publish, outcome: &str, early: &mut Vec<Publish>) {
-    let mut publish = Publish {
-        qos: QoS::AtLeastOnce,
-        topic: "$saguin/queue/jobs/response".into(),
-        packet_id: Some(900),
-        payload: outcome.as_bytes().to_vec(),
-        ..Publish::default()
-    };
-    publish.properties.correlation_data = job.properties.correlation_data.clone();
-    worker.send(&Packet::Publish(publish));
-    loop {
-        match worker.recv() {
-            Received::Packet(Packet::Puback(ack)) if ack.packet_id == 900 => return,
-            Received::Packet(Packet::Publish(job)) => early.push(job),
-            Received::Packet(_) => continue,
-            Received::Closed => panic!("closed while answering"),
-        }
-    }
-}
-
 #[test]
 fn a_queues_work_is_counted_as_it_is_handed_out_and_answered() {
     let dir = TempDir::new("ops-queue-counts");
@@ -328,10 +283,10 @@ fn a_queues_work_is_counted_as_it_is_handed_out_and_answered() {
         other => panic!("expected a SUBACK, got {other:?}"),
     }
     let mut early = Vec::new();
-    let first = take_job(&mut worker, &mut early);
-    answer(&mut worker, &first, "return", &mut early);
-    let second = take_job(&mut worker, &mut early);
-    answer(&mut worker, &second, "ack", &mut early);
+    let first = common::take_job(&mut worker, &mut early);
+    common::answer_job(&mut worker, "jobs", &first, "return", &mut early);
+    let second = common::take_job(&mut worker, &mut early);
+    common::answer_job(&mut worker, "jobs", &second, "ack", &mut early);
 
     let body = get(&ops, "/metrics");
     let of = |name: &str| sample(&body, &format!("{name}{{channel=\"jobs\"}}"));
