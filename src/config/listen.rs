@@ -425,7 +425,7 @@ fn parse_port(text: &str) -> Result<u16, String> {
     let digits = text.strip_prefix('+').unwrap_or(text);
     if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
         return Err(if text.bytes().any(|b| b.is_ascii_alphabetic()) {
-            format!("service names such as {text:?} are not supported by this version; write the port as a number from 0 to 65535")
+            service_name_refusal(text)
         } else {
             format!("{text:?} is not a port; a port is a number from 0 to 65535")
         });
@@ -442,6 +442,25 @@ fn parse_port(text: &str) -> Result<u16, String> {
             .and_then(|p| u16::try_from(p).ok())
     };
     port.ok_or_else(|| format!("port {text} is above 65535"))
+}
+
+/// Why a service name is not read as a port, and the number to write:
+/// `/etc/services` differs between the machine a configuration is checked
+/// on and the gateway it runs on (an OpenWrt image may carry none), so the
+/// same file would bind differently, or not at all (rfcs/0001).
+fn service_name_refusal(name: &str) -> String {
+    let known = match name {
+        "mqtt" => Some(1883),
+        "secure-mqtt" | "mqtts" => Some(8883),
+        "http" => Some(80),
+        "https" => Some(443),
+        _ => None,
+    };
+    let why = "a port is written as a number here, not a service name, since /etc/services differs between the machine that checks a configuration and the gateway that runs it";
+    match known {
+        Some(port) => format!("{why}: write {port} for {name:?}"),
+        None => format!("{why}: write {name:?}'s port as a number from 0 to 65535"),
+    }
 }
 
 fn parse_ipv6(inside: &str) -> Result<Host, String> {
@@ -587,7 +606,8 @@ mod tests {
             ("0.0.0.0:", "no port after the colon"),
             ("0.0.0.0:65536", "above 65535"),
             ("0.0.0.0:9999999999", "above 65535"),
-            ("0.0.0.0:mqtt", "service names"),
+            ("0.0.0.0:mqtt", "not a service name, since /etc/services differs between the machine that checks a configuration and the gateway that runs it: write 1883 for \"mqtt\""),
+            ("0.0.0.0:ipp", "write \"ipp\"'s port as a number"),
             ("0.0.0.0:-1", "not a port"),
             ("0.0.0.0 :1883", "no spaces"),
             ("[ff02::1]:1883", "multicast"),

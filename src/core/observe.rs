@@ -108,6 +108,10 @@ pub struct QueueCounts {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct JobRow {
     pub offset: u64,
+    /// Its record's topic, where the broker holds the record in memory
+    /// (read ahead to be offered, or on the wire to its worker); `None`
+    /// for one only on disk, which a route does not read.
+    pub topic: Option<String>,
     pub attempts: u32,
     /// `waiting`, `delivering` or `leased`.
     pub state: &'static str,
@@ -533,6 +537,16 @@ mod tests {
         assert_eq!(view.rows[0].records_missed, 8);
         assert!(!view.rows[0].reported);
         assert_eq!(tallies.position_lost[&0], 2);
+    }
+
+    #[test]
+    fn a_bridge_rules_reader_is_named_and_kinded_as_a_bridge() {
+        let passed = Loss::new("saguin-bridge/up/0123", "events", LossKind::Consumer, 1, 5, 0);
+        assert_eq!(passed.reader, "bridge:up/0123");
+        assert_eq!((passed.kind.as_str(), passed.reported), ("bridge", false));
+        assert_eq!(reader_name("north-17"), "mqtt:north-17");
+        // Only the reserved prefix names a bridge.
+        assert_eq!(reader_name("bridge:up"), "mqtt:bridge:up");
     }
 
     fn refused(client_id: &str, at: u64) -> RefusedClient {

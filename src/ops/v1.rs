@@ -207,8 +207,9 @@ pub fn queue(channel: &str, view: &QueueView) -> String {
                 _ => String::new(),
             };
             format!(
-                "{{\"offset\":{},\"attempts\":{},\"state\":\"{}\"{lease},\"first_seen\":{},\"last_seen\":{}}}",
+                "{{\"offset\":{},\"topic\":{},\"attempts\":{},\"state\":\"{}\"{lease},\"first_seen\":{},\"last_seen\":{}}}",
                 job.offset,
+                job.topic.as_deref().map_or_else(|| "null".to_string(), string),
                 job.attempts,
                 job.state,
                 timestamp(job.first_seen_unix_ms),
