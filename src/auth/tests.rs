@@ -33,6 +33,7 @@ fn rule(door: &str, file: Option<&Path>, allow_anonymous: bool) -> DoorRule {
         door: door.to_string(),
         password_file: file.map(Path::to_path_buf),
         allow_anonymous,
+        trusts_unchecked_names: false,
     }
 }
 
@@ -62,7 +63,15 @@ fn each_door_answers_by_its_own_rule() {
     );
     assert_eq!(fleet(None, None), Verdict::Refused(Refusal::NoUserName));
     assert_eq!(auth.check(1, None, None), Verdict::Anonymous);
-    assert_eq!(auth.check(1, Some("anyone"), None), Verdict::Unchecked);
+    // Nothing checks a name here, so it names nobody unless the door
+    // trusts unchecked names.
+    assert_eq!(auth.check(1, Some("anyone"), None), Verdict::NameIgnored);
+    let trusting = Authentication::load(&[DoorRule {
+        trusts_unchecked_names: true,
+        ..rule("local", None, true)
+    }])
+    .unwrap();
+    assert_eq!(trusting.check(0, Some("anyone"), None), Verdict::Unchecked);
     // Mixed: named clients are checked, the rest let in.
     assert_eq!(auth.check(2, None, None), Verdict::Anonymous);
     assert_eq!(

@@ -53,6 +53,7 @@ pub use channel::{claims, latest, load as channel_load, queue};
 pub use connection::origin::Origin;
 use connection::{Active, Connection};
 pub use refusal::Refusal;
+pub use session::table::ClientIdKey;
 pub use slab::Key;
 use slab::Slab;
 
@@ -218,6 +219,9 @@ pub struct Settings {
     /// session outlives its connection, and a filter is taken, only
     /// within it. The session store's provider's `max_bytes`.
     pub session_memory_max_bytes: u64,
+    /// What assigned client ids are derived from; the shell draws it from
+    /// the operating system at every start.
+    pub client_id_key: ClientIdKey,
 }
 
 impl Default for Settings {
@@ -251,6 +255,7 @@ impl Default for Settings {
             retained_provider: None,
             retained_retention_period_s: None,
             session_memory_max_bytes: session::charge::DEFAULT_SESSION_MEMORY_BYTES,
+            client_id_key: Default::default(),
         }
     }
 }
@@ -366,7 +371,10 @@ impl Broker {
         let queues = channel::queue::Queues::new(&mut settings.channels, settings.start_unix_ms);
         Broker {
             connections: Slab::with_capacity(max_connections),
-            sessions: session::table::Sessions::new(settings.session_memory_max_bytes),
+            sessions: session::table::Sessions::new(
+                settings.session_memory_max_bytes,
+                settings.client_id_key.clone(),
+            ),
             index: TopicIndex::new(),
             stats: Stats::default(),
             budgets: connection::budget::PublishBudgets::new(
@@ -638,6 +646,7 @@ impl Broker {
         self.retained_left(gone, out);
         self.expire_group_backlogs(now_ms);
         self.queue_tick(now_ms, out);
+        crate::log_limit::report_suppressed(&broker::LIMITED_LINES, now_ms);
     }
 
     /// Says goodbye to every client as the broker stops.

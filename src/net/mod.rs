@@ -74,6 +74,19 @@ pub fn worst_case_connection_bytes(settings: &crate::core::Settings) -> u64 {
         + aliases
 }
 
+/// A new secret for the client ids this start assigns, from the operating
+/// system's random source (ring's, which rustls already carries).
+fn client_id_key() -> io::Result<crate::core::ClientIdKey> {
+    let mut key = [0u8; 32];
+    rustls::crypto::ring::default_provider()
+        .secure_random
+        .fill(&mut key)
+        .map_err(|_| {
+            io::Error::other("the operating system gave no random bytes for client ids")
+        })?;
+    Ok(crate::core::ClientIdKey(key))
+}
+
 pub use reload::AclReader;
 
 /// The authorization file in force at startup, and how to read it again.
@@ -113,6 +126,7 @@ async fn serve(
     settings.start_unix_ms = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_millis() as u64);
+    settings.client_id_key = client_id_key()?;
     let restored_sessions = std::mem::take(&mut storage.restored.sessions);
     let restored_retained = std::mem::take(&mut storage.restored.retained);
     let restored_log = std::mem::take(&mut storage.restored.log);
