@@ -123,3 +123,25 @@ fn a_reload_reads_the_same_files_again_or_nothing() {
     );
     assert!(reloaded.summary().ends_with("clients.passwd (1 users)"));
 }
+
+#[test]
+fn a_reload_checks_unknown_users_against_the_new_file_s_costliest_entry() {
+    let dir = TempDir::new("stand-in");
+    let dear = |iterations: u32| hash::PasswordHash::Pbkdf2Sha512 {
+        iterations,
+        salt: Box::new([2; 12]),
+        digest: [0; 64],
+    };
+    let file = dir.file(
+        "clients.passwd",
+        &format!("{BOB_HUNTER2}dear:{}\n", dear(500)),
+    );
+    let auth = Authentication::load(&[rule("fleet", Some(&file), false)]).unwrap();
+    assert_eq!(auth.files()[0].stand_in(), Some(&dear(500)));
+    dir.file(
+        "clients.passwd",
+        &format!("{BOB_HUNTER2}dear:{}\ndearer:{}\n", dear(500), dear(900)),
+    );
+    let reloaded = auth.reload().unwrap();
+    assert_eq!(reloaded.files()[0].stand_in(), Some(&dear(900)));
+}

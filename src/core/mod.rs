@@ -341,6 +341,8 @@ pub struct Broker {
     pub(crate) latest_readers: Slab<channel::latest::reader::LatestReader>,
     /// Storage requests in flight, by ticket.
     pub(crate) pending: FastHashMap<u64, channel::Pending>,
+    /// By connection, how many of them owe it a reply (`broker/replies.rs`).
+    pub(crate) replies_owed: FastHashMap<Key, u32>,
     pub(crate) position_duties: channel::positions::PositionDuties,
     /// Channel records owed to durable shared groups, waiting on their log
     /// write, with their publisher's answer; bounded by the publishes
@@ -394,6 +396,7 @@ impl Broker {
             readers: Slab::growable(u32::MAX as usize),
             latest_readers: Slab::growable(u32::MAX as usize),
             pending: FastHashMap::default(),
+            replies_owed: FastHashMap::default(),
             position_duties: Default::default(),
             records_for_groups: FastHashMap::default(),
             next_ticket: 0,
@@ -723,6 +726,7 @@ impl Broker {
     /// Closes a connection that has no session, writing nothing.
     pub(crate) fn close_silently(&mut self, conn: Key, _now_ms: u64, out: &mut impl Transport) {
         self.persist.forget_connection(conn);
+        self.forget_replies(conn);
         if let Some(connection) = self.connections.remove(conn) {
             debug_assert!(connection.active.is_none());
             out.close(conn);
@@ -793,6 +797,7 @@ impl Broker {
         }
         out.close(conn);
         self.persist.forget_connection(conn);
+        self.forget_replies(conn);
         self.close_served(conn);
         let connection = self.connections.remove(conn).expect("checked above");
         let active = connection.active.expect("checked above");

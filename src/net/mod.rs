@@ -60,8 +60,9 @@ impl Shared {
     }
 }
 
-/// What one connection may hold at worst: a packet being read, its outbox
-/// up to the point reading pauses plus one packet, its session's queued
+/// What one connection may hold at worst: a packet being read, what it is
+/// owed up to the bound past which none of its packets is taken plus the
+/// largest reply the last one taken may bring, its session's queued
 /// deliveries, and its topic aliases.
 pub fn worst_case_connection_bytes(settings: &crate::core::Settings) -> u64 {
     let max_packet = u64::from(settings.max_message_size_bytes);
@@ -69,7 +70,7 @@ pub fn worst_case_connection_bytes(settings: &crate::core::Settings) -> u64 {
         u64::from(crate::core::TOPIC_ALIAS_MAXIMUM) * u64::from(settings.max_topic_length);
     max_packet.max(2 * connection::READ_CHUNK_BYTES as u64)
         + connection::OUTBOX_PAUSE_BYTES as u64
-        + max_packet
+        + Broker::largest_reply_bytes(settings)
         + settings.session_queue_bytes
         + aliases
 }
@@ -378,6 +379,7 @@ async fn tick_loop(shared: SharedRef) {
         let state = &mut *guard;
         let now_ms = state.now_ms();
         state.broker.tick(now_ms, &mut state.outboxes);
+        crate::log_limit::report_suppressed(&[&connection::READING_PAUSED], now_ms);
     }
 }
 

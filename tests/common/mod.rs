@@ -158,6 +158,23 @@ impl BrokerProcess {
         }
     }
 
+    /// A log line containing `needle`, waited for at most `timeout`; none
+    /// when it did not come.
+    pub fn wait_for_log_within(&mut self, needle: &str, timeout: Duration) -> Option<String> {
+        if let Some(line) = self.log_lines.iter().find(|l| l.contains(needle)) {
+            return Some(line.clone());
+        }
+        let deadline = Instant::now() + timeout;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            let line = self.log.recv_timeout(left).ok()?;
+            self.log_lines.push(line.clone());
+            if line.contains(needle) {
+                return Some(line);
+            }
+        }
+    }
+
     pub fn address(&self) -> String {
         format!("127.0.0.1:{}", self.port)
     }
@@ -345,6 +362,11 @@ impl RawClient {
             matches!(self.recv(), Received::Packet(Packet::Suback(_))),
             "expected a SUBACK"
         );
+    }
+
+    /// The socket, for a test that writes to it and never reads.
+    pub fn into_stream(self) -> TcpStream {
+        self.stream
     }
 
     /// A PINGREQ answered by a PINGRESP: the connection is alive and served.

@@ -153,6 +153,7 @@ impl Broker {
             }
             return;
         };
+        self.unpark(&pending);
         if let Pending::Publish {
             message, channel, ..
         }

@@ -23,6 +23,7 @@ pub(crate) mod persist;
 mod persist_tests;
 mod point_read;
 mod queue_work;
+mod replies;
 pub(crate) mod retained_writes;
 mod seek;
 mod session_room;
