@@ -15,7 +15,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use common::{BrokerProcess, RawClient, Received, TempDir, WAIT};
-use saguin::codec::{encode, Connect, Packet, Properties, ProtocolVersion, PubAck, Publish, QoS};
+use saguin::codec::{encode, Packet, Properties, ProtocolVersion, PubAck, Publish, QoS};
 use saguin::codec::{Subscribe, SubscriptionOptions};
 
 const STORAGE: &str = "  storage:\n    default: volatile\n    default_retention_period: none\n    default_retention_bytes: none\n    providers:\n      volatile:\n        type: memory\n        max_bytes: 256MiB\n        snapshot_dir: {dir}\n";
@@ -68,19 +68,12 @@ fn rss_bytes(pid: u32) -> u64 {
     kib * 1024
 }
 
+/// An MQTT 5 client, with an hour's session where `durable`.
 fn connect(address: &str, client_id: &str, durable: bool) -> RawClient {
-    let mut client = RawClient::open(address, ProtocolVersion::V5);
-    let mut connect: Connect = common::connect_packet(ProtocolVersion::V5, client_id);
-    if durable {
-        connect.clean_start = false;
-        connect.properties.session_expiry_interval_s = Some(3600);
+    match durable {
+        true => common::durable_connect(address, client_id).0,
+        false => RawClient::connect(address, ProtocolVersion::V5, client_id),
     }
-    client.send(&Packet::Connect(Box::new(connect)));
-    match client.recv() {
-        Received::Packet(Packet::Connack(connack)) => assert_eq!(connack.reason_code.0, 0),
-        other => panic!("expected a CONNACK, got {other:?}"),
-    }
-    client
 }
 
 fn publish(client: &mut RawClient, topic: &str, payload: Vec<u8>) {
@@ -194,21 +187,24 @@ fn start_with_values(label: &str) -> Rig {
     rig
 }
 
+/// A client of `rig` (durable where asked) that sends `asks` until the
+/// broker stops reading it.
+fn asks_and_never_reads(mut rig: Rig, durable: bool, asks: &[Packet]) {
+    let stream = connect(&rig.broker.address(), "asker", durable).into_stream();
+    flood_and_measure(&mut rig, stream, "asker", asks);
+}
+
 #[test]
 fn point_reads_of_a_value_in_memory() {
-    let mut rig = start_with_values("replies-kv-cached");
-    let stream = connect(&rig.broker.address(), "reader", false).into_stream();
     // Forty-odd bytes asking for a hundred kibibytes: hundreds fit one read.
     let reads = requests("$saguin/kv/get", b"state/d", 0, 64);
-    flood_and_measure(&mut rig, stream, "reader", &reads);
+    asks_and_never_reads(start_with_values("replies-kv-cached"), false, &reads);
 }
 
 #[test]
 fn point_reads_of_a_value_read_from_storage() {
-    let mut rig = start_with_values("replies-kv-stored");
-    let stream = connect(&rig.broker.address(), "reader", false).into_stream();
     let reads = requests("$saguin/kv/get", b"state/a", 0, 64);
-    flood_and_measure(&mut rig, stream, "reader", &reads);
+    asks_and_never_reads(start_with_values("replies-kv-stored"), false, &reads);
 }
 
 /// A durable session's SUBSCRIBE waits on its record's write, and what
@@ -216,45 +212,34 @@ fn point_reads_of_a_value_read_from_storage() {
 /// held and then answered all at once.
 #[test]
 fn point_reads_behind_a_session_write() {
-    let mut rig = start_with_values("replies-kv-held");
-    let stream = connect(&rig.broker.address(), "reader", true).into_stream();
     let mut asks = vec![Packet::Subscribe(Subscribe {
         packet_id: 1,
         properties: Properties::default(),
         filters: vec![("events/#".into(), SubscriptionOptions::default())],
     })];
     asks.extend(requests("$saguin/kv/get", b"state/d", 0, 64));
-    flood_and_measure(&mut rig, stream, "reader", &asks);
+    asks_and_never_reads(start_with_values("replies-kv-held"), true, &asks);
 }
 
 #[test]
 fn catalogue_answers() {
-    let mut rig = start("replies-catalogue");
-    let stream = connect(&rig.broker.address(), "asker", false).into_stream();
     let asks = requests("$saguin/catalogue/state", b"", CORRELATION_BYTES, 8);
-    flood_and_measure(&mut rig, stream, "asker", &asks);
+    asks_and_never_reads(start("replies-catalogue"), false, &asks);
 }
 
 #[test]
 fn hang_up_replies() {
-    let mut rig = start("replies-hang-up");
-    let stream = connect(&rig.broker.address(), "asker", false).into_stream();
-    let asks = requests(
-        "$saguin/sessions/disconnect",
-        b"nobody",
-        CORRELATION_BYTES,
-        8,
-    );
-    flood_and_measure(&mut rig, stream, "asker", &asks);
+    let topic = "$saguin/sessions/disconnect";
+    let asks = requests(topic, b"nobody", CORRELATION_BYTES, 8);
+    asks_and_never_reads(start("replies-hang-up"), false, &asks);
 }
 
 #[test]
 fn seek_replies() {
-    let mut rig = start("replies-seek");
-    let stream = connect(&rig.broker.address(), "seeker", true).into_stream();
     // Each seek stores its position before it is answered.
-    let seeks = requests("$saguin/consumer/events/seek", b"0", CORRELATION_BYTES, 8);
-    flood_and_measure(&mut rig, stream, "seeker", &seeks);
+    let topic = "$saguin/consumer/events/seek";
+    let seeks = requests(topic, b"0", CORRELATION_BYTES, 8);
+    asks_and_never_reads(start("replies-seek"), true, &seeks);
 }
 
 /// A worker is offered one job at a time, each offer counting against the
