@@ -25,7 +25,7 @@ const CHANNELS: &str = "channels:\n  state:\n    type: latest\n    filter: state
 /// Correlation Data a request carries where its reply is small otherwise,
 /// which the reply echoes: large, so that a few requests fill the socket's
 /// buffers once the broker stops reading them, and each reply is large.
-const CORRELATION_BYTES: usize = 60 * 1024;
+const CORRELATION_BYTES: usize = 32 * 1024;
 /// A value larger than a third of the `latest` body cache: four of them
 /// leave the first out of it, so reading it goes to storage.
 const VALUE_BYTES: usize = 100 * 1024;
@@ -33,13 +33,14 @@ const VALUE_BYTES: usize = 100 * 1024;
 const FLOOD_BYTES: usize = 16 * 1024 * 1024;
 
 struct Rig {
+    label: &'static str,
     broker: BrokerProcess,
     /// The startup line's figure for one connection.
     per_connection_bytes: u64,
     _dir: TempDir,
 }
 
-fn start(label: &str) -> Rig {
+fn start(label: &'static str) -> Rig {
     let dir = TempDir::new(label);
     let extra = format!("{STORAGE}{LIMITS}");
     let mut broker = BrokerProcess::start_in(dir.path(), &extra, CHANNELS);
@@ -51,6 +52,7 @@ fn start(label: &str) -> Rig {
         .and_then(|n| n.parse().ok())
         .unwrap_or_else(|| panic!("no per-connection figure in {line:?}"));
     Rig {
+        label,
         broker,
         per_connection_bytes,
         _dir: dir,
@@ -159,7 +161,8 @@ fn flood_and_measure(rig: &mut Rig, stream: TcpStream, client_id: &str, packets:
     let (stream, written) = writer.join().unwrap();
     drop(stream);
     eprintln!(
-        "{client_id}: {written} bytes of requests written, resident memory grew by {} of at most {} bytes",
+        "{} {client_id}: {written} bytes of requests written, resident memory grew by {} of at most {} bytes",
+        rig.label,
         after.saturating_sub(before),
         rig.per_connection_bytes
     );
@@ -178,7 +181,7 @@ fn flood_and_measure(rig: &mut Rig, stream: TcpStream, client_id: &str, packets:
 /// A broker holding four large values under `state/`: `state/d` is in
 /// memory, `state/a` was pushed out of the body cache, so each read of it
 /// waits on storage.
-fn start_with_values(label: &str) -> Rig {
+fn start_with_values(label: &'static str) -> Rig {
     let rig = start(label);
     let mut writer = connect(&rig.broker.address(), "writer", false);
     for key in ["state/a", "state/b", "state/c", "state/d"] {
