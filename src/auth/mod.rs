@@ -197,7 +197,8 @@ impl Authentication {
             // The same work as for a known user, so the time a refusal
             // takes does not say which names exist.
             if let Some(stand_in) = file.stand_in() {
-                let _ = stand_in.verify(offered);
+                // black_box: a check whose answer nobody reads is still run.
+                std::hint::black_box(stand_in.verify(offered));
             }
             return Verdict::Refused(Refusal::UnknownUser);
         };
