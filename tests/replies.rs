@@ -247,8 +247,8 @@ fn seek_replies() {
 
 /// A worker is offered one job at a time, each offer counting against the
 /// same bound as every other reply: a worker that acknowledges its jobs
-/// blindly, reads none of the next ones and asks for more (pings) is
-/// stopped at the bound.
+/// blindly, reads none of the next ones and asks for more (catalogue
+/// answers) is stopped at the bound.
 #[test]
 fn queue_offers_to_a_worker_that_never_reads() {
     let mut rig = start("replies-queue");
@@ -286,6 +286,11 @@ fn queue_offers_to_a_worker_that_never_reads() {
             })
         })
         .collect();
-    asks.extend(std::iter::repeat_n(Packet::Pingreq, 4096));
+    asks.extend(requests(
+        "$saguin/catalogue/jobs",
+        b"",
+        CORRELATION_BYTES,
+        8,
+    ));
     flood_and_measure(&mut rig, worker.into_stream(), "worker", &asks);
 }
