@@ -19,6 +19,7 @@ pub mod codec;
 pub mod config;
 pub mod core;
 pub(crate) mod fast_hash;
+pub(crate) mod log_limit;
 pub mod net;
 pub mod ops;
 pub mod store;

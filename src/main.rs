@@ -209,7 +209,7 @@ fn main() -> ExitCode {
                 eprintln!("{error}");
                 return ExitCode::from(2);
             }
-            for warning in config.broker.mqtt.acl_warnings() {
+            for warning in config.broker.mqtt.warnings() {
                 eprintln!("warning: {warning}");
             }
             if output {
@@ -236,7 +236,7 @@ fn main() -> ExitCode {
             if let Err(error) = simple_logger::SimpleLogger::new().with_level(level).init() {
                 eprintln!("cannot start logging: {error}");
             }
-            for warning in config.broker.mqtt.acl_warnings() {
+            for warning in config.broker.mqtt.warnings() {
                 log::warn!("{warning}");
             }
             let rules = config.broker.mqtt.door_rules();

@@ -472,3 +472,76 @@ fn a_door_with_its_own_file_admits_its_users_only_beside_an_open_door() {
         );
     }
 }
+
+/// The CPU time the broker process has used, in clock ticks.
+fn cpu_ticks(pid: u32) -> u64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+    // After the command name in parentheses, utime and stime are the 12th
+    // and 13th fields.
+    let fields: Vec<&str> = stat
+        .rsplit(')')
+        .next()
+        .unwrap()
+        .split_whitespace()
+        .collect();
+    fields[11].parse::<u64>().unwrap() + fields[12].parse::<u64>().unwrap()
+}
+
+/// The CPU `attempts` refused CONNECTs as `user` cost the broker.
+fn cost_of_refusals(broker: &BrokerProcess, user: &str, attempts: u32) -> u64 {
+    let before = cpu_ticks(broker.pid());
+    for n in 0..attempts {
+        let mut client = RawClient::open(&broker.address(), ProtocolVersion::V5);
+        let mut connect = common::connect_packet(ProtocolVersion::V5, &format!("c{n}"));
+        connect.username = Some(user.into());
+        connect.password = Some(b"wrong".to_vec());
+        client.send(&Packet::Connect(Box::new(connect)));
+        match client.recv() {
+            Received::Packet(Packet::Connack(c)) => {
+                assert_eq!(c.reason_code, ReasonCode::BAD_USER_NAME_OR_PASSWORD)
+            }
+            other => panic!("expected a CONNACK, got {other:?}"),
+        }
+    }
+    cpu_ticks(broker.pid()) - before
+}
+
+/// A name the file does not hold costs a refusal what its costliest entry
+/// costs, so that entries of different costs cannot tell a caller which
+/// names exist. Measured as CPU the broker spent, which is work done rather
+/// than time taken: forty cheap `$6$` entries beside one `$7$` entry of
+/// many iterations.
+#[test]
+fn an_unknown_user_costs_what_the_costliest_entry_costs() {
+    use saguin::auth::hash::PasswordHash;
+    let dir = TempDir::new("auth-stand-in");
+    let cheap = PasswordHash::Sha512 {
+        salt: Box::new([1; 12]),
+        digest: [0; 64],
+    };
+    // Only refused here, so the digest need match no password.
+    let dear = PasswordHash::Pbkdf2Sha512 {
+        iterations: 10_000,
+        salt: Box::new([2; 12]),
+        digest: [0; 64],
+    };
+    let mut text: String = (0..40).map(|n| format!("cheap-{n}:{cheap}\n")).collect();
+    text.push_str(&format!("dear:{dear}\n"));
+    let file = dir.path().join("clients.passwd");
+    std::fs::write(&file, text).unwrap();
+    let config = format!(
+        "broker:\n  id: test\n  mqtt:\n    password_file: {}\n    listen:\n      tcp:\n        address: 127.0.0.1:0\n",
+        file.display()
+    );
+    let broker = BrokerProcess::start_with_config(dir.path(), &config);
+    let known = cost_of_refusals(&broker, "dear", 3);
+    let unknown = cost_of_refusals(&broker, "nobody", 3);
+    assert!(
+        known >= 10,
+        "the dear entry took {known} ticks: too cheap to compare"
+    );
+    assert!(
+        2 * unknown >= known,
+        "an unknown name cost {unknown} ticks, a known one {known}"
+    );
+}

@@ -945,3 +945,59 @@ fn check_config_says_where_each_rule_lands() {
         assert!(stdout.contains(&line), "no {line:?} in:\n{stdout}");
     }
 }
+
+/// A bridge's sessions are the broker's own: a client asking to hang one
+/// up (anybody may, on a broker without an acl_file) is told nothing is
+/// connected under that id, and the bridge goes on carrying records.
+#[test]
+fn a_bridge_s_own_session_cannot_be_hung_up() {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let dir = TempDir::new("bridge-hang-up");
+    let top = format!(
+        "{EVENTS}bridges:\n  up:\n    peer: tcp://127.0.0.1:{port}\n    client_id: gw-1\n    topics:\n      - filter: events/#\n        direction: out\n        topic: up/$#\n"
+    );
+    let mut saguin = BrokerProcess::start_in(dir.path(), REDB, &top);
+    saguin.wait_for_log("reading its out filter");
+    let mut peer = FakePeer::accept(&listener);
+    // An out rule alone subscribes to nothing on the peer.
+    peer.handshake(true);
+    let mut anyone = RawClient::connect(&saguin.address(), ProtocolVersion::V5, "anyone");
+    for victim in ["saguin-bridge/up", "nobody"] {
+        anyone.send(&Packet::Publish(Publish {
+            qos: QoS::AtLeastOnce,
+            topic: "$saguin/sessions/disconnect".into(),
+            packet_id: Some(1),
+            payload: victim.as_bytes().to_vec(),
+            properties: saguin::codec::Properties {
+                response_topic: Some("replies/x".into()),
+                ..Default::default()
+            },
+            ..Publish::default()
+        }));
+        match anyone.recv() {
+            Received::Packet(Packet::Publish(reply)) => {
+                assert_eq!(reply.payload, b"no-such-client", "{victim}")
+            }
+            other => panic!("expected the reply, got {other:?}"),
+        }
+        match anyone.recv() {
+            Received::Packet(Packet::Puback(ack)) => assert_eq!(ack.reason_code.0, 0),
+            other => panic!("expected the PUBACK, got {other:?}"),
+        }
+    }
+    publish(&mut anyone, "events/a", "after", 2);
+    let record = peer.next_publish();
+    assert_eq!(
+        (record.topic.as_str(), record.payload.as_slice()),
+        ("up/a", &b"after"[..])
+    );
+    assert!(
+        !saguin
+            .log_lines
+            .iter()
+            .any(|l| l.contains("the bridge stops")),
+        "{:?}",
+        saguin.log_lines
+    );
+}

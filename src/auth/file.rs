@@ -16,6 +16,8 @@ use super::hash::PasswordHash;
 pub struct PasswordFile {
     pub path: PathBuf,
     users: HashMap<Box<str>, PasswordHash>,
+    /// The costliest entry, checked in an unknown user's place.
+    stand_in: Option<PasswordHash>,
 }
 
 /// Why a password file was refused: its path, the lines at fault (none for
@@ -96,9 +98,11 @@ impl PasswordFile {
             first_line.insert(user, number);
             users.insert(user.into(), hash);
         }
+        let stand_in = users.values().max_by_key(|hash| hash.cost()).cloned();
         Ok(PasswordFile {
             path: path.to_path_buf(),
             users,
+            stand_in,
         })
     }
 
@@ -115,10 +119,13 @@ impl PasswordFile {
         self.users.keys().map(|user| &**user)
     }
 
-    /// Some entry of the file, checked in place of an unknown user's so that
-    /// a refusal takes as long whether or not the name exists.
+    /// The file's costliest entry, checked in place of an unknown user's so
+    /// that a refusal of an unknown name costs what the dearest known one
+    /// does: with entries of different costs, any other entry would let
+    /// the time of a refusal tell names apart. Settled as the file is read,
+    /// so a SIGUSR1 re-read settles it again.
     pub(super) fn stand_in(&self) -> Option<&PasswordHash> {
-        self.users.values().next()
+        self.stand_in.as_ref()
     }
 }
 
@@ -171,6 +178,17 @@ mod tests {
         assert_eq!(plain.lines, vec![3]);
         // The refusal quotes no password.
         assert!(!plain.to_string().contains("letmein"), "{plain}");
+    }
+
+    #[test]
+    fn an_unknown_user_is_checked_against_the_costliest_entry() {
+        let dear = "$7$200000$nsHM/ZOBJ77cIDS9$hkferJSlk1YzbAtDpJ/qmydTLFCMjUEY/+tbqCUDY+tcRE3PosQw4qqxd2nYX5EoGkWImwmcSbkLHx+OFo6kbQ==";
+        let mut text: String = (0..20)
+            .map(|n| format!("cheap{n}:{SHA512_HUNTER2}\n"))
+            .collect();
+        text.push_str(&format!("dear:{dear}\n"));
+        let file = parse(&text).unwrap();
+        assert_eq!(file.stand_in(), file.get("dear"));
     }
 
     #[test]

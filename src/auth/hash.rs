@@ -92,6 +92,20 @@ impl PasswordHash {
         }
     }
 
+    /// What checking a password against this hash costs, in SHA-512
+    /// compressions of a short password: one for `$6$` (salts past a block
+    /// add one each), two per PBKDF2 iteration plus the key's set-up for
+    /// `$7$`. Only compared between hashes, to find the costliest.
+    pub fn cost(&self) -> u64 {
+        const BLOCK_BYTES: u64 = 128;
+        match self {
+            PasswordHash::Sha512 { salt, .. } => 1 + salt.len() as u64 / BLOCK_BYTES,
+            PasswordHash::Pbkdf2Sha512 {
+                iterations, salt, ..
+            } => 2 * u64::from(*iterations) + 4 + salt.len() as u64 / BLOCK_BYTES,
+        }
+    }
+
     /// Whether `password` is the one this hash was made from. The digests
     /// are compared in constant time.
     pub fn verify(&self, password: &[u8]) -> bool {
@@ -237,6 +251,18 @@ mod tests {
         assert!(PasswordHash::parse("$6$!!$c2hvcnQ=")
             .unwrap_err()
             .contains("salt"));
+    }
+
+    #[test]
+    fn pbkdf2_costs_more_with_more_iterations_and_more_than_sha512() {
+        let pbkdf2 = |iterations| {
+            PasswordHash::parse(&PBKDF2_SECRET.replacen("$101$", &format!("${iterations}$"), 1))
+                .unwrap()
+                .cost()
+        };
+        let sha512 = PasswordHash::parse(SHA512_HUNTER2).unwrap().cost();
+        assert!(sha512 < pbkdf2(1));
+        assert!(pbkdf2(101) < pbkdf2(200_000));
     }
 
     #[test]

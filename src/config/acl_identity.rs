@@ -61,7 +61,8 @@ pub(super) fn check(
 
 /// A warning for each door that, beside an acl_file, admits clients that
 /// neither a password file checks nor a required certificate names: such a
-/// client is the empty name, or the name it states, taken unchecked.
+/// client is the empty name, or, where `trust_unchecked_user_names` says
+/// so, the name it states, taken unchecked.
 pub(super) fn unidentified_doors(
     acl_file: Option<&Path>,
     rules: &[DoorRule],
@@ -78,12 +79,18 @@ pub(super) fn unidentified_doors(
         .zip(doors)
         .filter(|(rule, door)| rule.password_file.is_none() && !demands_certificate(door))
         .map(|(rule, _)| {
+            let stated = match rule.trusts_unchecked_names {
+                true => {
+                    "a user name one states is its identity, unchecked (trust_unchecked_user_names)"
+                }
+                false => "so is one that states a user name, which nothing checks",
+            };
             format!(
                 "broker.mqtt.listen.tcp ({}): no password_file checks the clients this door \
                  admits, so beside broker.mqtt.acl_file one without a user name is the empty \
-                 name and gets what a \"*\" pattern grants, and a user name one states is taken \
-                 unchecked; give the door a password_file or a tls block whose client_ca_file \
-                 every client must pass, or remove the door",
+                 name and gets what a \"*\" pattern grants, and {stated}; give the door a \
+                 password_file or a tls block whose client_ca_file every client must pass, or \
+                 remove the door",
                 rule.door
             )
         })
@@ -154,9 +161,9 @@ mod tests {
     fn a_door_no_password_file_guards_is_warned_about() {
         let file = password_file("warn");
         let guarded = config(&format!("    password_file: {file}\n"), "").unwrap();
-        assert!(guarded.broker.mqtt.acl_warnings().is_empty());
+        assert!(guarded.broker.mqtt.warnings().is_empty());
         let open = config("", &format!("          password_file: {file}\n")).unwrap();
-        let warnings = open.broker.mqtt.acl_warnings();
+        let warnings = open.broker.mqtt.warnings();
         assert_eq!(warnings.len(), 1, "{warnings:?}");
         assert!(
             warnings[0].starts_with("broker.mqtt.listen.tcp (local): no password_file checks"),
@@ -173,11 +180,11 @@ mod tests {
             )
         };
         let certified = config("", &tls("")).unwrap();
-        let warnings = certified.broker.mqtt.acl_warnings();
+        let warnings = certified.broker.mqtt.warnings();
         assert_eq!(warnings.len(), 1, "only the local door: {warnings:?}");
         assert!(warnings[0].contains("(local)"), "{warnings:?}");
         // A certificate a client may go without names nobody on its own.
         let optional = config("", &tls("            require_certificate: false\n")).unwrap();
-        assert_eq!(optional.broker.mqtt.acl_warnings().len(), 2);
+        assert_eq!(optional.broker.mqtt.warnings().len(), 2);
     }
 }

@@ -99,18 +99,34 @@ pub struct MqttConfig {
     /// `broker.mqtt.password_file` and `allow_anonymous`, as written;
     /// [`MqttConfig::door_rules`] settles what each door does.
     pub authentication: AuthenticationKeys,
+    /// `broker.mqtt.trust_unchecked_user_names`: a user name stated on a
+    /// door no password file guards is the client's identity. False by
+    /// default: a name nothing checked names nobody.
+    pub trust_unchecked_user_names: bool,
 }
 
 impl MqttConfig {
     /// Each door's rule for who may connect, in door order.
     pub fn door_rules(&self) -> Vec<DoorRule> {
-        authentication::door_rules(&self.authentication, self.door_keys())
+        authentication::door_rules(
+            &self.authentication,
+            self.trust_unchecked_user_names,
+            self.door_keys(),
+        )
     }
 
-    /// What the configuration admits that an acl_file cannot tell apart:
-    /// one line for each door no password file guards.
-    pub fn acl_warnings(&self) -> Vec<String> {
-        acl_identity::unidentified_doors(self.acl_file.as_deref(), &self.door_rules(), &self.tcp)
+    /// What the configuration allows that is worth saying at every start
+    /// and by `--check-config`: names taken unchecked, and doors an
+    /// acl_file cannot tell clients apart at.
+    pub fn warnings(&self) -> Vec<String> {
+        let rules = self.door_rules();
+        let mut warnings = authentication::trusted_names(&rules);
+        warnings.extend(acl_identity::unidentified_doors(
+            self.acl_file.as_deref(),
+            &rules,
+            &self.tcp,
+        ));
+        warnings
     }
 
     fn door_keys(&self) -> impl Iterator<Item = (&str, &AuthenticationKeys)> {
@@ -163,6 +179,7 @@ const MQTT_KEYS: Keys = Keys {
         "min_protocol_version",
         "password_file",
         "allow_anonymous",
+        "trust_unchecked_user_names",
         "acl_file",
     ],
     not_yet: &[],
@@ -326,11 +343,14 @@ fn mqtt(f: &mut Findings, value: Option<&Value>) -> Option<MqttConfig> {
     let tcp = listen::parse(f, "broker.mqtt.listen", t.get("listen"));
     let min_protocol_version = min_protocol_version(f, t.get("min_protocol_version"));
     let authentication = authentication::keys(f, "broker.mqtt", &t);
+    let trust_unchecked_user_names =
+        authentication::trust_unchecked_user_names(f, t.get("trust_unchecked_user_names"));
     let acl_file = acl_file(f, t.get("acl_file"));
     let mqtt = MqttConfig {
         tcp: tcp?,
         min_protocol_version: min_protocol_version?,
         authentication: authentication?,
+        trust_unchecked_user_names: trust_unchecked_user_names?,
         acl_file: acl_file?,
     };
     let rules = mqtt.door_rules();

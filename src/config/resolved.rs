@@ -201,6 +201,11 @@ fn mqtt(config: &Parts<'_>) -> Mapping {
         "allow_anonymous",
         m.authentication.allow_anonymous,
     );
+    put(
+        &mut out,
+        "trust_unchecked_user_names",
+        m.trust_unchecked_user_names,
+    );
     out
 }
 

@@ -26,6 +26,16 @@ use crate::codec::{
     FixedHeader, Packet, PacketType, ProtocolVersion, ReasonCode,
 };
 use crate::core::{Broker, Key};
+use crate::log_limit::{limited, LogLimit};
+
+/// A client that asks and does not read is said to be at its bound once
+/// per pause; many of them would say it often.
+pub(super) static READING_PAUSED: LogLimit = LogLimit::new(
+    "reading from a client paused",
+    log::Level::Debug,
+    10,
+    60_000,
+);
 
 /// Each read lands in a buffer of this size on the stack; only the tail
 /// of a packet that has not fully arrived is kept between reads.
@@ -39,7 +49,10 @@ thread_local! {
 }
 /// Reads one poll may take before it lets the other tasks run.
 const READS_PER_POLL: u32 = 16;
-/// An outbox past this many unwritten bytes pauses reading from its client.
+/// The bound on what a connection is owed and has not taken: its outbox's
+/// unwritten bytes and the replies the core still owes it. At the bound no
+/// packet of the client's is taken, and nothing more is read from it,
+/// until it has read half of it (rfcs/0003, "Per-connection memory").
 pub const OUTBOX_PAUSE_BYTES: usize = 256 * 1024;
 
 const TOO_LARGE: DecodeError = DecodeError {
@@ -125,7 +138,8 @@ pub struct Connection {
     /// A split packet, a password check, a stalled write: boxed while
     /// any of them lasts.
     rare: Rare,
-    /// The outbox passed its bound: nothing is read until it halves.
+    /// What the client is owed reached its bound: nothing is read until
+    /// it halves.
     reading_paused: bool,
     /// A malformed packet or the core ended reading; what is queued is
     /// still written.
@@ -163,6 +177,16 @@ impl Rare {
         self.0
             .as_deref()
             .map_or(&[], |parts| parts.partial.as_slice())
+    }
+
+    /// Whether a whole packet (or one that cannot be read) waits in the
+    /// split-packet buffer: one held back while the client was at its bound.
+    fn packet_waiting(&self) -> bool {
+        match decode_fixed_header(self.partial()) {
+            Ok(Some(header)) => self.partial().len() >= header.packet_len(),
+            Ok(None) => false,
+            Err(_) => true,
+        }
     }
 
     /// Takes the split packet out, leaving none.
@@ -286,18 +310,25 @@ impl Connection {
             }
             self.rare.parts().check = None;
             self.connect_checked = true;
-            self.consume_partial();
+            let _ = self.consume_partial();
             return Step::Progress;
         }
         // A client that does not read what it is sent is not read from.
-        let unwritten = self.outbox.borrow().unwritten_bytes();
-        if unwritten > OUTBOX_PAUSE_BYTES {
-            self.reading_paused = true;
-        } else if unwritten < OUTBOX_PAUSE_BYTES / 2 {
+        let backlog = self.backlog_bytes();
+        if backlog >= OUTBOX_PAUSE_BYTES {
+            self.pause_reading(backlog);
+        } else if backlog < OUTBOX_PAUSE_BYTES / 2 {
             self.reading_paused = false;
         }
         if self.reading_paused || self.read_ended {
             return idle;
+        }
+        // Packets read and held back at the bound go before more is read.
+        if self.rare.packet_waiting() {
+            return match self.consume_partial() {
+                true => Step::Progress,
+                false => idle,
+            };
         }
         if *reads >= READS_PER_POLL {
             return Step::Yield;
@@ -470,7 +501,7 @@ impl Connection {
             }
             self.socket.acknowledge_now();
             self.count_read(n);
-            self.consume_partial();
+            let _ = self.consume_partial();
             return Poll::Ready(Ok(true));
         }
         let mut chunk = READ_CHUNK.take();
@@ -500,28 +531,68 @@ impl Connection {
             }
         } else {
             self.rare.parts().partial.extend_from_slice(&chunk[..n]);
-            self.consume_partial();
+            let _ = self.consume_partial();
         }
         Poll::Ready(Ok(true))
     }
 
     /// Feeds the packets in `partial` that have fully arrived to the core,
-    /// keeping the rest; an emptied buffer is given back.
-    fn consume_partial(&mut self) {
+    /// keeping the rest; an emptied buffer is given back. Whether any was.
+    fn consume_partial(&mut self) -> bool {
         let mut partial = self.rare.take_partial();
         let used = self.consume(&partial);
         if used == partial.len() || self.read_ended {
-            return;
+            return used > 0;
         }
         partial.drain(..used);
         self.rare.parts().partial = partial;
+        used > 0
+    }
+
+    /// What the client is owed and has not taken: its outbox's unwritten
+    /// bytes and the replies the core has yet to write it.
+    fn backlog_bytes(&self) -> usize {
+        let unwritten = self.outbox.borrow().unwritten_bytes();
+        let owed = self.shared.borrow().broker.owed_reply_bytes(self.key);
+        unwritten.saturating_add(usize::try_from(owed).unwrap_or(usize::MAX))
+    }
+
+    /// Whether the client's next packet is taken now: not while what it is
+    /// owed is at its bound - every reply it could ask for would add to it
+    /// - nor while the core holds its packets behind a session write.
+    fn takes_packet(&mut self) -> bool {
+        if self.shared.borrow().broker.holds_packets(self.key) {
+            return false;
+        }
+        let backlog = self.backlog_bytes();
+        if backlog >= OUTBOX_PAUSE_BYTES {
+            self.pause_reading(backlog);
+            return false;
+        }
+        true
+    }
+
+    /// Stops reading from the client until it has taken half of what it
+    /// is owed.
+    fn pause_reading(&mut self, backlog: usize) {
+        if std::mem::replace(&mut self.reading_paused, true) {
+            return;
+        }
+        let shared = self.shared.borrow();
+        limited!(
+            READING_PAUSED,
+            shared.now_ms(),
+            "client {} is owed {backlog} bytes it has not read, at the bound of {OUTBOX_PAUSE_BYTES}: nothing more is read from it until it reads half",
+            shared.broker.client_id_of(self.key)
+        );
     }
 
     /// Feeds each packet in `bytes` that has fully arrived to the core, in
     /// order, and returns how many bytes they took. Stops at a CONNECT
-    /// whose password is to be checked off the executor.
+    /// whose password is to be checked off the executor, and before a
+    /// packet the client may not have taken yet (`takes_packet`).
     fn consume(&mut self, bytes: &[u8]) -> usize {
-        let (shared, key) = (&self.shared, self.key);
+        let (shared, key) = (&Rc::clone(&self.shared), self.key);
         // One clock read for every packet of this read: they arrived together.
         let now_ms = shared.borrow().now_ms();
         let mut consumed = 0;
@@ -554,7 +625,7 @@ impl Connection {
                 self.read_ended = true;
                 break;
             }
-            if pending.len() < header.packet_len() {
+            if pending.len() < header.packet_len() || !self.takes_packet() {
                 break;
             }
             let body = &pending[header.header_len..header.packet_len()];

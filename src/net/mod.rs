@@ -60,8 +60,9 @@ impl Shared {
     }
 }
 
-/// What one connection may hold at worst: a packet being read, its outbox
-/// up to the point reading pauses plus one packet, its session's queued
+/// What one connection may hold at worst: a packet being read, what it is
+/// owed up to the bound past which none of its packets is taken plus the
+/// largest reply the last one taken may bring, its session's queued
 /// deliveries, and its topic aliases.
 pub fn worst_case_connection_bytes(settings: &crate::core::Settings) -> u64 {
     let max_packet = u64::from(settings.max_message_size_bytes);
@@ -69,9 +70,22 @@ pub fn worst_case_connection_bytes(settings: &crate::core::Settings) -> u64 {
         u64::from(crate::core::TOPIC_ALIAS_MAXIMUM) * u64::from(settings.max_topic_length);
     max_packet.max(2 * connection::READ_CHUNK_BYTES as u64)
         + connection::OUTBOX_PAUSE_BYTES as u64
-        + max_packet
+        + Broker::largest_reply_bytes(settings)
         + settings.session_queue_bytes
         + aliases
+}
+
+/// A new secret for the client ids this start assigns, from the operating
+/// system's random source (ring's, which rustls already carries).
+fn client_id_key() -> io::Result<crate::core::ClientIdKey> {
+    let mut key = [0u8; 32];
+    rustls::crypto::ring::default_provider()
+        .secure_random
+        .fill(&mut key)
+        .map_err(|_| {
+            io::Error::other("the operating system gave no random bytes for client ids")
+        })?;
+    Ok(crate::core::ClientIdKey(key))
 }
 
 pub use reload::AclReader;
@@ -113,6 +127,7 @@ async fn serve(
     settings.start_unix_ms = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_millis() as u64);
+    settings.client_id_key = client_id_key()?;
     let restored_sessions = std::mem::take(&mut storage.restored.sessions);
     let restored_retained = std::mem::take(&mut storage.restored.retained);
     let restored_log = std::mem::take(&mut storage.restored.log);
@@ -364,6 +379,7 @@ async fn tick_loop(shared: SharedRef) {
         let state = &mut *guard;
         let now_ms = state.now_ms();
         state.broker.tick(now_ms, &mut state.outboxes);
+        crate::log_limit::report_suppressed(&[&connection::READING_PAUSED], now_ms);
     }
 }
 

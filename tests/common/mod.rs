@@ -141,20 +141,31 @@ impl BrokerProcess {
     /// Waits for the `nth` log line (counted from 1) containing `needle`
     /// and returns it.
     pub fn wait_for_nth_log(&mut self, needle: &str, nth: usize) -> String {
-        let deadline = Instant::now() + WAIT;
+        self.nth_log_within(needle, nth, WAIT).unwrap_or_else(|| {
+            panic!(
+                "no log line {nth} containing {needle:?}; log so far:\n{}",
+                self.log_lines.join("\n")
+            )
+        })
+    }
+
+    /// A log line containing `needle`, waited for at most `timeout`; none
+    /// when it did not come.
+    pub fn wait_for_log_within(&mut self, needle: &str, timeout: Duration) -> Option<String> {
+        self.nth_log_within(needle, 1, timeout)
+    }
+
+    /// The `nth` log line containing `needle`, waited for at most `timeout`.
+    fn nth_log_within(&mut self, needle: &str, nth: usize, timeout: Duration) -> Option<String> {
+        let deadline = Instant::now() + timeout;
         loop {
             let mut seen = self.log_lines.iter().filter(|l| l.contains(needle));
             if let Some(line) = seen.nth(nth - 1) {
-                return line.clone();
+                return Some(line.clone());
             }
             let left = deadline.saturating_duration_since(Instant::now());
-            match self.log.recv_timeout(left) {
-                Ok(line) => self.log_lines.push(line),
-                Err(_) => panic!(
-                    "no log line {nth} containing {needle:?}; log so far:\n{}",
-                    self.log_lines.join("\n")
-                ),
-            }
+            let line = self.log.recv_timeout(left).ok()?;
+            self.log_lines.push(line);
         }
     }
 
@@ -345,6 +356,11 @@ impl RawClient {
             matches!(self.recv(), Received::Packet(Packet::Suback(_))),
             "expected a SUBACK"
         );
+    }
+
+    /// The socket, for a test that writes to it and never reads.
+    pub fn into_stream(self) -> TcpStream {
+        self.stream
     }
 
     /// A PINGREQ answered by a PINGRESP: the connection is alive and served.

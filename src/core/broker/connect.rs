@@ -102,7 +102,7 @@ impl Broker {
             .admit_certificate(conn)
             .and_then(|()| self.admit_connect(&connect))
             .and_then(|()| self.admit_bridge_client_id(conn, &connect))
-            .and_then(|()| self.authenticate(conn, &connect))
+            .and_then(|()| self.authenticate(conn, &connect, now_ms))
             .and_then(|()| self.authorize_connect(&connect, self.user_name(conn)));
         let admitted = match admitted {
             Ok(admitted) => admitted,
@@ -284,6 +284,8 @@ impl Broker {
             }
         );
         if session_present {
+            // What it was owed is asked of the grants this connection holds.
+            self.take_back_unreadable(session_key, true, now_ms, out);
             self.resume_latest_readers(session_key);
             self.resend_inflight(conn, session_key, now_ms, out);
         }

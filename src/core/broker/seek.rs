@@ -73,7 +73,7 @@ impl Broker {
                     at_unix_ms,
                 };
                 if out.store(provider, request) {
-                    self.pending.insert(
+                    self.park(
                         ticket,
                         Pending::SeekTime {
                             reply,
@@ -177,7 +177,7 @@ impl Broker {
                 writes: vec![write],
             },
         ) {
-            self.pending.insert(
+            self.park(
                 ticket,
                 Pending::SeekStored {
                     reply,
