@@ -470,6 +470,13 @@ impl Broker {
         let (config, port) = match kind {
             BrokerKind::Saguin | BrokerKind::Baseline => (saguin_config(setup, &dir.0), None),
             BrokerKind::Mosquitto => {
+                if mosquitto == MosquittoSetup::Persistent {
+                    // Started as root, mosquitto drops to its own user, which
+                    // must be able to write its database into the directory.
+                    use std::os::unix::fs::PermissionsExt;
+                    fs::set_permissions(&dir.0, fs::Permissions::from_mode(0o777))
+                        .map_err(|e| format!("chmod {}: {e}", dir.0.display()))?;
+                }
                 let port = free_loopback_port()?;
                 let mut config = mosquitto_config(port, mosquitto, &dir.0);
                 if setup == SaguinSetup::Passwords {
@@ -531,6 +538,27 @@ impl Broker {
             credentials: Some(credentials),
         };
         Broker::launch(kind, binaries, dir, &config, (None, None), access)
+    }
+
+    /// Saguin on the configuration `config` writes for the broker's own
+    /// (absolute) directory, with `not_mqtt` a port it listens on that is
+    /// not the MQTT one.
+    pub fn start_saguin_on(
+        binaries: &BrokerBinaries,
+        config: impl FnOnce(&Path) -> Result<String, String>,
+        not_mqtt: Option<u16>,
+    ) -> Result<Broker, String> {
+        let kind = BrokerKind::Saguin;
+        let dir = TempDir::new(kind.name())?;
+        let config = config(&dir.0)?;
+        Broker::launch(
+            kind,
+            binaries,
+            dir,
+            &config,
+            (None, not_mqtt),
+            Access::default(),
+        )
     }
 
     /// Starts `kind` on `config` in `dir` and waits until it answers a
@@ -674,8 +702,40 @@ impl Broker {
         Some(Duration::from_micros(ticks * 1_000_000 / clock_ticks_per_s))
     }
 
+    /// The broker's own temporary directory (its configuration, output
+    /// and any storage file).
+    pub fn dir(&self) -> &Path {
+        self.dir.path()
+    }
+
     /// SIGTERM, then SIGKILL if it has not exited within `STOP_TIMEOUT`.
     pub fn stop(mut self) {
+        self.terminate();
+        // Drop kills it if it is still there.
+    }
+
+    /// Stops the broker as [`Broker::stop`] does, leaves it down for
+    /// `down`, and starts it again on the same configuration, directory and
+    /// port (a persistent mosquitto comes back with what it saved), waiting
+    /// until it serves.
+    pub fn restart(&mut self, binaries: &BrokerBinaries, down: Duration) -> Result<(), String> {
+        self.terminate();
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        std::thread::sleep(down);
+        let file = match self.kind {
+            BrokerKind::Saguin | BrokerKind::Baseline => "saguin.yaml",
+            BrokerKind::Mosquitto => "mosquitto.conf",
+        };
+        let path = self.dir.0.join(file);
+        let config =
+            fs::read_to_string(&path).map_err(|e| format!("read {}: {e}", path.display()))?;
+        self.child = spawn(self.kind, binaries.path(self.kind), &self.dir.0, &config)?;
+        self.wait_until_serving(Instant::now() + START_TIMEOUT)
+    }
+
+    /// SIGTERM, and a wait of at most `STOP_TIMEOUT` for the exit.
+    fn terminate(&mut self) {
         let _ = Command::new("kill")
             .arg("-TERM")
             .arg(self.pid().to_string())
@@ -688,7 +748,6 @@ impl Broker {
             }
             std::thread::sleep(POLL_INTERVAL);
         }
-        // Drop kills it.
     }
 }
 

@@ -13,7 +13,7 @@ use rustls::pki_types::ServerName;
 use rustls::{ClientConfig, ClientConnection};
 
 use saguin::codec::{
-    decode_fixed_header, decode_packet, encode, Connect, Disconnect, Packet, Properties,
+    decode_fixed_header, decode_packet, encode, Connack, Connect, Disconnect, Packet, Properties,
     ProtocolVersion, PubAck, QoS, ReasonCode, Subscribe, SubscriptionOptions,
 };
 
@@ -36,6 +36,16 @@ pub struct ClientOptions {
     /// MQTT 5 Receive Maximum: the most QoS 1 deliveries the broker may
     /// have unacknowledged towards this client.
     pub receive_maximum: Option<u16>,
+}
+
+/// How a CONNECT asks for its session.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SessionStart {
+    /// Clean Start 1: nothing is kept once the connection ends.
+    Clean,
+    /// Clean Start 0 with this Session Expiry Interval (MQTT 5; a 3.1.1
+    /// CONNECT carries Clean Session 0 and the broker's own expiry).
+    Resume { expiry_s: u32 },
 }
 
 /// Where a broker listens and what a client must bring to be let in.
@@ -191,13 +201,30 @@ impl Client {
         client_id: &str,
         options: &ClientOptions,
     ) -> Result<Client, String> {
+        Client::connect_session(endpoint, client_id, options, SessionStart::Clean)
+            .map(|(client, _)| client)
+    }
+
+    /// As [`Client::connect_to`], asking for the session `start` says;
+    /// returns the client and the CONNACK's Session Present.
+    pub fn connect_session(
+        endpoint: &Endpoint,
+        client_id: &str,
+        options: &ClientOptions,
+        start: SessionStart,
+    ) -> Result<(Client, bool), String> {
         let credentials = endpoint
             .credentials
             .as_ref()
             .map(|(user, password)| (user.as_str(), password.as_bytes()));
-        match Client::open_to(endpoint, client_id, options, credentials)? {
-            (client, ReasonCode::SUCCESS) => Ok(client),
-            (_, code) => Err(format!("{client_id}: CONNACK refused with {code:?}")),
+        match Client::open_to(endpoint, client_id, options, credentials, start)? {
+            (client, connack) if connack.reason_code == ReasonCode::SUCCESS => {
+                Ok((client, connack.session_present))
+            }
+            (_, connack) => Err(format!(
+                "{client_id}: CONNACK refused with {:?}",
+                connack.reason_code
+            )),
         }
     }
 
@@ -210,16 +237,25 @@ impl Client {
         options: &ClientOptions,
         credentials: Option<(&str, &[u8])>,
     ) -> Result<(Client, ReasonCode), String> {
-        Client::open_to(&Endpoint::plain(address), client_id, options, credentials)
+        let (client, connack) = Client::open_to(
+            &Endpoint::plain(address),
+            client_id,
+            options,
+            credentials,
+            SessionStart::Clean,
+        )?;
+        Ok((client, connack.reason_code))
     }
 
-    /// As [`Client::open`], over the endpoint's TLS where it has one.
+    /// As [`Client::open`], over the endpoint's TLS where it has one and
+    /// asking for the session `start` says; returns the whole CONNACK.
     fn open_to(
         endpoint: &Endpoint,
         client_id: &str,
         options: &ClientOptions,
         credentials: Option<(&str, &[u8])>,
-    ) -> Result<(Client, ReasonCode), String> {
+        start: SessionStart,
+    ) -> Result<(Client, Connack), String> {
         let address = endpoint.address;
         let socket = TcpStream::connect_timeout(&address, HANDSHAKE_TIMEOUT)
             .map_err(|e| format!("{client_id}: connect to {address}: {e}"))?;
@@ -232,13 +268,18 @@ impl Client {
             )),
         };
         let mut client = Client::new(stream, options.version);
+        let (clean_start, session_expiry_interval_s) = match start {
+            SessionStart::Clean => (true, None),
+            SessionStart::Resume { expiry_s } => (false, Some(expiry_s)),
+        };
         let properties = Properties {
             receive_maximum: options.receive_maximum,
+            session_expiry_interval_s,
             ..Properties::default()
         };
         client.queue(&Packet::Connect(Box::new(Connect {
             protocol_version: options.version,
-            clean_start: true,
+            clean_start,
             keep_alive_s: options.keep_alive_s,
             client_id: client_id.to_string(),
             will: None,
@@ -248,7 +289,7 @@ impl Client {
         })));
         client.flush()?;
         match client.wait_for_packet(HANDSHAKE_TIMEOUT)? {
-            Packet::Connack(connack) => Ok((client, connack.reason_code)),
+            Packet::Connack(connack) => Ok((client, connack)),
             other => Err(format!("{client_id}: expected a CONNACK, got {other:?}")),
         }
     }

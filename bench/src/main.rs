@@ -19,6 +19,7 @@ mod machine;
 mod queue;
 mod report;
 mod scrape;
+mod soak;
 mod startup;
 mod stock;
 mod tls;
@@ -38,7 +39,8 @@ use report::{Better, PairRow, Row, Sample, Unit};
 use startup::StartupFigure;
 
 const USAGE: &str = "\
-usage: saguin-bench [--quick] [--write FILE] [--only LIST] [--saguin-bin PATH] [--baseline-bin PATH]
+usage: saguin-bench soak [...]   the soak (saguin-bench soak --help)
+       saguin-bench [--quick] [--write FILE] [--only LIST] [--saguin-bin PATH] [--baseline-bin PATH]
   --quick              fewer messages and a 3 s latency run (a smoke test, not for BENCHMARKS.md)
   --write FILE         also write the report to FILE (BENCHMARKS.md)
   --only LIST          comma-separated figures to run: 1,2,3,4,5,6,7,8,9,11,12,13,14,footprint
@@ -314,6 +316,9 @@ const TLS_QOS1_LABEL: &str = "13a. TLS: broadcast QoS 1, 1 → 1, 64 B";
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
+    if args.first().map(String::as_str) == Some("soak") {
+        return soak::main(&args[1..]);
+    }
     let options = match parse_args(&args) {
         Ok(options) => options,
         Err(message) => {
@@ -355,6 +360,12 @@ fn main() -> ExitCode {
     let document = render_document(&options, &plan, &binaries, &run_context, &results);
     println!("\n{document}");
     if let Some(path) = &options.write_path {
+        // The soak writes its own section; a bench run keeps it.
+        let old = std::fs::read_to_string(path).unwrap_or_default();
+        let document = match soak::section_of(&old) {
+            Some(section) => soak::with_section(&document, section),
+            None => document,
+        };
         if let Err(error) = std::fs::write(path, &document) {
             eprintln!("cannot write {}: {error}", path.display());
             return ExitCode::FAILURE;
