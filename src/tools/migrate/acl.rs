@@ -29,9 +29,6 @@ use super::Failure;
 use crate::acl::filter::covers;
 use crate::codec::topic::is_valid_topic_filter;
 
-/// The largest acl_file read.
-const MAX_FILE_BYTES: u64 = 1024 * 1024;
-
 /// The roles a migrated file names.
 const PATTERNS_ROLE: &str = "patterns";
 const ANONYMOUS_ROLE: &str = "anonymous";
@@ -85,19 +82,7 @@ pub struct MosquittoAcl {
 
 /// Reads the file at `path`.
 pub fn read(path: &Path) -> Result<MosquittoAcl, Failure> {
-    let size = std::fs::metadata(path)
-        .map_err(|e| Failure::at(path, None, format!("acl_file cannot be read: {e}")))?
-        .len();
-    if size > MAX_FILE_BYTES {
-        return Err(Failure::at(
-            path,
-            None,
-            format!("acl_file is {size} bytes; it is read up to {MAX_FILE_BYTES}"),
-        ));
-    }
-    let text = std::fs::read_to_string(path)
-        .map_err(|e| Failure::at(path, None, format!("acl_file cannot be read as text: {e}")))?;
-    parse(path, &text)
+    parse(path, &super::read_text(path, "the acl_file")?)
 }
 
 /// Reads `text` as the acl_file `path`.

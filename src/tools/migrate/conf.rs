@@ -7,9 +7,6 @@ use std::path::{Path, PathBuf};
 
 use super::Failure;
 
-/// The largest file read, main or included: a configuration, not data.
-const MAX_FILE_BYTES: u64 = 1024 * 1024;
-
 /// One option as written.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Line {
@@ -68,19 +65,7 @@ pub fn read(main: &Path) -> Result<Vec<Line>, Failure> {
 }
 
 fn read_one(path: &Path) -> Result<Vec<Line>, Failure> {
-    let size = std::fs::metadata(path)
-        .map_err(|e| Failure::at(path, None, format!("cannot be read: {e}")))?
-        .len();
-    if size > MAX_FILE_BYTES {
-        return Err(Failure::at(
-            path,
-            None,
-            format!("is {size} bytes; a mosquitto configuration is read up to {MAX_FILE_BYTES}"),
-        ));
-    }
-    let text = std::fs::read_to_string(path)
-        .map_err(|e| Failure::at(path, None, format!("cannot be read as text: {e}")))?;
-    Ok(parse(path, &text))
+    Ok(parse(path, &super::read_text(path, "the configuration")?))
 }
 
 /// The options of `text`, read as the file `path`.

@@ -10,7 +10,7 @@ use serde_yaml::{Mapping, Value};
 use super::acl;
 use super::bridges::{self, Bridge};
 use super::conf::{self, Line};
-use super::listeners::{self, Listener, Security, LISTENER_KEYS, SECURITY_KEYS};
+use super::listeners::{self, Listener, Security, SECURITY_KEYS};
 use super::report::Report;
 use super::{boolean, put, Failure};
 use crate::auth::{PasswordFile, PasswordHash};
@@ -339,7 +339,9 @@ fn model(lines: &[Line]) -> Result<Model, Failure> {
                     "{key} is a bridge's option and comes after a connection line"
                 )));
             }
-            _ if LISTENER_KEYS.contains(&key) || (per_listener && SECURITY_KEYS.contains(&key)) => {
+            _ if listeners::is_listener_key(key)
+                || (per_listener && SECURITY_KEYS.contains(&key)) =>
+            {
                 let listener = match m.listeners.last_mut() {
                     Some(listener) => listener,
                     None => m

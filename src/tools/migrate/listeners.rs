@@ -13,8 +13,9 @@ use super::conf::Line;
 use super::put;
 use super::Failure;
 
-/// The keys mosquitto reads for the listener they are written under.
-pub const LISTENER_KEYS: &[&str] = &[
+/// The keys mosquitto reads for the listener they are written under,
+/// beside its certificate keys ([`TLS_KEYS`]).
+const GENERAL_KEYS: &[&str] = &[
     "bind_address",
     "bind_interface",
     "http_dir",
@@ -26,23 +27,13 @@ pub const LISTENER_KEYS: &[&str] = &[
     "protocol",
     "socket_domain",
     "use_username_as_clientid",
-    "cafile",
-    "capath",
-    "certfile",
-    "ciphers",
-    "ciphers_tls1.3",
-    "crlfile",
-    "dhparamfile",
-    "keyfile",
-    "require_certificate",
-    "tls_engine",
-    "tls_engine_kpass_sha1",
-    "tls_keyform",
-    "tls_version",
-    "use_identity_as_username",
-    "use_subject_as_username",
     "psk_hint",
 ];
+
+/// Whether mosquitto gives `key` to the listener it is written under.
+pub fn is_listener_key(key: &str) -> bool {
+    GENERAL_KEYS.contains(&key) || TLS_KEYS.contains(&key)
+}
 
 /// The keys a listener takes for itself when `per_listener_settings` is
 /// true, and the broker takes otherwise.

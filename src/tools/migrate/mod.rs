@@ -59,6 +59,25 @@ impl fmt::Display for Failure {
     }
 }
 
+/// The largest input file read, a configuration or an acl_file.
+const MAX_FILE_BYTES: u64 = 1024 * 1024;
+
+/// The text of `path`, a `what` (for messages), within [`MAX_FILE_BYTES`].
+fn read_text(path: &Path, what: &str) -> Result<String, Failure> {
+    let size = fs::metadata(path)
+        .map_err(|e| Failure::at(path, None, format!("{what} cannot be read: {e}")))?
+        .len();
+    if size > MAX_FILE_BYTES {
+        return Err(Failure::at(
+            path,
+            None,
+            format!("{what} is {size} bytes; it is read up to {MAX_FILE_BYTES}"),
+        ));
+    }
+    fs::read_to_string(path)
+        .map_err(|e| Failure::at(path, None, format!("{what} cannot be read as text: {e}")))
+}
+
 /// `key: value` into a YAML mapping.
 fn put(map: &mut Mapping, key: &str, value: impl Into<Value>) {
     map.insert(Value::String(key.to_string()), value.into());
