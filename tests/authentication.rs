@@ -453,6 +453,28 @@ fn saguin_passwd_lists_deletes_and_refuses_what_it_cannot_keep() {
     assert!(String::from_utf8_lossy(&empty.stderr).contains("empty password"));
 }
 
+#[test]
+fn saguin_passwd_writes_pbkdf2_unless_asked_for_argon2id() {
+    let dir = TempDir::new("auth-passwd-kinds");
+    let file = dir.path().join("clients.passwd");
+    assert!(saguin_passwd(&file, &["add", "kim"], "k1m")
+        .status
+        .success());
+    assert!(saguin_passwd(&file, &["add", "lee", "--argon2id"], "l33")
+        .status
+        .success());
+    let text = std::fs::read_to_string(&file).unwrap();
+    assert!(text.starts_with("kim:$7$101$"), "{text}");
+    assert!(
+        text.contains("\nlee:$argon2id$v=19$m=47104,t=1,p=1$"),
+        "{text}"
+    );
+    let read = saguin::auth::PasswordFile::load(&file).unwrap();
+    assert!(read.get("lee").unwrap().verify(b"l33"));
+    assert!(!read.get("lee").unwrap().verify(b"k1m"));
+    assert!(read.get("kim").unwrap().verify(b"k1m"));
+}
+
 /// Enough PBKDF2 iterations that one check takes seconds in a test build.
 const SLOW_ITERATIONS: u32 = 30_000;
 

@@ -266,13 +266,39 @@ fn topic_rules(line: &Line) -> Result<(Vec<Value>, String), Failure> {
     };
     let out = || rule(&local_filter, "out", Some(template(&remote, &pattern)));
     let into = || rule(&remote_filter, "in", Some(template(&local, &pattern)));
-    let rules = match (direction, local == remote) {
+    let mut rules = match (direction, local == remote) {
         ("both", true) if local_filter.starts_with('$') => vec![into(), out()],
         ("both", true) => vec![rule(&local_filter, "both", None)],
         ("both", false) => vec![into(), out()],
         ("in", _) => vec![into()],
         _ => vec![out()],
     };
+    // A bridge publishes into no `$` topic at either end here.
+    let dollar = |r: &Value| {
+        let first = r
+            .get("topic")
+            .and_then(Value::as_str)
+            .and_then(|t| t.split('/').next());
+        first.is_some_and(|level| {
+            let substitution =
+                level == "$#" || level.len() > 1 && level[1..].bytes().all(|b| b.is_ascii_digit());
+            level.starts_with('$') && !substitution
+        })
+    };
+    if rules.iter().any(dollar) {
+        rules.retain(|r| !dollar(r));
+        let left = match rules.as_slice() {
+            [] => "the line carries nothing".to_string(),
+            [only] => format!(
+                "its {} rule is kept",
+                only.get("direction")
+                    .and_then(Value::as_str)
+                    .unwrap_or_default()
+            ),
+            _ => String::new(),
+        };
+        return Ok((rules, format!("ACTION: not carried towards the $ side: a bridge publishes into no $ topic here; {left}")));
+    }
     let qos_note = match qos {
         "0" => "",
         _ => "; differs: every record crosses at QoS 1 and is acknowledged both ways, and while the link is down broadcast bound for the peer is dropped where mosquitto queued QoS 1 and 2 for it; declare an append channel over the filter to keep records through an outage",
@@ -280,7 +306,7 @@ fn topic_rules(line: &Line) -> Result<(Vec<Value>, String), Failure> {
     let shape = match rules.len() {
         1 => format!(
             "became {} {direction} rule, filter {}",
-            if direction == "out" { "an" } else { "a" },
+            if direction == "both" { "a" } else { "an" },
             rule_filter(&rules[0])
         ),
         _ => format!("became an in rule (filter {remote_filter}) and an out rule (filter {local_filter}), as a both rule here keeps the topic unchanged"),
@@ -411,6 +437,12 @@ mod tests {
                 Some("test/mosquitto/org/clients/total")
             )]
         );
+        // Nothing is published into a $ topic at either end.
+        assert_eq!(
+            rules("# both 0 local/ $SYS/"),
+            [rule("$SYS/#", "in", Some("local/$#"))]
+        );
+        assert!(rules("# out 0 \"\" $SYS/").is_empty());
         // An empty pattern remaps one topic to another.
         assert_eq!(
             rules("\"\" out 0 local/state remote/state"),

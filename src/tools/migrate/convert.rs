@@ -223,6 +223,9 @@ pub fn plan(conf: &Path, dir: &Path, written_at: &str, host: &str) -> Result<Pla
     fit_session_queue(&mut limits);
     if let Some((level, _)) = log_level {
         put(&mut broker, "log_level", level);
+        for (_, outcome) in outcomes.iter_mut().filter(|(_, o)| o == LOG_LEVEL_NOTE) {
+            *outcome = format!("broker.log_level {level}: {LOG_LEVEL_NOTE}");
+        }
     }
     if !limits.is_empty() {
         put(&mut broker, "limits", limits);
@@ -644,7 +647,7 @@ fn global(
             }
             match rank {
                 0 => "not carried: no log kind of its own here; subscriptions are logged at debug".into(),
-                _ => "broker.log_level is the most detailed level any log_type names".into(),
+                _ => LOG_LEVEL_NOTE.into(),
             }
         }
         "log_dest" => match line.args.first().map(String::as_str) {
@@ -672,6 +675,9 @@ fn global(
         _ => "not carried: not an option of mosquitto 2.0 this migration knows; check what it did by hand".into(),
     })
 }
+
+/// What a `log_type` naming a level says, its level put in once known.
+const LOG_LEVEL_NOTE: &str = "the most detailed level any log_type names";
 
 /// What a packet holds beside its payload, at this broker's default
 /// bounds: the topic, properties and headers.

@@ -146,14 +146,22 @@ fn stage(
     let trial = convert::plan(conf, staging, written_at, host)?;
     write_files(staging, &trial.files)?;
     let checked = staging.join(CONFIG_FILE);
-    if let Err(why) = super::check_config(&checked) {
-        return Err(Failure::at(
-            conf,
-            None,
-            format!("the configuration it migrates to does not pass --check-config, so nothing was written:\n{why}"),
-        ));
+    let warnings = match super::check_config(&checked) {
+        Ok((_, warnings)) => warnings,
+        Err(why) => {
+            return Err(Failure::at(
+                conf,
+                None,
+                format!("the configuration it migrates to does not pass --check-config, so nothing was written:\n{why}"),
+            ))
+        }
+    };
+    let mut plan = convert::plan(conf, out, written_at, host)?;
+    // What --check-config would warn about is said with the rest.
+    for warning in warnings {
+        plan.report
+            .note_file(&out.join(CONFIG_FILE), "warning", warning);
     }
-    let plan = convert::plan(conf, out, written_at, host)?;
     let mut files = plan.files;
     files.push((REPORT_FILE.to_string(), plan.report.text()));
     write_files(staging, &files)?;
