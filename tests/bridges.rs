@@ -5,99 +5,32 @@ mod common;
 
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use common::certs::Authority;
+use common::mosquitto::{free_port, have_mosquitto, Mosquitto};
 use common::{have_tools, BrokerProcess, RawClient, Received, TempDir, WAIT};
 use saguin::codec::{Connect, Packet, ProtocolVersion, PubAck, Publish, QoS};
-
-const MOSQUITTO: &str = "/usr/sbin/mosquitto";
 
 const REDB: &str = "  storage:\n    default: local\n    default_retention_period: none\n    default_retention_bytes: none\n    providers:\n      local:\n        type: redb\n        file_path: {dir}/saguin.redb\n        max_bytes: 64MiB\n  session:\n    storage: local\n";
 const EVENTS: &str = "channels:\n  events:\n    type: append\n    filter: events/#\n";
 
-/// A port nothing listens on now; the peer is started on it later.
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
-fn have_mosquitto(test: &str) -> bool {
-    let found = Path::new(MOSQUITTO).exists();
-    if !found {
-        eprintln!(
-            "\n*** SKIPPED {test}: {MOSQUITTO} is not installed (apt-get install mosquitto) ***\n"
-        );
-    }
-    found
-}
-
 /// A mosquitto broker on a fixed port, persisting its sessions in `dir`
 /// so that a subscriber's queue outlives a restart of it.
-struct Mosquitto {
-    child: Child,
-    port: u16,
-}
+struct Peer;
 
-impl Mosquitto {
+impl Peer {
     fn start(dir: &Path, port: u16) -> Mosquitto {
-        Mosquitto::start_with(dir, port, "")
+        Peer::start_with(dir, port, "")
     }
 
     /// With `extra` appended to its configuration: another listener, say.
     fn start_with(dir: &Path, port: u16, extra: &str) -> Mosquitto {
-        // Started as root, mosquitto writes its database as its own user.
-        use std::os::unix::fs::PermissionsExt;
-        std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o777)).unwrap();
-        let config = dir.join("mosquitto.conf");
-        std::fs::write(
-            &config,
-            format!(
-                "allow_anonymous true\npersistence true\npersistence_location {}/\nmax_queued_messages 100000\nlistener {port} 127.0.0.1\n{extra}",
-                dir.display()
-            ),
-        )
-        .unwrap();
-        let child = Command::new(MOSQUITTO)
-            .arg("-c")
-            .arg(&config)
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("start mosquitto");
-        let deadline = Instant::now() + WAIT;
-        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-            assert!(
-                Instant::now() < deadline,
-                "mosquitto did not listen on {port}"
-            );
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        Mosquitto { child, port }
-    }
-
-    fn address(&self) -> String {
-        format!("127.0.0.1:{}", self.port)
-    }
-
-    /// SIGTERM, so that it writes its sessions to disk.
-    fn stop(mut self) {
-        let _ = Command::new("kill")
-            .arg("-TERM")
-            .arg(self.child.id().to_string())
-            .status();
-        let _ = self.child.wait();
-    }
-}
-
-impl Drop for Mosquitto {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        let config = format!(
+            "allow_anonymous true\npersistence true\npersistence_location {}/\nmax_queued_messages 100000\nlistener {port} 127.0.0.1\n{extra}",
+            dir.display()
+        );
+        Mosquitto::start(dir, &config, port)
     }
 }
 
@@ -184,7 +117,7 @@ fn records_published_while_mosquitto_is_down_arrive_upstream_in_order_once_acros
     let peer_dir = TempDir::new("mosquitto");
     let port = free_port();
     // The upstream subscriber's session exists before any record crosses.
-    let peer = Mosquitto::start(peer_dir.path(), port);
+    let peer = Peer::start(peer_dir.path(), port);
     let mut watcher = durable_client(&peer.address(), "watcher");
     watcher.subscribe("up/#", QoS::AtLeastOnce);
 
@@ -232,7 +165,7 @@ fn records_published_while_mosquitto_is_down_arrive_upstream_in_order_once_acros
     drop(saguin);
     let saguin = BrokerProcess::start_in(dir.path(), &broker, &top);
     let mut device = RawClient::connect(&saguin.address(), ProtocolVersion::V5, "device");
-    let peer = Mosquitto::start(peer_dir.path(), port);
+    let peer = Peer::start(peer_dir.path(), port);
     let mut watcher = durable_client(&peer.address(), "watcher");
     publish(&mut device, "events/a", "end", 7);
     let got = receive_until(&mut watcher, "end");
@@ -251,7 +184,7 @@ fn inbound_records_are_stored_before_they_are_acknowledged_and_survive_sigkill()
     }
     let peer_dir = TempDir::new("mosquitto-in");
     let port = free_port();
-    let peer = Mosquitto::start(peer_dir.path(), port);
+    let peer = Peer::start(peer_dir.path(), port);
     let dir = TempDir::new("bridge-in");
     let rules = "      - filter: field/+/#\n        direction: in\n        topic: events/$1/$#\n";
     let top = format!("{EVENTS}{}", bridge_yaml(port, rules));
@@ -683,7 +616,7 @@ fn through_an_outage_latest_keeps_its_newest_broadcast_is_live_and_a_queue_never
     }
     let peer_dir = TempDir::new("mosquitto-kinds");
     let port = free_port();
-    let peer = Mosquitto::start(peer_dir.path(), port);
+    let peer = Peer::start(peer_dir.path(), port);
     let mut watcher = durable_client(&peer.address(), "watcher");
     watcher.subscribe("up/#", QoS::AtLeastOnce);
     drop(watcher);
@@ -704,7 +637,7 @@ fn through_an_outage_latest_keeps_its_newest_broadcast_is_live_and_a_queue_never
     publish(&mut device, "state/s", "v1", 3);
     publish(&mut device, "state/s", "v2", 4);
     publish(&mut device, "events/a", "e1", 5);
-    let peer = Mosquitto::start(peer_dir.path(), port);
+    let peer = Peer::start(peer_dir.path(), port);
     let mut watcher = durable_client(&peer.address(), "watcher");
     saguin.wait_for_log("session resumed");
     // Fences behind each topic's records, on the same topics; broadcast
@@ -873,7 +806,7 @@ fn a_tls_peer_is_verified_refused_when_another_authority_signed_it_and_retried()
     // plain TCP.
     let peer_dir = TempDir::new("mosquitto-tls");
     let (plain_port, tls_port) = (free_port(), free_port());
-    let peer = Mosquitto::start_with(
+    let peer = Peer::start_with(
         peer_dir.path(),
         plain_port,
         &tls_listener(tls_port, &genuine, Some(&ca.pem())),
@@ -885,7 +818,7 @@ fn a_tls_peer_is_verified_refused_when_another_authority_signed_it_and_retried()
     // bridge was not told of.
     let imposter_dir = TempDir::new("mosquitto-imposter");
     let (imposter_plain, imposter_tls) = (free_port(), free_port());
-    let _imposter_peer = Mosquitto::start_with(
+    let _imposter_peer = Peer::start_with(
         imposter_dir.path(),
         imposter_plain,
         &tls_listener(imposter_tls, &imposter, None),

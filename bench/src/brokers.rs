@@ -71,6 +71,10 @@ pub enum SaguinSetup {
     /// file that `saguin --passwd` wrote, and still admit clients that
     /// offer none (figure 8).
     Passwords,
+    /// As `Passwords`, the one user written `--argon2id`, at mosquitto
+    /// 2.1's costs (figure 8's argon2id rows, saguin alone: Debian's
+    /// mosquitto 2.0 reads no argon2id).
+    PasswordsArgon2id,
     /// As `Plain`, with the operations listener on this loopback port and
     /// `channels` append channels `c<i>` on a memory provider (figure 14).
     Operations { port: u16, channels: u32 },
@@ -85,9 +89,9 @@ fn password_file(dir: &Path) -> PathBuf {
     dir.join("clients.passwd")
 }
 
-/// Writes figure 8's password file with `saguin --passwd`, readable by
-/// mosquitto after it drops to its own user.
-fn write_password_file(saguin: &Path, dir: &Path) -> Result<(), String> {
+/// Writes figure 8's password file with `saguin --passwd` (`--argon2id`
+/// with `argon2id`), readable by mosquitto after it drops to its own user.
+fn write_password_file(saguin: &Path, dir: &Path, argon2id: bool) -> Result<(), String> {
     use std::io::Write;
     use std::os::unix::fs::PermissionsExt;
     let path = password_file(dir);
@@ -95,6 +99,7 @@ fn write_password_file(saguin: &Path, dir: &Path) -> Result<(), String> {
         .arg("--passwd")
         .arg(&path)
         .args(["add", BENCH_USER])
+        .args(argon2id.then_some("--argon2id"))
         .stdin(Stdio::piped())
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
@@ -130,7 +135,7 @@ fn saguin_config(setup: SaguinSetup, dir: &Path) -> String {
         | SaguinSetup::Queue
         | SaguinSetup::Stock
         | SaguinSetup::Bridge(_) => "",
-        SaguinSetup::Passwords => {
+        SaguinSetup::Passwords | SaguinSetup::PasswordsArgon2id => {
             return SAGUIN_CONFIG_YAML.replacen(
                 "  mqtt:\n",
                 &format!(
@@ -464,8 +469,16 @@ impl Broker {
         mosquitto: MosquittoSetup,
     ) -> Result<Broker, String> {
         let dir = TempDir::new(kind.name())?;
-        if setup == SaguinSetup::Passwords {
-            write_password_file(&binaries.saguin, &dir.0)?;
+        let passwords = matches!(
+            setup,
+            SaguinSetup::Passwords | SaguinSetup::PasswordsArgon2id
+        );
+        if passwords {
+            write_password_file(
+                &binaries.saguin,
+                &dir.0,
+                setup == SaguinSetup::PasswordsArgon2id,
+            )?;
         }
         let (config, port) = match kind {
             BrokerKind::Saguin | BrokerKind::Baseline => (saguin_config(setup, &dir.0), None),
@@ -479,7 +492,7 @@ impl Broker {
                 }
                 let port = free_loopback_port()?;
                 let mut config = mosquitto_config(port, mosquitto, &dir.0);
-                if setup == SaguinSetup::Passwords {
+                if passwords {
                     config.push_str(&format!(
                         "password_file {}\n",
                         password_file(&dir.0).display()

@@ -682,24 +682,67 @@ fn run_auth_storm_figure(
     }
     println!("\n== {title}");
     let mut rows = [refuse, bystander];
+    let connects = auth_storm::STORM_CONNECTS;
     alternate_runs(plan, &brokers, &mut rows, |broker, run| {
-        let outcome = auth_storm::run_storm(broker.address, &format!("f8r{run}{}", broker.kind));
-        match outcome.failure {
-            Some(failure) => Err(failure),
-            None => Ok((
-                [outcome.refuse_all_ms, outcome.bystander_p99_us],
-                format!(
-                    "refused all in {:.0} ms; bystander p99 {:.0} µs over {} publishes",
-                    outcome.refuse_all_ms, outcome.bystander_p99_us, outcome.bystander_samples
-                ),
-            )),
-        }
+        storm_run(broker, &format!("f8r{run}{}", broker.kind), connects)
     });
     for broker in brokers {
         broker.stop();
     }
     results.figures.extend(rows);
+
+    // mosquitto 2.1's argon2id, which Debian's mosquitto 2.0 cannot read:
+    // saguin alone, its hash made by `saguin --passwd --argon2id` at 2.1's
+    // costs (46 MiB, one pass, one lane).
+    let connects = auth_storm::ARGON2ID_STORM_CONNECTS;
+    let title = format!(
+        "8. {} wrong-password CONNECTs ($argon2id$, 46 MiB, t=1: mosquitto 2.1's costs)",
+        report::with_thousands(connects as f64)
+    );
+    let mut rows = [
+        Row::new(
+            format!("{title}: time to refuse all"),
+            Unit::Milliseconds,
+            Better::Lower,
+        ),
+        Row::new(
+            format!("{title}: a bystander's QoS 1 PUBACK p99 meanwhile"),
+            Unit::Microseconds,
+            Better::Lower,
+        ),
+    ];
+    let saguin = [Broker::start_with(
+        BrokerKind::Saguin,
+        binaries,
+        SaguinSetup::PasswordsArgon2id,
+    )?];
+    println!("\n== {title}");
+    alternate_runs(plan, &saguin, &mut rows, |broker, run| {
+        storm_run(broker, &format!("f8ar{run}{}", broker.kind), connects)
+    });
+    for broker in saguin {
+        broker.stop();
+    }
+    for mut row in rows {
+        row.saguin_only = true;
+        results.figures.push(row);
+    }
     Ok(())
+}
+
+/// One run of figure 8 against `broker`: both of its figures and a line.
+fn storm_run(broker: &Broker, label: &str, connects: usize) -> Result<([f64; 2], String), String> {
+    let outcome = auth_storm::run_storm(broker.address, label, connects);
+    match outcome.failure {
+        Some(failure) => Err(failure),
+        None => Ok((
+            [outcome.refuse_all_ms, outcome.bystander_p99_us],
+            format!(
+                "refused all in {:.0} ms; bystander p99 {:.0} µs over {} publishes",
+                outcome.refuse_all_ms, outcome.bystander_p99_us, outcome.bystander_samples
+            ),
+        )),
+    }
 }
 
 /// Runs `measure` on each broker in turn, `plan.runs_per_broker` times.
@@ -1251,7 +1294,11 @@ fn method_notes(plan: &Plan) -> String {
          before the storm publishes at QoS 1 every 2 ms, one at a time, and its PUBACK round \
          trips give the p99. saguin checks each password on a thread of its own, one at a time, \
          so the executor serving the bystander computes no hash; mosquitto checks on its one \
-         thread.\n\
+         thread. The argon2id rows (saguin alone: Debian's mosquitto 2.0 reads \
+         no argon2id) are the same storm of {argon2id_storm} CONNECTs against a password file whose one \
+         user `saguin --passwd add --argon2id` wrote at mosquitto 2.1's costs (m=47104 KiB, t=1, p=1), \
+         standing in for a file mosquitto 2.1 wrote; the hash itself is checked against RFC 9106's \
+         test vector and libargon2's output in the unit tests.\n\
          - Bridge (figure 11, saguin alone): saguin on the redb provider of figure 6 bridges \
          `durable/#` out to a mosquitto peer (default `receive_maximum` 20). The peer is paused \
          with SIGSTOP while {bridge_records} records are published to saguin on one topic and \
@@ -1284,6 +1331,7 @@ fn method_notes(plan: &Plan) -> String {
         scrape_channels = scrape::SCRAPE_CHANNELS,
         storm = report::with_thousands(auth_storm::STORM_CONNECTS as f64),
         storm_threads = auth_storm::STORM_THREADS,
+        argon2id_storm = report::with_thousands(auth_storm::ARGON2ID_STORM_CONNECTS as f64),
         cpus = std::thread::available_parallelism().map_or(0, |n| n.get()),
         qos0 = report::with_thousands(plan.qos0_messages as f64),
         qos1 = report::with_thousands(plan.qos1_messages as f64),

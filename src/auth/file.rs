@@ -127,6 +127,15 @@ impl PasswordFile {
     pub(super) fn stand_in(&self) -> Option<&PasswordHash> {
         self.stand_in.as_ref()
     }
+
+    /// The most memory one check against this file holds: argon2id's.
+    pub fn check_memory_bytes(&self) -> u64 {
+        self.users
+            .values()
+            .map(PasswordHash::memory_bytes)
+            .max()
+            .unwrap_or(0)
+    }
 }
 
 #[cfg(test)]
@@ -162,13 +171,14 @@ mod tests {
 
     #[test]
     fn unreadable_lines_are_refused_naming_the_line() {
-        let argon =
-            format!("bob:{SHA512_HUNTER2}\neve:$argon2id$v=19$m=65536,t=3,p=4$c2FsdA$aGFzaA\n");
+        let argon = format!(
+            "bob:{SHA512_HUNTER2}\neve:$argon2id$v=19$m=131072,t=1,p=1$c2FsdGZvcmV2ZQ$aGFzaA\n"
+        );
         let error = parse(&argon).unwrap_err();
         assert_eq!(error.lines, vec![2]);
         assert!(error
             .to_string()
-            .starts_with("password file /etc/p, line 2: user \"eve\": an argon2 hash"));
+            .starts_with("password file /etc/p, line 2: user \"eve\": the argon2 memory m=131072 KiB is above"), "{error}");
         assert_eq!(parse("nocolon\n").unwrap_err().lines, vec![1]);
         assert_eq!(
             parse(&format!(":{SHA512_HUNTER2}")).unwrap_err().lines,
@@ -189,6 +199,30 @@ mod tests {
         text.push_str(&format!("dear:{dear}\n"));
         let file = parse(&text).unwrap();
         assert_eq!(file.stand_in(), file.get("dear"));
+    }
+
+    #[test]
+    fn the_stand_in_for_an_unknown_user_is_the_costliest_entry() {
+        // "secret" by mosquitto_passwd 2.0.11 at 101 iterations; the rest
+        // hashes of other passwords, at costs around it.
+        let pbkdf2_101 = "$7$101$nsHM/ZOBJ77cIDS9$hkferJSlk1YzbAtDpJ/qmydTLFCMjUEY/+tbqCUDY+tcRE3PosQw4qqxd2nYX5EoGkWImwmcSbkLHx+OFo6kbQ==";
+        let argon2id = PasswordHash::new_argon2id(b"a", &[1; 16]).to_string();
+        let pbkdf2_210k = PasswordHash::Pbkdf2Sha512 {
+            iterations: 210_000,
+            salt: Box::new([2; 12]),
+            digest: [0; 64],
+        }
+        .to_string();
+        let text = format!("a:{SHA512_HUNTER2}\nb:{pbkdf2_101}\nc:{argon2id}\nd:{pbkdf2_210k}\n");
+        let file = parse(&text).unwrap();
+        assert_eq!(file.stand_in().unwrap().to_string(), pbkdf2_210k);
+        assert_eq!(file.check_memory_bytes(), 47_104 * 1024);
+        let without_the_costliest =
+            parse(&text.replace(&format!("d:{pbkdf2_210k}\n"), "")).unwrap();
+        assert_eq!(
+            without_the_costliest.stand_in().unwrap().to_string(),
+            argon2id
+        );
     }
 
     #[test]

@@ -7,6 +7,7 @@
 //! What it loads is never changed in place; a reload builds a whole new
 //! [`Authentication`], so a half-read file is never in force.
 
+pub mod argon2id;
 pub mod command;
 pub mod file;
 pub mod hash;
@@ -159,7 +160,25 @@ impl Authentication {
             .iter()
             .map(|f| format!("{} ({} users)", f.path.display(), f.user_count()))
             .collect();
-        format!("password files {}", files.join(", "))
+        match self.check_memory_bytes() {
+            0 => format!("password files {}", files.join(", ")),
+            bytes => format!(
+                "password files {}; one password check at a time, holding at most {bytes} bytes of argon2 memory",
+                files.join(", ")
+            ),
+        }
+    }
+
+    /// The most memory one password check holds: the argon2id entry of any
+    /// file asking for the most. Checks run one at a time
+    /// (rfcs/0008-authentication.md, "Cost"), so this is also what they
+    /// hold together.
+    pub fn check_memory_bytes(&self) -> u64 {
+        self.files
+            .iter()
+            .map(PasswordFile::check_memory_bytes)
+            .max()
+            .unwrap_or(0)
     }
 
     /// Whether checking `user` on door `door` computes a hash, the one

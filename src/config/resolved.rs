@@ -49,10 +49,17 @@ pub fn json(config: &Parts<'_>) -> crate::ops::ResolvedConfig {
 /// here rather than by the YAML library's emitter, which would cost the
 /// binary more than this does.
 pub fn yaml(config: &Parts<'_>) -> String {
-    let mut out = String::new();
-    if let Value::Mapping(map) = document(config) {
-        block(&map, 0, &mut out);
+    match document(config) {
+        Value::Mapping(map) => yaml_block(&map),
+        _ => String::new(),
     }
+}
+
+/// `map` as block-style YAML, as [`yaml`] writes the document: for any
+/// other writer of configuration (`saguin migrate`).
+pub fn yaml_block(map: &Mapping) -> String {
+    let mut out = String::new();
+    block(map, 0, &mut out);
     out
 }
 
@@ -77,10 +84,22 @@ fn block(map: &Mapping, indent: usize, out: &mut String) {
             Value::Sequence(items) if !items.is_empty() => {
                 out.push('\n');
                 for item in items {
-                    out.push_str(&" ".repeat(indent + 2));
-                    out.push_str("- ");
-                    out.push_str(&to_json(item));
-                    out.push('\n');
+                    let lead = format!("{}- ", " ".repeat(indent + 2));
+                    match item {
+                        // A mapping in a list is a block of its own, its
+                        // first key on the dash's line.
+                        Value::Mapping(inner) if !inner.is_empty() => {
+                            let mut item_text = String::new();
+                            block(inner, indent + 4, &mut item_text);
+                            out.push_str(&lead);
+                            out.push_str(&item_text[indent + 4..]);
+                        }
+                        _ => {
+                            out.push_str(&lead);
+                            out.push_str(&to_json(item));
+                            out.push('\n');
+                        }
+                    }
                 }
             }
             other => {
@@ -554,7 +573,18 @@ mod tests {
         let mut inner = Mapping::new();
         put(&mut inner, "odd key: \"x\"", "line\nbreak");
         put(&mut inner, "empty", Mapping::new());
-        put(&mut inner, "rules", vec![Value::Mapping(rule)]);
+        let mut nested = Mapping::new();
+        put(&mut nested, "deep", vec![Value::from("x"), Value::Null]);
+        put(&mut nested, "then", 1u32);
+        put(
+            &mut inner,
+            "rules",
+            vec![
+                Value::Mapping(rule),
+                Value::Mapping(nested),
+                Value::from(2u32),
+            ],
+        );
         put(&mut inner, "count", 3u32);
         let mut outer = Mapping::new();
         put(&mut outer, "broker", inner);

@@ -6,6 +6,7 @@
 
 pub mod certs;
 pub mod http;
+pub mod mosquitto;
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
