@@ -199,7 +199,7 @@ fn main() -> ExitCode {
                 return code;
             }
             // The files a door serves are read as a start would read them.
-            let tls = config.broker.mqtt.tcp.iter().map(|d| d.tls.clone());
+            let tls = config.broker.mqtt.doors.iter().map(|d| d.tls.clone());
             if let Err(error) = saguin::net::load_tls(tls.collect()) {
                 eprintln!("{error}");
                 return ExitCode::from(2);

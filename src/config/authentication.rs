@@ -59,13 +59,19 @@ fn password_file(f: &mut Findings, path: &str, value: &Value) -> Option<PathBuf>
     None
 }
 
+/// A door as its authentication keys are judged: its kind, its name and
+/// the keys written on it.
+pub(super) type DoorKeys<'a> = (&'a str, &'a str, &'a AuthenticationKeys);
+
 /// Each door's rule, in door order, from the broker's keys and each
 /// door's name and keys. Assumes a validated configuration.
 pub(super) fn door_rules<'a>(
     broker: &AuthenticationKeys,
-    doors: impl Iterator<Item = (&'a str, &'a AuthenticationKeys)>,
+    doors: impl Iterator<Item = DoorKeys<'a>>,
 ) -> Vec<DoorRule> {
-    doors.map(|(name, own)| rule(broker, name, own)).collect()
+    doors
+        .map(|(_, name, own)| rule(broker, name, own))
+        .collect()
 }
 
 fn rule(broker: &AuthenticationKeys, name: &str, own: &AuthenticationKeys) -> DoorRule {
@@ -92,15 +98,15 @@ fn rule(broker: &AuthenticationKeys, name: &str, own: &AuthenticationKeys) -> Do
 pub(super) fn check<'a>(
     f: &mut Findings,
     rules: &[DoorRule],
-    doors: impl Iterator<Item = (&'a str, &'a AuthenticationKeys)>,
+    doors: impl Iterator<Item = DoorKeys<'a>>,
 ) {
     let mut passable = true;
-    for (rule, (name, own)) in rules.iter().zip(doors) {
+    for (rule, (kind, name, own)) in rules.iter().zip(doors) {
         if rule.allow_anonymous || rule.password_file.is_some() {
             continue;
         }
         let key = if own.allow_anonymous.is_some() {
-            format!("broker.mqtt.listen.tcp ({name}).allow_anonymous")
+            format!("broker.mqtt.listen.{kind} ({name}).allow_anonymous")
         } else {
             "broker.mqtt.allow_anonymous".to_string()
         };

@@ -6,6 +6,8 @@
 
 pub mod certs;
 pub mod http;
+pub mod proxy;
+pub mod websocket;
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
@@ -225,9 +227,59 @@ pub enum Received {
     Closed,
 }
 
+/// The blocking socket under a raw client: TCP, a Unix socket, or
+/// WebSocket frames over TCP.
+pub enum Stream {
+    Tcp(TcpStream),
+    Unix(std::os::unix::net::UnixStream),
+    WebSocket(Box<websocket::Framed>),
+}
+
+impl Stream {
+    fn set_nonblocking(&self, nonblocking: bool) -> std::io::Result<()> {
+        match self {
+            Stream::Tcp(s) => s.set_nonblocking(nonblocking),
+            Stream::Unix(s) => s.set_nonblocking(nonblocking),
+            Stream::WebSocket(s) => s.socket().set_nonblocking(nonblocking),
+        }
+    }
+
+    fn set_read_timeout(&self, timeout: Option<Duration>) -> std::io::Result<()> {
+        match self {
+            Stream::Tcp(s) => s.set_read_timeout(timeout),
+            Stream::Unix(s) => s.set_read_timeout(timeout),
+            Stream::WebSocket(s) => s.socket().set_read_timeout(timeout),
+        }
+    }
+}
+
+impl Read for Stream {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        match self {
+            Stream::Tcp(s) => s.read(buf),
+            Stream::Unix(s) => s.read(buf),
+            Stream::WebSocket(s) => s.read(buf),
+        }
+    }
+}
+
+impl Write for Stream {
+    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+        match self {
+            Stream::Tcp(s) => s.write(bytes),
+            Stream::Unix(s) => s.write(bytes),
+            Stream::WebSocket(s) => s.write(bytes),
+        }
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
 /// A minimal MQTT client over a blocking socket, for exact packets.
 pub struct RawClient {
-    stream: TcpStream,
+    stream: Stream,
     buf: Vec<u8>,
     pub version: ProtocolVersion,
 }
@@ -236,10 +288,31 @@ impl RawClient {
     pub fn open(address: &str, version: ProtocolVersion) -> RawClient {
         let stream = TcpStream::connect(address).expect("connect to the broker");
         stream.set_nodelay(true).unwrap();
+        RawClient::over(Stream::Tcp(stream), version)
+    }
+
+    /// A client over a stream already open to the broker.
+    pub fn over(stream: Stream, version: ProtocolVersion) -> RawClient {
         RawClient {
             stream,
             buf: Vec::new(),
             version,
+        }
+    }
+
+    /// A client on the Unix socket at `path`.
+    pub fn open_unix(path: &Path, version: ProtocolVersion) -> RawClient {
+        let stream = std::os::unix::net::UnixStream::connect(path).expect("connect to the socket");
+        RawClient::over(Stream::Unix(stream), version)
+    }
+
+    /// Sends CONNECT for `client_id` with a clean session and returns the
+    /// CONNACK's reason code.
+    pub fn connect_with(&mut self, connect: Connect) -> u8 {
+        self.send(&Packet::Connect(Box::new(connect)));
+        match self.recv() {
+            Received::Packet(Packet::Connack(connack)) => connack.reason_code.0,
+            other => panic!("expected a CONNACK, got {other:?}"),
         }
     }
 

@@ -196,7 +196,7 @@ impl Broker {
         // again after a restart.
         let connection = self.connections.get(conn).expect("checked above");
         let user_name = connection.user.clone();
-        if let (Some(name), Some(_)) = (&user_name, &connection.origin.certificate_user) {
+        if let (Some(name), Some(_)) = (&user_name, connection.origin.certificate_user()) {
             log::info!("client {client_id} is user {name:?}, named by its certificate");
         }
         if let Some(connack) = self.connack_after_write(
@@ -232,8 +232,13 @@ impl Broker {
         let client_id = Rc::clone(&session.client_id);
         let session_present = connack.session_present;
         out.send(conn, version, &Packet::Connack(connack), false);
+        // Where the door learnt it: the client a proxy speaks for, or a
+        // Unix socket's peer.
+        let from = self
+            .source(conn)
+            .map_or_else(String::new, |source| format!(" from {source}"));
         log::info!(
-            "client {client_id} connected (MQTT {}, session present: {session_present})",
+            "client {client_id} connected{from} (MQTT {}, session present: {session_present})",
             match version {
                 ProtocolVersion::V311 => "3.1.1",
                 ProtocolVersion::V5 => "5",
