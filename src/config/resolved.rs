@@ -464,7 +464,7 @@ fn bridges(config: &Parts<'_>) -> Mapping {
     let mut out = Mapping::new();
     for b in config.bridges {
         let mut m = Mapping::new();
-        put(&mut m, "peer", format!("tcp://{}", b.peer.address()));
+        put(&mut m, "peer", b.peer.url());
         put(&mut m, "client_id", b.client_id.as_str());
         put(&mut m, "username", b.username.as_deref());
         put(
