@@ -130,19 +130,32 @@ fn mosquitto_clients_reach_a_unix_door_through_socat_and_by_its_path() {
     ));
 }
 
-/// Runs a second broker on `config` to its end: its exit and what it
-/// logged.
+/// Runs a second broker on `config` to its end: whether it refused to
+/// start (stopped of itself, failing), and what it logged. One still
+/// running after `WAIT` started where it should not have, and is killed.
 fn run_to_end(dir: &Path, config: &str) -> (bool, String) {
     let path = dir.join("second.yaml");
     std::fs::write(&path, config).unwrap();
-    let output = Command::new(env!("CARGO_BIN_EXE_saguin"))
+    let mut child = Command::new(env!("CARGO_BIN_EXE_saguin"))
         .arg("--config")
         .arg(&path)
-        .output()
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
         .unwrap();
+    let deadline = Instant::now() + WAIT;
+    let mut stopped = child.try_wait().unwrap();
+    while stopped.is_none() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+        stopped = child.try_wait().unwrap();
+    }
+    if stopped.is_none() {
+        let _ = child.kill();
+    }
+    let output = child.wait_with_output().unwrap();
     let said = String::from_utf8_lossy(&output.stdout).into_owned()
         + &String::from_utf8_lossy(&output.stderr);
-    (output.status.success(), said)
+    (stopped.is_some_and(|status| !status.success()), said)
 }
 
 fn config_with_socket(socket: &Path) -> String {
@@ -159,9 +172,9 @@ fn a_live_brokers_socket_is_refused_naming_its_lock_and_a_stale_one_is_replaced(
     let mut first = BrokerProcess::start_with_config(dir.path(), &config_with_socket(&socket));
     first.wait_for_log("listener unix bound to");
 
-    let (started, said) = run_to_end(dir.path(), &config_with_socket(&socket));
+    let (refused, said) = run_to_end(dir.path(), &config_with_socket(&socket));
     assert!(
-        !started,
+        refused,
         "a second broker on a served socket must not start:\n{said}"
     );
     assert!(
@@ -198,8 +211,8 @@ fn a_live_brokers_socket_is_refused_naming_its_lock_and_a_stale_one_is_replaced(
 
     // Anything at the path that is not a socket is left alone.
     std::fs::write(&socket, "not a socket").unwrap();
-    let (started, said) = run_to_end(dir.path(), &config_with_socket(&socket));
-    assert!(!started);
+    let (refused, said) = run_to_end(dir.path(), &config_with_socket(&socket));
+    assert!(refused, "{said}");
     assert!(
         said.contains("exists and is not a socket; it is left alone"),
         "{said}"
