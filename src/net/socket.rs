@@ -144,14 +144,16 @@ pub enum Socket {
 }
 
 pub enum Layered {
-    Opening(Opening),
+    /// Boxed again: an opening is 64 B and lasts a moment, and an open
+    /// stream would carry that size for the connection's life.
+    Opening(Box<Opening>),
     Open(Box<dyn Duplex>),
 }
 
 impl Socket {
     /// A socket whose opening is still to run.
     pub fn opening(opening: Opening) -> Socket {
-        Socket::Layered(Box::new(Layered::Opening(opening)))
+        Socket::Layered(Box::new(Layered::Opening(Box::new(opening))))
     }
 
     /// A stream ready for MQTT that is not a plain TCP socket.
@@ -249,5 +251,23 @@ impl Socket {
                 Poll::Ready(())
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// What every connection that is not plain TCP holds for its socket,
+    /// beside the stream itself, for its whole life.
+    const MAX_LAYERED_BYTES: usize = 24;
+
+    #[test]
+    fn an_open_layered_socket_holds_no_more_than_its_stream() {
+        let size_bytes = std::mem::size_of::<Layered>();
+        assert!(
+            size_bytes <= MAX_LAYERED_BYTES,
+            "a layered socket is {size_bytes} B, over {MAX_LAYERED_BYTES} B"
+        );
     }
 }
