@@ -12,22 +12,13 @@ use std::time::{Duration, Instant};
 
 use common::certs::Authority;
 use common::websocket::Framed;
-use common::{have_tools, BrokerProcess, RawClient, Received, Stream, TempDir, WAIT};
+use common::{free_port, have_tools, BrokerProcess, RawClient, Received, Stream, TempDir, WAIT};
 use saguin::codec::{Connect, Packet, ProtocolVersion, PubAck, Publish, QoS};
 
 const MOSQUITTO: &str = "/usr/sbin/mosquitto";
 
 const REDB: &str = "  storage:\n    default: local\n    default_retention_period: none\n    default_retention_bytes: none\n    providers:\n      local:\n        type: redb\n        file_path: {dir}/saguin.redb\n        max_bytes: 64MiB\n  session:\n    storage: local\n";
 const EVENTS: &str = "channels:\n  events:\n    type: append\n    filter: events/#\n";
-
-/// A port nothing listens on now; the peer is started on it later.
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
 
 /// How a bridge reaches its peer.
 #[derive(Clone, Copy, Debug)]

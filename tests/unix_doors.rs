@@ -6,7 +6,6 @@
 mod common;
 
 use std::io::Write;
-use std::net::TcpListener;
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -15,8 +14,8 @@ use std::time::{Duration, Instant};
 use common::certs::Authority;
 use common::proxy::{proxy_v2, VERIFIED};
 use common::{
-    connect_packet, have_mosquitto_clients, have_tools, BrokerProcess, RawClient, Received, Stream,
-    TempDir, WAIT,
+    connect_packet, free_port, have_mosquitto_clients, have_tools, BrokerProcess, RawClient,
+    Received, Stream, TempDir, WAIT,
 };
 use saguin::codec::{Packet, ProtocolVersion, Publish, QoS};
 
@@ -26,13 +25,20 @@ fn unix_door(socket: &Path, keys: &str) -> String {
     format!("      unix:\n        path: {}\n{keys}", socket.display())
 }
 
-/// A port nothing listens on now.
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
+/// A mosquitto client (`tool`) at 127.0.0.1:`port`, MQTT 5 and QoS 1.
+fn mosquitto(tool: &str, port: u16) -> Command {
+    let mut command = Command::new(tool);
+    command.args([
+        "-h",
+        "127.0.0.1",
+        "-p",
+        &port.to_string(),
+        "-V",
+        "5",
+        "-q",
+        "1",
+    ]);
+    command
 }
 
 /// Waits until something accepts connections on `port`.
@@ -87,18 +93,8 @@ fn mosquitto_clients_reach_a_unix_door_through_socat_and_by_its_path() {
         .expect("start socat");
     let _socat = Helper(socat);
     wait_for_port(port, "socat");
-    let published = Command::new("mosquitto_pub")
-        .args([
-            "-h",
-            "127.0.0.1",
-            "-p",
-            &port.to_string(),
-            "-V",
-            "5",
-            "-q",
-            "1",
-            "-r",
-        ])
+    let published = mosquitto("mosquitto_pub", port)
+        .arg("-r")
         .args([
             "-i",
             "through-socat",
@@ -242,17 +238,7 @@ fn broker_with_operations(
 
 /// `/v1/operations/sessions` from the operations door at `address`.
 fn sessions(address: &str) -> String {
-    use std::io::Read;
-    let mut stream = std::net::TcpStream::connect(address).unwrap();
-    stream.set_read_timeout(Some(WAIT)).unwrap();
-    stream
-        .write_all(
-            b"GET /v1/operations/sessions HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n",
-        )
-        .unwrap();
-    let mut text = String::new();
-    stream.read_to_string(&mut text).unwrap();
-    text
+    common::http::get_text(address, "/v1/operations/sessions")
 }
 
 #[test]
@@ -428,16 +414,6 @@ fn haproxy_terminates_tls_and_the_broker_logs_the_real_source_and_authorizes_the
 
     let tls = |command: &mut Command| {
         command
-            .args([
-                "-h",
-                "127.0.0.1",
-                "-p",
-                &port.to_string(),
-                "-V",
-                "5",
-                "-q",
-                "1",
-            ])
             .arg("--cafile")
             .arg(ca.pem())
             .arg("--cert")
@@ -446,7 +422,7 @@ fn haproxy_terminates_tls_and_the_broker_logs_the_real_source_and_authorizes_the
             .arg(&device.1);
     };
     // A subscriber holding the certificate waits for its own alerts.
-    let mut sub = Command::new("mosquitto_sub");
+    let mut sub = mosquitto("mosquitto_sub", port);
     tls(&mut sub);
     let subscriber = sub
         .args([
@@ -480,7 +456,7 @@ fn haproxy_terminates_tls_and_the_broker_logs_the_real_source_and_authorizes_the
     assert!(sessions(&operations).contains(&format!("\"remote\":\"{source}\"")));
 
     // Another device's topic is refused by the ACL on the certificate's name.
-    let mut refused = Command::new("mosquitto_pub");
+    let mut refused = mosquitto("mosquitto_pub", port);
     tls(&mut refused);
     let refused = refused
         .args([
@@ -496,7 +472,7 @@ fn haproxy_terminates_tls_and_the_broker_logs_the_real_source_and_authorizes_the
     let said = String::from_utf8_lossy(&refused.stderr).into_owned()
         + &String::from_utf8_lossy(&refused.stdout);
     assert!(said.contains("Not authorized"), "{refused:?}");
-    let mut allowed = Command::new("mosquitto_pub");
+    let mut allowed = mosquitto("mosquitto_pub", port);
     tls(&mut allowed);
     let allowed = allowed
         .args(["-i", "own", "-t", "alerts/device-7/fire", "-m", "mine"])

@@ -107,20 +107,9 @@ fn a_ws_client_and_a_tcp_client_share_the_one_broker() {
     }
 }
 
-/// The first connection's session and the operations listener's view of
-/// every session.
+/// The operations listener's view of every session.
 fn sessions(operations: &str) -> String {
-    use std::io::{Read, Write};
-    let mut stream = std::net::TcpStream::connect(operations).unwrap();
-    stream.set_read_timeout(Some(common::WAIT)).unwrap();
-    stream
-        .write_all(
-            b"GET /v1/operations/sessions HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n",
-        )
-        .unwrap();
-    let mut text = String::new();
-    stream.read_to_string(&mut text).unwrap();
-    text
+    common::http::get_text(operations, "/v1/operations/sessions")
 }
 
 #[test]

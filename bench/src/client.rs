@@ -145,26 +145,7 @@ impl WsLink {
 
 impl Read for WsLink {
     fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
-        loop {
-            let n = if self.early.is_empty() {
-                self.socket.read(buf)?
-            } else {
-                let n = self.early.len().min(buf.len());
-                buf[..n].copy_from_slice(&self.early[..n]);
-                self.early.drain(..n);
-                n
-            };
-            if n == 0 || self.reader.closed().is_some() {
-                return Ok(0);
-            }
-            let data = self
-                .reader
-                .read(&mut buf[..n])
-                .map_err(|f| std::io::Error::new(ErrorKind::InvalidData, f.reason))?;
-            if data > 0 {
-                return Ok(data);
-            }
-        }
+        frame::read_blocking(&mut self.reader, &mut self.early, &mut self.socket, buf)
     }
 }
 

@@ -62,7 +62,7 @@ const LISTEN_KEYS: Keys = Keys {
     not_yet: &[],
 };
 
-const TCP_KEYS: Keys = Keys {
+pub(super) const TCP_KEYS: Keys = Keys {
     supported: &["name", "address", "password_file", "allow_anonymous", "tls"],
     not_yet: &[],
 };
@@ -80,7 +80,7 @@ const WS_KEYS: Keys = Keys {
     not_yet: &[],
 };
 
-const UNIX_KEYS: Keys = Keys {
+pub(super) const UNIX_KEYS: Keys = Keys {
     supported: &[
         "name",
         "path",
@@ -318,7 +318,13 @@ fn door(
     default_name: Option<&str>,
 ) -> Option<Read> {
     let t = table(f, path, value, keys)?;
-    let name = door_name(f, path, t.get("name"), default_name);
+    let name = door_name(
+        f,
+        path,
+        t.get("name"),
+        default_name,
+        "unique across every MQTT door",
+    );
     let authentication = authentication::keys(f, path, &t);
     let (place, listen, tls) = match kind {
         "unix" => {
@@ -383,11 +389,14 @@ fn door(
     })
 }
 
-fn door_name(
+/// A door's `name`, `default_name` when it writes none (a lone door, named
+/// after its kind); `unique` says among which doors it must be.
+pub(super) fn door_name(
     f: &mut Findings,
     path: &str,
     value: Option<&Value>,
     default_name: Option<&str>,
+    unique: &str,
 ) -> Option<String> {
     let name_path = format!("{path}.name");
     match (value, default_name) {
@@ -395,7 +404,7 @@ fn door_name(
         (None, None) => {
             f.key(
                 path,
-                "a door in a list of several needs a name, unique across every MQTT door, such as name: local",
+                format!("a door in a list of several needs a name, {unique}, such as name: local"),
             );
             None
         }

@@ -14,7 +14,9 @@ use serde_yaml::Value;
 
 use super::address::{clashes, door_address, parse_address};
 use super::findings::Findings;
-use super::listen::MqttDoor;
+// A door takes the keys an MQTT door of its kind does (the operations
+// listener refuses allow_anonymous by name, below).
+use super::listen::{door_name, MqttDoor, TCP_KEYS, UNIX_KEYS};
 use super::sockets::{self, absolute_file};
 use super::table::{table, Keys, Table};
 use super::values::{duration_ms, whole_seconds, NoneRule};
@@ -31,23 +33,6 @@ const BLOCK_KEYS: Keys = Keys {
 
 const LISTEN_KEYS: Keys = Keys {
     supported: &["tcp", "unix"],
-    not_yet: &[],
-};
-
-const TCP_KEYS: Keys = Keys {
-    supported: &["name", "address", "password_file", "allow_anonymous", "tls"],
-    not_yet: &[],
-};
-
-const UNIX_KEYS: Keys = Keys {
-    supported: &[
-        "name",
-        "path",
-        "mode",
-        "password_file",
-        "allow_anonymous",
-        "proxy_protocol",
-    ],
     not_yet: &[],
 };
 
@@ -247,7 +232,13 @@ where
             );
             clean = false;
         }
-        let name = door_name(f, &entry_path, t.get("name"), default_name);
+        let name = door_name(
+            f,
+            &entry_path,
+            t.get("name"),
+            default_name,
+            "unique among the operations doors",
+        );
         match (read(f, &entry_path, &t), name) {
             (Some(mut door), Some(name)) => {
                 door.set_name(name);
@@ -273,32 +264,6 @@ impl Named for ops::TcpDoor {
 impl Named for ops::UnixDoor {
     fn set_name(&mut self, name: String) {
         self.name = name;
-    }
-}
-
-fn door_name(
-    f: &mut Findings,
-    path: &str,
-    value: Option<&Value>,
-    default_name: Option<&str>,
-) -> Option<String> {
-    match (value, default_name) {
-        (None, Some(default)) => Some(default.to_string()),
-        (None, None) => {
-            f.key(path, "a door in a list of several needs a name, unique among the operations doors, such as name: local");
-            None
-        }
-        (Some(Value::String(s)), _) if !s.trim().is_empty() && !s.chars().any(char::is_control) => {
-            Some(s.clone())
-        }
-        (Some(v), _) => {
-            f.value(
-                &format!("{path}.name"),
-                v,
-                "a door's name is text that is not blank and holds no control characters, such as local",
-            );
-            None
-        }
     }
 }
 

@@ -53,11 +53,8 @@ pub struct Plan {
     pub max_frame_bytes: u64,
 }
 
-/// How long a refused upgrade's answer may take to be written, and the
-/// most of what the client sent that is read and thrown away meanwhile,
-/// so the close does not reset the answer away before it is read.
-const REFUSAL_MS: u64 = 1_000;
-const REFUSAL_DRAIN_BYTES: usize = 64 * 1024;
+/// How long a refused upgrade's answer may take to be written.
+const REFUSAL_WRITE_MS: u64 = 1_000;
 /// The most of a refused page's origin a log line carries.
 const LOGGED_ORIGIN_CHARS: usize = 128;
 
@@ -231,27 +228,18 @@ fn release(shared: &SharedRef, key: Key) {
         .handle_connection_lost(key, now_ms, &mut state.outboxes);
 }
 
-/// Writes a final answer and closes, reading and discarding for a moment
-/// what the client sent, so the close does not reset the answer away.
+/// Writes a final answer and closes, then lingers as the operations
+/// listener's refusals do (`ops::http::linger`).
 async fn answer_and_close<S: AsyncRead + AsyncWrite + Unpin>(stream: &mut S, response: &[u8]) {
-    let goodbye = async {
-        if stream.write_all(response).await.is_err() {
-            return;
-        }
-        let _ = stream.close().await;
-        let mut scratch = [0u8; 1024];
-        let mut drained = 0;
-        while drained < REFUSAL_DRAIN_BYTES {
-            match stream.read(&mut scratch).await {
-                Ok(0) | Err(_) => break,
-                Ok(n) => drained += n,
-            }
-        }
+    let written =
+        async { stream.write_all(response).await.is_ok() && stream.close().await.is_ok() };
+    let timeout = async {
+        smol::Timer::after(Duration::from_millis(REFUSAL_WRITE_MS)).await;
+        false
     };
-    smol::future::or(goodbye, async {
-        smol::Timer::after(Duration::from_millis(REFUSAL_MS)).await;
-    })
-    .await;
+    if smol::future::or(written, timeout).await {
+        crate::ops::http::linger(stream).await;
+    }
 }
 
 /// Reads the PROXY v2 header a `proxy_protocol` door's connection starts

@@ -456,12 +456,6 @@ where
     }
 }
 
-/// How long a connection answered for the last time is given to close its
-/// side, and the most of what it sent that is read and thrown away
-/// meanwhile.
-const REFUSAL_DRAIN_MS: u64 = 1_000;
-const REFUSAL_DRAIN_BYTES: usize = 64 * 1024;
-
 /// Answers 429 and closes.
 async fn refuse_busy<S: AsyncRead + AsyncWrite + Unpin>(mut stream: S) {
     let busy = Response::text(
@@ -476,25 +470,12 @@ async fn refuse_busy<S: AsyncRead + AsyncWrite + Unpin>(mut stream: S) {
 /// read is read and discarded for a moment first, so the close does not
 /// reset the answer away before the caller has it.
 async fn answer_and_close<S: AsyncRead + AsyncWrite + Unpin>(stream: &mut S, response: &Response) {
-    use smol::io::{AsyncReadExt, AsyncWriteExt};
+    use smol::io::AsyncWriteExt;
     if !http::write_response(stream, response, false, false).await {
         return;
     }
     let _ = stream.close().await;
-    let drain = async {
-        let mut scratch = [0u8; 1024];
-        let mut drained = 0;
-        while drained < REFUSAL_DRAIN_BYTES {
-            match stream.read(&mut scratch).await {
-                Ok(0) | Err(_) => break,
-                Ok(n) => drained += n,
-            }
-        }
-    };
-    let deadline = async {
-        smol::Timer::after(Duration::from_millis(REFUSAL_DRAIN_MS)).await;
-    };
-    smol::future::or(drain, deadline).await;
+    http::linger(stream).await;
 }
 
 /// Serves requests on one connection until it closes, asks to, goes

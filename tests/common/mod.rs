@@ -27,6 +27,15 @@ use saguin::codec::{
 /// waits this long.
 pub const WAIT: Duration = Duration::from_secs(20);
 
+/// A loopback port nothing listens on now; a peer is started on it later.
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
 /// A directory removed when the test ends.
 pub struct TempDir(PathBuf);
 

@@ -159,29 +159,7 @@ impl Framed {
 
 impl Read for Framed {
     fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
-        loop {
-            if self.reader.closed().is_some() {
-                return Ok(0);
-            }
-            let n = if self.early.is_empty() {
-                self.socket.read(buf)?
-            } else {
-                let n = self.early.len().min(buf.len());
-                buf[..n].copy_from_slice(&self.early[..n]);
-                self.early.drain(..n);
-                n
-            };
-            if n == 0 {
-                return Ok(0);
-            }
-            let data = self.reader.read(&mut buf[..n]).map_err(|failure| {
-                std::io::Error::new(std::io::ErrorKind::InvalidData, failure.reason)
-            })?;
-            let _ = self.reader.take_pong();
-            if data > 0 {
-                return Ok(data);
-            }
-        }
+        frame::read_blocking(&mut self.reader, &mut self.early, &mut self.socket, buf)
     }
 }
 

@@ -330,6 +330,42 @@ impl Reader {
     }
 }
 
+/// Reads from a blocking `source` into `buf` until its frames carry data,
+/// taking `early` (framed bytes read before, such as those behind an
+/// upgrade's answer) first: how many bytes of data, or 0 once the stream
+/// or a close has ended it. For blocking clients (the tests' and the
+/// benchmark's); the broker's own reading is `stream.rs`. A pong owed is
+/// left for [`Reader::take_pong`].
+pub fn read_blocking(
+    reader: &mut Reader,
+    early: &mut Vec<u8>,
+    source: &mut impl std::io::Read,
+    buf: &mut [u8],
+) -> std::io::Result<usize> {
+    loop {
+        if reader.closed().is_some() {
+            return Ok(0);
+        }
+        let n = if early.is_empty() {
+            source.read(buf)?
+        } else {
+            let n = early.len().min(buf.len());
+            buf[..n].copy_from_slice(&early[..n]);
+            early.drain(..n);
+            n
+        };
+        if n == 0 {
+            return Ok(0);
+        }
+        let data = reader.read(&mut buf[..n]).map_err(|failure| {
+            std::io::Error::new(std::io::ErrorKind::InvalidData, failure.reason)
+        })?;
+        if data > 0 {
+            return Ok(data);
+        }
+    }
+}
+
 fn protocol_error(reason: &'static str) -> Failure {
     Failure {
         code: CLOSE_PROTOCOL_ERROR,

@@ -65,13 +65,7 @@ pub fn answer(request: &[u8], origins: &Origins, tls: bool) -> Answer {
         }
         Err(error) => return refuse(400, format!("a request that is not HTTP: {error}"), ""),
     };
-    let header = |name: &str| {
-        parsed
-            .headers
-            .iter()
-            .find(|h| h.name.eq_ignore_ascii_case(name))
-            .and_then(|h| std::str::from_utf8(h.value).ok())
-    };
+    let header = |name: &str| header_value(parsed.headers, name);
     if parsed.method != Some("GET") {
         return refuse(405, "an upgrade is a GET request".into(), "Allow: GET\r\n");
     }
@@ -164,6 +158,14 @@ pub fn answer(request: &[u8], origins: &Origins, tls: bool) -> Answer {
     }
 }
 
+/// The first header named `name`, in any case, when it is UTF-8.
+fn header_value<'a>(headers: &[httparse::Header<'a>], name: &str) -> Option<&'a str> {
+    headers
+        .iter()
+        .find(|h| h.name.eq_ignore_ascii_case(name))
+        .and_then(|h| std::str::from_utf8(h.value).ok())
+}
+
 /// Whether a comma-separated header holds `token`, in any case.
 fn has_token(value: Option<&str>, token: &str) -> bool {
     value.is_some_and(|v| v.split(',').any(|t| t.trim().eq_ignore_ascii_case(token)))
@@ -230,14 +232,7 @@ pub fn check_answer(bytes: &[u8], key: &str) -> Result<Option<usize>, String> {
         }
         Err(error) => return Err(format!("an answer that is not HTTP: {error}")),
     };
-    let header = |name: &str| {
-        parsed
-            .headers
-            .iter()
-            .find(|h| h.name.eq_ignore_ascii_case(name))
-            .and_then(|h| std::str::from_utf8(h.value).ok())
-            .map(str::trim)
-    };
+    let header = |name: &str| header_value(parsed.headers, name).map(str::trim);
     if parsed.code != Some(101) {
         return Err(format!(
             "the peer answered the upgrade {} {}",
