@@ -80,8 +80,8 @@ pub struct Reader {
     /// A message was begun with FIN clear: continuations may follow.
     in_message: bool,
     control: Option<Box<ControlPayload>>,
-    /// `control` holds the latest ping's payload, owed a pong.
-    pong_owed: bool,
+    /// The payload of the latest ping read whole, owed a pong.
+    pong_owed: Option<Box<ControlPayload>>,
     /// The status of a close frame the peer sent; nothing after it is read.
     closed: Option<u16>,
 }
@@ -99,7 +99,7 @@ impl Reader {
             mask_at: 0,
             in_message: false,
             control: None,
-            pong_owed: false,
+            pong_owed: None,
             closed: None,
         }
     }
@@ -141,10 +141,7 @@ impl Reader {
 
     /// The payload of the latest ping, which a pong must carry back.
     pub fn take_pong(&mut self) -> Option<Box<ControlPayload>> {
-        if !std::mem::take(&mut self.pong_owed) {
-            return None;
-        }
-        Some(self.control.take().unwrap_or_default())
+        self.pong_owed.take()
     }
 
     /// The status of the close frame the peer sent, once one has come.
@@ -290,12 +287,8 @@ impl Reader {
         self.payload_left = length;
         self.header_len = 0;
         if control {
-            if opcode != OP_PONG {
-                // A new ping's payload takes the place of one still owed.
-                self.pong_owed = false;
-                if let Some(collected) = &mut self.control {
-                    collected.clear();
-                }
+            if let Some(collected) = &mut self.control {
+                collected.clear();
             }
             self.reading = Reading::Control(opcode);
         } else {
@@ -319,7 +312,10 @@ impl Reader {
     fn frame_done(&mut self) -> Result<(), Failure> {
         let reading = std::mem::replace(&mut self.reading, Reading::Header);
         match reading {
-            Reading::Control(OP_PING) => self.pong_owed = true,
+            // A ping read whole takes the place of one still owed.
+            Reading::Control(OP_PING) => {
+                self.pong_owed = Some(self.control.take().unwrap_or_default())
+            }
             Reading::Control(OP_CLOSE) => {
                 let payload = self.control.take().unwrap_or_default();
                 self.closed = Some(close_status(&payload)?);
@@ -525,6 +521,27 @@ mod tests {
             );
             assert!(!reader.mid_frame());
         }
+    }
+
+    #[test]
+    fn a_ping_read_whole_stays_owed_while_the_next_is_still_arriving() {
+        // The fuzz target's find: however the bytes are cut, the first
+        // ping's pong is owed until a second ping has come whole.
+        let mut wire = masked(FIN | OP_PING, b"first");
+        let second = masked(FIN | OP_PING, b"second");
+        wire.extend_from_slice(&second[..second.len() - 1]);
+        let mut reader = server();
+        reader.read(&mut wire).unwrap();
+        assert_eq!(
+            reader.take_pong().as_deref().map(|p| p.as_slice()),
+            Some(&b"first"[..])
+        );
+        let mut last = second[second.len() - 1..].to_vec();
+        reader.read(&mut last).unwrap();
+        assert_eq!(
+            reader.take_pong().as_deref().map(|p| p.as_slice()),
+            Some(&b"second"[..])
+        );
     }
 
     #[test]

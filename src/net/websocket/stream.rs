@@ -42,7 +42,8 @@ pub struct WsStream<S> {
     /// A pong or a close, written at the next frame boundary, and how much
     /// of it is out; boxed while it waits, so an idle connection holds none.
     control: Option<Box<ControlFrame>>,
-    control_at: usize,
+    /// A control frame is at most 139 bytes, so a byte counts it.
+    control_at: u8,
     /// A close has been queued: no frame is begun after it.
     closing: bool,
     /// A close waiting for the control frame before it to go out.
@@ -134,13 +135,13 @@ impl<S: AsyncRead + AsyncWrite + Unpin> WsStream<S> {
             let Some(control) = &self.control else {
                 break;
             };
-            let rest = &control[self.control_at..];
+            let rest = &control[usize::from(self.control_at)..];
             let n = ready!(Pin::new(&mut self.inner).poll_write(cx, rest))?;
             if n == 0 {
                 return Poll::Ready(Err(io::ErrorKind::WriteZero.into()));
             }
-            self.control_at += n;
-            if self.control_at == control.len() {
+            self.control_at += n as u8;
+            if usize::from(self.control_at) == control.len() {
                 self.control = None;
             }
         }
