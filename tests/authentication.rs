@@ -6,13 +6,14 @@
 mod common;
 
 use std::io::Write;
-use std::net::{TcpListener, TcpStream};
+use std::net::TcpStream;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::Instant;
 
 use common::{
-    have_mosquitto_clients, have_tools, BrokerProcess, RawClient, Received, TempDir, WAIT,
+    free_port, have_mosquitto_clients, have_tools, BrokerProcess, RawClient, Received, TempDir,
+    WAIT,
 };
 use saguin::codec::{Packet, ProtocolVersion, ReasonCode};
 
@@ -258,15 +259,6 @@ fn the_refusal_codes_are_exact_on_both_protocols() {
     let mut connack = [0u8; 4];
     std::io::Read::read_exact(&mut stream, &mut connack).unwrap();
     assert_eq!(connack, [0x20, 0x02, 0x00, 0x04]);
-}
-
-/// A port nothing listens on now, for the mosquitto broker.
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
 }
 
 struct Mosquitto(Child);

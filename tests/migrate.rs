@@ -9,7 +9,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 
 use common::certs::Authority;
-use common::mosquitto::{free_port, have_mosquitto, Mosquitto};
+use common::free_port;
+use common::mosquitto::{have_mosquitto, Mosquitto};
 use common::{check_config, BrokerProcess, TempDir};
 
 fn migrate(conf: &Path, out: &Path) -> Output {

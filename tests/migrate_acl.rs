@@ -12,7 +12,8 @@ mod common;
 use std::path::Path;
 use std::process::Command;
 
-use common::mosquitto::{free_port, have_mosquitto, Mosquitto};
+use common::free_port;
+use common::mosquitto::{have_mosquitto, Mosquitto};
 use common::{BrokerProcess, RawClient, Received, TempDir};
 use saguin::codec::{
     Packet, Properties, ProtocolVersion, Publish, QoS, Subscribe, SubscriptionOptions,

@@ -12,6 +12,7 @@ use std::process::Command;
 use std::sync::Arc;
 
 use common::http::Answer;
+use common::proxy::{proxy_v2, VERIFIED};
 use common::{BrokerProcess, RawClient, TempDir, WAIT};
 use saguin::codec::{Packet, ProtocolVersion, Publish, QoS};
 use saguin::ops::operators::hash_line;
@@ -375,30 +376,6 @@ fn a_unix_socket_carries_a_proxy_s_principal() {
     assert!(!socket.exists());
 }
 
-/// A PROXY protocol v2 header as a TLS-terminating proxy writes it, from
-/// 192.0.2.7 to 192.0.2.1, with an SSL TLV: the client flags, the
-/// verify result and, where given, the certificate's Common Name.
-fn proxy_v2(ssl: Option<(u8, u32, Option<&str>)>) -> Vec<u8> {
-    let mut body = vec![192, 0, 2, 7, 192, 0, 2, 1, 0x9c, 0x40, 0x23, 0x82];
-    if let Some((client, verify, name)) = ssl {
-        let mut value = vec![client];
-        value.extend_from_slice(&verify.to_be_bytes());
-        if let Some(name) = name {
-            value.push(0x22);
-            value.extend_from_slice(&(name.len() as u16).to_be_bytes());
-            value.extend_from_slice(name.as_bytes());
-        }
-        body.push(0x20);
-        body.extend_from_slice(&(value.len() as u16).to_be_bytes());
-        body.extend_from_slice(&value);
-    }
-    let mut header = b"\r\n\r\n\0\r\nQUIT\n".to_vec();
-    header.extend_from_slice(&[0x21, 0x11]);
-    header.extend_from_slice(&(body.len() as u16).to_be_bytes());
-    header.extend_from_slice(&body);
-    header
-}
-
 #[test]
 fn a_unix_door_behind_a_proxy_takes_the_verified_common_name_from_proxy_protocol_v2() {
     let (mut broker, socket, _dirs) = unix_door_broker("ops-proxy", "proxy_protocol: true");
@@ -408,8 +385,6 @@ fn a_unix_door_behind_a_proxy_takes_the_verified_common_name_from_proxy_protocol
         stream.write_all(header).unwrap();
         exchange(stream, &request("GET", path, &[])).status
     };
-    // TLS, a certificate on the connection and in the session, verified.
-    const VERIFIED: u8 = 0x01 | 0x02 | 0x04;
     let oncall = proxy_v2(Some((VERIFIED, 0, Some("oncall"))));
     assert_eq!(ask(&oncall, "/v1/operations/consumers"), 200);
     // A scoped operator keeps its scope; a stranger is scraped only.

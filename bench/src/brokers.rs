@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 use rustls::ClientConfig;
 use saguin::codec::ProtocolVersion;
 
-use crate::client::{Client, ClientOptions, Endpoint};
+use crate::client::{Client, ClientOptions, Door, Endpoint};
 use crate::tls::ServerCertificate;
 
 /// Longest a broker may take from spawn to answering a CONNECT.
@@ -353,12 +353,51 @@ impl BrokerBinaries {
     }
 }
 
-/// What a client must bring to a broker: TLS towards its certificate, and
-/// a user name and password.
+/// What a client must bring to a broker: TLS towards its certificate, a
+/// user name and password, and the door it comes through.
 #[derive(Clone, Default)]
 pub struct Access {
     pub tls: Option<Arc<ClientConfig>>,
     pub credentials: Option<(String, String)>,
+    pub door: Door,
+}
+
+/// A door other than plain TCP, for figure 15.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BenchDoor {
+    WebSocket,
+    Unix,
+}
+
+/// The plain configuration with its one door `door` instead of TCP, the
+/// socket (for a Unix door) in `dir`.
+fn saguin_door_config(door: BenchDoor, dir: &Path) -> String {
+    let listen = match door {
+        BenchDoor::WebSocket => {
+            "      ws:\n        address: 127.0.0.1:0\n        same_origin: false\n".to_string()
+        }
+        BenchDoor::Unix => format!(
+            "      unix:\n        path: {}\n",
+            unix_socket(dir).display()
+        ),
+    };
+    SAGUIN_CONFIG_YAML.replacen("      tcp:\n        address: 127.0.0.1:0\n", &listen, 1)
+}
+
+/// mosquitto's lines for `door`, after the TCP listener on `tcp_port` it
+/// needs beside a WebSocket one (2.0.11 starts no WebSocket listener
+/// alone, and serves one on an address only with `socket_domain ipv4`).
+fn mosquitto_door_lines(door: BenchDoor, port: u16, dir: &Path) -> String {
+    match door {
+        BenchDoor::WebSocket => {
+            format!("listener {port} 127.0.0.1\nprotocol websockets\nsocket_domain ipv4\n")
+        }
+        BenchDoor::Unix => format!("listener 0 {}\n", unix_socket(dir).display()),
+    }
+}
+
+fn unix_socket(dir: &Path) -> PathBuf {
+    dir.join("mqtt.sock")
 }
 
 /// The saguin configuration, for BENCHMARKS.md, with a placeholder for
@@ -530,9 +569,43 @@ impl Broker {
         };
         let access = Access {
             tls: Some(client),
-            credentials: None,
+            ..Access::default()
         };
         Broker::launch(kind, binaries, dir, &config, (port, None), access)
+    }
+
+    /// `kind` on its one door of `door`, set up otherwise as for figures 1
+    /// to 5 (figure 15).
+    pub fn start_door(
+        kind: BrokerKind,
+        binaries: &BrokerBinaries,
+        door: BenchDoor,
+    ) -> Result<Broker, String> {
+        let dir = TempDir::new(kind.name())?;
+        let socket = unix_socket(&dir.0);
+        let access = Access {
+            door: match door {
+                BenchDoor::WebSocket => Door::WebSocket,
+                BenchDoor::Unix => Door::Unix(socket),
+            },
+            ..Access::default()
+        };
+        let (config, ports) = match kind {
+            BrokerKind::Saguin | BrokerKind::Baseline => {
+                (saguin_door_config(door, &dir.0), (None, None))
+            }
+            BrokerKind::Mosquitto => {
+                // mosquitto binds its Unix socket as its own user.
+                use std::os::unix::fs::PermissionsExt;
+                fs::set_permissions(&dir.0, fs::Permissions::from_mode(0o777))
+                    .map_err(|e| format!("chmod {}: {e}", dir.0.display()))?;
+                let (tcp_port, door_port) = (free_loopback_port()?, free_loopback_port()?);
+                let mut config = mosquitto_config(tcp_port, MosquittoSetup::Bench, &dir.0);
+                config.push_str(&mosquitto_door_lines(door, door_port, &dir.0));
+                (config, (Some(door_port), Some(tcp_port)))
+            }
+        };
+        Broker::launch(kind, binaries, dir, &config, ports, access)
     }
 
     /// Saguin checking every CONNECT against `password_file`, with
@@ -547,8 +620,8 @@ impl Broker {
         let dir = TempDir::new(kind.name())?;
         let config = saguin_acl_config(password_file, acl_file);
         let access = Access {
-            tls: None,
             credentials: Some(credentials),
+            ..Access::default()
         };
         Broker::launch(kind, binaries, dir, &config, (None, None), access)
     }
@@ -594,8 +667,11 @@ impl Broker {
             dir,
         };
         let deadline = Instant::now() + START_TIMEOUT;
-        let port = broker.wait_for_listening_port(deadline, not_mqtt)?;
-        broker.address.set_port(port);
+        // A Unix door has no port to find: the CONNECT says it serves.
+        if !matches!(broker.access.door, Door::Unix(_)) {
+            let port = broker.wait_for_listening_port(deadline, not_mqtt)?;
+            broker.address.set_port(port);
+        }
         broker.wait_until_serving(deadline)?;
         Ok(broker)
     }
@@ -606,6 +682,7 @@ impl Broker {
             address: self.address,
             tls: self.access.tls.clone(),
             credentials: self.access.credentials.clone(),
+            door: self.access.door.clone(),
         }
     }
 

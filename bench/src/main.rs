@@ -30,7 +30,9 @@ use std::time::Duration;
 
 use saguin::codec::QoS;
 
-use brokers::{Broker, BrokerBinaries, BrokerKind, SaguinSetup, TempDir, DURABLE_FILTER};
+use brokers::{
+    BenchDoor, Broker, BrokerBinaries, BrokerKind, SaguinSetup, TempDir, DURABLE_FILTER,
+};
 use footprint::{BinarySize, MemorySample, IDLE_CLIENTS};
 use load::{
     Latency, Throughput, Topics, END_TO_END_WINDOW_MESSAGES, PAYLOAD_BYTES, QOS1_WINDOW_MESSAGES,
@@ -43,7 +45,7 @@ usage: saguin-bench soak [...]   the soak (saguin-bench soak --help)
        saguin-bench [--quick] [--write FILE] [--only LIST] [--saguin-bin PATH] [--baseline-bin PATH]
   --quick              fewer messages and a 3 s latency run (a smoke test, not for BENCHMARKS.md)
   --write FILE         also write the report to FILE (BENCHMARKS.md)
-  --only LIST          comma-separated figures to run: 1,2,3,4,5,6,7,8,9,11,12,13,14,footprint
+  --only LIST          comma-separated figures to run: 1,2,3,4,5,6,7,8,9,11,12,13,14,15,footprint
                        (default: all; 9 is figures 9 and 10)
   --saguin-bin PATH    the broker binary (default: saguin beside this executable)
   --baseline-bin PATH  another saguin binary (an older commit's) run beside it in figures 1 to 7,
@@ -74,11 +76,12 @@ enum Figure {
     Acl,
     Tls,
     Operations,
+    Doors,
     Footprint,
 }
 
 impl Figure {
-    const ALL: [Figure; 14] = [
+    const ALL: [Figure; 15] = [
         Figure::Qos0,
         Figure::Qos1,
         Figure::FanOut,
@@ -92,6 +95,7 @@ impl Figure {
         Figure::Acl,
         Figure::Tls,
         Figure::Operations,
+        Figure::Doors,
         Figure::Footprint,
     ];
 
@@ -114,6 +118,7 @@ impl Figure {
             Figure::Acl => "12",
             Figure::Tls => "13",
             Figure::Operations => "14",
+            Figure::Doors => "15",
             Figure::Footprint => "footprint",
         }
     }
@@ -244,6 +249,7 @@ impl Plan {
             | Figure::Acl
             | Figure::Tls
             | Figure::Operations
+            | Figure::Doors
             | Figure::Footprint => return None,
         };
         Some(Throughput {
@@ -302,6 +308,7 @@ fn figure_label(figure: Figure) -> &'static str {
         | Figure::Acl
         | Figure::Tls
         | Figure::Operations
+        | Figure::Doors
         | Figure::Footprint => "",
     }
 }
@@ -493,6 +500,86 @@ fn run_traffic_figures(
         let load = plan.throughput_load(Figure::Qos1).expect("figure 2's load");
         run_operations_figure(plan, &load, binaries, results);
     }
+    if wanted(Figure::Doors) {
+        run_doors_figure(plan, binaries, ticks_per_s, results)?;
+    }
+    Ok(())
+}
+
+/// Figure 15: saguin and mosquitto on their other doors: figure 2's load
+/// over WebSocket and over a Unix socket, and what an idle WebSocket
+/// connection holds beside an idle TCP one.
+fn run_doors_figure(
+    plan: &Plan,
+    binaries: &BrokerBinaries,
+    ticks_per_s: u64,
+    results: &mut Results,
+) -> Result<(), String> {
+    let load = plan
+        .throughput_load(Figure::Qos1)
+        .expect("a throughput figure");
+    let doors = [
+        (
+            BenchDoor::WebSocket,
+            "15a",
+            "15a. WebSocket: broadcast QoS 1, 1 → 1, 64 B",
+        ),
+        (
+            BenchDoor::Unix,
+            "15b",
+            "15b. Unix socket: broadcast QoS 1, 1 → 1, 64 B",
+        ),
+    ];
+    for (door, tag, label) in doors {
+        let mut brokers = Vec::new();
+        for kind in BrokerKind::BOTH {
+            let broker = Broker::start_door(kind, binaries, door)?;
+            println!("{kind} serving {door:?} (pid {})", broker.pid());
+            brokers.push(broker);
+        }
+        let (rate, cpu) = run_throughput_figure(label, tag, &load, plan, &brokers, ticks_per_s);
+        results.figures.push(rate);
+        results.broker_cpu.push(cpu);
+        for broker in brokers {
+            broker.stop();
+        }
+    }
+    if let Some(blocker) = footprint::memory_figure_blocker() {
+        println!("   15c: {blocker}");
+        return Ok(());
+    }
+    println!("\n== 15c. resident memory per idle connection, WebSocket and TCP");
+    let mut rows = [
+        Row::new(
+            format!("15c. per idle WebSocket connection: (with {IDLE_CLIENTS} − idle) / {IDLE_CLIENTS}"),
+            Unit::Bytes,
+            Better::Lower,
+        ),
+        Row::new(
+            format!("15d. per idle TCP connection, the same runs' way: (with {IDLE_CLIENTS} − idle) / {IDLE_CLIENTS}"),
+            Unit::Bytes,
+            Better::Lower,
+        ),
+    ];
+    for run in 1..=plan.runs_per_broker {
+        for kind in BrokerKind::BOTH {
+            for (row, door) in rows.iter_mut().zip([Some(BenchDoor::WebSocket), None]) {
+                let label = format!("d{run}{kind}{}", if door.is_some() { "w" } else { "t" });
+                let prefix = format!("   memory run {run} {kind:<9} {door:?}");
+                match footprint::measure_memory(kind, binaries, door, &label) {
+                    Ok(sample) => {
+                        print_memory_sample(&prefix, &sample);
+                        row.push(kind, Sample::Value(sample.per_connection_bytes()));
+                    }
+                    Err(failure) => {
+                        println!("{prefix} FAILED: {failure}");
+                        row.push(kind, Sample::Failed(failure));
+                    }
+                }
+            }
+        }
+    }
+    results.figures.extend(rows);
     Ok(())
 }
 
@@ -1100,7 +1187,7 @@ fn measure_memory_rows(plan: &Plan, binaries: &BrokerBinaries) -> Vec<Row> {
     for run in 1..=plan.runs_per_broker {
         for kind in BrokerKind::BOTH {
             let prefix = format!("   memory run {run} {kind:<9}");
-            match footprint::measure_memory(kind, binaries, &format!("m{run}{kind}")) {
+            match footprint::measure_memory(kind, binaries, None, &format!("m{run}{kind}")) {
                 Ok(sample) => {
                     print_memory_sample(&prefix, &sample);
                     idle.push(kind, Sample::Value(sample.idle_bytes as f64));
@@ -1323,12 +1410,23 @@ fn method_notes(plan: &Plan) -> String {
          first scrape of a fresh saguin, the one it computes, timed from the request to the last \
          byte, with {scrape_clients} idle MQTT 5 clients connected and {scrape_channels} append \
          channels on a memory provider.\n\
+         - Other doors (figure 15): a fresh pair of brokers for each door, each with that door \
+         alone (mosquitto beside it the TCP listener 2.0.11 needs before it opens a WebSocket \
+         one). 15a is figure 2's load over WebSocket (saguin's `ws` door, same_origin off; \
+         mosquitto's `protocol websockets` listener with `socket_domain ipv4`): the load \
+         generator asks for the upgrade and frames every write as one binary frame masked as a \
+         client's must be, with saguin's own frame code, and reads what comes back in place. 15b \
+         is the same load over a Unix socket (saguin's `unix` door; mosquitto's `listener 0 \
+         <path>`). 15c and 15d: resident memory of a fresh broker idle and with {idle} idle \
+         clients connected over WebSocket (15c) and over TCP (15d), in the same runs, as the \
+         footprint's memory figure takes it.\n\
          {stock}",
         handshakes = report::with_thousands(plan.handshakes as f64),
         handshake_threads = handshakes::THREADS,
         stock = stock::method_notes(&stock::StockPlan::new(plan.runs_per_broker, plan.quick)),
         scrape_clients = report::with_thousands(scrape::SCRAPE_CLIENTS as f64),
         scrape_channels = scrape::SCRAPE_CHANNELS,
+        idle = report::with_thousands(IDLE_CLIENTS as f64),
         storm = report::with_thousands(auth_storm::STORM_CONNECTS as f64),
         storm_threads = auth_storm::STORM_THREADS,
         argon2id_storm = report::with_thousands(auth_storm::ARGON2ID_STORM_CONNECTS as f64),

@@ -13,7 +13,7 @@ use super::exchanges::{self, Qos2Config, SessionConfig, ShareConfig};
 use super::findings::{show, Findings};
 use super::include::Origin;
 use super::limits::{self, Limits};
-use super::listen::{self, TcpDoor};
+use super::listen::{self, MqttDoor};
 use super::persistence::{self, RetainedConfig};
 use super::storage::{self, StorageConfig};
 use super::table::{table, Keys};
@@ -87,10 +87,11 @@ impl fmt::Display for LogLevel {
 /// Everything under `broker.mqtt:` that this version implements.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct MqttConfig {
-    /// The TCP doors to listen on, in the order written. Never empty in a
-    /// validated configuration: with no listener written, one door named
-    /// `tcp` on `0.0.0.0:1883`.
-    pub tcp: Vec<TcpDoor>,
+    /// The doors to listen on, every kind's, `tcp` then `ws` then `unix`,
+    /// each kind's in the order written. Never empty in a validated
+    /// configuration: with no listener written, one door named `tcp` on
+    /// `0.0.0.0:1883`.
+    pub doors: Vec<MqttDoor>,
     /// `broker.mqtt.min_protocol_version`.
     pub min_protocol_version: MinProtocolVersion,
     /// `broker.mqtt.acl_file`: an absolute path; `None` lets every client
@@ -124,15 +125,15 @@ impl MqttConfig {
         warnings.extend(acl_identity::unidentified_doors(
             self.acl_file.as_deref(),
             &rules,
-            &self.tcp,
+            &self.doors,
         ));
         warnings
     }
 
-    fn door_keys(&self) -> impl Iterator<Item = (&str, &AuthenticationKeys)> {
-        self.tcp
+    fn door_keys(&self) -> impl Iterator<Item = authentication::DoorKeys<'_>> {
+        self.doors
             .iter()
-            .map(|door| (door.name.as_str(), &door.authentication))
+            .map(|door| (door.kind(), door.name.as_str(), &door.authentication))
     }
 }
 
@@ -207,7 +208,7 @@ pub(super) fn broker(
     let operations = super::operations::parse(
         f,
         t.get("operations"),
-        mqtt.as_ref().map(|m| m.tcp.as_slice()),
+        mqtt.as_ref().map(|m| m.doors.as_slice()),
     );
     let storage = storage::parse(f, t.get("storage"), limits.as_ref(), origin);
     // Both name a provider, so they are settled once storage is known; a
@@ -340,14 +341,14 @@ fn pid_file(f: &mut Findings, value: Option<&Value>) -> Option<Option<PathBuf>> 
 
 fn mqtt(f: &mut Findings, value: Option<&Value>) -> Option<MqttConfig> {
     let t = table(f, "broker.mqtt", value.unwrap_or(&Value::Null), &MQTT_KEYS)?;
-    let tcp = listen::parse(f, "broker.mqtt.listen", t.get("listen"));
+    let doors = listen::parse(f, "broker.mqtt.listen", t.get("listen"));
     let min_protocol_version = min_protocol_version(f, t.get("min_protocol_version"));
     let authentication = authentication::keys(f, "broker.mqtt", &t);
     let trust_unchecked_user_names =
         authentication::trust_unchecked_user_names(f, t.get("trust_unchecked_user_names"));
     let acl_file = acl_file(f, t.get("acl_file"));
     let mqtt = MqttConfig {
-        tcp: tcp?,
+        doors: doors?,
         min_protocol_version: min_protocol_version?,
         authentication: authentication?,
         trust_unchecked_user_names: trust_unchecked_user_names?,
@@ -356,7 +357,7 @@ fn mqtt(f: &mut Findings, value: Option<&Value>) -> Option<MqttConfig> {
     let rules = mqtt.door_rules();
     authentication::check(f, &rules, mqtt.door_keys());
     let acl_file = mqtt.acl_file.as_deref();
-    acl_identity::check(f, acl_file, &mqtt.authentication, &rules, &mqtt.tcp);
+    acl_identity::check(f, acl_file, &mqtt.authentication, &rules, &mqtt.doors);
     Some(mqtt)
 }
 

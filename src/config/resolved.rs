@@ -11,6 +11,7 @@ use serde_yaml::{Mapping, Value};
 use super::broker::BrokerConfig;
 use super::channels::{ChannelConfig, ChannelKind, Start};
 use crate::bridge::BridgeSettings;
+use crate::net::Listen;
 use crate::store::{CommitPolicy, ProviderKind, ProviderSettings};
 
 /// The sections `?section=` names, each a part of the document.
@@ -182,11 +183,35 @@ fn section(config: &Parts<'_>, whole: &Value, name: &str) -> Value {
 
 fn mqtt(config: &Parts<'_>) -> Mapping {
     let m = &config.broker.mqtt;
-    let mut doors = Mapping::new();
+    let mut kinds: Vec<(&str, Mapping)> = ["tcp", "ws", "unix"]
+        .into_iter()
+        .map(|kind| (kind, Mapping::new()))
+        .collect();
     // Each door as it admits clients: its own keys, or the block's.
-    for (door, rule) in m.tcp.iter().zip(m.door_rules()) {
+    for (door, rule) in m.doors.iter().zip(m.door_rules()) {
         let mut d = Mapping::new();
-        put(&mut d, "address", door.address.as_str());
+        match &door.listen {
+            Listen::Tcp { address } => put(&mut d, "address", address.as_str()),
+            Listen::WebSocket { address, origins } => {
+                put(&mut d, "address", address.as_str());
+                put(&mut d, "same_origin", origins.same_origin);
+                let allowed: Vec<Value> = origins
+                    .allowed()
+                    .iter()
+                    .map(|o| Value::String(o.clone()))
+                    .collect();
+                put(&mut d, "allowed_origins", Value::Sequence(allowed));
+            }
+            Listen::Unix {
+                path: socket,
+                mode,
+                proxy_protocol,
+            } => {
+                put(&mut d, "path", path(Some(socket)));
+                put(&mut d, "mode", format!("{mode:04o}"));
+                put(&mut d, "proxy_protocol", *proxy_protocol);
+            }
+        }
         put(&mut d, "password_file", path(rule.password_file.as_deref()));
         put(&mut d, "allow_anonymous", rule.allow_anonymous);
         if let Some(tls) = &door.tls {
@@ -197,10 +222,16 @@ fn mqtt(config: &Parts<'_>) -> Mapping {
             let t = tls_block(files, tls.client_ca_file.as_deref(), required);
             put(&mut d, "tls", t);
         }
-        put(&mut doors, door.name.as_str(), d);
+        if let Some((_, doors)) = kinds.iter_mut().find(|(kind, _)| *kind == door.kind()) {
+            put(doors, door.name.as_str(), d);
+        }
     }
     let mut listen = Mapping::new();
-    put(&mut listen, "tcp", doors);
+    for (kind, doors) in kinds {
+        if !doors.is_empty() {
+            put(&mut listen, kind, doors);
+        }
+    }
     let mut out = Mapping::new();
     put(&mut out, "listen", listen);
     let version = match m.min_protocol_version {
@@ -458,7 +489,7 @@ fn bridges(config: &Parts<'_>) -> Mapping {
     let mut out = Mapping::new();
     for b in config.bridges {
         let mut m = Mapping::new();
-        put(&mut m, "peer", format!("tcp://{}", b.peer.address()));
+        put(&mut m, "peer", b.peer.url());
         put(&mut m, "client_id", b.client_id.as_str());
         put(&mut m, "username", b.username.as_deref());
         put(

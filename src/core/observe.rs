@@ -147,6 +147,9 @@ pub struct SessionRow {
     pub keepalive_s: Option<u16>,
     pub expiry_interval_s: u32,
     pub subscriptions: u64,
+    /// Where its connection comes from, where the door learnt that: the
+    /// client a proxy speaks for, or a Unix socket's peer.
+    pub remote: Option<String>,
 }
 
 /// Sessions, held ones first, capped.

@@ -1,13 +1,13 @@
 //! One client connection, served by one future: it reads packets into the
 //! core and writes the connection's outbox onto the socket, and it waits for
 //! "socket readable, socket writable or outbox changed" in one place. An
-//! idle connection holds no buffer and nothing boxed; what only a TLS
-//! door, a password check or a stalled write needs is boxed while it lasts.
+//! idle connection holds no buffer and nothing boxed; what only a TLS,
+//! WebSocket or Unix door, a password check or a stalled write needs is
+//! boxed while it lasts (`socket.rs`).
 
 use std::cell::Cell;
 use std::future::Future;
 use std::io;
-use std::net::{Shutdown, SocketAddr, TcpStream};
 use std::pin::Pin;
 use std::rc::Rc;
 use std::sync::Arc;
@@ -15,12 +15,13 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 
 use smol::future;
-use smol::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use smol::io::{AsyncReadExt, AsyncWriteExt};
 use smol::lock::Semaphore;
-use smol::{Async, Timer};
+use smol::Timer;
 
 use super::outbox::Outbox;
-use super::{quick_ack, tls, SharedRef};
+use super::socket::{Duplex, Socket};
+use super::SharedRef;
 use crate::codec::{
     decode_first_header, decode_fixed_header, decode_packet, peek_connect_version, DecodeError,
     FixedHeader, Packet, PacketType, ProtocolVersion, ReasonCode,
@@ -60,63 +61,12 @@ const TOO_LARGE: DecodeError = DecodeError {
     reason: "packet larger than the maximum packet size",
 };
 
-/// How long a closing TLS connection may take to say so to its client.
+/// How long a closing TLS or WebSocket connection may take to say so to
+/// its client.
 const CLOSE_NOTIFY_MS: u64 = 1_000;
 
-/// A TLS door's configuration as it was when a connection arrived, and the
-/// door's name for log lines.
-pub struct Tls {
-    pub config: Arc<rustls::ServerConfig>,
-    pub door: Rc<str>,
-}
-
-type TlsStream = futures_rustls::server::TlsStream<Async<TcpStream>>;
-
-/// The socket under a connection. Two variants, one of them a pointer,
-/// keep it as small as the plain socket alone: a third would cost every
-/// connection's future 8 B for its tag.
-enum Socket {
-    Plain(Async<TcpStream>),
-    /// Boxed, so that a plain door pays nothing for TLS.
-    Secure(Box<Secure>),
-}
-
-/// A TLS socket, as far as its handshake has got.
-enum Secure {
-    Handshake(Handshake),
-    Stream(TlsStream),
-}
-
-/// A TLS door's handshake, run in the connection's slot so that it is
-/// bounded as a CONNECT is: the core's connect timeout (or a shutdown)
-/// ends it.
-struct Handshake {
-    accept: futures_rustls::FallibleAccept<Async<TcpStream>>,
-    door: Rc<str>,
-    peer: Option<SocketAddr>,
-}
-
 /// Serves one accepted connection until it ends.
-pub fn serve(
-    shared: SharedRef,
-    stream: async_net::TcpStream,
-    tls: Option<Tls>,
-    key: Key,
-    outbox: Outbox,
-) -> Connection {
-    let Ok(stream) = Arc::try_unwrap(Arc::<Async<TcpStream>>::from(stream)) else {
-        unreachable!("a stream just accepted has no other handle")
-    };
-    let socket = match tls {
-        None => Socket::Plain(stream),
-        Some(tls) => Socket::Secure(Box::new(Secure::Handshake(Handshake {
-            peer: stream.get_ref().peer_addr().ok(),
-            accept: futures_rustls::TlsAcceptor::from(tls.config)
-                .accept(stream)
-                .into_fallible(),
-            door: tls.door,
-        }))),
-    };
+pub fn serve(shared: SharedRef, socket: Socket, key: Key, outbox: Outbox) -> Connection {
     Connection {
         shared,
         key,
@@ -284,8 +234,8 @@ impl Connection {
         if dead {
             return Step::Done;
         }
-        if self.socket.in_handshake() {
-            return self.handshake(cx, closing);
+        if self.socket.in_opening() {
+            return self.open(cx, closing);
         }
         let wrote = match self.write(cx) {
             Ok(wrote) => wrote,
@@ -344,50 +294,21 @@ impl Connection {
         }
     }
 
-    fn handshake(&mut self, cx: &mut Context<'_>, closing: bool) -> Step {
-        let Socket::Secure(secure) = &mut self.socket else {
-            return Step::Progress;
-        };
-        let Secure::Handshake(handshake) = &mut **secure else {
-            return Step::Progress;
-        };
-        let door = &handshake.door;
-        let known_peer = handshake.peer;
-        let peer = || known_peer.map_or_else(|| "a client".to_string(), |a| a.to_string());
-        if closing {
-            log::info!(
-                "{door}: TLS handshake with {} did not finish in time",
-                peer()
-            );
-            return Step::Done;
-        }
-        let established = match Pin::new(&mut handshake.accept).poll(cx) {
+    /// Runs the socket's opening (a TLS handshake, a WebSocket upgrade, a
+    /// PROXY header) on, and hands the core what it learnt of the client.
+    fn open(&mut self, cx: &mut Context<'_>, closing: bool) -> Step {
+        let learnt = match self.socket.poll_opening(cx, closing) {
             Poll::Pending => return Step::Wait,
-            Poll::Ready(Ok(established)) => established,
-            Poll::Ready(Err((error, stream))) => {
-                let hint = tls::handshake_hint(&error);
-                log::info!(
-                    "{door}: TLS handshake with {} failed: {error}{hint}",
-                    peer()
-                );
-                let _ = stream.get_ref().shutdown(Shutdown::Both);
-                return Step::Done;
-            }
+            Poll::Ready(None) => return Step::Done,
+            Poll::Ready(Some(learnt)) => learnt,
         };
-        if let Some(certificate) = tls::client_certificate(established.get_ref().1) {
-            match certificate.name() {
-                Some(name) => self
-                    .shared
-                    .borrow_mut()
-                    .broker
-                    .certified(self.key, name.into()),
-                None => log::warn!(
-                    "{door}: the client certificate {} presented was verified but carries neither a Common Name nor a DNS name; it names nobody, so the client is taken as one without a certificate",
-                    peer()
-                ),
-            }
+        let mut shared = self.shared.borrow_mut();
+        if let Some(name) = learnt.certified {
+            shared.broker.certified(self.key, name);
         }
-        **secure = Secure::Stream(established);
+        if let Some(source) = learnt.source {
+            shared.broker.introduced_from(self.key, source);
+        }
         Step::Progress
     }
 
@@ -446,27 +367,18 @@ impl Connection {
         Ok(Wrote::Blocked)
     }
 
-    /// Ends the connection in both directions; over TLS, after telling
-    /// the client so (close_notify), for at most `CLOSE_NOTIFY_MS`.
+    /// Ends the connection in both directions; over TLS or WebSocket,
+    /// after telling the client so, for at most `CLOSE_NOTIFY_MS`.
     fn close(&mut self, cx: &mut Context<'_>) -> Step {
-        match &mut self.socket {
-            Socket::Plain(stream) => {
-                let _ = stream.get_ref().shutdown(Shutdown::Both);
-                Step::Done
-            }
-            Socket::Secure(secure) => {
-                let Secure::Stream(stream) = &mut **secure else {
-                    return Step::Done;
-                };
-                let late = Pin::new(self.rare.deadline(CLOSE_NOTIFY_MS))
-                    .poll(cx)
-                    .is_ready();
-                if !late && Pin::new(&mut *stream).poll_close(cx).is_pending() {
-                    return Step::Wait;
-                }
-                let _ = stream.get_ref().0.get_ref().shutdown(Shutdown::Both);
-                Step::Done
-            }
+        let late = match &self.socket {
+            Socket::Plain(_) => false,
+            Socket::Layered(_) => Pin::new(self.rare.deadline(CLOSE_NOTIFY_MS))
+                .poll(cx)
+                .is_ready(),
+        };
+        match self.socket.poll_close(cx, late) {
+            Poll::Pending => Step::Wait,
+            Poll::Ready(()) => Step::Done,
         }
     }
 
@@ -658,53 +570,6 @@ impl Connection {
     }
 }
 
-impl Socket {
-    fn poll_read(&mut self, cx: &mut Context<'_>, buf: &mut [u8]) -> Poll<io::Result<usize>> {
-        match self {
-            Socket::Plain(stream) => Pin::new(stream).poll_read(cx, buf),
-            Socket::Secure(secure) => match &mut **secure {
-                Secure::Stream(stream) => Pin::new(stream).poll_read(cx, buf),
-                Secure::Handshake(_) => Poll::Pending,
-            },
-        }
-    }
-
-    fn poll_write(&mut self, cx: &mut Context<'_>, bytes: &[u8]) -> Poll<io::Result<usize>> {
-        match self {
-            Socket::Plain(stream) => Pin::new(stream).poll_write(cx, bytes),
-            Socket::Secure(secure) => match &mut **secure {
-                Secure::Stream(stream) => Pin::new(stream).poll_write(cx, bytes),
-                Secure::Handshake(_) => Poll::Pending,
-            },
-        }
-    }
-
-    fn poll_flush(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        match self {
-            Socket::Plain(stream) => Pin::new(stream).poll_flush(cx),
-            Socket::Secure(secure) => match &mut **secure {
-                Secure::Stream(stream) => Pin::new(stream).poll_flush(cx),
-                Secure::Handshake(_) => Poll::Pending,
-            },
-        }
-    }
-
-    /// Has what was read acknowledged at once (see `quick_ack`).
-    fn acknowledge_now(&self) {
-        match self {
-            Socket::Plain(stream) => quick_ack::acknowledge_now(stream.get_ref()),
-            Socket::Secure(secure) => match &**secure {
-                Secure::Stream(stream) => quick_ack::acknowledge_now(stream.get_ref().0.get_ref()),
-                Secure::Handshake(_) => {}
-            },
-        }
-    }
-
-    fn in_handshake(&self) -> bool {
-        matches!(self, Socket::Secure(secure) if matches!(**secure, Secure::Handshake(_)))
-    }
-}
-
 /// Feeds one decoded packet, or the error that stopped decoding it, to the
 /// core. Returns whether the connection is still open.
 fn dispatch(shared: &SharedRef, key: Key, header: &FixedHeader, body: &[u8], now_ms: u64) -> bool {
@@ -782,7 +647,7 @@ async fn sleep_ms(duration_ms: u64) {
 /// Answers a socket that found every connection slot taken: once the
 /// opening bytes of its CONNECT say which version it speaks, it is told
 /// Server Busy in that version's words, then closed.
-pub async fn refuse_busy(mut stream: async_net::TcpStream, wait_ms: u64) {
+pub async fn refuse_busy(mut stream: Box<dyn Duplex>, wait_ms: u64) {
     let mut opening = [0u8; 16];
     let mut filled = 0;
     let read_opening = async {
@@ -811,7 +676,7 @@ pub async fn refuse_busy(mut stream: async_net::TcpStream, wait_ms: u64) {
             future::or(write, sleep_ms(wait_ms)).await;
         }
     }
-    let _ = stream.shutdown(Shutdown::Both);
+    stream.shutdown();
 }
 
 #[cfg(test)]

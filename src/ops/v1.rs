@@ -44,13 +44,14 @@ pub fn sessions(view: &SessionsView) -> String {
         .map(|row| {
             let optional = |value: Option<String>| value.unwrap_or_else(|| "null".to_string());
             format!(
-                "{{\"client_id\":{},\"connected\":{},\"protocol\":{},\"keepalive\":{},\"expires_after\":{},\"subscriptions\":{}}}",
+                "{{\"client_id\":{},\"connected\":{},\"protocol\":{},\"keepalive\":{},\"expires_after\":{},\"subscriptions\":{},\"remote\":{}}}",
                 string(&row.client_id),
                 row.connected,
                 optional(row.protocol.map(|p| if p == 5 { "5".into() } else { "\"3.1.1\"".into() })),
                 optional(row.keepalive_s.map(|k| k.to_string())),
                 row.expiry_interval_s,
-                row.subscriptions
+                row.subscriptions,
+                optional(row.remote.as_deref().map(string))
             )
         })
         .collect();
@@ -230,9 +231,11 @@ mod tests {
                 keepalive_s: None,
                 expiry_interval_s: 60,
                 subscriptions: 1,
+                remote: Some("192.0.2.7:40000".into()),
             }],
         });
         assert!(body.contains("\"client_id\":\"a\\\"b\""), "{body}");
+        assert!(body.contains("\"remote\":\"192.0.2.7:40000\"}"), "{body}");
         assert!(body.ends_with("\"total\":3,\"connected\":2,\"offline\":1,\"returned\":1}"));
     }
 }

@@ -194,7 +194,7 @@ pub fn check_config(path: &Path) -> Result<(Config, Vec<String>), String> {
     if let Some(acl) = &config.broker.mqtt.acl_file {
         crate::config::acl_file::load(acl, &config.channels).map_err(|e| e.to_string())?;
     }
-    let tls = config.broker.mqtt.tcp.iter().map(|d| d.tls.clone());
+    let tls = config.broker.mqtt.doors.iter().map(|d| d.tls.clone());
     crate::net::load_tls(tls.collect()).map_err(|e| e.to_string())?;
     crate::net::load_bridge_tls(&config.bridges).map_err(|e| e.to_string())?;
     let warnings = config.broker.mqtt.warnings();

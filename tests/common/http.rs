@@ -31,6 +31,19 @@ impl Answer {
     }
 }
 
+/// What a plain GET of `path` at the operations door `address` answered,
+/// whole: the status line, the head and the body.
+pub fn get_text(address: &str, path: &str) -> String {
+    use std::io::{Read, Write};
+    let mut stream = std::net::TcpStream::connect(address).unwrap();
+    stream.set_read_timeout(Some(super::WAIT)).unwrap();
+    let request = format!("GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n");
+    stream.write_all(request.as_bytes()).unwrap();
+    let mut text = String::new();
+    stream.read_to_string(&mut text).unwrap();
+    text
+}
+
 /// Runs `script` under python3 with Prometheus text `body` on its standard
 /// input, the script importing `prometheus_client`; what it printed, or
 /// `None` (said loudly) when python3 or the parser is not installed.

@@ -7,6 +7,8 @@
 pub mod certs;
 pub mod http;
 pub mod mosquitto;
+pub mod proxy;
+pub mod websocket;
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
@@ -25,6 +27,15 @@ use saguin::codec::{
 /// because the armv7 and aarch64 runs are emulated; a passing test never
 /// waits this long.
 pub const WAIT: Duration = Duration::from_secs(20);
+
+/// A loopback port nothing listens on now; a peer is started on it later.
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
 
 /// A directory removed when the test ends.
 pub struct TempDir(PathBuf);
@@ -239,9 +250,59 @@ pub enum Received {
     Closed,
 }
 
+/// The blocking socket under a raw client: TCP, a Unix socket, or
+/// WebSocket frames over TCP.
+pub enum Stream {
+    Tcp(TcpStream),
+    Unix(std::os::unix::net::UnixStream),
+    WebSocket(Box<websocket::Framed>),
+}
+
+impl Stream {
+    fn set_nonblocking(&self, nonblocking: bool) -> std::io::Result<()> {
+        match self {
+            Stream::Tcp(s) => s.set_nonblocking(nonblocking),
+            Stream::Unix(s) => s.set_nonblocking(nonblocking),
+            Stream::WebSocket(s) => s.socket().set_nonblocking(nonblocking),
+        }
+    }
+
+    fn set_read_timeout(&self, timeout: Option<Duration>) -> std::io::Result<()> {
+        match self {
+            Stream::Tcp(s) => s.set_read_timeout(timeout),
+            Stream::Unix(s) => s.set_read_timeout(timeout),
+            Stream::WebSocket(s) => s.socket().set_read_timeout(timeout),
+        }
+    }
+}
+
+impl Read for Stream {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        match self {
+            Stream::Tcp(s) => s.read(buf),
+            Stream::Unix(s) => s.read(buf),
+            Stream::WebSocket(s) => s.read(buf),
+        }
+    }
+}
+
+impl Write for Stream {
+    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+        match self {
+            Stream::Tcp(s) => s.write(bytes),
+            Stream::Unix(s) => s.write(bytes),
+            Stream::WebSocket(s) => s.write(bytes),
+        }
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
 /// A minimal MQTT client over a blocking socket, for exact packets.
 pub struct RawClient {
-    stream: TcpStream,
+    stream: Stream,
     buf: Vec<u8>,
     pub version: ProtocolVersion,
 }
@@ -250,10 +311,31 @@ impl RawClient {
     pub fn open(address: &str, version: ProtocolVersion) -> RawClient {
         let stream = TcpStream::connect(address).expect("connect to the broker");
         stream.set_nodelay(true).unwrap();
+        RawClient::over(Stream::Tcp(stream), version)
+    }
+
+    /// A client over a stream already open to the broker.
+    pub fn over(stream: Stream, version: ProtocolVersion) -> RawClient {
         RawClient {
             stream,
             buf: Vec::new(),
             version,
+        }
+    }
+
+    /// A client on the Unix socket at `path`.
+    pub fn open_unix(path: &Path, version: ProtocolVersion) -> RawClient {
+        let stream = std::os::unix::net::UnixStream::connect(path).expect("connect to the socket");
+        RawClient::over(Stream::Unix(stream), version)
+    }
+
+    /// Sends CONNECT for `client_id` with a clean session and returns the
+    /// CONNACK's reason code.
+    pub fn connect_with(&mut self, connect: Connect) -> u8 {
+        self.send(&Packet::Connect(Box::new(connect)));
+        match self.recv() {
+            Received::Packet(Packet::Connack(connack)) => connack.reason_code.0,
+            other => panic!("expected a CONNACK, got {other:?}"),
         }
     }
 
@@ -359,9 +441,12 @@ impl RawClient {
         );
     }
 
-    /// The socket, for a test that writes to it and never reads.
+    /// The TCP socket, for a test that writes to it and never reads.
     pub fn into_stream(self) -> TcpStream {
-        self.stream
+        match self.stream {
+            Stream::Tcp(stream) => stream,
+            _ => panic!("into_stream is for a client over TCP"),
+        }
     }
 
     /// A PINGREQ answered by a PINGRESP: the connection is alive and served.

@@ -1,7 +1,7 @@
 //! Debian's `mosquitto` broker, run by a test on a configuration and a
 //! port of its own.
 
-use std::net::{TcpListener, TcpStream};
+use std::net::TcpStream;
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -20,14 +20,6 @@ pub fn have_mosquitto(test: &str) -> bool {
     found
 }
 
-/// A port nothing listens on now.
-pub fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("a free port")
-}
-
 /// A running mosquitto, killed when dropped.
 pub struct Mosquitto {
     child: Child,
@@ -36,8 +28,8 @@ pub struct Mosquitto {
 
 impl Mosquitto {
     /// Runs mosquitto on `config`, written into `dir` as `mosquitto.conf`,
-    /// and waits until `port` (which the configuration listens on)
-    /// accepts. The directory is opened to the `mosquitto` user, which the
+    /// and waits until `port` and every other `listener` the configuration
+    /// names accept. The directory is opened to the `mosquitto` user, which the
     /// broker drops to when started as root.
     pub fn start(dir: &Path, config: &str, port: u16) -> Mosquitto {
         use std::os::unix::fs::PermissionsExt;
@@ -52,16 +44,27 @@ impl Mosquitto {
             .spawn()
             .expect("start mosquitto");
         let mut mosquitto = Mosquitto { child, port };
+        let listeners = config.lines().filter_map(|line| {
+            line.strip_prefix("listener ")?
+                .split(' ')
+                .next()?
+                .parse()
+                .ok()
+        });
+        // `listener 0 PATH` is a Unix socket, not a port.
+        let listeners = listeners.filter(|&listening: &u16| listening != 0);
         let deadline = Instant::now() + WAIT;
-        while TcpStream::connect(("127.0.0.1", port)).is_err() {
-            if let Ok(Some(status)) = mosquitto.child.try_wait() {
-                panic!("mosquitto exited ({status}) on:\n{config}");
+        for listening in std::iter::once(port).chain(listeners) {
+            while TcpStream::connect(("127.0.0.1", listening)).is_err() {
+                if let Ok(Some(status)) = mosquitto.child.try_wait() {
+                    panic!("mosquitto exited ({status}) on:\n{config}");
+                }
+                assert!(
+                    Instant::now() < deadline,
+                    "mosquitto did not listen on {listening}"
+                );
+                std::thread::sleep(Duration::from_millis(20));
             }
-            assert!(
-                Instant::now() < deadline,
-                "mosquitto did not listen on {port}"
-            );
-            std::thread::sleep(Duration::from_millis(20));
         }
         mosquitto
     }

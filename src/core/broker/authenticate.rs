@@ -38,7 +38,8 @@ impl Broker {
     /// certificate.
     pub fn credential_door(&self, conn: Key) -> Option<usize> {
         let connection = self.connections.get(conn)?;
-        let unchecked = connection.active.is_none() && connection.origin.certificate_user.is_none();
+        let unchecked =
+            connection.active.is_none() && connection.origin.certificate_user().is_none();
         unchecked.then_some(connection.origin.door)
     }
 
@@ -68,8 +69,8 @@ impl Broker {
         }
         // A certificate the shell verified names the client; no password
         // file is asked.
-        if let Some(name) = &connection.origin.certificate_user {
-            connection.user = Some((**name).clone());
+        if let Some(name) = connection.origin.certificate_user() {
+            connection.user = Some(name.into());
             return Ok(());
         }
         let door = connection.origin.door;

@@ -235,7 +235,7 @@ impl Broker {
         // again after a restart.
         let connection = self.connections.get(conn).expect("checked above");
         let user_name = connection.user.clone();
-        if let (Some(name), Some(_)) = (&user_name, &connection.origin.certificate_user) {
+        if let (Some(name), Some(_)) = (&user_name, connection.origin.certificate_user()) {
             log::info!("client {client_id} is user {name:?}, named by its certificate");
         }
         if let Some(connack) = self.connack_after_write(
@@ -276,8 +276,13 @@ impl Broker {
         if !self.send_within(conn, version, max_bytes, &Packet::Connack(connack), out) {
             return;
         }
+        // Where the door learnt it: the client a proxy speaks for, or a
+        // Unix socket's peer.
+        let from = self
+            .source(conn)
+            .map_or_else(String::new, |source| format!(" from {source}"));
         log::info!(
-            "client {client_id} connected (MQTT {}, session present: {session_present})",
+            "client {client_id} connected{from} (MQTT {}, session present: {session_present})",
             match version {
                 ProtocolVersion::V311 => "3.1.1",
                 ProtocolVersion::V5 => "5",

@@ -219,10 +219,8 @@ impl Broker {
         let mut view = SessionsView::default();
         let mut rows: Vec<SessionRow> = Vec::new();
         for (_, session) in self.sessions.iter() {
-            let active = session
-                .connection
-                .and_then(|key| self.connections.get(key))
-                .and_then(|c| c.active.as_ref());
+            let connection = session.connection.and_then(|key| self.connections.get(key));
+            let active = connection.and_then(|c| c.active.as_ref());
             view.total += 1;
             view.connected += u64::from(active.is_some());
             rows.push(SessionRow {
@@ -235,6 +233,10 @@ impl Broker {
                 keepalive_s: active.map(|a| a.keep_alive_s),
                 expiry_interval_s: session.expiry_interval_s,
                 subscriptions: session.subscriptions.len() as u64,
+                remote: active
+                    .and(connection)
+                    .and_then(|c| c.origin.source())
+                    .map(str::to_string),
             });
         }
         rows.sort_by(|a, b| {
