@@ -203,8 +203,8 @@ fn listeners_tls_bridges_and_included_files_as_the_manual_writes_them() {
              listener 1883 127.0.0.1\nallow_anonymous true\n\
              listener 8883\nsocket_domain ipv4\ncertfile {cert}\nkeyfile {key}\ncafile {ca}\n\
              require_certificate true\nuse_identity_as_username true\ntls_version tlsv1.2\nmax_connections 500\n\
-             listener 9001\nprotocol websockets\n\
-             listener 0 /run/mosquitto/mqtt.sock\n\
+             listener 9001\nprotocol websockets\nallow_anonymous true\n\
+             listener 0 {d}/mqtt.sock\nallow_anonymous true\n\
              persistence true\npersistence_location {d}/\nautosave_interval 60\n\
              max_inflight_messages 40\nmax_queued_messages 2000\nmax_queued_bytes 4194304\nmessage_size_limit 262144\n\
              max_keepalive 120\npersistent_client_expiration 2w\nretain_available true\n\
@@ -225,6 +225,10 @@ fn listeners_tls_bridges_and_included_files_as_the_manual_writes_them() {
         "address: \"127.0.0.1:1883\"",
         "allow_anonymous: true",
         "address: \"0.0.0.0:8883\"",
+        "ws:",
+        "address: \"0.0.0.0:9001\"",
+        "unix:",
+        "name: \"unix\"",
         "client_ca_file:",
         "min_version: \"1.2\"",
         "session_queue_bytes: 4194304",
@@ -245,13 +249,16 @@ fn listeners_tls_bridges_and_included_files_as_the_manual_writes_them() {
     }
     // What could not be carried says so, and what to write instead.
     assert!(
-        about(&report, &conf, 13).contains("ACTION: a WebSocket listener"),
+        about(&report, &conf, 14).contains("differs: a browser page from another origin"),
         "{report}"
     );
     assert!(
-        about(&report, &conf, 15)
-            .contains("broker.mqtt.listen.unix: {path: /run/mosquitto/mqtt.sock}"),
+        about(&report, &conf, 16).contains("became broker.mqtt.listen.unix[unix], path"),
         "{report}"
+    );
+    assert!(
+        config.contains(&format!("path: \"{}/mqtt.sock\"", d.display())),
+        "{config}"
     );
     assert!(
         about(&report, &bridge, 2).contains("not carried: backup.example.com:8883"),
@@ -266,15 +273,15 @@ fn listeners_tls_bridges_and_included_files_as_the_manual_writes_them() {
         "{report}"
     );
     assert!(
-        about(&report, &conf, 16).contains("mosquitto.db's contents are not read"),
+        about(&report, &conf, 18).contains("mosquitto.db's contents are not read"),
         "{report}"
     );
     assert!(
-        about(&report, &conf, 28).contains("carried: the log goes to standard output"),
+        about(&report, &conf, 30).contains("carried: the log goes to standard output"),
         "{report}"
     );
     assert!(
-        about(&report, &conf, 29).contains("not carried: the Debian and OpenWrt services"),
+        about(&report, &conf, 31).contains("not carried: the Debian and OpenWrt services"),
         "{report}"
     );
 }

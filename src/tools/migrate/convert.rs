@@ -56,7 +56,12 @@ pub fn plan(conf: &Path, dir: &Path, written_at: &str, host: &str) -> Result<Pla
     let anonymous_default = model.listeners.is_empty() && model.default_listener.is_none();
     let mut files = Files::new(dir);
     let global_security = security_keys("broker.mqtt", &model.security, &mut files, &mut outcomes)?;
-    let mut doors: Vec<Value> = Vec::new();
+    // The doors of each kind, in the order listen takes them.
+    let mut doors: [(&str, Vec<Value>); 3] = [
+        ("tcp", Vec::new()),
+        ("ws", Vec::new()),
+        ("unix", Vec::new()),
+    ];
     let mut door_names: Vec<String> = Vec::new();
     let mut acl_source: Option<(PathBuf, Line)> = model.security.acl_file.clone();
     let mut any_password_file = global_security.password_file.clone();
@@ -74,15 +79,20 @@ pub fn plan(conf: &Path, dir: &Path, written_at: &str, host: &str) -> Result<Pla
     };
     let mut max_connections: Option<u64> = Some(0);
     for listener in &listed {
-        let name = unique(&mut door_names, &format!("port-{}", listener.port));
+        let wanted = match listener.is_unix() {
+            true => "unix".to_string(),
+            false => format!("port-{}", listener.port),
+        };
+        let name = unique(&mut door_names, &wanted);
         let mut door = listeners::door(listener, &name, &base)?;
         outcomes.append(&mut door.outcomes);
         let Some(mut block) = door.block else {
             continue;
         };
+        let kind = listener.kind()?;
         let own = match model.per_listener {
             true => security_keys(
-                &format!("broker.mqtt.listen.tcp[{name}]"),
+                &format!("broker.mqtt.listen.{kind}[{name}]"),
                 &listener.security,
                 &mut files,
                 &mut outcomes,
@@ -132,13 +142,17 @@ pub fn plan(conf: &Path, dir: &Path, written_at: &str, host: &str) -> Result<Pla
             (Some(sum), Some(n)) => Some(sum + n),
             _ => None,
         };
-        doors.push(Value::Mapping(block));
+        if let Some((_, of_kind)) = doors.iter_mut().find(|(k, _)| *k == kind) {
+            of_kind.push(Value::Mapping(block));
+        }
     }
-    if doors.is_empty() {
+    if doors.iter().all(|(_, of_kind)| of_kind.is_empty()) {
         return Err(Failure::at(conf, None, "no listener can be carried over, so the broker would have no door; see the report's ACTION lines"));
     }
     let mut listen = Mapping::new();
-    put(&mut listen, "tcp", doors);
+    for (kind, of_kind) in doors.into_iter().filter(|(_, d)| !d.is_empty()) {
+        put(&mut listen, kind, of_kind);
+    }
     put(&mut mqtt, "listen", listen);
     if !model.per_listener {
         if let Some(path) = &global_security.password_file {
@@ -520,7 +534,13 @@ fn allow_anonymous_lines(model: &Model) -> impl Iterator<Item = &Line> {
 
 fn strip_allow_anonymous(mqtt: &mut Mapping) {
     mqtt.remove("allow_anonymous");
-    if let Some(Value::Sequence(doors)) = mqtt.get_mut("listen").and_then(|l| l.get_mut("tcp")) {
+    let Some(Value::Mapping(listen)) = mqtt.get_mut("listen") else {
+        return;
+    };
+    for (_, doors) in listen.iter_mut() {
+        let Value::Sequence(doors) = doors else {
+            continue;
+        };
         for door in doors.iter_mut().filter_map(Value::as_mapping_mut) {
             door.remove("allow_anonymous");
         }
@@ -671,7 +691,7 @@ fn global(
         "psk_file" => "ACTION: not carried: TLS with pre-shared keys is not served; use certificates".into(),
         "auth_plugin" | "plugin" | "global_plugin" => "ACTION: not carried: plugins are not loaded; password_file and acl_file are what decide".into(),
         key if key.starts_with("auth_opt_") || key.starts_with("plugin_opt_") => "not carried: plugins are not loaded".into(),
-        key if key.starts_with("websockets_") => "not carried: there is no WebSocket door yet".into(),
+        key if key.starts_with("websockets_") => "not carried: a ws door logs as every door does, and bounds an upgrade's headers itself".into(),
         _ => "not carried: not an option of mosquitto 2.0 this migration knows; check what it did by hand".into(),
     })
 }

@@ -1,9 +1,9 @@
 //! mosquitto's listeners, and the options written under one, as this
 //! broker's MQTT doors.
 //!
-//! A `tcp` door carries a plain or TLS listener. WebSocket and Unix-socket
-//! listeners have no door of this kind yet, so each is reported with the
-//! block to write by hand once that door exists, and left out.
+//! A plain or TLS listener becomes a `tcp` door, a `protocol websockets`
+//! one a `ws` door, and a Unix-socket one (`listener 0 PATH`) a `unix`
+//! door.
 
 use std::path::{Path, PathBuf};
 
@@ -104,6 +104,15 @@ impl Listener {
         self.port == 0
     }
 
+    /// The kind of door it becomes: `tcp`, `ws` or `unix`.
+    pub fn kind(&self) -> Result<&'static str, Failure> {
+        Ok(match (self.is_unix(), self.protocol()?) {
+            (true, _) => "unix",
+            (false, Some(_)) => "ws",
+            (false, None) => "tcp",
+        })
+    }
+
     /// Whether the certificate a client presents names it here, with no
     /// password asked: `require_certificate` with a `cafile`.
     pub fn names_by_certificate(&self) -> Result<bool, Failure> {
@@ -113,7 +122,7 @@ impl Listener {
 
 /// What became of one listener: its door, or why it has none.
 pub struct Door {
-    /// The `tcp` door's block; `None` for a listener left out.
+    /// The door's block; `None` for a listener left out.
     pub block: Option<Mapping>,
     /// The outcome of its `listener` line and of each option under it.
     pub outcomes: Vec<(Line, String)>,
@@ -121,43 +130,18 @@ pub struct Door {
 
 /// The door for `listener`, named `name`; `base` resolves relative paths.
 pub fn door(listener: &Listener, name: &str, base: &Path) -> Result<Door, Failure> {
-    let key = format!("broker.mqtt.listen.tcp[{name}]");
+    let kind = listener.kind()?;
+    let key = format!("broker.mqtt.listen.{kind}[{name}]");
     let mut outcomes: Vec<(Line, String)> = Vec::new();
-    let by_hand = if listener.is_unix() {
-        Some(format!(
-            "a Unix-socket listener: this version has no Unix MQTT door, so it is left out; once one exists write broker.mqtt.listen.unix: {{path: {}}}",
-            listener.host.as_deref().unwrap_or("/run/mosquitto/mqtt.sock")
-        ))
-    } else if let Some(line) = listener.protocol()? {
-        outcomes.push((line.clone(), "the listener is left out with it".into()));
-        Some(format!(
-            "a WebSocket listener: this version has no WebSocket door, so it is left out; once one exists write broker.mqtt.listen.ws: {{address: {}}}",
-            address(listener, None)
-        ))
-    } else {
-        None
-    };
-    if let Some(why) = by_hand {
-        for option in &listener.options {
-            if !outcomes.iter().any(|(l, _)| l == option)
-                && !SECURITY_KEYS.contains(&option.key.as_str())
-            {
-                outcomes.push((
-                    option.clone(),
-                    "not carried: its listener is left out".into(),
-                ));
-            }
-        }
-        if let Some(line) = &listener.line {
-            outcomes.push((line.clone(), format!("ACTION: {why}")));
-        }
+    let mut block = Mapping::new();
+    put(&mut block, "name", name);
+    if kind == "unix" {
+        unix_door(listener, &key, &mut block, &mut outcomes)?;
         return Ok(Door {
-            block: None,
+            block: Some(block),
             outcomes,
         });
     }
-    let mut block = Mapping::new();
-    put(&mut block, "name", name);
     let domain = listener.last("socket_domain").map(Line::value);
     let written = address(listener, domain.as_deref());
     put(&mut block, "address", written.as_str());
@@ -168,6 +152,11 @@ pub fn door(listener: &Listener, name: &str, base: &Path) -> Result<Door, Failur
     };
     if let Some(line) = &listener.line {
         outcomes.push((line.clone(), listener_outcome));
+    }
+    if let Some(line) = listener.protocol()? {
+        // mosquitto answers an upgrade from any page; a page of another
+        // origin could then speak MQTT with its visitor's reach.
+        outcomes.push((line.clone(), format!("became {key}; differs: a browser page from another origin than the door's own is refused 403 here (same_origin: true); list the dashboards' origins in {key}.allowed_origins")));
     }
     let tls = tls_block(listener, &key, base, &mut outcomes)?;
     if let Some(tls) = tls {
@@ -183,14 +172,8 @@ pub fn door(listener: &Listener, name: &str, base: &Path) -> Result<Door, Failur
             "port" | "bind_address" => format!("became {key}, address {written}"),
             "socket_domain" => format!("became {key}'s address {written}"),
             "max_connections" => continue,
-            "bind_interface" => "not carried: a door binds an address; write the interface's address in its listener line".into(),
             "http_dir" => "not carried: no door serves HTTP files".into(),
-            "max_qos" => "not carried: every door takes QoS 0 to 2; an acl_file role with broker: features and deny: [qos2] caps a user at QoS 1".into(),
-            "max_topic_alias" => "not carried: this broker offers MQTT 5 clients a fixed 16 topic aliases".into(),
-            "mount_point" => "ACTION: not carried: no door prefixes its clients' topics; clients must use the whole topics".into(),
-            "use_username_as_clientid" => "not carried: an acl_file's users: entry with client_ids: \"%u\" refuses a client id other than the user name instead".into(),
-            "psk_hint" => "not carried: TLS with pre-shared keys is not served; use certificates".into(),
-            _ => "not carried".into(),
+            other => other_option(other),
         };
         outcomes.push((option.clone(), outcome));
     }
@@ -198,6 +181,57 @@ pub fn door(listener: &Listener, name: &str, base: &Path) -> Result<Door, Failur
         block: Some(block),
         outcomes,
     })
+}
+
+/// A Unix-socket listener's door: its path, and a mode that says who may
+/// connect, which mosquitto left to the umask it was started with.
+fn unix_door(
+    listener: &Listener,
+    key: &str,
+    block: &mut Mapping,
+    outcomes: &mut Vec<(Line, String)>,
+) -> Result<(), Failure> {
+    let Some(path) = listener.host.as_deref() else {
+        let line = listener.line.as_ref().expect("a Unix listener is written");
+        return Err(line.fail(
+            "port 0 is a Unix socket, and needs its path: listener 0 /run/mosquitto/mqtt.sock",
+        ));
+    };
+    put(block, "path", path);
+    if let Some(line) = &listener.line {
+        outcomes.push((line.clone(), format!("became {key}, path {path}, mode 0660 (the default: its owner and group may connect); mosquitto left the socket's permissions to its umask, so write mode: \"0666\" if every local user connected")));
+    }
+    for option in &listener.options {
+        if SECURITY_KEYS.contains(&option.key.as_str()) {
+            continue;
+        }
+        let outcome = match option.key.as_str() {
+            "max_connections" => continue,
+            "protocol" | "socket_domain" | "bind_address" | "port" | "http_dir" => {
+                "not carried: a Unix door takes MQTT at its path and nothing else".into()
+            }
+            key if TLS_KEYS.contains(&key) => {
+                "not carried: a Unix door serves no TLS; its file's mode decides who connects"
+                    .into()
+            }
+            other => other_option(other),
+        };
+        outcomes.push((option.clone(), outcome));
+    }
+    Ok(())
+}
+
+/// What becomes of a listener option no door of any kind takes.
+fn other_option(key: &str) -> String {
+    match key {
+        "bind_interface" => "not carried: a door binds an address; write the interface's address in its listener line".into(),
+        "max_qos" => "not carried: every door takes QoS 0 to 2; an acl_file role with broker: features and deny: [qos2] caps a user at QoS 1".into(),
+        "max_topic_alias" => "not carried: this broker offers MQTT 5 clients a fixed 16 topic aliases".into(),
+        "mount_point" => "ACTION: not carried: no door prefixes its clients' topics; clients must use the whole topics".into(),
+        "use_username_as_clientid" => "not carried: an acl_file's users: entry with client_ids: \"%u\" refuses a client id other than the user name instead".into(),
+        "psk_hint" => "not carried: TLS with pre-shared keys is not served; use certificates".into(),
+        _ => "not carried".into(),
+    }
 }
 
 /// `host:port` for a door, IPv6 in brackets; every interface where no
