@@ -5,6 +5,7 @@
 #   make test             whole test suite on the host (unit + integration, both packages)
 #   make test-interop     paho-mqtt interoperability tests (Python, pytest)
 #   make bench            this broker against mosquitto, side by side; writes BENCHMARKS.md
+#   make soak HOURS=1     a gateway's mix on the Pi Zero 2 W profile for HOURS (any length); CSV, plot, pass/fail
 #   make lint             rustfmt check + clippy with warnings denied
 #   make test-cross       library tests for armv7 and aarch64, run under qemu-user
 #   make release-armv7    stripped release binary for armv7-unknown-linux-gnueabihf
@@ -63,7 +64,7 @@ export AR_armv7_unknown_linux_gnueabihf ?= $(ARMV7_PREFIX)-ar
 export CC_aarch64_unknown_linux_gnu ?= $(AARCH64_PREFIX)-gcc
 export AR_aarch64_unknown_linux_gnu ?= $(AARCH64_PREFIX)-ar
 
-.PHONY: bench build run test test-interop lint test-cross test-armv7 test-aarch64 \
+.PHONY: bench soak build run test test-interop lint test-cross test-armv7 test-aarch64 \
         release-armv7 release-aarch64 help
 
 help:
@@ -94,6 +95,23 @@ bench:
 	  echo "bench: could not install libmosquitto-dev; figure 9's libmosquitto rows will fail" >&2; }
 	$(CARGO) build --release --workspace
 	$(TARGET_DIR)/release/saguin-bench --write BENCHMARKS.md $(BENCH_ARGS)
+
+# The soak (bench/src/soak/): the release broker on the Pi Zero 2 W profile
+# under a gateway's mix for HOURS (fractions allowed), sampled into
+# $(TARGET_DIR)/soak/soak.csv and soak.png; fails when RSS, open files or
+# p99 climb once warm, or an acknowledged record is missing. The plot needs
+# matplotlib (pip install matplotlib). SOAK_ARGS="--sample-every 10s" for
+# short runs; SOAK_ARGS="--write BENCHMARKS.md --write-plot bench/soak.png"
+# records a run in BENCHMARKS.md.
+HOURS ?= 1
+SOAK_ARGS ?=
+soak:
+	@command -v mosquitto >/dev/null 2>&1 || [ -x /usr/sbin/mosquitto ] || { \
+	  echo "soak: mosquitto is not installed (apt-get install mosquitto): the bridge's peer needs it" >&2; exit 1; }
+	@python3 -c 'import matplotlib' 2>/dev/null || { \
+	  echo "soak: matplotlib is not importable by python3 (pip install matplotlib): the plot needs it" >&2; exit 1; }
+	$(CARGO) build --release --workspace
+	$(TARGET_DIR)/release/saguin-bench soak --hours $(HOURS) --out $(TARGET_DIR)/soak $(SOAK_ARGS)
 
 # Interoperability tests: the real broker binary driven by the paho-mqtt
 # Python client (pip install paho-mqtt pytest). Uses target/debug/saguin.

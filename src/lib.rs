@@ -10,7 +10,8 @@
 //! - [`ops`]: the operations listener: health, metrics and `/v1` routes;
 //! - [`store`]: storage providers (redb, memory) and the storage thread;
 //! - [`tools`]: the operator's command-line tools (route, inspect,
-//!   conversions, backup).
+//!   conversions, backup);
+//! - [`unix_socket`]: a door's Unix socket, held by one broker at a time.
 
 pub mod acl;
 pub mod auth;
@@ -19,7 +20,10 @@ pub mod codec;
 pub mod config;
 pub mod core;
 pub(crate) mod fast_hash;
+pub(crate) mod lock_file;
+pub(crate) mod log_limit;
 pub mod net;
 pub mod ops;
 pub mod store;
 pub mod tools;
+pub mod unix_socket;

@@ -194,25 +194,14 @@ fn main() -> ExitCode {
         }
         Command::PrintDefaultConfig => print!("{}", config::DEFAULT_CONFIG_YAML),
         Command::CheckConfig(path, output) => {
-            let config = match load(Some(path.clone())) {
-                Ok(config) => config,
-                Err(code) => return code,
+            let (config, warnings) = match saguin::tools::check_config(&path) {
+                Ok(checked) => checked,
+                Err(error) => {
+                    eprintln!("{error}");
+                    return ExitCode::from(2);
+                }
             };
-            if let Err(code) = load_acl(&config) {
-                return code;
-            }
-            // The files a door serves are read as a start would read them.
-            let tls = config.broker.mqtt.tcp.iter().map(|d| d.tls.clone());
-            if let Err(error) = saguin::net::load_tls(tls.collect()) {
-                eprintln!("{error}");
-                return ExitCode::from(2);
-            }
-            // So are the certificates each bridge verifies and presents.
-            if let Err(error) = saguin::net::load_bridge_tls(&config.bridges) {
-                eprintln!("{error}");
-                return ExitCode::from(2);
-            }
-            for warning in config.broker.mqtt.acl_warnings() {
+            for warning in warnings {
                 eprintln!("warning: {warning}");
             }
             if output {
@@ -239,7 +228,7 @@ fn main() -> ExitCode {
             if let Err(error) = simple_logger::SimpleLogger::new().with_level(level).init() {
                 eprintln!("cannot start logging: {error}");
             }
-            for warning in config.broker.mqtt.acl_warnings() {
+            for warning in config.broker.mqtt.warnings() {
                 log::warn!("{warning}");
             }
             let rules = config.broker.mqtt.door_rules();

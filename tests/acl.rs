@@ -49,6 +49,9 @@ roles:
       allow: [consume]
     - topic: other/#
       allow: [read]
+  keeper:
+    - topic: \"$private/#\"
+      allow: [write]
   everything:
     - channel: events
       allow: [read]
@@ -68,13 +71,14 @@ users:
   small: [constrained]
   oncall: [on-call]
   worker: [worker]
+  keeper: [keeper]
 ";
 
 /// The password every user of [`USERS`] connects with.
 const PASSWORD: &[u8] = b"secret";
 /// The user names the tests connect under.
-const USERS: [&str; 7] = [
-    "all", "watcher", "writer", "dev-a", "small", "oncall", "worker",
+const USERS: [&str; 8] = [
+    "all", "watcher", "writer", "dev-a", "small", "oncall", "worker", "keeper",
 ];
 
 /// Writes `dir`/clients.passwd naming every one of [`USERS`]: an acl_file
@@ -870,4 +874,274 @@ fn a_latest_reader_stalls_on_a_withdrawn_grant_and_resumes() {
     assert_eq!(next_delivery(&mut all).0, "other/marker");
     reload(&mut broker, &dir, ACL);
     assert_eq!(next_delivery(&mut all), ("state/a".into(), b"2".to_vec()));
+}
+
+/// A durable session of `client_id` under `user`; whether one was present.
+fn durable_as(address: &str, user: &str, client_id: &str) -> (RawClient, bool) {
+    let (client, connack) = try_connect(address, ProtocolVersion::V5, user, client_id, |c| {
+        c.clean_start = false;
+        c.properties.session_expiry_interval_s = Some(3600);
+    });
+    assert_eq!(connack.reason_code.0, 0, "{user} refused: {connack:?}");
+    (client, connack.session_present)
+}
+
+/// The publishes that arrive before the answer to a PINGREQ, which follows
+/// whatever was sent to the client before it: none means none were sent.
+fn publishes_before_a_ping(client: &mut RawClient) -> Vec<(String, Vec<u8>)> {
+    client.send(&Packet::Pingreq);
+    let mut got = Vec::new();
+    loop {
+        match client.recv() {
+            Received::Packet(Packet::Publish(p)) => got.push((p.topic, p.payload)),
+            Received::Packet(Packet::Pingresp) => return got,
+            other => panic!("expected publishes and a PINGRESP, got {other:?}"),
+        }
+    }
+}
+
+/// `worker` may read nothing under alerts/ or events/. Connecting with the
+/// client id of the watcher's durable session resumes it, and is sent none
+/// of what the watcher was owed: neither the broadcasts queued while it was
+/// away nor the channel records it was sent and never acknowledged. The
+/// records stay owed: the watcher coming back gets them.
+#[test]
+fn taking_over_a_session_gets_none_of_what_it_was_owed() {
+    let dir = TempDir::new("acl-takeover");
+    let broker = start(&dir, ACL);
+    let address = broker.address();
+    let (mut watcher, _) = durable_as(&address, "watcher", "w-durable");
+    assert_eq!(suback(&mut watcher, &["alerts/#", "events/#"]), [1, 1]);
+    let mut writer = connect(&address, ProtocolVersion::V5, "writer", "wr1");
+    for payload in [&b"record-1"[..], b"record-2"] {
+        assert_eq!(
+            publish_qos1(&mut writer, "events/x", payload, Properties::default()),
+            0
+        );
+    }
+    // Both records arrive and are not acknowledged.
+    for want in [&b"record-1"[..], b"record-2"] {
+        match watcher.recv() {
+            Received::Packet(Packet::Publish(p)) => assert_eq!(p.payload, want),
+            other => panic!("expected a record, got {other:?}"),
+        }
+    }
+    watcher.send(&Packet::Disconnect(Default::default()));
+    assert!(watcher.recv_until_closed().is_empty());
+    for n in 1..=3 {
+        let payload = format!("alert-{n}");
+        assert_eq!(
+            publish_qos1(
+                &mut writer,
+                "alerts/x",
+                payload.as_bytes(),
+                Properties::default()
+            ),
+            0
+        );
+    }
+    let (mut intruder, present) = durable_as(&address, "worker", "w-durable");
+    assert!(present, "the session is resumed");
+    assert_eq!(publishes_before_a_ping(&mut intruder), []);
+    intruder.send(&Packet::Disconnect(Default::default()));
+    assert!(intruder.recv_until_closed().is_empty());
+    let (mut watcher, present) = durable_as(&address, "watcher", "w-durable");
+    assert!(present);
+    let topics: Vec<Vec<u8>> = publishes_before_a_ping(&mut watcher)
+        .into_iter()
+        .map(|(_, payload)| payload)
+        .collect();
+    assert_eq!(topics, [b"record-1".to_vec(), b"record-2".to_vec()]);
+}
+
+/// `#` does not reach a `$` topic: a user whose only broadcast rule is
+/// `#` is refused `$private/#` and is sent no retained value under it on
+/// a subscription to `#`.
+#[test]
+fn a_retained_value_on_a_dollar_topic_is_not_sent_to_a_hash_reader() {
+    let dir = TempDir::new("acl-dollar");
+    let broker = start(&dir, ACL);
+    let address = broker.address();
+    let mut keeper = connect(&address, ProtocolVersion::V5, "keeper", "k1");
+    keeper.send(&Packet::Publish(Publish {
+        qos: QoS::AtLeastOnce,
+        retain: true,
+        topic: "$private/secret".into(),
+        packet_id: Some(1),
+        payload: b"secret".to_vec(),
+        ..Publish::default()
+    }));
+    assert!(matches!(
+        keeper.recv(),
+        Received::Packet(Packet::Puback(PubAck { reason_code, .. })) if reason_code.0 == 0
+    ));
+    let mut writer = connect(&address, ProtocolVersion::V5, "writer", "wr1");
+    writer.send(&Packet::Publish(Publish {
+        qos: QoS::AtLeastOnce,
+        retain: true,
+        topic: "open/x".into(),
+        packet_id: Some(1),
+        payload: b"open".to_vec(),
+        ..Publish::default()
+    }));
+    assert!(matches!(writer.recv(), Received::Packet(Packet::Puback(_))));
+    let mut all = connect(&address, ProtocolVersion::V5, "all", "a1");
+    assert_eq!(suback(&mut all, &["$private/#"]), [0x87]);
+    assert_eq!(suback(&mut all, &["#"]), [1]);
+    let delivered: Vec<Vec<u8>> = publishes_before_a_ping(&mut all)
+        .into_iter()
+        .map(|(_, payload)| payload)
+        .collect();
+    assert_eq!(delivered, [b"open".to_vec()]);
+}
+
+/// MQTT 3.1.1 has no CONNACK property to say Shared Subscription Available
+/// 0, so a 3.1.1 client whose roles deny `share` is refused each `$share/`
+/// filter on its SUBACK (0x80); MQTT 5 is closed 0x9E as before.
+#[test]
+fn a_share_denial_holds_for_a_3_1_1_client() {
+    let dir = TempDir::new("acl-share-311");
+    let broker = start(&dir, ACL);
+    let address = broker.address();
+    let mut small = connect(&address, ProtocolVersion::V311, "small", "s1");
+    assert_eq!(
+        suback(&mut small, &["$share/g/anything/#", "anything/#"]),
+        [0x80, 1]
+    );
+    small.assert_alive();
+}
+
+/// A hang-up asked at QoS 2 is refused on its PUBREC, as every request
+/// under `$saguin/` at QoS 2 is, and hangs nobody up; a shared
+/// subscription to a seek's reply is not authorized.
+#[test]
+fn a_qos2_hang_up_is_refused_and_a_shared_seek_reply_not_authorized() {
+    let dir = TempDir::new("acl-qos2-hang-up");
+    let broker = start(&dir, ACL);
+    let address = broker.address();
+    let mut watcher = connect(&address, ProtocolVersion::V5, "watcher", "w1");
+    let mut oncall = connect(&address, ProtocolVersion::V5, "oncall", "o1");
+    oncall.send(&Packet::Publish(Publish {
+        qos: QoS::ExactlyOnce,
+        topic: "$saguin/sessions/disconnect".into(),
+        packet_id: Some(5),
+        payload: b"w1".to_vec(),
+        properties: with_response_topic(),
+        ..Publish::default()
+    }));
+    match oncall.recv() {
+        Received::Packet(Packet::Pubrec(ack)) => {
+            assert_eq!((ack.packet_id, ack.reason_code.0), (5, 0x83))
+        }
+        other => panic!("expected a PUBREC, got {other:?}"),
+    }
+    watcher.assert_alive();
+    let mut all = connect(&address, ProtocolVersion::V5, "all", "a1");
+    assert_eq!(
+        suback(
+            &mut all,
+            &[
+                "$share/g/$saguin/consumer/events/seek/reply",
+                "$saguin/consumer/events/seek/reply"
+            ]
+        ),
+        [0x87, 1]
+    );
+}
+
+/// One SUBSCRIBE of 5,000 filters the client may not have writes a few
+/// refusal lines and then says how many more there were, not 5,000 lines.
+#[test]
+fn a_subscribe_of_thousands_of_refused_filters_writes_a_few_lines() {
+    let dir = TempDir::new("acl-log-flood");
+    let mut broker = start(&dir, ACL);
+    let address = broker.address();
+    let mut watcher = connect(&address, ProtocolVersion::V5, "watcher", "w1");
+    let filters: Vec<String> = (0..5_000).map(|n| format!("nope/{n}")).collect();
+    let filters: Vec<&str> = filters.iter().map(String::as_str).collect();
+    let codes = suback(&mut watcher, &filters);
+    assert_eq!(codes.len(), 5_000);
+    assert!(codes.iter().all(|&c| c == 0x87));
+    // The broker's log is one stream: once a later line is read, every
+    // refusal line before it is too.
+    connect(&address, ProtocolVersion::V5, "watcher", "marker");
+    broker.wait_for_log("client marker connected");
+    let refusals = broker
+        .log_lines
+        .iter()
+        .filter(|l| l.contains("refusing a subscription"))
+        .count();
+    assert!(refusals <= 10, "{refusals} refusal lines");
+    assert!(
+        broker
+            .log_lines
+            .iter()
+            .any(|l| l.contains("refusing a subscription")),
+        "the refusals are still logged"
+    );
+}
+
+/// A door no password file guards, beside an acl_file: the door writes
+/// the config's `{dir}`.
+fn open_door_config(dir: &TempDir, extra_mqtt: &str) -> String {
+    write_password_file(dir);
+    std::fs::write(dir.path().join("acl.yaml"), ACL).unwrap();
+    format!(
+        "broker:\n  id: t\n  log_level: debug\n  mqtt:\n    acl_file: {0}/acl.yaml\n{extra_mqtt}    listen:\n      tcp:\n        - name: fleet\n          address: 127.0.0.1:0\n          password_file: {0}/clients.passwd\n        - name: open\n          address: 127.0.0.1:0\n{1}{CHANNELS}",
+        dir.path().display(),
+        STORAGE.replace("{dir}", &dir.path().display().to_string())
+    )
+}
+
+/// What a hang-up request from a client on the open door that typed the
+/// user name `oncall`, and no password, is answered.
+fn hang_up_as_typed_oncall(broker: &mut BrokerProcess) -> u8 {
+    let port = broker.door_port("open");
+    let address = format!("127.0.0.1:{port}");
+    let mut client = RawClient::open(&address, ProtocolVersion::V5);
+    let mut connect = common::connect_packet(ProtocolVersion::V5, "typed");
+    connect.username = Some("oncall".into());
+    client.send(&Packet::Connect(Box::new(connect)));
+    match client.recv() {
+        Received::Packet(Packet::Connack(connack)) => assert_eq!(connack.reason_code.0, 0),
+        other => panic!("expected a CONNACK, got {other:?}"),
+    }
+    request(
+        &mut client,
+        "$saguin/sessions/disconnect",
+        b"nobody",
+        Some("r/x"),
+    )
+    .0
+}
+
+/// A user name nothing checked is no identity: on a door without a
+/// password file a client typing `oncall` gets none of `oncall`'s rights,
+/// unless `trust_unchecked_user_names` says otherwise, which
+/// `--check-config` warns about.
+#[test]
+fn a_user_name_nothing_checked_is_not_an_identity() {
+    let dir = TempDir::new("acl-unchecked-name");
+    let config = open_door_config(&dir, "");
+    let mut broker = BrokerProcess::start_with_config(dir.path(), &config);
+    assert_eq!(hang_up_as_typed_oncall(&mut broker), 0x87);
+    broker.wait_for_log(
+        "offered user name \"oncall\" on door \"open\", which no password_file checks",
+    );
+    drop(broker);
+
+    let trusting = open_door_config(&dir, "    trust_unchecked_user_names: true\n");
+    let path = dir.path().join("trusting.yaml");
+    std::fs::write(&path, &trusting).unwrap();
+    let output = common::check_config(&path);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(0), "{stderr}");
+    assert!(
+        stderr.contains(
+            "warning: broker.mqtt.trust_unchecked_user_names: door \"open\" has no password_file"
+        ),
+        "{stderr}"
+    );
+    let mut broker = BrokerProcess::start_with_config(dir.path(), &trusting);
+    assert_eq!(hang_up_as_typed_oncall(&mut broker), 0);
 }

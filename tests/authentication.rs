@@ -6,13 +6,14 @@
 mod common;
 
 use std::io::Write;
-use std::net::{TcpListener, TcpStream};
+use std::net::TcpStream;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::Instant;
 
 use common::{
-    have_mosquitto_clients, have_tools, BrokerProcess, RawClient, Received, TempDir, WAIT,
+    free_port, have_mosquitto_clients, have_tools, BrokerProcess, RawClient, Received, TempDir,
+    WAIT,
 };
 use saguin::codec::{Packet, ProtocolVersion, ReasonCode};
 
@@ -150,6 +151,66 @@ fn mosquitto_passwd_users_are_admitted_and_every_other_credential_refused() {
     );
 }
 
+/// "s3cret" at mosquitto 2.1's argon2id parameters (46 MiB, one pass, a
+/// 64-byte digest), made by libargon2, the library mosquitto 2.1 calls:
+/// `echo -n s3cret | argon2 saguin-salt-0001 -id -t 1 -k 47104 -p 1 -l 64 -e`.
+/// Debian's mosquitto 2.0 writes no argon2id.
+const ARGON2ID_S3CRET: &str = "$argon2id$v=19$m=47104,t=1,p=1$c2FndWluLXNhbHQtMDAwMQ$O0thE2KRj4nGDn7Xv3Jena35svdruwzVMEC+Oq+NLunUieJY0fLXnrACtqxVUWcysE7U+ikiRsVT7gcsmFA+Rg";
+
+#[test]
+fn every_hash_mosquitto_writes_admits_its_user_and_refuses_a_wrong_password() {
+    let test = "every_hash_mosquitto_writes_admits_its_user_and_refuses_a_wrong_password";
+    if !have_mosquitto(test) {
+        return;
+    }
+    let dir = TempDir::new("auth-every-hash");
+    // alice: $7$ at 101 iterations (mosquitto 2.0's default); bob: $6$.
+    let file = mosquitto_passwd_file(dir.path());
+    let path = file.to_str().unwrap();
+    // dora: $7$ at 210,000 iterations, as mosquitto 2.1 is said to write.
+    let status = Command::new("mosquitto_passwd")
+        .args(["-I", "210000", "-b", path, "dora", "d0ra"])
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let mut text = std::fs::read_to_string(&file).unwrap();
+    assert!(text.contains("dora:$7$210000$"), "{text}");
+    text.push_str(&format!("erin:{ARGON2ID_S3CRET}\n"));
+    std::fs::write(&file, text).unwrap();
+    // A check of 210,000 iterations takes seconds in a test build.
+    let patient = "  limits:\n    connect_timeout: 120s\n";
+    let mut broker = two_doors_with(dir.path(), &file, patient);
+    let fleet = broker.door_port("fleet");
+    // The log states what the argon2 entry holds while it is checked.
+    broker.wait_for_log(&format!(
+        "one password check at a time, holding at most {} bytes of argon2 memory",
+        47_104 * 1024
+    ));
+    // Each kind right and wrong, on both protocols; the 210,000-iteration
+    // entry and the unknown user checked in its place once each way, as
+    // each of those checks takes seconds here.
+    let cases = [
+        ("alice", "wonderland", "mqttv311", ADMITTED),
+        ("alice", "wonderland!", "mqttv5", REFUSED_V5),
+        ("bob", "builder", "mqttv5", ADMITTED),
+        ("bob", "builder!", "mqttv311", REFUSED_V311),
+        ("dora", "d0ra", "mqttv5", ADMITTED),
+        ("dora", "d0ra!", "mqttv311", REFUSED_V311),
+        ("erin", "s3cret", "mqttv311", ADMITTED),
+        ("erin", "s3cret", "mqttv5", ADMITTED),
+        ("erin", "s3cret!", "mqttv5", REFUSED_V5),
+        ("erin", "s3creT", "mqttv311", REFUSED_V311),
+        ("frank", "s3cret", "mqttv5", REFUSED_V5),
+    ];
+    for (user, password, version, expected) in cases {
+        assert_eq!(
+            publish_as(fleet, version, Some(user), Some(password)),
+            expected,
+            "{user} with {password:?} on {version}"
+        );
+    }
+}
+
 #[test]
 fn the_refusal_codes_are_exact_on_both_protocols() {
     let dir = TempDir::new("auth-codes");
@@ -198,15 +259,6 @@ fn the_refusal_codes_are_exact_on_both_protocols() {
     let mut connack = [0u8; 4];
     std::io::Read::read_exact(&mut stream, &mut connack).unwrap();
     assert_eq!(connack, [0x20, 0x02, 0x00, 0x04]);
-}
-
-/// A port nothing listens on now, for the mosquitto broker.
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
 }
 
 struct Mosquitto(Child);
@@ -393,6 +445,28 @@ fn saguin_passwd_lists_deletes_and_refuses_what_it_cannot_keep() {
     assert!(String::from_utf8_lossy(&empty.stderr).contains("empty password"));
 }
 
+#[test]
+fn saguin_passwd_writes_pbkdf2_unless_asked_for_argon2id() {
+    let dir = TempDir::new("auth-passwd-kinds");
+    let file = dir.path().join("clients.passwd");
+    assert!(saguin_passwd(&file, &["add", "kim"], "k1m")
+        .status
+        .success());
+    assert!(saguin_passwd(&file, &["add", "lee", "--argon2id"], "l33")
+        .status
+        .success());
+    let text = std::fs::read_to_string(&file).unwrap();
+    assert!(text.starts_with("kim:$7$101$"), "{text}");
+    assert!(
+        text.contains("\nlee:$argon2id$v=19$m=47104,t=1,p=1$"),
+        "{text}"
+    );
+    let read = saguin::auth::PasswordFile::load(&file).unwrap();
+    assert!(read.get("lee").unwrap().verify(b"l33"));
+    assert!(!read.get("lee").unwrap().verify(b"k1m"));
+    assert!(read.get("kim").unwrap().verify(b"k1m"));
+}
+
 /// Enough PBKDF2 iterations that one check takes seconds in a test build.
 const SLOW_ITERATIONS: u32 = 30_000;
 
@@ -471,4 +545,77 @@ fn a_door_with_its_own_file_admits_its_users_only_beside_an_open_door() {
             ADMITTED
         );
     }
+}
+
+/// The CPU time the broker process has used, in clock ticks.
+fn cpu_ticks(pid: u32) -> u64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+    // After the command name in parentheses, utime and stime are the 12th
+    // and 13th fields.
+    let fields: Vec<&str> = stat
+        .rsplit(')')
+        .next()
+        .unwrap()
+        .split_whitespace()
+        .collect();
+    fields[11].parse::<u64>().unwrap() + fields[12].parse::<u64>().unwrap()
+}
+
+/// The CPU `attempts` refused CONNECTs as `user` cost the broker.
+fn cost_of_refusals(broker: &BrokerProcess, user: &str, attempts: u32) -> u64 {
+    let before = cpu_ticks(broker.pid());
+    for n in 0..attempts {
+        let mut client = RawClient::open(&broker.address(), ProtocolVersion::V5);
+        let mut connect = common::connect_packet(ProtocolVersion::V5, &format!("c{n}"));
+        connect.username = Some(user.into());
+        connect.password = Some(b"wrong".to_vec());
+        client.send(&Packet::Connect(Box::new(connect)));
+        match client.recv() {
+            Received::Packet(Packet::Connack(c)) => {
+                assert_eq!(c.reason_code, ReasonCode::BAD_USER_NAME_OR_PASSWORD)
+            }
+            other => panic!("expected a CONNACK, got {other:?}"),
+        }
+    }
+    cpu_ticks(broker.pid()) - before
+}
+
+/// A name the file does not hold costs a refusal what its costliest entry
+/// costs, so that entries of different costs cannot tell a caller which
+/// names exist. Measured as CPU the broker spent, which is work done rather
+/// than time taken: forty cheap `$6$` entries beside one `$7$` entry of
+/// many iterations.
+#[test]
+fn an_unknown_user_costs_what_the_costliest_entry_costs() {
+    use saguin::auth::hash::PasswordHash;
+    let dir = TempDir::new("auth-stand-in");
+    let cheap = PasswordHash::Sha512 {
+        salt: Box::new([1; 12]),
+        digest: [0; 64],
+    };
+    // Only refused here, so the digest need match no password.
+    let dear = PasswordHash::Pbkdf2Sha512 {
+        iterations: 10_000,
+        salt: Box::new([2; 12]),
+        digest: [0; 64],
+    };
+    let mut text: String = (0..40).map(|n| format!("cheap-{n}:{cheap}\n")).collect();
+    text.push_str(&format!("dear:{dear}\n"));
+    let file = dir.path().join("clients.passwd");
+    std::fs::write(&file, text).unwrap();
+    let config = format!(
+        "broker:\n  id: test\n  mqtt:\n    password_file: {}\n    listen:\n      tcp:\n        address: 127.0.0.1:0\n",
+        file.display()
+    );
+    let broker = BrokerProcess::start_with_config(dir.path(), &config);
+    let known = cost_of_refusals(&broker, "dear", 3);
+    let unknown = cost_of_refusals(&broker, "nobody", 3);
+    assert!(
+        known >= 10,
+        "the dear entry took {known} ticks: too cheap to compare"
+    );
+    assert!(
+        2 * unknown >= known,
+        "an unknown name cost {unknown} ticks, a known one {known}"
+    );
 }

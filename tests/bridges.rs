@@ -1,5 +1,7 @@
 //! Bridges against real peers on loopback, started by the tests: Debian's
-//! `mosquitto`, and a second Sagüin.
+//! `mosquitto`, a second Sagüin, and a peer the test plays. Every case
+//! whose peer listens runs twice, over `tcp://` (or `tls://`) and over
+//! `ws://` (or `wss://`): `over_both!` makes the two tests.
 
 mod common;
 
@@ -8,12 +10,118 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use common::certs::Authority;
-use common::mosquitto::{free_port, have_mosquitto, Mosquitto};
-use common::{have_tools, BrokerProcess, RawClient, Received, TempDir, WAIT};
+use common::mosquitto::{have_mosquitto, Mosquitto};
+use common::websocket::Framed;
+use common::{free_port, have_tools, BrokerProcess, RawClient, Received, Stream, TempDir, WAIT};
 use saguin::codec::{Connect, Packet, ProtocolVersion, PubAck, Publish, QoS};
 
 const REDB: &str = "  storage:\n    default: local\n    default_retention_period: none\n    default_retention_bytes: none\n    providers:\n      local:\n        type: redb\n        file_path: {dir}/saguin.redb\n        max_bytes: 64MiB\n  session:\n    storage: local\n";
 const EVENTS: &str = "channels:\n  events:\n    type: append\n    filter: events/#\n";
+
+/// How a bridge reaches its peer.
+#[derive(Clone, Copy, Debug)]
+enum Transport {
+    Tcp,
+    WebSocket,
+}
+
+impl Transport {
+    /// The `peer` key for a peer taking the bridge on `port`.
+    fn peer(self, port: u16) -> String {
+        match self {
+            Transport::Tcp => format!("tcp://127.0.0.1:{port}"),
+            Transport::WebSocket => format!("ws://127.0.0.1:{port}/mqtt"),
+        }
+    }
+
+    /// The `peer` key for a peer taking the bridge over TLS on `port`.
+    fn secure_peer(self, port: u16) -> String {
+        match self {
+            Transport::Tcp => format!("tls://127.0.0.1:{port}"),
+            Transport::WebSocket => format!("wss://127.0.0.1:{port}/mqtt"),
+        }
+    }
+
+    /// A mosquitto listener on `port` for the bridge. Debian's 2.0.11
+    /// serves WebSocket on an address only with `socket_domain ipv4`.
+    fn mosquitto_listener(self, port: u16) -> String {
+        match self {
+            Transport::Tcp => format!("listener {port} 127.0.0.1\n"),
+            Transport::WebSocket => {
+                format!("listener {port} 127.0.0.1\nprotocol websockets\nsocket_domain ipv4\n")
+            }
+        }
+    }
+
+    /// The door a Sagüin hub takes the bridge on, beside its TCP door.
+    fn hub_door(self) -> &'static str {
+        match self {
+            Transport::Tcp => "",
+            Transport::WebSocket => "      ws:\n        address: 127.0.0.1:0\n",
+        }
+    }
+
+    /// The port of that door.
+    fn hub_port(self, hub: &mut BrokerProcess) -> u16 {
+        match self {
+            Transport::Tcp => hub.port,
+            Transport::WebSocket => hub.door_port("ws"),
+        }
+    }
+}
+
+/// The two tests of a case taking a [`Transport`]: `<case>::tcp` and
+/// `<case>::ws`.
+macro_rules! over_both {
+    ($case:ident) => {
+        mod $case {
+            #[test]
+            fn tcp() {
+                super::$case(super::Transport::Tcp)
+            }
+
+            #[test]
+            fn ws() {
+                super::$case(super::Transport::WebSocket)
+            }
+        }
+    };
+}
+
+/// A Sagüin hub for a bridge to dial over `transport`, and the port the
+/// bridge dials.
+fn hub(transport: Transport) -> (BrokerProcess, u16) {
+    let mut hub = BrokerProcess::start(transport.hub_door());
+    let port = transport.hub_port(&mut hub);
+    (hub, port)
+}
+
+/// A mosquitto broker persisting its sessions in `dir`, so that a
+/// subscriber's queue outlives a restart of it. The test's own clients
+/// reach it over TCP on its `port`.
+struct Peer;
+
+impl Peer {
+    /// Taking the bridge on `bridge_port` over `transport`; over TCP, the
+    /// test's clients use that port too.
+    fn start(dir: &Path, bridge_port: u16, transport: Transport) -> Mosquitto {
+        match transport {
+            Transport::Tcp => Peer::start_with(dir, bridge_port, ""),
+            Transport::WebSocket => {
+                Peer::start_with(dir, free_port(), &transport.mosquitto_listener(bridge_port))
+            }
+        }
+    }
+
+    /// With `extra` appended to its configuration: another listener, say.
+    fn start_with(dir: &Path, port: u16, extra: &str) -> Mosquitto {
+        let config = format!(
+            "allow_anonymous true\npersistence true\npersistence_location {}/\nmax_queued_messages 100000\nlistener {port} 127.0.0.1\n{extra}",
+            dir.display()
+        );
+        Mosquitto::start(dir, &config, port)
+    }
+}
 
 fn durable(client_id: &str) -> Connect {
     let mut connect = common::connect_packet(ProtocolVersion::V311, client_id);
@@ -84,12 +192,16 @@ fn disconnect_and_wait(mut client: RawClient) {
     while let Received::Packet(_) = client.recv() {}
 }
 
-fn bridge_yaml(port: u16, rules: &str) -> String {
-    format!("bridges:\n  up:\n    peer: tcp://127.0.0.1:{port}\n    client_id: gw-1\n    topics:\n{rules}")
+fn bridge_yaml(peer: &str, rules: &str) -> String {
+    format!("bridges:\n  up:\n    peer: {peer}\n    client_id: gw-1\n    topics:\n{rules}")
 }
 
-#[test]
-fn records_published_while_mosquitto_is_down_arrive_upstream_in_order_once_across_a_sigkill() {
+over_both!(
+    records_published_while_mosquitto_is_down_arrive_upstream_in_order_once_across_a_sigkill
+);
+fn records_published_while_mosquitto_is_down_arrive_upstream_in_order_once_across_a_sigkill(
+    transport: Transport,
+) {
     if !have_mosquitto(
         "records_published_while_mosquitto_is_down_arrive_upstream_in_order_once_across_a_sigkill",
     ) {
@@ -98,13 +210,13 @@ fn records_published_while_mosquitto_is_down_arrive_upstream_in_order_once_acros
     let peer_dir = TempDir::new("mosquitto");
     let port = free_port();
     // The upstream subscriber's session exists before any record crosses.
-    let peer = Mosquitto::start(peer_dir.path(), port);
+    let peer = Peer::start(peer_dir.path(), port, transport);
     let mut watcher = durable_client(&peer.address(), "watcher");
     watcher.subscribe("up/#", QoS::AtLeastOnce);
 
     let dir = TempDir::new("bridge-out");
     let rules = "      - filter: events/#\n        direction: out\n        topic: up/$#\n";
-    let top = format!("{EVENTS}{}", bridge_yaml(port, rules));
+    let top = format!("{EVENTS}{}", bridge_yaml(&transport.peer(port), rules));
     // The longest interval: only the link's end stores the position in time.
     let broker = format!("{REDB}    ack_commit_interval: 1s\n");
     let mut saguin = BrokerProcess::start_in(dir.path(), &broker, &top);
@@ -146,7 +258,7 @@ fn records_published_while_mosquitto_is_down_arrive_upstream_in_order_once_acros
     drop(saguin);
     let saguin = BrokerProcess::start_in(dir.path(), &broker, &top);
     let mut device = RawClient::connect(&saguin.address(), ProtocolVersion::V5, "device");
-    let peer = Mosquitto::start(peer_dir.path(), port);
+    let peer = Peer::start(peer_dir.path(), port, transport);
     let mut watcher = durable_client(&peer.address(), "watcher");
     publish(&mut device, "events/a", "end", 7);
     let got = receive_until(&mut watcher, "end");
@@ -156,8 +268,10 @@ fn records_published_while_mosquitto_is_down_arrive_upstream_in_order_once_acros
     drop(peer);
 }
 
-#[test]
-fn inbound_records_are_stored_before_they_are_acknowledged_and_survive_sigkill() {
+over_both!(inbound_records_are_stored_before_they_are_acknowledged_and_survive_sigkill);
+fn inbound_records_are_stored_before_they_are_acknowledged_and_survive_sigkill(
+    transport: Transport,
+) {
     if !have_mosquitto(
         "inbound_records_are_stored_before_they_are_acknowledged_and_survive_sigkill",
     ) {
@@ -165,10 +279,10 @@ fn inbound_records_are_stored_before_they_are_acknowledged_and_survive_sigkill()
     }
     let peer_dir = TempDir::new("mosquitto-in");
     let port = free_port();
-    let peer = Mosquitto::start(peer_dir.path(), port);
+    let peer = Peer::start(peer_dir.path(), port, transport);
     let dir = TempDir::new("bridge-in");
     let rules = "      - filter: field/+/#\n        direction: in\n        topic: events/$1/$#\n";
-    let top = format!("{EVENTS}{}", bridge_yaml(port, rules));
+    let top = format!("{EVENTS}{}", bridge_yaml(&transport.peer(port), rules));
     let mut saguin = BrokerProcess::start_in(dir.path(), REDB, &top);
     saguin.wait_for_log("bridge up: link to");
     // The bridge's SUBSCRIBE at the peer goes out right after its CONNACK;
@@ -224,12 +338,13 @@ fn inbound_records_are_stored_before_they_are_acknowledged_and_survive_sigkill()
     drop(peer);
 }
 
-#[test]
-fn two_saguins_bridged_both_ways_on_one_topic_make_no_loop() {
-    let hub = BrokerProcess::start("");
+over_both!(two_saguins_bridged_both_ways_on_one_topic_make_no_loop);
+fn two_saguins_bridged_both_ways_on_one_topic_make_no_loop(transport: Transport) {
+    let (hub, port) = hub(transport);
     let dir = TempDir::new("edge");
     let rules = "      - filter: t/#\n        direction: both\n";
-    let mut edge = BrokerProcess::start_in(dir.path(), "", &bridge_yaml(hub.port, rules));
+    let peer = bridge_yaml(&transport.peer(port), rules);
+    let mut edge = BrokerProcess::start_in(dir.path(), "", &peer);
     edge.wait_for_log("bridge up: link to");
     let mut at_edge = RawClient::connect(&edge.address(), ProtocolVersion::V5, "at-edge");
     at_edge.subscribe("t/#", QoS::AtLeastOnce);
@@ -299,13 +414,13 @@ fn until_crossed(publisher: &mut RawClient, topic: &str, receiver: &mut RawClien
     }
 }
 
-#[test]
-fn a_record_that_came_in_over_one_bridge_never_leaves_over_another() {
-    let hub = BrokerProcess::start("");
+over_both!(a_record_that_came_in_over_one_bridge_never_leaves_over_another);
+fn a_record_that_came_in_over_one_bridge_never_leaves_over_another(transport: Transport) {
+    let (hub, port) = hub(transport);
     let dir = TempDir::new("relay");
     let bridges = format!(
-        "bridges:\n  pull:\n    peer: tcp://127.0.0.1:{port}\n    client_id: edge-pull\n    topics:\n      - filter: from/#\n        direction: in\n        topic: t/$#\n  push:\n    peer: tcp://127.0.0.1:{port}\n    client_id: edge-push\n    topics:\n      - filter: t/#\n        direction: out\n        topic: to/$#\n",
-        port = hub.port
+        "bridges:\n  pull:\n    peer: {peer}\n    client_id: edge-pull\n    topics:\n      - filter: from/#\n        direction: in\n        topic: t/$#\n  push:\n    peer: {peer}\n    client_id: edge-push\n    topics:\n      - filter: t/#\n        direction: out\n        topic: to/$#\n",
+        peer = transport.peer(port)
     );
     let mut edge = BrokerProcess::start_in(dir.path(), "", &bridges);
     edge.wait_for_log("bridge push: reading its out filter");
@@ -334,15 +449,20 @@ fn a_record_that_came_in_over_one_bridge_never_leaves_over_another() {
 /// A peer played by the test over a raw socket: it reads the bridge's
 /// packets with the crate's codec and writes its own.
 struct FakePeer {
-    stream: std::net::TcpStream,
+    stream: Stream,
     buf: Vec<u8>,
     version: Option<ProtocolVersion>,
 }
 
 impl FakePeer {
-    fn accept(listener: &TcpListener) -> FakePeer {
+    /// The next link the bridge dials, over `transport`.
+    fn accept(listener: &TcpListener, transport: Transport) -> FakePeer {
         let (stream, _) = listener.accept().unwrap();
         stream.set_read_timeout(Some(WAIT)).unwrap();
+        let stream = match transport {
+            Transport::Tcp => Stream::Tcp(stream),
+            Transport::WebSocket => Stream::WebSocket(Box::new(Framed::accept(stream))),
+        };
         FakePeer {
             stream,
             buf: Vec::new(),
@@ -441,28 +561,29 @@ impl FakePeer {
     }
 }
 
-#[test]
-fn a_qos1_redelivery_after_a_dropped_link_is_stored_once() {
+over_both!(a_qos1_redelivery_after_a_dropped_link_is_stored_once);
+fn a_qos1_redelivery_after_a_dropped_link_is_stored_once(transport: Transport) {
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
     let port = listener.local_addr().unwrap().port();
+    let peer = transport.peer(port);
     let dir = TempDir::new("redelivery");
     // A long ack_interval holds the acknowledgement back, so the link can
     // be cut after the record is stored and before the peer is told.
     let top = format!(
-        "{EVENTS}bridges:\n  up:\n    peer: tcp://127.0.0.1:{port}\n    client_id: gw-1\n    ack_interval: 1s\n    topics:\n      - filter: feed/#\n        direction: in\n        topic: events/$#\n"
+        "{EVENTS}bridges:\n  up:\n    peer: {peer}\n    client_id: gw-1\n    ack_interval: 1s\n    topics:\n      - filter: feed/#\n        direction: in\n        topic: events/$#\n"
     );
     let saguin = BrokerProcess::start_in(dir.path(), REDB, &top);
     let mut reader = RawClient::connect(&saguin.address(), ProtocolVersion::V5, "reader");
     reader.subscribe("events/#", QoS::AtLeastOnce);
 
-    let mut peer = FakePeer::accept(&listener);
+    let mut peer = FakePeer::accept(&listener, transport);
     peer.handshake(false);
     peer.publish("once", 5, false);
     assert_eq!(receive_until(&mut reader, "once"), vec!["once"]);
     drop(peer);
 
     // The bridge dials again; the peer resumes the session and redelivers.
-    let mut peer = FakePeer::accept(&listener);
+    let mut peer = FakePeer::accept(&listener, transport);
     peer.handshake(true);
     peer.publish("once", 5, true);
     assert_eq!(peer.puback(), 5, "the redelivery is acknowledged");
@@ -475,13 +596,14 @@ fn a_qos1_redelivery_after_a_dropped_link_is_stored_once() {
     );
 }
 
-#[test]
-fn a_peer_refusing_one_rules_records_holds_that_rule_and_no_other() {
+over_both!(a_peer_refusing_one_rules_records_holds_that_rule_and_no_other);
+fn a_peer_refusing_one_rules_records_holds_that_rule_and_no_other(transport: Transport) {
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
     let port = listener.local_addr().unwrap().port();
+    let peer = transport.peer(port);
     let dir = TempDir::new("per-rule");
     let top = format!(
-        "{EVENTS}bridges:\n  up:\n    peer: tcp://127.0.0.1:{port}\n    client_id: gw-1\n    receive_maximum: 2\n    topics:\n      - filter: events/stuck/#\n        direction: out\n        topic: up/stuck/$#\n      - filter: events/free/#\n        direction: out\n        topic: up/free/$#\n"
+        "{EVENTS}bridges:\n  up:\n    peer: {peer}\n    client_id: gw-1\n    receive_maximum: 2\n    topics:\n      - filter: events/stuck/#\n        direction: out\n        topic: up/stuck/$#\n      - filter: events/free/#\n        direction: out\n        topic: up/free/$#\n"
     );
     let mut saguin = BrokerProcess::start_in(dir.path(), REDB, &top);
     saguin.wait_for_log("reading its out filter \"events/stuck/#\"");
@@ -494,7 +616,7 @@ fn a_peer_refusing_one_rules_records_holds_that_rule_and_no_other() {
     }
     publish(&mut device, "events/free/x", "free", 5);
 
-    let mut peer = FakePeer::accept(&listener);
+    let mut peer = FakePeer::accept(&listener, transport);
     peer.handshake(true);
     let deadline = Instant::now() + WAIT;
     loop {
@@ -513,12 +635,15 @@ fn a_peer_refusing_one_rules_records_holds_that_rule_and_no_other() {
     }
 }
 
-#[test]
-fn an_append_record_published_at_qos0_is_held_at_the_rules_position_through_an_outage() {
+over_both!(an_append_record_published_at_qos0_is_held_at_the_rules_position_through_an_outage);
+fn an_append_record_published_at_qos0_is_held_at_the_rules_position_through_an_outage(
+    transport: Transport,
+) {
     let port = free_port();
+    let peer = transport.peer(port);
     let dir = TempDir::new("qos0-outage");
     let top = format!(
-        "{EVENTS}bridges:\n  up:\n    peer: tcp://127.0.0.1:{port}\n    client_id: gw-1\n    topics:\n      - filter: events/#\n        direction: out\n        topic: up/$#\n"
+        "{EVENTS}bridges:\n  up:\n    peer: {peer}\n    client_id: gw-1\n    topics:\n      - filter: events/#\n        direction: out\n        topic: up/$#\n"
     );
     // The peer is down; the gateway is stopped and started again before
     // it returns, so nothing held in memory can carry the record.
@@ -536,7 +661,7 @@ fn an_append_record_published_at_qos0_is_held_at_the_rules_position_through_an_o
 
     let listener = TcpListener::bind(("127.0.0.1", port)).unwrap();
     let _saguin = BrokerProcess::start_in(dir.path(), REDB, &top);
-    let mut peer = FakePeer::accept(&listener);
+    let mut peer = FakePeer::accept(&listener, transport);
     peer.handshake(true);
     for payload in ["at-most-once", "at-least-once"] {
         let record = peer.next_publish();
@@ -548,13 +673,14 @@ fn an_append_record_published_at_qos0_is_held_at_the_rules_position_through_an_o
     }
 }
 
-#[test]
-fn a_rule_edited_is_a_new_reader_and_the_old_rules_position_is_dropped() {
+over_both!(a_rule_edited_is_a_new_reader_and_the_old_rules_position_is_dropped);
+fn a_rule_edited_is_a_new_reader_and_the_old_rules_position_is_dropped(transport: Transport) {
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
     let port = listener.local_addr().unwrap().port();
+    let peer = transport.peer(port);
     let dir = TempDir::new("rule-edit");
     let config = |topic: &str| {
-        format!("{EVENTS}bridges:\n  up:\n    peer: tcp://127.0.0.1:{port}\n    client_id: gw-1\n    topics:\n      - filter: events/#\n        direction: out\n        topic: {topic}/$#\n")
+        format!("{EVENTS}bridges:\n  up:\n    peer: {peer}\n    client_id: gw-1\n    topics:\n      - filter: events/#\n        direction: out\n        topic: {topic}/$#\n")
     };
     // Runs the broker on `topic`'s rule: `payload` is published and must
     // be the first record the peer is sent.
@@ -566,7 +692,7 @@ fn a_rule_edited_is_a_new_reader_and_the_old_rules_position_is_dropped() {
         listener.set_nonblocking(false).unwrap();
         let mut saguin = BrokerProcess::start_in(dir.path(), REDB, &config(topic));
         saguin.wait_for_log("reading its out filter");
-        let mut peer = FakePeer::accept(&listener);
+        let mut peer = FakePeer::accept(&listener, transport);
         peer.handshake(true);
         let mut device = RawClient::connect(&saguin.address(), ProtocolVersion::V5, "device");
         publish(&mut device, "events/a", payload, 1);
@@ -588,8 +714,10 @@ fn a_rule_edited_is_a_new_reader_and_the_old_rules_position_is_dropped() {
     run("up", "3").terminate();
 }
 
-#[test]
-fn through_an_outage_latest_keeps_its_newest_broadcast_is_live_and_a_queue_never_crosses() {
+over_both!(through_an_outage_latest_keeps_its_newest_broadcast_is_live_and_a_queue_never_crosses);
+fn through_an_outage_latest_keeps_its_newest_broadcast_is_live_and_a_queue_never_crosses(
+    transport: Transport,
+) {
     if !have_mosquitto(
         "through_an_outage_latest_keeps_its_newest_broadcast_is_live_and_a_queue_never_crosses",
     ) {
@@ -597,7 +725,7 @@ fn through_an_outage_latest_keeps_its_newest_broadcast_is_live_and_a_queue_never
     }
     let peer_dir = TempDir::new("mosquitto-kinds");
     let port = free_port();
-    let peer = Mosquitto::start(peer_dir.path(), port);
+    let peer = Peer::start(peer_dir.path(), port, transport);
     let mut watcher = durable_client(&peer.address(), "watcher");
     watcher.subscribe("up/#", QoS::AtLeastOnce);
     drop(watcher);
@@ -605,7 +733,7 @@ fn through_an_outage_latest_keeps_its_newest_broadcast_is_live_and_a_queue_never
     let dir = TempDir::new("bridge-kinds");
     let channels = "channels:\n  events:\n    type: append\n    filter: events/#\n  state:\n    type: latest\n    filter: state/#\n  jobs:\n    type: queue\n    filter: jobs/#\n";
     let rules = "      - filter: '#'\n        direction: out\n        topic: up/$#\n";
-    let top = format!("{channels}{}", bridge_yaml(port, rules));
+    let top = format!("{channels}{}", bridge_yaml(&transport.peer(port), rules));
     let mut saguin = BrokerProcess::start_in(dir.path(), REDB, &top);
     saguin.wait_for_log("bridge up: reading its out filter");
     saguin.wait_for_log("bridge up: link to");
@@ -618,7 +746,7 @@ fn through_an_outage_latest_keeps_its_newest_broadcast_is_live_and_a_queue_never
     publish(&mut device, "state/s", "v1", 3);
     publish(&mut device, "state/s", "v2", 4);
     publish(&mut device, "events/a", "e1", 5);
-    let peer = Mosquitto::start(peer_dir.path(), port);
+    let peer = Peer::start(peer_dir.path(), port, transport);
     let mut watcher = durable_client(&peer.address(), "watcher");
     saguin.wait_for_log("session resumed");
     // Fences behind each topic's records, on the same topics; broadcast
@@ -645,10 +773,12 @@ fn client_as(address: &str, client_id: &str, user: &str, password: &[u8]) -> Raw
     client
 }
 
-#[test]
-fn a_broker_with_a_password_file_and_an_acl_file_still_runs_its_bridge_both_ways() {
+over_both!(a_broker_with_a_password_file_and_an_acl_file_still_runs_its_bridge_both_ways);
+fn a_broker_with_a_password_file_and_an_acl_file_still_runs_its_bridge_both_ways(
+    transport: Transport,
+) {
     use saguin::auth::hash::{PasswordHash, SALT_BYTES};
-    let hub = BrokerProcess::start("");
+    let (hub, port) = hub(transport);
     let dir = TempDir::new("secured-edge");
     let hash = PasswordHash::new_pbkdf2(b"secret", &[7; SALT_BYTES]);
     std::fs::write(dir.path().join("clients.passwd"), format!("gw:{hash}\n")).unwrap();
@@ -661,7 +791,8 @@ fn a_broker_with_a_password_file_and_an_acl_file_still_runs_its_bridge_both_ways
     .unwrap();
     let mqtt = "    acl_file: {dir}/acl.yaml\n    password_file: {dir}/clients.passwd\n";
     let rules = "      - filter: t/#\n        direction: both\n";
-    let mut edge = BrokerProcess::start_in(dir.path(), mqtt, &bridge_yaml(hub.port, rules));
+    let peer = bridge_yaml(&transport.peer(port), rules);
+    let mut edge = BrokerProcess::start_in(dir.path(), mqtt, &peer);
     edge.wait_for_log("bridge up: link to");
 
     let mut at_edge = client_as(&edge.address(), "at-edge", "gw", b"secret");
@@ -699,11 +830,17 @@ fn an_ordinary_client_is_refused_a_bridge_client_id() {
     RawClient::connect(&broker.address(), ProtocolVersion::V5, "saguin-bridge-up");
 }
 
-/// A mosquitto TLS listener on `port` serving `server`, asking for a client
-/// certificate signed by `client_ca` when there is one.
-fn tls_listener(port: u16, server: &(PathBuf, PathBuf), client_ca: Option<&Path>) -> String {
+/// A mosquitto TLS listener on `port` over `transport` serving `server`,
+/// asking for a client certificate signed by `client_ca` when there is one.
+fn tls_listener(
+    port: u16,
+    transport: Transport,
+    server: &(PathBuf, PathBuf),
+    client_ca: Option<&Path>,
+) -> String {
     let mut lines = format!(
-        "listener {port} 127.0.0.1\ncertfile {}\nkeyfile {}\n",
+        "{}certfile {}\nkeyfile {}\n",
+        transport.mosquitto_listener(port),
         server.0.display(),
         server.1.display()
     );
@@ -763,8 +900,10 @@ impl Forwarder {
     }
 }
 
-#[test]
-fn a_tls_peer_is_verified_refused_when_another_authority_signed_it_and_retried() {
+over_both!(a_tls_peer_is_verified_refused_when_another_authority_signed_it_and_retried);
+fn a_tls_peer_is_verified_refused_when_another_authority_signed_it_and_retried(
+    transport: Transport,
+) {
     let test = "a_tls_peer_is_verified_refused_when_another_authority_signed_it_and_retried";
     if !have_mosquitto(test) || !have_tools(test, &["openssl"], "openssl") {
         return;
@@ -787,10 +926,10 @@ fn a_tls_peer_is_verified_refused_when_another_authority_signed_it_and_retried()
     // plain TCP.
     let peer_dir = TempDir::new("mosquitto-tls");
     let (plain_port, tls_port) = (free_port(), free_port());
-    let peer = Mosquitto::start_with(
+    let peer = Peer::start_with(
         peer_dir.path(),
         plain_port,
-        &tls_listener(tls_port, &genuine, Some(&ca.pem())),
+        &tls_listener(tls_port, transport, &genuine, Some(&ca.pem())),
     );
     let mut watcher = durable_client(&peer.address(), "watcher");
     watcher.subscribe("up/#", QoS::AtLeastOnce);
@@ -799,25 +938,25 @@ fn a_tls_peer_is_verified_refused_when_another_authority_signed_it_and_retried()
     // bridge was not told of.
     let imposter_dir = TempDir::new("mosquitto-imposter");
     let (imposter_plain, imposter_tls) = (free_port(), free_port());
-    let _imposter_peer = Mosquitto::start_with(
+    let _imposter_peer = Peer::start_with(
         imposter_dir.path(),
         imposter_plain,
-        &tls_listener(imposter_tls, &imposter, None),
+        &tls_listener(imposter_tls, transport, &imposter, None),
     );
     let address = Forwarder::start(imposter_tls);
 
     let dir = TempDir::new("bridge-tls");
     let top = format!(
-        "{EVENTS}bridges:\n  up:\n    peer: tls://127.0.0.1:{}\n    client_id: gw-1\n    ca_file: {}\n    cert_file: {}\n    key_file: {}\n    topics:\n      - filter: events/#\n        direction: out\n        topic: up/$#\n",
-        address.port,
+        "{EVENTS}bridges:\n  up:\n    peer: {}\n    client_id: gw-1\n    ca_file: {}\n    cert_file: {}\n    key_file: {}\n    topics:\n      - filter: events/#\n        direction: out\n        topic: up/$#\n",
+        transport.secure_peer(address.port),
         ca.pem().display(),
         bridge_identity.0.display(),
         bridge_identity.1.display()
     );
     let mut saguin = BrokerProcess::start_in(dir.path(), REDB, &top);
     saguin.wait_for_log(&format!(
-        "bridge up: TLS to 127.0.0.1:{} refused",
-        address.port
+        "bridge up: {} refused: TLS handshake failed",
+        transport.secure_peer(address.port)
     ));
     // A new rule reads what is written once it has subscribed.
     saguin.wait_for_log("bridge up: reading its out filter");
@@ -847,7 +986,7 @@ fn check_config_says_where_each_rule_lands() {
         &path,
         format!(
             "broker:\n  id: t\n{storage}{EVENTS}{}",
-            bridge_yaml(1883, rules)
+            bridge_yaml("tcp://127.0.0.1:1883", rules)
         ),
     )
     .unwrap();
@@ -858,4 +997,60 @@ fn check_config_says_where_each_rule_lands() {
         let line = format!("bridge \"up\", in \"fleet/{spelling}/#\": lands in events (append)");
         assert!(stdout.contains(&line), "no {line:?} in:\n{stdout}");
     }
+}
+
+/// A bridge's sessions are the broker's own: a client asking to hang one
+/// up (anybody may, on a broker without an acl_file) is told nothing is
+/// connected under that id, and the bridge goes on carrying records.
+#[test]
+fn a_bridge_s_own_session_cannot_be_hung_up() {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let dir = TempDir::new("bridge-hang-up");
+    let top = format!(
+        "{EVENTS}bridges:\n  up:\n    peer: tcp://127.0.0.1:{port}\n    client_id: gw-1\n    topics:\n      - filter: events/#\n        direction: out\n        topic: up/$#\n"
+    );
+    let mut saguin = BrokerProcess::start_in(dir.path(), REDB, &top);
+    saguin.wait_for_log("reading its out filter");
+    let mut peer = FakePeer::accept(&listener, Transport::Tcp);
+    // An out rule alone subscribes to nothing on the peer.
+    peer.handshake(true);
+    let mut anyone = RawClient::connect(&saguin.address(), ProtocolVersion::V5, "anyone");
+    for victim in ["saguin-bridge/up", "nobody"] {
+        anyone.send(&Packet::Publish(Publish {
+            qos: QoS::AtLeastOnce,
+            topic: "$saguin/sessions/disconnect".into(),
+            packet_id: Some(1),
+            payload: victim.as_bytes().to_vec(),
+            properties: saguin::codec::Properties {
+                response_topic: Some("replies/x".into()),
+                ..Default::default()
+            },
+            ..Publish::default()
+        }));
+        match anyone.recv() {
+            Received::Packet(Packet::Publish(reply)) => {
+                assert_eq!(reply.payload, b"no-such-client", "{victim}")
+            }
+            other => panic!("expected the reply, got {other:?}"),
+        }
+        match anyone.recv() {
+            Received::Packet(Packet::Puback(ack)) => assert_eq!(ack.reason_code.0, 0),
+            other => panic!("expected the PUBACK, got {other:?}"),
+        }
+    }
+    publish(&mut anyone, "events/a", "after", 2);
+    let record = peer.next_publish();
+    assert_eq!(
+        (record.topic.as_str(), record.payload.as_slice()),
+        ("up/a", &b"after"[..])
+    );
+    assert!(
+        !saguin
+            .log_lines
+            .iter()
+            .any(|l| l.contains("the bridge stops")),
+        "{:?}",
+        saguin.log_lines
+    );
 }

@@ -5,12 +5,11 @@
 
 mod common;
 
-use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{BrokerProcess, RawClient, Received, TempDir};
+use common::{free_port, BrokerProcess, RawClient, Received, TempDir};
 use saguin::codec::{Packet, ProtocolVersion, PubAck, Publish, QoS};
 
 /// A cluster electing its leaders and creating its MQTT streams takes
@@ -19,14 +18,6 @@ const CLUSTER_WAIT: Duration = Duration::from_secs(90);
 
 const REDB: &str = "  storage:\n    default: local\n    default_retention_period: none\n    default_retention_bytes: none\n    providers:\n      local:\n        type: redb\n        file_path: {dir}/saguin.redb\n        max_bytes: 64MiB\n  session:\n    storage: local\n";
 const EVENTS: &str = "channels:\n  events:\n    type: append\n    filter: events/#\n";
-
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
 
 fn have_nats(test: &str) -> bool {
     let found = Command::new("nats-server")

@@ -12,6 +12,7 @@ use std::process::Command;
 use std::sync::Arc;
 
 use common::http::Answer;
+use common::proxy::{proxy_v2, VERIFIED};
 use common::{BrokerProcess, RawClient, TempDir, WAIT};
 use saguin::codec::{Packet, ProtocolVersion, Publish, QoS};
 use saguin::ops::operators::hash_line;
@@ -375,30 +376,6 @@ fn a_unix_socket_carries_a_proxy_s_principal() {
     assert!(!socket.exists());
 }
 
-/// A PROXY protocol v2 header as a TLS-terminating proxy writes it, from
-/// 192.0.2.7 to 192.0.2.1, with an SSL TLV: the client flags, the
-/// verify result and, where given, the certificate's Common Name.
-fn proxy_v2(ssl: Option<(u8, u32, Option<&str>)>) -> Vec<u8> {
-    let mut body = vec![192, 0, 2, 7, 192, 0, 2, 1, 0x9c, 0x40, 0x23, 0x82];
-    if let Some((client, verify, name)) = ssl {
-        let mut value = vec![client];
-        value.extend_from_slice(&verify.to_be_bytes());
-        if let Some(name) = name {
-            value.push(0x22);
-            value.extend_from_slice(&(name.len() as u16).to_be_bytes());
-            value.extend_from_slice(name.as_bytes());
-        }
-        body.push(0x20);
-        body.extend_from_slice(&(value.len() as u16).to_be_bytes());
-        body.extend_from_slice(&value);
-    }
-    let mut header = b"\r\n\r\n\0\r\nQUIT\n".to_vec();
-    header.extend_from_slice(&[0x21, 0x11]);
-    header.extend_from_slice(&(body.len() as u16).to_be_bytes());
-    header.extend_from_slice(&body);
-    header
-}
-
 #[test]
 fn a_unix_door_behind_a_proxy_takes_the_verified_common_name_from_proxy_protocol_v2() {
     let (mut broker, socket, _dirs) = unix_door_broker("ops-proxy", "proxy_protocol: true");
@@ -408,8 +385,6 @@ fn a_unix_door_behind_a_proxy_takes_the_verified_common_name_from_proxy_protocol
         stream.write_all(header).unwrap();
         exchange(stream, &request("GET", path, &[])).status
     };
-    // TLS, a certificate on the connection and in the session, verified.
-    const VERIFIED: u8 = 0x01 | 0x02 | 0x04;
     let oncall = proxy_v2(Some((VERIFIED, 0, Some("oncall"))));
     assert_eq!(ask(&oncall, "/v1/operations/consumers"), 200);
     // A scoped operator keeps its scope; a stranger is scraped only.
@@ -811,11 +786,7 @@ fn startup_refusals_name_the_key() {
 /// The value of the sample `series` (name and labels as written) in a
 /// scrape.
 fn sample(body: &str, series: &str) -> f64 {
-    body.lines()
-        .find_map(|line| line.strip_prefix(series)?.strip_prefix(' '))
-        .unwrap_or_else(|| panic!("no {series} in:\n{body}"))
-        .parse()
-        .unwrap()
+    common::http::sample(body, series)
 }
 
 /// The first number after `"key":` in a JSON body.
@@ -1081,7 +1052,10 @@ fn sigusr1_re_reads_the_operators_file() {
 fn a_session_names_its_user_door_clean_start_and_slices_and_a_consumer_its_last_seen() {
     let dir = TempDir::new("ops-session-rows");
     let channels = "channels:\n  events:\n    type: append\n    filter: events/#\n";
-    let block = format!("{REDB_EVENTS}  operations:\n{LOOPBACK_DOOR}");
+    // With no password file a user name is taken as stated only when asked.
+    let block = format!(
+        "    trust_unchecked_user_names: true\n{REDB_EVENTS}  operations:\n{LOOPBACK_DOOR}"
+    );
     let mut broker = BrokerProcess::start_in(dir.path(), &block, channels);
     let line = broker.wait_for_log("operations door tcp bound to");
     let ops = line.rsplit("bound to ").next().unwrap().trim().to_string();
@@ -1092,12 +1066,17 @@ fn a_session_names_its_user_door_clean_start_and_slices_and_a_consumer_its_last_
     connect.username = Some("cohort-north".into());
     connect.properties.session_expiry_interval_s = Some(3600);
     client.send(&Packet::Connect(Box::new(connect)));
-    assert!(matches!(client.recv(), common::Received::Packet(Packet::Connack(_))));
-    let mut properties = saguin::codec::Properties::default();
-    properties.user_properties = ["topic_hash(3, 0)", "topic_hash(3, 2)"]
-        .iter()
-        .map(|v| ("saguin-filter".to_string(), v.to_string()))
-        .collect();
+    assert!(matches!(
+        client.recv(),
+        common::Received::Packet(Packet::Connack(_))
+    ));
+    let properties = saguin::codec::Properties {
+        user_properties: ["topic_hash(3, 0)", "topic_hash(3, 2)"]
+            .iter()
+            .map(|v| ("saguin-filter".to_string(), v.to_string()))
+            .collect(),
+        ..Default::default()
+    };
     let options = saguin::codec::SubscriptionOptions {
         qos: QoS::AtLeastOnce,
         ..Default::default()
@@ -1107,11 +1086,14 @@ fn a_session_names_its_user_door_clean_start_and_slices_and_a_consumer_its_last_
         properties,
         filters: vec![("events/+".into(), options)],
     }));
-    assert!(matches!(client.recv(), common::Received::Packet(Packet::Suback(_))));
+    assert!(matches!(
+        client.recv(),
+        common::Received::Packet(Packet::Suback(_))
+    ));
 
     let sessions = get(&ops, "/v1/operations/sessions", &[]).body;
     assert!(
-        sessions.contains("{\"client_id\":\"north-17\",\"connected\":true,\"user\":\"cohort-north\",\"protocol\":5,\"listener\":\"tcp\",\"bridge\":false,\"keepalive\":"),
+        sessions.contains("{\"client_id\":\"north-17\",\"connected\":true,\"user\":\"cohort-north\",\"protocol\":5,\"listener\":\"tcp\",\"remote\":null,\"bridge\":false,\"keepalive\":"),
         "{sessions}"
     );
     assert!(
@@ -1120,7 +1102,8 @@ fn a_session_names_its_user_door_clean_start_and_slices_and_a_consumer_its_last_
     );
     let consumers = get(&ops, "/v1/operations/consumers", &[]).body;
     assert!(
-        consumers.contains("{\"reader\":\"mqtt:north-17\",\"offset\":1,\"behind\":0,\"last_seen\":\"20"),
+        consumers
+            .contains("{\"reader\":\"mqtt:north-17\",\"offset\":1,\"behind\":0,\"last_seen\":\"20"),
         "{consumers}"
     );
     // Gone, its session is held: nothing its connection said is known,
@@ -1130,7 +1113,9 @@ fn a_session_names_its_user_door_clean_start_and_slices_and_a_consumer_its_last_
     let deadline = std::time::Instant::now() + WAIT;
     loop {
         let sessions = get(&ops, "/v1/operations/sessions", &[]).body;
-        if sessions.contains("\"connected\":false,\"user\":null,\"protocol\":null,\"listener\":null") {
+        if sessions
+            .contains("\"connected\":false,\"user\":null,\"protocol\":null,\"listener\":null")
+        {
             break;
         }
         assert!(std::time::Instant::now() < deadline, "{sessions}");
@@ -1138,7 +1123,8 @@ fn a_session_names_its_user_door_clean_start_and_slices_and_a_consumer_its_last_
     }
     let consumers = get(&ops, "/v1/operations/consumers", &[]).body;
     assert!(
-        consumers.contains("\"reader\":\"mqtt:north-17\",\"offset\":1,\"behind\":0,\"last_seen\":\"20"),
+        consumers
+            .contains("\"reader\":\"mqtt:north-17\",\"offset\":1,\"behind\":0,\"last_seen\":\"20"),
         "{consumers}"
     );
 }

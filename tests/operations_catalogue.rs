@@ -5,9 +5,9 @@
 
 mod common;
 
-use std::io::Write;
 use std::net::TcpListener;
 
+use common::http::{get_body as get, sample};
 use common::{BrokerProcess, RawClient, Received, TempDir};
 use saguin::codec::{Packet, ProtocolVersion, Publish, QoS};
 
@@ -130,19 +130,6 @@ fn closed_port() -> u16 {
     listener.local_addr().unwrap().port()
 }
 
-fn get(address: &str, path: &str) -> String {
-    use std::io::Read;
-    let mut stream = std::net::TcpStream::connect(address).unwrap();
-    stream.set_read_timeout(Some(common::WAIT)).unwrap();
-    let request = format!("GET {path} HTTP/1.1\r\nConnection: close\r\n\r\n");
-    stream.write_all(request.as_bytes()).unwrap();
-    let mut text = String::new();
-    stream.read_to_string(&mut text).unwrap();
-    let (head, body) = text.split_once("\r\n\r\n").unwrap();
-    assert!(head.starts_with("HTTP/1.1 200 "), "{head}");
-    body.to_string()
-}
-
 /// The sample names `prometheus_client` reads from `body`, or `None`
 /// when the parser is not installed.
 fn parsed_sample_names(body: &str) -> Option<Vec<String>> {
@@ -229,18 +216,6 @@ fn every_name_of_the_reference_catalogue_is_in_a_scrape() {
     assert!(!body.contains("\nsaguin_bytes_received_total 0\n"));
 }
 
-/// A value in `body` for the sample written exactly as `series`.
-fn sample(body: &str, series: &str) -> u64 {
-    let line = body
-        .lines()
-        .find(|l| {
-            l.strip_prefix(series)
-                .is_some_and(|rest| rest.starts_with(' '))
-        })
-        .unwrap_or_else(|| panic!("no {series} in\n{body}"));
-    line.rsplit(' ').next().unwrap().parse().unwrap()
-}
-
 #[test]
 fn a_queues_work_is_counted_as_it_is_handed_out_and_answered() {
     let dir = TempDir::new("ops-queue-counts");
@@ -289,7 +264,7 @@ fn a_queues_work_is_counted_as_it_is_handed_out_and_answered() {
     common::answer_job(&mut worker, "jobs", &second, "ack", &mut early);
 
     let body = get(&ops, "/metrics");
-    let of = |name: &str| sample(&body, &format!("{name}{{channel=\"jobs\"}}"));
+    let of = |name: &str| sample::<u64>(&body, &format!("{name}{{channel=\"jobs\"}}"));
     assert_eq!(of("saguin_queue_returned_total"), 1);
     assert_eq!(of("saguin_queue_acknowledged_total"), 1);
     assert_eq!(of("saguin_queue_retain_ignored_total"), 1);

@@ -462,3 +462,40 @@ fn a_restored_subscriber_to_a_latest_channel_is_served_its_whole_state_on_resume
         assert_eq!(topics, ["dev/a", "dev/b"], "{outage:?}");
     }
 }
+
+/// The id the broker assigns a client that sent none, from its CONNACK.
+fn assigned_id(address: &str) -> String {
+    let mut client = RawClient::open(address, ProtocolVersion::V5);
+    let mut connect = common::connect_packet(ProtocolVersion::V5, "");
+    connect.properties.session_expiry_interval_s = Some(3600);
+    client.send(&Packet::Connect(Box::new(connect)));
+    match client.recv() {
+        Received::Packet(Packet::Connack(connack)) => connack
+            .properties
+            .assigned_client_identifier
+            .expect("an assigned id"),
+        other => panic!("expected a CONNACK, got {other:?}"),
+    }
+}
+
+/// An assigned client id says nothing of any other: 128 bits drawn from
+/// the operating system at each start, so ids cannot be walked to find a
+/// session whose client never chose its id (and kept it for an hour).
+#[test]
+fn assigned_client_ids_cannot_be_guessed_from_one_another() {
+    let mut ids = Vec::new();
+    for _ in 0..2 {
+        let broker = BrokerProcess::start("");
+        ids.push(assigned_id(&broker.address()));
+        ids.push(assigned_id(&broker.address()));
+    }
+    for id in &ids {
+        let hex = id.strip_prefix("saguin-").expect("the broker's prefix");
+        assert!(
+            hex.len() == 32 && hex.chars().all(|c| c.is_ascii_hexdigit()),
+            "{id}"
+        );
+    }
+    let distinct: std::collections::BTreeSet<&String> = ids.iter().collect();
+    assert_eq!(distinct.len(), ids.len(), "{ids:?}");
+}

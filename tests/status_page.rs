@@ -13,38 +13,16 @@
 
 mod common;
 
-use std::io::{Read, Write};
-
 use common::chromium::{have_chromium, Chromium};
-use common::mosquitto::{free_port, have_mosquitto, Mosquitto};
-use common::{BrokerProcess, RawClient, Received, TempDir, WAIT};
+use common::http::{get_body as get, sample};
+use common::mosquitto::{have_mosquitto, Mosquitto};
+use common::{free_port, BrokerProcess, RawClient, Received, TempDir, WAIT};
 use saguin::codec::{Packet, ProtocolVersion, Publish, QoS, Subscribe, SubscriptionOptions};
 
 const BROKER: &str = "  storage:\n    default: local\n    default_retention_period: none\n    default_retention_bytes: none\n    providers:\n      local:\n        type: redb\n        file_path: {dir}/saguin.redb\n        max_bytes: 64MiB\n        device_endurance: 29TBW\n  session:\n    storage: local\n  operations:\n    listen:\n      tcp:\n        address: 127.0.0.1:0\n";
 
 fn top(port: u16) -> String {
     format!("channels:\n  events:\n    type: append\n    filter: events/#\n  state:\n    type: latest\n    filter: state/#\n  jobs:\n    type: queue\n    filter: jobs/#\n    retry:\n      max_attempts: 1\nbridges:\n  up:\n    peer: tcp://127.0.0.1:{port}\n    client_id: gw-1\n    topics:\n      - filter: events/#\n        direction: out\n        topic: site/$#\n")
-}
-
-fn get(address: &str, path: &str) -> String {
-    let mut stream = std::net::TcpStream::connect(address).unwrap();
-    stream.set_read_timeout(Some(WAIT)).unwrap();
-    let request = format!("GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n");
-    stream.write_all(request.as_bytes()).unwrap();
-    let mut text = String::new();
-    stream.read_to_string(&mut text).unwrap();
-    let (head, body) = text.split_once("\r\n\r\n").unwrap();
-    assert!(head.starts_with("HTTP/1.1 200 "), "{path}: {head}");
-    body.to_string()
-}
-
-/// The value of the sample written exactly as `series`, as the page
-/// writes a whole number.
-fn sample(body: &str, series: &str) -> String {
-    body.lines()
-        .find_map(|l| l.strip_prefix(series)?.strip_prefix(' '))
-        .unwrap_or_else(|| panic!("no {series} in\n{body}"))
-        .to_string()
 }
 
 /// A number a JSON body gives after `"key":` (the first, after `from`).
@@ -82,7 +60,11 @@ fn the_status_page_shows_what_the_routes_report_and_keeps_redrawing() {
     }
     let peer_dir = TempDir::new("status-mosquitto");
     let port = free_port();
-    let peer = Mosquitto::start(peer_dir.path(), port);
+    let peer = Mosquitto::start(
+        peer_dir.path(),
+        &format!("allow_anonymous true\nlistener {port} 127.0.0.1\n"),
+        port,
+    );
     let dir = TempDir::new("status-page");
     let mut broker = BrokerProcess::start_in(dir.path(), BROKER, &top(port));
     let line = broker.wait_for_log("operations door tcp bound to");
@@ -211,23 +193,23 @@ fn the_status_page_shows_what_the_routes_report_and_keeps_redrawing() {
             "saguin_publish_refused_total{reason=\"not authorized\"}",
         ),
     ] {
-        page.wait_for(&shown(&key), &sample(&metrics, series));
+        page.wait_for(&shown(&key), &sample::<String>(&metrics, series));
     }
     // The numbers the test set up, so the comparison above is of something.
     assert_eq!(
-        sample(&metrics, "saguin_queue_depth{channel=\"jobs\"}"),
+        sample::<String>(&metrics, "saguin_queue_depth{channel=\"jobs\"}"),
         "2"
     );
     assert_eq!(
-        sample(&metrics, "saguin_queue_inflight{channel=\"jobs\"}"),
+        sample::<String>(&metrics, "saguin_queue_inflight{channel=\"jobs\"}"),
         "1"
     );
     assert_eq!(
-        sample(&metrics, "saguin_channel_records{channel=\"jobs__dlq\"}"),
+        sample::<String>(&metrics, "saguin_channel_records{channel=\"jobs__dlq\"}"),
         "1"
     );
     assert_eq!(
-        sample(&metrics, "saguin_channel_records{channel=\"events\"}"),
+        sample::<String>(&metrics, "saguin_channel_records{channel=\"events\"}"),
         "30"
     );
     for (key, series) in [
@@ -244,7 +226,10 @@ fn the_status_page_shows_what_the_routes_report_and_keeps_redrawing() {
             "saguin_provider_device_endurance_bytes{provider=\"local\"}",
         ),
     ] {
-        page.wait_for(&title(key), &format!("{} bytes", sample(&metrics, series)));
+        page.wait_for(
+            &title(key),
+            &format!("{} bytes", sample::<String>(&metrics, series)),
+        );
     }
     page.wait_for(&shown("bridge/up/link"), "up");
     page.wait_for(&shown("bridge/up/backlog"), "0");

@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 use rustls::ClientConfig;
 use saguin::codec::ProtocolVersion;
 
-use crate::client::{Client, ClientOptions, Endpoint};
+use crate::client::{Client, ClientOptions, Door, Endpoint};
 use crate::tls::ServerCertificate;
 
 /// Longest a broker may take from spawn to answering a CONNECT.
@@ -71,6 +71,10 @@ pub enum SaguinSetup {
     /// file that `saguin --passwd` wrote, and still admit clients that
     /// offer none (figure 8).
     Passwords,
+    /// As `Passwords`, the one user written `--argon2id`, at mosquitto
+    /// 2.1's costs (figure 8's argon2id rows, saguin alone: Debian's
+    /// mosquitto 2.0 reads no argon2id).
+    PasswordsArgon2id,
     /// As `Plain`, with the operations listener on this loopback port and
     /// `channels` append channels `c<i>` on a memory provider (figure 14).
     Operations { port: u16, channels: u32 },
@@ -85,9 +89,9 @@ fn password_file(dir: &Path) -> PathBuf {
     dir.join("clients.passwd")
 }
 
-/// Writes figure 8's password file with `saguin --passwd`, readable by
-/// mosquitto after it drops to its own user.
-fn write_password_file(saguin: &Path, dir: &Path) -> Result<(), String> {
+/// Writes figure 8's password file with `saguin --passwd` (`--argon2id`
+/// with `argon2id`), readable by mosquitto after it drops to its own user.
+fn write_password_file(saguin: &Path, dir: &Path, argon2id: bool) -> Result<(), String> {
     use std::io::Write;
     use std::os::unix::fs::PermissionsExt;
     let path = password_file(dir);
@@ -95,6 +99,7 @@ fn write_password_file(saguin: &Path, dir: &Path) -> Result<(), String> {
         .arg("--passwd")
         .arg(&path)
         .args(["add", BENCH_USER])
+        .args(argon2id.then_some("--argon2id"))
         .stdin(Stdio::piped())
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
@@ -130,7 +135,7 @@ fn saguin_config(setup: SaguinSetup, dir: &Path) -> String {
         | SaguinSetup::Queue
         | SaguinSetup::Stock
         | SaguinSetup::Bridge(_) => "",
-        SaguinSetup::Passwords => {
+        SaguinSetup::Passwords | SaguinSetup::PasswordsArgon2id => {
             return SAGUIN_CONFIG_YAML.replacen(
                 "  mqtt:\n",
                 &format!(
@@ -348,12 +353,51 @@ impl BrokerBinaries {
     }
 }
 
-/// What a client must bring to a broker: TLS towards its certificate, and
-/// a user name and password.
+/// What a client must bring to a broker: TLS towards its certificate, a
+/// user name and password, and the door it comes through.
 #[derive(Clone, Default)]
 pub struct Access {
     pub tls: Option<Arc<ClientConfig>>,
     pub credentials: Option<(String, String)>,
+    pub door: Door,
+}
+
+/// A door other than plain TCP, for figure 15.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BenchDoor {
+    WebSocket,
+    Unix,
+}
+
+/// The plain configuration with its one door `door` instead of TCP, the
+/// socket (for a Unix door) in `dir`.
+fn saguin_door_config(door: BenchDoor, dir: &Path) -> String {
+    let listen = match door {
+        BenchDoor::WebSocket => {
+            "      ws:\n        address: 127.0.0.1:0\n        same_origin: false\n".to_string()
+        }
+        BenchDoor::Unix => format!(
+            "      unix:\n        path: {}\n",
+            unix_socket(dir).display()
+        ),
+    };
+    SAGUIN_CONFIG_YAML.replacen("      tcp:\n        address: 127.0.0.1:0\n", &listen, 1)
+}
+
+/// mosquitto's lines for `door`, after the TCP listener on `tcp_port` it
+/// needs beside a WebSocket one (2.0.11 starts no WebSocket listener
+/// alone, and serves one on an address only with `socket_domain ipv4`).
+fn mosquitto_door_lines(door: BenchDoor, port: u16, dir: &Path) -> String {
+    match door {
+        BenchDoor::WebSocket => {
+            format!("listener {port} 127.0.0.1\nprotocol websockets\nsocket_domain ipv4\n")
+        }
+        BenchDoor::Unix => format!("listener 0 {}\n", unix_socket(dir).display()),
+    }
+}
+
+fn unix_socket(dir: &Path) -> PathBuf {
+    dir.join("mqtt.sock")
 }
 
 /// The saguin configuration, for BENCHMARKS.md, with a placeholder for
@@ -464,15 +508,30 @@ impl Broker {
         mosquitto: MosquittoSetup,
     ) -> Result<Broker, String> {
         let dir = TempDir::new(kind.name())?;
-        if setup == SaguinSetup::Passwords {
-            write_password_file(&binaries.saguin, &dir.0)?;
+        let passwords = matches!(
+            setup,
+            SaguinSetup::Passwords | SaguinSetup::PasswordsArgon2id
+        );
+        if passwords {
+            write_password_file(
+                &binaries.saguin,
+                &dir.0,
+                setup == SaguinSetup::PasswordsArgon2id,
+            )?;
         }
         let (config, port) = match kind {
             BrokerKind::Saguin | BrokerKind::Baseline => (saguin_config(setup, &dir.0), None),
             BrokerKind::Mosquitto => {
+                if mosquitto == MosquittoSetup::Persistent {
+                    // Started as root, mosquitto drops to its own user, which
+                    // must be able to write its database into the directory.
+                    use std::os::unix::fs::PermissionsExt;
+                    fs::set_permissions(&dir.0, fs::Permissions::from_mode(0o777))
+                        .map_err(|e| format!("chmod {}: {e}", dir.0.display()))?;
+                }
                 let port = free_loopback_port()?;
                 let mut config = mosquitto_config(port, mosquitto, &dir.0);
-                if setup == SaguinSetup::Passwords {
+                if passwords {
                     config.push_str(&format!(
                         "password_file {}\n",
                         password_file(&dir.0).display()
@@ -510,9 +569,43 @@ impl Broker {
         };
         let access = Access {
             tls: Some(client),
-            credentials: None,
+            ..Access::default()
         };
         Broker::launch(kind, binaries, dir, &config, (port, None), access)
+    }
+
+    /// `kind` on its one door of `door`, set up otherwise as for figures 1
+    /// to 5 (figure 15).
+    pub fn start_door(
+        kind: BrokerKind,
+        binaries: &BrokerBinaries,
+        door: BenchDoor,
+    ) -> Result<Broker, String> {
+        let dir = TempDir::new(kind.name())?;
+        let socket = unix_socket(&dir.0);
+        let access = Access {
+            door: match door {
+                BenchDoor::WebSocket => Door::WebSocket,
+                BenchDoor::Unix => Door::Unix(socket),
+            },
+            ..Access::default()
+        };
+        let (config, ports) = match kind {
+            BrokerKind::Saguin | BrokerKind::Baseline => {
+                (saguin_door_config(door, &dir.0), (None, None))
+            }
+            BrokerKind::Mosquitto => {
+                // mosquitto binds its Unix socket as its own user.
+                use std::os::unix::fs::PermissionsExt;
+                fs::set_permissions(&dir.0, fs::Permissions::from_mode(0o777))
+                    .map_err(|e| format!("chmod {}: {e}", dir.0.display()))?;
+                let (tcp_port, door_port) = (free_loopback_port()?, free_loopback_port()?);
+                let mut config = mosquitto_config(tcp_port, MosquittoSetup::Bench, &dir.0);
+                config.push_str(&mosquitto_door_lines(door, door_port, &dir.0));
+                (config, (Some(door_port), Some(tcp_port)))
+            }
+        };
+        Broker::launch(kind, binaries, dir, &config, ports, access)
     }
 
     /// Saguin checking every CONNECT against `password_file`, with
@@ -527,10 +620,31 @@ impl Broker {
         let dir = TempDir::new(kind.name())?;
         let config = saguin_acl_config(password_file, acl_file);
         let access = Access {
-            tls: None,
             credentials: Some(credentials),
+            ..Access::default()
         };
         Broker::launch(kind, binaries, dir, &config, (None, None), access)
+    }
+
+    /// Saguin on the configuration `config` writes for the broker's own
+    /// (absolute) directory, with `not_mqtt` a port it listens on that is
+    /// not the MQTT one.
+    pub fn start_saguin_on(
+        binaries: &BrokerBinaries,
+        config: impl FnOnce(&Path) -> Result<String, String>,
+        not_mqtt: Option<u16>,
+    ) -> Result<Broker, String> {
+        let kind = BrokerKind::Saguin;
+        let dir = TempDir::new(kind.name())?;
+        let config = config(&dir.0)?;
+        Broker::launch(
+            kind,
+            binaries,
+            dir,
+            &config,
+            (None, not_mqtt),
+            Access::default(),
+        )
     }
 
     /// Starts `kind` on `config` in `dir` and waits until it answers a
@@ -553,8 +667,11 @@ impl Broker {
             dir,
         };
         let deadline = Instant::now() + START_TIMEOUT;
-        let port = broker.wait_for_listening_port(deadline, not_mqtt)?;
-        broker.address.set_port(port);
+        // A Unix door has no port to find: the CONNECT says it serves.
+        if !matches!(broker.access.door, Door::Unix(_)) {
+            let port = broker.wait_for_listening_port(deadline, not_mqtt)?;
+            broker.address.set_port(port);
+        }
         broker.wait_until_serving(deadline)?;
         Ok(broker)
     }
@@ -565,6 +682,7 @@ impl Broker {
             address: self.address,
             tls: self.access.tls.clone(),
             credentials: self.access.credentials.clone(),
+            door: self.access.door.clone(),
         }
     }
 
@@ -674,8 +792,40 @@ impl Broker {
         Some(Duration::from_micros(ticks * 1_000_000 / clock_ticks_per_s))
     }
 
+    /// The broker's own temporary directory (its configuration, output
+    /// and any storage file).
+    pub fn dir(&self) -> &Path {
+        self.dir.path()
+    }
+
     /// SIGTERM, then SIGKILL if it has not exited within `STOP_TIMEOUT`.
     pub fn stop(mut self) {
+        self.terminate();
+        // Drop kills it if it is still there.
+    }
+
+    /// Stops the broker as [`Broker::stop`] does, leaves it down for
+    /// `down`, and starts it again on the same configuration, directory and
+    /// port (a persistent mosquitto comes back with what it saved), waiting
+    /// until it serves.
+    pub fn restart(&mut self, binaries: &BrokerBinaries, down: Duration) -> Result<(), String> {
+        self.terminate();
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        std::thread::sleep(down);
+        let file = match self.kind {
+            BrokerKind::Saguin | BrokerKind::Baseline => "saguin.yaml",
+            BrokerKind::Mosquitto => "mosquitto.conf",
+        };
+        let path = self.dir.0.join(file);
+        let config =
+            fs::read_to_string(&path).map_err(|e| format!("read {}: {e}", path.display()))?;
+        self.child = spawn(self.kind, binaries.path(self.kind), &self.dir.0, &config)?;
+        self.wait_until_serving(Instant::now() + START_TIMEOUT)
+    }
+
+    /// SIGTERM, and a wait of at most `STOP_TIMEOUT` for the exit.
+    fn terminate(&mut self) {
         let _ = Command::new("kill")
             .arg("-TERM")
             .arg(self.pid().to_string())
@@ -688,7 +838,6 @@ impl Broker {
             }
             std::thread::sleep(POLL_INTERVAL);
         }
-        // Drop kills it.
     }
 }
 

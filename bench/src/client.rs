@@ -1,11 +1,14 @@
 //! A blocking MQTT client on the crate's own codec, just enough to drive
 //! load: CONNECT, SUBSCRIBE, PUBLISH and PUBACK, with batched writes so the
 //! load generator spends its share of the two cores on messages, not
-//! syscalls. It speaks over plain TCP or over TLS (rustls), with or
-//! without a user name and password.
+//! syscalls. It speaks over plain TCP, over TLS (rustls), over WebSocket
+//! (framed by the broker's own frame code, masked as a client must) or
+//! over a Unix socket, with or without a user name and password.
 
 use std::io::{ErrorKind, Read, Write};
 use std::net::{SocketAddr, TcpStream};
+use std::os::unix::net::UnixStream;
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -13,9 +16,11 @@ use rustls::pki_types::ServerName;
 use rustls::{ClientConfig, ClientConnection};
 
 use saguin::codec::{
-    decode_fixed_header, decode_packet, encode, Connect, Disconnect, Packet, Properties,
+    decode_fixed_header, decode_packet, encode, Connack, Connect, Disconnect, Packet, Properties,
     ProtocolVersion, PubAck, QoS, ReasonCode, Subscribe, SubscriptionOptions,
 };
+use saguin::net::websocket::frame::{self, Reader, Role};
+use saguin::net::websocket::handshake;
 
 /// How long one blocking read waits, so every read loop gets back to its
 /// deadline checks often.
@@ -38,6 +43,16 @@ pub struct ClientOptions {
     pub receive_maximum: Option<u16>,
 }
 
+/// How a CONNECT asks for its session.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SessionStart {
+    /// Clean Start 1: nothing is kept once the connection ends.
+    Clean,
+    /// Clean Start 0 with this Session Expiry Interval (MQTT 5; a 3.1.1
+    /// CONNECT carries Clean Session 0 and the broker's own expiry).
+    Resume { expiry_s: u32 },
+}
+
 /// Where a broker listens and what a client must bring to be let in.
 #[derive(Clone)]
 pub struct Endpoint {
@@ -46,6 +61,19 @@ pub struct Endpoint {
     pub tls: Option<Arc<ClientConfig>>,
     /// The user name and password every CONNECT carries.
     pub credentials: Option<(String, String)>,
+    /// What MQTT travels over: TCP at `address`, or another door.
+    pub door: Door,
+}
+
+/// What carries MQTT to the broker.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub enum Door {
+    #[default]
+    Tcp,
+    /// WebSocket frames over TCP at the endpoint's address.
+    WebSocket,
+    /// A Unix socket at this path; the address is not used.
+    Unix(PathBuf),
 }
 
 impl Endpoint {
@@ -54,6 +82,7 @@ impl Endpoint {
             address,
             tls: None,
             credentials: None,
+            door: Door::Tcp,
         }
     }
 }
@@ -62,6 +91,88 @@ impl Endpoint {
 enum Link {
     Plain(TcpStream),
     Tls(Box<TlsLink>),
+    WebSocket(Box<WsLink>),
+    Unix(UnixStream),
+}
+
+/// MQTT over WebSocket frames on a blocking socket: the upgrade asked for
+/// by hand, each write one masked binary frame, reads unframed in place.
+struct WsLink {
+    socket: TcpStream,
+    reader: Reader,
+    /// Framed bytes that came with the upgrade's answer.
+    early: Vec<u8>,
+    /// The next frame, masked: kept so a write costs no allocation.
+    frame: Vec<u8>,
+}
+
+/// A mask for a bench frame: the broker must unmask whatever it is given,
+/// so a predictable one measures the same work.
+const BENCH_MASK: [u8; 4] = [0x5a, 0xc3, 0x0f, 0x96];
+
+impl WsLink {
+    /// Asks `socket` to upgrade within `timeout`.
+    fn upgrade(mut socket: TcpStream, timeout: Duration) -> Result<WsLink, String> {
+        let host = socket
+            .peer_addr()
+            .map_err(|e| format!("peer address: {e}"))?
+            .to_string();
+        let (request, key) = handshake::request(&host, "/mqtt", [0x42; 16]);
+        socket
+            .write_all(&request)
+            .map_err(|e| format!("upgrade request: {e}"))?;
+        let deadline = Instant::now() + timeout;
+        let mut answer = Vec::new();
+        let mut chunk = [0u8; 1024];
+        loop {
+            if let Some(head_bytes) = handshake::check_answer(&answer, &key)? {
+                return Ok(WsLink {
+                    socket,
+                    reader: Reader::new(Role::Client, u64::MAX >> 1),
+                    early: answer.split_off(head_bytes),
+                    frame: Vec::new(),
+                });
+            }
+            match socket.read(&mut chunk) {
+                Ok(0) => return Err("closed during the WebSocket upgrade".into()),
+                Ok(n) => answer.extend_from_slice(&chunk[..n]),
+                Err(e) if is_timeout(&e) && Instant::now() < deadline => {}
+                Err(e) => return Err(format!("WebSocket upgrade: {e}")),
+            }
+        }
+    }
+
+    /// A second handle that only reads, with a reader of its own.
+    fn reader_handle(&self) -> std::io::Result<WsLink> {
+        Ok(WsLink {
+            socket: self.socket.try_clone()?,
+            reader: Reader::new(Role::Client, u64::MAX >> 1),
+            early: Vec::new(),
+            frame: Vec::new(),
+        })
+    }
+}
+
+impl Read for WsLink {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        frame::read_blocking(&mut self.reader, &mut self.early, &mut self.socket, buf)
+    }
+}
+
+impl Write for WsLink {
+    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+        let (head, len) = frame::binary_header(bytes.len() as u64, Some(BENCH_MASK));
+        self.frame.clear();
+        self.frame.extend_from_slice(&head[..len]);
+        self.frame.extend_from_slice(bytes);
+        frame::apply_mask(&mut self.frame[len..], BENCH_MASK, 0);
+        self.socket.write_all(&self.frame)?;
+        Ok(bytes.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
 }
 
 /// rustls driven by hand over a blocking socket, so a read waits at most
@@ -141,10 +252,12 @@ fn is_timeout(error: &std::io::Error) -> bool {
 }
 
 impl Link {
-    fn socket(&self) -> &TcpStream {
+    fn set_read_timeout(&self, timeout: Duration) -> std::io::Result<()> {
         match self {
-            Link::Plain(socket) => socket,
-            Link::Tls(tls) => &tls.socket,
+            Link::Plain(socket) => socket.set_read_timeout(Some(timeout)),
+            Link::Tls(tls) => tls.socket.set_read_timeout(Some(timeout)),
+            Link::WebSocket(ws) => ws.socket.set_read_timeout(Some(timeout)),
+            Link::Unix(socket) => socket.set_read_timeout(Some(timeout)),
         }
     }
 
@@ -152,6 +265,8 @@ impl Link {
         match self {
             Link::Plain(socket) => socket.write_all(bytes),
             Link::Tls(tls) => tls.write_all(bytes),
+            Link::WebSocket(ws) => ws.write_all(bytes),
+            Link::Unix(socket) => socket.write_all(bytes),
         }
     }
 
@@ -159,6 +274,8 @@ impl Link {
         match self {
             Link::Plain(socket) => socket.read(buf),
             Link::Tls(tls) => tls.read(buf),
+            Link::WebSocket(ws) => ws.read(buf),
+            Link::Unix(socket) => socket.read(buf),
         }
     }
 }
@@ -191,13 +308,30 @@ impl Client {
         client_id: &str,
         options: &ClientOptions,
     ) -> Result<Client, String> {
+        Client::connect_session(endpoint, client_id, options, SessionStart::Clean)
+            .map(|(client, _)| client)
+    }
+
+    /// As [`Client::connect_to`], asking for the session `start` says;
+    /// returns the client and the CONNACK's Session Present.
+    pub fn connect_session(
+        endpoint: &Endpoint,
+        client_id: &str,
+        options: &ClientOptions,
+        start: SessionStart,
+    ) -> Result<(Client, bool), String> {
         let credentials = endpoint
             .credentials
             .as_ref()
             .map(|(user, password)| (user.as_str(), password.as_bytes()));
-        match Client::open_to(endpoint, client_id, options, credentials)? {
-            (client, ReasonCode::SUCCESS) => Ok(client),
-            (_, code) => Err(format!("{client_id}: CONNACK refused with {code:?}")),
+        match Client::open_to(endpoint, client_id, options, credentials, start)? {
+            (client, connack) if connack.reason_code == ReasonCode::SUCCESS => {
+                Ok((client, connack.session_present))
+            }
+            (_, connack) => Err(format!(
+                "{client_id}: CONNACK refused with {:?}",
+                connack.reason_code
+            )),
         }
     }
 
@@ -210,35 +344,39 @@ impl Client {
         options: &ClientOptions,
         credentials: Option<(&str, &[u8])>,
     ) -> Result<(Client, ReasonCode), String> {
-        Client::open_to(&Endpoint::plain(address), client_id, options, credentials)
+        let (client, connack) = Client::open_to(
+            &Endpoint::plain(address),
+            client_id,
+            options,
+            credentials,
+            SessionStart::Clean,
+        )?;
+        Ok((client, connack.reason_code))
     }
 
-    /// As [`Client::open`], over the endpoint's TLS where it has one.
+    /// As [`Client::open`], over the endpoint's TLS where it has one and
+    /// asking for the session `start` says; returns the whole CONNACK.
     fn open_to(
         endpoint: &Endpoint,
         client_id: &str,
         options: &ClientOptions,
         credentials: Option<(&str, &[u8])>,
-    ) -> Result<(Client, ReasonCode), String> {
-        let address = endpoint.address;
-        let socket = TcpStream::connect_timeout(&address, HANDSHAKE_TIMEOUT)
-            .map_err(|e| format!("{client_id}: connect to {address}: {e}"))?;
-        set_socket_options(&socket)?;
-        let stream = match &endpoint.tls {
-            None => Link::Plain(socket),
-            Some(config) => Link::Tls(Box::new(
-                TlsLink::handshake(config, socket, HANDSHAKE_TIMEOUT)
-                    .map_err(|e| format!("{client_id}: {e}"))?,
-            )),
-        };
+        start: SessionStart,
+    ) -> Result<(Client, Connack), String> {
+        let stream = open_link(endpoint).map_err(|e| format!("{client_id}: {e}"))?;
         let mut client = Client::new(stream, options.version);
+        let (clean_start, session_expiry_interval_s) = match start {
+            SessionStart::Clean => (true, None),
+            SessionStart::Resume { expiry_s } => (false, Some(expiry_s)),
+        };
         let properties = Properties {
             receive_maximum: options.receive_maximum,
+            session_expiry_interval_s,
             ..Properties::default()
         };
         client.queue(&Packet::Connect(Box::new(Connect {
             protocol_version: options.version,
-            clean_start: true,
+            clean_start,
             keep_alive_s: options.keep_alive_s,
             client_id: client_id.to_string(),
             will: None,
@@ -248,7 +386,7 @@ impl Client {
         })));
         client.flush()?;
         match client.wait_for_packet(HANDSHAKE_TIMEOUT)? {
-            Packet::Connack(connack) => Ok((client, connack.reason_code)),
+            Packet::Connack(connack) => Ok((client, connack)),
             other => Err(format!("{client_id}: expected a CONNACK, got {other:?}")),
         }
     }
@@ -268,13 +406,16 @@ impl Client {
     /// reads, while this one writes. Call before anything is buffered.
     /// A TLS connection has one session state, so it has no second handle.
     pub fn reader_handle(&self) -> Result<Client, String> {
-        let Link::Plain(socket) = &self.stream else {
-            return Err("a TLS connection cannot be read from a second thread".into());
+        let cloned = match &self.stream {
+            Link::Plain(socket) => socket.try_clone().map(Link::Plain),
+            Link::Unix(socket) => socket.try_clone().map(Link::Unix),
+            Link::WebSocket(ws) => ws.reader_handle().map(|ws| Link::WebSocket(Box::new(ws))),
+            Link::Tls(_) => {
+                return Err("a TLS connection cannot be read from a second thread".into())
+            }
         };
-        let socket = socket
-            .try_clone()
-            .map_err(|e| format!("clone socket: {e}"))?;
-        Ok(Client::new(Link::Plain(socket), self.version))
+        let link = cloned.map_err(|e| format!("clone socket: {e}"))?;
+        Ok(Client::new(link, self.version))
     }
 
     /// Whether this connection runs over TLS.
@@ -286,8 +427,7 @@ impl Client {
     /// microsecond: a socket takes no zero timeout).
     pub fn set_read_wait(&self, timeout: Duration) -> Result<(), String> {
         self.stream
-            .socket()
-            .set_read_timeout(Some(timeout.max(Duration::from_micros(1))))
+            .set_read_timeout(timeout.max(Duration::from_micros(1)))
             .map_err(|e| format!("socket options: {e}"))
     }
 
@@ -415,6 +555,37 @@ impl Client {
     pub fn disconnect(mut self) {
         self.queue(&Packet::Disconnect(Disconnect::default()));
         let _ = self.flush();
+    }
+}
+
+/// The byte stream to `endpoint`: TCP, then TLS or a WebSocket upgrade if
+/// it asks for one; or its Unix socket.
+fn open_link(endpoint: &Endpoint) -> Result<Link, String> {
+    if let Door::Unix(path) = &endpoint.door {
+        let socket =
+            UnixStream::connect(path).map_err(|e| format!("connect to {}: {e}", path.display()))?;
+        let setup = || -> std::io::Result<()> {
+            socket.set_read_timeout(Some(READ_POLL))?;
+            socket.set_write_timeout(Some(WRITE_TIMEOUT))
+        };
+        setup().map_err(|e| format!("socket options: {e}"))?;
+        return Ok(Link::Unix(socket));
+    }
+    let address = endpoint.address;
+    let socket = TcpStream::connect_timeout(&address, HANDSHAKE_TIMEOUT)
+        .map_err(|e| format!("connect to {address}: {e}"))?;
+    set_socket_options(&socket)?;
+    match (&endpoint.tls, &endpoint.door) {
+        (None, Door::WebSocket) => Ok(Link::WebSocket(Box::new(WsLink::upgrade(
+            socket,
+            HANDSHAKE_TIMEOUT,
+        )?))),
+        (None, _) => Ok(Link::Plain(socket)),
+        (Some(config), _) => Ok(Link::Tls(Box::new(TlsLink::handshake(
+            config,
+            socket,
+            HANDSHAKE_TIMEOUT,
+        )?))),
     }
 }
 

@@ -2,15 +2,14 @@
 //! sizes, and resident memory idle and with many idle clients.
 
 use std::fs;
-use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant, SystemTime};
 
 use saguin::codec::ProtocolVersion;
 
-use crate::brokers::{Broker, BrokerBinaries, BrokerKind};
-use crate::client::{Client, ClientOptions};
+use crate::brokers::{BenchDoor, Broker, BrokerBinaries, BrokerKind};
+use crate::client::{Client, ClientOptions, Endpoint};
 
 /// Idle clients held open for the memory figure.
 pub const IDLE_CLIENTS: usize = 1000;
@@ -208,16 +207,21 @@ impl MemorySample {
 }
 
 /// Starts a fresh broker, reads its memory idle, connects the idle clients
-/// (MQTT 3.1.1, keepalive 600 s) and reads it again.
+/// (MQTT 3.1.1, keepalive 600 s) over TCP, or through `door` where given,
+/// and reads it again.
 pub fn measure_memory(
     kind: BrokerKind,
     binaries: &BrokerBinaries,
+    door: Option<BenchDoor>,
     run_label: &str,
 ) -> Result<MemorySample, String> {
-    let broker = Broker::start(kind, binaries)?;
+    let broker = match door {
+        None => Broker::start(kind, binaries)?,
+        Some(door) => Broker::start_door(kind, binaries, door)?,
+    };
     std::thread::sleep(SETTLE);
     let idle_bytes = broker.rss_bytes()?;
-    let clients = connect_idle_clients(broker.address, run_label)?;
+    let clients = connect_idle_clients(&broker.endpoint(), run_label)?;
     std::thread::sleep(SETTLE);
     let connected_bytes = broker.rss_bytes()?;
     drop(clients);
@@ -228,7 +232,7 @@ pub fn measure_memory(
     })
 }
 
-fn connect_idle_clients(address: SocketAddr, run_label: &str) -> Result<Vec<Client>, String> {
+fn connect_idle_clients(endpoint: &Endpoint, run_label: &str) -> Result<Vec<Client>, String> {
     let options = ClientOptions {
         version: ProtocolVersion::V311,
         keep_alive_s: 600,
@@ -236,7 +240,7 @@ fn connect_idle_clients(address: SocketAddr, run_label: &str) -> Result<Vec<Clie
     };
     (0..IDLE_CLIENTS)
         .map(|i| {
-            Client::connect(address, &format!("{run_label}-idle{i}"), &options)
+            Client::connect_to(endpoint, &format!("{run_label}-idle{i}"), &options)
                 .map_err(|e| format!("idle client {i} of {IDLE_CLIENTS}: {e}"))
         })
         .collect()

@@ -19,6 +19,7 @@ mod machine;
 mod queue;
 mod report;
 mod scrape;
+mod soak;
 mod startup;
 mod stock;
 mod tls;
@@ -29,7 +30,9 @@ use std::time::Duration;
 
 use saguin::codec::QoS;
 
-use brokers::{Broker, BrokerBinaries, BrokerKind, SaguinSetup, TempDir, DURABLE_FILTER};
+use brokers::{
+    BenchDoor, Broker, BrokerBinaries, BrokerKind, SaguinSetup, TempDir, DURABLE_FILTER,
+};
 use footprint::{BinarySize, MemorySample, IDLE_CLIENTS};
 use load::{
     Latency, Throughput, Topics, END_TO_END_WINDOW_MESSAGES, PAYLOAD_BYTES, QOS1_WINDOW_MESSAGES,
@@ -38,10 +41,11 @@ use report::{Better, PairRow, Row, Sample, Unit};
 use startup::StartupFigure;
 
 const USAGE: &str = "\
-usage: saguin-bench [--quick] [--write FILE] [--only LIST] [--saguin-bin PATH] [--baseline-bin PATH]
+usage: saguin-bench soak [...]   the soak (saguin-bench soak --help)
+       saguin-bench [--quick] [--write FILE] [--only LIST] [--saguin-bin PATH] [--baseline-bin PATH]
   --quick              fewer messages and a 3 s latency run (a smoke test, not for BENCHMARKS.md)
   --write FILE         also write the report to FILE (BENCHMARKS.md)
-  --only LIST          comma-separated figures to run: 1,2,3,4,5,6,7,8,9,11,12,13,14,footprint
+  --only LIST          comma-separated figures to run: 1,2,3,4,5,6,7,8,9,11,12,13,14,15,footprint
                        (default: all; 9 is figures 9 and 10)
   --saguin-bin PATH    the broker binary (default: saguin beside this executable)
   --baseline-bin PATH  another saguin binary (an older commit's) run beside it in figures 1 to 7,
@@ -72,11 +76,12 @@ enum Figure {
     Acl,
     Tls,
     Operations,
+    Doors,
     Footprint,
 }
 
 impl Figure {
-    const ALL: [Figure; 14] = [
+    const ALL: [Figure; 15] = [
         Figure::Qos0,
         Figure::Qos1,
         Figure::FanOut,
@@ -90,6 +95,7 @@ impl Figure {
         Figure::Acl,
         Figure::Tls,
         Figure::Operations,
+        Figure::Doors,
         Figure::Footprint,
     ];
 
@@ -112,6 +118,7 @@ impl Figure {
             Figure::Acl => "12",
             Figure::Tls => "13",
             Figure::Operations => "14",
+            Figure::Doors => "15",
             Figure::Footprint => "footprint",
         }
     }
@@ -242,6 +249,7 @@ impl Plan {
             | Figure::Acl
             | Figure::Tls
             | Figure::Operations
+            | Figure::Doors
             | Figure::Footprint => return None,
         };
         Some(Throughput {
@@ -300,6 +308,7 @@ fn figure_label(figure: Figure) -> &'static str {
         | Figure::Acl
         | Figure::Tls
         | Figure::Operations
+        | Figure::Doors
         | Figure::Footprint => "",
     }
 }
@@ -314,6 +323,9 @@ const TLS_QOS1_LABEL: &str = "13a. TLS: broadcast QoS 1, 1 → 1, 64 B";
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
+    if args.first().map(String::as_str) == Some("soak") {
+        return soak::main(&args[1..]);
+    }
     let options = match parse_args(&args) {
         Ok(options) => options,
         Err(message) => {
@@ -355,6 +367,12 @@ fn main() -> ExitCode {
     let document = render_document(&options, &plan, &binaries, &run_context, &results);
     println!("\n{document}");
     if let Some(path) = &options.write_path {
+        // The soak writes its own section; a bench run keeps it.
+        let old = std::fs::read_to_string(path).unwrap_or_default();
+        let document = match soak::section_of(&old) {
+            Some(section) => soak::with_section(&document, section),
+            None => document,
+        };
         if let Err(error) = std::fs::write(path, &document) {
             eprintln!("cannot write {}: {error}", path.display());
             return ExitCode::FAILURE;
@@ -482,6 +500,86 @@ fn run_traffic_figures(
         let load = plan.throughput_load(Figure::Qos1).expect("figure 2's load");
         run_operations_figure(plan, &load, binaries, results);
     }
+    if wanted(Figure::Doors) {
+        run_doors_figure(plan, binaries, ticks_per_s, results)?;
+    }
+    Ok(())
+}
+
+/// Figure 15: saguin and mosquitto on their other doors: figure 2's load
+/// over WebSocket and over a Unix socket, and what an idle WebSocket
+/// connection holds beside an idle TCP one.
+fn run_doors_figure(
+    plan: &Plan,
+    binaries: &BrokerBinaries,
+    ticks_per_s: u64,
+    results: &mut Results,
+) -> Result<(), String> {
+    let load = plan
+        .throughput_load(Figure::Qos1)
+        .expect("a throughput figure");
+    let doors = [
+        (
+            BenchDoor::WebSocket,
+            "15a",
+            "15a. WebSocket: broadcast QoS 1, 1 → 1, 64 B",
+        ),
+        (
+            BenchDoor::Unix,
+            "15b",
+            "15b. Unix socket: broadcast QoS 1, 1 → 1, 64 B",
+        ),
+    ];
+    for (door, tag, label) in doors {
+        let mut brokers = Vec::new();
+        for kind in BrokerKind::BOTH {
+            let broker = Broker::start_door(kind, binaries, door)?;
+            println!("{kind} serving {door:?} (pid {})", broker.pid());
+            brokers.push(broker);
+        }
+        let (rate, cpu) = run_throughput_figure(label, tag, &load, plan, &brokers, ticks_per_s);
+        results.figures.push(rate);
+        results.broker_cpu.push(cpu);
+        for broker in brokers {
+            broker.stop();
+        }
+    }
+    if let Some(blocker) = footprint::memory_figure_blocker() {
+        println!("   15c: {blocker}");
+        return Ok(());
+    }
+    println!("\n== 15c. resident memory per idle connection, WebSocket and TCP");
+    let mut rows = [
+        Row::new(
+            format!("15c. per idle WebSocket connection: (with {IDLE_CLIENTS} − idle) / {IDLE_CLIENTS}"),
+            Unit::Bytes,
+            Better::Lower,
+        ),
+        Row::new(
+            format!("15d. per idle TCP connection, the same runs' way: (with {IDLE_CLIENTS} − idle) / {IDLE_CLIENTS}"),
+            Unit::Bytes,
+            Better::Lower,
+        ),
+    ];
+    for run in 1..=plan.runs_per_broker {
+        for kind in BrokerKind::BOTH {
+            for (row, door) in rows.iter_mut().zip([Some(BenchDoor::WebSocket), None]) {
+                let label = format!("d{run}{kind}{}", if door.is_some() { "w" } else { "t" });
+                let prefix = format!("   memory run {run} {kind:<9} {door:?}");
+                match footprint::measure_memory(kind, binaries, door, &label) {
+                    Ok(sample) => {
+                        print_memory_sample(&prefix, &sample);
+                        row.push(kind, Sample::Value(sample.per_connection_bytes()));
+                    }
+                    Err(failure) => {
+                        println!("{prefix} FAILED: {failure}");
+                        row.push(kind, Sample::Failed(failure));
+                    }
+                }
+            }
+        }
+    }
+    results.figures.extend(rows);
     Ok(())
 }
 
@@ -671,24 +769,67 @@ fn run_auth_storm_figure(
     }
     println!("\n== {title}");
     let mut rows = [refuse, bystander];
+    let connects = auth_storm::STORM_CONNECTS;
     alternate_runs(plan, &brokers, &mut rows, |broker, run| {
-        let outcome = auth_storm::run_storm(broker.address, &format!("f8r{run}{}", broker.kind));
-        match outcome.failure {
-            Some(failure) => Err(failure),
-            None => Ok((
-                [outcome.refuse_all_ms, outcome.bystander_p99_us],
-                format!(
-                    "refused all in {:.0} ms; bystander p99 {:.0} µs over {} publishes",
-                    outcome.refuse_all_ms, outcome.bystander_p99_us, outcome.bystander_samples
-                ),
-            )),
-        }
+        storm_run(broker, &format!("f8r{run}{}", broker.kind), connects)
     });
     for broker in brokers {
         broker.stop();
     }
     results.figures.extend(rows);
+
+    // mosquitto 2.1's argon2id, which Debian's mosquitto 2.0 cannot read:
+    // saguin alone, its hash made by `saguin --passwd --argon2id` at 2.1's
+    // costs (46 MiB, one pass, one lane).
+    let connects = auth_storm::ARGON2ID_STORM_CONNECTS;
+    let title = format!(
+        "8. {} wrong-password CONNECTs ($argon2id$, 46 MiB, t=1: mosquitto 2.1's costs)",
+        report::with_thousands(connects as f64)
+    );
+    let mut rows = [
+        Row::new(
+            format!("{title}: time to refuse all"),
+            Unit::Milliseconds,
+            Better::Lower,
+        ),
+        Row::new(
+            format!("{title}: a bystander's QoS 1 PUBACK p99 meanwhile"),
+            Unit::Microseconds,
+            Better::Lower,
+        ),
+    ];
+    let saguin = [Broker::start_with(
+        BrokerKind::Saguin,
+        binaries,
+        SaguinSetup::PasswordsArgon2id,
+    )?];
+    println!("\n== {title}");
+    alternate_runs(plan, &saguin, &mut rows, |broker, run| {
+        storm_run(broker, &format!("f8ar{run}{}", broker.kind), connects)
+    });
+    for broker in saguin {
+        broker.stop();
+    }
+    for mut row in rows {
+        row.saguin_only = true;
+        results.figures.push(row);
+    }
     Ok(())
+}
+
+/// One run of figure 8 against `broker`: both of its figures and a line.
+fn storm_run(broker: &Broker, label: &str, connects: usize) -> Result<([f64; 2], String), String> {
+    let outcome = auth_storm::run_storm(broker.address, label, connects);
+    match outcome.failure {
+        Some(failure) => Err(failure),
+        None => Ok((
+            [outcome.refuse_all_ms, outcome.bystander_p99_us],
+            format!(
+                "refused all in {:.0} ms; bystander p99 {:.0} µs over {} publishes",
+                outcome.refuse_all_ms, outcome.bystander_p99_us, outcome.bystander_samples
+            ),
+        )),
+    }
 }
 
 /// Runs `measure` on each broker in turn, `plan.runs_per_broker` times.
@@ -1046,7 +1187,7 @@ fn measure_memory_rows(plan: &Plan, binaries: &BrokerBinaries) -> Vec<Row> {
     for run in 1..=plan.runs_per_broker {
         for kind in BrokerKind::BOTH {
             let prefix = format!("   memory run {run} {kind:<9}");
-            match footprint::measure_memory(kind, binaries, &format!("m{run}{kind}")) {
+            match footprint::measure_memory(kind, binaries, None, &format!("m{run}{kind}")) {
                 Ok(sample) => {
                     print_memory_sample(&prefix, &sample);
                     idle.push(kind, Sample::Value(sample.idle_bytes as f64));
@@ -1240,7 +1381,11 @@ fn method_notes(plan: &Plan) -> String {
          before the storm publishes at QoS 1 every 2 ms, one at a time, and its PUBACK round \
          trips give the p99. saguin checks each password on a thread of its own, one at a time, \
          so the executor serving the bystander computes no hash; mosquitto checks on its one \
-         thread.\n\
+         thread. The argon2id rows (saguin alone: Debian's mosquitto 2.0 reads \
+         no argon2id) are the same storm of {argon2id_storm} CONNECTs against a password file whose one \
+         user `saguin --passwd add --argon2id` wrote at mosquitto 2.1's costs (m=47104 KiB, t=1, p=1), \
+         standing in for a file mosquitto 2.1 wrote; the hash itself is checked against RFC 9106's \
+         test vector and libargon2's output in the unit tests.\n\
          - Bridge (figure 11, saguin alone): saguin on the redb provider of figure 6 bridges \
          `durable/#` out to a mosquitto peer (default `receive_maximum` 20). The peer is paused \
          with SIGSTOP while {bridge_records} records are published to saguin on one topic and \
@@ -1265,14 +1410,26 @@ fn method_notes(plan: &Plan) -> String {
          first scrape of a fresh saguin, the one it computes, timed from the request to the last \
          byte, with {scrape_clients} idle MQTT 5 clients connected and {scrape_channels} append \
          channels on a memory provider.\n\
+         - Other doors (figure 15): a fresh pair of brokers for each door, each with that door \
+         alone (mosquitto beside it the TCP listener 2.0.11 needs before it opens a WebSocket \
+         one). 15a is figure 2's load over WebSocket (saguin's `ws` door, same_origin off; \
+         mosquitto's `protocol websockets` listener with `socket_domain ipv4`): the load \
+         generator asks for the upgrade and frames every write as one binary frame masked as a \
+         client's must be, with saguin's own frame code, and reads what comes back in place. 15b \
+         is the same load over a Unix socket (saguin's `unix` door; mosquitto's `listener 0 \
+         <path>`). 15c and 15d: resident memory of a fresh broker idle and with {idle} idle \
+         clients connected over WebSocket (15c) and over TCP (15d), in the same runs, as the \
+         footprint's memory figure takes it.\n\
          {stock}",
         handshakes = report::with_thousands(plan.handshakes as f64),
         handshake_threads = handshakes::THREADS,
         stock = stock::method_notes(&stock::StockPlan::new(plan.runs_per_broker, plan.quick)),
         scrape_clients = report::with_thousands(scrape::SCRAPE_CLIENTS as f64),
         scrape_channels = scrape::SCRAPE_CHANNELS,
+        idle = report::with_thousands(IDLE_CLIENTS as f64),
         storm = report::with_thousands(auth_storm::STORM_CONNECTS as f64),
         storm_threads = auth_storm::STORM_THREADS,
+        argon2id_storm = report::with_thousands(auth_storm::ARGON2ID_STORM_CONNECTS as f64),
         cpus = std::thread::available_parallelism().map_or(0, |n| n.get()),
         qos0 = report::with_thousands(plan.qos0_messages as f64),
         qos1 = report::with_thousands(plan.qos1_messages as f64),

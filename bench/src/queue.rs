@@ -38,6 +38,17 @@ pub fn publish_backlog(
     count: u64,
     topic: impl Fn(u64) -> String,
 ) -> Result<(), String> {
+    publish_backlog_sized(address, client_id, count, 64, topic)
+}
+
+/// As [`publish_backlog`], each record `payload_bytes` long.
+pub fn publish_backlog_sized(
+    address: SocketAddr,
+    client_id: &str,
+    count: u64,
+    payload_bytes: usize,
+    topic: impl Fn(u64) -> String,
+) -> Result<(), String> {
     let jobs = count;
     let mut producer = Client::connect(address, client_id, &OPTIONS)?;
     let (mut sent, mut acked) = (0u64, 0u64);
@@ -48,7 +59,7 @@ pub fn publish_backlog(
                 qos: QoS::AtLeastOnce,
                 topic: topic(sent),
                 packet_id: Some((sent % 60_000) as u16 + 1),
-                payload: vec![b'j'; 64],
+                payload: vec![b'j'; payload_bytes],
                 ..Publish::default()
             }));
             sent += 1;

@@ -30,13 +30,19 @@ const IDLE: ClientOptions = ClientOptions {
     receive_maximum: None,
 };
 
-/// One `GET /metrics`, read to its end; the body's length.
+/// One `GET /metrics`, read to its end; the response's length.
 pub fn scrape(ops: SocketAddr) -> Result<usize, String> {
+    get(ops, "/metrics").map(|response| response.len())
+}
+
+/// One `GET path` from the operations listener at `ops`, read to its end;
+/// the whole response, head included, which must be a `200`.
+pub fn get(ops: SocketAddr, path: &str) -> Result<Vec<u8>, String> {
     let mut stream = TcpStream::connect(ops).map_err(|e| format!("connect {ops}: {e}"))?;
     stream
         .set_read_timeout(Some(SCRAPE_TIMEOUT))
         .map_err(|e| e.to_string())?;
-    let request = "GET /metrics HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n";
+    let request = format!("GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n");
     stream
         .write_all(request.as_bytes())
         .map_err(|e| format!("write: {e}"))?;
@@ -46,9 +52,18 @@ pub fn scrape(ops: SocketAddr) -> Result<usize, String> {
         .map_err(|e| format!("read: {e}"))?;
     if !response.starts_with(b"HTTP/1.1 200 ") {
         let head = String::from_utf8_lossy(&response[..response.len().min(80)]).to_string();
-        return Err(format!("/metrics answered {head:?}"));
+        return Err(format!("{path} answered {head:?}"));
     }
-    Ok(response.len())
+    Ok(response)
+}
+
+/// The body of a `GET path`, as text.
+pub fn get_body(ops: SocketAddr, path: &str) -> Result<String, String> {
+    let response = get(ops, path)?;
+    let text = String::from_utf8(response).map_err(|_| format!("{path}: not UTF-8"))?;
+    text.split_once("\r\n\r\n")
+        .map(|(_, body)| body.to_string())
+        .ok_or_else(|| format!("{path}: no end to the response head"))
 }
 
 /// One throughput run on a fresh saguin, with the operations listener

@@ -183,6 +183,7 @@ mod tests {
         let served = make_server_certificate(dir.path()).expect("openssl makes the files");
         let (address, server) = serve_one(&served);
         let endpoint = Endpoint {
+            door: Default::default(),
             address,
             tls: Some(client_config(&served.authority).unwrap()),
             credentials: None,
@@ -196,6 +197,7 @@ mod tests {
         let other = make_server_certificate(other_dir.path()).unwrap();
         let (address, server) = serve_one(&served);
         let distrusting = Endpoint {
+            door: Default::default(),
             address,
             tls: Some(client_config(&other.authority).unwrap()),
             credentials: None,

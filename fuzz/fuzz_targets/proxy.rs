@@ -1,5 +1,5 @@
-//! Feeds arbitrary bytes to the reader of the PROXY v2 header an
-//! operations Unix door takes ahead of HTTP. It must never panic.
+//! Feeds arbitrary bytes to the reader of the PROXY v2 header a Unix door
+//! with `proxy_protocol` takes ahead of HTTP or MQTT. It must never panic.
 
 #![no_main]
 
@@ -13,5 +13,6 @@ fuzz_target!(|data: &[u8]| {
     let fixed: [u8; proxy::FIXED_BYTES] = fixed.try_into().unwrap();
     if proxy::body_length(&fixed).is_ok() {
         let _ = proxy::read(&fixed, &data[proxy::FIXED_BYTES..]);
+        let _ = proxy::source(&fixed, &data[proxy::FIXED_BYTES..]);
     }
 });

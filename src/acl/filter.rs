@@ -6,6 +6,9 @@
 /// Whether every topic `inner` matches is also matched by `outer`. Both are
 /// valid plain MQTT filters; a topic name is a filter without wildcards.
 pub fn covers(outer: &str, inner: &str) -> bool {
+    if reaches_dollar_topics(inner) && starts_with_wildcard(outer) {
+        return false;
+    }
     let mut outer_levels = outer.split('/');
     let mut inner_levels = inner.split('/');
     loop {
@@ -28,6 +31,11 @@ pub fn covers(outer: &str, inner: &str) -> bool {
 /// The filter matching exactly the topics both `a` and `b` match, or `None`
 /// where no topic matches both.
 pub fn intersect(a: &str, b: &str) -> Option<String> {
+    if (starts_with_wildcard(a) && reaches_dollar_topics(b))
+        || (starts_with_wildcard(b) && reaches_dollar_topics(a))
+    {
+        return None;
+    }
     let a_levels: Vec<&str> = a.split('/').collect();
     let b_levels: Vec<&str> = b.split('/').collect();
     let mut levels: Vec<&str> = Vec::with_capacity(a_levels.len().max(b_levels.len()));
@@ -55,6 +63,18 @@ pub fn intersect(a: &str, b: &str) -> Option<String> {
         return None;
     }
     Some(levels.join("/"))
+}
+
+/// A filter whose first level is a wildcard matches no topic whose first
+/// level starts with `$` (MQTT-4.7.2-1): `#` does not reach `$SYS/x`.
+fn starts_with_wildcard(filter: &str) -> bool {
+    filter.starts_with(['+', '#'])
+}
+
+/// Whether a filter's topics are `$` topics: its first level is spelled
+/// out and starts with `$`.
+fn reaches_dollar_topics(filter: &str) -> bool {
+    filter.starts_with('$')
 }
 
 /// Whether `pattern`, where `*` stands for any run of characters, matches
@@ -167,7 +187,7 @@ pub struct Withheld {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
     #[test]
@@ -184,9 +204,106 @@ mod tests {
             ("a", "a/b", false),
             ("a/+/#", "a/b", true),
             ("a/+/#", "a", false),
+            ("#", "$private/secret", false),
+            ("#", "$private/#", false),
+            ("+/#", "$SYS/x", false),
+            ("$private/#", "$private/secret", true),
+            ("$private/+", "$private/secret", true),
+            ("#", "a/$x", true),
         ];
         for (outer, inner, want) in cases {
             assert_eq!(covers(outer, inner), want, "{outer} covers {inner}");
+        }
+    }
+
+    /// Every filter of up to three levels over a small alphabet that
+    /// holds an empty level, a plain one, a `$` one and both wildcards.
+    pub(crate) fn all_filters() -> Vec<String> {
+        const LEVELS: [&str; 5] = ["", "a", "$s", "+", "#"];
+        let mut filters: Vec<String> = Vec::new();
+        let mut shorter: Vec<String> = vec![String::new()];
+        for depth in 1..=3 {
+            let mut next = Vec::new();
+            for prefix in &shorter {
+                if prefix.ends_with('#') {
+                    continue;
+                }
+                for level in LEVELS {
+                    let filter = match depth {
+                        1 => level.to_string(),
+                        _ => format!("{prefix}/{level}"),
+                    };
+                    next.push(filter);
+                }
+            }
+            filters.extend(next.iter().cloned());
+            shorter = next;
+        }
+        filters.retain(|f| crate::codec::topic::is_valid_topic_filter(f));
+        filters
+    }
+
+    /// Every topic of up to four levels over the same plain letters.
+    pub(crate) fn all_topics() -> Vec<String> {
+        let mut topics = Vec::new();
+        let mut shorter = vec![String::new()];
+        for depth in 1..=4 {
+            let mut next = Vec::new();
+            for prefix in &shorter {
+                for level in ["", "a", "$s"] {
+                    next.push(match depth {
+                        1 => level.to_string(),
+                        _ => format!("{prefix}/{level}"),
+                    });
+                }
+            }
+            topics.extend(next.iter().cloned());
+            shorter = next;
+        }
+        topics.retain(|t| crate::codec::topic::is_valid_topic_name(t));
+        topics
+    }
+
+    /// `covers` and `intersect` agree with MQTT's own matching on every
+    /// pair of filters and every topic of the alphabet, `$` topics
+    /// included: a grant the engine works out from them never reaches a
+    /// topic the grant's filter does not match.
+    #[test]
+    fn covers_and_intersect_agree_with_matching_on_every_small_filter() {
+        use crate::codec::topic::matches;
+        let filters = all_filters();
+        let topics = all_topics();
+        let matched: Vec<Vec<bool>> = filters
+            .iter()
+            .map(|f| topics.iter().map(|t| matches(f, t)).collect())
+            .collect();
+        for (o, outer) in filters.iter().enumerate() {
+            for (i, inner) in filters.iter().enumerate() {
+                let sound = (0..topics.len()).all(|t| !matched[i][t] || matched[o][t]);
+                if covers(outer, inner) {
+                    assert!(sound, "{outer} is said to cover {inner}");
+                }
+                if !inner.contains(['+', '#']) {
+                    assert_eq!(
+                        covers(outer, inner),
+                        matches(outer, inner),
+                        "{outer} / {inner}"
+                    );
+                }
+                let both = (0..topics.len()).filter(|&t| matched[o][t] && matched[i][t]);
+                match intersect(outer, inner) {
+                    Some(common) => {
+                        for (t, topic) in topics.iter().enumerate() {
+                            assert_eq!(
+                                matches(&common, topic),
+                                matched[o][t] && matched[i][t],
+                                "{outer} and {inner} meet in {common}, and {topic} says otherwise"
+                            );
+                        }
+                    }
+                    None => assert_eq!(both.count(), 0, "{outer} and {inner} do meet"),
+                }
+            }
         }
     }
 

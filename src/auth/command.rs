@@ -17,10 +17,10 @@ use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 
 use super::file::{entry, PasswordFile};
-use super::hash::{PasswordHash, SALT_BYTES};
+use super::hash::PasswordHash;
 
 pub const USAGE: &str =
-    "saguin --passwd FILE add USER | delete USER | list | scope USER ROUTES|all";
+    "saguin --passwd FILE add USER [--argon2id] | delete USER | list | scope USER ROUTES|all";
 
 /// The longest user name MQTT can carry.
 const MAX_USER_BYTES: usize = 65_535;
@@ -30,7 +30,8 @@ const MAX_PASSWORD_BYTES: usize = 65_535;
 
 #[derive(Debug, PartialEq, Eq)]
 enum Edit {
-    Add(String),
+    /// With `true`, an `$argon2id$` entry rather than `$7$`.
+    Add(String, bool),
     Delete(String),
     List,
     /// An operator's routes, comma-separated; `None` for every route.
@@ -44,7 +45,7 @@ pub fn run(args: &[String]) -> Result<(), String> {
     let (path, edit) = parse_args(args)?;
     let text = match fs::read_to_string(&path) {
         Ok(text) => text,
-        Err(e) if e.kind() == io::ErrorKind::NotFound && matches!(edit, Edit::Add(_)) => {
+        Err(e) if e.kind() == io::ErrorKind::NotFound && matches!(edit, Edit::Add(..)) => {
             String::new()
         }
         Err(e) => return Err(format!("{}: cannot be read: {e}", path.display())),
@@ -57,9 +58,13 @@ pub fn run(args: &[String]) -> Result<(), String> {
             }
             Ok(())
         }
-        Edit::Add(user) => {
+        Edit::Add(user, argon2id) => {
             let password = read_password(&user)?;
-            let hash = PasswordHash::new_pbkdf2(password.as_bytes(), &random_salt()?);
+            // `$7$` unless asked: mosquitto 2.0 reads no argon2id.
+            let hash = match argon2id {
+                false => PasswordHash::new_pbkdf2(password.as_bytes(), &random_bytes()?),
+                true => PasswordHash::new_argon2id(password.as_bytes(), &random_bytes()?),
+            };
             write_atomically(&path, &with_user(&text, &user, &hash.to_string()))?;
             eprintln!("{}: user {user} set", path.display());
             Ok(())
@@ -115,7 +120,10 @@ fn checked(path: &Path, text: &str) -> Result<(), String> {
 
 fn parse_args(args: &[String]) -> Result<(PathBuf, Edit), String> {
     let edit = match args {
-        [_, action, user] if action == "add" => Edit::Add(checked_user(user)?),
+        [_, action, user] if action == "add" => Edit::Add(checked_user(user)?, false),
+        [_, action, user, kind] if action == "add" && kind == "--argon2id" => {
+            Edit::Add(checked_user(user)?, true)
+        }
         [_, action, user] if action == "delete" => Edit::Delete(user.clone()),
         [_, action] if action == "list" => Edit::List,
         [_, action, user, routes] if action == "scope" => {
@@ -223,8 +231,9 @@ fn without_user(text: &str, user: &str) -> String {
         .collect()
 }
 
-fn random_salt() -> Result<[u8; SALT_BYTES], String> {
-    let mut salt = [0u8; SALT_BYTES];
+/// A salt for either kind, of the length each writes.
+fn random_bytes<const N: usize>() -> Result<[u8; N], String> {
+    let mut salt = [0u8; N];
     fs::File::open("/dev/urandom")
         .and_then(|mut f| f.read_exact(&mut salt))
         .map_err(|e| format!("cannot read /dev/urandom for a salt: {e}"))?;
@@ -324,8 +333,15 @@ mod tests {
     fn arguments() {
         assert_eq!(
             parse_args(&args(&["/f", "add", "bob"])).unwrap(),
-            (PathBuf::from("/f"), Edit::Add("bob".into()))
+            (PathBuf::from("/f"), Edit::Add("bob".into(), false))
         );
+        assert_eq!(
+            parse_args(&args(&["/f", "add", "bob", "--argon2id"]))
+                .unwrap()
+                .1,
+            Edit::Add("bob".into(), true)
+        );
+        assert!(parse_args(&args(&["/f", "add", "bob", "--sha512"])).is_err());
         assert_eq!(parse_args(&args(&["/f", "list"])).unwrap().1, Edit::List);
         assert!(parse_args(&args(&["/f", "add"])).is_err());
         assert!(parse_args(&args(&["/f", "rename", "a"])).is_err());

@@ -16,6 +16,8 @@ use super::hash::PasswordHash;
 pub struct PasswordFile {
     pub path: PathBuf,
     users: HashMap<Box<str>, PasswordHash>,
+    /// The costliest entry, checked in an unknown user's place.
+    stand_in: Option<PasswordHash>,
 }
 
 /// Why a password file was refused: its path, the lines at fault (none for
@@ -96,9 +98,11 @@ impl PasswordFile {
             first_line.insert(user, number);
             users.insert(user.into(), hash);
         }
+        let stand_in = users.values().max_by_key(|hash| hash.cost()).cloned();
         Ok(PasswordFile {
             path: path.to_path_buf(),
             users,
+            stand_in,
         })
     }
 
@@ -115,10 +119,22 @@ impl PasswordFile {
         self.users.keys().map(|user| &**user)
     }
 
-    /// Some entry of the file, checked in place of an unknown user's so that
-    /// a refusal takes as long whether or not the name exists.
+    /// The file's costliest entry, checked in place of an unknown user's so
+    /// that a refusal of an unknown name costs what the dearest known one
+    /// does: with entries of different costs, any other entry would let
+    /// the time of a refusal tell names apart. Settled as the file is read,
+    /// so a SIGUSR1 re-read settles it again.
     pub(super) fn stand_in(&self) -> Option<&PasswordHash> {
-        self.users.values().next()
+        self.stand_in.as_ref()
+    }
+
+    /// The most memory one check against this file holds: argon2id's.
+    pub fn check_memory_bytes(&self) -> u64 {
+        self.users
+            .values()
+            .map(PasswordHash::memory_bytes)
+            .max()
+            .unwrap_or(0)
     }
 }
 
@@ -155,13 +171,14 @@ mod tests {
 
     #[test]
     fn unreadable_lines_are_refused_naming_the_line() {
-        let argon =
-            format!("bob:{SHA512_HUNTER2}\neve:$argon2id$v=19$m=65536,t=3,p=4$c2FsdA$aGFzaA\n");
+        let argon = format!(
+            "bob:{SHA512_HUNTER2}\neve:$argon2id$v=19$m=131072,t=1,p=1$c2FsdGZvcmV2ZQ$aGFzaA\n"
+        );
         let error = parse(&argon).unwrap_err();
         assert_eq!(error.lines, vec![2]);
         assert!(error
             .to_string()
-            .starts_with("password file /etc/p, line 2: user \"eve\": an argon2 hash"));
+            .starts_with("password file /etc/p, line 2: user \"eve\": the argon2 memory m=131072 KiB is above"), "{error}");
         assert_eq!(parse("nocolon\n").unwrap_err().lines, vec![1]);
         assert_eq!(
             parse(&format!(":{SHA512_HUNTER2}")).unwrap_err().lines,
@@ -171,6 +188,41 @@ mod tests {
         assert_eq!(plain.lines, vec![3]);
         // The refusal quotes no password.
         assert!(!plain.to_string().contains("letmein"), "{plain}");
+    }
+
+    #[test]
+    fn an_unknown_user_is_checked_against_the_costliest_entry() {
+        let dear = "$7$200000$nsHM/ZOBJ77cIDS9$hkferJSlk1YzbAtDpJ/qmydTLFCMjUEY/+tbqCUDY+tcRE3PosQw4qqxd2nYX5EoGkWImwmcSbkLHx+OFo6kbQ==";
+        let mut text: String = (0..20)
+            .map(|n| format!("cheap{n}:{SHA512_HUNTER2}\n"))
+            .collect();
+        text.push_str(&format!("dear:{dear}\n"));
+        let file = parse(&text).unwrap();
+        assert_eq!(file.stand_in(), file.get("dear"));
+    }
+
+    #[test]
+    fn the_stand_in_for_an_unknown_user_is_the_costliest_entry() {
+        // "secret" by mosquitto_passwd 2.0.11 at 101 iterations; the rest
+        // hashes of other passwords, at costs around it.
+        let pbkdf2_101 = "$7$101$nsHM/ZOBJ77cIDS9$hkferJSlk1YzbAtDpJ/qmydTLFCMjUEY/+tbqCUDY+tcRE3PosQw4qqxd2nYX5EoGkWImwmcSbkLHx+OFo6kbQ==";
+        let argon2id = PasswordHash::new_argon2id(b"a", &[1; 16]).to_string();
+        let pbkdf2_210k = PasswordHash::Pbkdf2Sha512 {
+            iterations: 210_000,
+            salt: Box::new([2; 12]),
+            digest: [0; 64],
+        }
+        .to_string();
+        let text = format!("a:{SHA512_HUNTER2}\nb:{pbkdf2_101}\nc:{argon2id}\nd:{pbkdf2_210k}\n");
+        let file = parse(&text).unwrap();
+        assert_eq!(file.stand_in().unwrap().to_string(), pbkdf2_210k);
+        assert_eq!(file.check_memory_bytes(), 47_104 * 1024);
+        let without_the_costliest =
+            parse(&text.replace(&format!("d:{pbkdf2_210k}\n"), "")).unwrap();
+        assert_eq!(
+            without_the_costliest.stand_in().unwrap().to_string(),
+            argon2id
+        );
     }
 
     #[test]

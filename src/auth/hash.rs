@@ -1,10 +1,12 @@
 //! One password hash in Mosquitto's notation, read, written and checked.
 //!
-//! Two kinds, as Mosquitto writes them, each salt and digest in standard
-//! base64 with padding:
+//! Three kinds, as Mosquitto writes them:
 //!
 //! - `$6$<salt>$<digest>`: SHA-512 over the password followed by the salt;
-//! - `$7$<iterations>$<salt>$<digest>`: PBKDF2-HMAC-SHA512, 64 bytes.
+//! - `$7$<iterations>$<salt>$<digest>`: PBKDF2-HMAC-SHA512, 64 bytes;
+//! - `$argon2id$...`: mosquitto 2.1's default ([`super::argon2id`]).
+//!
+//! The first two carry salt and digest in standard base64 with padding.
 
 use std::fmt;
 
@@ -12,6 +14,8 @@ use base64ct::{Base64, Encoding};
 use pbkdf2::pbkdf2_hmac;
 use sha2::{Digest, Sha512};
 use subtle::ConstantTimeEq;
+
+use super::argon2id::{self, Argon2idHash};
 
 /// The length of a SHA-512 digest, which both kinds store.
 pub const DIGEST_BYTES: usize = 64;
@@ -41,6 +45,8 @@ pub enum PasswordHash {
         salt: Box<[u8]>,
         digest: [u8; DIGEST_BYTES],
     },
+    /// `$argon2id$`.
+    Argon2id(Argon2idHash),
 }
 
 impl fmt::Debug for PasswordHash {
@@ -51,6 +57,7 @@ impl fmt::Debug for PasswordHash {
             PasswordHash::Pbkdf2Sha512 { iterations, .. } => {
                 write!(f, "PasswordHash($7$, {iterations} iterations)")
             }
+            PasswordHash::Argon2id(a) => write!(f, "PasswordHash({a:?})"),
         }
     }
 }
@@ -59,8 +66,11 @@ impl PasswordHash {
     /// Reads the part of a line after `user:`. The error says why, in words
     /// for an operator.
     pub fn parse(text: &str) -> Result<PasswordHash, String> {
+        if let Some(rest) = text.strip_prefix("$argon2id$") {
+            return Argon2idHash::parse(rest).map(PasswordHash::Argon2id);
+        }
         if text.starts_with("$argon2") {
-            return Err("an argon2 hash, which this broker does not read; write the user again with saguin --passwd (or mosquitto_passwd -H sha512-pbkdf2)".into());
+            return Err("an argon2i or argon2d hash, which this broker does not read (it reads argon2id, as mosquitto writes it); write the user again with saguin --passwd".into());
         }
         let fields: Vec<&str> = text.split('$').collect();
         match fields.as_slice() {
@@ -79,7 +89,7 @@ impl PasswordHash {
             _ if !text.starts_with('$') => {
                 Err("not a hash: a plain-text password, or a damaged line; write the user again with saguin --passwd".into())
             }
-            _ => Err("a hash kind this broker does not read: it reads $6$ (SHA-512) and $7$ (PBKDF2-SHA512)".into()),
+            _ => Err("a hash kind this broker does not read: it reads $6$ (SHA-512), $7$ (PBKDF2-SHA512) and $argon2id$".into()),
         }
     }
 
@@ -92,18 +102,51 @@ impl PasswordHash {
         }
     }
 
+    /// A new `$argon2id$` entry for `password` with `salt`.
+    pub fn new_argon2id(password: &[u8], salt: &[u8; argon2id::WRITE_SALT_BYTES]) -> PasswordHash {
+        PasswordHash::Argon2id(Argon2idHash::new(password, salt))
+    }
+
+    /// What checking a password against this hash costs, in SHA-512
+    /// compressions of a short password: one for `$6$` (salts past a block
+    /// add one each), two per PBKDF2 iteration plus the key's set-up for
+    /// `$7$`, and for argon2id about two for each KiB it fills per pass.
+    /// Only compared between hashes, to find the costliest.
+    pub fn cost(&self) -> u64 {
+        const BLOCK_BYTES: u64 = 128;
+        match self {
+            PasswordHash::Sha512 { salt, .. } => 1 + salt.len() as u64 / BLOCK_BYTES,
+            PasswordHash::Pbkdf2Sha512 {
+                iterations, salt, ..
+            } => 2 * u64::from(*iterations) + 4 + salt.len() as u64 / BLOCK_BYTES,
+            PasswordHash::Argon2id(a) => 2 * u64::from(a.memory_kib) * u64::from(a.passes),
+        }
+    }
+
     /// Whether `password` is the one this hash was made from. The digests
     /// are compared in constant time.
     pub fn verify(&self, password: &[u8]) -> bool {
-        let (computed, stored) = match self {
-            PasswordHash::Sha512 { salt, digest } => (sha512_digest(password, salt), digest),
+        match self {
+            PasswordHash::Sha512 { salt, digest } => {
+                sha512_digest(password, salt).ct_eq(digest).into()
+            }
             PasswordHash::Pbkdf2Sha512 {
                 iterations,
                 salt,
                 digest,
-            } => (pbkdf2_digest(password, salt, *iterations), digest),
-        };
-        computed.ct_eq(stored).into()
+            } => pbkdf2_digest(password, salt, *iterations)
+                .ct_eq(digest)
+                .into(),
+            PasswordHash::Argon2id(a) => a.compute(password).ct_eq(&a.digest).into(),
+        }
+    }
+
+    /// The memory one check holds while it runs, beyond a few KiB.
+    pub fn memory_bytes(&self) -> u64 {
+        match self {
+            PasswordHash::Argon2id(a) => u64::from(a.memory_kib) * 1024,
+            _ => 0,
+        }
     }
 }
 
@@ -127,6 +170,7 @@ impl fmt::Display for PasswordHash {
                 Base64::encode_string(salt),
                 Base64::encode_string(digest)
             ),
+            PasswordHash::Argon2id(a) => write!(f, "$argon2id${}", a.notation()),
         }
     }
 }
@@ -216,9 +260,47 @@ mod tests {
     }
 
     #[test]
+    fn every_kind_mosquitto_writes_reads_and_shows_itself_again() {
+        // libargon2 (mosquitto 2.1's), "password" and "somesalt", t=2, 64 MiB.
+        let argon2id =
+            "$argon2id$v=19$m=65536,t=2,p=1$c29tZXNhbHQ$CTFhFdXPJO1aFaMaO6Mm5c8y7cJHAph8ArZWb2GRPPc";
+        for text in [PBKDF2_SECRET, SHA512_HUNTER2, argon2id] {
+            assert_eq!(PasswordHash::parse(text).unwrap().to_string(), text);
+        }
+        let hash = PasswordHash::parse(argon2id).unwrap();
+        assert!(hash.verify(b"password"));
+        assert!(!hash.verify(b"Password"));
+        assert_eq!(hash.memory_bytes(), 64 * 1024 * 1024);
+        assert_eq!(
+            format!("{hash:?}"),
+            "PasswordHash($argon2id$, m=65536 KiB, t=2, p=1)"
+        );
+    }
+
+    #[test]
+    fn cost_orders_the_kinds_by_what_a_check_takes() {
+        let pbkdf2 = |iterations: u32| PasswordHash::Pbkdf2Sha512 {
+            iterations,
+            salt: Box::new([1; 12]),
+            digest: [0; DIGEST_BYTES],
+        };
+        let sha512 = PasswordHash::parse(SHA512_HUNTER2).unwrap();
+        let mosquitto_21_argon2id = PasswordHash::new_argon2id(b"x", &[3; 16]);
+        assert!(sha512.cost() < pbkdf2(101).cost());
+        assert!(pbkdf2(101).cost() < mosquitto_21_argon2id.cost());
+        assert!(mosquitto_21_argon2id.cost() < pbkdf2(210_000).cost());
+    }
+
+    #[test]
     fn unreadable_hashes_are_refused_with_a_reason() {
         let argon = "$argon2id$v=19$m=65536,t=3,p=4$c2FsdA$aGFzaA";
-        assert!(PasswordHash::parse(argon).unwrap_err().contains("argon2"));
+        assert!(PasswordHash::parse(argon)
+            .unwrap_err()
+            .contains("argon2 salt"));
+        let argon2i = "$argon2i$v=19$m=65536,t=3,p=4$c29tZXNhbHQ$aGFzaA";
+        assert!(PasswordHash::parse(argon2i)
+            .unwrap_err()
+            .contains("argon2i or argon2d"));
         assert!(PasswordHash::parse("plain")
             .unwrap_err()
             .contains("plain-text"));
@@ -237,6 +319,18 @@ mod tests {
         assert!(PasswordHash::parse("$6$!!$c2hvcnQ=")
             .unwrap_err()
             .contains("salt"));
+    }
+
+    #[test]
+    fn pbkdf2_costs_more_with_more_iterations_and_more_than_sha512() {
+        let pbkdf2 = |iterations| {
+            PasswordHash::parse(&PBKDF2_SECRET.replacen("$101$", &format!("${iterations}$"), 1))
+                .unwrap()
+                .cost()
+        };
+        let sha512 = PasswordHash::parse(SHA512_HUNTER2).unwrap().cost();
+        assert!(sha512 < pbkdf2(1));
+        assert!(pbkdf2(101) < pbkdf2(200_000));
     }
 
     #[test]

@@ -7,6 +7,7 @@
 //! What it loads is never changed in place; a reload builds a whole new
 //! [`Authentication`], so a half-read file is never in force.
 
+pub mod argon2id;
 pub mod command;
 pub mod file;
 pub mod hash;
@@ -25,6 +26,9 @@ pub struct DoorRule {
     pub password_file: Option<PathBuf>,
     /// Whether a client offering no user name is admitted.
     pub allow_anonymous: bool,
+    /// Whether a user name no password file checks is the client's
+    /// identity (`trust_unchecked_user_names`); otherwise it names nobody.
+    pub trusts_unchecked_names: bool,
 }
 
 /// Every door's rule and every password file they name, as loaded.
@@ -45,8 +49,13 @@ pub enum Verdict {
     Authenticated,
     /// No user name, on a door that admits clients without one.
     Anonymous,
-    /// A user name on a door with no password file: taken as stated.
+    /// A user name on a door with no password file, taken as stated:
+    /// the door trusts unchecked names, or has no rule at all.
     Unchecked,
+    /// A user name on a door with no password file that trusts no
+    /// unchecked name: the client is admitted as nobody, the name that
+    /// nothing checked being no identity.
+    NameIgnored,
     Refused(Refusal),
 }
 
@@ -151,7 +160,25 @@ impl Authentication {
             .iter()
             .map(|f| format!("{} ({} users)", f.path.display(), f.user_count()))
             .collect();
-        format!("password files {}", files.join(", "))
+        match self.check_memory_bytes() {
+            0 => format!("password files {}", files.join(", ")),
+            bytes => format!(
+                "password files {}; one password check at a time, holding at most {bytes} bytes of argon2 memory",
+                files.join(", ")
+            ),
+        }
+    }
+
+    /// The most memory one password check holds: the argon2id entry of any
+    /// file asking for the most. Checks run one at a time
+    /// (rfcs/0008-authentication.md, "Cost"), so this is also what they
+    /// hold together.
+    pub fn check_memory_bytes(&self) -> u64 {
+        self.files
+            .iter()
+            .map(PasswordFile::check_memory_bytes)
+            .max()
+            .unwrap_or(0)
     }
 
     /// Whether checking `user` on door `door` computes a hash, the one
@@ -161,7 +188,8 @@ impl Authentication {
     }
 
     /// Checks what a CONNECT on door `door` offered. A door without a rule
-    /// admits everybody.
+    /// (the core's own tests; every configured door has one) admits
+    /// everybody under the name it states.
     pub fn check(&self, door: usize, user: Option<&str>, password: Option<&[u8]>) -> Verdict {
         let Some(rule) = self.rules.get(door) else {
             return if user.is_some() {
@@ -178,14 +206,18 @@ impl Authentication {
             };
         };
         let Some(file) = self.door_files[door].map(|i| &self.files[i]) else {
-            return Verdict::Unchecked;
+            return match rule.trusts_unchecked_names {
+                true => Verdict::Unchecked,
+                false => Verdict::NameIgnored,
+            };
         };
         let offered = password.unwrap_or_default();
         let Some(hash) = file.get(user) else {
             // The same work as for a known user, so the time a refusal
             // takes does not say which names exist.
             if let Some(stand_in) = file.stand_in() {
-                let _ = stand_in.verify(offered);
+                // black_box: a check whose answer nobody reads is still run.
+                std::hint::black_box(stand_in.verify(offered));
             }
             return Verdict::Refused(Refusal::UnknownUser);
         };

@@ -33,6 +33,7 @@ fn rule(door: &str, file: Option<&Path>, allow_anonymous: bool) -> DoorRule {
         door: door.to_string(),
         password_file: file.map(Path::to_path_buf),
         allow_anonymous,
+        trusts_unchecked_names: false,
     }
 }
 
@@ -62,7 +63,15 @@ fn each_door_answers_by_its_own_rule() {
     );
     assert_eq!(fleet(None, None), Verdict::Refused(Refusal::NoUserName));
     assert_eq!(auth.check(1, None, None), Verdict::Anonymous);
-    assert_eq!(auth.check(1, Some("anyone"), None), Verdict::Unchecked);
+    // Nothing checks a name here, so it names nobody unless the door
+    // trusts unchecked names.
+    assert_eq!(auth.check(1, Some("anyone"), None), Verdict::NameIgnored);
+    let trusting = Authentication::load(&[DoorRule {
+        trusts_unchecked_names: true,
+        ..rule("local", None, true)
+    }])
+    .unwrap();
+    assert_eq!(trusting.check(0, Some("anyone"), None), Verdict::Unchecked);
     // Mixed: named clients are checked, the rest let in.
     assert_eq!(auth.check(2, None, None), Verdict::Anonymous);
     assert_eq!(
@@ -113,4 +122,26 @@ fn a_reload_reads_the_same_files_again_or_nothing() {
         Verdict::Authenticated
     );
     assert!(reloaded.summary().ends_with("clients.passwd (1 users)"));
+}
+
+#[test]
+fn a_reload_checks_unknown_users_against_the_new_file_s_costliest_entry() {
+    let dir = TempDir::new("stand-in");
+    let dear = |iterations: u32| hash::PasswordHash::Pbkdf2Sha512 {
+        iterations,
+        salt: Box::new([2; 12]),
+        digest: [0; 64],
+    };
+    let file = dir.file(
+        "clients.passwd",
+        &format!("{BOB_HUNTER2}dear:{}\n", dear(500)),
+    );
+    let auth = Authentication::load(&[rule("fleet", Some(&file), false)]).unwrap();
+    assert_eq!(auth.files()[0].stand_in(), Some(&dear(500)));
+    dir.file(
+        "clients.passwd",
+        &format!("{BOB_HUNTER2}dear:{}\ndearer:{}\n", dear(500), dear(900)),
+    );
+    let reloaded = auth.reload().unwrap();
+    assert_eq!(reloaded.files()[0].stand_in(), Some(&dear(900)));
 }

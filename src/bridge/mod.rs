@@ -8,4 +8,4 @@ pub mod settings;
 pub mod template;
 
 pub use link::{Action, Carriage, Link, Local, BRIDGED_MARK};
-pub use settings::{BridgeSettings, Direction, Peer, PeerTls, Rule};
+pub use settings::{BridgeSettings, Direction, Peer, PeerTls, Rule, DEFAULT_WEBSOCKET_PATH};

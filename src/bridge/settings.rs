@@ -51,9 +51,15 @@ pub struct PeerTls {
 pub struct Peer {
     pub host: String,
     pub port: u16,
-    /// `tls://`: the connection is TLS, verified.
+    /// `tls://` or `wss://`: the connection is TLS, verified.
     pub tls: Option<PeerTls>,
+    /// `ws://` or `wss://`: MQTT over WebSocket, upgraded at this path.
+    pub websocket: Option<String>,
 }
+
+/// The path a `ws://` or `wss://` peer is upgraded at when its address
+/// names none: the one MQTT over WebSocket servers commonly take.
+pub const DEFAULT_WEBSOCKET_PATH: &str = "/mqtt";
 
 impl Peer {
     /// `host:port`, for `async_net::TcpStream::connect`.
@@ -63,6 +69,19 @@ impl Peer {
         } else {
             format!("{}:{}", self.host, self.port)
         }
+    }
+
+    /// The peer as its `peer` key writes it: `tcp://`, `tls://`, `ws://`
+    /// or `wss://`, then the address and a WebSocket's path.
+    pub fn url(&self) -> String {
+        let scheme = match (self.tls.is_some(), self.websocket.is_some()) {
+            (false, false) => "tcp",
+            (true, false) => "tls",
+            (false, true) => "ws",
+            (true, true) => "wss",
+        };
+        let path = self.websocket.as_deref().unwrap_or("");
+        format!("{scheme}://{}{path}", self.address())
     }
 }
 

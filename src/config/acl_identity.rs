@@ -1,6 +1,7 @@
 //! What `broker.mqtt.acl_file` needs beside it: something that names each
-//! client - a password file, or a TLS door's `client_ca_file`, whose
-//! certificates carry the name. Its rules are about identities, so a
+//! client - a password file, a TLS door's `client_ca_file`, whose
+//! certificates carry the name, or a Unix door's `proxy_protocol`, whose
+//! proxy names the certificates it verified. Its rules are about identities, so a
 //! broker that checks none would be governed by a file that governs
 //! nobody; and a client nothing names is the empty name, which a `*` user
 //! pattern matches.
@@ -9,14 +10,25 @@ use std::path::Path;
 
 use super::authentication::AuthenticationKeys;
 use super::findings::Findings;
-use super::listen::TcpDoor;
+use super::listen::MqttDoor;
 use crate::auth::DoorRule;
+use crate::net::Listen;
 
-/// Whether `door` takes a client's name from a verified certificate.
-fn certifies(door: &TcpDoor) -> bool {
-    door.tls
-        .as_ref()
-        .is_some_and(|t| t.client_ca_file.is_some())
+/// Whether `door` takes a client's name from a verified certificate: one
+/// its own handshake verifies, or one a proxy in front names.
+fn certifies(door: &MqttDoor) -> bool {
+    let proxied = matches!(
+        door.listen,
+        Listen::Unix {
+            proxy_protocol: true,
+            ..
+        }
+    );
+    proxied
+        || door
+            .tls
+            .as_ref()
+            .is_some_and(|t| t.client_ca_file.is_some())
 }
 
 /// Refuses an acl_file with nothing that names a client, and
@@ -27,7 +39,7 @@ pub(super) fn check(
     acl_file: Option<&Path>,
     broker: &AuthenticationKeys,
     rules: &[DoorRule],
-    doors: &[TcpDoor],
+    doors: &[MqttDoor],
 ) {
     if acl_file.is_none() {
         return;
@@ -37,15 +49,20 @@ pub(super) fn check(
         f.key(
             "broker.mqtt.acl_file",
             "an authorization file needs something that names each client, and no password_file \
-             is configured for the broker or any door, nor a client_ca_file on a TLS door, so its \
-             rules would govern nobody; set broker.mqtt.password_file (saguin --passwd writes \
-             one) or a door's tls.client_ca_file, or remove acl_file",
+             is configured for the broker or any door, nor a client_ca_file on a TLS door or \
+             proxy_protocol on a Unix door, so its rules would govern nobody; set \
+             broker.mqtt.password_file (saguin --passwd writes one) or a door's \
+             tls.client_ca_file, or remove acl_file",
         );
     }
     let said_true = |keys: &AuthenticationKeys| keys.allow_anonymous == Some(true);
     let keys = std::iter::once(("broker.mqtt.allow_anonymous".to_string(), broker)).chain(
         doors.iter().map(|door| {
-            let key = format!("broker.mqtt.listen.tcp ({}).allow_anonymous", door.name);
+            let key = format!(
+                "broker.mqtt.listen.{} ({}).allow_anonymous",
+                door.kind(),
+                door.name
+            );
             (key, &door.authentication)
         }),
     );
@@ -61,29 +78,41 @@ pub(super) fn check(
 
 /// A warning for each door that, beside an acl_file, admits clients that
 /// neither a password file checks nor a required certificate names: such a
-/// client is the empty name, or the name it states, taken unchecked.
+/// client is the empty name, or, where `trust_unchecked_user_names` says
+/// so, the name it states, taken unchecked.
 pub(super) fn unidentified_doors(
     acl_file: Option<&Path>,
     rules: &[DoorRule],
-    doors: &[TcpDoor],
+    doors: &[MqttDoor],
 ) -> Vec<String> {
     if acl_file.is_none() {
         return Vec::new();
     }
-    let demands_certificate = |door: &TcpDoor| {
-        certifies(door) && door.tls.as_ref().is_some_and(|t| t.require_certificate)
+    // A proxied client with no certificate is let in as one without, so
+    // only a TLS door of this broker's own can demand one.
+    let demands_certificate = |door: &MqttDoor| {
+        door.tls
+            .as_ref()
+            .is_some_and(|t| t.client_ca_file.is_some() && t.require_certificate)
     };
     rules
         .iter()
         .zip(doors)
         .filter(|(rule, door)| rule.password_file.is_none() && !demands_certificate(door))
-        .map(|(rule, _)| {
+        .map(|(rule, door)| {
+            let stated = match rule.trusts_unchecked_names {
+                true => {
+                    "a user name one states is its identity, unchecked (trust_unchecked_user_names)"
+                }
+                false => "so is one that states a user name, which nothing checks",
+            };
             format!(
-                "broker.mqtt.listen.tcp ({}): no password_file checks the clients this door \
+                "broker.mqtt.listen.{} ({}): no password_file checks the clients this door \
                  admits, so beside broker.mqtt.acl_file one without a user name is the empty \
-                 name and gets what a \"*\" pattern grants, and a user name one states is taken \
-                 unchecked; give the door a password_file or a tls block whose client_ca_file \
-                 every client must pass, or remove the door",
+                 name and gets what a \"*\" pattern grants, and {stated}; give the door a \
+                 password_file or a tls block whose client_ca_file every client must pass, or \
+                 remove the door",
+                door.kind(),
                 rule.door
             )
         })
@@ -154,9 +183,9 @@ mod tests {
     fn a_door_no_password_file_guards_is_warned_about() {
         let file = password_file("warn");
         let guarded = config(&format!("    password_file: {file}\n"), "").unwrap();
-        assert!(guarded.broker.mqtt.acl_warnings().is_empty());
+        assert!(guarded.broker.mqtt.warnings().is_empty());
         let open = config("", &format!("          password_file: {file}\n")).unwrap();
-        let warnings = open.broker.mqtt.acl_warnings();
+        let warnings = open.broker.mqtt.warnings();
         assert_eq!(warnings.len(), 1, "{warnings:?}");
         assert!(
             warnings[0].starts_with("broker.mqtt.listen.tcp (local): no password_file checks"),
@@ -173,11 +202,11 @@ mod tests {
             )
         };
         let certified = config("", &tls("")).unwrap();
-        let warnings = certified.broker.mqtt.acl_warnings();
+        let warnings = certified.broker.mqtt.warnings();
         assert_eq!(warnings.len(), 1, "only the local door: {warnings:?}");
         assert!(warnings[0].contains("(local)"), "{warnings:?}");
         // A certificate a client may go without names nobody on its own.
         let optional = config("", &tls("            require_certificate: false\n")).unwrap();
-        assert_eq!(optional.broker.mqtt.acl_warnings().len(), 2);
+        assert_eq!(optional.broker.mqtt.warnings().len(), 2);
     }
 }

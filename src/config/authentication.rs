@@ -59,13 +59,58 @@ fn password_file(f: &mut Findings, path: &str, value: &Value) -> Option<PathBuf>
     None
 }
 
+/// `broker.mqtt.trust_unchecked_user_names`: false when absent.
+pub(super) fn trust_unchecked_user_names(f: &mut Findings, value: Option<&Value>) -> Option<bool> {
+    match value {
+        None => Some(false),
+        Some(Value::Bool(b)) => Some(*b),
+        Some(v) => {
+            f.value(
+                "broker.mqtt.trust_unchecked_user_names",
+                v,
+                "it is true or false; omit it so that a user name no password_file checks names nobody",
+            );
+            None
+        }
+    }
+}
+
+/// A door as its authentication keys are judged: its kind, its name and
+/// the keys written on it.
+pub(super) type DoorKeys<'a> = (&'a str, &'a str, &'a AuthenticationKeys);
+
 /// Each door's rule, in door order, from the broker's keys and each
 /// door's name and keys. Assumes a validated configuration.
 pub(super) fn door_rules<'a>(
     broker: &AuthenticationKeys,
-    doors: impl Iterator<Item = (&'a str, &'a AuthenticationKeys)>,
+    trust_unchecked_user_names: bool,
+    doors: impl Iterator<Item = DoorKeys<'a>>,
 ) -> Vec<DoorRule> {
-    doors.map(|(name, own)| rule(broker, name, own)).collect()
+    doors
+        .map(|(_, name, own)| DoorRule {
+            trusts_unchecked_names: trust_unchecked_user_names,
+            ..rule(broker, name, own)
+        })
+        .collect()
+}
+
+/// A warning for each door where `trust_unchecked_user_names` takes a
+/// stated user name as the client's identity: any client there may be
+/// whoever it says, with every right the acl_file gives that name.
+pub(super) fn trusted_names(rules: &[DoorRule]) -> Vec<String> {
+    rules
+        .iter()
+        .filter(|rule| rule.trusts_unchecked_names && rule.password_file.is_none())
+        .map(|rule| {
+            format!(
+                "broker.mqtt.trust_unchecked_user_names: door {:?} has no password_file, so the user \
+                 name a client states there is taken as its identity unchecked, and any client \
+                 may be whoever it says; give the door a password_file, or remove the key so that \
+                 such a name names nobody",
+                rule.door
+            )
+        })
+        .collect()
 }
 
 fn rule(broker: &AuthenticationKeys, name: &str, own: &AuthenticationKeys) -> DoorRule {
@@ -83,6 +128,7 @@ fn rule(broker: &AuthenticationKeys, name: &str, own: &AuthenticationKeys) -> Do
         door: name.to_string(),
         password_file,
         allow_anonymous,
+        trusts_unchecked_names: false,
     }
 }
 
@@ -92,15 +138,15 @@ fn rule(broker: &AuthenticationKeys, name: &str, own: &AuthenticationKeys) -> Do
 pub(super) fn check<'a>(
     f: &mut Findings,
     rules: &[DoorRule],
-    doors: impl Iterator<Item = (&'a str, &'a AuthenticationKeys)>,
+    doors: impl Iterator<Item = DoorKeys<'a>>,
 ) {
     let mut passable = true;
-    for (rule, (name, own)) in rules.iter().zip(doors) {
+    for (rule, (kind, name, own)) in rules.iter().zip(doors) {
         if rule.allow_anonymous || rule.password_file.is_some() {
             continue;
         }
         let key = if own.allow_anonymous.is_some() {
-            format!("broker.mqtt.listen.tcp ({name}).allow_anonymous")
+            format!("broker.mqtt.listen.{kind} ({name}).allow_anonymous")
         } else {
             "broker.mqtt.allow_anonymous".to_string()
         };
@@ -153,6 +199,7 @@ mod tests {
             door: door.into(),
             password_file: file.map(Path::to_path_buf),
             allow_anonymous,
+            trusts_unchecked_names: false,
         }
     }
 

@@ -163,7 +163,7 @@ fn peer_tls(
         let Some(value) = t.get(key) else { continue };
         let here = join(path, key);
         if !is_tls {
-            f.key(&here, "only a tls:// peer has a handshake for it to take part in; dial tls:// or remove it");
+            f.key(&here, "only a tls:// or wss:// peer has a handshake for it to take part in; dial one of those or remove it");
             continue;
         }
         let example = ["peer-ca.pem", "bridge.pem", "bridge-key.pem"][at];
@@ -204,24 +204,51 @@ fn peer(f: &mut Findings, path: &str, value: &Value) -> Option<Peer> {
         f.value(path, value, "the address needs a scheme: tcp://host:port");
         return None;
     };
-    let tls = match scheme {
-        "tcp" => None,
-        "tls" => Some(PeerTls {
-            ca_file: None,
-            identity: None,
-        }),
-        "ws" | "wss" => {
-            f.value(path, value, format!("{scheme}:// needs the WebSocket transport, which this version does not have; use tcp:// or tls://"));
-            return None;
-        }
+    let (tls, websocket) = match scheme {
+        "tcp" | "ws" => (false, scheme == "ws"),
+        "tls" | "wss" => (true, scheme == "wss"),
         other => {
             f.value(
                 path,
                 value,
-                format!("{other}:// is not a scheme a bridge can dial; use tcp:// or tls://"),
+                format!("{other}:// is not a scheme a bridge can dial; use tcp://, tls://, ws:// or wss://"),
             );
             return None;
         }
+    };
+    let tls = tls.then_some(PeerTls {
+        ca_file: None,
+        identity: None,
+    });
+    // A WebSocket peer's address may carry the path it is upgraded at.
+    let (rest, websocket) = match rest.find('/') {
+        Some(_) if !websocket => {
+            f.value(
+                path,
+                value,
+                format!("a {scheme}:// peer is host:port and nothing after it; only ws:// and wss:// take a path"),
+            );
+            return None;
+        }
+        Some(at) => {
+            let upgrade_path = &rest[at..];
+            if upgrade_path
+                .chars()
+                .any(|c| c.is_whitespace() || c.is_control())
+            {
+                f.value(
+                    path,
+                    value,
+                    "the path holds no spaces or control characters",
+                );
+                return None;
+            }
+            (&rest[..at], Some(upgrade_path.to_string()))
+        }
+        None => (
+            rest,
+            websocket.then(|| crate::bridge::DEFAULT_WEBSOCKET_PATH.to_string()),
+        ),
     };
     let (host, port) = match rest.rsplit_once(':') {
         Some((host, port)) if !host.is_empty() => (host, port),
@@ -246,7 +273,12 @@ fn peer(f: &mut Findings, path: &str, value: &Value) -> Option<Peer> {
         .trim_start_matches('[')
         .trim_end_matches(']')
         .to_string();
-    Some(Peer { host, port, tls })
+    Some(Peer {
+        host,
+        port,
+        tls,
+        websocket,
+    })
 }
 
 fn session_expiry(f: &mut Findings, path: &str, value: Option<&Value>) -> Option<u32> {
@@ -500,6 +532,7 @@ mod tests {
                 host: "127.0.0.1".into(),
                 port: 1884,
                 tls: None,
+                websocket: None,
             }
         );
         assert_eq!(
@@ -534,9 +567,9 @@ mod tests {
     #[test]
     fn peers_are_refused_by_scheme_and_shape() {
         let p = |peer: &str| format!("    peer: {peer}\n    client_id: c\n{RULE}");
-        refused(&p("ws://h:80"), "bridges.up.peer", "WebSocket");
-        refused(&p("wss://h:443"), "bridges.up.peer", "WebSocket");
         refused(&p("mqtt://h:1883"), "bridges.up.peer", "not a scheme");
+        refused(&p("tcp://h:1883/mqtt"), "bridges.up.peer", "only ws://");
+        refused(&p("ws://h:80/a b"), "bridges.up.peer", "no spaces");
         refused(&p("h:1883"), "bridges.up.peer", "scheme");
         refused(&p("tcp://h"), "bridges.up.peer", "host and a port");
         refused(&p("tcp://h:0"), "bridges.up.peer", "port");
@@ -545,6 +578,24 @@ mod tests {
             "bridges.up.peer",
             "required",
         );
+    }
+
+    #[test]
+    fn a_websocket_peer_is_upgraded_at_its_path_or_at_mqtt() {
+        let at = |peer: &str| {
+            let text = with_bridge(&format!("    peer: {peer}\n    client_id: c\n{RULE}"));
+            parse(&text, "saguin.yaml").unwrap().bridges[0].peer.clone()
+        };
+        let plain = at("ws://h:8083");
+        assert_eq!(plain.websocket.as_deref(), Some("/mqtt"));
+        assert!(plain.tls.is_none());
+        assert_eq!(plain.url(), "ws://h:8083/mqtt");
+        let secured = at("wss://[::1]:443/ws/mqtt?x=1");
+        assert_eq!(secured.websocket.as_deref(), Some("/ws/mqtt?x=1"));
+        assert!(secured.tls.is_some());
+        assert_eq!(secured.host, "::1");
+        assert_eq!(secured.url(), "wss://[::1]:443/ws/mqtt?x=1");
+        assert_eq!(at("tls://h:8883").url(), "tls://h:8883");
     }
 
     #[test]

@@ -13,7 +13,7 @@ use super::exchanges::{self, Qos2Config, SessionConfig, ShareConfig};
 use super::findings::{show, Findings};
 use super::include::Origin;
 use super::limits::{self, Limits};
-use super::listen::{self, TcpDoor};
+use super::listen::{self, MqttDoor};
 use super::persistence::{self, RetainedConfig};
 use super::storage::{self, StorageConfig};
 use super::table::{table, Keys};
@@ -87,10 +87,11 @@ impl fmt::Display for LogLevel {
 /// Everything under `broker.mqtt:` that this version implements.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct MqttConfig {
-    /// The TCP doors to listen on, in the order written. Never empty in a
-    /// validated configuration: with no listener written, one door named
-    /// `tcp` on `0.0.0.0:1883`.
-    pub tcp: Vec<TcpDoor>,
+    /// The doors to listen on, every kind's, `tcp` then `ws` then `unix`,
+    /// each kind's in the order written. Never empty in a validated
+    /// configuration: with no listener written, one door named `tcp` on
+    /// `0.0.0.0:1883`.
+    pub doors: Vec<MqttDoor>,
     /// `broker.mqtt.min_protocol_version`.
     pub min_protocol_version: MinProtocolVersion,
     /// `broker.mqtt.acl_file`: an absolute path; `None` lets every client
@@ -99,24 +100,40 @@ pub struct MqttConfig {
     /// `broker.mqtt.password_file` and `allow_anonymous`, as written;
     /// [`MqttConfig::door_rules`] settles what each door does.
     pub authentication: AuthenticationKeys,
+    /// `broker.mqtt.trust_unchecked_user_names`: a user name stated on a
+    /// door no password file guards is the client's identity. False by
+    /// default: a name nothing checked names nobody.
+    pub trust_unchecked_user_names: bool,
 }
 
 impl MqttConfig {
     /// Each door's rule for who may connect, in door order.
     pub fn door_rules(&self) -> Vec<DoorRule> {
-        authentication::door_rules(&self.authentication, self.door_keys())
+        authentication::door_rules(
+            &self.authentication,
+            self.trust_unchecked_user_names,
+            self.door_keys(),
+        )
     }
 
-    /// What the configuration admits that an acl_file cannot tell apart:
-    /// one line for each door no password file guards.
-    pub fn acl_warnings(&self) -> Vec<String> {
-        acl_identity::unidentified_doors(self.acl_file.as_deref(), &self.door_rules(), &self.tcp)
+    /// What the configuration allows that is worth saying at every start
+    /// and by `--check-config`: names taken unchecked, and doors an
+    /// acl_file cannot tell clients apart at.
+    pub fn warnings(&self) -> Vec<String> {
+        let rules = self.door_rules();
+        let mut warnings = authentication::trusted_names(&rules);
+        warnings.extend(acl_identity::unidentified_doors(
+            self.acl_file.as_deref(),
+            &rules,
+            &self.doors,
+        ));
+        warnings
     }
 
-    fn door_keys(&self) -> impl Iterator<Item = (&str, &AuthenticationKeys)> {
-        self.tcp
+    fn door_keys(&self) -> impl Iterator<Item = authentication::DoorKeys<'_>> {
+        self.doors
             .iter()
-            .map(|door| (door.name.as_str(), &door.authentication))
+            .map(|door| (door.kind(), door.name.as_str(), &door.authentication))
     }
 }
 
@@ -163,6 +180,7 @@ const MQTT_KEYS: Keys = Keys {
         "min_protocol_version",
         "password_file",
         "allow_anonymous",
+        "trust_unchecked_user_names",
         "acl_file",
     ],
     not_yet: &[],
@@ -190,7 +208,7 @@ pub(super) fn broker(
     let operations = super::operations::parse(
         f,
         t.get("operations"),
-        mqtt.as_ref().map(|m| m.tcp.as_slice()),
+        mqtt.as_ref().map(|m| m.doors.as_slice()),
     );
     let storage = storage::parse(f, t.get("storage"), limits.as_ref(), origin);
     // Both name a provider, so they are settled once storage is known; a
@@ -323,20 +341,23 @@ fn pid_file(f: &mut Findings, value: Option<&Value>) -> Option<Option<PathBuf>> 
 
 fn mqtt(f: &mut Findings, value: Option<&Value>) -> Option<MqttConfig> {
     let t = table(f, "broker.mqtt", value.unwrap_or(&Value::Null), &MQTT_KEYS)?;
-    let tcp = listen::parse(f, "broker.mqtt.listen", t.get("listen"));
+    let doors = listen::parse(f, "broker.mqtt.listen", t.get("listen"));
     let min_protocol_version = min_protocol_version(f, t.get("min_protocol_version"));
     let authentication = authentication::keys(f, "broker.mqtt", &t);
+    let trust_unchecked_user_names =
+        authentication::trust_unchecked_user_names(f, t.get("trust_unchecked_user_names"));
     let acl_file = acl_file(f, t.get("acl_file"));
     let mqtt = MqttConfig {
-        tcp: tcp?,
+        doors: doors?,
         min_protocol_version: min_protocol_version?,
         authentication: authentication?,
+        trust_unchecked_user_names: trust_unchecked_user_names?,
         acl_file: acl_file?,
     };
     let rules = mqtt.door_rules();
     authentication::check(f, &rules, mqtt.door_keys());
     let acl_file = mqtt.acl_file.as_deref();
-    acl_identity::check(f, acl_file, &mqtt.authentication, &rules, &mqtt.tcp);
+    acl_identity::check(f, acl_file, &mqtt.authentication, &rules, &mqtt.doors);
     Some(mqtt)
 }
 

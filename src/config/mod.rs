@@ -26,6 +26,7 @@
 pub mod acl_file;
 mod acl_identity;
 mod acl_lines;
+mod address;
 mod authentication;
 mod bridges;
 mod broker;
@@ -43,6 +44,7 @@ mod persistence;
 pub mod queue;
 pub mod resolved;
 mod settings;
+mod sockets;
 mod storage;
 mod table;
 mod tls;
@@ -62,7 +64,7 @@ pub use embedded::{DEFAULT_CONFIG_YAML, EMBEDDED_DATA_DIR, EMBEDDED_SOURCE};
 pub use exchanges::{Qos2Config, SessionConfig, ShareConfig};
 pub use latest::DEFAULT_DELETION_RETENTION_PERIOD_S;
 pub use limits::Limits;
-pub use listen::{TcpDoor, DEFAULT_TCP_ADDRESS, DEFAULT_TCP_DOOR_NAME};
+pub use listen::{MqttDoor, DEFAULT_TCP_ADDRESS, DEFAULT_TCP_DOOR_NAME};
 pub use persistence::RetainedConfig;
 pub use queue::{Backoff, QueueConfig};
 pub use storage::{

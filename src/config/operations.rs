@@ -7,15 +7,20 @@
 //! ports are compared with the MQTT doors too, since the kernel does not
 //! know which block asked.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Arc;
 
 use serde_yaml::Value;
 
+use super::address::{clashes, door_address, parse_address};
 use super::findings::Findings;
-use super::listen::{clashes, door_address, parse_address, TcpDoor as MqttDoor};
+// A door takes the keys an MQTT door of its kind does (the operations
+// listener refuses allow_anonymous by name, below).
+use super::listen::{door_name, MqttDoor, TCP_KEYS, UNIX_KEYS};
+use super::sockets::{self, absolute_file};
 use super::table::{table, Keys, Table};
 use super::values::{count_key, duration_ms, whole_seconds, CountRule, NoneRule};
+use crate::net::Listen;
 use crate::ops::operators::Operators;
 use crate::ops::{self, route::ROUTES, MIN_SCRAPE_INTERVAL_S};
 
@@ -33,23 +38,6 @@ const BLOCK_KEYS: Keys = Keys {
 
 const LISTEN_KEYS: Keys = Keys {
     supported: &["tcp", "unix"],
-    not_yet: &[],
-};
-
-const TCP_KEYS: Keys = Keys {
-    supported: &["name", "address", "password_file", "allow_anonymous", "tls"],
-    not_yet: &[],
-};
-
-const UNIX_KEYS: Keys = Keys {
-    supported: &[
-        "name",
-        "path",
-        "mode",
-        "password_file",
-        "allow_anonymous",
-        "proxy_protocol",
-    ],
     not_yet: &[],
 };
 
@@ -107,6 +95,17 @@ pub(super) fn parse(
     for (path, door) in &tcp {
         clean &= check_tcp_door(f, path, door, &tcp, password_file.is_some(), mqtt_doors);
     }
+    let mqtt_sockets: Vec<(String, &Path)> = mqtt_doors
+        .unwrap_or_default()
+        .iter()
+        .filter_map(|d| match &d.listen {
+            Listen::Unix { path, .. } => Some((
+                format!("broker.mqtt.listen.unix {:?}", d.name),
+                path.as_path(),
+            )),
+            _ => None,
+        })
+        .collect();
     for (j, (path, door)) in unix.iter().enumerate() {
         if door.proxy_protocol && door.password_file.is_none() && password_file.is_none() {
             // Behind a PROXY header nothing but a verified certificate names
@@ -118,13 +117,19 @@ pub(super) fn parse(
             );
             clean = false;
         }
-        if let Some((first, _)) = unix[..j].iter().find(|(_, d)| d.path == door.path) {
+        let earlier = unix[..j]
+            .iter()
+            .map(|(p, d)| (format!("the operations door at {p}"), d.path.as_path()));
+        let mqtt = mqtt_sockets
+            .iter()
+            .map(|(p, socket)| (format!("the door at {p}"), *socket));
+        if let Some((first, _)) = mqtt
+            .chain(earlier)
+            .find(|(_, socket)| sockets::same_socket(socket, &door.path))
+        {
             f.key(
                 &format!("{path}.path"),
-                format!(
-                    "{} is already the socket of the operations door at {first}",
-                    door.path.display()
-                ),
+                format!("{} is already the socket of {first}", door.path.display()),
             );
             clean = false;
         }
@@ -175,11 +180,12 @@ fn check_tcp_door(
         .iter()
         .take_while(|(p, _)| p != path)
         .map(|(p, d)| (p.clone(), d.address.clone()));
-    let mqtt = mqtt_doors.unwrap_or_default().iter().map(|d| {
-        (
-            format!("broker.mqtt.listen.tcp {:?}", d.name),
-            d.address.clone(),
-        )
+    let mqtt = mqtt_doors.unwrap_or_default().iter().filter_map(|d| {
+        let address = d.listen.address()?;
+        Some((
+            format!("broker.mqtt.listen.{} {:?}", d.kind(), d.name),
+            address.to_string(),
+        ))
     });
     for (other_path, other) in mqtt.chain(earlier_ops) {
         if parse_address(&other).is_ok_and(|other| clashes(&other, &address)) {
@@ -243,7 +249,13 @@ where
             );
             clean = false;
         }
-        let name = door_name(f, &entry_path, t.get("name"), default_name);
+        let name = door_name(
+            f,
+            &entry_path,
+            t.get("name"),
+            default_name,
+            "unique among the operations doors",
+        );
         match (read(f, &entry_path, &t), name) {
             (Some(mut door), Some(name)) => {
                 door.set_name(name);
@@ -269,32 +281,6 @@ impl Named for ops::TcpDoor {
 impl Named for ops::UnixDoor {
     fn set_name(&mut self, name: String) {
         self.name = name;
-    }
-}
-
-fn door_name(
-    f: &mut Findings,
-    path: &str,
-    value: Option<&Value>,
-    default_name: Option<&str>,
-) -> Option<String> {
-    match (value, default_name) {
-        (None, Some(default)) => Some(default.to_string()),
-        (None, None) => {
-            f.key(path, "a door in a list of several needs a name, unique among the operations doors, such as name: local");
-            None
-        }
-        (Some(Value::String(s)), _) if !s.trim().is_empty() && !s.chars().any(char::is_control) => {
-            Some(s.clone())
-        }
-        (Some(v), _) => {
-            f.value(
-                &format!("{path}.name"),
-                v,
-                "a door's name is text that is not blank and holds no control characters, such as local",
-            );
-            None
-        }
     }
 }
 
@@ -351,30 +337,10 @@ fn door_tls(f: &mut Findings, path: &str, value: &Value) -> Option<ops::DoorTls>
 }
 
 fn unix_door(f: &mut Findings, path: &str, t: &Table<'_>) -> Option<ops::UnixDoor> {
-    let socket = match t.get("path") {
-        None => {
-            f.key(path, "this door has no path; write path: with the socket file, such as /run/saguin/operations.sock");
-            None
-        }
-        Some(v) => absolute_file(f, &format!("{path}.path"), v, "/run/saguin/operations.sock"),
-    };
-    let mode = match t.get("mode") {
-        None => Some(ops::DEFAULT_UNIX_MODE),
-        Some(v) => socket_mode(f, &format!("{path}.mode"), v),
-    };
+    let socket = sockets::path(f, path, t.get("path"), "/run/saguin/operations.sock");
+    let mode = sockets::mode(f, path, t.get("mode"));
     let password_file = operators(f, &format!("{path}.password_file"), t.get("password_file"));
-    let proxy_protocol = match t.get("proxy_protocol") {
-        None => Some(false),
-        Some(Value::Bool(b)) => Some(*b),
-        Some(v) => {
-            f.value(
-                &format!("{path}.proxy_protocol"),
-                v,
-                "it is true (every connection starts with a PROXY protocol v2 header from the proxy in front of the socket) or false",
-            );
-            None
-        }
-    };
+    let proxy_protocol = sockets::proxy_protocol(f, path, t.get("proxy_protocol"));
     Some(ops::UnixDoor {
         name: String::new(),
         path: socket?,
@@ -382,54 +348,6 @@ fn unix_door(f: &mut Findings, path: &str, t: &Table<'_>) -> Option<ops::UnixDoo
         password_file: password_file?,
         proxy_protocol: proxy_protocol?,
     })
-}
-
-/// `"0660"`: octal permission bits, quoted so YAML keeps the leading 0.
-fn socket_mode(f: &mut Findings, path: &str, value: &Value) -> Option<u32> {
-    let mode = match value {
-        Value::String(s) if (3..=4).contains(&s.len()) => u32::from_str_radix(s, 8).ok(),
-        _ => None,
-    };
-    let mode = mode.filter(|m| *m <= 0o777);
-    if mode.is_none() {
-        f.value(
-            path,
-            value,
-            "a mode is octal permission bits in quotes, such as \"0660\"",
-        );
-    }
-    mode
-}
-
-/// An absolute path to a file, as every path in this file is written.
-fn absolute_file(f: &mut Findings, path: &str, value: &Value, example: &str) -> Option<PathBuf> {
-    let Value::String(text) = value else {
-        f.value(
-            path,
-            value,
-            format!("it is an absolute file path, such as {example}"),
-        );
-        return None;
-    };
-    let last = text.rsplit('/').next().unwrap_or("");
-    let why = if !text.starts_with('/') {
-        Some(format!("it must be absolute, so what the broker reads does not depend on where it was started; write it from /, such as {example}"))
-    } else if text.contains('\0') {
-        Some("a path holds no NUL character".to_string())
-    } else if last.is_empty() || last == "." || last == ".." {
-        Some(format!(
-            "it names a directory, not a file; end it with a file name, such as {example}"
-        ))
-    } else {
-        None
-    };
-    match why {
-        Some(why) => {
-            f.value(path, value, why);
-            None
-        }
-        None => Some(PathBuf::from(text)),
-    }
 }
 
 /// Reads an operators file; `Some(None)` when the key is absent.

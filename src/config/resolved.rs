@@ -11,6 +11,7 @@ use serde_yaml::{Mapping, Value};
 use super::broker::BrokerConfig;
 use super::channels::{ChannelConfig, ChannelKind, Start};
 use crate::bridge::BridgeSettings;
+use crate::net::Listen;
 use crate::store::{CommitPolicy, ProviderKind, ProviderSettings};
 
 /// The sections `?section=` names, each a part of the document.
@@ -49,10 +50,17 @@ pub fn json(config: &Parts<'_>) -> crate::ops::ResolvedConfig {
 /// here rather than by the YAML library's emitter, which would cost the
 /// binary more than this does.
 pub fn yaml(config: &Parts<'_>) -> String {
-    let mut out = String::new();
-    if let Value::Mapping(map) = document(config) {
-        block(&map, 0, &mut out);
+    match document(config) {
+        Value::Mapping(map) => yaml_block(&map),
+        _ => String::new(),
     }
+}
+
+/// `map` as block-style YAML, as [`yaml`] writes the document: for any
+/// other writer of configuration (`saguin migrate`).
+pub fn yaml_block(map: &Mapping) -> String {
+    let mut out = String::new();
+    block(map, 0, &mut out);
     out
 }
 
@@ -77,10 +85,22 @@ fn block(map: &Mapping, indent: usize, out: &mut String) {
             Value::Sequence(items) if !items.is_empty() => {
                 out.push('\n');
                 for item in items {
-                    out.push_str(&" ".repeat(indent + 2));
-                    out.push_str("- ");
-                    out.push_str(&to_json(item));
-                    out.push('\n');
+                    let lead = format!("{}- ", " ".repeat(indent + 2));
+                    match item {
+                        // A mapping in a list is a block of its own, its
+                        // first key on the dash's line.
+                        Value::Mapping(inner) if !inner.is_empty() => {
+                            let mut item_text = String::new();
+                            block(inner, indent + 4, &mut item_text);
+                            out.push_str(&lead);
+                            out.push_str(&item_text[indent + 4..]);
+                        }
+                        _ => {
+                            out.push_str(&lead);
+                            out.push_str(&to_json(item));
+                            out.push('\n');
+                        }
+                    }
                 }
             }
             other => {
@@ -163,11 +183,35 @@ fn section(config: &Parts<'_>, whole: &Value, name: &str) -> Value {
 
 fn mqtt(config: &Parts<'_>) -> Mapping {
     let m = &config.broker.mqtt;
-    let mut doors = Mapping::new();
+    let mut kinds: Vec<(&str, Mapping)> = ["tcp", "ws", "unix"]
+        .into_iter()
+        .map(|kind| (kind, Mapping::new()))
+        .collect();
     // Each door as it admits clients: its own keys, or the block's.
-    for (door, rule) in m.tcp.iter().zip(m.door_rules()) {
+    for (door, rule) in m.doors.iter().zip(m.door_rules()) {
         let mut d = Mapping::new();
-        put(&mut d, "address", door.address.as_str());
+        match &door.listen {
+            Listen::Tcp { address } => put(&mut d, "address", address.as_str()),
+            Listen::WebSocket { address, origins } => {
+                put(&mut d, "address", address.as_str());
+                put(&mut d, "same_origin", origins.same_origin);
+                let allowed: Vec<Value> = origins
+                    .allowed()
+                    .iter()
+                    .map(|o| Value::String(o.clone()))
+                    .collect();
+                put(&mut d, "allowed_origins", Value::Sequence(allowed));
+            }
+            Listen::Unix {
+                path: socket,
+                mode,
+                proxy_protocol,
+            } => {
+                put(&mut d, "path", path(Some(socket)));
+                put(&mut d, "mode", format!("{mode:04o}"));
+                put(&mut d, "proxy_protocol", *proxy_protocol);
+            }
+        }
         put(&mut d, "password_file", path(rule.password_file.as_deref()));
         put(&mut d, "allow_anonymous", rule.allow_anonymous);
         if let Some(tls) = &door.tls {
@@ -178,10 +222,16 @@ fn mqtt(config: &Parts<'_>) -> Mapping {
             let t = tls_block(files, tls.client_ca_file.as_deref(), required);
             put(&mut d, "tls", t);
         }
-        put(&mut doors, door.name.as_str(), d);
+        if let Some((_, doors)) = kinds.iter_mut().find(|(kind, _)| *kind == door.kind()) {
+            put(doors, door.name.as_str(), d);
+        }
     }
     let mut listen = Mapping::new();
-    put(&mut listen, "tcp", doors);
+    for (kind, doors) in kinds {
+        if !doors.is_empty() {
+            put(&mut listen, kind, doors);
+        }
+    }
     let mut out = Mapping::new();
     put(&mut out, "listen", listen);
     let version = match m.min_protocol_version {
@@ -200,6 +250,11 @@ fn mqtt(config: &Parts<'_>) -> Mapping {
         &mut out,
         "allow_anonymous",
         m.authentication.allow_anonymous,
+    );
+    put(
+        &mut out,
+        "trust_unchecked_user_names",
+        m.trust_unchecked_user_names,
     );
     out
 }
@@ -434,7 +489,7 @@ fn bridges(config: &Parts<'_>) -> Mapping {
     let mut out = Mapping::new();
     for b in config.bridges {
         let mut m = Mapping::new();
-        put(&mut m, "peer", format!("tcp://{}", b.peer.address()));
+        put(&mut m, "peer", b.peer.url());
         put(&mut m, "client_id", b.client_id.as_str());
         put(&mut m, "username", b.username.as_deref());
         put(
@@ -549,7 +604,18 @@ mod tests {
         let mut inner = Mapping::new();
         put(&mut inner, "odd key: \"x\"", "line\nbreak");
         put(&mut inner, "empty", Mapping::new());
-        put(&mut inner, "rules", vec![Value::Mapping(rule)]);
+        let mut nested = Mapping::new();
+        put(&mut nested, "deep", vec![Value::from("x"), Value::Null]);
+        put(&mut nested, "then", 1u32);
+        put(
+            &mut inner,
+            "rules",
+            vec![
+                Value::Mapping(rule),
+                Value::Mapping(nested),
+                Value::from(2u32),
+            ],
+        );
         put(&mut inner, "count", 3u32);
         let mut outer = Mapping::new();
         put(&mut outer, "broker", inner);

@@ -41,11 +41,11 @@ pub(super) fn shell(
         core,
         doors: broker
             .mqtt
-            .tcp
+            .doors
             .iter()
             .map(|door| Door {
                 name: door.name.clone(),
-                address: door.address.clone(),
+                listen: door.listen.clone(),
                 tls: door.tls.clone(),
             })
             .collect(),
@@ -177,7 +177,7 @@ mod tests {
     use crate::config::parse;
     use crate::core::queue_rules;
     use crate::core::ChannelStart;
-    use crate::net::Door;
+    use crate::net::{Door, Listen};
 
     const YAML: &str = "\
 broker:
@@ -230,12 +230,16 @@ channels:
             [
                 Door {
                     name: "inside".into(),
-                    address: "127.0.0.1:1883".into(),
+                    listen: Listen::Tcp {
+                        address: "127.0.0.1:1883".into()
+                    },
                     tls: None,
                 },
                 Door {
                     name: "outside".into(),
-                    address: "0.0.0.0:8883".into(),
+                    listen: Listen::Tcp {
+                        address: "0.0.0.0:8883".into()
+                    },
                     tls: None,
                 }
             ]

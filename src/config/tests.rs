@@ -2,6 +2,8 @@
 //! report's wording, and the files shipped in `config/` and `boards/`.
 
 use super::*;
+use crate::net::websocket::Origins;
+use crate::net::Listen;
 
 const FILE: &str = "saguin.yaml";
 
@@ -74,15 +76,7 @@ fn a_minimal_file_takes_every_default() {
     assert_eq!(c.broker.id, "edge-1");
     assert_eq!(c.broker.log_level, LogLevel::Info);
     assert_eq!(c.broker.pid_file, None);
-    assert_eq!(
-        c.broker.mqtt.tcp,
-        vec![TcpDoor {
-            name: "tcp".into(),
-            address: "0.0.0.0:1883".into(),
-            authentication: Default::default(),
-            tls: None,
-        }]
-    );
+    assert_eq!(c.broker.mqtt.doors, vec![door("tcp", "0.0.0.0:1883")]);
     assert_eq!(c.broker.mqtt.min_protocol_version, MinProtocolVersion::V311);
     assert_eq!(c.broker.limits, Limits::default());
 }
@@ -113,8 +107,7 @@ fn every_limit_default_is_the_documented_one() {
 fn empty_blocks_read_as_their_defaults() {
     let c = ok("broker:\n  id: edge-1\n  limits:\n  mqtt:\n    listen:\n");
     assert_eq!(c.broker.limits, Limits::default());
-    assert_eq!(c.broker.mqtt.tcp.len(), 1);
-    assert_eq!(c.broker.mqtt.tcp[0].address, "0.0.0.0:1883");
+    assert_eq!(c.broker.mqtt.doors, vec![door("tcp", "0.0.0.0:1883")]);
 }
 
 #[test]
@@ -733,28 +726,134 @@ fn acl_file_is_an_absolute_path() {
 }
 
 #[test]
-fn keys_not_supported_yet_are_refused_as_recognised() {
-    let cases = [
-        (
-            &mqtt("listen:\n  ws:\n    address: 0.0.0.0:8083"),
-            "broker.mqtt.listen.ws:",
-        ),
-        (
-            &mqtt("listen:\n  unix:\n    path: /run/s.sock"),
-            "broker.mqtt.listen.unix:",
-        ),
-    ];
-    for (text, path) in cases {
-        let f = only_finding(text);
-        assert_contains(
-            &f,
-            &[
-                path,
-                "recognised, but not supported by this version",
-                "remove it",
-            ],
-        );
+fn a_ws_door_admits_its_own_pages_unless_told_otherwise() {
+    let read = doors("listen:\n  ws:\n    address: 127.0.0.1:8083");
+    assert_eq!(read[0].name, "ws");
+    assert_eq!(
+        read[0].listen,
+        Listen::WebSocket {
+            address: "127.0.0.1:8083".into(),
+            origins: Origins::new(true, Vec::new()),
+        }
+    );
+    let listed = doors(
+        "listen:\n  ws:\n    address: :8083\n    same_origin: false\n    allowed_origins:\n      - HTTPS://Dash.example.com\n      - http://192.0.2.10:8443",
+    );
+    let Listen::WebSocket { origins, .. } = &listed[0].listen else {
+        panic!("{listed:?}")
+    };
+    assert!(!origins.same_origin);
+    assert_eq!(
+        origins.allowed(),
+        ["https://dash.example.com:443", "http://192.0.2.10:8443"]
+    );
+    for (entry, said) in [
+        ("https://dash.example.com/app", "no path"),
+        ("dash.example.com", "scheme://host"),
+        ("null", "Origin: null cannot be listed"),
+        ("ftp://x", "http or https"),
+    ] {
+        let f = only_finding(&mqtt(&format!(
+            "listen:\n  ws:\n    address: :8083\n    allowed_origins: [\"{entry}\"]"
+        )));
+        assert_contains(&f, &["broker.mqtt.listen.ws.allowed_origins[0]", said]);
     }
+    let f = only_finding(&mqtt(
+        "listen:\n  ws:\n    address: :8083\n    same_origin: yes please",
+    ));
+    assert_contains(&f, &["broker.mqtt.listen.ws.same_origin", "true"]);
+}
+
+#[test]
+fn a_unix_door_takes_a_path_a_mode_and_proxy_protocol() {
+    let read = doors("listen:\n  unix:\n    path: /run/saguin/saguin.sock");
+    assert_eq!(
+        read,
+        vec![MqttDoor {
+            name: "unix".into(),
+            listen: Listen::Unix {
+                path: "/run/saguin/saguin.sock".into(),
+                mode: 0o660,
+                proxy_protocol: false,
+            },
+            authentication: Default::default(),
+            tls: None,
+        }],
+        "a socket alone turns the default tcp door off"
+    );
+    let proxied = doors(
+        "listen:\n  unix:\n    path: '@saguin'\n    mode: \"0600\"\n    proxy_protocol: true",
+    );
+    assert_eq!(
+        proxied[0].listen,
+        Listen::Unix {
+            path: "@saguin".into(),
+            mode: 0o600,
+            proxy_protocol: true,
+        }
+    );
+    for (block, said) in [
+        ("unix:\n    path: run/s.sock", "must be absolute"),
+        ("unix:\n    mode: \"0660\"", "no path"),
+        ("unix:\n    path: /run/s.sock\n    mode: 660", "octal"),
+        (
+            "unix:\n    path: /run/s.sock\n    proxy_protocol: on",
+            "true",
+        ),
+        ("unix:\n    path: /run/s.sock\n    tls: {}", "tls"),
+        (
+            "tcp:\n    address: :1883\n    proxy_protocol: true",
+            "proxy_protocol",
+        ),
+        ("unix:", "no path"),
+    ] {
+        let f = only_finding(&mqtt(&format!("listen:\n  {block}")));
+        assert_contains(&f, &["broker.mqtt.listen.", said]);
+    }
+}
+
+#[test]
+fn names_ports_and_sockets_are_compared_across_every_kind() {
+    let f = only_finding(&mqtt(
+        "listen:\n  tcp:\n    name: ws\n    address: 127.0.0.1:1883\n  ws:\n    address: 127.0.0.1:8083",
+    ));
+    assert_contains(
+        &f,
+        &[
+            "broker.mqtt.listen.ws.name:",
+            "\"ws\" is already the name of the door at broker.mqtt.listen.tcp",
+        ],
+    );
+    let f = only_finding(&mqtt(
+        "listen:\n  tcp:\n    address: 0.0.0.0:1883\n  ws:\n    address: 127.0.0.1:1883",
+    ));
+    assert_contains(
+        &f,
+        &[
+            "broker.mqtt.listen.ws.address:",
+            "port 1883",
+            "broker.mqtt.listen.tcp",
+        ],
+    );
+    let f = only_finding(&mqtt(
+        "listen:\n  unix:\n    - {name: a, path: /run/x/s.sock}\n    - {name: b, path: /run/x/./s.sock}",
+    ));
+    assert_contains(
+        &f,
+        &[
+            "broker.mqtt.listen.unix[1].path:",
+            "already the socket of the door at broker.mqtt.listen.unix[0]",
+        ],
+    );
+    let with_operations = "broker:\n  id: edge-1\n  mqtt:\n    listen:\n      unix:\n        path: /run/s.sock\n  operations:\n    listen:\n      unix:\n        path: /run/s.sock\n";
+    let f = only_finding(with_operations);
+    assert_contains(
+        &f,
+        &[
+            "broker.operations.listen.unix.path:",
+            "broker.mqtt.listen.unix",
+        ],
+    );
 }
 
 #[test]
@@ -797,14 +896,16 @@ fn a_block_that_is_not_a_mapping_is_refused() {
 
 // ---- listeners ----------------------------------------------------------------------
 
-fn doors(block: &str) -> Vec<TcpDoor> {
-    ok(&mqtt(block)).broker.mqtt.tcp
+fn doors(block: &str) -> Vec<MqttDoor> {
+    ok(&mqtt(block)).broker.mqtt.doors
 }
 
-fn door(name: &str, address: &str) -> TcpDoor {
-    TcpDoor {
+fn door(name: &str, address: &str) -> MqttDoor {
+    MqttDoor {
         name: name.into(),
-        address: address.into(),
+        listen: Listen::Tcp {
+            address: address.into(),
+        },
         authentication: Default::default(),
         tls: None,
     }
@@ -1120,7 +1221,7 @@ fn the_default_configuration_is_gateway_sized() {
     let c = default_config_in(std::path::Path::new("/srv"));
     assert_eq!(c.source, "<embedded default>");
     assert_eq!(c.broker.id, "gateway");
-    assert_eq!(c.broker.mqtt.tcp, vec![door("tcp", "0.0.0.0:1883")]);
+    assert_eq!(c.broker.mqtt.doors, vec![door("tcp", "0.0.0.0:1883")]);
     assert_eq!(c.broker.limits.max_connections, 1000);
     let l = &c.broker.limits;
     assert!(l.max_connect_size_bytes <= l.max_message_size_bytes);

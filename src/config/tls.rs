@@ -163,7 +163,7 @@ mod tests {
         let config =
             with_tls("cert_file: /etc/saguin/tls/cert.pem\nkey_file: /etc/saguin/tls/key.pem")
                 .unwrap();
-        let doors = &config.broker.mqtt.tcp;
+        let doors = &config.broker.mqtt.doors;
         assert_eq!(doors[0].tls, None);
         let tls = doors[1].tls.as_ref().unwrap();
         assert_eq!(tls.door, "broker.mqtt.listen.tcp[fleet]");
@@ -175,7 +175,7 @@ mod tests {
             "cert_file: /c.pem\nkey_file: /k.pem\nmin_version: 1.3\nclient_ca_file: /ca.pem\nrequire_certificate: false",
         )
         .unwrap();
-        let tls = config.broker.mqtt.tcp[1].tls.clone().unwrap();
+        let tls = config.broker.mqtt.doors[1].tls.clone().unwrap();
         assert_eq!(tls.min_version, TlsVersion::V1_3);
         assert_eq!(tls.client_ca_file.unwrap().to_str(), Some("/ca.pem"));
         assert!(!tls.require_certificate);
@@ -188,7 +188,7 @@ mod tests {
             "saguin.yaml",
         )
         .unwrap();
-        let tls = config.broker.mqtt.tcp[0].tls.as_ref().unwrap();
+        let tls = config.broker.mqtt.doors[0].tls.as_ref().unwrap();
         assert_eq!(tls.door, "broker.mqtt.listen.tcp");
     }
 

@@ -50,9 +50,10 @@ pub use channel::{ChannelSettings, ChannelStart};
 pub use channel::queue::dead_letter;
 pub use channel::queue::rules as queue_rules;
 pub use channel::{claims, latest, load as channel_load, queue};
-pub use connection::origin::Origin;
+pub use connection::origin::{Introduction, Origin};
 use connection::{Active, Connection};
 pub use refusal::Refusal;
+pub use session::table::ClientIdKey;
 pub use slab::Key;
 use slab::Slab;
 
@@ -218,6 +219,9 @@ pub struct Settings {
     /// session outlives its connection, and a filter is taken, only
     /// within it. The session store's provider's `max_bytes`.
     pub session_memory_max_bytes: u64,
+    /// What assigned client ids are derived from; the shell draws it from
+    /// the operating system at every start.
+    pub client_id_key: ClientIdKey,
 }
 
 impl Default for Settings {
@@ -251,6 +255,7 @@ impl Default for Settings {
             retained_provider: None,
             retained_retention_period_s: None,
             session_memory_max_bytes: session::charge::DEFAULT_SESSION_MEMORY_BYTES,
+            client_id_key: Default::default(),
         }
     }
 }
@@ -336,6 +341,8 @@ pub struct Broker {
     pub(crate) latest_readers: Slab<channel::latest::reader::LatestReader>,
     /// Storage requests in flight, by ticket.
     pub(crate) pending: FastHashMap<u64, channel::Pending>,
+    /// By connection, how many of them owe it a reply (`broker/replies.rs`).
+    pub(crate) replies_owed: FastHashMap<Key, u32>,
     pub(crate) position_duties: channel::positions::PositionDuties,
     /// Channel records owed to durable shared groups, waiting on their log
     /// write, with their publisher's answer; bounded by the publishes
@@ -366,7 +373,10 @@ impl Broker {
         let queues = channel::queue::Queues::new(&mut settings.channels, settings.start_unix_ms);
         Broker {
             connections: Slab::with_capacity(max_connections),
-            sessions: session::table::Sessions::new(settings.session_memory_max_bytes),
+            sessions: session::table::Sessions::new(
+                settings.session_memory_max_bytes,
+                settings.client_id_key.clone(),
+            ),
             index: TopicIndex::new(),
             stats: Stats::default(),
             budgets: connection::budget::PublishBudgets::new(
@@ -386,6 +396,7 @@ impl Broker {
             readers: Slab::growable(u32::MAX as usize),
             latest_readers: Slab::growable(u32::MAX as usize),
             pending: FastHashMap::default(),
+            replies_owed: FastHashMap::default(),
             position_duties: Default::default(),
             records_for_groups: FastHashMap::default(),
             next_ticket: 0,
@@ -638,6 +649,7 @@ impl Broker {
         self.retained_left(gone, out);
         self.expire_group_backlogs(now_ms);
         self.queue_tick(now_ms, out);
+        crate::log_limit::report_suppressed(&broker::LIMITED_LINES, now_ms);
     }
 
     /// Says goodbye to every client as the broker stops.
@@ -714,6 +726,7 @@ impl Broker {
     /// Closes a connection that has no session, writing nothing.
     pub(crate) fn close_silently(&mut self, conn: Key, _now_ms: u64, out: &mut impl Transport) {
         self.persist.forget_connection(conn);
+        self.forget_replies(conn);
         if let Some(connection) = self.connections.remove(conn) {
             debug_assert!(connection.active.is_none());
             out.close(conn);
@@ -784,6 +797,7 @@ impl Broker {
         }
         out.close(conn);
         self.persist.forget_connection(conn);
+        self.forget_replies(conn);
         self.close_served(conn);
         let connection = self.connections.remove(conn).expect("checked above");
         let active = connection.active.expect("checked above");

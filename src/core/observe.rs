@@ -173,6 +173,9 @@ pub struct SessionRow {
     pub keepalive_s: Option<u16>,
     pub expiry_interval_s: u32,
     pub subscriptions: u64,
+    /// Where its connection comes from, where the door learnt that: the
+    /// client a proxy speaks for, or a Unix socket's peer.
+    pub remote: Option<String>,
     /// The user its connection was admitted as.
     pub user: Option<String>,
     /// The MQTT door it came through, by index; `None` for a bridge's own
@@ -541,7 +544,14 @@ mod tests {
 
     #[test]
     fn a_bridge_rules_reader_is_named_and_kinded_as_a_bridge() {
-        let passed = Loss::new("saguin-bridge/up/0123", "events", LossKind::Consumer, 1, 5, 0);
+        let passed = Loss::new(
+            "saguin-bridge/up/0123",
+            "events",
+            LossKind::Consumer,
+            1,
+            5,
+            0,
+        );
         assert_eq!(passed.reader, "bridge:up/0123");
         assert_eq!((passed.kind.as_str(), passed.reported), ("bridge", false));
         assert_eq!(reader_name("north-17"), "mqtt:north-17");

@@ -204,6 +204,12 @@ refusals! {
     SessionStoreFullAtSubscribe = (QUOTA_EXCEEDED, Suback, "the session store is full; the session is kept as it was"),
     SessionStoreFailedAtSubscribe = (IMPLEMENTATION_SPECIFIC_ERROR, Suback, "the session store failed; the session is kept as it was"),
     SubscribeNotAuthorized = (NOT_AUTHORIZED, Suback, "not authorized: no rule of this client's roles allows this subscription"),
+    /// A 3.1.1 client, which no CONNACK could tell, asking for a shared
+    /// subscription its roles take away; MQTT 5 is closed `0x9E` instead.
+    ShareNotAllowed = (NOT_AUTHORIZED, Suback, "this client's roles take shared subscriptions away"),
+    /// Inside `$share/`, the reserved space is refused as a grant would be:
+    /// a seek's reply and a queue's jobs go to one client, never a group.
+    FilterReservedShared = (NOT_AUTHORIZED, Suback, "a shared subscription is delivered nothing under $saguin/"),
 
     // On an UNSUBACK to MQTT 5; a 3.1.1 connection is closed.
     UnsubscribeNotStored = (IMPLEMENTATION_SPECIFIC_ERROR, Other, "the session store failed; the filters stay subscribed"),

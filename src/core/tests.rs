@@ -2413,11 +2413,13 @@ fn with_password_door(h: &mut Harness, test: &str) {
             door: "fleet".into(),
             password_file: Some(file),
             allow_anonymous: false,
+            trusts_unchecked_names: false,
         },
         DoorRule {
             door: "local".into(),
             password_file: None,
             allow_anonymous: true,
+            trusts_unchecked_names: false,
         },
     ];
     let authentication = Authentication::load(&rules).unwrap();
@@ -2512,6 +2514,7 @@ fn a_new_credential_table_leaves_connected_clients_be() {
             door: "fleet".into(),
             password_file: None,
             allow_anonymous: true,
+            trusts_unchecked_names: false,
         }])
         .unwrap(),
     ));

@@ -1,8 +1,9 @@
 //! Runs each bridge's link on the executor: in-process sessions at this
 //! broker (connections with no socket, their outboxes read by this task:
 //! one that publishes what the peer sends, one reader per outbound rule), and
-//! a TCP connection to the peer (TLS for a `tls://` one, always verified),
-//! redialled with jittered backoff.
+//! a TCP connection to the peer (TLS for a `tls://` or `wss://` one, always
+//! verified; MQTT over WebSocket for a `ws://` or `wss://` one), redialled
+//! with jittered backoff.
 
 use std::cell::RefCell;
 use std::rc::Rc;
@@ -15,9 +16,12 @@ use smol::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use smol::Task;
 
 use super::outbox::{writable, Outbox};
+use super::socket::Duplex;
 use super::tls::client::PeerTlsConfig;
+use super::websocket::handshake as handshake_ws;
+use super::websocket::WsStream;
 use super::SharedRef;
-use crate::bridge::{Action, BridgeSettings, Carriage, Link, Local};
+use crate::bridge::{Action, BridgeSettings, Carriage, Link, Local, Peer};
 use crate::codec::{decode_fixed_header, decode_packet, encode, Packet, ProtocolVersion};
 use crate::core::claims::Claims;
 use crate::core::{ChannelSettings, Key};
@@ -67,11 +71,7 @@ impl Observer {
                 let link = bridge.link.borrow();
                 crate::ops::BridgeObservation {
                     name: link.name().to_string(),
-                    peer: {
-                        let peer = &link.settings().peer;
-                        let scheme = if peer.tls.is_some() { "tls" } else { "tcp" };
-                        format!("{scheme}://{}", peer.address())
-                    },
+                    peer: link.settings().peer.url(),
                     connected: link.is_up(),
                     stats: link.stats.clone(),
                 }
@@ -334,32 +334,35 @@ async fn tick_loop(bridge: Rc<Bridge>) {
 
 /// Dials the peer, serves the connection until it ends, waits, and again.
 async fn peer_loop(bridge: Rc<Bridge>, tls: Option<PeerTlsConfig>) {
-    let address = bridge.link.borrow().settings().peer.address();
+    let peer = bridge.link.borrow().settings().peer.clone();
+    let address = peer.address();
     // A refused handshake is logged when its reason changes, not per attempt.
     let mut last_refusal: Option<String> = None;
     loop {
         let why = match timed(TcpStream::connect(address.as_str())).await {
             Some(Ok(stream)) => {
                 let _ = stream.set_nodelay(true);
-                match &tls {
-                    None => serve_peer(&bridge, stream.clone(), stream.clone(), stream).await,
-                    Some(tls) => match handshake(tls, stream.clone()).await {
-                        Ok(secured) => {
+                if tls.is_none() && peer.websocket.is_none() {
+                    serve_peer(&bridge, stream.clone(), stream.clone(), stream).await
+                } else {
+                    match open_peer(&peer, tls.as_ref(), stream.clone()).await {
+                        Ok(opened) => {
                             last_refusal = None;
-                            let (reader, writer) = smol::io::split(secured);
+                            let (reader, writer) = smol::io::split(opened);
                             serve_peer(&bridge, reader, writer, stream).await
                         }
                         Err(why) => {
                             if last_refusal.as_ref() != Some(&why) {
                                 log::warn!(
-                                    "bridge {}: TLS to {address} refused: {why}; retrying (ca_file names the authority that signs the peer's certificate)",
-                                    bridge.link.borrow().name()
+                                    "bridge {}: {} refused: {why}; retrying",
+                                    bridge.link.borrow().name(),
+                                    peer.url()
                                 );
                                 last_refusal = Some(why.clone());
                             }
                             why
                         }
-                    },
+                    }
                 }
             }
             Some(Err(error)) => format!("cannot connect: {error}"),
@@ -374,6 +377,59 @@ async fn peer_loop(bridge: Rc<Bridge>, tls: Option<PeerTlsConfig>) {
         *bridge.peer_out.borrow_mut() = PeerOut::default();
         if !retry_in_311 {
             smol::Timer::after(Duration::from_millis(wait_ms)).await;
+        }
+    }
+}
+
+/// The TLS handshake (for `tls://` and `wss://`) and the WebSocket
+/// upgrade (for `ws://` and `wss://`) over a connection to the peer.
+async fn open_peer(
+    peer: &Peer,
+    tls: Option<&PeerTlsConfig>,
+    stream: TcpStream,
+) -> Result<Box<dyn Duplex>, String> {
+    let secured: Box<dyn Duplex> = match tls {
+        None => Box::new(stream),
+        Some(tls) => Box::new(handshake(tls, stream).await.map_err(|why| {
+            format!("{why} (ca_file names the authority that signs the peer's certificate)")
+        })?),
+    };
+    let Some(path) = &peer.websocket else {
+        return Ok(secured);
+    };
+    match timed(upgrade(secured, &peer.address(), path)).await {
+        Some(upgraded) => upgraded,
+        None => Err("the WebSocket upgrade timed out".to_string()),
+    }
+}
+
+/// Asks the peer to upgrade `stream` to MQTT over WebSocket at `path`.
+async fn upgrade(
+    mut stream: Box<dyn Duplex>,
+    host: &str,
+    path: &str,
+) -> Result<Box<dyn Duplex>, String> {
+    use ring::rand::SecureRandom;
+    let mut key = [0u8; 16];
+    ring::rand::SystemRandom::new()
+        .fill(&mut key)
+        .map_err(|_| "no random bytes for the WebSocket key".to_string())?;
+    let (request, key) = handshake_ws::request(host, path, key);
+    let failed = |error: std::io::Error| format!("the WebSocket upgrade failed: {error}");
+    stream.write_all(&request).await.map_err(failed)?;
+    stream.flush().await.map_err(failed)?;
+    let mut answer = Vec::new();
+    let mut chunk = [0u8; 1024];
+    loop {
+        let n = stream.read(&mut chunk).await.map_err(failed)?;
+        if n == 0 {
+            return Err("the peer closed the connection during the WebSocket upgrade".into());
+        }
+        answer.extend_from_slice(&chunk[..n]);
+        if let Some(head_bytes) = handshake_ws::check_answer(&answer, &key)? {
+            let early = answer.split_off(head_bytes);
+            let framed = WsStream::client(stream, early, MAX_PEER_PACKET_BYTES as u64);
+            return Ok(Box::new(framed));
         }
     }
 }

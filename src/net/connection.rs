@@ -1,13 +1,13 @@
 //! One client connection, served by one future: it reads packets into the
 //! core and writes the connection's outbox onto the socket, and it waits for
 //! "socket readable, socket writable or outbox changed" in one place. An
-//! idle connection holds no buffer and nothing boxed; what only a TLS
-//! door, a password check or a stalled write needs is boxed while it lasts.
+//! idle connection holds no buffer and nothing boxed; what only a TLS,
+//! WebSocket or Unix door, a password check or a stalled write needs is
+//! boxed while it lasts (`socket.rs`).
 
 use std::cell::Cell;
 use std::future::Future;
 use std::io;
-use std::net::{Shutdown, SocketAddr, TcpStream};
 use std::pin::Pin;
 use std::rc::Rc;
 use std::sync::Arc;
@@ -15,17 +15,28 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 
 use smol::future;
-use smol::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use smol::io::{AsyncReadExt, AsyncWriteExt};
 use smol::lock::Semaphore;
-use smol::{Async, Timer};
+use smol::Timer;
 
 use super::outbox::Outbox;
-use super::{quick_ack, tls, SharedRef};
+use super::socket::{Duplex, Socket};
+use super::SharedRef;
 use crate::codec::{
     decode_first_header, decode_fixed_header, decode_packet, peek_connect_version, DecodeError,
     FixedHeader, Packet, PacketType, ProtocolVersion, ReasonCode,
 };
 use crate::core::{Broker, Key};
+use crate::log_limit::{limited, LogLimit};
+
+/// A client that asks and does not read is said to be at its bound once
+/// per pause; many of them would say it often.
+pub(super) static READING_PAUSED: LogLimit = LogLimit::new(
+    "reading from a client paused",
+    log::Level::Debug,
+    10,
+    60_000,
+);
 
 /// Each read lands in a buffer of this size on the stack; only the tail
 /// of a packet that has not fully arrived is kept between reads.
@@ -39,7 +50,10 @@ thread_local! {
 }
 /// Reads one poll may take before it lets the other tasks run.
 const READS_PER_POLL: u32 = 16;
-/// An outbox past this many unwritten bytes pauses reading from its client.
+/// The bound on what a connection is owed and has not taken: its outbox's
+/// unwritten bytes and the replies the core still owes it. At the bound no
+/// packet of the client's is taken, and nothing more is read from it,
+/// until it has read half of it (rfcs/0003, "Per-connection memory").
 pub const OUTBOX_PAUSE_BYTES: usize = 256 * 1024;
 
 const TOO_LARGE: DecodeError = DecodeError {
@@ -47,63 +61,12 @@ const TOO_LARGE: DecodeError = DecodeError {
     reason: "packet larger than the maximum packet size",
 };
 
-/// How long a closing TLS connection may take to say so to its client.
+/// How long a closing TLS or WebSocket connection may take to say so to
+/// its client.
 const CLOSE_NOTIFY_MS: u64 = 1_000;
 
-/// A TLS door's configuration as it was when a connection arrived, and the
-/// door's name for log lines.
-pub struct Tls {
-    pub config: Arc<rustls::ServerConfig>,
-    pub door: Rc<str>,
-}
-
-type TlsStream = futures_rustls::server::TlsStream<Async<TcpStream>>;
-
-/// The socket under a connection. Two variants, one of them a pointer,
-/// keep it as small as the plain socket alone: a third would cost every
-/// connection's future 8 B for its tag.
-enum Socket {
-    Plain(Async<TcpStream>),
-    /// Boxed, so that a plain door pays nothing for TLS.
-    Secure(Box<Secure>),
-}
-
-/// A TLS socket, as far as its handshake has got.
-enum Secure {
-    Handshake(Handshake),
-    Stream(TlsStream),
-}
-
-/// A TLS door's handshake, run in the connection's slot so that it is
-/// bounded as a CONNECT is: the core's connect timeout (or a shutdown)
-/// ends it.
-struct Handshake {
-    accept: futures_rustls::FallibleAccept<Async<TcpStream>>,
-    door: Rc<str>,
-    peer: Option<SocketAddr>,
-}
-
 /// Serves one accepted connection until it ends.
-pub fn serve(
-    shared: SharedRef,
-    stream: async_net::TcpStream,
-    tls: Option<Tls>,
-    key: Key,
-    outbox: Outbox,
-) -> Connection {
-    let Ok(stream) = Arc::try_unwrap(Arc::<Async<TcpStream>>::from(stream)) else {
-        unreachable!("a stream just accepted has no other handle")
-    };
-    let socket = match tls {
-        None => Socket::Plain(stream),
-        Some(tls) => Socket::Secure(Box::new(Secure::Handshake(Handshake {
-            peer: stream.get_ref().peer_addr().ok(),
-            accept: futures_rustls::TlsAcceptor::from(tls.config)
-                .accept(stream)
-                .into_fallible(),
-            door: tls.door,
-        }))),
-    };
+pub fn serve(shared: SharedRef, socket: Socket, key: Key, outbox: Outbox) -> Connection {
     Connection {
         shared,
         key,
@@ -125,7 +88,8 @@ pub struct Connection {
     /// A split packet, a password check, a stalled write: boxed while
     /// any of them lasts.
     rare: Rare,
-    /// The outbox passed its bound: nothing is read until it halves.
+    /// What the client is owed reached its bound: nothing is read until
+    /// it halves.
     reading_paused: bool,
     /// A malformed packet or the core ended reading; what is queued is
     /// still written.
@@ -163,6 +127,16 @@ impl Rare {
         self.0
             .as_deref()
             .map_or(&[], |parts| parts.partial.as_slice())
+    }
+
+    /// Whether a whole packet (or one that cannot be read) waits in the
+    /// split-packet buffer: one held back while the client was at its bound.
+    fn packet_waiting(&self) -> bool {
+        match decode_fixed_header(self.partial()) {
+            Ok(Some(header)) => self.partial().len() >= header.packet_len(),
+            Ok(None) => false,
+            Err(_) => true,
+        }
     }
 
     /// Takes the split packet out, leaving none.
@@ -260,8 +234,8 @@ impl Connection {
         if dead {
             return Step::Done;
         }
-        if self.socket.in_handshake() {
-            return self.handshake(cx, closing);
+        if self.socket.in_opening() {
+            return self.open(cx, closing);
         }
         let wrote = match self.write(cx) {
             Ok(wrote) => wrote,
@@ -286,18 +260,25 @@ impl Connection {
             }
             self.rare.parts().check = None;
             self.connect_checked = true;
-            self.consume_partial();
+            let _ = self.consume_partial();
             return Step::Progress;
         }
         // A client that does not read what it is sent is not read from.
-        let unwritten = self.outbox.borrow().unwritten_bytes();
-        if unwritten > OUTBOX_PAUSE_BYTES {
-            self.reading_paused = true;
-        } else if unwritten < OUTBOX_PAUSE_BYTES / 2 {
+        let backlog = self.backlog_bytes();
+        if backlog >= OUTBOX_PAUSE_BYTES {
+            self.pause_reading(backlog);
+        } else if backlog < OUTBOX_PAUSE_BYTES / 2 {
             self.reading_paused = false;
         }
         if self.reading_paused || self.read_ended {
             return idle;
+        }
+        // Packets read and held back at the bound go before more is read.
+        if self.rare.packet_waiting() {
+            return match self.consume_partial() {
+                true => Step::Progress,
+                false => idle,
+            };
         }
         if *reads >= READS_PER_POLL {
             return Step::Yield;
@@ -313,50 +294,21 @@ impl Connection {
         }
     }
 
-    fn handshake(&mut self, cx: &mut Context<'_>, closing: bool) -> Step {
-        let Socket::Secure(secure) = &mut self.socket else {
-            return Step::Progress;
-        };
-        let Secure::Handshake(handshake) = &mut **secure else {
-            return Step::Progress;
-        };
-        let door = &handshake.door;
-        let known_peer = handshake.peer;
-        let peer = || known_peer.map_or_else(|| "a client".to_string(), |a| a.to_string());
-        if closing {
-            log::info!(
-                "{door}: TLS handshake with {} did not finish in time",
-                peer()
-            );
-            return Step::Done;
-        }
-        let established = match Pin::new(&mut handshake.accept).poll(cx) {
+    /// Runs the socket's opening (a TLS handshake, a WebSocket upgrade, a
+    /// PROXY header) on, and hands the core what it learnt of the client.
+    fn open(&mut self, cx: &mut Context<'_>, closing: bool) -> Step {
+        let learnt = match self.socket.poll_opening(cx, closing) {
             Poll::Pending => return Step::Wait,
-            Poll::Ready(Ok(established)) => established,
-            Poll::Ready(Err((error, stream))) => {
-                let hint = tls::handshake_hint(&error);
-                log::info!(
-                    "{door}: TLS handshake with {} failed: {error}{hint}",
-                    peer()
-                );
-                let _ = stream.get_ref().shutdown(Shutdown::Both);
-                return Step::Done;
-            }
+            Poll::Ready(None) => return Step::Done,
+            Poll::Ready(Some(learnt)) => learnt,
         };
-        if let Some(certificate) = tls::client_certificate(established.get_ref().1) {
-            match certificate.name() {
-                Some(name) => self
-                    .shared
-                    .borrow_mut()
-                    .broker
-                    .certified(self.key, name.into()),
-                None => log::warn!(
-                    "{door}: the client certificate {} presented was verified but carries neither a Common Name nor a DNS name; it names nobody, so the client is taken as one without a certificate",
-                    peer()
-                ),
-            }
+        let mut shared = self.shared.borrow_mut();
+        if let Some(name) = learnt.certified {
+            shared.broker.certified(self.key, name);
         }
-        **secure = Secure::Stream(established);
+        if let Some(source) = learnt.source {
+            shared.broker.introduced_from(self.key, source);
+        }
         Step::Progress
     }
 
@@ -415,27 +367,18 @@ impl Connection {
         Ok(Wrote::Blocked)
     }
 
-    /// Ends the connection in both directions; over TLS, after telling
-    /// the client so (close_notify), for at most `CLOSE_NOTIFY_MS`.
+    /// Ends the connection in both directions; over TLS or WebSocket,
+    /// after telling the client so, for at most `CLOSE_NOTIFY_MS`.
     fn close(&mut self, cx: &mut Context<'_>) -> Step {
-        match &mut self.socket {
-            Socket::Plain(stream) => {
-                let _ = stream.get_ref().shutdown(Shutdown::Both);
-                Step::Done
-            }
-            Socket::Secure(secure) => {
-                let Secure::Stream(stream) = &mut **secure else {
-                    return Step::Done;
-                };
-                let late = Pin::new(self.rare.deadline(CLOSE_NOTIFY_MS))
-                    .poll(cx)
-                    .is_ready();
-                if !late && Pin::new(&mut *stream).poll_close(cx).is_pending() {
-                    return Step::Wait;
-                }
-                let _ = stream.get_ref().0.get_ref().shutdown(Shutdown::Both);
-                Step::Done
-            }
+        let late = match &self.socket {
+            Socket::Plain(_) => false,
+            Socket::Layered(_) => Pin::new(self.rare.deadline(CLOSE_NOTIFY_MS))
+                .poll(cx)
+                .is_ready(),
+        };
+        match self.socket.poll_close(cx, late) {
+            Poll::Pending => Step::Wait,
+            Poll::Ready(()) => Step::Done,
         }
     }
 
@@ -470,7 +413,7 @@ impl Connection {
             }
             self.socket.acknowledge_now();
             self.count_read(n);
-            self.consume_partial();
+            let _ = self.consume_partial();
             return Poll::Ready(Ok(true));
         }
         let mut chunk = READ_CHUNK.take();
@@ -500,28 +443,68 @@ impl Connection {
             }
         } else {
             self.rare.parts().partial.extend_from_slice(&chunk[..n]);
-            self.consume_partial();
+            let _ = self.consume_partial();
         }
         Poll::Ready(Ok(true))
     }
 
     /// Feeds the packets in `partial` that have fully arrived to the core,
-    /// keeping the rest; an emptied buffer is given back.
-    fn consume_partial(&mut self) {
+    /// keeping the rest; an emptied buffer is given back. Whether any was.
+    fn consume_partial(&mut self) -> bool {
         let mut partial = self.rare.take_partial();
         let used = self.consume(&partial);
         if used == partial.len() || self.read_ended {
-            return;
+            return used > 0;
         }
         partial.drain(..used);
         self.rare.parts().partial = partial;
+        used > 0
+    }
+
+    /// What the client is owed and has not taken: its outbox's unwritten
+    /// bytes and the replies the core has yet to write it.
+    fn backlog_bytes(&self) -> usize {
+        let unwritten = self.outbox.borrow().unwritten_bytes();
+        let owed = self.shared.borrow().broker.owed_reply_bytes(self.key);
+        unwritten.saturating_add(usize::try_from(owed).unwrap_or(usize::MAX))
+    }
+
+    /// Whether the client's next packet is taken now: not while what it is
+    /// owed is at its bound - every reply it could ask for would add to it
+    /// - nor while the core holds its packets behind a session write.
+    fn takes_packet(&mut self) -> bool {
+        if self.shared.borrow().broker.holds_packets(self.key) {
+            return false;
+        }
+        let backlog = self.backlog_bytes();
+        if backlog >= OUTBOX_PAUSE_BYTES {
+            self.pause_reading(backlog);
+            return false;
+        }
+        true
+    }
+
+    /// Stops reading from the client until it has taken half of what it
+    /// is owed.
+    fn pause_reading(&mut self, backlog: usize) {
+        if std::mem::replace(&mut self.reading_paused, true) {
+            return;
+        }
+        let shared = self.shared.borrow();
+        limited!(
+            READING_PAUSED,
+            shared.now_ms(),
+            "client {} is owed {backlog} bytes it has not read, at the bound of {OUTBOX_PAUSE_BYTES}: nothing more is read from it until it reads half",
+            shared.broker.client_id_of(self.key)
+        );
     }
 
     /// Feeds each packet in `bytes` that has fully arrived to the core, in
     /// order, and returns how many bytes they took. Stops at a CONNECT
-    /// whose password is to be checked off the executor.
+    /// whose password is to be checked off the executor, and before a
+    /// packet the client may not have taken yet (`takes_packet`).
     fn consume(&mut self, bytes: &[u8]) -> usize {
-        let (shared, key) = (&self.shared, self.key);
+        let (shared, key) = (&Rc::clone(&self.shared), self.key);
         // One clock read for every packet of this read: they arrived together.
         let now_ms = shared.borrow().now_ms();
         let mut consumed = 0;
@@ -554,7 +537,7 @@ impl Connection {
                 self.read_ended = true;
                 break;
             }
-            if pending.len() < header.packet_len() {
+            if pending.len() < header.packet_len() || !self.takes_packet() {
                 break;
             }
             let body = &pending[header.header_len..header.packet_len()];
@@ -584,53 +567,6 @@ impl Connection {
             .broker
             .handle_connection_lost(self.key, now_ms, &mut shared.outboxes);
         shared.outboxes.remove(self.key);
-    }
-}
-
-impl Socket {
-    fn poll_read(&mut self, cx: &mut Context<'_>, buf: &mut [u8]) -> Poll<io::Result<usize>> {
-        match self {
-            Socket::Plain(stream) => Pin::new(stream).poll_read(cx, buf),
-            Socket::Secure(secure) => match &mut **secure {
-                Secure::Stream(stream) => Pin::new(stream).poll_read(cx, buf),
-                Secure::Handshake(_) => Poll::Pending,
-            },
-        }
-    }
-
-    fn poll_write(&mut self, cx: &mut Context<'_>, bytes: &[u8]) -> Poll<io::Result<usize>> {
-        match self {
-            Socket::Plain(stream) => Pin::new(stream).poll_write(cx, bytes),
-            Socket::Secure(secure) => match &mut **secure {
-                Secure::Stream(stream) => Pin::new(stream).poll_write(cx, bytes),
-                Secure::Handshake(_) => Poll::Pending,
-            },
-        }
-    }
-
-    fn poll_flush(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        match self {
-            Socket::Plain(stream) => Pin::new(stream).poll_flush(cx),
-            Socket::Secure(secure) => match &mut **secure {
-                Secure::Stream(stream) => Pin::new(stream).poll_flush(cx),
-                Secure::Handshake(_) => Poll::Pending,
-            },
-        }
-    }
-
-    /// Has what was read acknowledged at once (see `quick_ack`).
-    fn acknowledge_now(&self) {
-        match self {
-            Socket::Plain(stream) => quick_ack::acknowledge_now(stream.get_ref()),
-            Socket::Secure(secure) => match &**secure {
-                Secure::Stream(stream) => quick_ack::acknowledge_now(stream.get_ref().0.get_ref()),
-                Secure::Handshake(_) => {}
-            },
-        }
-    }
-
-    fn in_handshake(&self) -> bool {
-        matches!(self, Socket::Secure(secure) if matches!(**secure, Secure::Handshake(_)))
     }
 }
 
@@ -711,7 +647,7 @@ async fn sleep_ms(duration_ms: u64) {
 /// Answers a socket that found every connection slot taken: once the
 /// opening bytes of its CONNECT say which version it speaks, it is told
 /// Server Busy in that version's words, then closed.
-pub async fn refuse_busy(mut stream: async_net::TcpStream, wait_ms: u64) {
+pub async fn refuse_busy(mut stream: Box<dyn Duplex>, wait_ms: u64) {
     let mut opening = [0u8; 16];
     let mut filled = 0;
     let read_opening = async {
@@ -740,7 +676,7 @@ pub async fn refuse_busy(mut stream: async_net::TcpStream, wait_ms: u64) {
             future::or(write, sleep_ms(wait_ms)).await;
         }
     }
-    let _ = stream.shutdown(Shutdown::Both);
+    stream.shutdown();
 }
 
 #[cfg(test)]

@@ -3,13 +3,16 @@
 
 mod bridge;
 mod connection;
+mod door;
 mod operations;
 mod outbox;
 mod quick_ack;
 mod reload;
 mod settings;
+mod socket;
 mod storage;
 pub mod tls;
+pub mod websocket;
 
 use std::cell::RefCell;
 use std::io;
@@ -18,14 +21,17 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use async_executor::{LocalExecutor, StaticLocalExecutor};
+use async_net::unix::UnixListener;
 use async_net::TcpListener;
 use async_signal::{Signal, Signals};
 use smol::stream::StreamExt;
+use smol::Async;
 
 use crate::auth::Authentication;
-use crate::core::{Broker, Origin};
+use crate::core::{Broker, Introduction, Origin};
+use door::Accepted;
 use outbox::Outboxes;
-pub use settings::{Door, Settings};
+pub use settings::{door_label, Door, Listen, Settings};
 
 /// Storage answers handled in one turn of the executor before the
 /// connections get theirs.
@@ -60,8 +66,9 @@ impl Shared {
     }
 }
 
-/// What one connection may hold at worst: a packet being read, its outbox
-/// up to the point reading pauses plus one packet, its session's queued
+/// What one connection may hold at worst: a packet being read, what it is
+/// owed up to the bound past which none of its packets is taken plus the
+/// largest reply the last one taken may bring, its session's queued
 /// deliveries, and its topic aliases.
 pub fn worst_case_connection_bytes(settings: &crate::core::Settings) -> u64 {
     let max_packet = u64::from(settings.max_message_size_bytes);
@@ -69,9 +76,22 @@ pub fn worst_case_connection_bytes(settings: &crate::core::Settings) -> u64 {
         u64::from(crate::core::TOPIC_ALIAS_MAXIMUM) * u64::from(settings.max_topic_length);
     max_packet.max(2 * connection::READ_CHUNK_BYTES as u64)
         + connection::OUTBOX_PAUSE_BYTES as u64
-        + max_packet
+        + Broker::largest_reply_bytes(settings)
         + settings.session_queue_bytes
         + aliases
+}
+
+/// A new secret for the client ids this start assigns, from the operating
+/// system's random source (ring's, which rustls already carries).
+fn client_id_key() -> io::Result<crate::core::ClientIdKey> {
+    let mut key = [0u8; 32];
+    rustls::crypto::ring::default_provider()
+        .secure_random
+        .fill(&mut key)
+        .map_err(|_| {
+            io::Error::other("the operating system gave no random bytes for client ids")
+        })?;
+    Ok(crate::core::ClientIdKey(key))
 }
 
 pub use reload::AclReader;
@@ -113,6 +133,7 @@ async fn serve(
     settings.start_unix_ms = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_millis() as u64);
+    settings.client_id_key = client_id_key()?;
     let restored_sessions = std::mem::take(&mut storage.restored.sessions);
     let restored_retained = std::mem::take(&mut storage.restored.retained);
     let restored_log = std::mem::take(&mut storage.restored.log);
@@ -122,7 +143,18 @@ async fn serve(
     } else {
         0
     };
-    let per_connection_bytes = worst_case_connection_bytes(&settings) + tls_bytes;
+    let websocket_bytes = if shell
+        .doors
+        .iter()
+        .any(|d| matches!(d.listen, Listen::WebSocket { .. }))
+    {
+        websocket::WORST_CASE_CONNECTION_BYTES
+    } else {
+        0
+    };
+    let per_connection_bytes = worst_case_connection_bytes(&settings) + tls_bytes + websocket_bytes;
+    // A WebSocket frame is bounded as a packet is.
+    let max_frame_bytes = u64::from(settings.max_message_size_bytes);
     log::info!(
         "broker {} starting: at most {} connections, each holding at most {} bytes of buffers and queued \
          deliveries, {} bytes in all (subscriptions come on top: at most {} filters of {} levels per client)",
@@ -141,20 +173,11 @@ async fn serve(
     // door is bound never meets its default action (ending the process).
     let signals = Signals::new([Signal::Term, Signal::Int, Signal::Hup, Signal::Usr1])?;
     let mut listeners = Vec::new();
+    // Held to the end: a clean stop removes the Unix doors' socket files.
+    let mut socket_files = Vec::new();
     for door in &shell.doors {
-        let listener = TcpListener::bind(door.address.as_str())
-            .await
-            .map_err(|error| {
-                io::Error::new(
-                    error.kind(),
-                    format!(
-                        "broker.mqtt.listen.tcp {:?}: cannot listen on {}: {error}",
-                        door.name, door.address
-                    ),
-                )
-            })?;
-        // Tests and operators read the bound port here when they asked for port 0.
-        log::info!("listener {} bound to {}", door.name, listener.local_addr()?);
+        let (listener, file) = bind(door).await?;
+        socket_files.extend(file);
         listeners.push(listener);
     }
     let operations = match &shell.operations {
@@ -202,11 +225,12 @@ async fn serve(
         source.read
     });
     let mut tasks = Vec::new();
-    for (door, listener) in listeners.into_iter().enumerate() {
+    for ((index, door), listener) in shell.doors.iter().enumerate().zip(listeners) {
+        let served = Served::new(index, door, max_frame_bytes);
         let accept = accept_loop(
             executor,
             shared.clone(),
-            (door, listener),
+            (served, listener),
             tls_doors.clone(),
             shell.max_connect_rate_per_s,
         );
@@ -241,8 +265,112 @@ async fn serve(
     // Queued writes, the positions just committed among them, land before
     // the threads stop.
     storage.shutdown();
+    drop(socket_files);
     log::info!("stopped");
     Ok(())
+}
+
+/// A door's listener.
+enum Listener {
+    Tcp(TcpListener),
+    Unix(UnixListener),
+}
+
+/// Binds `door`; the error names it. A Unix door's socket file comes back
+/// beside its listener, removed when it is dropped.
+async fn bind(door: &Door) -> io::Result<(Listener, Option<crate::unix_socket::SocketFile>)> {
+    let named = |error: io::Error, what: &str| {
+        io::Error::new(
+            error.kind(),
+            format!(
+                "{} {:?}: cannot listen on {what}: {error}",
+                door_label(door.kind(), door.kind()),
+                door.name
+            ),
+        )
+    };
+    match &door.listen {
+        Listen::Tcp { address } | Listen::WebSocket { address, .. } => {
+            let listener = TcpListener::bind(address.as_str())
+                .await
+                .map_err(|error| named(error, address))?;
+            // Tests and operators read the bound port here when they asked for port 0.
+            log::info!("listener {} bound to {}", door.name, listener.local_addr()?);
+            Ok((Listener::Tcp(listener), None))
+        }
+        Listen::Unix { path, mode, .. } => {
+            let shown = path.display().to_string();
+            let (listener, file) =
+                crate::unix_socket::bind(path, *mode).map_err(|error| named(error, &shown))?;
+            let listener =
+                UnixListener::try_from(listener).map_err(|error| named(error, &shown))?;
+            log::info!("listener {} bound to {shown}", door.name);
+            Ok((Listener::Unix(listener), file))
+        }
+    }
+}
+
+impl Listener {
+    /// The next socket, as the connection is served over it.
+    async fn accept(&self) -> io::Result<Accepted> {
+        match self {
+            Listener::Tcp(listener) => {
+                let (stream, _peer) = listener.accept().await?;
+                let _ = stream.set_nodelay(true);
+                let Ok(stream) = Arc::try_unwrap(Arc::<Async<std::net::TcpStream>>::from(stream))
+                else {
+                    unreachable!("a stream just accepted has no other handle")
+                };
+                Ok(Accepted::Tcp(stream))
+            }
+            Listener::Unix(listener) => {
+                let (stream, _peer) = listener.accept().await?;
+                let Ok(stream) =
+                    Arc::try_unwrap(Arc::<Async<std::os::unix::net::UnixStream>>::from(stream))
+                else {
+                    unreachable!("a stream just accepted has no other handle")
+                };
+                Ok(Accepted::Unix(stream))
+            }
+        }
+    }
+}
+
+/// A door as its accept loop serves it.
+struct Served {
+    index: usize,
+    label: Rc<str>,
+    websocket: Option<Rc<websocket::Origins>>,
+    proxy_protocol: bool,
+    max_frame_bytes: u64,
+}
+
+impl Served {
+    fn new(index: usize, door: &Door, max_frame_bytes: u64) -> Served {
+        let (websocket, proxy_protocol) = match &door.listen {
+            Listen::Tcp { .. } => (None, false),
+            Listen::WebSocket { origins, .. } => (Some(Rc::new(origins.clone())), false),
+            Listen::Unix { proxy_protocol, .. } => (None, *proxy_protocol),
+        };
+        Served {
+            index,
+            label: door.label().into(),
+            websocket,
+            proxy_protocol,
+            max_frame_bytes,
+        }
+    }
+
+    /// What the door does with a socket arriving now.
+    fn plan(&self, tls: Option<Arc<rustls::ServerConfig>>) -> door::Plan {
+        door::Plan {
+            door: self.label.clone(),
+            tls,
+            websocket: self.websocket.clone(),
+            proxy_protocol: self.proxy_protocol,
+            max_frame_bytes: self.max_frame_bytes,
+        }
+    }
 }
 
 /// Every door's TLS files, read and checked, for the doors' `tls` blocks
@@ -267,15 +395,15 @@ pub fn load_bridge_tls(
 async fn accept_loop(
     executor: &'static StaticLocalExecutor,
     shared: SharedRef,
-    (door, listener): (usize, TcpListener),
+    (door, listener): (Served, Listener),
     tls_doors: Rc<tls::TlsDoors>,
     max_connect_rate_per_s: Option<u32>,
 ) {
     let mut rate = ConnectRate::new(max_connect_rate_per_s);
     loop {
         rate.wait_for_token().await;
-        let stream = match listener.accept().await {
-            Ok((stream, _peer)) => stream,
+        let accepted = match listener.accept().await {
+            Ok(accepted) => accepted,
             Err(error) => {
                 // Out of descriptors, most likely: wait rather than spin.
                 log::warn!("accept failed: {error}");
@@ -283,28 +411,38 @@ async fn accept_loop(
                 continue;
             }
         };
-        let _ = stream.set_nodelay(true);
-        let tls = tls_doors.current(door).map(|config| connection::Tls {
-            config,
-            door: tls_doors.name(door).into(),
-        });
+        let plan = door.plan(tls_doors.current(door.index));
+        // A Unix socket's peer is known now; a proxy's client, once its
+        // header is read.
+        let source = match &accepted {
+            Accepted::Unix(stream) if !plan.proxy_protocol => door::unix_peer(stream.get_ref()),
+            _ => None,
+        };
+        // Server Busy is said only where a CONNECT would be read next: not
+        // before a TLS handshake (one it would cost for a connection that
+        // cannot be served), an upgrade or a PROXY header.
+        let answers_busy = plan.tls.is_none() && plan.websocket.is_none() && !plan.proxy_protocol;
         let mut guard = shared.borrow_mut();
         let state = &mut *guard;
         let now_ms = state.now_ms();
         let origin = Origin {
-            door,
-            ..Origin::default()
+            door: door.index,
+            introduction: source.map(|source| {
+                Box::new(Introduction {
+                    certificate_user: None,
+                    source: Some(source),
+                })
+            }),
         };
         match state.broker.accept(now_ms, origin) {
             Some(key) => {
                 let outbox = state.outboxes.insert(key);
+                let socket = door::socket(&shared, key, accepted, plan);
                 executor
-                    .spawn(connection::serve(shared.clone(), stream, tls, key, outbox))
+                    .spawn(connection::serve(shared.clone(), socket, key, outbox))
                     .detach();
             }
-            // Answering Server Busy over TLS would cost a handshake for a
-            // connection that cannot be served, so a TLS door just closes.
-            None if tls.is_none()
+            None if answers_busy
                 && state.overflow_in_use
                     < OVERFLOW_BUDGET.min(state.broker.settings().max_connections as usize) =>
             {
@@ -313,13 +451,13 @@ async fn accept_loop(
                 let wait_ms = OVERFLOW_WAIT_MS.min(state.broker.settings().connect_timeout_ms);
                 executor
                     .spawn(async move {
-                        connection::refuse_busy(stream, wait_ms).await;
+                        connection::refuse_busy(accepted.into_stream(), wait_ms).await;
                         shared.borrow_mut().overflow_in_use -= 1;
                     })
                     .detach();
             }
             // No place even to say so: closed with nothing read or written.
-            None => drop(stream),
+            None => drop(accepted),
         }
     }
 }
@@ -364,6 +502,7 @@ async fn tick_loop(shared: SharedRef) {
         let state = &mut *guard;
         let now_ms = state.now_ms();
         state.broker.tick(now_ms, &mut state.outboxes);
+        crate::log_limit::report_suppressed(&[&connection::READING_PAUSED], now_ms);
     }
 }
 

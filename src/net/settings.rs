@@ -34,13 +34,75 @@ pub struct Settings {
     pub operations: Option<crate::ops::Settings>,
 }
 
-/// One TCP listener.
+/// One MQTT door.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Door {
     /// Its name in logs and findings.
     pub name: String,
-    /// `host:port`, ready for `async_net::TcpListener::bind`.
-    pub address: String,
-    /// Its `tls` block; `None` for a plain door.
+    /// What it listens on, and what it speaks there.
+    pub listen: Listen,
+    /// Its `tls` block; `None` for a plain door, and always for a socket.
     pub tls: Option<super::tls::TlsSettings>,
+}
+
+/// What a door listens on.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Listen {
+    /// MQTT on a TCP port: `host:port`, ready for
+    /// `async_net::TcpListener::bind`.
+    Tcp { address: String },
+    /// MQTT over WebSocket on a TCP port, the upgrade refused to a page
+    /// whose origin `origins` does not admit.
+    WebSocket {
+        address: String,
+        origins: super::websocket::Origins,
+    },
+    /// MQTT on a Unix socket (`crate::unix_socket`), its file given
+    /// `mode`; with `proxy_protocol`, every connection starts with a
+    /// PROXY protocol v2 header from the proxy in front.
+    Unix {
+        path: PathBuf,
+        mode: u32,
+        proxy_protocol: bool,
+    },
+}
+
+impl Door {
+    /// The kind's word, as `broker.mqtt.listen` spells it.
+    pub fn kind(&self) -> &'static str {
+        self.listen.kind()
+    }
+
+    /// What messages call it: `broker.mqtt.listen.ws` for a door named
+    /// after its kind, `broker.mqtt.listen.ws[dashboard]` otherwise.
+    pub fn label(&self) -> String {
+        door_label(self.kind(), &self.name)
+    }
+}
+
+impl Listen {
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Listen::Tcp { .. } => "tcp",
+            Listen::WebSocket { .. } => "ws",
+            Listen::Unix { .. } => "unix",
+        }
+    }
+
+    /// The TCP address, for the two kinds that take a port.
+    pub fn address(&self) -> Option<&str> {
+        match self {
+            Listen::Tcp { address } | Listen::WebSocket { address, .. } => Some(address),
+            Listen::Unix { .. } => None,
+        }
+    }
+}
+
+/// What messages call a door of `kind` named `name`.
+pub fn door_label(kind: &str, name: &str) -> String {
+    if name == kind {
+        format!("broker.mqtt.listen.{kind}")
+    } else {
+        format!("broker.mqtt.listen.{kind}[{name}]")
+    }
 }

@@ -311,6 +311,33 @@ impl Response {
     }
 }
 
+/// How long a connection answered for the last time is given to close its
+/// side, and the most of what it sent that is read and thrown away
+/// meanwhile.
+const LINGER_MS: u64 = 1_000;
+const LINGER_BYTES: usize = 64 * 1024;
+
+/// After a last answer and a close of the writing half: reads and throws
+/// away what the caller sent and nobody read, for a moment, so the close
+/// does not reset the answer away before the caller has it. The
+/// operations listener's refusals and a WebSocket door's do it alike.
+pub async fn linger<S: AsyncRead + Unpin>(stream: &mut S) {
+    let drain = async {
+        let mut scratch = [0u8; 1024];
+        let mut drained = 0;
+        while drained < LINGER_BYTES {
+            match stream.read(&mut scratch).await {
+                Ok(0) | Err(_) => break,
+                Ok(n) => drained += n,
+            }
+        }
+    };
+    let deadline = async {
+        smol::Timer::after(Duration::from_millis(LINGER_MS)).await;
+    };
+    smol::future::or(drain, deadline).await;
+}
+
 /// Writes `response`, bounded by [`REQUEST_TIMEOUT_MS`]; false when the
 /// peer did not take it in time.
 pub async fn write_response(

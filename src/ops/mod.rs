@@ -145,6 +145,3 @@ pub struct UnixDoor {
     /// Every connection starts with a PROXY protocol v2 header (`proxy.rs`).
     pub proxy_protocol: bool,
 }
-
-/// The socket file's permissions when `mode` is not written.
-pub const DEFAULT_UNIX_MODE: u32 = 0o660;

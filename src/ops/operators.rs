@@ -2,8 +2,8 @@
 //! routes each of them reaches.
 //!
 //! One line per operator, `name:hash` or `name:hash:routes`, in
-//! Mosquitto's hash formats (`$7$` PBKDF2-SHA512 and `$6$` salted
-//! SHA-512), read and checked by [`crate::auth::PasswordHash`] as the MQTT
+//! Mosquitto's hash formats (`$7$` PBKDF2-SHA512, `$6$` salted SHA-512
+//! and mosquitto 2.1's `$argon2id$`), read and checked by [`crate::auth::PasswordHash`] as the MQTT
 //! password files are. The third field is a comma-separated list of route paths; a
 //! line without it reaches every route. A path grants itself and every
 //! route below it at a `/` boundary, so `/v1/operations` grants
@@ -121,11 +121,13 @@ fn remembered_digest(password: &[u8]) -> [u8; REMEMBERED_BYTES] {
 }
 
 /// The PBKDF2 iterations checking `hash` runs; a `$6$` hash is one
-/// SHA-512, next to nothing.
+/// SHA-512, next to nothing; an argon2id one, the iterations that cost as
+/// much (`PasswordHash::cost` counts two compressions an iteration).
 fn iterations(hash: &PasswordHash) -> u32 {
     match hash {
         PasswordHash::Sha512 { .. } => 0,
         PasswordHash::Pbkdf2Sha512 { iterations, .. } => *iterations,
+        PasswordHash::Argon2id(_) => u32::try_from(hash.cost() / 2).unwrap_or(u32::MAX),
     }
 }
 

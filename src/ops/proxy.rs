@@ -1,12 +1,17 @@
-//! The PROXY protocol v2 header a proxy in front of an operations Unix
-//! door (`proxy_protocol: true`) writes before the HTTP request: who its
-//! client is, and, where the proxy terminated TLS and verified a client
-//! certificate, that certificate's Common Name. The socket's file
-//! permissions decide who may write one, so the name is believed there
-//! and on no TCP door.
+//! The PROXY protocol v2 header a proxy in front of a Unix door
+//! (`proxy_protocol: true`, on an operations door or an MQTT one) writes
+//! before anything else: who its client is, and, where the proxy
+//! terminated TLS and verified a client certificate, that certificate's
+//! Common Name. The socket's file permissions decide who may write one,
+//! so the name is believed there and on no TCP door.
 //!
 //! Only v2 is read: v1 is text with addresses and no room for the
 //! certificate, and is refused naming the setting that sends v2.
+
+use std::net::{IpAddr, SocketAddr};
+use std::time::Duration;
+
+use smol::io::{AsyncRead, AsyncReadExt};
 
 use super::route::Certified;
 
@@ -100,6 +105,66 @@ pub fn read(fixed: &[u8; FIXED_BYTES], body: &[u8]) -> Result<Told, String> {
         return Ok(Told::Nobody);
     }
     Ok(certified.unwrap_or(Told::Nobody))
+}
+
+/// A whole header as read off a connection: what it says of the caller,
+/// and where the caller connected to the proxy from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Header {
+    pub told: Told,
+    /// The source address of a PROXY command over IPv4 or IPv6; `None`
+    /// for a LOCAL one and for other families.
+    pub source: Option<SocketAddr>,
+}
+
+/// Reads exactly the header a connection starts with, leaving what follows
+/// it unread, within [`HEADER_TIMEOUT_MS`]; the error says why the
+/// connection is refused (no header, v1, unsound, or too slow).
+pub async fn read_header<S: AsyncRead + Unpin>(stream: &mut S) -> Result<Header, String> {
+    let read = async {
+        let mut fixed = [0u8; FIXED_BYTES];
+        stream
+            .read_exact(&mut fixed)
+            .await
+            .map_err(|e| e.to_string())?;
+        let length = body_length(&fixed)?;
+        let mut body = vec![0u8; length];
+        stream
+            .read_exact(&mut body)
+            .await
+            .map_err(|e| e.to_string())?;
+        let told = read(&fixed, &body)?;
+        Ok(Header {
+            told,
+            source: source(&fixed, &body),
+        })
+    };
+    let deadline = async {
+        smol::Timer::after(Duration::from_millis(HEADER_TIMEOUT_MS)).await;
+        Err(format!("no PROXY v2 header within {HEADER_TIMEOUT_MS} ms"))
+    };
+    smol::future::or(read, deadline).await
+}
+
+/// The client's own address, from the addresses a PROXY command carries:
+/// source then destination address, source then destination port.
+pub fn source(fixed: &[u8; FIXED_BYTES], body: &[u8]) -> Option<SocketAddr> {
+    if fixed[12] & 0x0f != COMMAND_PROXY {
+        return None;
+    }
+    let (ip, port_at) = match fixed[13] >> 4 {
+        0x1 => {
+            let octets: [u8; 4] = body.get(..4)?.try_into().ok()?;
+            (IpAddr::from(octets), 8)
+        }
+        0x2 => {
+            let octets: [u8; 16] = body.get(..16)?.try_into().ok()?;
+            (IpAddr::from(octets), 32)
+        }
+        _ => return None,
+    };
+    let port = body.get(port_at..port_at + 2)?;
+    Some(SocketAddr::new(ip, u16::from_be_bytes([port[0], port[1]])))
 }
 
 /// The bytes the addresses of `family` take: IPv4, IPv6, Unix, or none.
@@ -232,6 +297,38 @@ mod tests {
         }
         let unnamed = header(COMMAND_PROXY, &ssl_tlv(VERIFIED, 0, None), true);
         assert_eq!(told(&unnamed), Ok(Told::Certified(Certified::Unnamed)));
+    }
+
+    #[test]
+    fn the_source_address_is_the_clients_own() {
+        let bytes = header(COMMAND_PROXY, &[], false);
+        let fixed: [u8; FIXED_BYTES] = bytes[..FIXED_BYTES].try_into().unwrap();
+        assert_eq!(
+            source(&fixed, &bytes[FIXED_BYTES..]),
+            Some("192.0.2.7:40000".parse().unwrap())
+        );
+        let local = header(COMMAND_LOCAL, &[], false);
+        let fixed: [u8; FIXED_BYTES] = local[..FIXED_BYTES].try_into().unwrap();
+        assert_eq!(source(&fixed, &local[FIXED_BYTES..]), None);
+        // IPv6: 2001:db8::7 port 443 to 2001:db8::1 port 8883.
+        let mut body = vec![0x20, 0x01, 0x0d, 0xb8];
+        body.extend_from_slice(&[0; 11]);
+        body.push(7);
+        body.extend_from_slice(&[0x20, 0x01, 0x0d, 0xb8]);
+        body.extend_from_slice(&[0; 11]);
+        body.push(1);
+        body.extend_from_slice(&[0x01, 0xbb, 0x22, 0xb3]);
+        let mut fixed = [0u8; FIXED_BYTES];
+        fixed[..12].copy_from_slice(&SIGNATURE);
+        fixed[12] = 0x20 | COMMAND_PROXY;
+        fixed[13] = 0x21;
+        fixed[14..].copy_from_slice(&(body.len() as u16).to_be_bytes());
+        assert_eq!(
+            source(&fixed, &body),
+            Some("[2001:db8::7]:443".parse().unwrap())
+        );
+        // Cut short, it says nothing rather than failing.
+        assert_eq!(source(&fixed, &body[..20]), None);
     }
 
     #[test]

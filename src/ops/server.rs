@@ -18,7 +18,6 @@
 //! a TCP door's place without the routes knowing.
 
 use std::io;
-use std::os::unix::fs::PermissionsExt;
 use std::rc::Rc;
 use std::sync::Arc;
 use std::time::Duration;
@@ -46,6 +45,8 @@ pub struct Bound {
     /// The TCP doors' TLS, re-read on SIGUSR1.
     certificates: Vec<Arc<ServedTls>>,
     resolved: Arc<super::ResolvedConfig>,
+    /// The Unix doors' socket files, held from the bind on.
+    socket_files: Vec<crate::unix_socket::SocketFile>,
 }
 
 /// Re-reads every operators file and every certificate the doors read,
@@ -93,6 +94,7 @@ pub fn bind(settings: &Settings) -> io::Result<Bound> {
         files: Vec::new(),
         certificates: Vec::new(),
         resolved: settings.resolved.clone(),
+        socket_files: Vec::new(),
     };
     // The block's file is one for every door that names none of its own.
     let shared_file = settings.password_file.clone().map(Reloadable::new);
@@ -125,12 +127,9 @@ pub fn bind(settings: &Settings) -> io::Result<Bound> {
     for door in &settings.unix {
         let key = format!("broker.operations.listen.unix {:?}", door.name);
         let at = format!("cannot listen on {}", door.path.display());
-        remove_stale_socket(&door.path).map_err(|e| named(&key, &at, e))?;
-        let listener = std::os::unix::net::UnixListener::bind(&door.path)
-            .and_then(|l| l.set_nonblocking(true).map(|()| l))
-            .map_err(|e| named(&key, &at, e))?;
-        std::fs::set_permissions(&door.path, std::fs::Permissions::from_mode(door.mode))
-            .map_err(|e| named(&key, "cannot set the socket's mode", e))?;
+        let (listener, file) =
+            crate::unix_socket::bind(&door.path, door.mode).map_err(|e| named(&key, &at, e))?;
+        bound.socket_files.extend(file);
         log::info!(
             "operations door {} bound to {}",
             door.name,
@@ -229,16 +228,6 @@ fn named(key: &str, what: &str, error: io::Error) -> io::Error {
     io::Error::new(error.kind(), format!("{key}: {what}: {error}"))
 }
 
-/// A socket file left by a broker that did not stop cleanly is removed;
-/// any other file at the path is left alone and the bind refused.
-fn remove_stale_socket(path: &std::path::Path) -> io::Result<()> {
-    use std::os::unix::fs::FileTypeExt;
-    match std::fs::symlink_metadata(path) {
-        Ok(meta) if meta.file_type().is_socket() => std::fs::remove_file(path),
-        _ => Ok(()),
-    }
-}
-
 impl Bound {
     /// The address each TCP door took, in order: how a test finds port 0.
     pub fn tcp_addresses(&self) -> Vec<std::net::SocketAddr> {
@@ -260,12 +249,9 @@ impl Bound {
     /// Serves every door on a thread of its own until the process ends.
     /// The socket files are removed when the returned guard is dropped.
     pub fn spawn(self, link: Link) -> io::Result<SocketFiles> {
-        let files = SocketFiles(
-            self.unix
-                .iter()
-                .filter_map(|(_, l)| socket_path(l))
-                .collect(),
-        );
+        let files = SocketFiles {
+            _held: self.socket_files,
+        };
         std::thread::Builder::new()
             .name("saguin-ops".to_string())
             .spawn(move || {
@@ -293,24 +279,11 @@ impl Bound {
     }
 }
 
-/// The Unix doors' socket files, removed when the broker stops cleanly.
+/// The Unix doors' socket files and their locks: the files are removed,
+/// then the locks released, when the broker stops cleanly.
 #[must_use = "dropping it removes the socket files at once"]
-pub struct SocketFiles(Vec<std::path::PathBuf>);
-
-impl Drop for SocketFiles {
-    fn drop(&mut self) {
-        for path in &self.0 {
-            let _ = std::fs::remove_file(path);
-        }
-    }
-}
-
-fn socket_path(listener: &std::os::unix::net::UnixListener) -> Option<std::path::PathBuf> {
-    listener
-        .local_addr()
-        .ok()?
-        .as_pathname()
-        .map(|p| p.to_path_buf())
+pub struct SocketFiles {
+    _held: Vec<crate::unix_socket::SocketFile>,
 }
 
 /// A listening socket of either kind.
@@ -433,30 +406,7 @@ async fn proxied<S: AsyncRead + Unpin>(
     stream: &mut S,
     door: &Door,
 ) -> Result<Option<Certified>, String> {
-    use smol::io::AsyncReadExt;
-    let read = async {
-        let mut fixed = [0u8; proxy::FIXED_BYTES];
-        stream
-            .read_exact(&mut fixed)
-            .await
-            .map_err(|e| e.to_string())?;
-        let length = proxy::body_length(&fixed)?;
-        // Exactly the header: the request behind it is HTTP's to read.
-        let mut body = vec![0u8; length];
-        stream
-            .read_exact(&mut body)
-            .await
-            .map_err(|e| e.to_string())?;
-        proxy::read(&fixed, &body)
-    };
-    let deadline = async {
-        smol::Timer::after(Duration::from_millis(proxy::HEADER_TIMEOUT_MS)).await;
-        Err(format!(
-            "no PROXY v2 header within {} ms",
-            proxy::HEADER_TIMEOUT_MS
-        ))
-    };
-    match smol::future::or(read, deadline).await {
+    match proxy::read_header(stream).await.map(|header| header.told) {
         Ok(proxy::Told::Nobody) => Ok(None),
         Ok(proxy::Told::Certified(certified)) => Ok(Some(certified)),
         Ok(proxy::Told::Unverified { verify_result }) => {
@@ -511,12 +461,6 @@ where
     }
 }
 
-/// How long a connection answered for the last time is given to close its
-/// side, and the most of what it sent that is read and thrown away
-/// meanwhile.
-const REFUSAL_DRAIN_MS: u64 = 1_000;
-const REFUSAL_DRAIN_BYTES: usize = 64 * 1024;
-
 /// The answer to a route other than `/health` at a full listener.
 fn busy() -> Response {
     Response::text(
@@ -534,25 +478,12 @@ fn is_health(request: &Request) -> bool {
 /// read is read and discarded for a moment first, so the close does not
 /// reset the answer away before the caller has it.
 async fn answer_and_close<S: AsyncRead + AsyncWrite + Unpin>(stream: &mut S, response: &Response) {
-    use smol::io::{AsyncReadExt, AsyncWriteExt};
+    use smol::io::AsyncWriteExt;
     if !http::write_response(stream, response, false, false).await {
         return;
     }
     let _ = stream.close().await;
-    let drain = async {
-        let mut scratch = [0u8; 1024];
-        let mut drained = 0;
-        while drained < REFUSAL_DRAIN_BYTES {
-            match stream.read(&mut scratch).await {
-                Ok(0) | Err(_) => break,
-                Ok(n) => drained += n,
-            }
-        }
-    };
-    let deadline = async {
-        smol::Timer::after(Duration::from_millis(REFUSAL_DRAIN_MS)).await;
-    };
-    smol::future::or(drain, deadline).await;
+    http::linger(stream).await;
 }
 
 /// Serves requests on one connection until it closes, asks to, goes

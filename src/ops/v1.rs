@@ -69,12 +69,13 @@ pub fn sessions(view: &SessionsView, doors: &[(String, &'static str)]) -> String
                 format!(",\"partitions\":[{}]", slices.join(","))
             };
             format!(
-                "{{\"client_id\":{},\"connected\":{},\"user\":{},\"protocol\":{},\"listener\":{},\"bridge\":{},\"keepalive\":{},\"expires_after\":{},\"clean_start\":{},\"subscriptions\":{}{partitions}}}",
+                "{{\"client_id\":{},\"connected\":{},\"user\":{},\"protocol\":{},\"listener\":{},\"remote\":{},\"bridge\":{},\"keepalive\":{},\"expires_after\":{},\"clean_start\":{},\"subscriptions\":{}{partitions}}}",
                 string(&row.client_id),
                 row.connected,
                 optional(row.user.as_deref().map(string)),
                 optional(row.protocol.map(|p| if p == 5 { "5".into() } else { "\"3.1.1\"".into() })),
                 optional(listener),
+                optional(row.remote.as_deref().map(string)),
                 row.bridge,
                 optional(row.keepalive_s.map(|k| k.to_string())),
                 row.expiry_interval_s,
@@ -259,6 +260,7 @@ mod tests {
                     client_id: "a\"b".into(),
                     expiry_interval_s: 60,
                     subscriptions: 1,
+                    remote: Some("192.0.2.7:40000".into()),
                     ..SessionRow::default()
                 }],
             },
@@ -267,7 +269,7 @@ mod tests {
         assert!(body.contains("\"client_id\":\"a\\\"b\""), "{body}");
         // Away, nothing its connection said is known, and no slice is
         // declared: no partitions at all.
-        assert!(body.contains("\"user\":null,\"protocol\":null,\"listener\":null,\"bridge\":false,\"keepalive\":null,\"expires_after\":60,\"clean_start\":null,\"subscriptions\":1}"), "{body}");
+        assert!(body.contains("\"user\":null,\"protocol\":null,\"listener\":null,\"remote\":\"192.0.2.7:40000\",\"bridge\":false,\"keepalive\":null,\"expires_after\":60,\"clean_start\":null,\"subscriptions\":1}"), "{body}");
         assert!(body.ends_with("\"total\":3,\"connected\":2,\"offline\":1,\"returned\":1}"));
     }
 
@@ -284,6 +286,7 @@ mod tests {
                     keepalive_s: Some(60),
                     expiry_interval_s: 3600,
                     subscriptions: 2,
+                    remote: None,
                     user: Some("cohort-north".into()),
                     door: Some(1),
                     bridge: false,
@@ -297,6 +300,6 @@ mod tests {
             },
             &[("plant".into(), "none"), ("local".into(), "none")],
         );
-        assert!(body.contains("{\"client_id\":\"north-17\",\"connected\":true,\"user\":\"cohort-north\",\"protocol\":5,\"listener\":\"local\",\"bridge\":false,\"keepalive\":60,\"expires_after\":3600,\"clean_start\":false,\"subscriptions\":2,\"partitions\":[{\"filter\":\"iot/+/events/+\",\"count\":3,\"indices\":[0,2]}]}"), "{body}");
+        assert!(body.contains("{\"client_id\":\"north-17\",\"connected\":true,\"user\":\"cohort-north\",\"protocol\":5,\"listener\":\"local\",\"remote\":null,\"bridge\":false,\"keepalive\":60,\"expires_after\":3600,\"clean_start\":false,\"subscriptions\":2,\"partitions\":[{\"filter\":\"iot/+/events/+\",\"count\":3,\"indices\":[0,2]}]}"), "{body}");
     }
 }

@@ -1,11 +1,8 @@
-//! One broker at a time per provider: a lock file beside what it guards,
-//! taken before the guarded files are touched and held for as long as the
-//! provider is open. The kernel drops the lock when the process ends, so a
-//! killed broker leaves nothing to clean up; the file itself is left in
-//! place, because removing it under a running broker would defeat it.
+//! One broker at a time per provider: a lock file (`crate::lock_file`)
+//! beside what it guards, taken before the guarded files are touched and
+//! held for as long as the provider is open.
 
 use std::fs::{File, OpenOptions, TryLockError};
-use std::os::unix::fs::OpenOptionsExt;
 use std::path::Path;
 
 use super::error::StoreError;
@@ -19,21 +16,13 @@ pub(crate) struct LockFile {
 impl LockFile {
     /// Takes the lock at `path` for `provider`, or says who cannot.
     pub(crate) fn acquire(path: &Path, provider: &str) -> Result<LockFile, StoreError> {
-        let file = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(false)
-            .mode(0o600)
-            .open(path)
-            .map_err(|e| StoreError::io(path, "open the lock file", e))?;
-        match file.try_lock() {
-            Ok(()) => Ok(LockFile { _file: file }),
-            Err(TryLockError::WouldBlock) => Err(StoreError::Locked {
+        match crate::lock_file::take_exclusive(path) {
+            Ok(Some(file)) => Ok(LockFile { _file: file }),
+            Ok(None) => Err(StoreError::Locked {
                 provider: provider.to_string(),
                 lock_path: path.to_path_buf(),
             }),
-            Err(TryLockError::Error(e)) => Err(StoreError::io(path, "lock the lock file", e)),
+            Err(e) => Err(StoreError::io(path, "take the lock file", e)),
         }
     }
 

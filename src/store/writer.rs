@@ -331,12 +331,14 @@ impl StorageThread {
             .store(provider.usage().used_bytes, Ordering::Relaxed);
         let thread_counters = Arc::clone(&counters);
         let name = format!("saguin-storage-{}", provider.name());
+        let (running_tx, running) = mpsc::sync_channel(1);
         let join = thread::Builder::new()
             .name(name.clone())
             .spawn(move || {
                 if let Some(id) = this_thread_id() {
                     thread_counters.thread_id.store(id, Ordering::Relaxed);
                 }
+                let _ = running_tx.send(());
                 let worker = Worker {
                     provider,
                     rx,
@@ -352,6 +354,9 @@ impl StorageThread {
                 result
             })
             .map_err(|e| StoreError::io(name, "start the storage thread", e))?;
+        // Once it runs its id is known, so a first reading of what it
+        // wrote (the flash-wear window's start) is never missed.
+        let _ = running.recv();
         Ok(StorageThread {
             handle: StorageHandle { tx },
             counters,

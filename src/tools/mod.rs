@@ -18,12 +18,14 @@ pub mod inspect;
 pub mod json;
 pub mod landing;
 pub mod licenses;
+pub mod migrate;
 pub mod route;
 
 use std::io::{self, IsTerminal as _};
 use std::path::Path;
 use std::process::ExitCode;
 
+use crate::config::Config;
 use crate::store::{self, StoreError};
 
 /// The tools' part of `saguin --help`.
@@ -36,7 +38,10 @@ pub const USAGE: &str = "       saguin --licenses            the licences of eve
                                    convert a stopped provider; the destination must be new
        saguin backup OPERATIONS_ADDRESS DIR
                                    back up a running broker's redb providers into DIR (host:port or a socket path;
-                                   a credential from SAGUIN_OPERATOR=name:password)";
+                                   a credential from SAGUIN_OPERATOR=name:password)
+       saguin migrate MOSQUITTO_CONF OUT_DIR
+                                   write a configuration (and acl_file) doing what a mosquitto one does into OUT_DIR,
+                                   which must be new; prints a line for every option met";
 
 /// Exit status for a usage or input mistake, as `--check-config` uses.
 const BAD_INPUT: u8 = 2;
@@ -63,6 +68,10 @@ pub fn dispatch(args: &[String]) -> Option<ExitCode> {
         ["backup", address, dir] => Some(backup_command(address, dir)),
         ["backup", ..] => Some(usage_error(
             "backup takes the operations listener's address and the directory to write into",
+        )),
+        ["migrate", conf, out] => Some(migrate_command(Path::new(conf), Path::new(out))),
+        ["migrate", ..] => Some(usage_error(
+            "migrate takes a mosquitto configuration file and a directory that does not exist yet",
         )),
         ["--snapshots-to-redb", from, to] => {
             Some(convert_command(from, to, store::snapshots_to_redb))
@@ -173,6 +182,40 @@ fn backup_command(address: &str, dir: &str) -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+fn migrate_command(conf: &Path, out: &Path) -> ExitCode {
+    match migrate::run(conf, out) {
+        Ok(report) => {
+            print!("{}", report.text());
+            println!(
+                "{}: written; start from {} (saguin --check-config checks it again), and give the broker's user read access to the directory",
+                out.display(),
+                out.join(migrate::CONFIG_FILE).display()
+            );
+            ExitCode::SUCCESS
+        }
+        Err(failure) => {
+            eprintln!("saguin migrate: {failure}");
+            ExitCode::from(BAD_INPUT)
+        }
+    }
+}
+
+/// What `--check-config` asks of a configuration file: that it loads, its
+/// acl_file with it, and every door's and bridge's certificates read as a
+/// start would read them. The warnings are for a door beside an acl_file
+/// that nothing identifies clients on.
+pub fn check_config(path: &Path) -> Result<(Config, Vec<String>), String> {
+    let config = crate::config::load(path).map_err(|e| e.to_string())?;
+    if let Some(acl) = &config.broker.mqtt.acl_file {
+        crate::config::acl_file::load(acl, &config.channels).map_err(|e| e.to_string())?;
+    }
+    let tls = config.broker.mqtt.doors.iter().map(|d| d.tls.clone());
+    crate::net::load_tls(tls.collect()).map_err(|e| e.to_string())?;
+    crate::net::load_bridge_tls(&config.bridges).map_err(|e| e.to_string())?;
+    let warnings = config.broker.mqtt.warnings();
+    Ok((config, warnings))
 }
 
 fn usage_error(message: &str) -> ExitCode {

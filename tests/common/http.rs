@@ -31,6 +31,40 @@ impl Answer {
     }
 }
 
+/// What a plain GET of `path` at the operations door `address` answered,
+/// whole: the status line, the head and the body.
+pub fn get_text(address: &str, path: &str) -> String {
+    use std::io::{Read, Write};
+    let mut stream = std::net::TcpStream::connect(address).unwrap();
+    stream.set_read_timeout(Some(super::WAIT)).unwrap();
+    let request = format!("GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n");
+    stream.write_all(request.as_bytes()).unwrap();
+    let mut text = String::new();
+    stream.read_to_string(&mut text).unwrap();
+    text
+}
+
+/// The body of a GET of `path` at `address`, which must answer 200.
+pub fn get_body(address: &str, path: &str) -> String {
+    let text = get_text(address, path);
+    let answer = Answer::parse(&text).unwrap_or_else(|| panic!("{path}: {text}"));
+    assert_eq!(answer.status, 200, "{path}: {}", answer.head);
+    answer.body
+}
+
+/// The value of the sample written exactly as `series` (name and labels)
+/// in a Prometheus scrape.
+pub fn sample<T: std::str::FromStr>(body: &str, series: &str) -> T
+where
+    T::Err: std::fmt::Debug,
+{
+    body.lines()
+        .find_map(|line| line.strip_prefix(series)?.strip_prefix(' '))
+        .unwrap_or_else(|| panic!("no {series} in:\n{body}"))
+        .parse()
+        .unwrap()
+}
+
 /// Runs `script` under python3 with Prometheus text `body` on its standard
 /// input, the script importing `prometheus_client`; what it printed, or
 /// `None` (said loudly) when python3 or the parser is not installed.

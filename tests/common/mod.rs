@@ -8,6 +8,8 @@ pub mod certs;
 pub mod chromium;
 pub mod http;
 pub mod mosquitto;
+pub mod proxy;
+pub mod websocket;
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
@@ -26,6 +28,15 @@ use saguin::codec::{
 /// because the armv7 and aarch64 runs are emulated; a passing test never
 /// waits this long.
 pub const WAIT: Duration = Duration::from_secs(20);
+
+/// A loopback port nothing listens on now; a peer is started on it later.
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
 
 /// A directory removed when the test ends.
 pub struct TempDir(PathBuf);
@@ -143,20 +154,31 @@ impl BrokerProcess {
     /// Waits for the `nth` log line (counted from 1) containing `needle`
     /// and returns it.
     pub fn wait_for_nth_log(&mut self, needle: &str, nth: usize) -> String {
-        let deadline = Instant::now() + WAIT;
+        self.nth_log_within(needle, nth, WAIT).unwrap_or_else(|| {
+            panic!(
+                "no log line {nth} containing {needle:?}; log so far:\n{}",
+                self.log_lines.join("\n")
+            )
+        })
+    }
+
+    /// A log line containing `needle`, waited for at most `timeout`; none
+    /// when it did not come.
+    pub fn wait_for_log_within(&mut self, needle: &str, timeout: Duration) -> Option<String> {
+        self.nth_log_within(needle, 1, timeout)
+    }
+
+    /// The `nth` log line containing `needle`, waited for at most `timeout`.
+    fn nth_log_within(&mut self, needle: &str, nth: usize, timeout: Duration) -> Option<String> {
+        let deadline = Instant::now() + timeout;
         loop {
             let mut seen = self.log_lines.iter().filter(|l| l.contains(needle));
             if let Some(line) = seen.nth(nth - 1) {
-                return line.clone();
+                return Some(line.clone());
             }
             let left = deadline.saturating_duration_since(Instant::now());
-            match self.log.recv_timeout(left) {
-                Ok(line) => self.log_lines.push(line),
-                Err(_) => panic!(
-                    "no log line {nth} containing {needle:?}; log so far:\n{}",
-                    self.log_lines.join("\n")
-                ),
-            }
+            let line = self.log.recv_timeout(left).ok()?;
+            self.log_lines.push(line);
         }
     }
 
@@ -229,9 +251,59 @@ pub enum Received {
     Closed,
 }
 
+/// The blocking socket under a raw client: TCP, a Unix socket, or
+/// WebSocket frames over TCP.
+pub enum Stream {
+    Tcp(TcpStream),
+    Unix(std::os::unix::net::UnixStream),
+    WebSocket(Box<websocket::Framed>),
+}
+
+impl Stream {
+    fn set_nonblocking(&self, nonblocking: bool) -> std::io::Result<()> {
+        match self {
+            Stream::Tcp(s) => s.set_nonblocking(nonblocking),
+            Stream::Unix(s) => s.set_nonblocking(nonblocking),
+            Stream::WebSocket(s) => s.socket().set_nonblocking(nonblocking),
+        }
+    }
+
+    fn set_read_timeout(&self, timeout: Option<Duration>) -> std::io::Result<()> {
+        match self {
+            Stream::Tcp(s) => s.set_read_timeout(timeout),
+            Stream::Unix(s) => s.set_read_timeout(timeout),
+            Stream::WebSocket(s) => s.socket().set_read_timeout(timeout),
+        }
+    }
+}
+
+impl Read for Stream {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        match self {
+            Stream::Tcp(s) => s.read(buf),
+            Stream::Unix(s) => s.read(buf),
+            Stream::WebSocket(s) => s.read(buf),
+        }
+    }
+}
+
+impl Write for Stream {
+    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+        match self {
+            Stream::Tcp(s) => s.write(bytes),
+            Stream::Unix(s) => s.write(bytes),
+            Stream::WebSocket(s) => s.write(bytes),
+        }
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
 /// A minimal MQTT client over a blocking socket, for exact packets.
 pub struct RawClient {
-    stream: TcpStream,
+    stream: Stream,
     buf: Vec<u8>,
     pub version: ProtocolVersion,
 }
@@ -240,10 +312,31 @@ impl RawClient {
     pub fn open(address: &str, version: ProtocolVersion) -> RawClient {
         let stream = TcpStream::connect(address).expect("connect to the broker");
         stream.set_nodelay(true).unwrap();
+        RawClient::over(Stream::Tcp(stream), version)
+    }
+
+    /// A client over a stream already open to the broker.
+    pub fn over(stream: Stream, version: ProtocolVersion) -> RawClient {
         RawClient {
             stream,
             buf: Vec::new(),
             version,
+        }
+    }
+
+    /// A client on the Unix socket at `path`.
+    pub fn open_unix(path: &Path, version: ProtocolVersion) -> RawClient {
+        let stream = std::os::unix::net::UnixStream::connect(path).expect("connect to the socket");
+        RawClient::over(Stream::Unix(stream), version)
+    }
+
+    /// Sends CONNECT for `client_id` with a clean session and returns the
+    /// CONNACK's reason code.
+    pub fn connect_with(&mut self, connect: Connect) -> u8 {
+        self.send(&Packet::Connect(Box::new(connect)));
+        match self.recv() {
+            Received::Packet(Packet::Connack(connack)) => connack.reason_code.0,
+            other => panic!("expected a CONNACK, got {other:?}"),
         }
     }
 
@@ -347,6 +440,14 @@ impl RawClient {
             matches!(self.recv(), Received::Packet(Packet::Suback(_))),
             "expected a SUBACK"
         );
+    }
+
+    /// The TCP socket, for a test that writes to it and never reads.
+    pub fn into_stream(self) -> TcpStream {
+        match self.stream {
+            Stream::Tcp(stream) => stream,
+            _ => panic!("into_stream is for a client over TCP"),
+        }
     }
 
     /// A PINGREQ answered by a PINGRESP: the connection is alive and served.

@@ -1,7 +1,7 @@
-//! Debian's `mosquitto` as a peer the tests start and stop: a bridge's
-//! upstream, or a broker beside this one.
+//! Debian's `mosquitto` broker, run by a test on a configuration and a
+//! port of its own.
 
-use std::net::TcpListener;
+use std::net::TcpStream;
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -10,74 +10,70 @@ use super::WAIT;
 
 pub const MOSQUITTO: &str = "/usr/sbin/mosquitto";
 
-/// A port nothing listens on now; the peer is started on it later.
-pub fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
+/// True when the broker is installed; otherwise says loudly that `test`
+/// was skipped.
 pub fn have_mosquitto(test: &str) -> bool {
     let found = Path::new(MOSQUITTO).exists();
     if !found {
-        eprintln!(
-            "\n*** SKIPPED {test}: {MOSQUITTO} is not installed (apt-get install mosquitto) ***\n"
-        );
+        super::have_tools(test, &[MOSQUITTO], "mosquitto");
     }
     found
 }
 
-/// A mosquitto broker on a fixed port, persisting its sessions in `dir`
-/// so that a subscriber's queue outlives a restart of it.
+/// A running mosquitto, killed when dropped.
 pub struct Mosquitto {
     child: Child,
-    port: u16,
+    pub port: u16,
 }
 
 impl Mosquitto {
-    pub fn start(dir: &Path, port: u16) -> Mosquitto {
-        Mosquitto::start_with(dir, port, "")
-    }
-
-    /// With `extra` appended to its configuration: another listener, say.
-    pub fn start_with(dir: &Path, port: u16, extra: &str) -> Mosquitto {
-        // Started as root, mosquitto writes its database as its own user.
+    /// Runs mosquitto on `config`, written into `dir` as `mosquitto.conf`,
+    /// and waits until `port` and every other `listener` the configuration
+    /// names accept. The directory is opened to the `mosquitto` user, which the
+    /// broker drops to when started as root.
+    pub fn start(dir: &Path, config: &str, port: u16) -> Mosquitto {
         use std::os::unix::fs::PermissionsExt;
         std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o777)).unwrap();
-        let config = dir.join("mosquitto.conf");
-        std::fs::write(
-            &config,
-            format!(
-                "allow_anonymous true\npersistence true\npersistence_location {}/\nmax_queued_messages 100000\nlistener {port} 127.0.0.1\n{extra}",
-                dir.display()
-            ),
-        )
-        .unwrap();
+        let path = dir.join("mosquitto.conf");
+        std::fs::write(&path, config).unwrap();
         let child = Command::new(MOSQUITTO)
             .arg("-c")
-            .arg(&config)
+            .arg(&path)
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
             .expect("start mosquitto");
+        let mut mosquitto = Mosquitto { child, port };
+        let listeners = config.lines().filter_map(|line| {
+            line.strip_prefix("listener ")?
+                .split(' ')
+                .next()?
+                .parse()
+                .ok()
+        });
+        // `listener 0 PATH` is a Unix socket, not a port.
+        let listeners = listeners.filter(|&listening: &u16| listening != 0);
         let deadline = Instant::now() + WAIT;
-        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-            assert!(
-                Instant::now() < deadline,
-                "mosquitto did not listen on {port}"
-            );
-            std::thread::sleep(Duration::from_millis(20));
+        for listening in std::iter::once(port).chain(listeners) {
+            while TcpStream::connect(("127.0.0.1", listening)).is_err() {
+                if let Ok(Some(status)) = mosquitto.child.try_wait() {
+                    panic!("mosquitto exited ({status}) on:\n{config}");
+                }
+                assert!(
+                    Instant::now() < deadline,
+                    "mosquitto did not listen on {listening}"
+                );
+                std::thread::sleep(Duration::from_millis(20));
+            }
         }
-        Mosquitto { child, port }
+        mosquitto
     }
 
     pub fn address(&self) -> String {
         format!("127.0.0.1:{}", self.port)
     }
 
-    /// SIGTERM, so that it writes its sessions to disk.
+    /// SIGTERM, so that it saves what it persists, and the wait for it.
     pub fn stop(mut self) {
         let _ = Command::new("kill")
             .arg("-TERM")

@@ -62,7 +62,8 @@ def broker_binary() -> Path:
 class Broker:
     """One broker process; its log lines are kept for waits and for failures."""
 
-    def __init__(self, directory: Path, extra_yaml: str, top_yaml: str = "", mqtt_yaml: str = "", door_yaml: str = ""):
+    def __init__(self, directory: Path, extra_yaml: str, top_yaml: str = "", mqtt_yaml: str = "", door_yaml: str = "",
+                 listen_yaml: str = ""):
         self.config_path = directory / "saguin.yaml"
         # `extra_yaml` is written as if at column 0 under `broker:`, and
         # `top_yaml` (channels) after it; `{dir}` in either is this broker's
@@ -74,6 +75,8 @@ class Broker:
         mqtt_keys = textwrap.indent(textwrap.dedent(mqtt_yaml).strip("\n"), "    ")
         # `door_yaml` (a `tls` block, say) goes inside the one tcp door.
         door = textwrap.indent(textwrap.dedent(door_yaml).strip("\n"), " " * 8)
+        # `listen_yaml` (a `ws` door, say) goes under `listen:`, beside it.
+        others = textwrap.indent(textwrap.dedent(listen_yaml).replace("{dir}", str(directory)).strip("\n"), " " * 6)
         self.config_path.write_text(
             "broker:\n"
             "  id: interop\n"
@@ -84,6 +87,7 @@ class Broker:
             "      tcp:\n"
             "        address: 127.0.0.1:0\n"
             + (door + "\n" if door.strip() else "")
+            + (others + "\n" if others.strip() else "")
             + (extra + "\n" if extra.strip() else "")
             + (top + "\n" if top.strip() else "")
         )
@@ -134,6 +138,11 @@ class Broker:
                     raise AssertionError(f"no broker log line containing {fragment!r}")
                 self._lines_changed.wait(left)
 
+    def door_port(self, name: str) -> int:
+        """The port the door `name` bound, from its log line."""
+        line = self.wait_for_log(f"listener {name} bound to 127.0.0.1:")
+        return int(line.rsplit(":", 1)[1])
+
     def log(self) -> str:
         with self._lines_changed:
             return "\n".join(self.lines)
@@ -172,6 +181,7 @@ class Client:
         username: str | None = None,
         password: str | None = None,
         tls: dict | None = None,
+        transport: str = "tcp",
     ):
         self.port = port
         self.protocol = protocol
@@ -190,6 +200,7 @@ class Client:
             client_id=client_id,
             protocol=protocol,
             reconnect_on_failure=False,
+            transport=transport,
             **kwargs,
         )
         self.paho.on_connect = self._on_connect
@@ -337,10 +348,11 @@ def start_broker(tmp_path):
     has `extra_yaml` (e.g. "limits:\\n  max_keepalive: 5s") under `broker:`."""
     started: list[Broker] = []
 
-    def start(extra_yaml: str = "", top_yaml: str = "", mqtt_yaml: str = "", door_yaml: str = "") -> Broker:
+    def start(extra_yaml: str = "", top_yaml: str = "", mqtt_yaml: str = "", door_yaml: str = "",
+              listen_yaml: str = "") -> Broker:
         directory = tmp_path / f"broker{len(started)}"
         directory.mkdir()
-        broker = Broker(directory, extra_yaml, top_yaml, mqtt_yaml, door_yaml)
+        broker = Broker(directory, extra_yaml, top_yaml, mqtt_yaml, door_yaml, listen_yaml)
         started.append(broker)
         return broker
 
@@ -363,8 +375,8 @@ def connect(start_broker):
     connected `Client`; every client is closed before the brokers stop."""
     clients: list[Client] = []
 
-    def make(broker: Broker, client_id: str, **kwargs) -> Client:
-        client = Client(broker.port, client_id, **kwargs)
+    def make(broker: Broker, client_id: str, port: int | None = None, **kwargs) -> Client:
+        client = Client(port or broker.port, client_id, **kwargs)
         clients.append(client)
         return client
 

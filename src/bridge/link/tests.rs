@@ -11,6 +11,7 @@ fn settings(rules: Vec<Rule>) -> BridgeSettings {
             host: "127.0.0.1".into(),
             port: 1883,
             tls: None,
+            websocket: None,
         },
         client_id: "gw-1".into(),
         username: None,

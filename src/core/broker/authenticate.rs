@@ -10,6 +10,12 @@ use crate::auth::{Authentication, Verdict};
 use crate::codec::Connect;
 use crate::core::refusal::Refusal;
 use crate::core::{Broker, Key};
+use crate::log_limit::{limited, LogLimit};
+
+/// A fleet of clients typing user names at a door with no password file
+/// would write this at every connect.
+pub(crate) static NAME_NOT_IDENTITY: LogLimit =
+    LogLimit::new("a user name nothing checks", log::Level::Info, 10, 60_000);
 
 impl Broker {
     /// Puts a newly loaded credential table in force for the CONNECTs to come.
@@ -32,7 +38,8 @@ impl Broker {
     /// certificate.
     pub fn credential_door(&self, conn: Key) -> Option<usize> {
         let connection = self.connections.get(conn)?;
-        let unchecked = connection.active.is_none() && connection.origin.certificate_user.is_none();
+        let unchecked =
+            connection.active.is_none() && connection.origin.certificate_user().is_none();
         unchecked.then_some(connection.origin.door)
     }
 
@@ -46,7 +53,12 @@ impl Broker {
 
     /// Checks a CONNECT's credentials by its door's rule, and on success
     /// records whom the connection speaks for.
-    pub(crate) fn authenticate(&mut self, conn: Key, connect: &Connect) -> Result<(), Refusal> {
+    pub(crate) fn authenticate(
+        &mut self,
+        conn: Key,
+        connect: &Connect,
+        now_ms: u64,
+    ) -> Result<(), Refusal> {
         let Some(connection) = self.connections.get_mut(conn) else {
             return Err(Refusal::BadCredentials);
         };
@@ -57,8 +69,8 @@ impl Broker {
         }
         // A certificate the shell verified names the client; no password
         // file is asked.
-        if let Some(name) = &connection.origin.certificate_user {
-            connection.user = Some((**name).clone());
+        if let Some(name) = connection.origin.certificate_user() {
+            connection.user = Some(name.into());
             return Ok(());
         }
         let door = connection.origin.door;
@@ -83,6 +95,19 @@ impl Broker {
             }
             Verdict::Authenticated | Verdict::Unchecked | Verdict::Anonymous => {
                 connection.user = user.map(Box::from);
+                Ok(())
+            }
+            Verdict::NameIgnored => {
+                // A name nothing checked is nobody's: the client is anonymous.
+                connection.user = None;
+                limited!(
+                    NAME_NOT_IDENTITY,
+                    now_ms,
+                    "client id {:?} offered user name {:?} on door {}, which no password_file checks: it connects as nobody (broker.mqtt.trust_unchecked_user_names: true would take the name as stated)",
+                    connect.client_id,
+                    user.unwrap_or("-"),
+                    self.authentication.door_name(door)
+                );
                 Ok(())
             }
         }

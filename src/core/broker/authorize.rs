@@ -116,6 +116,11 @@ impl Broker {
             }
         }
         self.authorization = Authorization { acl, by_client };
+        for session in self.sessions.keys() {
+            if self.session_is_connected(session) {
+                self.take_back_unreadable(session, false, now_ms, out);
+            }
+        }
         for reader in self.readers.keys() {
             self.pump_reader(reader, now_ms, out);
         }
@@ -453,8 +458,9 @@ impl Broker {
     }
 
     /// A SUBSCRIBE from a client whose roles took a feature away: a
-    /// `$share/` filter is a protocol breach (it was told Shared
-    /// Subscription Available 0), and QoS 2 is granted as 1.
+    /// `$share/` filter from MQTT 5 is a protocol breach (it was told
+    /// Shared Subscription Available 0; 3.1.1, told nothing, is refused
+    /// the filter in `admit_filter`), and QoS 2 is granted as 1.
     pub(crate) fn restrict_subscribe(
         &self,
         conn: Key,
@@ -477,6 +483,14 @@ impl Broker {
             }
         }
         None
+    }
+
+    /// Whether this session's roles take shared subscriptions away: asked
+    /// per filter, where a 3.1.1 client (told nothing at CONNECT) is
+    /// refused one rather than closed.
+    pub(crate) fn denies_share(&self, session_key: Key) -> bool {
+        self.grants_of_session(session_key)
+            .is_some_and(|g| g.denies(Features::SHARE))
     }
 
     /// The publish bounds of this client's own entry where it writes

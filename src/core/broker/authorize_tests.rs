@@ -220,3 +220,171 @@ fn a_fan_out_skips_only_the_subscriber_the_file_does_not_let_read() {
     }
     assert!(delivered_payloads(&mut h, refused).is_empty());
 }
+
+/// A durable session of `client_id` under `user`, its CONNECT kept for a
+/// reconnect.
+fn durable_as(user: &str, client_id: &str) -> Connect {
+    let mut connect = connect_packet(client_id, ProtocolVersion::V5);
+    connect.username = Some(user.into());
+    connect.clean_start = false;
+    connect.properties.session_expiry_interval_s = Some(3600);
+    connect
+}
+
+/// Another user taking a session over by its client id is owed only what
+/// its own grants let it read: the broadcasts queued for the session's
+/// owner, in flight or waiting, are not sent to it (invariant 16).
+#[test]
+fn a_session_taken_over_is_owed_only_what_the_new_connection_may_read() {
+    let settings = Settings::default();
+    let mut h = Harness::new(settings);
+    h.broker.set_acl(Some(acl(true)), h.now_ms, &mut h.out);
+    let (owner, _) = h.connect_with(durable_as("reader", "alice"));
+    assert_eq!(
+        h.subscribe(owner, "news/#", qos(QoS::AtLeastOnce), None),
+        [ReasonCode::GRANTED_QOS_1]
+    );
+    let (writer, _) = connect_as(&mut h, "quiet", "w1");
+    // One in flight, unacknowledged, when the owner goes; two queued after.
+    let publish = |h: &mut Harness, id: u16| {
+        let payload = [b'0' + id as u8];
+        let packet = publish_packet("news/a", QoS::AtLeastOnce, Some(id), &payload);
+        h.packet(writer, Packet::Publish(packet));
+    };
+    publish(&mut h, 1);
+    assert_eq!(delivered_payloads(&mut h, owner), [b"1".to_vec()]);
+    h.packet(owner, Packet::Disconnect(Disconnect::default()));
+    publish(&mut h, 2);
+    publish(&mut h, 3);
+    let (stranger, connack) = h.connect_with(durable_as("stranger", "alice"));
+    assert!(connack.session_present);
+    assert!(
+        delivered_payloads(&mut h, stranger).is_empty(),
+        "nothing the owner was owed reaches a user who may not read it"
+    );
+    // Dropped, not kept back: the owner coming back is owed nothing now.
+    h.packet(stranger, Packet::Disconnect(Disconnect::default()));
+    let (owner, _) = h.connect_with(durable_as("reader", "alice"));
+    assert!(delivered_payloads(&mut h, owner).is_empty());
+    publish(&mut h, 4);
+    assert_eq!(delivered_payloads(&mut h, owner), [b"4".to_vec()]);
+}
+
+/// A retained value is a delivery like any other: a subscription granted
+/// by a rule is sent only the retained values whose topics the rule
+/// reaches, and `#` reaches no `$` topic.
+#[test]
+fn retained_values_are_asked_of_the_grants_topic_by_topic() {
+    let mut file = acl(true);
+    file.roles[0].rules[0].filters = vec!["#".into()];
+    file.roles[1].rules[0].filters = vec!["#".into(), "$private/#".into()];
+    let mut h = Harness::new(Settings::default());
+    h.broker.set_acl(Some(file), h.now_ms, &mut h.out);
+    let (publisher, _) = connect_as(&mut h, "quiet", "p");
+    for topic in ["$private/secret", "open/x"] {
+        let mut publish = publish_packet(topic, QoS::AtMostOnce, None, topic.as_bytes());
+        publish.retain = true;
+        h.packet(publisher, Packet::Publish(publish));
+    }
+    let (reader, _) = connect_as(&mut h, "reader", "r1");
+    assert_eq!(
+        h.subscribe(reader, "$private/#", qos(QoS::AtMostOnce), None),
+        [ReasonCode::NOT_AUTHORIZED]
+    );
+    assert_eq!(
+        h.subscribe(reader, "#", qos(QoS::AtMostOnce), None),
+        [ReasonCode::GRANTED_QOS_0]
+    );
+    assert_eq!(delivered_payloads(&mut h, reader), [b"open/x".to_vec()]);
+}
+
+/// The grants a SUBSCRIBE is judged by never let a filter through that
+/// reaches a topic its client may not read: every filter of a small
+/// alphabet (`$` levels, empty levels and both wildcards among them), as
+/// written and inside `$share/`, from MQTT 3.1.1 and MQTT 5 clients,
+/// against rules that name `$` topics and ordinary ones. A client whose
+/// roles take `share` away is granted no `$share/` filter on either.
+#[test]
+fn no_filter_granted_reaches_a_topic_the_grants_refuse() {
+    use crate::acl::filter::tests::{all_filters, all_topics};
+    let mut file = acl(true);
+    file.roles[0].rules[0].filters = vec!["a/#".into(), "+/a".into(), "$s/$s".into()];
+    file.roles[1].rules[0].filters = vec!["#".into()];
+    file.roles[1].rules[1].denies = Features::SHARE;
+    let topics = all_topics();
+    for version in [ProtocolVersion::V311, ProtocolVersion::V5] {
+        let mut h = Harness::new(Settings::default());
+        h.broker.set_acl(Some(file.clone()), h.now_ms, &mut h.out);
+        let mut connect = connect_packet("r", version);
+        connect.username = Some("reader".into());
+        let (reader, _) = h.connect_with(connect);
+        let session = h.broker.session_of(reader).expect("connected");
+        for inner in all_filters() {
+            for filter in [inner.clone(), format!("$share/g/{inner}")] {
+                let codes = h.subscribe(reader, &filter, qos(QoS::AtMostOnce), None);
+                h.out.take(reader);
+                if codes[0].is_error() {
+                    continue;
+                }
+                for topic in topics
+                    .iter()
+                    .filter(|t| crate::codec::topic::matches(&inner, t))
+                {
+                    assert!(
+                        h.broker.may_read(session, topic),
+                        "{version:?}: {filter} was granted and reaches {topic}"
+                    );
+                }
+            }
+        }
+        let mut connect = connect_packet("q", version);
+        connect.username = Some("quiet".into());
+        let (quiet, _) = h.connect_with(connect);
+        let subscribe = Subscribe {
+            packet_id: 7,
+            properties: Properties::default(),
+            filters: vec![("$share/g/a/#".into(), qos(QoS::AtMostOnce))],
+        };
+        h.packet(quiet, Packet::Subscribe(subscribe));
+        let answer = h.out.take(quiet);
+        match version {
+            ProtocolVersion::V5 => assert_eq!(
+                disconnect_code(&answer),
+                Some(ReasonCode::SHARED_SUBSCRIPTIONS_NOT_SUPPORTED)
+            ),
+            ProtocolVersion::V311 => match answer.as_slice() {
+                [Packet::Suback(suback)] => {
+                    assert_eq!(suback.reason_codes, [ReasonCode::NOT_AUTHORIZED])
+                }
+                other => panic!("expected a SUBACK, got {other:?}"),
+            },
+        }
+    }
+}
+
+/// The reserved space inside `$share/` is refused 0x87, a seek's reply
+/// included: it is sent to one client's socket, never to a group.
+#[test]
+fn a_shared_subscription_to_the_reserved_space_is_not_authorized() {
+    let mut h = Harness::new(Settings::default());
+    let conn = h.connect("c", ProtocolVersion::V5);
+    for filter in [
+        "$share/g/$saguin/consumer/events/seek/reply",
+        "$share/g/$saguin/#",
+    ] {
+        assert_eq!(
+            h.subscribe(conn, filter, qos(QoS::AtMostOnce), None),
+            [ReasonCode::NOT_AUTHORIZED],
+            "{filter}"
+        );
+    }
+    assert_eq!(
+        h.subscribe(
+            conn,
+            "$saguin/consumer/events/seek/reply",
+            qos(QoS::AtMostOnce),
+            None
+        ),
+        [ReasonCode::GRANTED_QOS_0]
+    );
+}

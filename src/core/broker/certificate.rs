@@ -1,9 +1,11 @@
-//! A client certificate's name as the connection's user name.
+//! A client certificate's name as the connection's user name, and where
+//! a connection really comes from.
 //!
-//! The network shell verifies the certificate during the TLS handshake and
-//! hands its name over before any packet is read; from the CONNECT on,
-//! that name is who the client is, whatever user name the CONNECT carries,
-//! and no password file is asked (see `authenticate.rs`).
+//! The network shell verifies the certificate during the TLS handshake, or
+//! reads the name a proxy in front verified from its PROXY header, and
+//! hands it over before any packet is read; from the CONNECT on, that name
+//! is who the client is, whatever user name the CONNECT carries, and no
+//! password file is asked (see `authenticate.rs`).
 
 use super::connect::has_control_character;
 use crate::core::refusal::Refusal;
@@ -14,8 +16,21 @@ impl Broker {
     /// gives it.
     pub fn certified(&mut self, conn: Key, user_name: Box<str>) {
         if let Some(connection) = self.connections.get_mut(conn) {
-            connection.origin.certificate_user = Some(Box::new(user_name));
+            connection.origin.introduction_mut().certificate_user = Some(user_name);
         }
+    }
+
+    /// Records where connection `conn` really comes from, as its door
+    /// learnt it: the client a proxy speaks for, or a Unix socket's peer.
+    pub fn introduced_from(&mut self, conn: Key, source: Box<str>) {
+        if let Some(connection) = self.connections.get_mut(conn) {
+            connection.origin.introduction_mut().source = Some(source);
+        }
+    }
+
+    /// Where connection `conn` comes from, when its door learnt that.
+    pub fn source(&self, conn: Key) -> Option<&str> {
+        self.connections.get(conn)?.origin.source()
     }
 
     /// A certificate name holding U+0000 or a control character could
@@ -25,8 +40,7 @@ impl Broker {
         let name = self
             .connections
             .get(conn)
-            .and_then(|c| c.origin.certificate_user.as_deref())
-            .map(|name| &**name);
+            .and_then(|c| c.origin.certificate_user());
         match name {
             Some(name) if name.contains('\0') || has_control_character(name) => {
                 Err(Refusal::CertificateNameControlCharacter)

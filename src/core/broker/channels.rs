@@ -153,6 +153,7 @@ impl Broker {
             }
             return;
         };
+        self.unpark(&pending);
         if let Pending::Publish {
             message, channel, ..
         }
@@ -660,6 +661,13 @@ impl Broker {
             if offset >= channel.next {
                 return;
             }
+            if reader.unacked.contains(&offset) {
+                // Still on the wire from before an earlier record was
+                // taken back (`return_to_reader`): not sent twice.
+                let reader = self.readers.get_mut(reader_key).expect("checked above");
+                reader.next_offset = offset + 1;
+                continue;
+            }
             if offset < channel.floor {
                 log::warn!(
                     "a reader of channel {} fell below the floor {}: records {offset}..{} were removed by retention",
@@ -916,6 +924,23 @@ impl Broker {
     /// position may move past it.
     pub(crate) fn channel_delivery_finished(&mut self, delivery: &Delivery) {
         release_reader_mark(&mut self.readers, delivery);
+    }
+
+    /// A record its session was owed and may not have now goes back to
+    /// its reader, which reads from it again and stalls there while it is
+    /// refused. Later records still on the wire are not sent twice (see
+    /// `pump_reader`).
+    pub(crate) fn return_to_reader(&mut self, delivery: &Delivery) {
+        let Some((reader_key, offset, era)) = delivery.reader else {
+            return;
+        };
+        let Some(reader) = self.readers.get_mut(reader_key).filter(|r| r.era == era) else {
+            return;
+        };
+        reader.unacked.remove(&offset);
+        reader.next_offset = reader.next_offset.min(offset);
+        reader.buffer.clear();
+        reader.dirty = true;
     }
 
     /// The channel readers a session has, copied so each can be served.

@@ -102,7 +102,7 @@ impl Broker {
             .admit_certificate(conn)
             .and_then(|()| self.admit_connect(&connect))
             .and_then(|()| self.admit_bridge_client_id(conn, &connect))
-            .and_then(|()| self.authenticate(conn, &connect))
+            .and_then(|()| self.authenticate(conn, &connect, now_ms))
             .and_then(|()| self.authorize_connect(&connect, self.user_name(conn)));
         let admitted = match admitted {
             Ok(admitted) => admitted,
@@ -236,7 +236,7 @@ impl Broker {
         // again after a restart.
         let connection = self.connections.get(conn).expect("checked above");
         let user_name = connection.user.clone();
-        if let (Some(name), Some(_)) = (&user_name, &connection.origin.certificate_user) {
+        if let (Some(name), Some(_)) = (&user_name, connection.origin.certificate_user()) {
             log::info!("client {client_id} is user {name:?}, named by its certificate");
         }
         if let Some(connack) = self.connack_after_write(
@@ -277,14 +277,21 @@ impl Broker {
         if !self.send_within(conn, version, max_bytes, &Packet::Connack(connack), out) {
             return;
         }
+        // Where the door learnt it: the client a proxy speaks for, or a
+        // Unix socket's peer.
+        let from = self
+            .source(conn)
+            .map_or_else(String::new, |source| format!(" from {source}"));
         log::info!(
-            "client {client_id} connected (MQTT {}, session present: {session_present})",
+            "client {client_id} connected{from} (MQTT {}, session present: {session_present})",
             match version {
                 ProtocolVersion::V311 => "3.1.1",
                 ProtocolVersion::V5 => "5",
             }
         );
         if session_present {
+            // What it was owed is asked of the grants this connection holds.
+            self.take_back_unreadable(session_key, true, now_ms, out);
             self.resume_latest_readers(session_key);
             self.resend_inflight(conn, session_key, now_ms, out);
         }

@@ -240,6 +240,70 @@ impl Broker {
         self.send_after_window(session_key, out);
     }
 
+    /// What a session is owed, asked again of the grants it holds now
+    /// (invariant 16). At a resume the connection may be another user's,
+    /// or the file may have been re-read while the session was away; at a
+    /// reload a connected session's waiting deliveries were judged by the
+    /// file before. A broadcast it may not read is dropped; one a shared
+    /// group handed it goes back to the group; a channel record goes back
+    /// to its reader, which stalls there until a grant returns. With
+    /// `on_wire`, what was sent and not acknowledged is asked too: at a
+    /// resume it would be sent again.
+    pub(crate) fn take_back_unreadable(
+        &mut self,
+        session_key: Key,
+        on_wire: bool,
+        now_ms: u64,
+        out: &mut impl Transport,
+    ) {
+        if !self.has_acl() {
+            return;
+        }
+        let Some(session) = self.sessions.get(session_key) else {
+            return;
+        };
+        // A `latest` value is withdrawn by its own reader's rules.
+        let refused =
+            |d: &Delivery| d.latest.is_none() && !self.may_read(session_key, &d.message.topic);
+        let sent: Vec<u16> = session
+            .inflight
+            .iter()
+            .filter(|(_, f)| on_wire && f.stage == OutboundStage::Published)
+            .filter(|(_, f)| refused(&f.delivery))
+            .map(|(&id, _)| id)
+            .collect();
+        let waiting: Vec<usize> = (0..session.waiting.len())
+            .filter(|&i| refused(&session.waiting[i]))
+            .collect();
+        if sent.is_empty() && waiting.is_empty() {
+            return;
+        }
+        let session = self.sessions.get_mut(session_key).expect("found above");
+        let traffic = &mut **session;
+        let mut taken: Vec<(Delivery, bool)> = Vec::new();
+        for id in sent {
+            let delivery = traffic.inflight.remove(&id).expect("listed above").delivery;
+            traffic.inflight_bytes -= delivery.message.cost_bytes();
+            taken.push((delivery, true));
+        }
+        for index in waiting.into_iter().rev() {
+            taken.push((traffic.waiting.remove(index).expect("listed above"), false));
+        }
+        for (delivery, _) in &taken {
+            traffic.held_bytes -= delivery.message.cost_bytes();
+        }
+        log::debug!(
+            "client {}: {} deliveries it may not read are taken back",
+            session.client_id,
+            taken.len()
+        );
+        for (delivery, _) in &taken {
+            self.return_to_reader(delivery);
+        }
+        taken.retain(|(d, _)| d.group.is_some());
+        self.return_to_groups(taken, now_ms, out);
+    }
+
     /// Sends a QoS 0 delivery at once, or sheds it when it has expired, is
     /// too large for the client, or finds the connection's buffer full.
     fn send_now(

@@ -6,6 +6,7 @@
 //! Topic, because a PUBACK may leave its reason code out and a payload
 //! cannot be left out. The connection ends and its session stays: the
 //! client comes back, and what it may do then is what the files say then.
+//! A bridge's own sessions cannot be hung up: they are the broker's.
 
 use crate::codec::{Packet, Properties, ProtocolVersion, Publish, QoS};
 use crate::core::refusal::Refusal;
@@ -27,6 +28,13 @@ impl Broker {
         if self.version(conn) == Some(ProtocolVersion::V311) {
             let refusal = Refusal::HangUpNeedsMqtt5;
             self.end_connection(conn, Some(refusal), true, now_ms, out);
+            return;
+        }
+        if publish.qos == QoS::ExactlyOnce {
+            // Answered on its PUBACK, as every request under $saguin/ is.
+            let refusal = Refusal::RequestAtQos2;
+            let (topic, id) = (&publish.topic, publish.packet_id);
+            self.refuse_publish(conn, topic, publish.qos, id, None, refusal, now_ms, out);
             return;
         }
         let target = match self.hang_up_target(conn, publish) {
@@ -86,11 +94,15 @@ impl Broker {
         if client_id == self.client_id_of(conn) {
             return Err(Refusal::HangUpSelf);
         }
+        // A bridge's sessions are the broker's own, not anybody's to hang
+        // up: a name for one is answered as a name nothing is connected
+        // under, and the bridge keeps its link.
         let target = self
             .sessions
             .key_of(client_id)
             .and_then(|session| self.sessions.get(session))
-            .and_then(|session| session.connection);
+            .and_then(|session| session.connection)
+            .filter(|&target| !self.is_bridge(target));
         Ok((target, client_id.to_string()))
     }
 }

@@ -9,6 +9,12 @@ use crate::core::channel::PendingAck;
 use crate::core::message::{shared_properties, Message};
 use crate::core::session::{HeldPublish, OutboundStage};
 use crate::core::{Broker, Key, Transport};
+use crate::log_limit::{limited, LogLimit};
+
+/// A client may send a refused publish in every packet: a line each would
+/// let it write as much log as it sends.
+pub(crate) static PUBLISH_REFUSED: LogLimit =
+    LogLimit::new("refusing a publish", log::Level::Warn, 10, 10_000);
 
 impl Broker {
     pub(crate) fn handle_publish(
@@ -172,7 +178,9 @@ impl Broker {
     ) {
         if let Err(reason) = answer {
             self.stats.count_publish_refusal(reason);
-            log::warn!(
+            limited!(
+                PUBLISH_REFUSED,
+                now_ms,
                 "refusing a publish from {}: {reason}",
                 self.client_id_of(conn)
             );
@@ -366,7 +374,11 @@ impl Broker {
             // A client held to its rate may earn one per publish.
             log::debug!("refusing a publish to {topic:?} from {client_id}: {refusal}");
         } else {
-            log::warn!("refusing a publish to {topic:?} from {client_id}: {refusal}");
+            limited!(
+                PUBLISH_REFUSED,
+                now_ms,
+                "refusing a publish to {topic:?} from {client_id}: {refusal}"
+            );
         }
         if let Some(slot) = puback_slot {
             self.complete_puback(conn, slot, Err(refusal), now_ms, out);

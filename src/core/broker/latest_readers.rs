@@ -413,16 +413,19 @@ impl Broker {
         }
     }
 
+    /// Withdraws the `latest` values a resumed session holds that a newer
+    /// value replaced, or that it may no longer read (invariant 16).
     fn withdraw_superseded(&mut self, session_key: Key) {
         let current = |broker: &Broker, delivery: &Delivery| {
             let Some(offset) = delivery.latest else {
                 return true;
             };
-            broker
-                .channel_for(&delivery.message.topic)
-                .and_then(|c| broker.channels[c].latest.as_deref())
-                .and_then(|l| l.values.get(&*delivery.message.topic))
-                .is_some_and(|v| v.offset == offset)
+            broker.may_read(session_key, &delivery.message.topic)
+                && broker
+                    .channel_for(&delivery.message.topic)
+                    .and_then(|c| broker.channels[c].latest.as_deref())
+                    .and_then(|l| l.values.get(&*delivery.message.topic))
+                    .is_some_and(|v| v.offset == offset)
         };
         let Some(session) = self.sessions.get(session_key) else {
             return;

@@ -383,7 +383,7 @@ impl Broker {
         if !out.store(provider, request) {
             return false;
         }
-        self.pending.insert(ticket, Pending::Latest(pending));
+        self.park(ticket, Pending::Latest(pending));
         true
     }
 }

@@ -23,8 +23,17 @@ pub(crate) mod persist;
 mod persist_tests;
 mod point_read;
 mod queue_work;
+mod replies;
 pub(crate) mod retained_writes;
 mod seek;
 mod session_room;
 mod shared;
 pub(crate) mod subscribe;
+
+/// The lines a client can make the handlers repeat, each bounded by a
+/// limit of its own; the tick reports what each left out.
+pub(crate) static LIMITED_LINES: [&crate::log_limit::LogLimit; 3] = [
+    &subscribe::SUBSCRIPTION_REFUSED,
+    &inbound::PUBLISH_REFUSED,
+    &authenticate::NAME_NOT_IDENTITY,
+];

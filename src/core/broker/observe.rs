@@ -271,6 +271,9 @@ impl Broker {
                 keepalive_s: active.map(|a| a.keep_alive_s),
                 expiry_interval_s: session.expiry_interval_s,
                 subscriptions: session.subscriptions.len() as u64,
+                remote: connection
+                    .and_then(|c| c.origin.source())
+                    .map(str::to_string),
                 user: connection.and_then(|c| c.user.as_deref().map(str::to_string)),
                 door: connection.filter(|c| !c.bridge).map(|c| c.origin.door),
                 bridge: connection.is_some_and(|c| c.bridge),

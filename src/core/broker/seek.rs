@@ -79,7 +79,7 @@ impl Broker {
                     at_unix_ms,
                 };
                 if out.store(provider, request) {
-                    self.pending.insert(
+                    self.park(
                         ticket,
                         Pending::SeekTime {
                             reply,
@@ -183,7 +183,7 @@ impl Broker {
                 writes: vec![write],
             },
         ) {
-            self.pending.insert(
+            self.park(
                 ticket,
                 Pending::SeekStored {
                     reply,

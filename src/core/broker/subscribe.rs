@@ -14,10 +14,16 @@ use crate::core::message::Delivery;
 use crate::core::partition::{self, Slice};
 use crate::core::session::SubscriptionEntry;
 use crate::core::{Broker, Key, Transport};
+use crate::log_limit::{limited, LogLimit};
 
 /// The `saguin-` User Properties a SUBSCRIBE may carry: they ask something
 /// of a channel, and a broadcast topic has nothing to give them.
 const READ_ON_SUBSCRIBE: [&str; 2] = ["saguin-filter", "saguin-deletions"];
+
+/// One SUBSCRIBE may carry thousands of filters a rule refuses: a line
+/// each would let one packet write megabytes of log.
+pub(crate) static SUBSCRIPTION_REFUSED: LogLimit =
+    LogLimit::new("refusing a subscription", log::Level::Warn, 10, 10_000);
 
 /// What a filter asks for once its form is understood.
 #[derive(Clone, Copy)]
@@ -83,7 +89,9 @@ impl Broker {
             };
             if let Some(answer) = queue_answer {
                 let code = answer.unwrap_or_else(|refusal| {
-                    log::warn!(
+                    limited!(
+                        SUBSCRIPTION_REFUSED,
+                        now_ms,
                         "refusing a subscription to {filter:?} from {}: {refusal}",
                         self.client_id_of(conn)
                     );
@@ -134,7 +142,9 @@ impl Broker {
                     ReasonCode(options.qos.min(QoS::ExactlyOnce) as u8)
                 }
                 Err(refusal) => {
-                    log::warn!(
+                    limited!(
+                        SUBSCRIPTION_REFUSED,
+                        now_ms,
                         "refusing a subscription to {filter:?} from {}: {refusal}",
                         self.client_id_of(conn)
                     );
@@ -221,12 +231,19 @@ impl Broker {
         if inner == "$SYS" || inner.starts_with("$SYS/") {
             return Err(Refusal::FilterSysTree);
         }
+        let reserved = inner == "$saguin" || inner.starts_with("$saguin/");
+        if reserved && matches!(form, Form::Shared { .. }) {
+            return Err(Refusal::FilterReservedShared);
+        }
         let seek_reply = inner
             .strip_suffix("/reply")
             .and_then(crate::core::channel::append::seek::seek_channel)
             .is_some();
-        if inner == "$saguin" || (inner.starts_with("$saguin/") && !seek_reply) {
+        if reserved && !seek_reply {
             return Err(Refusal::FilterReserved);
+        }
+        if matches!(form, Form::Shared { .. }) && self.denies_share(session_key) {
+            return Err(Refusal::ShareNotAllowed);
         }
         let session = self
             .sessions
@@ -345,6 +362,9 @@ impl Broker {
             .matching(filter, self.unix_ms(now_ms))
             .filter(|m| !(options.no_local && m.publisher == client_id))
             .filter(|m| partition::admits(slice, &m.topic))
+            // Asked per value, as a live delivery is: the grant checked
+            // at SUBSCRIBE was for the filter, not for each topic under it.
+            .filter(|m| self.may_read(session_key, &m.topic))
             // A value kept before a `latest` channel claimed its topic was
             // moved into the channel at start; one the channel had no room
             // for is not served beside the channel's values.

@@ -322,6 +322,19 @@ pub(crate) enum Pending {
     Queue(crate::core::channel::queue::QueuePending),
 }
 
+impl Pending {
+    /// The connection this request's answer is a reply to, if it is one.
+    pub(crate) fn reply_to(&self) -> Option<Key> {
+        match self {
+            Pending::SeekTime { reply, .. } | Pending::SeekStored { reply, .. } => Some(reply.conn),
+            Pending::Latest(crate::core::channel::latest::LatestPending::PointRead(read)) => {
+                Some(read.reply.conn)
+            }
+            _ => None,
+        }
+    }
+}
+
 #[derive(Debug, Clone, Copy)]
 pub(crate) enum PendingAck {
     None,

@@ -5,9 +5,38 @@
 pub struct Origin {
     /// Index of the MQTT door (listener) it arrived on, in configuration order.
     pub door: usize,
-    /// The user name a verified client certificate gives it, on a door that
-    /// takes the certificate as the user name; `None` otherwise. Boxed
-    /// again so that the field is one pointer, not two: few doors name
-    /// their clients by certificate, and every connection entry holds it.
-    pub certificate_user: Option<Box<Box<str>>>,
+    /// What only some doors learn of a connection, behind one pointer:
+    /// every connection entry holds the field, and a plain TCP
+    /// connection leaves it empty.
+    pub introduction: Option<Box<Introduction>>,
+}
+
+/// What a door learnt of a connection beyond its socket.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Introduction {
+    /// The user name a verified client certificate gives it: one this
+    /// broker's TLS handshake verified, or one a proxy in front verified
+    /// and named in its PROXY header.
+    pub certificate_user: Option<Box<str>>,
+    /// Where it really comes from, where its socket does not say: the
+    /// client a proxy speaks for, or the process at the far end of a
+    /// Unix socket. For logs and `/v1/operations/sessions`.
+    pub source: Option<Box<str>>,
+}
+
+impl Origin {
+    /// The name its verified client certificate gives it, if any.
+    pub fn certificate_user(&self) -> Option<&str> {
+        self.introduction.as_ref()?.certificate_user.as_deref()
+    }
+
+    /// Where it comes from, when its door learnt that.
+    pub fn source(&self) -> Option<&str> {
+        self.introduction.as_ref()?.source.as_deref()
+    }
+
+    /// The introduction, made empty if there is none yet.
+    pub fn introduction_mut(&mut self) -> &mut Introduction {
+        self.introduction.get_or_insert_with(Box::default)
+    }
 }

@@ -8,6 +8,21 @@ use crate::core::session::charge;
 use crate::core::session::Session;
 use crate::core::slab::{Key, Slab};
 
+/// The secret the ids the broker assigns are derived from: drawn from the
+/// operating system's random source at every start by the shell, so that
+/// no assigned id can be guessed from another and a client cannot walk
+/// the ids to take over a session it was never told of. Zero in the
+/// core's own tests, which want the same ids every run.
+#[derive(Clone, Default, PartialEq, Eq)]
+pub struct ClientIdKey(pub [u8; 32]);
+
+impl std::fmt::Debug for ClientIdKey {
+    // Never shown: with the key, every assigned id could be computed.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("ClientIdKey(..)")
+    }
+}
+
 pub(crate) struct Sessions {
     table: Slab<Session>,
     /// Each client id's session: every entry names a session the table
@@ -16,8 +31,10 @@ pub(crate) struct Sessions {
     /// the client id the session holds: the id is kept once.
     by_client_id: HashTable<Key>,
     hasher: RandomState,
-    /// The last client id the broker assigned.
-    last_assigned_id: u64,
+    /// How many client ids the broker has assigned, and the secret each
+    /// is derived from with that count.
+    assigned_ids: u64,
+    client_id_key: ClientIdKey,
     /// The last session epoch given.
     last_epoch: u64,
     /// What every session held is charged, and the bound on it.
@@ -29,7 +46,7 @@ impl Sessions {
     /// A table whose sessions' charges are bounded by `max_charged_bytes`:
     /// a session may outlive its connection, or take another filter, only
     /// within it.
-    pub fn new(max_charged_bytes: u64) -> Sessions {
+    pub fn new(max_charged_bytes: u64, client_id_key: ClientIdKey) -> Sessions {
         Sessions {
             // Sessions outliving their connections are bounded by their
             // charges (see `has_room_for`), connected ones by the
@@ -37,7 +54,8 @@ impl Sessions {
             table: Slab::growable(u32::MAX as usize),
             by_client_id: HashTable::new(),
             hasher: RandomState::new(),
-            last_assigned_id: 0,
+            assigned_ids: 0,
+            client_id_key,
             last_epoch: 0,
             charged_bytes: 0,
             max_charged_bytes,
@@ -149,11 +167,20 @@ impl Sessions {
         self.charged_bytes
     }
 
-    /// A client id for a client that sent none, unlike any held now.
+    /// A client id for a client that sent none, unlike any held now: 128
+    /// bits of SHA-512 over the start's secret and a count, so the ids
+    /// given out say nothing of the next one.
     pub fn assign_client_id(&mut self) -> String {
+        use sha2::{Digest, Sha512};
         loop {
-            self.last_assigned_id += 1;
-            let id = format!("saguin-{:016x}", self.last_assigned_id);
+            self.assigned_ids += 1;
+            let digest = Sha512::new()
+                .chain_update(self.client_id_key.0)
+                .chain_update(self.assigned_ids.to_le_bytes())
+                .finalize();
+            let id: String = std::iter::once("saguin-".to_string())
+                .chain(digest[..16].iter().map(|byte| format!("{byte:02x}")))
+                .collect();
             if self.key_of(&id).is_none() {
                 return id;
             }
@@ -174,7 +201,7 @@ mod tests {
 
     #[test]
     fn a_client_id_names_its_newest_session_until_that_one_ends() {
-        let mut sessions = Sessions::new(u64::MAX);
+        let mut sessions = Sessions::new(u64::MAX, ClientIdKey::default());
         let old = sessions.insert(Session::new("a", 60));
         assert_eq!(sessions.key_of("a"), Some(old));
         assert!(sessions.remove(old).is_some());
@@ -186,15 +213,29 @@ mod tests {
     }
 
     #[test]
-    fn assigned_client_ids_are_unlike_those_held() {
-        let mut sessions = Sessions::new(u64::MAX);
-        sessions.insert(Session::new("saguin-0000000000000001", 0));
-        assert_eq!(sessions.assign_client_id(), "saguin-0000000000000002");
+    fn assigned_client_ids_are_unlike_those_held_and_follow_from_the_key() {
+        let mut sessions = Sessions::new(u64::MAX, ClientIdKey::default());
+        let first = sessions.assign_client_id();
+        assert!(
+            first.starts_with("saguin-") && first.len() == 7 + 32,
+            "{first}"
+        );
+        let mut again = Sessions::new(u64::MAX, ClientIdKey::default());
+        again.insert(Session::new(&first, 0));
+        let second = again.assign_client_id();
+        assert_ne!(second, first, "an id held is never given again");
+        assert_eq!(
+            second,
+            sessions.assign_client_id(),
+            "the same key, the same ids"
+        );
+        let mut other = Sessions::new(u64::MAX, ClientIdKey([1; 32]));
+        assert_ne!(other.assign_client_id(), first, "another key, other ids");
     }
 
     #[test]
     fn the_index_finds_every_id_as_it_grows_and_as_sessions_end() {
-        let mut sessions = Sessions::new(u64::MAX);
+        let mut sessions = Sessions::new(u64::MAX, ClientIdKey::default());
         // Enough ids for the index to grow, and rehash, several times.
         let keys: Vec<Key> = (0..1000)
             .map(|n| sessions.insert(Session::new(&format!("client-{n}"), 0)))

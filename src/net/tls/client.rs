@@ -121,6 +121,7 @@ mod tests {
                 host: "127.0.0.1".into(),
                 port: 8883,
                 tls: Some(tls),
+                websocket: None,
             },
             client_id: "gw".into(),
             username: None,
