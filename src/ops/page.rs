@@ -11,8 +11,8 @@
 use super::gzip;
 use super::http::{Request, Response};
 
-/// The page's path. No scope names it: every operator reaches it, and
-/// a stranger as far as `/metrics`.
+/// The page's path. No scope need name it: every operator the file holds
+/// reaches it; a name the file does not hold reaches `/metrics` alone.
 pub const PATH: &str = "/";
 
 /// The page as carried.
