@@ -15,6 +15,9 @@ usage: saguin [--config FILE]      run the broker (without --config: the embedde
                                    without USER, one user name (and client id) a line on standard input
        saguin --print-default-config
        saguin --passwd FILE add USER | delete USER | list
+       saguin --passwd FILE scope USER ROUTES|all
+                                   the routes (comma-separated) an operator of an operations
+                                   listener's password_file reaches; all for every route
        saguin --version
 {}";
 

@@ -10,14 +10,12 @@ mod common;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
 use std::sync::mpsc::{self, Receiver, Sender};
 use std::time::Instant;
 
-use common::{BrokerProcess, RawClient, Received, TempDir, WAIT};
+use common::chromium::{have_chromium, Chromium};
+use common::{BrokerProcess, RawClient, Received, WAIT};
 use saguin::codec::{Packet, ProtocolVersion, Publish, QoS};
-
-const CHROMIUM: &str = "/usr/bin/chromium";
 
 fn mqtt_js() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/browser/node_modules/mqtt/dist/mqtt.min.js")
@@ -25,20 +23,16 @@ fn mqtt_js() -> PathBuf {
 
 /// Whether the browser and the library are here; says loudly when not.
 fn have_browser_and_library(test: &str) -> bool {
-    let missing = if !Path::new(CHROMIUM).exists() {
-        Some(format!(
-            "{CHROMIUM} is not installed (apt-get install chromium)"
-        ))
-    } else if !mqtt_js().exists() {
-        Some("MQTT.js is not installed (npm ci in tests/browser)".to_string())
-    } else {
-        None
-    };
-    if let Some(why) = &missing {
+    if !have_chromium(test) {
+        return false;
+    }
+    let found = mqtt_js().exists();
+    if !found {
+        let why = "MQTT.js is not installed (npm ci in tests/browser)";
         let _ =
             std::io::stderr().write_all(format!("\n*** SKIPPED {test}: {why} ***\n").as_bytes());
     }
-    missing.is_none()
+    found
 }
 
 /// The page: MQTT.js from this server, connecting to the door at
@@ -140,39 +134,6 @@ fn wait_for_report(reports: &Receiver<String>, wanted: &str, seen: &mut Vec<Stri
     }
 }
 
-/// Headless Chromium on `url`, its profile in `profile`, ended with the test.
-struct Browser(Child);
-
-impl Browser {
-    fn open(url: &str, profile: &Path) -> Browser {
-        let child = Command::new(CHROMIUM)
-            .args([
-                "--headless",
-                "--no-sandbox",
-                "--disable-gpu",
-                "--disable-quic",
-                "--no-first-run",
-                "--disable-background-networking",
-                "--disable-component-update",
-                "--disable-sync",
-            ])
-            .arg(format!("--user-data-dir={}", profile.display()))
-            .arg(url)
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("start chromium");
-        Browser(child)
-    }
-}
-
-impl Drop for Browser {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
 #[test]
 fn mqtt_js_in_chromium_connects_over_ws_receives_a_retained_value_and_publishes() {
     let test = "mqtt_js_in_chromium_connects_over_ws_receives_a_retained_value_and_publishes";
@@ -203,8 +164,7 @@ fn mqtt_js_in_chromium_connects_over_ws_receives_a_retained_value_and_publishes(
     let (reports, reported) = mpsc::channel();
     let html = page(ws_port);
     std::thread::spawn(move || serve(site, html, reports));
-    let profile = TempDir::new("chromium-profile");
-    let _browser = Browser::open(&format!("http://127.0.0.1:{site_port}/"), profile.path());
+    let _browser = Chromium::open(&format!("http://127.0.0.1:{site_port}/"), 800, 600);
 
     let mut seen = Vec::new();
     wait_for_report(&reported, "subscribed", &mut seen);

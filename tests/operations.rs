@@ -786,11 +786,7 @@ fn startup_refusals_name_the_key() {
 /// The value of the sample `series` (name and labels as written) in a
 /// scrape.
 fn sample(body: &str, series: &str) -> f64 {
-    body.lines()
-        .find_map(|line| line.strip_prefix(series)?.strip_prefix(' '))
-        .unwrap_or_else(|| panic!("no {series} in:\n{body}"))
-        .parse()
-        .unwrap()
+    common::http::sample(body, series)
 }
 
 /// The first number after `"key":` in a JSON body.
@@ -901,7 +897,9 @@ fn a_queue_route_lists_its_work_and_an_unknown_queue_is_404() {
         queue.body
     );
     assert!(
-        queue.body.contains("\"attempts\":0,\"state\":\"waiting\""),
+        queue
+            .body
+            .contains("\"topic\":\"jobs/a\",\"attempts\":0,\"state\":\"waiting\""),
         "{}",
         queue.body
     );
@@ -1045,4 +1043,88 @@ fn sigusr1_re_reads_the_operators_file() {
     broker.wait_for_log("operations: re-read");
     assert_eq!(status("second", "two"), 200);
     assert_eq!(status("first", "one"), 401);
+}
+
+/// A session row names what its connection said: the user, the door,
+/// Clean Start and the partition slices it declared; a consumer row says
+/// when its session was last heard from.
+#[test]
+fn a_session_names_its_user_door_clean_start_and_slices_and_a_consumer_its_last_seen() {
+    let dir = TempDir::new("ops-session-rows");
+    let channels = "channels:\n  events:\n    type: append\n    filter: events/#\n";
+    // With no password file a user name is taken as stated only when asked.
+    let block = format!(
+        "    trust_unchecked_user_names: true\n{REDB_EVENTS}  operations:\n{LOOPBACK_DOOR}"
+    );
+    let mut broker = BrokerProcess::start_in(dir.path(), &block, channels);
+    let line = broker.wait_for_log("operations door tcp bound to");
+    let ops = line.rsplit("bound to ").next().unwrap().trim().to_string();
+
+    let mut client = RawClient::open(&broker.address(), ProtocolVersion::V5);
+    let mut connect = common::connect_packet(ProtocolVersion::V5, "north-17");
+    connect.clean_start = false;
+    connect.username = Some("cohort-north".into());
+    connect.properties.session_expiry_interval_s = Some(3600);
+    client.send(&Packet::Connect(Box::new(connect)));
+    assert!(matches!(
+        client.recv(),
+        common::Received::Packet(Packet::Connack(_))
+    ));
+    let properties = saguin::codec::Properties {
+        user_properties: ["topic_hash(3, 0)", "topic_hash(3, 2)"]
+            .iter()
+            .map(|v| ("saguin-filter".to_string(), v.to_string()))
+            .collect(),
+        ..Default::default()
+    };
+    let options = saguin::codec::SubscriptionOptions {
+        qos: QoS::AtLeastOnce,
+        ..Default::default()
+    };
+    client.send(&Packet::Subscribe(saguin::codec::Subscribe {
+        packet_id: 1,
+        properties,
+        filters: vec![("events/+".into(), options)],
+    }));
+    assert!(matches!(
+        client.recv(),
+        common::Received::Packet(Packet::Suback(_))
+    ));
+
+    let sessions = get(&ops, "/v1/operations/sessions", &[]).body;
+    assert!(
+        sessions.contains("{\"client_id\":\"north-17\",\"connected\":true,\"user\":\"cohort-north\",\"protocol\":5,\"listener\":\"tcp\",\"remote\":null,\"bridge\":false,\"keepalive\":"),
+        "{sessions}"
+    );
+    assert!(
+        sessions.contains("\"expires_after\":3600,\"clean_start\":false,\"subscriptions\":1,\"partitions\":[{\"filter\":\"events/+\",\"count\":3,\"indices\":[0,2]}]}"),
+        "{sessions}"
+    );
+    let consumers = get(&ops, "/v1/operations/consumers", &[]).body;
+    assert!(
+        consumers
+            .contains("{\"reader\":\"mqtt:north-17\",\"offset\":1,\"behind\":0,\"last_seen\":\"20"),
+        "{consumers}"
+    );
+    // Gone, its session is held: nothing its connection said is known,
+    // and it was last seen when it went.
+    client.send(&Packet::Disconnect(Default::default()));
+    drop(client);
+    let deadline = std::time::Instant::now() + WAIT;
+    loop {
+        let sessions = get(&ops, "/v1/operations/sessions", &[]).body;
+        if sessions
+            .contains("\"connected\":false,\"user\":null,\"protocol\":null,\"listener\":null")
+        {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "{sessions}");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let consumers = get(&ops, "/v1/operations/consumers", &[]).body;
+    assert!(
+        consumers
+            .contains("\"reader\":\"mqtt:north-17\",\"offset\":1,\"behind\":0,\"last_seen\":\"20"),
+        "{consumers}"
+    );
 }

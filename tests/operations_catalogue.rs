@@ -5,9 +5,9 @@
 
 mod common;
 
-use std::io::Write;
 use std::net::TcpListener;
 
+use common::http::{get_body as get, sample};
 use common::{BrokerProcess, RawClient, Received, TempDir};
 use saguin::codec::{Packet, ProtocolVersion, Publish, QoS};
 
@@ -130,19 +130,6 @@ fn closed_port() -> u16 {
     listener.local_addr().unwrap().port()
 }
 
-fn get(address: &str, path: &str) -> String {
-    use std::io::Read;
-    let mut stream = std::net::TcpStream::connect(address).unwrap();
-    stream.set_read_timeout(Some(common::WAIT)).unwrap();
-    let request = format!("GET {path} HTTP/1.1\r\nConnection: close\r\n\r\n");
-    stream.write_all(request.as_bytes()).unwrap();
-    let mut text = String::new();
-    stream.read_to_string(&mut text).unwrap();
-    let (head, body) = text.split_once("\r\n\r\n").unwrap();
-    assert!(head.starts_with("HTTP/1.1 200 "), "{head}");
-    body.to_string()
-}
-
 /// The sample names `prometheus_client` reads from `body`, or `None`
 /// when the parser is not installed.
 fn parsed_sample_names(body: &str) -> Option<Vec<String>> {
@@ -229,63 +216,6 @@ fn every_name_of_the_reference_catalogue_is_in_a_scrape() {
     assert!(!body.contains("\nsaguin_bytes_received_total 0\n"));
 }
 
-/// A value in `body` for the sample written exactly as `series`.
-fn sample(body: &str, series: &str) -> u64 {
-    let line = body
-        .lines()
-        .find(|l| {
-            l.strip_prefix(series)
-                .is_some_and(|rest| rest.starts_with(' '))
-        })
-        .unwrap_or_else(|| panic!("no {series} in\n{body}"));
-    line.rsplit(' ').next().unwrap().parse().unwrap()
-}
-
-/// The next job the worker is sent, acknowledged at the MQTT level so
-/// its lease starts.
-fn take_job(worker: &mut RawClient, early: &mut Vec<Publish>) -> Publish {
-    loop {
-        let next = match early.pop() {
-            Some(job) => Received::Packet(Packet::Publish(job)),
-            None => worker.recv(),
-        };
-        match next {
-            Received::Packet(Packet::Publish(job)) => {
-                let ack = saguin::codec::PubAck {
-                    packet_id: job.packet_id.unwrap(),
-                    ..Default::default()
-                };
-                worker.send(&Packet::Puback(ack));
-                return job;
-            }
-            Received::Packet(_) => continue,
-            Received::Closed => panic!("the worker was closed"),
-        }
-    }
-}
-
-/// Answers `job` with `outcome`, waiting for the answer's PUBACK; a job
-/// offered meanwhile is kept in `early`.
-fn answer(worker: &mut RawClient, job: &Publish, outcome: &str, early: &mut Vec<Publish>) {
-    let mut publish = Publish {
-        qos: QoS::AtLeastOnce,
-        topic: "$saguin/queue/jobs/response".into(),
-        packet_id: Some(900),
-        payload: outcome.as_bytes().to_vec(),
-        ..Publish::default()
-    };
-    publish.properties.correlation_data = job.properties.correlation_data.clone();
-    worker.send(&Packet::Publish(publish));
-    loop {
-        match worker.recv() {
-            Received::Packet(Packet::Puback(ack)) if ack.packet_id == 900 => return,
-            Received::Packet(Packet::Publish(job)) => early.push(job),
-            Received::Packet(_) => continue,
-            Received::Closed => panic!("closed while answering"),
-        }
-    }
-}
-
 #[test]
 fn a_queues_work_is_counted_as_it_is_handed_out_and_answered() {
     let dir = TempDir::new("ops-queue-counts");
@@ -328,13 +258,13 @@ fn a_queues_work_is_counted_as_it_is_handed_out_and_answered() {
         other => panic!("expected a SUBACK, got {other:?}"),
     }
     let mut early = Vec::new();
-    let first = take_job(&mut worker, &mut early);
-    answer(&mut worker, &first, "return", &mut early);
-    let second = take_job(&mut worker, &mut early);
-    answer(&mut worker, &second, "ack", &mut early);
+    let first = common::take_job(&mut worker, &mut early);
+    common::answer_job(&mut worker, "jobs", &first, "return", &mut early);
+    let second = common::take_job(&mut worker, &mut early);
+    common::answer_job(&mut worker, "jobs", &second, "ack", &mut early);
 
     let body = get(&ops, "/metrics");
-    let of = |name: &str| sample(&body, &format!("{name}{{channel=\"jobs\"}}"));
+    let of = |name: &str| sample::<u64>(&body, &format!("{name}{{channel=\"jobs\"}}"));
     assert_eq!(of("saguin_queue_returned_total"), 1);
     assert_eq!(of("saguin_queue_acknowledged_total"), 1);
     assert_eq!(of("saguin_queue_retain_ignored_total"), 1);

@@ -595,3 +595,156 @@ fn check_config_output_prints_the_resolved_configuration_as_yaml() {
         Some("127.0.0.1:0")
     );
 }
+
+/// A request carrying a body to a route that does not take its method is
+/// told the methods the route takes, its body unread; one whose method
+/// the route takes is told no route takes a body.
+#[test]
+fn a_body_sent_with_a_method_a_route_does_not_take_is_answered_405_with_allow() {
+    if !have_curl() {
+        return;
+    }
+    let dir = TempDir::new("ops-curl-body");
+    let (_broker, ops) = start(&dir, "");
+    let url = |path: &str| format!("http://{ops}{path}");
+    for path in ["/health", "/metrics", "/"] {
+        let post = curl(&["-X", "POST", "-d", "probe=1", &url(path)]);
+        assert_eq!(post.status, 405, "{path}: {}", post.body);
+        assert_eq!(post.header("Allow").as_deref(), Some("GET, HEAD"), "{path}");
+    }
+    let put = curl(&["-X", "PUT", "-d", "x", &url(saguin::ops::backup::ROUTE)]);
+    assert_eq!(
+        (put.status, put.header("Allow").as_deref()),
+        (405, Some("POST"))
+    );
+    let get = curl(&["-X", "GET", "-d", "x", &url("/metrics")]);
+    assert_eq!(get.status, 413, "{}", get.body);
+    assert_eq!(
+        curl(&["-X", "POST", "-d", "x", &url("/nothing")]).status,
+        404
+    );
+}
+
+/// The page and the catalogue go out gzipped to a client that asks, and
+/// as they are to one that does not; what curl inflates is the same text.
+#[test]
+fn the_page_and_the_metrics_are_gzipped_for_a_client_that_accepts_it() {
+    if !have_curl() {
+        return;
+    }
+    let dir = TempDir::new("ops-curl-gzip");
+    let (_broker, ops) = start(&dir, "");
+    let url = |path: &str| format!("http://{ops}{path}");
+    let plain = curl(&[&url("/metrics")]);
+    let gzipped = curl(&["--compressed", &url("/metrics")]);
+    assert_eq!(plain.header("Content-Encoding"), None);
+    assert_eq!(gzipped.header("Content-Encoding").as_deref(), Some("gzip"));
+    assert_eq!(gzipped.header("Vary").as_deref(), Some("Accept-Encoding"));
+    // The second is the first scrape, answered again inside the interval.
+    assert_eq!(gzipped.body, plain.body);
+    assert!(plain.header("Age").is_some());
+    let on_the_wire = common::output_of(
+        Command::new("curl").args([
+            "-s",
+            "-H",
+            "Accept-Encoding: gzip",
+            "-o",
+            "-",
+            &url("/metrics"),
+        ]),
+        "apt-get install curl",
+    );
+    assert!(
+        on_the_wire.stdout.len() * 3 < plain.body.len(),
+        "gzip does not shrink it"
+    );
+
+    let page = curl(&[&url("/")]);
+    assert_eq!(page.status, 200);
+    assert_eq!(
+        page.header("Content-Type").as_deref(),
+        Some("text/html; charset=utf-8")
+    );
+    assert!(page.body.starts_with("<!doctype html>"), "{}", page.body);
+    let page_gzipped = curl(&["--compressed", &url("/")]);
+    assert_eq!(
+        page_gzipped.header("Content-Encoding").as_deref(),
+        Some("gzip")
+    );
+    assert_eq!(page_gzipped.body, page.body);
+    let policy = page.header("Content-Security-Policy").unwrap();
+    assert!(
+        policy.starts_with("default-src 'none'; script-src 'sha256-"),
+        "{policy}"
+    );
+    for (name, value) in [
+        ("X-Frame-Options", "DENY"),
+        ("X-Content-Type-Options", "nosniff"),
+        ("Referrer-Policy", "no-referrer"),
+        ("Cache-Control", "no-store"),
+    ] {
+        assert_eq!(page.header(name).as_deref(), Some(value), "{name}");
+    }
+}
+
+/// `saguin --passwd FILE scope` narrows an operator to some routes and
+/// `all` widens it again; the page stays open to it either way, and a
+/// route outside its scope is refused by the page's own fetch as by curl.
+#[test]
+fn passwd_scope_writes_the_routes_an_operator_reaches() {
+    if !have_curl() {
+        return;
+    }
+    let dir = TempDir::new("ops-curl-scope");
+    let file = dir.path().join("operations.passwd");
+    let passwd = |args: &[&str], input: &str| {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_saguin"));
+        command.arg("--passwd").arg(&file).args(args);
+        common::output_with_input(&mut command, input).unwrap()
+    };
+    assert!(passwd(&["add", "grafana"], "viewer\n").status.success());
+    let narrowed = passwd(
+        &["scope", "grafana", "/metrics,/v1/operations/consumers"],
+        "",
+    );
+    assert!(
+        narrowed.status.success(),
+        "{}",
+        String::from_utf8_lossy(&narrowed.stderr)
+    );
+    let text = std::fs::read_to_string(&file).unwrap();
+    assert!(
+        text.trim_end()
+            .ends_with(":/metrics,/v1/operations/consumers"),
+        "{text}"
+    );
+    // A route no route is refused, and the file left as it was.
+    let wrong = passwd(&["scope", "grafana", "/v2"], "");
+    assert!(!wrong.status.success());
+    assert!(String::from_utf8_lossy(&wrong.stderr).contains("names no route"));
+    assert_eq!(std::fs::read_to_string(&file).unwrap(), text);
+    // A new password keeps the routes.
+    assert!(passwd(&["add", "grafana"], "viewer2\n").status.success());
+    let again = std::fs::read_to_string(&file).unwrap();
+    assert!(
+        again
+            .trim_end()
+            .ends_with(":/metrics,/v1/operations/consumers"),
+        "{again}"
+    );
+
+    let operators = format!("    password_file: {}\n", file.display());
+    let (mut broker, ops) = start(&dir, &operators);
+    let url = |path: &str| format!("http://{ops}{path}");
+    let ask = |path: &str| curl(&["-u", "grafana:viewer2", &url(path)]).status;
+    assert_eq!(ask("/metrics"), 200);
+    assert_eq!(ask("/v1/operations/consumers"), 200);
+    assert_eq!(ask("/v1/operations/sessions"), 403);
+    assert_eq!(ask("/"), 200);
+    assert_eq!(curl(&[&url("/")]).status, 401);
+
+    assert!(passwd(&["scope", "grafana", "all"], "").status.success());
+    broker.signal("USR1");
+    broker.wait_for_log("operations: re-read");
+    assert_eq!(ask("/v1/operations/sessions"), 200);
+}

@@ -182,7 +182,8 @@ fn every_seek_form_moves_the_consumer_and_is_answered() {
 #[test]
 fn a_seek_needs_a_durable_session_and_a_channel_that_exists() {
     let dir = TempDir::new("seek-refusals");
-    let broker = BrokerProcess::start_in(dir.path(), REDB, EVENTS);
+    let channels = format!("{EVENTS}  jobs:\n    type: queue\n    filter: jobs/#\n  state:\n    type: latest\n    filter: state/#\n");
+    let broker = BrokerProcess::start_in(dir.path(), REDB, &channels);
     let mut clean = connect(&broker.address(), "clean", false);
     let (reply, _, code, _) = seek(&mut clean, "0", 1);
     assert_eq!(
@@ -190,19 +191,28 @@ fn a_seek_needs_a_durable_session_and_a_channel_that_exists() {
         ("no-session", ReasonCode::IMPLEMENTATION_SPECIFIC_ERROR)
     );
 
-    let publish = Publish {
-        qos: QoS::AtLeastOnce,
-        topic: "$saguin/consumer/nosuch/seek".into(),
-        packet_id: Some(2),
-        payload: b"0".to_vec(),
-        ..Publish::default()
-    };
-    clean.send(&Packet::Publish(publish));
-    match clean.recv() {
-        Received::Packet(Packet::Puback(ack)) => {
-            assert_eq!(ack.reason_code, ReasonCode::TOPIC_NAME_INVALID)
+    // A name that is no append channel is told what it is instead.
+    for (packet_id, name, says) in [
+        (2, "nosuch", "no channel has that name"),
+        (3, "jobs", "that channel is a queue"),
+        (4, "state", "that channel is a latest channel"),
+    ] {
+        let publish = Publish {
+            qos: QoS::AtLeastOnce,
+            topic: format!("$saguin/consumer/{name}/seek"),
+            packet_id: Some(packet_id),
+            payload: b"0".to_vec(),
+            ..Publish::default()
+        };
+        clean.send(&Packet::Publish(publish));
+        match clean.recv() {
+            Received::Packet(Packet::Puback(ack)) => {
+                assert_eq!(ack.reason_code, ReasonCode::TOPIC_NAME_INVALID, "{name}");
+                let why = ack.properties.reason_string.unwrap_or_default();
+                assert!(why.starts_with(says), "{name}: {why:?}");
+            }
+            other => panic!("expected PUBACK 0x90, got {other:?}"),
         }
-        other => panic!("expected PUBACK 0x90, got {other:?}"),
     }
 }
 

@@ -260,7 +260,7 @@ fn a_unix_doors_peer_is_named_by_the_kernel_in_the_log_and_in_sessions() {
     );
     // A TCP client's socket already says where it is: nothing is kept.
     let _tcp = RawClient::connect(&broker.address(), ProtocolVersion::V5, "on-tcp");
-    assert!(sessions(&operations).contains("\"client_id\":\"on-tcp\",\"connected\":true,\"protocol\":5,\"keepalive\":60,\"expires_after\":0,\"subscriptions\":0,\"remote\":null"));
+    assert!(sessions(&operations).contains("\"client_id\":\"on-tcp\",\"connected\":true,\"user\":null,\"protocol\":5,\"listener\":\"tcp\",\"remote\":null,\"bridge\":false,\"keepalive\":60,\"expires_after\":0,\"clean_start\":true,\"subscriptions\":0}"));
 }
 
 /// A role granting each named client its own alerts.

@@ -1,4 +1,10 @@
-//! `saguin --passwd FILE add|delete|list [USER]`: keeps a password file.
+//! `saguin --passwd FILE add|delete|list [USER]`: keeps a password file;
+//! `saguin --passwd FILE scope USER ROUTES|all` sets the routes an
+//! operator reaches in an operations listener's operators file.
+//!
+//! A file with a third field on any line is an operators file, and is
+//! read as the listener reads one (its routes checked); `add` keeps a
+//! line's routes when it sets a new password.
 //!
 //! The file is rewritten whole through a temporary file beside it, synced
 //! and renamed over it, so a broker re-reading it on SIGUSR1 sees the old
@@ -13,7 +19,8 @@ use std::path::{Path, PathBuf};
 use super::file::{entry, PasswordFile};
 use super::hash::PasswordHash;
 
-pub const USAGE: &str = "saguin --passwd FILE add USER [--argon2id] | delete USER | list";
+pub const USAGE: &str =
+    "saguin --passwd FILE add USER [--argon2id] | delete USER | list | scope USER ROUTES|all";
 
 /// The longest user name MQTT can carry.
 const MAX_USER_BYTES: usize = 65_535;
@@ -27,6 +34,8 @@ enum Edit {
     Add(String, bool),
     Delete(String),
     List,
+    /// An operator's routes, comma-separated; `None` for every route.
+    Scope(String, Option<String>),
 }
 
 /// Runs the command on its arguments (those after `--passwd`). What it
@@ -41,7 +50,7 @@ pub fn run(args: &[String]) -> Result<(), String> {
         }
         Err(e) => return Err(format!("{}: cannot be read: {e}", path.display())),
     };
-    PasswordFile::parse(&path, &text).map_err(|e| format!("{e}; mend it before editing"))?;
+    checked(&path, &text).map_err(|e| format!("{e}; mend it before editing"))?;
     match edit {
         Edit::List => {
             for user in users(&text) {
@@ -68,6 +77,44 @@ pub fn run(args: &[String]) -> Result<(), String> {
             eprintln!("{}: user {user} deleted", path.display());
             Ok(())
         }
+        Edit::Scope(user, routes) => {
+            if !users(&text).any(|u| u == user) {
+                return Err(format!(
+                    "{}: no operator {user:?}; add one first with saguin --passwd {} add {user}",
+                    path.display(),
+                    path.display()
+                ));
+            }
+            let edited = with_scope(&text, &user, routes.as_deref());
+            // The routes are checked as the listener will read them.
+            checked(&path, &edited).map_err(|e| format!("{e}; nothing was written"))?;
+            write_atomically(&path, &edited)?;
+            match routes {
+                Some(routes) => eprintln!("{}: {user} reaches {routes}", path.display()),
+                None => eprintln!("{}: {user} reaches every route", path.display()),
+            }
+            Ok(())
+        }
+    }
+}
+
+/// Reads `text` as the file it is: an operators file, when a line names
+/// routes, or a password file.
+fn checked(path: &Path, text: &str) -> Result<(), String> {
+    let scoped = text
+        .lines()
+        .filter_map(entry)
+        .filter_map(Result::ok)
+        .any(|(_, rest)| rest.contains(':'));
+    if scoped {
+        let name = path.display().to_string();
+        crate::ops::operators::Operators::parse(&name, text, crate::ops::route::ROUTES)
+            .map(drop)
+            .map_err(|e| format!("{name}: {e}"))
+    } else {
+        PasswordFile::parse(path, text)
+            .map(drop)
+            .map_err(|e| e.to_string())
     }
 }
 
@@ -79,6 +126,10 @@ fn parse_args(args: &[String]) -> Result<(PathBuf, Edit), String> {
         }
         [_, action, user] if action == "delete" => Edit::Delete(user.clone()),
         [_, action] if action == "list" => Edit::List,
+        [_, action, user, routes] if action == "scope" => {
+            let routes = (routes != "all").then(|| routes.replace(' ', ""));
+            Edit::Scope(user.clone(), routes)
+        }
         _ => return Err(format!("usage: {USAGE}")),
     };
     Ok((PathBuf::from(&args[0]), edit))
@@ -116,15 +167,28 @@ fn is_line_of(line: &str, user: &str) -> bool {
     matches!(entry(line), Some(Ok((u, _))) if u == user)
 }
 
-/// `text` with `user`'s line set to `hash`: in its place if it had one,
-/// at the end otherwise. Every other line is kept as it was.
+/// The routes field of a line, `user:hash:routes`, if it has one.
+fn routes_of(line: &str) -> Option<&str> {
+    let (_, rest) = entry(line)?.ok()?;
+    rest.split_once(':').map(|(_, routes)| routes.trim())
+}
+
+/// The hash of a line, without its routes.
+fn hash_of(line: &str) -> &str {
+    let rest = entry(line)
+        .and_then(Result::ok)
+        .map_or("", |(_, rest)| rest);
+    rest.split_once(':').map_or(rest, |(hash, _)| hash)
+}
+
+/// `text` with `user`'s line set to `hash`, its routes kept: in its place
+/// if it had one, at the end otherwise. Every other line is kept as it was.
 fn with_user(text: &str, user: &str, hash: &str) -> String {
-    let new_line = format!("{user}:{hash}");
     let mut replaced = false;
-    let mut out = String::with_capacity(text.len() + new_line.len() + 1);
+    let mut out = String::with_capacity(text.len() + hash.len() + user.len() + 2);
     for line in text.lines() {
         if is_line_of(line, user) {
-            out.push_str(&new_line);
+            out.push_str(&line_of(user, hash, routes_of(line)));
             replaced = true;
         } else {
             out.push_str(line);
@@ -132,10 +196,32 @@ fn with_user(text: &str, user: &str, hash: &str) -> String {
         out.push('\n');
     }
     if !replaced {
-        out.push_str(&new_line);
+        out.push_str(&line_of(user, hash, None));
         out.push('\n');
     }
     out
+}
+
+fn line_of(user: &str, hash: &str, routes: Option<&str>) -> String {
+    match routes {
+        Some(routes) => format!("{user}:{hash}:{routes}"),
+        None => format!("{user}:{hash}"),
+    }
+}
+
+/// `text` with `user`'s routes set to `routes`; `None` drops the field,
+/// which reaches every route. Its hash and every other line are kept.
+fn with_scope(text: &str, user: &str, routes: Option<&str>) -> String {
+    text.lines()
+        .map(|line| {
+            if is_line_of(line, user) {
+                line_of(user, hash_of(line), routes)
+            } else {
+                line.to_string()
+            }
+        })
+        .flat_map(|line| [line, "\n".to_string()])
+        .collect()
 }
 
 fn without_user(text: &str, user: &str) -> String {
@@ -265,6 +351,30 @@ mod tests {
     }
 
     #[test]
+    fn a_scope_sets_or_drops_an_operators_routes_and_nothing_else() {
+        let text = "# operators\nprometheus:$7$p\noncall:$7$o:/v1/operations\n";
+        assert_eq!(
+            with_scope(text, "prometheus", Some("/metrics,/v1/operations/consumers")),
+            "# operators\nprometheus:$7$p:/metrics,/v1/operations/consumers\noncall:$7$o:/v1/operations\n"
+        );
+        assert_eq!(
+            with_scope(text, "oncall", None),
+            "# operators\nprometheus:$7$p\noncall:$7$o\n"
+        );
+        assert_eq!(
+            parse_args(&args(&["/f", "scope", "a", "/metrics, /v1"]))
+                .unwrap()
+                .1,
+            Edit::Scope("a".into(), Some("/metrics,/v1".into()))
+        );
+        assert_eq!(
+            parse_args(&args(&["/f", "scope", "a", "all"])).unwrap().1,
+            Edit::Scope("a".into(), None)
+        );
+        assert!(parse_args(&args(&["/f", "scope", "a"])).is_err());
+    }
+
+    #[test]
     fn an_added_user_replaces_its_line_and_keeps_the_rest() {
         let text = "# fleet\nbob:$6$old\ncarol:$6$c\n";
         assert_eq!(
@@ -273,6 +383,12 @@ mod tests {
         );
         assert_eq!(with_user("", "dave", "$7$d"), "dave:$7$d\n");
         assert_eq!(without_user(text, "bob"), "# fleet\ncarol:$6$c\n");
+        // An operator's routes stay with its new password.
+        let scoped = "prometheus:$7$old:/metrics\n";
+        assert_eq!(
+            with_user(scoped, "prometheus", "$7$new"),
+            "prometheus:$7$new:/metrics\n"
+        );
         assert_eq!(users(text).collect::<Vec<_>>(), ["bob", "carol"]);
     }
 

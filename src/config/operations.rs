@@ -107,6 +107,16 @@ pub(super) fn parse(
         })
         .collect();
     for (j, (path, door)) in unix.iter().enumerate() {
+        if door.proxy_protocol && door.password_file.is_none() && password_file.is_none() {
+            // Behind a PROXY header nothing but a verified certificate names
+            // a caller, and with no operators every other caller is the
+            // trusted nobody, whom a socket door serves every route.
+            f.key(
+                &format!("{path}.proxy_protocol"),
+                format!("true with no operators file would serve every caller the proxy in front admits, certificate or not, every route included: set {BLOCK}.password_file or {path}.password_file, so a caller the proxy names nobody is asked for a credential"),
+            );
+            clean = false;
+        }
         let earlier = unix[..j]
             .iter()
             .map(|(p, d)| (format!("the operations door at {p}"), d.path.as_path()));

@@ -79,6 +79,7 @@ const REDB_KEYS: Keys = Keys {
     supported: &[
         "type",
         "max_bytes",
+        "device_endurance",
         "file_path",
         "publish_commit_interval",
         "publish_commit_max_records",
@@ -87,13 +88,14 @@ const REDB_KEYS: Keys = Keys {
     not_yet: &[],
 };
 const MEMORY_KEYS: Keys = Keys {
-    supported: &["type", "max_bytes", "snapshot_dir"],
+    supported: &["type", "max_bytes", "snapshot_dir", "device_endurance"],
     not_yet: &[],
 };
 const ANY_PROVIDER_KEYS: Keys = Keys {
     supported: &[
         "type",
         "max_bytes",
+        "device_endurance",
         "file_path",
         "snapshot_dir",
         "publish_commit_interval",
@@ -354,6 +356,7 @@ fn provider(
     let rest = Value::Mapping(rest);
     let t = table(f, path, &rest, keys)?;
     let max_bytes = max_bytes(f, path, t.get("max_bytes"), kind, limits);
+    let endurance = device_endurance(f, path, t.get("device_endurance"));
     let kind = match kind? {
         Type::Redb => {
             let file_path = file_path(f, path, t.get("file_path"));
@@ -379,7 +382,32 @@ fn provider(
         name: name.to_string(),
         max_bytes: max_bytes?,
         kind,
+        device_endurance_bytes: endurance?,
     })
+}
+
+/// `device_endurance`: what the device under the provider is rated to be
+/// written before it wears out; `Some(None)` when absent.
+fn device_endurance(
+    f: &mut Findings,
+    provider_path: &str,
+    value: Option<&Value>,
+) -> Option<Option<u64>> {
+    let Some(value) = value else {
+        return Some(None);
+    };
+    let path = join(provider_path, "device_endurance");
+    let read = match value {
+        Value::String(text) => super::units::parse_endurance_bytes(text),
+        _ => Err(super::units::ENDURANCE_FORMS.to_string()),
+    };
+    match read {
+        Ok(bytes) => Some(Some(bytes)),
+        Err(why) => {
+            f.value(&path, value, why);
+            None
+        }
+    }
 }
 
 fn provider_type(f: &mut Findings, path: &str, value: Option<&Value>) -> Option<Type> {
@@ -1204,6 +1232,27 @@ mod tests {
     }
 
     #[test]
+    fn a_providers_device_endurance_is_read_and_a_bad_one_named_with_its_fix() {
+        let c = ok(&redb("device_endurance: 30TBW"));
+        assert_eq!(
+            c.providers[0].device_endurance_bytes,
+            Some(30_000_000_000_000)
+        );
+        let c = ok(&redb("device_endurance: 3000 cycles of 32GiB"));
+        assert_eq!(c.providers[0].device_endurance_bytes, Some(3000 << 35));
+        assert_eq!(ok(&redb("")).providers[0].device_endurance_bytes, None);
+        for bad in ["30TB", "30", "lots", "3000 cycles of 32GB"] {
+            let f = one_refusal(&redb(&format!("device_endurance: {bad}")));
+            assert!(
+                f.contains("broker.storage.providers.local.device_endurance") && f.contains(bad),
+                "{f}"
+            );
+        }
+        let f = one_refusal(&redb("device_endurance: 30TB"));
+        assert!(f.contains("such as 30TBW"), "{f}");
+    }
+
+    #[test]
     fn providers_written_in_place_in_a_list_are_read() {
         let c = ok(&providers(
             "- local:\n    type: redb\n    file_path: /var/lib/x.redb\n    max_bytes: 1MiB\n- a:\n    type: memory\n    max_bytes: 1MiB\n    snapshot_dir: none\n  b:\n    type: memory\n    max_bytes: 2MiB\n    snapshot_dir: /s\n",
@@ -1229,6 +1278,7 @@ mod tests {
             name: name.into(),
             max_bytes,
             kind: ProviderKind::Memory { snapshot_dir: None },
+            device_endurance_bytes: None,
         };
         let mut c = StorageConfig {
             default_provider: "a".into(),
@@ -1244,6 +1294,7 @@ mod tests {
                         commit: CommitPolicy::Collect,
                         checkpoint_interval_ms: store::DEFAULT_CHECKPOINT_INTERVAL_MS,
                     },
+                    device_endurance_bytes: None,
                 },
                 memory("b", 8 << 30),
             ],

@@ -660,8 +660,12 @@ fn an_unknown_key_near_a_known_one_gets_a_suggestion() {
 
 #[test]
 fn an_operations_unix_door_s_proxy_protocol_is_true_or_false() {
+    let operators =
+        std::env::temp_dir().join(format!("saguin-proxy-ops-{}.passwd", std::process::id()));
+    let line = crate::ops::operators::hash_line("oncall", "pw", b"test-salt-12");
+    std::fs::write(&operators, format!("{line}\n")).unwrap();
     let door = |value: &str| {
-        format!("broker:\n  id: a\n  operations:\n    listen:\n      unix:\n        path: /run/o.sock\n        proxy_protocol: {value}\n")
+        format!("broker:\n  id: a\n  operations:\n    password_file: {}\n    listen:\n      unix:\n        path: /run/o.sock\n        proxy_protocol: {value}\n", operators.display())
     };
     let settings = ok(&door("true")).broker.operations.unwrap();
     assert!(settings.unix[0].proxy_protocol);
@@ -676,6 +680,19 @@ fn an_operations_unix_door_s_proxy_protocol_is_true_or_false() {
             "false",
         ],
     );
+    // With no operators file anywhere, every caller behind the proxy
+    // would be the trusted nobody: refused, naming the key and the fix.
+    let open = "broker:\n  id: a\n  operations:\n    listen:\n      unix:\n        path: /run/o.sock\n        proxy_protocol: true\n";
+    let f = only_finding(open);
+    assert_contains(
+        &f,
+        &[
+            "broker.operations.listen.unix.proxy_protocol",
+            "every route",
+            "broker.operations.password_file",
+        ],
+    );
+    let _ = std::fs::remove_file(&operators);
 }
 
 #[test]

@@ -1,5 +1,6 @@
-//! The two written forms a value takes besides plain numbers: durations
-//! (`30s`, `250ms`, `7d`) and sizes (`1MiB`, `512`).
+//! The written forms a value takes besides plain numbers: durations
+//! (`30s`, `250ms`, `7d`), sizes (`1MiB`, `512`) and a flash device's
+//! rated endurance (`30TBW`, `3000 cycles of 32GiB`).
 //!
 //! Both parsers are pure and return a reason in words when they refuse, so
 //! the caller can put the key path and the written value in front of it.
@@ -260,6 +261,79 @@ fn split_number(text: &str) -> (&str, &str) {
     text.split_at(end)
 }
 
+/// Terabytes written, and their kin, as flash makers rate endurance: in
+/// decimal units, as their data sheets write them.
+const WRITTEN_UNITS: [(&str, u64); 3] = [
+    ("GBW", 1_000_000_000),
+    ("TBW", 1_000_000_000_000),
+    ("PBW", 1_000_000_000_000_000),
+];
+
+/// The accepted forms of a device's endurance, for every refusal.
+pub const ENDURANCE_FORMS: &str = "write the device's rated endurance as the bytes it may be written in decimal units, such as 30TBW (also GBW and PBW, a fraction allowed: 1.5PBW), or as program/erase cycles of its capacity, such as 3000 cycles of 32GiB";
+
+/// Reads a flash device's rated endurance, in bytes it may be written
+/// before it wears out: `<n>TBW` (or `GBW`, `PBW`; a decimal fraction is
+/// taken, `1.5PBW`), or `<cycles> cycles of <size>`, the size as
+/// [`parse_size_bytes`] reads it.
+pub fn parse_endurance_bytes(text: &str) -> Result<u64, String> {
+    let text = text.trim();
+    let too_large = || "that endurance is too large to hold in bytes".to_string();
+    if let Some((cycles, capacity)) = text.split_once(" cycles of ") {
+        let cycles = parse_whole(cycles.trim())
+            .filter(|_| cycles.trim().bytes().all(|b| b.is_ascii_digit()))
+            .ok_or_else(|| {
+                format!(
+                    "{:?} is not a whole number of cycles; {ENDURANCE_FORMS}",
+                    cycles.trim()
+                )
+            })?;
+        let capacity = parse_size_bytes(capacity.trim())?;
+        let bytes = cycles.checked_mul(capacity).ok_or_else(too_large)?;
+        return positive(bytes);
+    }
+    let compact: String = text.chars().filter(|c| !c.is_whitespace()).collect();
+    let unit_at = compact
+        .find(|c: char| c.is_ascii_alphabetic())
+        .ok_or_else(|| ENDURANCE_FORMS.to_string())?;
+    let (number, unit) = compact.split_at(unit_at);
+    let Some(scale) = WRITTEN_UNITS
+        .iter()
+        .find(|(u, _)| u.eq_ignore_ascii_case(unit))
+        .map(|(_, scale)| *scale)
+    else {
+        return Err(format!(
+            "{unit:?} is not an endurance unit; {ENDURANCE_FORMS}"
+        ));
+    };
+    let (whole, fraction) = number.split_once('.').unwrap_or((number, ""));
+    let digits_only = |s: &str| s.bytes().all(|b| b.is_ascii_digit());
+    if whole.is_empty() || !digits_only(whole) || !digits_only(fraction) || fraction.len() > 9 {
+        return Err(format!(
+            "{number:?} is not a number of {unit}; {ENDURANCE_FORMS}"
+        ));
+    }
+    let whole = parse_whole(whole).ok_or_else(too_large)?;
+    let mut bytes = whole.checked_mul(scale).ok_or_else(too_large)?;
+    let mut place = scale;
+    for digit in fraction.bytes() {
+        place /= 10;
+        bytes = bytes
+            .checked_add(u64::from(digit - b'0') * place)
+            .ok_or_else(too_large)?;
+    }
+    positive(bytes)
+}
+
+fn positive(bytes: u64) -> Result<u64, String> {
+    if bytes == 0 {
+        return Err(format!(
+            "a device rated to be written nothing wears out at once; {ENDURANCE_FORMS}"
+        ));
+    }
+    Ok(bytes)
+}
+
 /// Splits a leading run of letters from the rest.
 fn split_unit(text: &str) -> (&str, &str) {
     let end = text
@@ -288,6 +362,41 @@ fn parse_whole(digits: &str) -> Option<u64> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn endurance_is_read_as_bytes_written_or_as_cycles_of_a_capacity() {
+        let tb = 1_000_000_000_000u64;
+        assert_eq!(parse_endurance_bytes("30TBW"), Ok(30 * tb));
+        assert_eq!(parse_endurance_bytes("30 TBW"), Ok(30 * tb));
+        assert_eq!(parse_endurance_bytes("1.5PBW"), Ok(1_500 * tb));
+        assert_eq!(parse_endurance_bytes("600GBW"), Ok(600_000_000_000));
+        assert_eq!(parse_endurance_bytes("0.25tbw"), Ok(tb / 4));
+        assert_eq!(
+            parse_endurance_bytes("3000 cycles of 32GiB"),
+            Ok(3000 * 32 * (1 << 30))
+        );
+        for bad in [
+            "",
+            "30",
+            "30TB",
+            "30TiBW",
+            "-3TBW",
+            "1.2.3TBW",
+            ".5TBW",
+            "0TBW",
+            "x cycles of 32GiB",
+            "3000 cycles of 32GB",
+            "0 cycles of 8GiB",
+            "99999999999 PBW",
+        ] {
+            let why = parse_endurance_bytes(bad).expect_err(bad);
+            assert!(!why.is_empty(), "{bad}");
+        }
+        assert!(parse_endurance_bytes("3000 cycles of 32GB")
+            .unwrap_err()
+            .contains("GiB"));
+        assert!(parse_endurance_bytes("30TB").unwrap_err().contains("30TBW"));
+    }
 
     #[test]
     fn durations_in_every_unit() {

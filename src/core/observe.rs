@@ -12,6 +12,10 @@ pub struct Observation {
     /// Clients that completed a CONNECT, by protocol.
     pub connected_v311: u64,
     pub connected_v5: u64,
+    /// Clients connected now by the MQTT door they came through, indexed
+    /// as the doors are configured; a bridge's own sessions come through
+    /// none and are not in it.
+    pub connected_by_door: Vec<u64>,
     /// Sessions held with no connection.
     pub sessions_offline: u64,
     /// Subscriptions every session holds.
@@ -104,6 +108,10 @@ pub struct QueueCounts {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct JobRow {
     pub offset: u64,
+    /// Its record's topic, where the broker holds the record in memory
+    /// (read ahead to be offered, or on the wire to its worker); `None`
+    /// for one only on disk, which a route does not read.
+    pub topic: Option<String>,
     pub attempts: u32,
     /// `waiting`, `delivering` or `leased`.
     pub state: &'static str,
@@ -124,8 +132,25 @@ pub struct QueueView {
 /// One durable consumer's place in a channel.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ConsumerRow {
-    pub client_id: String,
+    /// Its scheme and name: `mqtt:<client id>`, or `bridge:<bridge>/<rule>`
+    /// for an outbound rule (see [`reader_name`]).
+    pub reader: String,
     pub offset: u64,
+    /// When its session was last heard from: now, if connected; when it
+    /// went away, if not; `None` for a session away that never expires.
+    pub last_seen_unix_ms: Option<u64>,
+}
+
+/// How the operations routes name a reader whose session has `client_id`:
+/// a bridge's outbound rule, which reads through a session of the
+/// reserved `saguin-bridge/` space, as `bridge:<bridge>/<rule hash>`, and
+/// any other as `mqtt:<client id>`. The scheme keeps a device calling
+/// itself `bridge:x` apart from the rule.
+pub fn reader_name(client_id: &str) -> String {
+    match client_id.strip_prefix(super::BRIDGE_CLIENT_ID_PREFIX) {
+        Some(rule) => format!("bridge:{rule}"),
+        None => format!("mqtt:{client_id}"),
+    }
 }
 
 /// A channel's consumers, worst first.
@@ -137,8 +162,9 @@ pub struct ChannelConsumers {
     pub rows: Vec<ConsumerRow>,
 }
 
-/// One session, for `/v1/operations/sessions`.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// One session, for `/v1/operations/sessions`. What its connection said
+/// is known only while it is connected.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct SessionRow {
     pub client_id: String,
     pub connected: bool,
@@ -150,6 +176,25 @@ pub struct SessionRow {
     /// Where its connection comes from, where the door learnt that: the
     /// client a proxy speaks for, or a Unix socket's peer.
     pub remote: Option<String>,
+    /// The user its connection was admitted as.
+    pub user: Option<String>,
+    /// The MQTT door it came through, by index; `None` for a bridge's own
+    /// session, which comes through none.
+    pub door: Option<usize>,
+    /// A bridge's own session.
+    pub bridge: bool,
+    /// Its CONNECT's Clean Start.
+    pub clean_start: Option<bool>,
+    /// Each filter it declared a partition slice on.
+    pub partitions: Vec<PartitionRow>,
+}
+
+/// One filter's partition slice, as a SUBSCRIBE declared it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PartitionRow {
+    pub filter: String,
+    pub count: u32,
+    pub indices: Vec<u32>,
 }
 
 /// Sessions, held ones first, capped.
@@ -174,6 +219,9 @@ pub enum LossKind {
     /// Came back to a session whose position had been passed, and was told
     /// with Session Present 0.
     Session,
+    /// A bridge's outbound rule: it resumes at the floor, and the peer is
+    /// told nothing.
+    Bridge,
 }
 
 impl LossKind {
@@ -181,6 +229,7 @@ impl LossKind {
         match self {
             LossKind::Consumer => "consumer",
             LossKind::Session => "session",
+            LossKind::Bridge => "bridge",
         }
     }
 
@@ -438,18 +487,25 @@ impl Tallies {
 }
 
 impl Loss {
-    /// One passing: `reader` stood at `position` when the floor was
-    /// `floor`.
+    /// One passing: the session `client_id` read from stood at
+    /// `position` when the floor was `floor`. A bridge rule's is a
+    /// [`LossKind::Bridge`] passing however it was found.
     pub(crate) fn new(
-        reader: &str,
+        client_id: &str,
         channel: &str,
         kind: LossKind,
         position: u64,
         floor: u64,
         unix_ms: u64,
     ) -> Loss {
+        let reader = reader_name(client_id);
+        let kind = if reader.starts_with("bridge:") {
+            LossKind::Bridge
+        } else {
+            kind
+        };
         Loss {
-            reader: format!("mqtt:{reader}"),
+            reader,
             channel: channel.to_string(),
             kind,
             reported: kind.reported(),
@@ -484,6 +540,23 @@ mod tests {
         assert_eq!(view.rows[0].records_missed, 8);
         assert!(!view.rows[0].reported);
         assert_eq!(tallies.position_lost[&0], 2);
+    }
+
+    #[test]
+    fn a_bridge_rules_reader_is_named_and_kinded_as_a_bridge() {
+        let passed = Loss::new(
+            "saguin-bridge/up/0123",
+            "events",
+            LossKind::Consumer,
+            1,
+            5,
+            0,
+        );
+        assert_eq!(passed.reader, "bridge:up/0123");
+        assert_eq!((passed.kind.as_str(), passed.reported), ("bridge", false));
+        assert_eq!(reader_name("north-17"), "mqtt:north-17");
+        // Only the reserved prefix names a bridge.
+        assert_eq!(reader_name("bridge:up"), "mqtt:bridge:up");
     }
 
     fn refused(client_id: &str, at: u64) -> RefusedClient {

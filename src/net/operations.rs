@@ -122,6 +122,15 @@ fn providers(
                 kind,
                 max_bytes: provider.max_bytes,
                 publish_commit_max_records,
+                device_endurance_bytes: provider.device_endurance_bytes,
+                written_bytes: {
+                    let watch = watch.clone();
+                    Arc::new(move || {
+                        watch
+                            .thread_id()
+                            .and_then(crate::ops::process::thread_written_bytes)
+                    })
+                },
                 commits: Arc::new(move || watch.stats()),
             }
         })

@@ -35,6 +35,9 @@ pub struct Request {
     pub headers: Vec<(String, Vec<u8>)>,
     /// HTTP/1.1 without `Connection: close`.
     pub keep_alive: bool,
+    /// It announced a body, which no route here takes: it is answered
+    /// without the body being read, and its connection closed.
+    pub announces_body: bool,
 }
 
 impl Request {
@@ -93,8 +96,6 @@ pub enum ReadError {
     Malformed,
     /// Over [`MAX_HEAD_BYTES`] or [`MAX_HEADERS`].
     TooLarge,
-    /// A body was announced; no route here takes one.
-    HasBody,
     /// More than one `Content-Length`, one that is not digits, or one
     /// beside `Transfer-Encoding`.
     AmbiguousLength,
@@ -110,7 +111,6 @@ impl ReadError {
                 431,
                 "the request head is larger than this listener reads\n",
             )),
-            ReadError::HasBody => Some(Response::text(413, "no route here takes a request body\n")),
             ReadError::AmbiguousLength => Some(Response::text(
                 400,
                 "a request carries at most one Content-Length, written in digits, and none beside Transfer-Encoding; this connection is closed\n",
@@ -203,7 +203,7 @@ fn parse(bytes: &[u8]) -> Result<Option<(Request, usize)>, ReadError> {
             .find(|(n, _)| n == name)
             .map(|(_, v)| String::from_utf8_lossy(v).trim().to_ascii_lowercase())
     };
-    body_length(&headers)?;
+    let announces_body = body_length(&headers)?;
     let connection = value("connection").unwrap_or_default();
     let keep_alive = version == 1 && !connection.split(',').any(|t| t.trim() == "close");
     let (path, query) = target.split_once('?').unwrap_or((target, ""));
@@ -215,30 +215,29 @@ fn parse(bytes: &[u8]) -> Result<Option<(Request, usize)>, ReadError> {
         path: path.to_string(),
         query: query.to_string(),
         headers,
-        keep_alive,
+        keep_alive: keep_alive && !announces_body,
+        announces_body,
     };
     Ok(Some((request, used)))
 }
 
-/// Refuses a request announcing a body, and one whose length two readers
-/// could read differently.
-fn body_length(headers: &[(String, Vec<u8>)]) -> Result<(), ReadError> {
+/// Whether a request announces a body; refuses one whose length two
+/// readers could read differently.
+fn body_length(headers: &[(String, Vec<u8>)]) -> Result<bool, ReadError> {
     let mut lengths = headers
         .iter()
         .filter(|(n, _)| n == "content-length")
         .map(|(_, v)| v.trim_ascii());
     let chunked = headers.iter().any(|(n, _)| n == "transfer-encoding");
     match (lengths.next(), lengths.next(), chunked) {
-        (None, _, false) => Ok(()),
-        (None, _, true) => Err(ReadError::HasBody),
+        (None, _, false) => Ok(false),
+        (None, _, true) => Ok(true),
         (Some(_), Some(_), _) | (Some(_), None, true) => Err(ReadError::AmbiguousLength),
         (Some(length), None, false) => {
             if length.is_empty() || !length.iter().all(u8::is_ascii_digit) {
                 Err(ReadError::AmbiguousLength)
-            } else if length.iter().all(|&b| b == b'0') {
-                Ok(())
             } else {
-                Err(ReadError::HasBody)
+                Ok(!length.iter().all(|&b| b == b'0'))
             }
         }
     }
@@ -264,6 +263,15 @@ impl Response {
         }
     }
 
+    pub fn bytes(status: u16, content_type: &'static str, body: Vec<u8>) -> Response {
+        Response {
+            status,
+            content_type,
+            headers: Vec::new(),
+            body,
+        }
+    }
+
     pub fn json(status: u16, body: String) -> Response {
         Response {
             status,
@@ -281,7 +289,7 @@ impl Response {
     /// The bytes on the wire; a `HEAD` is told the length and sent no body.
     pub fn encode(&self, head_only: bool, keep_alive: bool) -> Vec<u8> {
         let mut out = format!(
-            "HTTP/1.1 {} {}\r\nContent-Type: {}\r\nContent-Length: {}\r\nCache-Control: no-store\r\n",
+            "HTTP/1.1 {} {}\r\nContent-Type: {}\r\nContent-Length: {}\r\nCache-Control: no-store\r\nX-Content-Type-Options: nosniff\r\n",
             self.status,
             reason(self.status),
             self.content_type,
@@ -395,12 +403,16 @@ mod tests {
             parsed("GET health HTTP/1.1\r\n\r\n"),
             Err(ReadError::Malformed)
         );
-        let body = "GET / HTTP/1.1\r\nContent-Length: 3\r\n\r\nabc";
-        assert_eq!(parsed(body), Err(ReadError::HasBody));
+        let announced = |text: &str| {
+            let (request, _) = parsed(text).unwrap().unwrap();
+            (request.announces_body, request.keep_alive)
+        };
+        let body = "POST /health HTTP/1.1\r\nContent-Length: 3\r\n\r\nabc";
+        assert_eq!(announced(body), (true, false), "answered, then closed");
         let chunked = "GET / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n";
-        assert_eq!(parsed(chunked), Err(ReadError::HasBody));
+        assert_eq!(announced(chunked), (true, false));
         let zero = "GET / HTTP/1.1\r\nContent-Length: 00\r\n\r\n";
-        assert!(parsed(zero).unwrap().is_some());
+        assert_eq!(announced(zero), (false, true));
         for ambiguous in [
             "Content-Length: 0\r\nContent-Length: 5",
             "Content-Length: 0\r\ncontent-length: 0",

@@ -137,6 +137,11 @@ pub struct Provider {
     /// Asks its storage thread for each channel's record bytes; false when
     /// the thread's queue is full or it has stopped.
     pub channel_bytes: Arc<dyn Fn(ChannelBytesReply) -> bool + Send + Sync>,
+    /// What its storage thread has caused to be written to the device, as
+    /// the kernel counts it; `None` where `/proc` does not say.
+    pub written_bytes: Arc<dyn Fn() -> Option<u64> + Send + Sync>,
+    /// Its `device_endurance`, in bytes.
+    pub device_endurance_bytes: Option<u64>,
 }
 
 impl Provider {

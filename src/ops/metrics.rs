@@ -26,6 +26,10 @@ pub struct Figures<'a> {
     pub channel_bytes: &'a [Option<Vec<(String, u64)>>],
     pub providers: &'a [Provider],
     pub process: Process,
+    /// The MQTT doors' names, in door order.
+    pub doors: &'a [(String, &'static str)],
+    /// Each provider's writes and the wear they forecast, by provider index.
+    pub wear: &'a [super::wear::Wear],
 }
 
 /// Writes the catalogue: `# HELP` and `# TYPE` once per name, then its
@@ -74,6 +78,19 @@ pub fn render(figures: &Figures<'_>) -> String {
         &[("protocol", "3.1.1")],
         o.connected_v311,
     );
+    out.family(
+        "saguin_connections_by_listener",
+        "gauge",
+        "Clients connected now, by the MQTT door they came through; a bridge's own sessions come through none.",
+    );
+    for (index, (door, _)) in figures.doors.iter().enumerate() {
+        let n = o.connected_by_door.get(index).copied().unwrap_or(0);
+        out.sample(
+            "saguin_connections_by_listener",
+            &[("listener", door.as_str())],
+            n,
+        );
+    }
     out.one(
         "saguin_connections_total",
         "counter",
@@ -274,6 +291,7 @@ pub fn render(figures: &Figures<'_>) -> String {
     channels(&mut out, figures);
     queues(&mut out, &o.channels);
     providers(&mut out, figures.providers);
+    wear(&mut out, figures.providers, figures.wear);
     bridges(&mut out, figures.bridges);
     process(&mut out, &figures.process);
     out.text
@@ -745,6 +763,51 @@ fn providers(out: &mut Exposition, providers: &[Provider]) {
     }
 }
 
+/// What each provider wrote to its device, and the forecast it gives: a
+/// figure `/proc` or the configuration does not give has no series.
+fn wear(out: &mut Exposition, providers: &[Provider], wear: &[super::wear::Wear]) {
+    type Row = (
+        &'static str,
+        &'static str,
+        &'static str,
+        fn(&super::wear::Wear) -> Option<f64>,
+    );
+    let rows: [Row; 4] = [
+        (
+            "saguin_provider_written_bytes_total",
+            "counter",
+            "Bytes the provider's storage thread has had written to the device since start (its write_bytes in /proc); 0 on a file system in memory.",
+            |w| w.written_bytes.map(|b| b as f64),
+        ),
+        (
+            "saguin_provider_written_bytes_per_day",
+            "gauge",
+            "Bytes written a day, over the last day, or since start on a broker up less than a day.",
+            |w| w.bytes_per_day,
+        ),
+        (
+            "saguin_provider_device_endurance_bytes",
+            "gauge",
+            "The provider's device_endurance: what its device is rated to be written before it wears out.",
+            |w| w.endurance_bytes.map(|b| b as f64),
+        ),
+        (
+            "saguin_provider_device_life_years",
+            "gauge",
+            "Years the device's endurance lasts at the written bytes a day; what it was written before this start is not counted.",
+            |w| w.life_years,
+        ),
+    ];
+    for (name, kind, help, value) in rows {
+        out.family(name, kind, help);
+        for (p, w) in providers.iter().zip(wear) {
+            if let Some(v) = value(w) {
+                out.sample(name, &[("provider", p.name.as_str())], v);
+            }
+        }
+    }
+}
+
 fn process(out: &mut Exposition, p: &Process) {
     let rows: [(&str, &str, &str, Option<f64>); 6] = [
         (
@@ -870,6 +933,8 @@ mod tests {
             channel_bytes: &[],
             providers: &[],
             process: Process::default(),
+            doors: &[],
+            wear: &[],
         })
     }
 

@@ -1,7 +1,7 @@
 //! The operations listener: what Sagüin tells the people running it.
 //!
-//! One small HTTP/1.1 server answers `/health`, `/metrics` and the
-//! `/v1/operations/*` routes on the doors `broker.operations.listen`
+//! One small HTTP/1.1 server answers `/health`, `/metrics`, the
+//! `/v1/operations/*` routes and a status page drawn from them on the doors `broker.operations.listen`
 //! names. It runs on a thread of its own, so parsing a request, checking a
 //! password and formatting a scrape never hold the MQTT executor; what it
 //! needs from the broker it asks for over a bounded channel, and the
@@ -16,14 +16,19 @@
 //! - [`password_checks`]: checking a password off the listener's thread;
 //! - [`metrics`]: the Prometheus text catalogue;
 //! - [`process`]: the process's own figures, read from `/proc`;
-//! - [`v1`]: the JSON routes.
+//! - [`v1`]: the JSON routes;
+//! - [`page`]: the status page at `/`, which reads the routes above;
+//! - [`wear`]: what each provider writes, and how long its device lasts;
+//! - [`gzip`]: compressed answers, and what the binary carries compressed.
 
 pub mod backup;
+pub mod gzip;
 pub mod http;
 pub mod json;
 pub mod link;
 pub mod metrics;
 pub mod operators;
+pub mod page;
 pub mod password_checks;
 pub mod process;
 pub mod proxy;
@@ -31,6 +36,7 @@ pub mod route;
 mod seats;
 pub mod server;
 pub mod v1;
+pub mod wear;
 
 use std::path::PathBuf;
 use std::sync::Arc;

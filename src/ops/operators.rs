@@ -247,9 +247,11 @@ impl Operators {
     }
 
     /// Whether the operator `name` reaches `path`; `false` for a name the
-    /// file does not hold.
+    /// file does not hold. Every operator reaches the status page, which
+    /// holds nothing but what the routes it reads give that operator.
     pub fn reaches(&self, name: &str, path: &str) -> bool {
         match self.list.iter().find(|o| o.name == name) {
+            Some(_) if path == super::page::PATH => true,
             Some(Operator { scopes: None, .. }) => true,
             Some(Operator {
                 scopes: Some(scopes),
@@ -385,6 +387,9 @@ mod tests {
         assert_eq!(ops.check("nobody", b"pw"), Check::Refused);
         assert!(ops.reaches("prometheus", "/metrics"));
         assert!(!ops.reaches("prometheus", "/v1/operations/sessions"));
+        // The page holds nothing of its own: a scope need not name it.
+        assert!(ops.reaches("prometheus", "/"));
+        assert!(!ops.reaches("stranger", "/"));
     }
 
     /// A `$7$` line of `iterations` that no password matches.

@@ -77,6 +77,21 @@ fn stat_fields(text: &str) -> Option<StatFields> {
     })
 }
 
+/// What thread `thread_id` of this process has caused to be written to
+/// storage devices: `write_bytes` of its `/proc/self/task/<id>/io`, which
+/// the kernel counts as pages are dirtied and as direct writes are sent,
+/// and which is 0 on a file system in memory (tmpfs), which wears nothing.
+pub fn thread_written_bytes(thread_id: u32) -> Option<u64> {
+    let text = std::fs::read_to_string(format!("/proc/self/task/{thread_id}/io")).ok()?;
+    written_bytes(&text)
+}
+
+fn written_bytes(io: &str) -> Option<u64> {
+    io.lines()
+        .find_map(|line| line.strip_prefix("write_bytes:"))
+        .and_then(|v| v.trim().parse().ok())
+}
+
 fn boot_time_s(text: &str) -> Option<u64> {
     text.lines()
         .find_map(|line| line.strip_prefix("btime "))
@@ -109,6 +124,13 @@ mod tests {
         assert!(process.resident_memory_bytes.unwrap() > 0);
         assert!(process.open_fds.unwrap() > 0);
         assert!(process.start_time_seconds.unwrap() > 1_000_000_000.0);
+    }
+
+    #[test]
+    fn a_threads_written_bytes_are_read_from_its_io() {
+        let io = "rchar: 10\nwchar: 1000000\nsyscr: 0\nsyscw: 1\nread_bytes: 0\nwrite_bytes: 1024000\ncancelled_write_bytes: 0\n";
+        assert_eq!(written_bytes(io), Some(1_024_000));
+        assert_eq!(written_bytes("wchar: 3\n"), None);
     }
 
     #[test]

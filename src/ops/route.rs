@@ -30,6 +30,7 @@ use super::http::{Request, Response};
 use super::link::{Ask, Link};
 use super::operators::{Check, Operators, Reloadable};
 use super::password_checks::PasswordChecks;
+use super::wear::{Wear, WearMeter};
 use super::{metrics, process, v1};
 
 /// Every route that takes a credential, as a password file's scope names
@@ -49,6 +50,36 @@ pub const ROUTES: &[&str] = &[
 
 /// The route a queue's name follows.
 const QUEUES: &str = "/v1/operations/queues/";
+
+/// The queue a path under [`QUEUES`] names.
+fn queue_named(path: &str) -> Option<&str> {
+    path.strip_prefix(QUEUES)
+        .filter(|name| !name.is_empty() && !name.contains('/'))
+}
+
+/// `404` for a path no route answers, and `405` naming what is allowed
+/// for a route asked with another method: whether or not the request
+/// announced a body, which is refused only after this.
+fn route_takes(request: &Request) -> Result<(), Response> {
+    let path = request.path.as_str();
+    let known = path == "/health"
+        || path == super::page::PATH
+        || ROUTES.contains(&path)
+        || queue_named(path).is_some();
+    if !known {
+        return Err(Response::text(404, "no such route\n"));
+    }
+    // The backup is the one route that writes, and so the one that takes POST.
+    let (allowed, allow): (&[&str], &str) = if path == super::backup::ROUTE {
+        (&["POST"], "POST")
+    } else {
+        (&["GET", "HEAD"], "GET, HEAD")
+    };
+    if allowed.contains(&request.method.as_str()) {
+        return Ok(());
+    }
+    Err(Response::text(405, format!("{path} answers {allow}\n")).with_header("Allow", allow))
+}
 
 /// Rows a `/v1` list carries at most; the body says how many there were.
 pub const MAX_ROWS: usize = 100;
@@ -96,8 +127,10 @@ pub enum Certified {
 pub struct Service {
     pub link: Link,
     pub min_scrape_interval: Duration,
-    /// The last scrape's body and when it was computed.
-    scrape: RefCell<Option<(Instant, Arc<Vec<u8>>)>>,
+    /// The last scrape computed.
+    scrape: RefCell<Option<Scraped>>,
+    /// Each provider's readings of what it wrote, by provider index.
+    wear: RefCell<Vec<WearMeter>>,
     started: Instant,
     /// The configuration this process resolved.
     pub resolved: Arc<super::ResolvedConfig>,
@@ -107,32 +140,30 @@ pub struct Service {
 impl Service {
     /// `password_checks` is the most password checks pending at once.
     pub fn new(link: Link, min_scrape_interval: Duration, password_checks: usize) -> Service {
-        Service {
+        let service = Service {
             link,
             min_scrape_interval,
             scrape: RefCell::new(None),
+            wear: RefCell::new(Vec::new()),
             started: Instant::now(),
             resolved: Arc::default(),
             checks: PasswordChecks::new(password_checks),
-        }
+        };
+        // The rate's window opens with the uptime's.
+        service.wear_figures();
+        service
     }
 
     /// The response to `request` arriving at `door`.
     pub async fn respond(&self, request: &Request, door: &Door) -> Response {
         let path = request.path.as_str();
-        let queue = path
-            .strip_prefix(QUEUES)
-            .filter(|name| !name.is_empty() && !name.contains('/'));
-        let known = path == "/health" || ROUTES.contains(&path) || queue.is_some();
-        if !known {
-            return Response::text(404, "no such route\n");
+        if let Err(refusal) = route_takes(request) {
+            return refusal;
+        }
+        if request.announces_body {
+            return Response::text(413, "no route here takes a request body\n");
         }
         if path == super::backup::ROUTE {
-            // The one route that writes, and so the one that takes POST.
-            if request.method != "POST" {
-                return Response::text(405, "this route answers POST\n")
-                    .with_header("Allow", "POST");
-            }
             if let Err(refusal) = from_no_other_site(request, door) {
                 return refusal;
             }
@@ -144,21 +175,18 @@ impl Service {
                 .map_or(0, |d| d.as_millis() as u64);
             return super::backup::backup(&self.link.backups, request, now_unix_ms).await;
         }
-        if request.method != "GET" && request.method != "HEAD" {
-            return Response::text(405, "this route answers GET and HEAD\n")
-                .with_header("Allow", "GET, HEAD");
-        }
         if path == "/health" {
             return self.health();
         }
         if let Err(refusal) = self.authorize(request, door).await {
             return refusal;
         }
-        if let Some(name) = queue {
+        if let Some(name) = queue_named(path) {
             return self.queue(name).await;
         }
         match path {
-            "/metrics" => self.metrics().await,
+            super::page::PATH => super::page::response(request),
+            "/metrics" => self.metrics(request).await,
             "/v1/operations/consumers" => {
                 let ask = |reply| Ask::Consumers {
                     max_rows: MAX_ROWS,
@@ -171,7 +199,8 @@ impl Service {
                     max_rows: MAX_ROWS,
                     reply,
                 };
-                self.listed(ask, v1::sessions).await
+                let doors = &self.link.mqtt_doors;
+                self.listed(ask, |view| v1::sessions(view, doors)).await
             }
             "/v1/operations/position-lost" => {
                 let ask = |reply| Ask::Losses {
@@ -279,12 +308,31 @@ impl Service {
         }
     }
 
+    /// Each provider's writes now, and the rate of the last day.
+    fn wear_figures(&self) -> Vec<Wear> {
+        let at_ms = self.started.elapsed().as_millis() as u64;
+        let mut meters = self.wear.borrow_mut();
+        let providers = &self.link.providers;
+        meters.resize_with(providers.len(), WearMeter::new);
+        providers
+            .iter()
+            .zip(meters.iter_mut())
+            .map(|(provider, meter)| {
+                let written = (provider.written_bytes)();
+                let rate = written.and_then(|bytes| meter.observe(at_ms, bytes));
+                Wear::new(written, rate, provider.device_endurance_bytes)
+            })
+            .collect()
+    }
+
     /// The catalogue, recomputed at most once per `min_scrape_interval`;
-    /// a scrape sooner than that is answered with the last one.
-    async fn metrics(&self) -> Response {
+    /// a scrape sooner than that is answered with the last one, and
+    /// `Age` says how old it is. Gzipped for a client that accepts it,
+    /// once per scrape computed.
+    async fn metrics(&self, request: &Request) -> Response {
         let cached = self.scrape.borrow().clone();
-        let body = match cached {
-            Some((at, body)) if at.elapsed() < self.min_scrape_interval => body,
+        let scraped = match cached {
+            Some(scraped) if scraped.at.elapsed() < self.min_scrape_interval => scraped,
             _ => {
                 let Some(scrape) = self.link.ask(Ask::Observe).await else {
                     return busy();
@@ -301,20 +349,50 @@ impl Service {
                     channel_bytes: &channel_bytes,
                     providers: &self.link.providers,
                     process: process::read(),
+                    doors: &self.link.mqtt_doors,
+                    wear: &self.wear_figures(),
                 };
-                let body = Arc::new(metrics::render(&figures).into_bytes());
-                *self.scrape.borrow_mut() = Some((Instant::now(), body.clone()));
-                body
+                let scraped = Scraped {
+                    at: Instant::now(),
+                    plain: Arc::new(metrics::render(&figures).into_bytes()),
+                    gzipped: Arc::default(),
+                };
+                *self.scrape.borrow_mut() = Some(scraped.clone());
+                scraped
             }
         };
-        Response {
-            status: 200,
-            content_type: "text/plain; version=0.0.4; charset=utf-8",
-            headers: Vec::new(),
-            body: body.to_vec(),
-        }
+        let age_s = scraped.at.elapsed().as_secs().to_string();
+        let content_type = "text/plain; version=0.0.4; charset=utf-8";
+        let gzip = request
+            .header("accept-encoding")
+            .is_some_and(super::gzip::accepted);
+        let response = if gzip {
+            let body = scraped
+                .gzipped
+                .get_or_init(|| super::gzip::compress_at(&scraped.plain, METRICS_GZIP_LEVEL));
+            Response::bytes(200, content_type, body.clone()).with_header("Content-Encoding", "gzip")
+        } else {
+            Response::bytes(200, content_type, scraped.plain.to_vec())
+        };
+        response
+            .with_header("Age", age_s)
+            .with_header("Vary", "Accept-Encoding")
     }
 }
+
+/// One scrape computed: its text, and the text gzipped once somebody
+/// asked for that.
+#[derive(Clone)]
+struct Scraped {
+    at: Instant,
+    plain: Arc<Vec<u8>>,
+    gzipped: Arc<std::sync::OnceLock<Vec<u8>>>,
+}
+
+/// miniz_oxide's default level: a scrape is compressed on the listener's
+/// thread, once a scrape, so the cheaper level of the two that shrink a
+/// catalogue about alike.
+const METRICS_GZIP_LEVEL: u8 = 6;
 
 fn busy() -> Response {
     Response::text(
@@ -400,7 +478,7 @@ fn authorize_unnamed(
         Some(Certified::Named(name)) => {
             return authorize_principal(name, operators, &door.name, path)
         }
-        Some(Certified::Unnamed) if path == "/metrics" => return Ok(()),
+        Some(Certified::Unnamed) if reached_by_strangers(path) => return Ok(()),
         Some(Certified::Unnamed) => {
             return Err(forbidden(format!(
                 "a client certificate that names nobody reaches /metrics alone, not {path}; issue it with a Common Name the operators file holds"
@@ -466,6 +544,12 @@ fn from_no_other_site(request: &Request, door: &Door) -> Result<(), Response> {
     Ok(())
 }
 
+/// What a name the operators file does not hold reaches: `/metrics`, and
+/// the page, which shows no more than that to it.
+fn reached_by_strangers(path: &str) -> bool {
+    path == "/metrics" || path == super::page::PATH
+}
+
 fn authorize_principal(
     name: &str,
     operators: Option<&Operators>,
@@ -482,7 +566,7 @@ fn authorize_principal(
     let reaches = match listed {
         Some(ops) => ops.reaches(name, path),
         // A name the file does not hold is scraped and nothing more.
-        None => path == "/metrics",
+        None => reached_by_strangers(path),
     };
     if reaches {
         Ok(())
@@ -541,6 +625,7 @@ mod tests {
                 .map(|(n, v)| (n.to_string(), v.as_bytes().to_vec()))
                 .collect(),
             keep_alive: false,
+            announces_body: false,
         }
     }
 

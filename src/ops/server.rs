@@ -520,6 +520,13 @@ async fn serve<S: AsyncRead + AsyncWrite + Unpin>(
         } else {
             service.respond(&request, door).await
         };
+        if request.announces_body {
+            // Its body is not read: answered, the rest drained a moment,
+            // and closed.
+            seat.unless_evicted(answer_and_close(&mut stream, &response))
+                .await;
+            return;
+        }
         let keep_alive = request.keep_alive && served < most;
         let head_only = request.method == "HEAD";
         if !http::write_response(&mut stream, &response, head_only, keep_alive).await || !keep_alive

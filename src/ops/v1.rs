@@ -16,10 +16,11 @@ pub fn consumers(channels: &[ChannelConsumers]) -> String {
                 .iter()
                 .map(|row| {
                     format!(
-                        "{{\"reader\":{},\"offset\":{},\"behind\":{}}}",
-                        string(&format!("mqtt:{}", row.client_id)),
+                        "{{\"reader\":{},\"offset\":{},\"behind\":{},\"last_seen\":{}}}",
+                        string(&row.reader),
                         row.offset,
-                        c.next_offset.saturating_sub(row.offset)
+                        c.next_offset.saturating_sub(row.offset),
+                        timestamp(row.last_seen_unix_ms)
                     )
                 })
                 .collect();
@@ -36,22 +37,50 @@ pub fn consumers(channels: &[ChannelConsumers]) -> String {
     format!("{{\"channels\":[{}]}}", channels.join(","))
 }
 
-/// `/v1/operations/sessions`: held sessions first.
-pub fn sessions(view: &SessionsView) -> String {
+/// `/v1/operations/sessions`: held sessions first. `doors` names the MQTT
+/// doors in order, for each row's `listener`; a bridge's own session came
+/// through none, and says `bridge` instead.
+pub fn sessions(view: &SessionsView, doors: &[(String, &'static str)]) -> String {
     let rows: Vec<String> = view
         .rows
         .iter()
         .map(|row| {
             let optional = |value: Option<String>| value.unwrap_or_else(|| "null".to_string());
+            let listener = row
+                .door
+                .and_then(|door| doors.get(door))
+                .map(|(name, _)| string(name));
+            let partitions = if row.partitions.is_empty() {
+                String::new()
+            } else {
+                let slices: Vec<String> = row
+                    .partitions
+                    .iter()
+                    .map(|p| {
+                        let indices: Vec<String> = p.indices.iter().map(u32::to_string).collect();
+                        format!(
+                            "{{\"filter\":{},\"count\":{},\"indices\":[{}]}}",
+                            string(&p.filter),
+                            p.count,
+                            indices.join(",")
+                        )
+                    })
+                    .collect();
+                format!(",\"partitions\":[{}]", slices.join(","))
+            };
             format!(
-                "{{\"client_id\":{},\"connected\":{},\"protocol\":{},\"keepalive\":{},\"expires_after\":{},\"subscriptions\":{},\"remote\":{}}}",
+                "{{\"client_id\":{},\"connected\":{},\"user\":{},\"protocol\":{},\"listener\":{},\"remote\":{},\"bridge\":{},\"keepalive\":{},\"expires_after\":{},\"clean_start\":{},\"subscriptions\":{}{partitions}}}",
                 string(&row.client_id),
                 row.connected,
+                optional(row.user.as_deref().map(string)),
                 optional(row.protocol.map(|p| if p == 5 { "5".into() } else { "\"3.1.1\"".into() })),
+                optional(listener),
+                optional(row.remote.as_deref().map(string)),
+                row.bridge,
                 optional(row.keepalive_s.map(|k| k.to_string())),
                 row.expiry_interval_s,
-                row.subscriptions,
-                optional(row.remote.as_deref().map(string))
+                optional(row.clean_start.map(|c| c.to_string())),
+                row.subscriptions
             )
         })
         .collect();
@@ -179,8 +208,9 @@ pub fn queue(channel: &str, view: &QueueView) -> String {
                 _ => String::new(),
             };
             format!(
-                "{{\"offset\":{},\"attempts\":{},\"state\":\"{}\"{lease},\"first_seen\":{},\"last_seen\":{}}}",
+                "{{\"offset\":{},\"topic\":{},\"attempts\":{},\"state\":\"{}\"{lease},\"first_seen\":{},\"last_seen\":{}}}",
                 job.offset,
+                job.topic.as_deref().map_or_else(|| "null".to_string(), string),
                 job.attempts,
                 job.state,
                 timestamp(job.first_seen_unix_ms),
@@ -209,33 +239,67 @@ mod tests {
             next_offset: 75,
             consumers: 312,
             rows: vec![ConsumerRow {
-                client_id: "north-17".into(),
+                reader: "mqtt:north-17".into(),
                 offset: 12,
+                last_seen_unix_ms: Some(1_787_934_447_000),
             }],
         }]);
         assert_eq!(
             body,
-            "{\"channels\":[{\"channel\":\"events\",\"next_offset\":75,\"consumers\":312,\"returned\":1,\"positions\":[{\"reader\":\"mqtt:north-17\",\"offset\":12,\"behind\":63}]}]}"
+            "{\"channels\":[{\"channel\":\"events\",\"next_offset\":75,\"consumers\":312,\"returned\":1,\"positions\":[{\"reader\":\"mqtt:north-17\",\"offset\":12,\"behind\":63,\"last_seen\":\"2026-08-28T16:27:27Z\"}]}]}"
         );
     }
 
     #[test]
     fn sessions_count_what_they_leave_out() {
-        let body = sessions(&SessionsView {
-            total: 3,
-            connected: 2,
-            rows: vec![SessionRow {
-                client_id: "a\"b".into(),
-                connected: false,
-                protocol: None,
-                keepalive_s: None,
-                expiry_interval_s: 60,
-                subscriptions: 1,
-                remote: Some("192.0.2.7:40000".into()),
-            }],
-        });
+        let body = sessions(
+            &SessionsView {
+                total: 3,
+                connected: 2,
+                rows: vec![SessionRow {
+                    client_id: "a\"b".into(),
+                    expiry_interval_s: 60,
+                    subscriptions: 1,
+                    remote: Some("192.0.2.7:40000".into()),
+                    ..SessionRow::default()
+                }],
+            },
+            &[],
+        );
         assert!(body.contains("\"client_id\":\"a\\\"b\""), "{body}");
-        assert!(body.contains("\"remote\":\"192.0.2.7:40000\"}"), "{body}");
+        // Away, nothing its connection said is known, and no slice is
+        // declared: no partitions at all.
+        assert!(body.contains("\"user\":null,\"protocol\":null,\"listener\":null,\"remote\":\"192.0.2.7:40000\",\"bridge\":false,\"keepalive\":null,\"expires_after\":60,\"clean_start\":null,\"subscriptions\":1}"), "{body}");
         assert!(body.ends_with("\"total\":3,\"connected\":2,\"offline\":1,\"returned\":1}"));
+    }
+
+    #[test]
+    fn a_connected_session_names_its_user_door_and_slices() {
+        let body = sessions(
+            &SessionsView {
+                total: 1,
+                connected: 1,
+                rows: vec![SessionRow {
+                    client_id: "north-17".into(),
+                    connected: true,
+                    protocol: Some(5),
+                    keepalive_s: Some(60),
+                    expiry_interval_s: 3600,
+                    subscriptions: 2,
+                    remote: None,
+                    user: Some("cohort-north".into()),
+                    door: Some(1),
+                    bridge: false,
+                    clean_start: Some(false),
+                    partitions: vec![crate::core::observe::PartitionRow {
+                        filter: "iot/+/events/+".into(),
+                        count: 3,
+                        indices: vec![0, 2],
+                    }],
+                }],
+            },
+            &[("plant".into(), "none"), ("local".into(), "none")],
+        );
+        assert!(body.contains("{\"client_id\":\"north-17\",\"connected\":true,\"user\":\"cohort-north\",\"protocol\":5,\"listener\":\"local\",\"remote\":null,\"bridge\":false,\"keepalive\":60,\"expires_after\":3600,\"clean_start\":false,\"subscriptions\":2,\"partitions\":[{\"filter\":\"iot/+/events/+\",\"count\":3,\"indices\":[0,2]}]}"), "{body}");
     }
 }

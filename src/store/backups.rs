@@ -88,11 +88,13 @@ mod tests {
                     commit: CommitPolicy::Collect,
                     checkpoint_interval_ms: crate::store::DEFAULT_CHECKPOINT_INTERVAL_MS,
                 },
+                device_endurance_bytes: None,
             },
             ProviderSettings {
                 name: "volatile".into(),
                 max_bytes: 1 << 20,
                 kind: ProviderKind::Memory { snapshot_dir: None },
+                device_endurance_bytes: None,
             },
         ];
         let threads: Vec<StorageThread> = written

@@ -1,24 +1,26 @@
 //! CRC32C (Castagnoli), the checksum of journal frames and snapshot
-//! files. Written here rather than taken from a crate: the format depends
-//! on nothing else. Eight bytes are folded per step through eight tables
-//! (slicing-by-8), a quarter of the work of one table a byte: a journal
-//! frame is checksummed on every commit.
-
-const POLY_REFLECTED: u32 = 0x82F6_3B78;
+//! files, and gzip's CRC-32. Written here rather than taken from a crate:
+//! the formats depend on nothing else. CRC32C folds eight bytes per step
+//! through eight tables (slicing-by-8), a quarter of the work of one table
+//! a byte: a journal frame is checksummed on every commit. gzip's takes a
+//! byte a step through one table: it sums a scrape at most once a minute.
 
 /// `TABLES[0]` is the classic byte table; `TABLES[k][b]` is the CRC of
 /// byte `b` followed by `k` zero bytes.
-const TABLES: [[u32; 256]; 8] = build_tables();
+const TABLES: [[u32; 256]; 8] = build_tables(0x82F6_3B78);
 
-const fn build_tables() -> [[u32; 256]; 8] {
-    let mut tables = [[0u32; 256]; 8];
+/// gzip's CRC-32 (ISO-HDLC, RFC 1952), reflected.
+const GZIP_TABLE: [[u32; 256]; 1] = build_tables(0xEDB8_8320);
+
+const fn build_tables<const N: usize>(poly_reflected: u32) -> [[u32; 256]; N] {
+    let mut tables = [[0u32; 256]; N];
     let mut i = 0;
     while i < 256 {
         let mut crc = i as u32;
         let mut bit = 0;
         while bit < 8 {
             crc = if crc & 1 == 1 {
-                (crc >> 1) ^ POLY_REFLECTED
+                (crc >> 1) ^ poly_reflected
             } else {
                 crc >> 1
             };
@@ -28,7 +30,7 @@ const fn build_tables() -> [[u32; 256]; 8] {
         i += 1;
     }
     let mut k = 1;
-    while k < 8 {
+    while k < N {
         let mut i = 0;
         while i < 256 {
             let previous = tables[k - 1][i];
@@ -68,21 +70,32 @@ fn update(mut crc: u32, bytes: &[u8]) -> u32 {
             ^ TABLES[1][((high >> 16) & 0xFF) as usize]
             ^ TABLES[0][(high >> 24) as usize];
     }
-    for &b in words.remainder() {
-        crc = TABLES[0][((crc ^ u32::from(b)) & 0xFF) as usize] ^ (crc >> 8);
+    bytewise(&TABLES[0], crc, words.remainder())
+}
+
+fn bytewise(table: &[u32; 256], mut crc: u32, bytes: &[u8]) -> u32 {
+    for &b in bytes {
+        crc = table[((crc ^ u32::from(b)) & 0xFF) as usize] ^ (crc >> 8);
     }
     crc
 }
 
+/// gzip's CRC-32 of `bytes`.
+pub(crate) fn crc32_gzip(bytes: &[u8]) -> u32 {
+    !bytewise(&GZIP_TABLE[0], !0, bytes)
+}
+
 #[cfg(test)]
 mod tests {
-    use super::{crc32c, crc32c_of};
+    use super::{crc32_gzip, crc32c, crc32c_of};
 
     #[test]
     fn known_vectors() {
         assert_eq!(crc32c(b""), 0);
         assert_eq!(crc32c(b"123456789"), 0xE306_9283);
         assert_eq!(crc32c(&[0u8; 32]), 0x8A91_36AA);
+        assert_eq!(crc32_gzip(b""), 0);
+        assert_eq!(crc32_gzip(b"123456789"), 0xCBF4_3926);
     }
 
     /// The folding by eight agrees with a byte at a time, at every length

@@ -1645,6 +1645,7 @@ mod from_settings {
                 },
                 checkpoint_interval_ms: DEFAULT_CHECKPOINT_INTERVAL_MS,
             },
+            device_endurance_bytes: None,
         };
         let memory = ProviderSettings {
             name: "volatile".into(),
@@ -1652,6 +1653,7 @@ mod from_settings {
             kind: ProviderKind::Memory {
                 snapshot_dir: Some(dir.path().to_path_buf()),
             },
+            device_endurance_bytes: None,
         };
         assert_eq!(
             redb.commit_policy(),

@@ -12,6 +12,11 @@ pub struct ProviderSettings {
     /// file size. At least twice [`reserve_bytes`].
     pub max_bytes: u64,
     pub kind: ProviderKind,
+    /// What the device under it is rated to be written before it wears
+    /// out, in bytes (`device_endurance`); `None` when not written. The
+    /// store does not use it: the operations listener forecasts the
+    /// device's life with it.
+    pub device_endurance_bytes: Option<u64>,
 }
 
 impl ProviderSettings {

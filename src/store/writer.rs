@@ -162,6 +162,9 @@ struct Counters {
     used_bytes: AtomicU64,
     /// Set when the thread has ended, cleanly or not.
     stopped: std::sync::atomic::AtomicBool,
+    /// The thread's id in `/proc/self/task`, once it runs; 0 until then,
+    /// or where `/proc` does not say. What it wrote is read from there.
+    thread_id: std::sync::atomic::AtomicU32,
 }
 
 impl Counters {
@@ -289,6 +292,12 @@ impl StorageWatch {
     pub fn stopped(&self) -> bool {
         self.0.stopped.load(Ordering::Relaxed)
     }
+
+    /// The thread's id in `/proc/self/task`, where the kernel counts what
+    /// it wrote: every write of its provider's files is made on it.
+    pub fn thread_id(&self) -> Option<u32> {
+        Some(self.0.thread_id.load(Ordering::Relaxed)).filter(|&id| id != 0)
+    }
 }
 
 /// A running storage thread.
@@ -322,9 +331,14 @@ impl StorageThread {
             .store(provider.usage().used_bytes, Ordering::Relaxed);
         let thread_counters = Arc::clone(&counters);
         let name = format!("saguin-storage-{}", provider.name());
+        let (running_tx, running) = mpsc::sync_channel(1);
         let join = thread::Builder::new()
             .name(name.clone())
             .spawn(move || {
+                if let Some(id) = this_thread_id() {
+                    thread_counters.thread_id.store(id, Ordering::Relaxed);
+                }
+                let _ = running_tx.send(());
                 let worker = Worker {
                     provider,
                     rx,
@@ -340,6 +354,9 @@ impl StorageThread {
                 result
             })
             .map_err(|e| StoreError::io(name, "start the storage thread", e))?;
+        // Once it runs its id is known, so a first reading of what it
+        // wrote (the flash-wear window's start) is never missed.
+        let _ = running.recv();
         Ok(StorageThread {
             handle: StorageHandle { tx },
             counters,
@@ -374,6 +391,12 @@ impl StorageThread {
             Err(_) => Err(StoreError::Stopped),
         }
     }
+}
+
+/// The calling thread's id, from `/proc/thread-self` (`<pid>/task/<tid>`).
+fn this_thread_id() -> Option<u32> {
+    let link = std::fs::read_link("/proc/thread-self").ok()?;
+    link.file_name()?.to_str()?.parse().ok()
 }
 
 /// Why a batch stopped collecting.

@@ -7,7 +7,8 @@
 //!   between a memory provider's snapshots and a redb file
 //!   ([`crate::store::snapshots_to_redb`]);
 //! - [`backup`]: `backup ADDRESS DIR`, an online backup of a running
-//!   broker's redb providers through its operations listener.
+//!   broker's redb providers through its operations listener;
+//! - [`licenses`]: `--licenses`, the licences of the crates compiled in.
 //!
 //! Every tool answers bad input with one line naming the file and what to
 //! do, and exits non-zero.
@@ -16,6 +17,7 @@ pub mod backup;
 pub mod inspect;
 pub mod json;
 pub mod landing;
+pub mod licenses;
 pub mod migrate;
 pub mod route;
 
@@ -27,7 +29,8 @@ use crate::config::Config;
 use crate::store::{self, StoreError};
 
 /// The tools' part of `saguin --help`.
-pub const USAGE: &str = "       saguin --route CONFIG [TOPIC-OR-FILTER] [--json]
+pub const USAGE: &str = "       saguin --licenses            the licences of every crate compiled into this binary
+       saguin --route CONFIG [TOPIC-OR-FILTER] [--json]
                                    where a topic lands; without one, a subject a line from stdin
        saguin inspect PATH [--json]  what a stopped broker's redb file or snapshot directory holds
        saguin --snapshots-to-redb SNAPSHOT_DIR REDB_FILE
@@ -61,6 +64,7 @@ pub fn dispatch(args: &[String]) -> Option<ExitCode> {
         // --json belongs to --route and inspect here; another command that
         // takes it (--acl) is main's to dispatch.
         _ if json => None,
+        ["--licenses"] => Some(licenses_command()),
         ["backup", address, dir] => Some(backup_command(address, dir)),
         ["backup", ..] => Some(usage_error(
             "backup takes the operations listener's address and the directory to write into",
@@ -79,6 +83,19 @@ pub fn dispatch(args: &[String]) -> Option<ExitCode> {
             "a conversion takes a source and a destination that does not exist yet",
         )),
         _ => None,
+    }
+}
+
+fn licenses_command() -> ExitCode {
+    match licenses::text() {
+        Ok(text) => {
+            print!("{text}");
+            ExitCode::SUCCESS
+        }
+        Err(why) => {
+            eprintln!("{why}");
+            ExitCode::FAILURE
+        }
     }
 }
 

@@ -44,6 +44,27 @@ pub fn get_text(address: &str, path: &str) -> String {
     text
 }
 
+/// The body of a GET of `path` at `address`, which must answer 200.
+pub fn get_body(address: &str, path: &str) -> String {
+    let text = get_text(address, path);
+    let answer = Answer::parse(&text).unwrap_or_else(|| panic!("{path}: {text}"));
+    assert_eq!(answer.status, 200, "{path}: {}", answer.head);
+    answer.body
+}
+
+/// The value of the sample written exactly as `series` (name and labels)
+/// in a Prometheus scrape.
+pub fn sample<T: std::str::FromStr>(body: &str, series: &str) -> T
+where
+    T::Err: std::fmt::Debug,
+{
+    body.lines()
+        .find_map(|line| line.strip_prefix(series)?.strip_prefix(' '))
+        .unwrap_or_else(|| panic!("no {series} in:\n{body}"))
+        .parse()
+        .unwrap()
+}
+
 /// Runs `script` under python3 with Prometheus text `body` on its standard
 /// input, the script importing `prometheus_client`; what it printed, or
 /// `None` (said loudly) when python3 or the parser is not installed.

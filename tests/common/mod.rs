@@ -5,6 +5,7 @@
 #![allow(dead_code)]
 
 pub mod certs;
+pub mod chromium;
 pub mod http;
 pub mod mosquitto;
 pub mod proxy;
@@ -595,4 +596,55 @@ pub fn output_of(command: &mut Command, install: &str) -> std::process::Output {
         String::from_utf8_lossy(&output.stderr)
     );
     output
+}
+
+/// The next job the worker is sent, acknowledged at the MQTT level so
+/// its lease starts.
+pub fn take_job(worker: &mut RawClient, early: &mut Vec<Publish>) -> Publish {
+    loop {
+        let next = match early.pop() {
+            Some(job) => Received::Packet(Packet::Publish(job)),
+            None => worker.recv(),
+        };
+        match next {
+            Received::Packet(Packet::Publish(job)) => {
+                let ack = saguin::codec::PubAck {
+                    packet_id: job.packet_id.unwrap(),
+                    ..Default::default()
+                };
+                worker.send(&Packet::Puback(ack));
+                return job;
+            }
+            Received::Packet(_) => continue,
+            Received::Closed => panic!("the worker was closed"),
+        }
+    }
+}
+
+/// Answers `job` of queue `queue` with `outcome`, waiting for the
+/// answer's PUBACK; a job offered meanwhile is kept in `early`.
+pub fn answer_job(
+    worker: &mut RawClient,
+    queue: &str,
+    job: &Publish,
+    outcome: &str,
+    early: &mut Vec<Publish>,
+) {
+    let mut publish = Publish {
+        qos: QoS::AtLeastOnce,
+        topic: format!("$saguin/queue/{queue}/response"),
+        packet_id: Some(900),
+        payload: outcome.as_bytes().to_vec(),
+        ..Publish::default()
+    };
+    publish.properties.correlation_data = job.properties.correlation_data.clone();
+    worker.send(&Packet::Publish(publish));
+    loop {
+        match worker.recv() {
+            Received::Packet(Packet::Puback(ack)) if ack.packet_id == 900 => return,
+            Received::Packet(Packet::Publish(job)) => early.push(job),
+            Received::Packet(_) => continue,
+            Received::Closed => panic!("closed while answering"),
+        }
+    }
 }

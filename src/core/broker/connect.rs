@@ -218,6 +218,7 @@ impl Broker {
             client_receive_maximum: properties.receive_maximum.unwrap_or(u16::MAX),
             topic_aliases: Default::default(),
             problem_information: properties.request_problem_information != Some(0),
+            clean_start: connect.clean_start,
             connect_expiry_s: granted_expiry_s,
             will: connect.will.map(Box::new),
             pubacks: Default::default(),

@@ -4,11 +4,12 @@
 
 use crate::codec::ProtocolVersion;
 use crate::core::observe::{
-    ChannelConsumers, ChannelObservation, ConsumerRow, Loss, LossKind, LossesView, Observation,
-    SessionRow, SessionsView,
+    reader_name, ChannelConsumers, ChannelObservation, ConsumerRow, Loss, LossKind, LossesView,
+    Observation, PartitionRow, SessionRow, SessionsView,
 };
 use crate::core::observe::{RefusedClient, RefusedView};
 use crate::core::refusal_counts::Reason;
+use crate::core::session::Session;
 use crate::core::{Broker, Key};
 
 /// `text` cut to at most `max_bytes`, at a character boundary: a client
@@ -96,7 +97,14 @@ impl Broker {
             match connection.active.as_ref().map(|a| a.version) {
                 Some(ProtocolVersion::V5) => o.connected_v5 += 1,
                 Some(_) => o.connected_v311 += 1,
-                None => {}
+                None => continue,
+            }
+            if !connection.bridge {
+                let door = connection.origin.door;
+                if o.connected_by_door.len() <= door {
+                    o.connected_by_door.resize(door + 1, 0);
+                }
+                o.connected_by_door[door] += 1;
             }
         }
         for (_, session) in self.sessions.iter() {
@@ -173,7 +181,7 @@ impl Broker {
 
     /// Every durable consumer of channel `index` whose position is known:
     /// a session that outlives its connection, at its reader's resume point.
-    fn consumer_positions(&self, index: usize) -> Vec<(&str, u64)> {
+    fn consumer_positions(&self, index: usize) -> Vec<(&Session, u64)> {
         self.channels[index]
             .readers
             .iter()
@@ -183,9 +191,23 @@ impl Broker {
                 let session = self.sessions.get(reader.session)?;
                 // A position is stored only for a session that outlives
                 // its connection.
-                (session.expiry_interval_s > 0).then_some((&*session.client_id, position))
+                (session.expiry_interval_s > 0).then_some((session, position))
             })
             .collect()
+    }
+
+    /// When `session` was last heard from, in Unix ms: its connection's
+    /// last packet while connected, when it went away otherwise; `None`
+    /// for one away that never expires, whose leaving was not kept.
+    fn last_seen_unix_ms(&self, session: &Session) -> Option<u64> {
+        let heard_ms = match session.connection.and_then(|key| self.connections.get(key)) {
+            Some(connection) => connection.heard_ms,
+            None => {
+                let away_ms = u64::from(session.expiry_interval_s).saturating_mul(1000);
+                session.expires_at_ms()?.checked_sub(away_ms)?
+            }
+        };
+        Some(self.unix_ms(heard_ms))
     }
 
     /// Every channel's consumers, furthest behind first, `max_rows` each.
@@ -195,7 +217,7 @@ impl Broker {
             .filter(|&index| self.channels[index].settings.queue.is_none())
             .map(|index| {
                 let mut positions = self.consumer_positions(index);
-                positions.sort_by(|a, b| a.1.cmp(&b.1).then(a.0.cmp(b.0)));
+                positions.sort_by(|a, b| a.1.cmp(&b.1).then(a.0.client_id.cmp(&b.0.client_id)));
                 let channel = &self.channels[index];
                 ChannelConsumers {
                     channel: channel.settings.name.clone(),
@@ -204,9 +226,10 @@ impl Broker {
                     rows: positions
                         .into_iter()
                         .take(max_rows)
-                        .map(|(client_id, offset)| ConsumerRow {
-                            client_id: client_id.to_string(),
+                        .map(|(session, offset)| ConsumerRow {
+                            reader: reader_name(&session.client_id),
                             offset,
+                            last_seen_unix_ms: self.last_seen_unix_ms(session),
                         })
                         .collect(),
                 }
@@ -219,10 +242,25 @@ impl Broker {
         let mut view = SessionsView::default();
         let mut rows: Vec<SessionRow> = Vec::new();
         for (_, session) in self.sessions.iter() {
-            let connection = session.connection.and_then(|key| self.connections.get(key));
+            let connection = session
+                .connection
+                .and_then(|key| self.connections.get(key))
+                .filter(|c| c.active.is_some());
             let active = connection.and_then(|c| c.active.as_ref());
             view.total += 1;
             view.connected += u64::from(active.is_some());
+            let partitions = session
+                .subscriptions
+                .iter()
+                .filter_map(|(filter, entry)| {
+                    let slice = entry.slice.as_ref()?;
+                    Some(PartitionRow {
+                        filter: filter.to_string(),
+                        count: slice.partitions(),
+                        indices: slice.indices().to_vec(),
+                    })
+                })
+                .collect();
             rows.push(SessionRow {
                 client_id: session.client_id.to_string(),
                 connected: active.is_some(),
@@ -233,10 +271,14 @@ impl Broker {
                 keepalive_s: active.map(|a| a.keep_alive_s),
                 expiry_interval_s: session.expiry_interval_s,
                 subscriptions: session.subscriptions.len() as u64,
-                remote: active
-                    .and(connection)
+                remote: connection
                     .and_then(|c| c.origin.source())
                     .map(str::to_string),
+                user: connection.and_then(|c| c.user.as_deref().map(str::to_string)),
+                door: connection.filter(|c| !c.bridge).map(|c| c.origin.door),
+                bridge: connection.is_some_and(|c| c.bridge),
+                clean_start: active.map(|a| a.clean_start),
+                partitions,
             });
         }
         rows.sort_by(|a, b| {

@@ -1142,7 +1142,26 @@ impl Broker {
         now_ms: u64,
     ) -> Option<crate::core::observe::QueueView> {
         use crate::core::observe::{JobRow, QueueView};
-        let queue = &self.queues.list[self.queue_by_name(name)?];
+        let q = self.queue_by_name(name)?;
+        let queue = &self.queues.list[q];
+        // Where the broker holds the record in memory: cached or read ahead
+        // for offering, or on the wire to its worker. One only on disk is
+        // not read for this.
+        let topic = |offset: u64, state: &JobState| {
+            let on_the_wire = match *state {
+                JobState::Delivering {
+                    worker, packet_id, ..
+                } => self
+                    .sessions
+                    .get(worker)
+                    .and_then(|s| s.inflight.get(&packet_id))
+                    .map(|f| Rc::clone(&f.delivery.message)),
+                _ => None,
+            };
+            on_the_wire
+                .or_else(|| self.job_body(q, offset))
+                .map(|m| m.topic.to_string())
+        };
         let client_id = |worker: Key| {
             self.sessions
                 .get(worker)
@@ -1174,6 +1193,7 @@ impl Broker {
                 };
                 JobRow {
                     offset,
+                    topic: topic(offset, &job.state),
                     attempts: job.attempts,
                     state,
                     holder,

@@ -25,14 +25,20 @@ impl Broker {
         now_ms: u64,
         out: &mut impl Transport,
     ) {
-        let Some(channel) = self
+        let named = self
             .channels
             .iter()
-            .position(|c| c.settings.name == channel_name && c.latest.is_none())
-            .filter(|&c| !self.queues.is_queue(c))
-        else {
-            // Which channel a topic names is the topic's business: 0x90.
-            let refusal = Refusal::SeekNoChannel;
+            .position(|c| c.settings.name == channel_name);
+        // Which channel a topic names is the topic's business: 0x90, with
+        // what the name is instead of an append channel.
+        let refusal = match named {
+            None => Some(Refusal::SeekNoChannel),
+            Some(c) if self.queues.is_queue(c) => Some(Refusal::SeekOnQueue),
+            Some(c) if self.channels[c].latest.is_some() => Some(Refusal::SeekOnLatest),
+            Some(_) => None,
+        };
+        let (Some(channel), None) = (named, refusal) else {
+            let refusal = refusal.unwrap_or(Refusal::SeekNoChannel);
             self.finish_seek_ack(conn, ack, Err(refusal), now_ms, out);
             return;
         };

@@ -26,6 +26,8 @@ pub(crate) struct Active {
     pub topic_aliases: TopicAliases,
     /// False when the client asked not to be sent Reason Strings.
     pub problem_information: bool,
+    /// Its CONNECT's Clean Start (Clean Session in 3.1.1), as it wrote it.
+    pub clean_start: bool,
     /// The Session Expiry Interval granted at CONNECT.
     pub connect_expiry_s: u32,
     /// Boxed: a Will with its properties is large, and most have none.
