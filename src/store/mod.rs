@@ -27,6 +27,7 @@ pub mod bench;
 mod budget;
 pub(crate) mod checksum;
 mod convert;
+pub mod disk;
 pub(crate) mod encoding;
 mod error;
 mod journal;
