@@ -42,7 +42,8 @@ fn holds(board: &str, profile: &str) {
             && pushed.sessions_left > bounds.persistent_sessions
             && pushed.qos2_held == pushed.readers * bounds.qos2_inflight
             && pushed.retained > 0
-            && pushed.published > 0,
+            && pushed.published > 0
+            && pushed.published_qos0 > 0,
         "{board}: the driver fell short of the bounds {bounds:?}: {pushed:?}"
     );
     let peak = peak_rss_bytes(broker.pid()).expect("the broker's /proc status");

@@ -188,7 +188,7 @@ fn render(rows: &[Row], scale: f64) -> String {
     for r in rows {
         let mib = |b: u64| format!("{:.1} MiB", b as f64 / f64::from(1 << 20));
         out.push_str(&format!(
-            "| {} | {} | {} | {} | {} | {:.0}% | {} sessions left, {} readers, {} QoS 2 held, {} retained, {} published |\n",
+            "| {} | {} | {} | {} | {} | {:.0}% | {} sessions left, {} readers, {} QoS 2 held, {} retained, {} + {} published at QoS 1 + 0 |\n",
             r.board,
             r.connections,
             r.persistent_sessions,
@@ -200,6 +200,7 @@ fn render(rows: &[Row], scale: f64) -> String {
             r.pushed.qos2_held,
             r.pushed.retained,
             r.pushed.published,
+            r.pushed.published_qos0,
         ));
     }
     out

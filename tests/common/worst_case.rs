@@ -45,6 +45,7 @@ pub struct Pushed {
     pub qos2_held: usize,
     pub retained: usize,
     pub published: usize,
+    pub published_qos0: usize,
 }
 
 const V5: ProtocolVersion = ProtocolVersion::V5;
@@ -270,7 +271,22 @@ pub fn push(address: &str, b: &Bounds, seed: u64, wait: Duration) -> (Pushed, Ve
             ..Publish::default()
         })
         .collect();
-    pushed.published = publish_acknowledged(&mut publisher, flood, wait);
+    pushed.published = publish_acknowledged(&mut publisher, flood.clone(), wait);
+    // The same at QoS 0, which a reader's outbox sheds past its bound;
+    // one QoS 1 publish after them shows they were all taken.
+    let mut taken = true;
+    for mut publish in flood {
+        publish.qos = QoS::AtMostOnce;
+        taken &= publisher.send(&Packet::Publish(publish)).is_ok();
+    }
+    let sync = Publish {
+        qos: QoS::AtLeastOnce,
+        topic: "s".into(),
+        ..Publish::default()
+    };
+    if taken && publish_acknowledged(&mut publisher, vec![sync], wait) == 1 {
+        pushed.published_qos0 = messages;
+    }
     held.push(publisher);
     (pushed, held)
 }
