@@ -748,6 +748,16 @@ fn providers(out: &mut Exposition, providers: &[Provider]) {
         }
     }
     out.family(
+        "saguin_journal_damaged_total",
+        "counter",
+        "Journals found at a start with a damaged frame that later frames follow: acknowledged batches lost to the device, not to a crash.",
+    );
+    out.sample(
+        "saguin_journal_damaged_total",
+        &[],
+        crate::store::damaged_journals_total(),
+    );
+    out.family(
         "saguin_provider_publish_commit_max_records",
         "gauge",
         "The provider's publish_commit_max_records.",

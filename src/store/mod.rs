@@ -69,6 +69,7 @@ pub use error::StoreError;
 pub use memory::MemoryProvider;
 pub use message_id::{MessageId, MessageIdGenerator, MAX_MESSAGE_ID_TEXT_BYTES};
 pub use open::open_provider;
+pub use replay::damaged_journals_total;
 pub use settings::{
     declared_memory_bytes, reserve_bytes, CommitPolicy, ProviderKind, ProviderSettings,
 };
