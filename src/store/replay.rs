@@ -312,7 +312,9 @@ fn set_aside(journal_path: &Path, why: &str) -> Result<(), StoreError> {
     aside.push(format!(".set-aside-{}", super::redb::now_ms()));
     let aside = PathBuf::from(aside);
     std::fs::rename(journal_path, &aside)
-        .map_err(|e| StoreError::io(journal_path, "move a foreign journal aside", e))?;
+        .map_err(|e| StoreError::io(journal_path, "move a journal aside", e))?;
+    // The rename is kept only once the directory is synced.
+    super::redb::sync_parent(journal_path)?;
     log::warn!(
         "journal {} moved to {}: {why}",
         journal_path.display(),
