@@ -979,6 +979,20 @@ mod tests {
     }
 
     #[test]
+    fn damaged_journals_are_counted_in_the_catalogue() {
+        let before = crate::store::damaged_journals_total();
+        let text = rendered(&Observation::default());
+        assert!(text.contains("# TYPE saguin_journal_damaged_total counter\n"));
+        let value: u64 = text
+            .lines()
+            .find_map(|l| l.strip_prefix("saguin_journal_damaged_total "))
+            .expect("a sample")
+            .parse()
+            .expect("a count");
+        assert!(value >= before, "{value} < {before}");
+    }
+
+    #[test]
     fn every_family_is_announced_once() {
         let observation = Observation {
             channels: vec![channel("a", "append"), channel("b", "append")],
