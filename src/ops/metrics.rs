@@ -178,6 +178,7 @@ pub fn render(figures: &Figures<'_>) -> String {
     );
     for (cause, n) in [
         ("storage_full", s.sessions_dropped_storage_full),
+        ("persistent_full", s.sessions_dropped_persistent_full),
         ("expired_while_stopped", o.sessions_expired_while_stopped),
         ("subscription_refused", o.sessions_subscription_refused),
     ] {
