@@ -211,6 +211,10 @@ fn main() -> ExitCode {
                 return ExitCode::SUCCESS;
             }
             println!("{}: configuration is valid", path.display());
+            let worst = saguin::net::worst_case::WorstCase::of(&config.shell_settings());
+            for line in worst.lines() {
+                println!("{line}");
+            }
             for line in saguin::tools::landing::bridge_rules(&config) {
                 println!("{line}");
             }

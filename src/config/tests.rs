@@ -1197,6 +1197,28 @@ fn every_shipped_file_is_valid() {
     }
 }
 
+/// Every board profile writes its board's RAM as `# board_ram: SIZE`, and
+/// the worst case the broker prints for it leaves at least a quarter of
+/// that RAM to the OS.
+#[test]
+fn every_boards_worst_case_leaves_a_quarter_of_its_ram() {
+    for (name, text) in SHIPPED.iter().filter(|(n, _)| n.starts_with("boards/")) {
+        let ram = text
+            .lines()
+            .find_map(|line| line.strip_prefix("# board_ram: "))
+            .unwrap_or_else(|| panic!("{name} writes no `# board_ram: SIZE` line"));
+        let ram_bytes = super::units::parse_size_bytes(ram.trim()).unwrap();
+        let config = parse(text, name).unwrap();
+        let worst = crate::net::worst_case::WorstCase::of(&config.shell_settings());
+        let worst_bytes = worst.total_bytes();
+        assert!(
+            worst_bytes <= ram_bytes / 4 * 3,
+            "{name}: the worst case {worst_bytes} leaves less than a quarter of {ram_bytes} bytes:\n{}",
+            worst.lines().join("\n")
+        );
+    }
+}
+
 #[test]
 fn every_shipped_file_is_in_the_embedded_list() {
     // Where the source tree is present, a board added without a line above

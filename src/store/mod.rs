@@ -89,7 +89,7 @@ pub use validate::{
 };
 pub use writer::{
     Answer, ChannelBytesReply, CommitStats, Completion, StorageHandle, StorageThread, StorageWatch,
-    SubmitError, Ticket, COLLECT_MAX_RECORDS, MAX_REQUEST_WRITES,
+    SubmitError, Ticket, COLLECT_MAX_RECORDS, MAX_REQUEST_WRITES, REQUEST_BYTES,
 };
 
 /// A storage provider. Synchronous, and used from one thread at a time:
