@@ -16,6 +16,8 @@
 pub mod acl;
 pub mod auth;
 pub mod bridge;
+#[cfg(test)]
+pub(crate) mod captured_log;
 pub mod codec;
 pub mod config;
 pub mod core;

@@ -274,9 +274,9 @@ fn a_damaged_frame_followed_by_later_ones_is_reported_and_the_journal_kept() {
     // The fifth batch's block is damaged; the five after it check out.
     garble_frame_block(&image, 4);
     let counted = super::replay::damaged_journals_total();
-    crate::core::channel::queue::broker_tests::captured_log::start();
+    crate::captured_log::start();
     let mut recovered = RedbProvider::open("copy", &image, MAX_BYTES, 0).expect("still opens");
-    let errors = crate::core::channel::queue::broker_tests::captured_log::warnings();
+    let errors = crate::captured_log::warnings();
     let report = errors
         .iter()
         .find(|l| l.contains("is damaged"))
@@ -315,9 +315,9 @@ fn a_torn_last_frame_is_dropped_without_a_damage_report() {
     drop(p);
     // A seventh batch torn in its block: garbage where it was going.
     garble_frame_block(&image, 6);
-    crate::core::channel::queue::broker_tests::captured_log::start();
+    crate::captured_log::start();
     let recovered = RedbProvider::open("copy", &image, MAX_BYTES, 0).expect("open");
-    let errors = crate::core::channel::queue::broker_tests::captured_log::warnings();
+    let errors = crate::captured_log::warnings();
     assert!(
         !errors.iter().any(|l| l.contains("is damaged")),
         "{errors:#?}"
