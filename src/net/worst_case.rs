@@ -20,8 +20,8 @@ pub struct Term {
     pub bytes: u64,
 }
 
-/// Every term; `counted` are summed into the figure, `apart` are printed
-/// beside it with a bound the figure cannot hold honestly.
+/// Every term; `counted` are summed into the figure, `apart` would be
+/// printed beside it (none today: every path has a bound of its own).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct WorstCase {
     pub counted: Vec<Term>,
@@ -65,6 +65,7 @@ impl WorstCase {
             .sum();
         let handshake = 2 * super::connection::READ_CHUNK_BYTES as u64;
         let waiting_sockets = super::OVERFLOW_BUDGET as u64;
+        let groups = u64::from(core.max_shared_groups);
 
         let counted = vec![
             Term {
@@ -128,22 +129,17 @@ impl WorstCase {
                 bytes: bridge_bytes,
             },
             Term {
+                name: "shared group backlogs",
+                formula: format!("limits.max_shared_groups x Q = {groups} x {q}"),
+                bytes: groups * q,
+            },
+            Term {
                 name: "sockets turned away",
                 formula: format!("{waiting_sockets} x {handshake}"),
                 bytes: waiting_sockets * handshake,
             },
         ];
-        // A shared group's backlog is bounded by Q, and there is a group
-        // per shared filter held, which nothing but S and the sessions
-        // bound: too loose to add to a figure a board is sized by.
-        let apart = vec![Term {
-            name: "shared group backlogs",
-            formula: format!(
-                "groups x Q, groups at most (C + A) x S = {} x {q}",
-                (c + a) * s
-            ),
-            bytes: ((c + a) * s).saturating_mul(q),
-        }];
+        let apart = Vec::new();
         WorstCase { counted, apart }
     }
 
@@ -266,8 +262,9 @@ mod tests {
         let lines = w.lines();
         assert_eq!(lines.len(), 1 + w.counted.len() + w.apart.len());
         assert!(lines[0].contains(&w.total_bytes().to_string()));
-        assert!(lines
-            .iter()
-            .any(|l| l.contains("outside the sum, shared group backlogs")));
+        assert_eq!(
+            term(&w, "shared group backlogs"),
+            1_000 * settings(limits).core.session_queue_bytes
+        );
     }
 }
