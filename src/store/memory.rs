@@ -6,9 +6,11 @@
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use super::apply::{apply_batch, entry_size_bytes, position_size_bytes, RecordHead, Tables};
 use super::budget::Budget;
+use super::disk::{Disk, RealDisk};
 use super::error::StoreError;
 use super::snapshot::{self, SnapshotDir};
 use super::types::{
@@ -56,6 +58,24 @@ impl MemoryProvider {
         reserve_bytes: u64,
         snapshot_dir: Option<&Path>,
     ) -> Result<MemoryProvider, StoreError> {
+        Self::open_on(
+            RealDisk::shared(),
+            name,
+            max_bytes,
+            reserve_bytes,
+            snapshot_dir,
+        )
+    }
+
+    /// [`MemoryProvider::open`] with its snapshot read and written on
+    /// `disk`.
+    pub fn open_on(
+        disk: Arc<dyn Disk>,
+        name: &str,
+        max_bytes: u64,
+        reserve_bytes: u64,
+        snapshot_dir: Option<&Path>,
+    ) -> Result<MemoryProvider, StoreError> {
         let mut provider = MemoryProvider {
             name: name.to_string(),
             budget: Budget::new(max_bytes, reserve_bytes),
@@ -67,7 +87,7 @@ impl MemoryProvider {
         let Some(dir) = snapshot_dir else {
             return Ok(provider);
         };
-        let dir = SnapshotDir::open(dir, name)?;
+        let dir = SnapshotDir::open(disk, dir, name)?;
         let loaded = snapshot::load(&dir, snapshot::max_file_bytes(max_bytes))?;
         for warning in &loaded.warnings {
             log::warn!("storage provider {name}: {warning}");

@@ -30,6 +30,7 @@ mod convert;
 pub mod disk;
 pub(crate) mod encoding;
 mod error;
+mod files;
 mod journal;
 mod lock;
 mod memory;
@@ -37,6 +38,7 @@ mod message_id;
 mod open;
 mod pending;
 mod redb;
+mod redb_file;
 mod replay;
 mod settings;
 mod snapshot;
@@ -56,6 +58,8 @@ mod journal_tests;
 #[cfg(test)]
 mod pending_tests;
 #[cfg(test)]
+mod seam_tests;
+#[cfg(test)]
 mod writer_tests;
 
 pub use self::redb::{
@@ -64,11 +68,13 @@ pub use self::redb::{
 };
 pub use backup::{take_backup, BackupReply, BackupReport, BackupView};
 pub use backups::Backups;
-pub use convert::{redb_to_snapshots, snapshots_to_redb, Converted};
+pub use convert::{
+    redb_to_snapshots, redb_to_snapshots_on, snapshots_to_redb, snapshots_to_redb_on, Converted,
+};
 pub use error::StoreError;
 pub use memory::MemoryProvider;
 pub use message_id::{MessageId, MessageIdGenerator, MAX_MESSAGE_ID_TEXT_BYTES};
-pub use open::open_provider;
+pub use open::{open_provider, open_provider_on};
 pub use settings::{
     declared_memory_bytes, reserve_bytes, CommitPolicy, ProviderKind, ProviderSettings,
 };

@@ -21,12 +21,9 @@
 //! committed.
 
 use std::cell::{Cell, RefCell};
-use std::ffi::OsString;
-use std::fmt::Display;
-use std::fs::OpenOptions;
 use std::ops::Range;
-use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use ::redb::{
@@ -39,15 +36,20 @@ use super::apply::{apply_batch, RecordHead, Tables};
 use super::backup::BackupView;
 use super::batch_encoding::encode_batch;
 use super::budget::Budget;
+use super::disk::{Disk, RealDisk};
 use super::encoding::{
     decode_channel_state, encode_channel_state, encode_message, message_from_bytes, message_header,
     Decoder, Encoder, CHANNEL_STATE_BYTES,
 };
+pub(crate) use super::error::db_error;
 use super::error::StoreError;
+pub(crate) use super::files::lock_path_for;
+use super::files::sync_parent;
 use super::journal::Journal;
 use super::lock::LockFile;
 use super::memory::empty_read;
 use super::pending::{Base, Pending, Rebuild, PENDING_MAX_AGE_MS};
+use super::redb_file::create_db;
 use super::replay::{apply_journalled, attach_journal, checkpoint_db, FrameWrites};
 use super::types::{
     ChannelState, Message, Outcome, Read, ReadBatch, ReadLimit, Record, Usage, Write,
@@ -136,6 +138,8 @@ pub struct RedbProvider {
     journal_sequence: u64,
     checkpoint: CheckpointState,
     _lock: LockFile,
+    /// Where every file of the provider is read and written.
+    disk: Arc<dyn Disk>,
     /// Tests make a commit fail after its writes are in the transaction.
     #[cfg(test)]
     pub(crate) fail_next_commit: bool,
@@ -147,41 +151,15 @@ pub struct RedbProvider {
     pub(crate) fail_next_apply: Cell<bool>,
 }
 
-/// Turns any redb error into one naming the file and what was being done.
-pub(crate) fn db_error<'p, E: Display>(
-    path: &'p Path,
-    action: &'static str,
-) -> impl FnOnce(E) -> StoreError + use<'p, E> {
-    move |e| StoreError::Database {
-        path: path.to_path_buf(),
-        action,
-        detail: e.to_string(),
-    }
-}
-
-pub(crate) fn lock_path_for(file_path: &Path) -> PathBuf {
-    let mut name = OsString::from(file_path.as_os_str());
-    name.push(".lock");
-    PathBuf::from(name)
+/// The journal's directory sync, on the operating system's disk.
+pub(crate) fn sync_journal_parent(file_path: &Path) -> Result<(), StoreError> {
+    sync_parent(&RealDisk, file_path)
 }
 
 pub(crate) fn now_ms() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
-}
-
-/// Makes the file's directory entry durable: a commit syncs the file's
-/// contents, and without this a new provider's first records could survive
-/// a power cut under no name at all.
-pub(crate) fn sync_parent(file_path: &Path) -> Result<(), StoreError> {
-    let dir = match file_path.parent() {
-        Some(d) if !d.as_os_str().is_empty() => d,
-        _ => Path::new("."),
-    };
-    std::fs::File::open(dir)
-        .and_then(|d| d.sync_all())
-        .map_err(|e| StoreError::io(dir, "sync the directory holding the redb file", e))
 }
 
 pub(crate) fn encode_entry(entry: &ChannelEntry) -> Vec<u8> {
@@ -224,25 +202,38 @@ impl RedbProvider {
         max_bytes: u64,
         reserve_bytes: u64,
     ) -> Result<RedbProvider, StoreError> {
-        let lock = LockFile::acquire(&lock_path_for(file_path), name)?;
-        // Created here so that it is 0600 whatever the umask: it holds
-        // whatever the applications published.
-        OpenOptions::new()
-            .write(true)
-            .create(true)
-            .truncate(false)
-            .mode(0o600)
-            .open(file_path)
-            .map_err(|e| StoreError::io(file_path, "create the redb file", e))?;
-        let db = Builder::new()
-            .set_cache_size(REDB_CACHE_BYTES)
-            // A file altered outside redb is reported as corrupt instead of
-            // trusted: the price is a read of the whole file at each start.
-            .set_check_integrity_on_open(true)
-            .create(file_path)
-            .map_err(db_error(file_path, "open the redb file"))?;
+        Self::open_on(
+            RealDisk::shared(),
+            name,
+            file_path,
+            max_bytes,
+            reserve_bytes,
+        )
+    }
+
+    /// [`RedbProvider::open`] on `disk`: every file of the provider is
+    /// read and written through it.
+    pub fn open_on(
+        disk: Arc<dyn Disk>,
+        name: &str,
+        file_path: &Path,
+        max_bytes: u64,
+        reserve_bytes: u64,
+    ) -> Result<RedbProvider, StoreError> {
+        let lock = LockFile::acquire(disk.as_ref(), &lock_path_for(file_path), name)?;
+        let builder = {
+            let mut b = Builder::new();
+            b.set_cache_size(REDB_CACHE_BYTES)
+                // A file altered outside redb is reported as corrupt instead
+                // of trusted: the price is a read of the whole file at each
+                // start.
+                .set_check_integrity_on_open(true);
+            b
+        };
+        let db = create_db(disk.as_ref(), file_path, &builder)
+            .map_err(|e| e.at(file_path, "open the redb file"))?;
         check_format(&db, file_path)?;
-        sync_parent(file_path)?;
+        sync_parent(disk.as_ref(), file_path)?;
         let (journal, journal_sequence) = attach_journal(&db, file_path)?;
         let next_channel_id = read_next_channel_id(&db, file_path)?;
         let channels = load_channels(&db, file_path)?;
@@ -267,6 +258,7 @@ impl RedbProvider {
                 must: false,
             },
             _lock: lock,
+            disk,
             #[cfg(test)]
             fail_next_commit: false,
             #[cfg(test)]
@@ -1402,6 +1394,7 @@ impl Provider for RedbProvider {
                     provider: self.name.clone(),
                     source: self.path.clone(),
                     txn,
+                    disk: self.disk.clone(),
                 }),
         )
     }
