@@ -24,11 +24,11 @@ use super::checksum::crc32c;
 use super::disk::Disk;
 use super::error::{db_error, StoreError};
 use super::files::{create_new_file, sync_parent};
-use super::redb::{
+use super::redb_file::create_db;
+use super::redb_schema::{
     CHANNELS, ENTRIES, META, META_JOURNAL_ID, META_JOURNAL_SEQUENCE, POSITIONS, RECORDS,
     REDB_CACHE_BYTES,
 };
-use super::redb_file::create_db;
 use super::stored::StoredProvider;
 
 /// A consistent view of a whole redb provider, taken between two commits.

@@ -25,12 +25,12 @@ use super::error::db_error;
 use super::error::StoreError;
 use super::files::{create_new_file, lock_path_for, sync_parent};
 use super::lock::LockFile;
-use super::memory::MemoryChannel;
-use super::redb::{
+use super::memory_channel::MemoryChannel;
+use super::redb_file::create_db;
+use super::redb_schema::{
     check_format, encode_entry, ChannelEntry, CHANNELS, ENTRIES, META, META_NEXT_CHANNEL_ID,
     POSITIONS, RECORDS, REDB_CACHE_BYTES,
 };
-use super::redb_file::create_db;
 use super::snapshot::{
     channel_files, save_channel, save_manifest, sync_dir, LOCK_FILE, MANIFEST_FILE,
 };

@@ -34,11 +34,14 @@ mod files;
 mod journal;
 mod lock;
 mod memory;
+mod memory_channel;
 mod message_id;
 mod open;
 mod pending;
 mod redb;
 mod redb_file;
+mod redb_schema;
+mod redb_tables;
 mod replay;
 mod settings;
 mod snapshot;
@@ -62,10 +65,7 @@ mod seam_tests;
 #[cfg(test)]
 mod writer_tests;
 
-pub use self::redb::{
-    RedbProvider, DEFAULT_CHECKPOINT_INTERVAL_MS, JOURNAL_CAPACITY_BYTES, REDB_CACHE_BYTES,
-    REDB_FORMAT_VERSION,
-};
+pub use self::redb::{RedbProvider, DEFAULT_CHECKPOINT_INTERVAL_MS};
 pub use backup::{take_backup, BackupReply, BackupReport, BackupView};
 pub use backups::Backups;
 pub use convert::{
@@ -75,6 +75,7 @@ pub use error::StoreError;
 pub use memory::MemoryProvider;
 pub use message_id::{MessageId, MessageIdGenerator, MAX_MESSAGE_ID_TEXT_BYTES};
 pub use open::{open_provider, open_provider_on};
+pub use redb_schema::{JOURNAL_CAPACITY_BYTES, REDB_CACHE_BYTES, REDB_FORMAT_VERSION};
 pub use settings::{
     declared_memory_bytes, reserve_bytes, CommitPolicy, ProviderKind, ProviderSettings,
 };

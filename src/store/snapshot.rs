@@ -32,7 +32,7 @@ use super::encoding::{
 };
 use super::error::StoreError;
 use super::lock::LockFile;
-use super::memory::{counted, MemoryChannel};
+use super::memory_channel::{counted, MemoryChannel};
 use super::types::{ChannelState, FIRST_OFFSET};
 use super::validate::{check_channel_name, MAX_ENTRY_KEY_BYTES, MAX_READER_BYTES};
 

@@ -19,14 +19,16 @@ use ::redb::{Builder, Database, ReadTransaction, ReadableDatabase, TableHandle};
 
 use super::disk::{Disk, OpenMode, RealDisk};
 use super::encoding::{message_from_bytes, message_header};
+use super::error::db_error;
 use super::error::StoreError;
+use super::files::lock_path_for;
 use super::journal::journal_path_for;
 use super::lock::LockFile;
-use super::memory::MemoryChannel;
-use super::redb::{
-    db_error, for_each_keyed, format_refusal, lock_path_for, not_a_provider, read_channel_rows,
-    ChannelEntry, ENTRIES, META, META_CREATED_AT_MS, META_CREATED_BY, META_FORMAT_VERSION,
-    POSITIONS, RECORDS, REDB_CACHE_BYTES, REDB_FORMAT_VERSION,
+use super::memory_channel::MemoryChannel;
+use super::redb_schema::{
+    for_each_keyed, format_refusal, not_a_provider, read_channel_rows, ChannelEntry, ENTRIES, META,
+    META_CREATED_AT_MS, META_CREATED_BY, META_FORMAT_VERSION, POSITIONS, RECORDS, REDB_CACHE_BYTES,
+    REDB_FORMAT_VERSION,
 };
 use super::replay::replay_into_copy;
 use super::snapshot::{
