@@ -314,7 +314,7 @@ fn set_aside(journal_path: &Path, why: &str) -> Result<(), StoreError> {
     std::fs::rename(journal_path, &aside)
         .map_err(|e| StoreError::io(journal_path, "move a journal aside", e))?;
     // The rename is kept only once the directory is synced.
-    super::redb::sync_parent(journal_path)?;
+    super::files::sync_parent(&super::disk::RealDisk, journal_path)?;
     log::warn!(
         "journal {} moved to {}: {why}",
         journal_path.display(),
