@@ -56,6 +56,10 @@ mod journal_tests;
 #[cfg(test)]
 mod pending_tests;
 #[cfg(test)]
+pub(crate) mod sim_disk;
+#[cfg(test)]
+mod sim_disk_tests;
+#[cfg(test)]
 mod writer_tests;
 
 pub use self::redb::{
