@@ -93,7 +93,9 @@ fn embedded_default() -> Result<Config, ExitCode> {
     };
     let working_dir = std::env::current_dir().map_err(|e| fail("read the working directory", e))?;
     let data_dir = working_dir.join(config::EMBEDDED_DATA_DIR);
-    std::fs::create_dir_all(&data_dir)
+    // Synced up the tree, or a power cut soon after a first start could
+    // take the directory and every record acknowledged into it.
+    saguin::store::create_dir_all_synced(&data_dir)
         .map_err(|e| fail(&format!("create {}", data_dir.display()), e))?;
     Ok(config::default_config_in(&working_dir))
 }

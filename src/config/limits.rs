@@ -54,6 +54,9 @@ pub struct Limits {
     pub max_subscriptions: u32,
     /// Most levels a topic name or filter may have.
     pub max_topic_levels: u32,
+    /// Most sessions kept past their connections at once; past it a new
+    /// one is granted a session that ends with its connection.
+    pub max_persistent_sessions: u32,
     /// Cap on the Session Expiry Interval a client may ask for. `none` is
     /// refused, so this is never `u32::MAX` ("never expires").
     pub max_session_expiry_s: u32,
@@ -88,6 +91,7 @@ impl Default for Limits {
             max_connections: 10_000,
             max_subscriptions: 10_000,
             max_topic_levels: 200,
+            max_persistent_sessions: 10_000,
             max_session_expiry_s: 30 * 24 * 60 * 60,
             max_keepalive_s: None,
             publish_rate_per_s: None,
@@ -111,6 +115,7 @@ const KEYS: Keys = Keys {
         "max_connections",
         "max_subscriptions",
         "max_topic_levels",
+        "max_persistent_sessions",
         "max_session_expiry",
         "max_keepalive",
         "publish_rate",
@@ -210,6 +215,18 @@ pub(super) fn parse(f: &mut Findings, path: &str, value: Option<&Value>) -> Opti
             none: "this bound is what stops one client taking the broker's memory one topic level at a time",
         },
     );
+    let max_persistent_sessions = count_key(
+        f,
+        key("max_persistent_sessions"),
+        d.max_persistent_sessions,
+        CountRule {
+            min: 1,
+            max: u64::from(u32::MAX),
+            allowed: "it is a whole number, 1 or more; omit the key for 10000",
+            below: "0 would refuse every session a client asks to keep past its connection",
+            none: "each session kept past its connection holds a queue of up to session_queue_bytes, so their number needs a bound",
+        },
+    );
     let max_session_expiry = match key("max_session_expiry") {
         (_, None) => Some(d.max_session_expiry_s),
         (p, Some(v)) => max_session_expiry(f, &p, v),
@@ -268,6 +285,7 @@ pub(super) fn parse(f: &mut Findings, path: &str, value: Option<&Value>) -> Opti
         max_connections: max_connections?,
         max_subscriptions: max_subscriptions?,
         max_topic_levels: max_topic_levels?,
+        max_persistent_sessions: max_persistent_sessions?,
         max_session_expiry_s: max_session_expiry?,
         max_keepalive_s: max_keepalive?,
         publish_rate_per_s: publish_rate?,
@@ -559,6 +577,7 @@ mod tests {
         assert_eq!(d.max_connections, 10_000);
         assert_eq!(d.max_subscriptions, 10_000);
         assert_eq!(d.max_topic_levels, 200);
+        assert_eq!(d.max_persistent_sessions, 10_000);
         assert_eq!(d.max_session_expiry_s, 2_592_000);
         assert_eq!(d.max_keepalive_s, None);
         assert_eq!(d.publish_rate_per_s, None);

@@ -272,6 +272,11 @@ fn limits(config: &Parts<'_>) -> Mapping {
     put(&mut out, "max_topic_levels", l.max_topic_levels);
     put(
         &mut out,
+        "max_persistent_sessions",
+        l.max_persistent_sessions,
+    );
+    put(
+        &mut out,
         "max_session_expiry",
         seconds(Some(u64::from(l.max_session_expiry_s))),
     );

@@ -102,6 +102,7 @@ fn core_settings(broker: &BrokerConfig) -> core::Settings {
         max_header_count: limits.max_header_count,
         max_header_bytes: limits.max_header_bytes,
         max_subscriptions: limits.max_subscriptions,
+        max_persistent_sessions: limits.max_persistent_sessions,
         max_session_expiry_s: limits.max_session_expiry_s,
         max_keepalive_s: limits.max_keepalive_s,
         connect_timeout_ms: u64::from(limits.connect_timeout_s) * MS_PER_S,

@@ -92,6 +92,7 @@ fn every_limit_default_is_the_documented_one() {
     assert_eq!(l.max_connections, 10_000);
     assert_eq!(l.max_subscriptions, 10_000);
     assert_eq!(l.max_topic_levels, 200);
+    assert_eq!(l.max_persistent_sessions, 10_000);
     assert_eq!(l.max_session_expiry_s, 30 * 86_400);
     assert_eq!(l.max_keepalive_s, None);
     assert_eq!(l.publish_rate_per_s, None);
@@ -163,6 +164,7 @@ fn every_limit_reads_its_written_value() {
             max_connections: 64,
             max_subscriptions: 8,
             max_topic_levels: 12,
+            max_persistent_sessions: 10_000,
             max_session_expiry_s: 86_400,
             max_keepalive_s: Some(300),
             publish_rate_per_s: Some(200),
@@ -353,6 +355,7 @@ fn zero_is_refused_for_every_count() {
         "max_connections",
         "max_subscriptions",
         "max_topic_levels",
+        "max_persistent_sessions",
     ] {
         let f = limits_refused(&format!("{key}: 0"));
         assert_contains(

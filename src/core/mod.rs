@@ -183,6 +183,8 @@ pub struct Settings {
     pub max_header_count: u32,
     pub max_header_bytes: u32,
     pub max_subscriptions: u32,
+    /// Most sessions kept past their connections at once.
+    pub max_persistent_sessions: u32,
     pub max_session_expiry_s: u32,
     pub max_keepalive_s: Option<u16>,
     pub connect_timeout_ms: u64,
@@ -236,6 +238,7 @@ impl Default for Settings {
             max_header_count: 32,
             max_header_bytes: 8 * 1024,
             max_subscriptions: 10_000,
+            max_persistent_sessions: 10_000,
             max_session_expiry_s: 30 * 24 * 3600,
             max_keepalive_s: None,
             connect_timeout_ms: 10_000,
@@ -287,6 +290,9 @@ pub struct Stats {
     /// Sessions told at CONNECT that they end with their connection, the
     /// session store having no room for their record.
     pub sessions_dropped_storage_full: u64,
+    /// Sessions told at CONNECT that they end with their connection,
+    /// `limits.max_persistent_sessions` being kept already.
+    pub sessions_dropped_persistent_full: u64,
     /// Broadcast log messages given up, or never kept, for want of room.
     pub log_dropped: u64,
     /// Retain flags dropped from publishes into a queue, whose jobs are

@@ -2700,6 +2700,67 @@ fn sessions_outliving_their_connections_are_bounded_by_session_memory() {
     );
 }
 
+/// Defect: the number of sessions kept past their connections had no
+/// bound of its own, and each away session holds a queue the session
+/// charge does not count. Past `max_persistent_sessions` a new one is
+/// granted Session Expiry Interval 0 (3.1.1: made clean), counted; one
+/// kept already resumes, and room comes back as a kept session ends.
+#[test]
+fn sessions_kept_past_their_connections_are_bounded_in_number() {
+    let settings = Settings {
+        max_persistent_sessions: 2,
+        ..Settings::default()
+    };
+    let mut h = Harness::new(settings);
+    let durable = |client_id: &str| {
+        let mut connect = connect_packet(client_id, ProtocolVersion::V5);
+        connect.clean_start = false;
+        connect.properties.session_expiry_interval_s = Some(60);
+        connect
+    };
+    let mut kept = Vec::new();
+    for client_id in ["a", "b"] {
+        let (conn, connack) = h.connect_with(durable(client_id));
+        assert_eq!(connack.properties.session_expiry_interval_s, None);
+        kept.push(conn);
+    }
+    let (_, connack) = h.connect_with(durable("c"));
+    assert_eq!(connack.reason_code, ReasonCode::SUCCESS);
+    assert_eq!(
+        connack.properties.session_expiry_interval_s,
+        Some(0),
+        "told its session ends with its connection"
+    );
+    assert_eq!(h.broker.stats().sessions_dropped_persistent_full, 1);
+
+    let mut classic = connect_packet("d", ProtocolVersion::V311);
+    classic.clean_start = false;
+    let (d, connack) = h.connect_with(classic.clone());
+    assert_eq!(connack.reason_code, ReasonCode::SUCCESS);
+    h.packet(d, Packet::Disconnect(Default::default()));
+    let (_, connack) = h.connect_with(classic);
+    assert!(
+        !connack.session_present,
+        "a 3.1.1 session past the bound is made clean"
+    );
+    assert_eq!(h.broker.stats().sessions_dropped_persistent_full, 3);
+
+    // A kept session comes back as it was, the bound full.
+    h.packet(kept[0], Packet::Disconnect(Default::default()));
+    let (a, connack) = h.connect_with(durable("a"));
+    assert!(connack.session_present);
+    assert_eq!(connack.properties.session_expiry_interval_s, None);
+    assert_eq!(h.broker.stats().sessions_dropped_persistent_full, 3);
+
+    // Ended, it gives its room to the next.
+    let mut ends = Disconnect::default();
+    ends.properties.session_expiry_interval_s = Some(0);
+    h.packet(a, Packet::Disconnect(ends));
+    let (_, connack) = h.connect_with(durable("e"));
+    assert_eq!(connack.properties.session_expiry_interval_s, None);
+    assert_eq!(h.broker.stats().sessions_dropped_persistent_full, 3);
+}
+
 /// What a session is charged follows its filters, and leaves with it.
 #[test]
 fn a_sessions_charge_follows_its_filters_and_leaves_with_it() {

@@ -184,6 +184,8 @@ pub fn take_backup(view: BackupView, destination: &Path) -> Result<BackupReport,
     let result = copy_and_verify(&view, destination);
     if result.is_err() {
         let _ = std::fs::remove_file(destination);
+        // Or a power cut could bring the half-written backup back.
+        let _ = sync_parent(destination);
     }
     let (channels, records, rows) = result?;
     let file_bytes = std::fs::metadata(destination)

@@ -173,6 +173,8 @@ pub fn snapshots_to_redb(source: &Path, destination: &Path) -> Result<Converted,
     });
     if result.is_err() {
         let _ = fs::remove_file(destination);
+        // Or a power cut could bring the half-written file back.
+        let _ = sync_parent(destination);
     }
     drop(lock);
     result
@@ -301,6 +303,8 @@ fn prepare_snapshot_dir(destination: &Path) -> Result<bool, StoreError> {
                 .mode(0o700)
                 .create(destination)
                 .map_err(|e| StoreError::io(destination, "create the snapshot directory", e))?;
+            // The new directory's entry, durable before anything is in it.
+            sync_parent(destination)?;
             Ok(true)
         }
         Err(e) => Err(StoreError::io(destination, "look at the destination", e)),
@@ -324,10 +328,13 @@ fn prepare_snapshot_dir(destination: &Path) -> Result<bool, StoreError> {
 fn remove_written_snapshots(destination: &Path, created: bool) {
     if created {
         let _ = fs::remove_dir_all(destination);
+        let _ = sync_parent(destination);
         return;
     }
     for file in channel_files(destination).unwrap_or_default() {
         let _ = fs::remove_file(destination.join(file));
     }
     let _ = fs::remove_file(destination.join(MANIFEST_FILE));
+    // Or a power cut could bring half a conversion back.
+    let _ = sync_dir(destination);
 }

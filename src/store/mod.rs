@@ -27,6 +27,7 @@ pub mod bench;
 mod budget;
 pub(crate) mod checksum;
 mod convert;
+mod dirs;
 pub mod disk;
 pub(crate) mod encoding;
 mod error;
@@ -69,10 +70,12 @@ pub use self::redb::{
 pub use backup::{take_backup, BackupReply, BackupReport, BackupView};
 pub use backups::Backups;
 pub use convert::{redb_to_snapshots, snapshots_to_redb, Converted};
+pub use dirs::create_dir_all_synced;
 pub use error::StoreError;
 pub use memory::MemoryProvider;
 pub use message_id::{MessageId, MessageIdGenerator, MAX_MESSAGE_ID_TEXT_BYTES};
 pub use open::open_provider;
+pub use replay::damaged_journals_total;
 pub use settings::{
     declared_memory_bytes, reserve_bytes, CommitPolicy, ProviderKind, ProviderSettings,
 };

@@ -5,7 +5,9 @@
 //! 3.1.1 a clean session), a Will with no room refuses the CONNECT
 //! `0x97`, and a SUBSCRIBE with no room for its filters is refused `0x97`
 //! for each, the session kept as it was. Connected sessions are bounded
-//! by the connection table; this bounds the ones that are away.
+//! by the connection table; this bounds the ones that are away, as does
+//! `Settings::max_persistent_sessions` on their number, each holding a
+//! queue of up to `session_queue_bytes` that the charge does not count.
 
 use crate::codec::{Subscribe, Will};
 use crate::core::refusal::Refusal;
@@ -32,6 +34,17 @@ impl Broker {
             .sessions
             .key_of(client_id)
             .and_then(|k| self.sessions.get(k));
+        // A session kept already is counted already, resumed or replaced.
+        let counted = existing.is_some_and(|s| s.expiry_interval_s > 0);
+        if !counted && self.persistent_sessions() >= self.settings.max_persistent_sessions as usize
+        {
+            log::warn!(
+                "{} sessions are kept past their connections already: {client_id} is given a session that ends with its connection; raise broker.limits.max_persistent_sessions",
+                self.settings.max_persistent_sessions
+            );
+            self.stats.sessions_dropped_persistent_full += 1;
+            return Ok(0);
+        }
         let (more_bytes, freed_bytes) = match existing {
             Some(_) if !clean_start => (will_bytes, 0),
             existing => (
@@ -51,6 +64,16 @@ impl Broker {
         );
         self.stats.sessions_dropped_storage_full += 1;
         Ok(0)
+    }
+
+    /// Sessions asking to outlive their connections, connected or not.
+    /// Counted when a CONNECT asks for one, never per packet: the table
+    /// holds at most `max_connections` more than the bound.
+    fn persistent_sessions(&self) -> usize {
+        self.sessions
+            .iter()
+            .filter(|(_, s)| s.expiry_interval_s > 0)
+            .count()
     }
 
     /// Whether the filters `subscribe` would add fit the bound.

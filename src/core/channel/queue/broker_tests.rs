@@ -1413,7 +1413,7 @@ fn a_due_job_is_offered_at_the_first_tick_at_or_after_its_due_time() {
 
 /// Captures the warnings logged on the calling test's own thread, so tests
 /// running beside it do not mix theirs in.
-mod captured_log {
+pub(crate) mod captured_log {
     use std::cell::RefCell;
 
     thread_local! {
