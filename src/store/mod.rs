@@ -64,6 +64,10 @@ mod pending_tests;
 #[cfg(test)]
 mod seam_tests;
 #[cfg(test)]
+pub(crate) mod sim_disk;
+#[cfg(test)]
+mod sim_disk_tests;
+#[cfg(test)]
 mod writer_tests;
 
 pub use self::redb::{RedbProvider, DEFAULT_CHECKPOINT_INTERVAL_MS};
