@@ -95,6 +95,8 @@ bench:
 	  echo "bench: could not install libmosquitto-dev; figure 9's libmosquitto rows will fail" >&2; }
 	$(CARGO) build --release --workspace
 	$(TARGET_DIR)/release/saguin-bench --write BENCHMARKS.md $(BENCH_ARGS)
+	$(TARGET_DIR)/release/saguin-bench worst-case --board boards/raspberry-pi-zero-2w.yaml \
+	  --board boards/openwrt-128mb.yaml --write BENCHMARKS.md
 
 # The soak (bench/src/soak/): the release broker on the Pi Zero 2 W profile
 # under a gateway's mix for HOURS (fractions allowed), sampled into

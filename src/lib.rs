@@ -17,6 +17,8 @@
 pub mod acl;
 pub mod auth;
 pub mod bridge;
+#[cfg(test)]
+pub(crate) mod captured_log;
 pub mod codec;
 pub mod config;
 pub mod core;

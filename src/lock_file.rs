@@ -2,7 +2,8 @@
 //! for as long as the returned handle lives. The kernel releases it when
 //! the process ends, so a broker that was killed leaves nothing to clean
 //! up; the file itself stays, because removing it under a running broker
-//! would defeat it. Storage providers and Unix-socket doors take one each.
+//! would defeat it. Unix-socket doors take one; storage providers take
+//! theirs through the store's disk seam (`store::lock`).
 
 use std::fs::{File, OpenOptions, TryLockError};
 use std::io;

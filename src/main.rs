@@ -93,7 +93,9 @@ fn embedded_default() -> Result<Config, ExitCode> {
     };
     let working_dir = std::env::current_dir().map_err(|e| fail("read the working directory", e))?;
     let data_dir = working_dir.join(config::EMBEDDED_DATA_DIR);
-    std::fs::create_dir_all(&data_dir)
+    // Synced up the tree, or a power cut soon after a first start could
+    // take the directory and every record acknowledged into it.
+    saguin::store::create_dir_all_synced(&data_dir)
         .map_err(|e| fail(&format!("create {}", data_dir.display()), e))?;
     Ok(config::default_config_in(&working_dir))
 }
@@ -209,6 +211,10 @@ fn main() -> ExitCode {
                 return ExitCode::SUCCESS;
             }
             println!("{}: configuration is valid", path.display());
+            let worst = saguin::net::worst_case::WorstCase::of(&config.shell_settings());
+            for line in worst.lines() {
+                println!("{line}");
+            }
             for line in saguin::tools::landing::bridge_rules(&config) {
                 println!("{line}");
             }

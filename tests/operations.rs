@@ -1100,12 +1100,19 @@ fn a_session_names_its_user_door_clean_start_and_slices_and_a_consumer_its_last_
         sessions.contains("\"expires_after\":3600,\"clean_start\":false,\"subscriptions\":1,\"partitions\":[{\"filter\":\"events/+\",\"count\":3,\"indices\":[0,2]}]}"),
         "{sessions}"
     );
-    let consumers = get(&ops, "/v1/operations/consumers", &[]).body;
-    assert!(
-        consumers
-            .contains("{\"reader\":\"mqtt:north-17\",\"offset\":1,\"behind\":0,\"last_seen\":\"20"),
-        "{consumers}"
-    );
+    // The position is stored by the storage thread after the SUBACK: wait
+    // for it rather than race it.
+    let deadline = std::time::Instant::now() + WAIT;
+    loop {
+        let consumers = get(&ops, "/v1/operations/consumers", &[]).body;
+        if consumers
+            .contains("{\"reader\":\"mqtt:north-17\",\"offset\":1,\"behind\":0,\"last_seen\":\"20")
+        {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "{consumers}");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
     // Gone, its session is held: nothing its connection said is known,
     // and it was last seen when it went.
     client.send(&Packet::Disconnect(Default::default()));

@@ -23,6 +23,7 @@ mod soak;
 mod startup;
 mod stock;
 mod tls;
+mod worst_case;
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -42,6 +43,7 @@ use startup::StartupFigure;
 
 const USAGE: &str = "\
 usage: saguin-bench soak [...]   the soak (saguin-bench soak --help)
+       saguin-bench worst-case --board FILE [--scale F]   the memory driver on a board profile
        saguin-bench [--quick] [--write FILE] [--only LIST] [--saguin-bin PATH] [--baseline-bin PATH]
   --quick              fewer messages and a 3 s latency run (a smoke test, not for BENCHMARKS.md)
   --write FILE         also write the report to FILE (BENCHMARKS.md)
@@ -326,6 +328,9 @@ fn main() -> ExitCode {
     if args.first().map(String::as_str) == Some("soak") {
         return soak::main(&args[1..]);
     }
+    if args.first().map(String::as_str) == Some("worst-case") {
+        return worst_case::main(&args[1..]);
+    }
     let options = match parse_args(&args) {
         Ok(options) => options,
         Err(message) => {
@@ -371,6 +376,11 @@ fn main() -> ExitCode {
         let old = std::fs::read_to_string(path).unwrap_or_default();
         let document = match soak::section_of(&old) {
             Some(section) => soak::with_section(&document, section),
+            None => document,
+        };
+        // So does the worst-case driver (`make bench` runs it after).
+        let document = match worst_case::section_of(&old) {
+            Some(section) => worst_case::with_section(&document, section),
             None => document,
         };
         if let Err(error) = std::fs::write(path, &document) {

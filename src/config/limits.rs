@@ -57,6 +57,9 @@ pub struct Limits {
     /// Most sessions kept past their connections at once; past it a new
     /// one is granted a session that ends with its connection.
     pub max_persistent_sessions: u32,
+    /// Most shared groups held at once; past it a SUBSCRIBE making a new
+    /// one is refused 0x97 for that filter.
+    pub max_shared_groups: u32,
     /// Cap on the Session Expiry Interval a client may ask for. `none` is
     /// refused, so this is never `u32::MAX` ("never expires").
     pub max_session_expiry_s: u32,
@@ -92,6 +95,7 @@ impl Default for Limits {
             max_subscriptions: 10_000,
             max_topic_levels: 200,
             max_persistent_sessions: 10_000,
+            max_shared_groups: 1_000,
             max_session_expiry_s: 30 * 24 * 60 * 60,
             max_keepalive_s: None,
             publish_rate_per_s: None,
@@ -116,6 +120,7 @@ const KEYS: Keys = Keys {
         "max_subscriptions",
         "max_topic_levels",
         "max_persistent_sessions",
+        "max_shared_groups",
         "max_session_expiry",
         "max_keepalive",
         "publish_rate",
@@ -227,6 +232,18 @@ pub(super) fn parse(f: &mut Findings, path: &str, value: Option<&Value>) -> Opti
             none: "each session kept past its connection holds a queue of up to session_queue_bytes, so their number needs a bound",
         },
     );
+    let max_shared_groups = count_key(
+        f,
+        key("max_shared_groups"),
+        d.max_shared_groups,
+        CountRule {
+            min: 1,
+            max: u64::from(u32::MAX),
+            allowed: "it is a whole number, 1 or more; omit the key for 1000",
+            below: "0 would refuse every shared subscription",
+            none: "each shared group may hold a backlog of up to session_queue_bytes, so their number needs a bound",
+        },
+    );
     let max_session_expiry = match key("max_session_expiry") {
         (_, None) => Some(d.max_session_expiry_s),
         (p, Some(v)) => max_session_expiry(f, &p, v),
@@ -286,6 +303,7 @@ pub(super) fn parse(f: &mut Findings, path: &str, value: Option<&Value>) -> Opti
         max_subscriptions: max_subscriptions?,
         max_topic_levels: max_topic_levels?,
         max_persistent_sessions: max_persistent_sessions?,
+        max_shared_groups: max_shared_groups?,
         max_session_expiry_s: max_session_expiry?,
         max_keepalive_s: max_keepalive?,
         publish_rate_per_s: publish_rate?,
@@ -578,6 +596,7 @@ mod tests {
         assert_eq!(d.max_subscriptions, 10_000);
         assert_eq!(d.max_topic_levels, 200);
         assert_eq!(d.max_persistent_sessions, 10_000);
+        assert_eq!(d.max_shared_groups, 1_000);
         assert_eq!(d.max_session_expiry_s, 2_592_000);
         assert_eq!(d.max_keepalive_s, None);
         assert_eq!(d.publish_rate_per_s, None);

@@ -276,6 +276,7 @@ fn limits(config: &Parts<'_>) -> Mapping {
         "max_persistent_sessions",
         l.max_persistent_sessions,
     );
+    put(&mut out, "max_shared_groups", l.max_shared_groups);
     put(
         &mut out,
         "max_session_expiry",

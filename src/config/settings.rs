@@ -103,6 +103,7 @@ fn core_settings(broker: &BrokerConfig) -> core::Settings {
         max_header_bytes: limits.max_header_bytes,
         max_subscriptions: limits.max_subscriptions,
         max_persistent_sessions: limits.max_persistent_sessions,
+        max_shared_groups: limits.max_shared_groups,
         max_session_expiry_s: limits.max_session_expiry_s,
         max_keepalive_s: limits.max_keepalive_s,
         connect_timeout_ms: u64::from(limits.connect_timeout_s) * MS_PER_S,

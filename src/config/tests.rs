@@ -93,6 +93,7 @@ fn every_limit_default_is_the_documented_one() {
     assert_eq!(l.max_subscriptions, 10_000);
     assert_eq!(l.max_topic_levels, 200);
     assert_eq!(l.max_persistent_sessions, 10_000);
+    assert_eq!(l.max_shared_groups, 1_000);
     assert_eq!(l.max_session_expiry_s, 30 * 86_400);
     assert_eq!(l.max_keepalive_s, None);
     assert_eq!(l.publish_rate_per_s, None);
@@ -165,6 +166,7 @@ fn every_limit_reads_its_written_value() {
             max_subscriptions: 8,
             max_topic_levels: 12,
             max_persistent_sessions: 10_000,
+            max_shared_groups: 1_000,
             max_session_expiry_s: 86_400,
             max_keepalive_s: Some(300),
             publish_rate_per_s: Some(200),
@@ -382,6 +384,7 @@ fn zero_is_refused_for_every_count() {
         "max_subscriptions",
         "max_topic_levels",
         "max_persistent_sessions",
+        "max_shared_groups",
     ] {
         let f = limits_refused(&format!("{key}: 0"));
         assert_contains(
@@ -1220,6 +1223,28 @@ fn every_shipped_file_is_valid() {
         if let Err(e) = parse(text, name) {
             panic!("{e}");
         }
+    }
+}
+
+/// Every board profile writes its board's RAM as `# board_ram: SIZE`, and
+/// the worst case the broker prints for it leaves at least a quarter of
+/// that RAM to the OS.
+#[test]
+fn every_boards_worst_case_leaves_a_quarter_of_its_ram() {
+    for (name, text) in SHIPPED.iter().filter(|(n, _)| n.starts_with("boards/")) {
+        let ram = text
+            .lines()
+            .find_map(|line| line.strip_prefix("# board_ram: "))
+            .unwrap_or_else(|| panic!("{name} writes no `# board_ram: SIZE` line"));
+        let ram_bytes = super::units::parse_size_bytes(ram.trim()).unwrap();
+        let config = parse(text, name).unwrap();
+        let worst = crate::net::worst_case::WorstCase::of(&config.shell_settings());
+        let worst_bytes = worst.total_bytes();
+        assert!(
+            worst_bytes <= ram_bytes / 4 * 3,
+            "{name}: the worst case {worst_bytes} leaves less than a quarter of {ram_bytes} bytes:\n{}",
+            worst.lines().join("\n")
+        );
     }
 }
 

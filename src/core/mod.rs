@@ -185,6 +185,8 @@ pub struct Settings {
     pub max_subscriptions: u32,
     /// Most sessions kept past their connections at once.
     pub max_persistent_sessions: u32,
+    /// Most shared groups held at once.
+    pub max_shared_groups: u32,
     pub max_session_expiry_s: u32,
     pub max_keepalive_s: Option<u16>,
     pub connect_timeout_ms: u64,
@@ -239,6 +241,7 @@ impl Default for Settings {
             max_header_bytes: 8 * 1024,
             max_subscriptions: 10_000,
             max_persistent_sessions: 10_000,
+            max_shared_groups: 1_000,
             max_session_expiry_s: 30 * 24 * 3600,
             max_keepalive_s: None,
             connect_timeout_ms: 10_000,

@@ -196,6 +196,7 @@ refusals! {
     SliceOnShared = (IMPLEMENTATION_SPECIFIC_ERROR, Suback, "saguin-filter is refused on $share/: a shared subscription already divides its stream"),
     SliceOnQueue = (IMPLEMENTATION_SPECIFIC_ERROR, Suback, "saguin-filter is refused on $saguin/queue/: a queue already divides its work"),
     TooManySubscriptions = (QUOTA_EXCEEDED, Suback, "more filters than limits.max_subscriptions"),
+    TooManySharedGroups = (QUOTA_EXCEEDED, Suback, "a new shared group past limits.max_shared_groups; joining a group already held is allowed"),
     NotAQueueForm = (TOPIC_FILTER_INVALID, Suback, "not a queue's form: a worker subscribes to $saguin/queue/<name>, naming a queue exactly"),
     QueueNeedsMqtt5 = (TOPIC_FILTER_INVALID, Suback, "a queue is consumed over MQTT 5 only: a job is answered with its Response Topic and Correlation Data"),
     QueueNoLocal = (TOPIC_FILTER_INVALID, Suback, "No Local on a queue's form would withhold a worker's own jobs from it for ever; subscribe without it"),

@@ -2761,6 +2761,33 @@ fn sessions_kept_past_their_connections_are_bounded_in_number() {
     assert_eq!(h.broker.stats().sessions_dropped_persistent_full, 3);
 }
 
+/// Defect: shared groups had no bound of their own, and each may hold a
+/// backlog of `session_queue_bytes`. Past `max_shared_groups` a filter
+/// making a new group is refused 0x97; joining a group held is not.
+#[test]
+fn shared_groups_are_bounded_in_number() {
+    let settings = Settings {
+        max_shared_groups: 1,
+        ..Settings::default()
+    };
+    let mut h = Harness::new(settings);
+    let a = h.connect("a", ProtocolVersion::V5);
+    let b = h.connect("b", ProtocolVersion::V5);
+    let q1 = qos(QoS::AtLeastOnce);
+    assert_eq!(
+        h.subscribe(a, "$share/g/x", q1, None),
+        vec![ReasonCode::GRANTED_QOS_1]
+    );
+    assert_eq!(
+        h.subscribe(b, "$share/g/x", q1, None),
+        vec![ReasonCode::GRANTED_QOS_1]
+    );
+    assert_eq!(
+        h.subscribe(b, "$share/h/x", q1, None),
+        vec![ReasonCode::QUOTA_EXCEEDED]
+    );
+}
+
 /// What a session is charged follows its filters, and leaves with it.
 #[test]
 fn a_sessions_charge_follows_its_filters_and_leaves_with_it() {

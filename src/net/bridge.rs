@@ -30,7 +30,7 @@ use crate::core::{ChannelSettings, Key};
 const DIAL_TIMEOUT_MS: u64 = 10_000;
 /// A peer packet larger than this ends the link: nothing a bridge asks
 /// for is near it, and reading it would mean holding it.
-const MAX_PEER_PACKET_BYTES: usize = 16 * 1024 * 1024;
+pub(super) const MAX_PEER_PACKET_BYTES: usize = 16 * 1024 * 1024;
 /// How often a paused read checks whether the peer's records have room.
 const INBOUND_FULL_POLL_MS: u64 = 5;
 

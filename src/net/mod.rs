@@ -13,6 +13,7 @@ mod socket;
 mod storage;
 pub mod tls;
 pub mod websocket;
+pub mod worst_case;
 
 use std::cell::RefCell;
 use std::io;
@@ -129,6 +130,21 @@ async fn serve(
     acl: Option<AclSource>,
 ) -> io::Result<()> {
     let (mut storage, completions) = storage::start(&mut shell)?;
+    let per_connection_bytes = worst_case::connection_bytes(&shell);
+    // A WebSocket frame is bounded as a packet is.
+    let max_frame_bytes = u64::from(shell.core.max_message_size_bytes);
+    let worst = worst_case::WorstCase::of(&shell);
+    log::info!(
+        "broker {} starting: at most {} connections, each holding at most {} bytes of buffers and queued \
+         deliveries; {} bytes in all at every bound at once, by term:",
+        shell.broker_id,
+        shell.core.max_connections,
+        per_connection_bytes,
+        worst.total_bytes(),
+    );
+    for line in worst.lines().iter().skip(1) {
+        log::info!("{}", line.trim_start());
+    }
     let mut settings = shell.core;
     settings.start_unix_ms = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
@@ -138,33 +154,6 @@ async fn serve(
     let restored_retained = std::mem::take(&mut storage.restored.retained);
     let restored_log = std::mem::take(&mut storage.restored.log);
     let restored_holds = std::mem::take(&mut storage.restored.holds);
-    let tls_bytes = if shell.doors.iter().any(|d| d.tls.is_some()) {
-        tls::WORST_CASE_CONNECTION_BYTES
-    } else {
-        0
-    };
-    let websocket_bytes = if shell
-        .doors
-        .iter()
-        .any(|d| matches!(d.listen, Listen::WebSocket { .. }))
-    {
-        websocket::WORST_CASE_CONNECTION_BYTES
-    } else {
-        0
-    };
-    let per_connection_bytes = worst_case_connection_bytes(&settings) + tls_bytes + websocket_bytes;
-    // A WebSocket frame is bounded as a packet is.
-    let max_frame_bytes = u64::from(settings.max_message_size_bytes);
-    log::info!(
-        "broker {} starting: at most {} connections, each holding at most {} bytes of buffers and queued \
-         deliveries, {} bytes in all (subscriptions come on top: at most {} filters of {} levels per client)",
-        shell.broker_id,
-        settings.max_connections,
-        per_connection_bytes,
-        per_connection_bytes.saturating_mul(u64::from(settings.max_connections)),
-        settings.max_subscriptions,
-        settings.max_topic_levels
-    );
     // Certificates are read before any port opens: a broker that cannot
     // serve one of its doors does not serve any.
     let tls_doors = load_tls(shell.doors.iter().map(|d| d.tls.clone()).collect())?;

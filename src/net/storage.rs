@@ -11,7 +11,7 @@ use crate::store::{self, Completion, StorageHandle, StorageThread};
 
 /// Requests one provider's storage thread may have queued before a new one
 /// is refused as "behind": a bound on memory, not a throughput knob.
-const STORAGE_QUEUE_REQUESTS: usize = 4_096;
+pub(super) const STORAGE_QUEUE_REQUESTS: usize = 4_096;
 
 pub struct Storage {
     threads: Vec<StorageThread>,

@@ -749,6 +749,16 @@ fn providers(out: &mut Exposition, providers: &[Provider]) {
         }
     }
     out.family(
+        "saguin_journal_damaged_total",
+        "counter",
+        "Journals found at a start with a damaged frame that later frames follow: acknowledged batches lost to the device, not to a crash.",
+    );
+    out.sample(
+        "saguin_journal_damaged_total",
+        &[],
+        crate::store::damaged_journals_total(),
+    );
+    out.family(
         "saguin_provider_publish_commit_max_records",
         "gauge",
         "The provider's publish_commit_max_records.",
@@ -967,6 +977,20 @@ mod tests {
         assert!(text.contains(
             "saguin_channel_info{channel=\"events\",filter=\"events/#\",type=\"append\",provider=\"\"} 1\n"
         ));
+    }
+
+    #[test]
+    fn damaged_journals_are_counted_in_the_catalogue() {
+        let before = crate::store::damaged_journals_total();
+        let text = rendered(&Observation::default());
+        assert!(text.contains("# TYPE saguin_journal_damaged_total counter\n"));
+        let value: u64 = text
+            .lines()
+            .find_map(|l| l.strip_prefix("saguin_journal_damaged_total "))
+            .expect("a sample")
+            .parse()
+            .expect("a count");
+        assert!(value >= before, "{value} < {before}");
     }
 
     #[test]

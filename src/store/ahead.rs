@@ -25,7 +25,8 @@ use super::apply::{apply_batch, RecordHead, Tables};
 use super::budget::Budget;
 use super::error::StoreError;
 use super::pending::Base;
-use super::redb::{Applied, ChannelMap, Staging};
+use super::redb_schema::ChannelMap;
+use super::redb_tables::{Applied, Staging};
 use super::types::{ChannelState, Message, Write};
 
 /// The most answered batches left unapplied before the next commit

@@ -21,11 +21,13 @@ use ::redb::{
 };
 
 use super::checksum::crc32c;
-use super::convert::create_new_file;
-use super::error::StoreError;
-use super::redb::{
-    db_error, sync_parent, CHANNELS, ENTRIES, META, META_JOURNAL_ID, META_JOURNAL_SEQUENCE,
-    POSITIONS, RECORDS, REDB_CACHE_BYTES,
+use super::disk::Disk;
+use super::error::{db_error, StoreError};
+use super::files::{create_new_file, sync_parent};
+use super::redb_file::create_db;
+use super::redb_schema::{
+    CHANNELS, ENTRIES, META, META_JOURNAL_ID, META_JOURNAL_SEQUENCE, POSITIONS, RECORDS,
+    REDB_CACHE_BYTES,
 };
 use super::stored::StoredProvider;
 
@@ -34,6 +36,8 @@ pub struct BackupView {
     pub provider: String,
     pub(crate) source: PathBuf,
     pub(crate) txn: ReadTransaction,
+    /// The provider's disk, which the copy is written to.
+    pub(crate) disk: Arc<dyn Disk>,
 }
 
 /// What a finished, verified backup holds.
@@ -180,15 +184,18 @@ fn digest(txn: &ReadTransaction, path: &Path) -> Result<Digest, StoreError> {
 /// verify is removed.
 pub fn take_backup(view: BackupView, destination: &Path) -> Result<BackupReport, StoreError> {
     let started = Instant::now();
-    create_new_file(destination, "a backup")?;
+    let disk = view.disk.as_ref();
+    create_new_file(disk, destination, "a backup")?;
     let result = copy_and_verify(&view, destination);
     if result.is_err() {
-        let _ = std::fs::remove_file(destination);
+        let _ = disk.remove_file(destination);
+        // Or a power cut could bring the half-written backup back.
+        let _ = sync_parent(disk, destination);
     }
     let (channels, records, rows) = result?;
-    let file_bytes = std::fs::metadata(destination)
-        .map_err(|e| StoreError::io(destination, "read the backup's size", e))?
-        .len();
+    let file_bytes = disk
+        .file_len(destination)
+        .map_err(|e| StoreError::io(destination, "read the backup's size", e))?;
     Ok(BackupReport {
         provider: view.provider,
         destination: destination.to_path_buf(),
@@ -201,10 +208,11 @@ pub fn take_backup(view: BackupView, destination: &Path) -> Result<BackupReport,
 }
 
 fn copy_and_verify(view: &BackupView, destination: &Path) -> Result<(u64, u64, u64), StoreError> {
-    let db = Builder::new()
-        .set_cache_size(REDB_CACHE_BYTES)
-        .create(destination)
-        .map_err(db_error(destination, "create the backup file"))?;
+    let disk = view.disk.as_ref();
+    let mut builder = Builder::new();
+    builder.set_cache_size(REDB_CACHE_BYTES);
+    let db = create_db(disk, destination, &builder)
+        .map_err(|e| e.at(destination, "create the backup file"))?;
     let mut txn = db
         .begin_write()
         .map_err(db_error(destination, "begin the copy"))?;
@@ -215,14 +223,12 @@ fn copy_and_verify(view: &BackupView, destination: &Path) -> Result<(u64, u64, u
         .map_err(db_error(destination, "commit the copy"))?;
     db.close()
         .map_err(db_error(destination, "close the backup file"))?;
-    sync_parent(destination)?;
+    sync_parent(disk, destination)?;
     let wanted = digest(&view.txn, &view.source)?;
     // Opened as the broker opens a provider, its integrity checked.
-    let copy = Builder::new()
-        .set_cache_size(REDB_CACHE_BYTES)
-        .set_check_integrity_on_open(true)
-        .create(destination)
-        .map_err(db_error(destination, "open the backup to verify it"))?;
+    builder.set_check_integrity_on_open(true);
+    let copy = create_db(disk, destination, &builder)
+        .map_err(|e| e.at(destination, "open the backup to verify it"))?;
     let found = digest(
         &copy
             .begin_read()
@@ -238,7 +244,7 @@ fn copy_and_verify(view: &BackupView, destination: &Path) -> Result<(u64, u64, u
             ),
         ));
     }
-    let stored = StoredProvider::from_database(destination, copy)?;
+    let stored = StoredProvider::from_database(view.disk.clone(), destination, copy)?;
     for key in stored.channel_keys() {
         stored.summary(&key)?;
     }

@@ -170,7 +170,7 @@ pub fn device_bytes_per_record(
     let file = dir.join(format!("saguin-wear-{}.redb", std::process::id()));
     let remove = || {
         let _ = fs::remove_file(&file);
-        let _ = fs::remove_file(super::redb::lock_path_for(&file));
+        let _ = fs::remove_file(super::files::lock_path_for(&file));
         let _ = fs::remove_file(super::journal::journal_path_for(&file));
     };
     remove();
@@ -179,22 +179,22 @@ pub fn device_bytes_per_record(
         Some(durability) => {
             let table = ::redb::TableDefinition::<u64, &[u8]>::new("records");
             let db = ::redb::Builder::new()
-                .set_cache_size(super::redb::REDB_CACHE_BYTES)
+                .set_cache_size(super::redb_schema::REDB_CACHE_BYTES)
                 .create(&file)
-                .map_err(super::redb::db_error(&file, "create"))?;
+                .map_err(super::error::db_error(&file, "create"))?;
             let before = process_write_bytes().unwrap_or(0);
             for n in 0..u64::from(records) {
                 let mut txn = db
                     .begin_write()
-                    .map_err(super::redb::db_error(&file, "begin"))?;
+                    .map_err(super::error::db_error(&file, "begin"))?;
                 txn.set_durability(durability)
-                    .map_err(super::redb::db_error(&file, "durability"))?;
+                    .map_err(super::error::db_error(&file, "durability"))?;
                 txn.open_table(table)
-                    .map_err(super::redb::db_error(&file, "open"))?
+                    .map_err(super::error::db_error(&file, "open"))?
                     .insert(n, payload.as_slice())
-                    .map_err(super::redb::db_error(&file, "insert"))?;
+                    .map_err(super::error::db_error(&file, "insert"))?;
                 txn.commit()
-                    .map_err(super::redb::db_error(&file, "commit"))?;
+                    .map_err(super::error::db_error(&file, "commit"))?;
             }
             process_write_bytes().unwrap_or(0) - before
         }

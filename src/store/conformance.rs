@@ -1534,7 +1534,7 @@ mod memory_only {
         // A position at 0, which no offset is.
         c.state.next = 6;
         c.positions.insert("mqtt:a".into(), 0);
-        let (record_bytes, position_bytes, _) = super::memory::counted(&c);
+        let (record_bytes, position_bytes, _) = super::memory_channel::counted(&c);
         c.state.record_bytes = record_bytes;
         c.state.position_bytes = position_bytes;
         c.state.position_count = 1;

@@ -14,19 +14,22 @@
 //! reported. A conversion that fails removes what it wrote, so the same
 //! command can be run again.
 
-use std::fs::{self, OpenOptions};
-use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
 use std::path::Path;
+use std::sync::Arc;
 
 use ::redb::{Builder, Database, Durability};
 
+use super::disk::{parent_dir, Disk, RealDisk};
 use super::encoding::message_bytes;
+use super::error::db_error;
 use super::error::StoreError;
+use super::files::{create_new_file, lock_path_for, sync_parent};
 use super::lock::LockFile;
-use super::memory::MemoryChannel;
-use super::redb::{
-    check_format, db_error, encode_entry, lock_path_for, sync_parent, ChannelEntry, CHANNELS,
-    ENTRIES, META, META_NEXT_CHANNEL_ID, POSITIONS, RECORDS, REDB_CACHE_BYTES,
+use super::memory_channel::MemoryChannel;
+use super::redb_file::create_db;
+use super::redb_schema::{
+    check_format, encode_entry, ChannelEntry, CHANNELS, ENTRIES, META, META_NEXT_CHANNEL_ID,
+    POSITIONS, RECORDS, REDB_CACHE_BYTES,
 };
 use super::snapshot::{
     channel_files, save_channel, save_manifest, sync_dir, LOCK_FILE, MANIFEST_FILE,
@@ -53,27 +56,6 @@ impl Converted {
         self.positions += channel.positions.len() as u64;
         self.entries += channel.entries.len() as u64;
     }
-}
-
-/// Creates `path` for the broker's user only (it holds what applications
-/// published), refusing one that exists: `what` never writes over
-/// anything.
-pub(crate) fn create_new_file(path: &Path, what: &str) -> Result<(), StoreError> {
-    OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(0o600)
-        .open(path)
-        .map(drop)
-        .map_err(|e| match e.kind() {
-            std::io::ErrorKind::AlreadyExists => StoreError::format(
-                path,
-                format!(
-                    "already exists, and {what} never writes over anything: give a new file name"
-                ),
-            ),
-            _ => StoreError::io(path, "create the file", e),
-        })
 }
 
 /// Opens the source and checks it is the kind the conversion reads.
@@ -161,28 +143,44 @@ fn verify(source: &StoredProvider, destination: &StoredProvider) -> Result<(), S
 
 /// A memory provider's snapshot directory into a new redb file.
 pub fn snapshots_to_redb(source: &Path, destination: &Path) -> Result<Converted, StoreError> {
+    snapshots_to_redb_on(RealDisk::shared(), source, destination)
+}
+
+/// [`snapshots_to_redb`], writing the new file on `disk`.
+pub fn snapshots_to_redb_on(
+    disk: Arc<dyn Disk>,
+    source: &Path,
+    destination: &Path,
+) -> Result<Converted, StoreError> {
     let stored = open_source(source, StoredKind::Snapshots)?;
     let lock = LockFile::acquire(
+        disk.as_ref(),
         &lock_path_for(destination),
         &destination.display().to_string(),
     )?;
-    create_new_file(destination, "a conversion")?;
-    let result = write_redb(&stored, destination).and_then(|converted| {
-        let written = StoredProvider::open_while_locked(destination)?;
+    create_new_file(disk.as_ref(), destination, "a conversion")?;
+    let result = write_redb(disk.as_ref(), &stored, destination).and_then(|converted| {
+        let written = StoredProvider::open_while_locked(disk.clone(), destination)?;
         verify(&stored, &written).map(|()| converted)
     });
     if result.is_err() {
-        let _ = fs::remove_file(destination);
+        let _ = disk.remove_file(destination);
+        // Or a power cut could bring the half-written file back.
+        let _ = sync_parent(disk.as_ref(), destination);
     }
     drop(lock);
     result
 }
 
-fn write_redb(stored: &StoredProvider, destination: &Path) -> Result<Converted, StoreError> {
-    let db = Builder::new()
-        .set_cache_size(REDB_CACHE_BYTES)
-        .create(destination)
-        .map_err(db_error(destination, "create the redb file"))?;
+fn write_redb(
+    disk: &dyn Disk,
+    stored: &StoredProvider,
+    destination: &Path,
+) -> Result<Converted, StoreError> {
+    let mut builder = Builder::new();
+    builder.set_cache_size(REDB_CACHE_BYTES);
+    let db = create_db(disk, destination, &builder)
+        .map_err(|e| e.at(destination, "create the redb file"))?;
     let mut next_id = check_format(&db, destination)?;
     let converted = each_channel(stored, |name, channel| {
         let id = next_id;
@@ -201,7 +199,7 @@ fn write_redb(stored: &StoredProvider, destination: &Path) -> Result<Converted, 
     })?;
     db.close()
         .map_err(db_error(destination, "close the redb file"))?;
-    sync_parent(destination)?;
+    sync_parent(disk, destination)?;
     Ok(converted)
 }
 
@@ -264,52 +262,75 @@ fn write_redb_channel(
 
 /// A redb file into a new snapshot directory.
 pub fn redb_to_snapshots(source: &Path, destination: &Path) -> Result<Converted, StoreError> {
+    redb_to_snapshots_on(RealDisk::shared(), source, destination)
+}
+
+/// [`redb_to_snapshots`], writing the new directory on `disk`.
+pub fn redb_to_snapshots_on(
+    disk: Arc<dyn Disk>,
+    source: &Path,
+    destination: &Path,
+) -> Result<Converted, StoreError> {
     let stored = open_source(source, StoredKind::Redb)?;
-    let created = prepare_snapshot_dir(destination)?;
+    let created = prepare_snapshot_dir(disk.as_ref(), destination)?;
     let lock = LockFile::acquire(
+        disk.as_ref(),
         &destination.join(LOCK_FILE),
         &destination.display().to_string(),
     )?;
+    let d = disk.as_ref();
     let result = save_manifest(
+        d,
         destination,
         CONVERTED_GENERATION,
         stored.channel_keys().iter(),
     )
     .and_then(|()| {
         each_channel(&stored, |name, channel| {
-            save_channel(destination, name, channel, CONVERTED_GENERATION)
+            save_channel(d, destination, name, channel, CONVERTED_GENERATION)
         })
     })
-    .and_then(|converted| sync_dir(destination).map(|()| converted))
+    .and_then(|converted| sync_dir(d, destination).map(|()| converted))
     .and_then(|converted| {
-        let written = StoredProvider::open_while_locked(destination)?;
+        let written = StoredProvider::open_while_locked(disk.clone(), destination)?;
         verify(&stored, &written).map(|()| converted)
     });
     drop(lock);
     if result.is_err() {
-        remove_written_snapshots(destination, created);
+        remove_written_snapshots(d, destination, created);
     }
     result
 }
 
 /// Creates the destination directory, or accepts an existing one holding
 /// no snapshot and no manifest. Returns whether it was created.
-fn prepare_snapshot_dir(destination: &Path) -> Result<bool, StoreError> {
-    match fs::metadata(destination) {
+fn prepare_snapshot_dir(disk: &dyn Disk, destination: &Path) -> Result<bool, StoreError> {
+    match disk.read_dir(destination) {
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-            fs::DirBuilder::new()
-                .mode(0o700)
-                .create(destination)
+            // The parent must exist, as `mkdir` without `-p` wants it.
+            let parent = parent_dir(destination);
+            if !disk.exists(parent).unwrap_or(false) {
+                return Err(StoreError::io(
+                    destination,
+                    "create the snapshot directory",
+                    std::io::ErrorKind::NotFound.into(),
+                ));
+            }
+            disk.create_dir_all(destination, 0o700)
                 .map_err(|e| StoreError::io(destination, "create the snapshot directory", e))?;
+            // The new directory's entry, durable before anything is in it.
+            sync_parent(disk, destination)?;
             Ok(true)
         }
-        Err(e) => Err(StoreError::io(destination, "look at the destination", e)),
-        Ok(m) if !m.is_dir() => Err(StoreError::format(
+        Err(e) if e.kind() == std::io::ErrorKind::NotADirectory => Err(StoreError::format(
             destination,
             "exists and is not a directory, and a conversion never writes over anything: give a new directory",
         )),
+        Err(e) => Err(StoreError::io(destination, "look at the destination", e)),
         Ok(_) => {
-            if !channel_files(destination)?.is_empty() || destination.join(MANIFEST_FILE).exists() {
+            if !channel_files(disk, destination)?.is_empty()
+                || disk.exists(&destination.join(MANIFEST_FILE)).unwrap_or(false)
+            {
                 return Err(StoreError::format(
                     destination,
                     "already holds snapshots, and writing beside them would put two histories under one name: give an empty or new directory",
@@ -321,13 +342,16 @@ fn prepare_snapshot_dir(destination: &Path) -> Result<bool, StoreError> {
 }
 
 /// Undoes a failed conversion into a snapshot directory.
-fn remove_written_snapshots(destination: &Path, created: bool) {
+fn remove_written_snapshots(disk: &dyn Disk, destination: &Path, created: bool) {
     if created {
-        let _ = fs::remove_dir_all(destination);
+        let _ = disk.remove_dir_all(destination);
+        let _ = sync_parent(disk, destination);
         return;
     }
-    for file in channel_files(destination).unwrap_or_default() {
-        let _ = fs::remove_file(destination.join(file));
+    for file in channel_files(disk, destination).unwrap_or_default() {
+        let _ = disk.remove_file(&destination.join(file));
     }
-    let _ = fs::remove_file(destination.join(MANIFEST_FILE));
+    let _ = disk.remove_file(&destination.join(MANIFEST_FILE));
+    // Or a power cut could bring half a conversion back.
+    let _ = disk.sync_dir(destination);
 }

@@ -5,7 +5,7 @@
 
 use std::fmt;
 use std::io;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 #[derive(Debug)]
 pub enum StoreError {
@@ -52,6 +52,18 @@ impl StoreError {
             path: path.into(),
             detail: detail.into(),
         }
+    }
+}
+
+/// A redb failure at `action` on the file at `path`, for `map_err`.
+pub(crate) fn db_error<'p, E: fmt::Display>(
+    path: &'p Path,
+    action: &'static str,
+) -> impl FnOnce(E) -> StoreError + use<'p, E> {
+    move |e| StoreError::Database {
+        path: path.to_path_buf(),
+        action,
+        detail: e.to_string(),
     }
 }
 

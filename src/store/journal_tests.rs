@@ -250,3 +250,100 @@ fn a_restored_backup_does_not_take_up_the_live_journal() {
         .collect();
     assert_eq!(aside.len(), 1, "the old journal is kept, set aside");
 }
+
+/// The journal beside `file` with the block of its `index`th frame (from
+/// 0) overwritten by garbage, as a failing device may leave it.
+fn garble_frame_block(file: &Path, index: u64) {
+    use std::os::unix::fs::FileExt;
+    let f = fs::OpenOptions::new()
+        .write(true)
+        .open(journal_path_for(file))
+        .expect("open the journal");
+    f.write_all_at(&[0x5au8; 4096], super::journal::FRAMES_START + index * 4096)
+        .expect("garble");
+}
+
+#[test]
+fn a_damaged_frame_followed_by_later_ones_is_reported_and_the_journal_kept() {
+    let dir = TempDir::new("journal-damaged");
+    let file = dir.path().join("saguin.redb");
+    let mut p = journal_only(&file);
+    let acknowledged = acknowledge(&mut p, "c", 10);
+    let image = crash_image(&file, &dir.path().join("crashed.redb"), true);
+    drop(p);
+    // The fifth batch's block is damaged; the five after it check out.
+    garble_frame_block(&image, 4);
+    let counted = super::replay::damaged_journals_total();
+    crate::captured_log::start();
+    let mut recovered = RedbProvider::open("copy", &image, MAX_BYTES, 0).expect("still opens");
+    let errors = crate::captured_log::warnings();
+    let report = errors
+        .iter()
+        .find(|l| l.contains("is damaged"))
+        .unwrap_or_else(|| panic!("no report among {errors:#?}"));
+    let journal = journal_path_for(&image);
+    assert!(report.contains(&journal.display().to_string()), "{report}");
+    assert!(report.contains("batches 5 to 5"), "{report}");
+    assert!(super::replay::damaged_journals_total() > counted, "counted");
+    // The batches before the damage are back; none after it is applied
+    // out of place.
+    assert_eq!(payloads_at(&recovered, "c"), acknowledged[..4].to_vec());
+    // The damaged journal is kept aside and a new one takes the writes.
+    let aside = fs::read_dir(dir.path())
+        .unwrap()
+        .filter_map(|e| e.ok())
+        .filter(|e| {
+            let name = e.file_name().to_string_lossy().into_owned();
+            name.starts_with("crashed.redb.journal.set-aside-")
+        })
+        .count();
+    assert_eq!(aside, 1, "the damaged journal is kept");
+    let more = acknowledge(&mut recovered, "d", 2);
+    let again = crash_image(&image, &dir.path().join("again.redb"), true);
+    drop(recovered);
+    let reopened = RedbProvider::open("again", &again, MAX_BYTES, 0).expect("reopen");
+    assert_eq!(payloads_at(&reopened, "d"), more);
+}
+
+#[test]
+fn a_torn_last_frame_is_dropped_without_a_damage_report() {
+    let dir = TempDir::new("journal-torn-tail");
+    let file = dir.path().join("saguin.redb");
+    let mut p = journal_only(&file);
+    let acknowledged = acknowledge(&mut p, "c", 6);
+    let image = crash_image(&file, &dir.path().join("crashed.redb"), true);
+    drop(p);
+    // A seventh batch torn in its block: garbage where it was going.
+    garble_frame_block(&image, 6);
+    crate::captured_log::start();
+    let recovered = RedbProvider::open("copy", &image, MAX_BYTES, 0).expect("open");
+    let errors = crate::captured_log::warnings();
+    assert!(
+        !errors.iter().any(|l| l.contains("is damaged")),
+        "{errors:#?}"
+    );
+    assert_eq!(payloads_at(&recovered, "c"), acknowledged);
+}
+
+#[test]
+fn a_journal_of_format_1_is_replayed_then_replaced() {
+    let dir = TempDir::new("journal-format-1");
+    let file = dir.path().join("saguin.redb");
+    let mut p = journal_only(&file);
+    let acknowledged = acknowledge(&mut p, "c", 7);
+    let image = crash_image(&file, &dir.path().join("crashed.redb"), true);
+    drop(p);
+    let journal = journal_path_for(&image);
+    super::journal::rewrite_as_packed(&journal);
+    assert_eq!(super::journal::version_of(&journal), 1);
+    let mut recovered = journal_only(&image);
+    assert_eq!(payloads_at(&recovered, "c"), acknowledged);
+    assert_eq!(super::journal::version_of(&journal), 2, "replaced");
+    // The new journal takes appends, and a crash after them replays them.
+    let more = acknowledge(&mut recovered, "c", 3);
+    let again = crash_image(&image, &dir.path().join("again.redb"), true);
+    drop(recovered);
+    let reopened = RedbProvider::open("again", &again, MAX_BYTES, 0).expect("reopen");
+    let all: Vec<_> = acknowledged.into_iter().chain(more).collect();
+    assert_eq!(payloads_at(&reopened, "c"), all);
+}

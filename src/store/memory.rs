@@ -6,33 +6,19 @@
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
-use super::apply::{apply_batch, entry_size_bytes, position_size_bytes, RecordHead, Tables};
+use super::apply::{apply_batch, RecordHead, Tables};
 use super::budget::Budget;
+use super::disk::{Disk, RealDisk};
 use super::error::StoreError;
+pub(crate) use super::memory_channel::MemoryChannel;
 use super::snapshot::{self, SnapshotDir};
 use super::types::{
-    ChannelState, Message, Outcome, Read, ReadBatch, ReadLimit, Record, Usage, Write,
+    empty_read, ChannelState, Message, Outcome, Read, ReadBatch, ReadLimit, Record, Usage, Write,
 };
 use super::validate::check_writes;
 use super::Provider;
-
-/// One channel as the memory provider holds it, and as a snapshot file
-/// carries it.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub(crate) struct MemoryChannel {
-    pub(crate) state: ChannelState,
-    pub(crate) records: BTreeMap<u64, Message>,
-    pub(crate) positions: BTreeMap<String, u64>,
-    pub(crate) entries: BTreeMap<String, Vec<u8>>,
-}
-
-impl MemoryChannel {
-    /// What this channel counts against its provider.
-    pub(crate) fn used_bytes(&self) -> u64 {
-        self.state.record_bytes + self.state.position_bytes + self.state.entry_bytes
-    }
-}
 
 pub struct MemoryProvider {
     name: String,
@@ -56,6 +42,24 @@ impl MemoryProvider {
         reserve_bytes: u64,
         snapshot_dir: Option<&Path>,
     ) -> Result<MemoryProvider, StoreError> {
+        Self::open_on(
+            RealDisk::shared(),
+            name,
+            max_bytes,
+            reserve_bytes,
+            snapshot_dir,
+        )
+    }
+
+    /// [`MemoryProvider::open`] with its snapshot read and written on
+    /// `disk`.
+    pub fn open_on(
+        disk: Arc<dyn Disk>,
+        name: &str,
+        max_bytes: u64,
+        reserve_bytes: u64,
+        snapshot_dir: Option<&Path>,
+    ) -> Result<MemoryProvider, StoreError> {
         let mut provider = MemoryProvider {
             name: name.to_string(),
             budget: Budget::new(max_bytes, reserve_bytes),
@@ -67,7 +71,7 @@ impl MemoryProvider {
         let Some(dir) = snapshot_dir else {
             return Ok(provider);
         };
-        let dir = SnapshotDir::open(dir, name)?;
+        let dir = SnapshotDir::open(disk, dir, name)?;
         let loaded = snapshot::load(&dir, snapshot::max_file_bytes(max_bytes))?;
         for warning in &loaded.warnings {
             log::warn!("storage provider {name}: {warning}");
@@ -351,33 +355,4 @@ impl Provider for MemoryProvider {
             None => Ok(()),
         }
     }
-}
-
-/// The answer for a read that returns no records: below the floor, past
-/// next, or caught up.
-pub(crate) fn empty_read(s: ChannelState, from_offset: u64) -> Read {
-    if from_offset < s.floor {
-        Read::BelowFloor { floor: s.floor }
-    } else if from_offset > s.next {
-        Read::PastNext { next: s.next }
-    } else {
-        Read::Records(ReadBatch {
-            floor: s.floor,
-            next: s.next,
-            records: Vec::new(),
-        })
-    }
-}
-
-/// Recomputes a channel's byte counters from what it holds, for the check
-/// a loaded snapshot must pass: records, positions, entries.
-pub(crate) fn counted(c: &MemoryChannel) -> (u64, u64, u64) {
-    let record_bytes = c.records.values().map(Message::size_bytes).sum();
-    let position_bytes = c.positions.keys().map(|r| position_size_bytes(r)).sum();
-    let entry_bytes = c
-        .entries
-        .iter()
-        .map(|(k, v)| entry_size_bytes(k, v.len() as u64))
-        .sum();
-    (record_bytes, position_bytes, entry_bytes)
 }

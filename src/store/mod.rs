@@ -27,16 +27,22 @@ pub mod bench;
 mod budget;
 pub(crate) mod checksum;
 mod convert;
+mod dirs;
 pub mod disk;
 pub(crate) mod encoding;
 mod error;
+mod files;
 mod journal;
 mod lock;
 mod memory;
+mod memory_channel;
 mod message_id;
 mod open;
 mod pending;
 mod redb;
+mod redb_file;
+mod redb_schema;
+mod redb_tables;
 mod replay;
 mod settings;
 mod snapshot;
@@ -56,19 +62,27 @@ mod journal_tests;
 #[cfg(test)]
 mod pending_tests;
 #[cfg(test)]
+mod seam_tests;
+#[cfg(test)]
+pub(crate) mod sim_disk;
+#[cfg(test)]
+mod sim_disk_tests;
+#[cfg(test)]
 mod writer_tests;
 
-pub use self::redb::{
-    RedbProvider, DEFAULT_CHECKPOINT_INTERVAL_MS, JOURNAL_CAPACITY_BYTES, REDB_CACHE_BYTES,
-    REDB_FORMAT_VERSION,
-};
+pub use self::redb::{RedbProvider, DEFAULT_CHECKPOINT_INTERVAL_MS};
 pub use backup::{take_backup, BackupReply, BackupReport, BackupView};
 pub use backups::Backups;
-pub use convert::{redb_to_snapshots, snapshots_to_redb, Converted};
+pub use convert::{
+    redb_to_snapshots, redb_to_snapshots_on, snapshots_to_redb, snapshots_to_redb_on, Converted,
+};
+pub use dirs::create_dir_all_synced;
 pub use error::StoreError;
 pub use memory::MemoryProvider;
 pub use message_id::{MessageId, MessageIdGenerator, MAX_MESSAGE_ID_TEXT_BYTES};
-pub use open::open_provider;
+pub use open::{open_provider, open_provider_on};
+pub use redb_schema::{JOURNAL_CAPACITY_BYTES, REDB_CACHE_BYTES, REDB_FORMAT_VERSION};
+pub use replay::damaged_journals_total;
 pub use settings::{
     declared_memory_bytes, reserve_bytes, CommitPolicy, ProviderKind, ProviderSettings,
 };
@@ -86,7 +100,7 @@ pub use validate::{
 };
 pub use writer::{
     Answer, ChannelBytesReply, CommitStats, Completion, StorageHandle, StorageThread, StorageWatch,
-    SubmitError, Ticket, COLLECT_MAX_RECORDS, MAX_REQUEST_WRITES,
+    SubmitError, Ticket, COLLECT_MAX_RECORDS, MAX_REQUEST_WRITES, REQUEST_BYTES,
 };
 
 /// A storage provider. Synchronous, and used from one thread at a time:

@@ -1,5 +1,8 @@
 //! From a provider's settings to an open provider.
 
+use std::sync::Arc;
+
+use super::disk::{Disk, RealDisk};
 use super::error::StoreError;
 use super::memory::MemoryProvider;
 use super::redb::RedbProvider;
@@ -14,18 +17,34 @@ pub fn open_provider(
     settings: &ProviderSettings,
     reserve_bytes: u64,
 ) -> Result<Box<dyn Provider>, StoreError> {
+    open_provider_on(RealDisk::shared(), settings, reserve_bytes)
+}
+
+/// [`open_provider`] on `disk`: every file the provider reads or writes
+/// goes through it.
+pub fn open_provider_on(
+    disk: Arc<dyn Disk>,
+    settings: &ProviderSettings,
+    reserve_bytes: u64,
+) -> Result<Box<dyn Provider>, StoreError> {
     match &settings.kind {
         ProviderKind::Redb {
             file_path,
             checkpoint_interval_ms,
             ..
         } => {
-            let mut provider =
-                RedbProvider::open(&settings.name, file_path, settings.max_bytes, reserve_bytes)?;
+            let mut provider = RedbProvider::open_on(
+                disk,
+                &settings.name,
+                file_path,
+                settings.max_bytes,
+                reserve_bytes,
+            )?;
             provider.set_checkpoint_interval_ms(u64::from(*checkpoint_interval_ms));
             Ok(Box::new(provider))
         }
-        ProviderKind::Memory { snapshot_dir } => Ok(Box::new(MemoryProvider::open(
+        ProviderKind::Memory { snapshot_dir } => Ok(Box::new(MemoryProvider::open_on(
+            disk,
             &settings.name,
             settings.max_bytes,
             reserve_bytes,

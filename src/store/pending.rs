@@ -22,8 +22,9 @@ use std::time::{Duration, Instant};
 
 use ::redb::{Database, Durability, WriteTransaction};
 
+use super::error::db_error;
 use super::error::StoreError;
-use super::redb::{db_error, write_meta_u64, ChannelMap, META_JOURNAL_SEQUENCE};
+use super::redb_schema::{write_meta_u64, ChannelMap, META_JOURNAL_SEQUENCE};
 use super::replay::{apply_journalled, decode_frame};
 
 /// The most batches one open transaction holds before it is committed.

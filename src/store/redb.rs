@@ -21,73 +21,47 @@
 //! committed.
 
 use std::cell::{Cell, RefCell};
-use std::ffi::OsString;
-use std::fmt::Display;
-use std::fs::OpenOptions;
 use std::ops::Range;
-use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use ::redb::{
-    Builder, Database, Durability, Key, ReadOnlyTable, ReadableDatabase, ReadableTable, Table,
-    TableDefinition, Value, WriteTransaction,
+    Builder, Database, Durability, Key, ReadOnlyTable, ReadableDatabase, TableDefinition, Value,
 };
 
 use super::ahead::{forecast, Answered, Behind};
-use super::apply::{apply_batch, RecordHead, Tables};
 use super::backup::BackupView;
 use super::batch_encoding::encode_batch;
 use super::budget::Budget;
-use super::encoding::{
-    decode_channel_state, encode_channel_state, encode_message, message_from_bytes, message_header,
-    Decoder, Encoder, CHANNEL_STATE_BYTES,
-};
+use super::disk::{Disk, RealDisk};
+use super::encoding::{message_from_bytes, message_header};
+pub(crate) use super::error::db_error;
 use super::error::StoreError;
+pub(crate) use super::files::lock_path_for;
+use super::files::sync_parent;
 use super::journal::Journal;
 use super::lock::LockFile;
-use super::memory::empty_read;
 use super::pending::{Base, Pending, Rebuild, PENDING_MAX_AGE_MS};
+use super::redb_file::create_db;
+pub(crate) use super::redb_schema::{
+    check_format, counted_bytes, for_each_keyed, load_channels, now_ms, read_meta_number,
+    read_next_channel_id, write_meta_u64, ChannelMap, ENTRIES, JOURNAL_CAPACITY_BYTES,
+    META_JOURNAL_ID, META_JOURNAL_SEQUENCE, POSITIONS, RECORDS, REDB_CACHE_BYTES,
+};
+pub(crate) use super::redb_tables::{apply_in, Applied, EncodedRecords};
 use super::replay::{apply_journalled, attach_journal, checkpoint_db, FrameWrites};
 use super::types::{
-    ChannelState, Message, Outcome, Read, ReadBatch, ReadLimit, Record, Usage, Write,
+    empty_read, ChannelState, Outcome, Read, ReadBatch, ReadLimit, Record, Usage, Write,
 };
 use super::validate::check_writes;
 use super::Provider;
-
-/// The file layout this build writes and reads.
-pub const REDB_FORMAT_VERSION: u32 = 2;
-
-/// redb's page cache. Its default is 1GiB, which is more than some of the
-/// gateways this runs on have, and on 32-bit ARM a third of the address
-/// space; a few MiB holds the hot end of every channel.
-pub const REDB_CACHE_BYTES: usize = 8 << 20;
-
-pub(crate) const META: TableDefinition<&str, &[u8]> = TableDefinition::new("meta");
-pub(crate) const CHANNELS: TableDefinition<&str, &[u8]> = TableDefinition::new("channels");
-pub(crate) const RECORDS: TableDefinition<(u32, u64), &[u8]> = TableDefinition::new("records");
-pub(crate) const POSITIONS: TableDefinition<(u32, &str), u64> = TableDefinition::new("positions");
-pub(crate) const ENTRIES: TableDefinition<(u32, &str), &[u8]> = TableDefinition::new("entries");
-
-pub(crate) const META_FORMAT_VERSION: &str = "format_version";
-pub(crate) const META_CREATED_BY: &str = "created_by";
-pub(crate) const META_CREATED_AT_MS: &str = "created_at_ms";
-pub(crate) const META_NEXT_CHANNEL_ID: &str = "next_channel_id";
-/// The id of the journal beside the file; a journal with another id was
-/// written for another file.
-pub(crate) const META_JOURNAL_ID: &str = "journal_id";
-/// Every journal frame up to this sequence is in the file.
-pub(crate) const META_JOURNAL_SEQUENCE: &str = "journal_sequence";
 
 /// How long a batch may sit in the journal alone before redb is made
 /// durable with it, unless the provider's `checkpoint_interval` says.
 /// Longer writes fewer redb pages per record, and makes the replay after
 /// a crash longer and redb's unwritten pages more.
 pub const DEFAULT_CHECKPOINT_INTERVAL_MS: u32 = 1_000;
-
-/// The journal's fixed size. A batch that does not fit is committed to
-/// redb durably, a checkpoint, which empties the journal.
-pub const JOURNAL_CAPACITY_BYTES: u64 = 4 << 20;
 
 /// When redb was last made durable, and whether it must be next.
 #[derive(Debug)]
@@ -98,16 +72,6 @@ struct CheckpointState {
     /// A frame may be on the disk without its transaction: the next
     /// commit is a checkpoint, whose sequence passes it.
     must: bool,
-}
-
-/// Each channel's counters, by name.
-pub(crate) type ChannelMap = crate::fast_hash::FastHashMap<String, ChannelEntry>;
-
-/// A channel's id and counters, as the cache and a batch hold them.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) struct ChannelEntry {
-    pub(crate) id: u32,
-    pub(crate) state: ChannelState,
 }
 
 pub struct RedbProvider {
@@ -136,6 +100,8 @@ pub struct RedbProvider {
     journal_sequence: u64,
     checkpoint: CheckpointState,
     _lock: LockFile,
+    /// Where every file of the provider is read and written.
+    disk: Arc<dyn Disk>,
     /// Tests make a commit fail after its writes are in the transaction.
     #[cfg(test)]
     pub(crate) fail_next_commit: bool,
@@ -147,67 +113,9 @@ pub struct RedbProvider {
     pub(crate) fail_next_apply: Cell<bool>,
 }
 
-/// Turns any redb error into one naming the file and what was being done.
-pub(crate) fn db_error<'p, E: Display>(
-    path: &'p Path,
-    action: &'static str,
-) -> impl FnOnce(E) -> StoreError + use<'p, E> {
-    move |e| StoreError::Database {
-        path: path.to_path_buf(),
-        action,
-        detail: e.to_string(),
-    }
-}
-
-pub(crate) fn lock_path_for(file_path: &Path) -> PathBuf {
-    let mut name = OsString::from(file_path.as_os_str());
-    name.push(".lock");
-    PathBuf::from(name)
-}
-
-pub(crate) fn now_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
-}
-
-/// Makes the file's directory entry durable: a commit syncs the file's
-/// contents, and without this a new provider's first records could survive
-/// a power cut under no name at all.
-pub(crate) fn sync_parent(file_path: &Path) -> Result<(), StoreError> {
-    let dir = match file_path.parent() {
-        Some(d) if !d.as_os_str().is_empty() => d,
-        _ => Path::new("."),
-    };
-    std::fs::File::open(dir)
-        .and_then(|d| d.sync_all())
-        .map_err(|e| StoreError::io(dir, "sync the directory holding the redb file", e))
-}
-
-pub(crate) fn encode_entry(entry: &ChannelEntry) -> Vec<u8> {
-    let mut e = Encoder::with_capacity(4 + CHANNEL_STATE_BYTES);
-    e.u32(entry.id);
-    encode_channel_state(&entry.state, &mut e);
-    e.buf
-}
-
-pub(crate) fn decode_entry(
-    path: &Path,
-    name: &str,
-    bytes: &[u8],
-) -> Result<ChannelEntry, StoreError> {
-    let mut d = Decoder::new(bytes);
-    let decoded = d
-        .u32("the channel id")
-        .and_then(|id| Ok((id, decode_channel_state(&mut d)?)))
-        .and_then(|pair| d.finish("the channel row").map(|()| pair));
-    match decoded {
-        Ok((id, state)) => Ok(ChannelEntry { id, state }),
-        Err(e) => Err(StoreError::format(
-            path,
-            format!("the row of channel {name:?} is damaged: {}", e.0),
-        )),
-    }
+/// The journal's directory sync, on the operating system's disk.
+pub(crate) fn sync_journal_parent(file_path: &Path) -> Result<(), StoreError> {
+    sync_parent(&RealDisk, file_path)
 }
 
 impl RedbProvider {
@@ -224,25 +132,38 @@ impl RedbProvider {
         max_bytes: u64,
         reserve_bytes: u64,
     ) -> Result<RedbProvider, StoreError> {
-        let lock = LockFile::acquire(&lock_path_for(file_path), name)?;
-        // Created here so that it is 0600 whatever the umask: it holds
-        // whatever the applications published.
-        OpenOptions::new()
-            .write(true)
-            .create(true)
-            .truncate(false)
-            .mode(0o600)
-            .open(file_path)
-            .map_err(|e| StoreError::io(file_path, "create the redb file", e))?;
-        let db = Builder::new()
-            .set_cache_size(REDB_CACHE_BYTES)
-            // A file altered outside redb is reported as corrupt instead of
-            // trusted: the price is a read of the whole file at each start.
-            .set_check_integrity_on_open(true)
-            .create(file_path)
-            .map_err(db_error(file_path, "open the redb file"))?;
+        Self::open_on(
+            RealDisk::shared(),
+            name,
+            file_path,
+            max_bytes,
+            reserve_bytes,
+        )
+    }
+
+    /// [`RedbProvider::open`] on `disk`: every file of the provider is
+    /// read and written through it.
+    pub fn open_on(
+        disk: Arc<dyn Disk>,
+        name: &str,
+        file_path: &Path,
+        max_bytes: u64,
+        reserve_bytes: u64,
+    ) -> Result<RedbProvider, StoreError> {
+        let lock = LockFile::acquire(disk.as_ref(), &lock_path_for(file_path), name)?;
+        let builder = {
+            let mut b = Builder::new();
+            b.set_cache_size(REDB_CACHE_BYTES)
+                // A file altered outside redb is reported as corrupt instead
+                // of trusted: the price is a read of the whole file at each
+                // start.
+                .set_check_integrity_on_open(true);
+            b
+        };
+        let db = create_db(disk.as_ref(), file_path, &builder)
+            .map_err(|e| e.at(file_path, "open the redb file"))?;
         check_format(&db, file_path)?;
-        sync_parent(file_path)?;
+        sync_parent(disk.as_ref(), file_path)?;
         let (journal, journal_sequence) = attach_journal(&db, file_path)?;
         let next_channel_id = read_next_channel_id(&db, file_path)?;
         let channels = load_channels(&db, file_path)?;
@@ -267,6 +188,7 @@ impl RedbProvider {
                 must: false,
             },
             _lock: lock,
+            disk,
             #[cfg(test)]
             fail_next_commit: false,
             #[cfg(test)]
@@ -495,590 +417,6 @@ impl RedbProvider {
         self.checkpoint.since = None;
         self.checkpoint.must = false;
     }
-}
-
-/// Creates the tables and states the version in one transaction on a new
-/// file, so a file never has one without the other; on an existing one,
-/// refuses a version this build does not read, or tables with no version.
-/// Returns the next channel id.
-pub(crate) fn check_format(db: &Database, path: &Path) -> Result<u32, StoreError> {
-    let txn = db
-        .begin_write()
-        .map_err(db_error(path, "begin a transaction"))?;
-    let existing: Vec<String> = txn
-        .list_tables()
-        .map_err(db_error(path, "list the tables"))?
-        .map(|t| ::redb::TableHandle::name(&t).to_string())
-        .collect();
-    let next_channel_id;
-    {
-        let mut meta = txn
-            .open_table(META)
-            .map_err(db_error(path, "open the meta table"))?;
-        let read = |meta: &Table<&str, &[u8]>, key: &str| -> Result<Option<Vec<u8>>, StoreError> {
-            Ok(meta
-                .get(key)
-                .map_err(db_error(path, "read the meta table"))?
-                .map(|v| v.value().to_vec()))
-        };
-        match read(&meta, META_FORMAT_VERSION)? {
-            Some(v) => {
-                let version = <[u8; 4]>::try_from(v.as_slice())
-                    .ok()
-                    .map(u32::from_le_bytes);
-                if version != Some(REDB_FORMAT_VERSION) {
-                    return Err(format_refusal(path, &v, read(&meta, META_CREATED_BY)?));
-                }
-                next_channel_id = match read(&meta, META_NEXT_CHANNEL_ID)? {
-                    Some(b) => <[u8; 4]>::try_from(b.as_slice())
-                        .map(u32::from_le_bytes)
-                        .map_err(|_| StoreError::format(path, "the next channel id is damaged"))?,
-                    None => 0,
-                };
-            }
-            None if !existing.is_empty() => return Err(not_a_provider(path, &existing)),
-            None => {
-                let by = concat!("saguin ", env!("CARGO_PKG_VERSION"));
-                let insert = |meta: &mut Table<&str, &[u8]>, key: &str, value: &[u8]| {
-                    meta.insert(key, value)
-                        .map(drop)
-                        .map_err(db_error(path, "write the meta table"))
-                };
-                insert(
-                    &mut meta,
-                    META_FORMAT_VERSION,
-                    &REDB_FORMAT_VERSION.to_le_bytes(),
-                )?;
-                insert(&mut meta, META_CREATED_BY, by.as_bytes())?;
-                insert(&mut meta, META_CREATED_AT_MS, &now_ms().to_le_bytes())?;
-                insert(&mut meta, META_NEXT_CHANNEL_ID, &0u32.to_le_bytes())?;
-                next_channel_id = 0;
-            }
-        }
-    }
-    txn.open_table(CHANNELS)
-        .map_err(db_error(path, "create the channels table"))?;
-    txn.open_table(RECORDS)
-        .map_err(db_error(path, "create the records table"))?;
-    txn.open_table(POSITIONS)
-        .map_err(db_error(path, "create the positions table"))?;
-    txn.open_table(ENTRIES)
-        .map_err(db_error(path, "create the entries table"))?;
-    txn.commit()
-        .map_err(db_error(path, "commit the format version"))?;
-    Ok(next_channel_id)
-}
-
-/// The refusal of a file whose format version this build does not read;
-/// `raw` is the version as stored, `by` the build that created the file.
-pub(crate) fn format_refusal(path: &Path, raw: &[u8], by: Option<Vec<u8>>) -> StoreError {
-    let by = by
-        .map(|b| String::from_utf8_lossy(&b).into_owned())
-        .unwrap_or_else(|| "an unknown build".into());
-    let shown = <[u8; 4]>::try_from(raw)
-        .map(|b| u32::from_le_bytes(b).to_string())
-        .unwrap_or_else(|_| format!("{raw:?}"));
-    StoreError::format(
-        path,
-        format!("redb provider format {shown} (created by {by}); this build reads format {REDB_FORMAT_VERSION} only: open it with the build that created it"),
-    )
-}
-
-/// The refusal of a redb file some other program wrote.
-pub(crate) fn not_a_provider(path: &Path, tables: &[String]) -> StoreError {
-    StoreError::format(
-        path,
-        format!("a redb file with tables ({}) and no Sagüin format version: not a Sagüin provider, and it is not adopted", tables.join(", ")),
-    )
-}
-
-pub(crate) fn load_channels(db: &Database, path: &Path) -> Result<ChannelMap, StoreError> {
-    let txn = db
-        .begin_read()
-        .map_err(db_error(path, "begin a read transaction"))?;
-    read_channel_rows(&txn, path)
-}
-
-/// Every channel's row, as one read transaction sees them.
-pub(crate) fn read_channel_rows(
-    txn: &::redb::ReadTransaction,
-    path: &Path,
-) -> Result<ChannelMap, StoreError> {
-    let table = txn
-        .open_table(CHANNELS)
-        .map_err(db_error(path, "open the channels table"))?;
-    let mut channels = ChannelMap::default();
-    for row in table
-        .iter()
-        .map_err(db_error(path, "read the channels table"))?
-    {
-        let (k, v) = row.map_err(db_error(path, "read the channels table"))?;
-        let name = k.value().to_string();
-        let entry = decode_entry(path, &name, v.value())?;
-        channels.insert(name, entry);
-    }
-    Ok(channels)
-}
-
-/// Calls `each` with every row of one channel in a table keyed by
-/// (channel id, text) - its positions or its entries - in key order.
-pub(crate) fn for_each_keyed<V: Value + 'static>(
-    table: &ReadOnlyTable<(u32, &'static str), V>,
-    id: u32,
-    path: &Path,
-    mut each: impl FnMut(&str, V::SelfType<'_>) -> Result<(), StoreError>,
-) -> Result<(), StoreError> {
-    for row in table
-        .range((id, "")..)
-        .map_err(db_error(path, "read a table"))?
-    {
-        let (k, v) = row.map_err(db_error(path, "read a row"))?;
-        let (row_id, key) = k.value();
-        if row_id != id {
-            break;
-        }
-        each(key, v.value())?;
-    }
-    Ok(())
-}
-
-/// The tables inside one write transaction, with the channels this batch
-/// has touched staged beside the committed cache.
-struct RedbTables<'a, 't> {
-    path: &'a Path,
-    txn: &'t WriteTransaction,
-    // Opened on first use: a batch of appends never touches positions or
-    // entries, and opening a table (and closing it at the batch's end)
-    // costs a lookup and an update of redb's table of tables.
-    records: Option<Table<'t, (u32, u64), &'static [u8]>>,
-    positions: Option<Table<'t, (u32, &'static str), u64>>,
-    entries: Option<Table<'t, (u32, &'static str), &'static [u8]>>,
-    counters: Staging<'a>,
-    /// A record no frame holds encoded is encoded here before it is
-    /// stored: one buffer a batch, not one a record.
-    scratch: Encoder,
-    /// The batch's records as its journal frame already holds them.
-    encoded: Option<EncodedRecords<'a>>,
-}
-
-/// The records of a batch encoded in its journal frame, in the order its
-/// appends store them (`encode_batch`): the apply stores
-/// these bytes rather than encoding each record a second time.
-pub(crate) struct EncodedRecords<'f> {
-    frame: &'f [u8],
-    records: std::slice::Iter<'f, Range<usize>>,
-}
-
-impl<'f> EncodedRecords<'f> {
-    pub(crate) fn new(frame: &'f [u8], records: &'f [Range<usize>]) -> Self {
-        EncodedRecords {
-            frame,
-            records: records.iter(),
-        }
-    }
-
-    fn next(&mut self) -> Option<&'f [u8]> {
-        let record = self.records.next()?;
-        self.frame.get(record.clone())
-    }
-}
-
-/// The table in `slot`, opened in `txn` on first use.
-fn opened<'s, 't, K: ::redb::Key + 'static, V: Value + 'static>(
-    slot: &'s mut Option<Table<'t, K, V>>,
-    txn: &'t WriteTransaction,
-    definition: TableDefinition<K, V>,
-    path: &Path,
-    what: &'static str,
-) -> Result<&'s mut Table<'t, K, V>, StoreError> {
-    if slot.is_none() {
-        let table = txn.open_table(definition);
-        *slot = Some(table.map_err(db_error(path, what))?);
-    }
-    Ok(slot.as_mut().expect("opened above"))
-}
-
-impl<'t> RedbTables<'_, 't> {
-    fn records(&mut self) -> Result<&mut Table<'t, (u32, u64), &'static [u8]>, StoreError> {
-        let what = "open the records table";
-        opened(&mut self.records, self.txn, RECORDS, self.path, what)
-    }
-
-    fn positions(&mut self) -> Result<&mut Table<'t, (u32, &'static str), u64>, StoreError> {
-        let what = "open the positions table";
-        opened(&mut self.positions, self.txn, POSITIONS, self.path, what)
-    }
-
-    fn entries(
-        &mut self,
-    ) -> Result<&mut Table<'t, (u32, &'static str), &'static [u8]>, StoreError> {
-        let what = "open the entries table";
-        opened(&mut self.entries, self.txn, ENTRIES, self.path, what)
-    }
-}
-
-/// A batch's view of the channels' counters: those it changed, staged
-/// over the provider's. Counters are all an append reads or changes, so
-/// the same view forecasts a batch of appends without redb (`ahead.rs`).
-pub(crate) struct Staging<'a> {
-    committed: &'a ChannelMap,
-    pub(crate) staged: ChannelMap,
-    pub(crate) next_channel_id: u32,
-}
-
-impl<'a> Staging<'a> {
-    pub(crate) fn new(committed: &'a ChannelMap, next_channel_id: u32) -> Self {
-        Staging {
-            committed,
-            staged: ChannelMap::default(),
-            next_channel_id,
-        }
-    }
-
-    fn lookup(&self, channel: &str) -> Option<ChannelEntry> {
-        self.staged
-            .get(channel)
-            .or_else(|| self.committed.get(channel))
-            .copied()
-    }
-
-    /// The channel's id, assigning one to a channel this file has never
-    /// held.
-    fn id_for(&mut self, channel: &str) -> Result<u32, StoreError> {
-        if let Some(entry) = self.lookup(channel) {
-            return Ok(entry.id);
-        }
-        let id = self.next_channel_id;
-        self.next_channel_id = id.checked_add(1).ok_or_else(|| {
-            StoreError::Invalid("this provider has used every channel id".to_string())
-        })?;
-        self.staged.insert(
-            channel.to_string(),
-            ChannelEntry {
-                id,
-                state: ChannelState::default(),
-            },
-        );
-        Ok(id)
-    }
-
-    pub(crate) fn state(&self, channel: &str) -> ChannelState {
-        self.lookup(channel).map(|e| e.state).unwrap_or_default()
-    }
-
-    pub(crate) fn set_state(
-        &mut self,
-        channel: &str,
-        state: ChannelState,
-    ) -> Result<(), StoreError> {
-        // Every write sets its channel's state: the name is copied only the
-        // first time in a batch.
-        if let Some(entry) = self.staged.get_mut(channel) {
-            entry.state = state;
-            return Ok(());
-        }
-        let id = self.id_for(channel)?;
-        self.staged
-            .insert(channel.to_string(), ChannelEntry { id, state });
-        Ok(())
-    }
-}
-
-impl Tables for RedbTables<'_, '_> {
-    fn state(&mut self, channel: &str) -> Result<ChannelState, StoreError> {
-        Ok(self.counters.state(channel))
-    }
-
-    fn set_state(&mut self, channel: &str, state: ChannelState) -> Result<(), StoreError> {
-        self.counters.set_state(channel, state)
-    }
-
-    fn insert_record(
-        &mut self,
-        channel: &str,
-        offset: u64,
-        message: &Message,
-    ) -> Result<(), StoreError> {
-        let path = self.path;
-        let id = self.counters.id_for(channel)?;
-        self.scratch.buf.clear();
-        let from_frame = self.encoded.as_mut().and_then(EncodedRecords::next);
-        if from_frame.is_none() || cfg!(test) {
-            encode_message(message, &mut self.scratch);
-        }
-        let encoded = std::mem::take(&mut self.scratch.buf);
-        let bytes = match from_frame {
-            Some(bytes) => {
-                // The frame's appends and the apply's inserts pair up in
-                // order; the tests check every pairing byte for byte.
-                debug_assert!(!cfg!(test) || bytes == encoded.as_slice());
-                bytes
-            }
-            None => encoded.as_slice(),
-        };
-        let existed = self
-            .records()?
-            .insert((id, offset), bytes)
-            .map_err(db_error(path, "write a record"))?
-            .is_some();
-        self.scratch.buf = encoded;
-        if existed {
-            // The counters and the records disagree: storing over a record
-            // would reuse an offset (invariant 9), so the batch fails.
-            return Err(StoreError::format(
-                path,
-                format!("channel {channel:?} already holds offset {offset}, at or past its next: the file is damaged"),
-            ));
-        }
-        Ok(())
-    }
-
-    fn oldest(&mut self, channel: &str, limit: usize) -> Result<Vec<RecordHead>, StoreError> {
-        let path = self.path;
-        let Some(entry) = self.counters.lookup(channel) else {
-            return Ok(Vec::new());
-        };
-        let mut heads = Vec::with_capacity(limit.min(1024));
-        let range = self
-            .records()?
-            .range((entry.id, 0)..=(entry.id, u64::MAX))
-            .map_err(db_error(path, "read records"))?;
-        for row in range.take(limit) {
-            let (k, v) = row.map_err(db_error(path, "read a record"))?;
-            let (received_at_ms, size_bytes) =
-                message_header(v.value()).map_err(|e| StoreError::format(path, e.0))?;
-            heads.push(RecordHead {
-                offset: k.value().1,
-                received_at_ms,
-                size_bytes,
-            });
-        }
-        Ok(heads)
-    }
-
-    fn remove_records(&mut self, channel: &str, offsets: &[u64]) -> Result<(), StoreError> {
-        let path = self.path;
-        let Some(entry) = self.counters.lookup(channel) else {
-            return Ok(());
-        };
-        for &offset in offsets {
-            self.records()?
-                .remove((entry.id, offset))
-                .map_err(db_error(path, "remove a record"))?;
-        }
-        Ok(())
-    }
-
-    fn position(&mut self, channel: &str, reader: &str) -> Result<Option<u64>, StoreError> {
-        let path = self.path;
-        let Some(entry) = self.counters.lookup(channel) else {
-            return Ok(None);
-        };
-        Ok(self
-            .positions()?
-            .get((entry.id, reader))
-            .map_err(db_error(path, "read a position"))?
-            .map(|v| v.value()))
-    }
-
-    fn set_position(&mut self, channel: &str, reader: &str, offset: u64) -> Result<(), StoreError> {
-        let path = self.path;
-        let id = self.counters.id_for(channel)?;
-        self.positions()?
-            .insert((id, reader), offset)
-            .map_err(db_error(path, "write a position"))?;
-        Ok(())
-    }
-
-    fn remove_position(&mut self, channel: &str, reader: &str) -> Result<bool, StoreError> {
-        let path = self.path;
-        let Some(entry) = self.counters.lookup(channel) else {
-            return Ok(false);
-        };
-        Ok(self
-            .positions()?
-            .remove((entry.id, reader))
-            .map_err(db_error(path, "remove a position"))?
-            .is_some())
-    }
-
-    fn record_head(
-        &mut self,
-        channel: &str,
-        offset: u64,
-    ) -> Result<Option<RecordHead>, StoreError> {
-        let path = self.path;
-        let Some(entry) = self.counters.lookup(channel) else {
-            return Ok(None);
-        };
-        let Some(v) = self
-            .records()?
-            .get((entry.id, offset))
-            .map_err(db_error(path, "read a record"))?
-        else {
-            return Ok(None);
-        };
-        let (received_at_ms, size_bytes) =
-            message_header(v.value()).map_err(|e| StoreError::format(path, e.0))?;
-        Ok(Some(RecordHead {
-            offset,
-            received_at_ms,
-            size_bytes,
-        }))
-    }
-
-    fn entry_len(&mut self, channel: &str, key: &str) -> Result<Option<u64>, StoreError> {
-        let path = self.path;
-        let Some(entry) = self.counters.lookup(channel) else {
-            return Ok(None);
-        };
-        Ok(self
-            .entries()?
-            .get((entry.id, key))
-            .map_err(db_error(path, "read an entry"))?
-            .map(|v| v.value().len() as u64))
-    }
-
-    fn put_entry(&mut self, channel: &str, key: &str, value: &[u8]) -> Result<(), StoreError> {
-        let path = self.path;
-        let id = self.counters.id_for(channel)?;
-        self.entries()?
-            .insert((id, key), value)
-            .map_err(db_error(path, "write an entry"))?;
-        Ok(())
-    }
-
-    fn remove_entry(&mut self, channel: &str, key: &str) -> Result<(), StoreError> {
-        let path = self.path;
-        if let Some(entry) = self.counters.lookup(channel) {
-            self.entries()?
-                .remove((entry.id, key))
-                .map_err(db_error(path, "remove an entry"))?;
-        }
-        Ok(())
-    }
-}
-
-/// A batch applied inside a write transaction, and what the provider's
-/// memory becomes if it commits.
-pub(crate) struct Applied {
-    pub(crate) outcomes: Vec<Outcome>,
-    pub(crate) staged: ChannelMap,
-    pub(crate) next_channel_id: u32,
-    pub(crate) budget: Budget,
-}
-
-/// Applies `writes` in `txn` over the committed `channels`: the records,
-/// each touched channel's row once, and the next channel id.
-pub(crate) fn apply_in(
-    txn: &WriteTransaction,
-    path: &Path,
-    channels: &ChannelMap,
-    next_channel_id: u32,
-    mut budget: Budget,
-    writes: &[Write],
-    encoded: Option<EncodedRecords<'_>>,
-) -> Result<Applied, StoreError> {
-    let (outcomes, staged, next_id) = {
-        let mut tables = RedbTables {
-            path,
-            txn,
-            records: None,
-            positions: None,
-            entries: None,
-            counters: Staging::new(channels, next_channel_id),
-            scratch: Encoder::default(),
-            encoded,
-        };
-        let outcomes = apply_batch(&mut tables, &mut budget, writes)?;
-        (
-            outcomes,
-            tables.counters.staged,
-            tables.counters.next_channel_id,
-        )
-    };
-    {
-        // Each touched channel's row is written once for the batch.
-        let mut rows = txn
-            .open_table(CHANNELS)
-            .map_err(db_error(path, "open the channels table"))?;
-        for (name, entry) in &staged {
-            rows.insert(name.as_str(), encode_entry(entry).as_slice())
-                .map_err(db_error(path, "write a channel's counters"))?;
-        }
-    }
-    if next_id != next_channel_id {
-        let mut meta = txn
-            .open_table(META)
-            .map_err(db_error(path, "open the meta table"))?;
-        meta.insert(META_NEXT_CHANNEL_ID, next_id.to_le_bytes().as_slice())
-            .map_err(db_error(path, "write the next channel id"))?;
-    }
-    Ok(Applied {
-        outcomes,
-        staged,
-        next_channel_id: next_id,
-        budget,
-    })
-}
-
-/// What the channels' counters say is held, as `max_bytes` counts it.
-pub(crate) fn counted_bytes(channels: &ChannelMap) -> u64 {
-    channels
-        .values()
-        .map(|c| c.state.record_bytes + c.state.position_bytes + c.state.entry_bytes)
-        .sum()
-}
-
-pub(crate) fn write_meta_u64(
-    txn: &WriteTransaction,
-    path: &Path,
-    key: &str,
-    value: u64,
-) -> Result<(), StoreError> {
-    txn.open_table(META)
-        .and_then(|mut meta| {
-            meta.insert(key, value.to_le_bytes().as_slice())
-                .map(drop)
-                .map_err(Into::into)
-        })
-        .map_err(db_error(path, "write the meta table"))
-}
-
-/// A `u64` or `u32` value of the meta table, `None` where absent.
-pub(crate) fn read_meta_number(
-    db: &Database,
-    path: &Path,
-    key: &str,
-) -> Result<Option<u64>, StoreError> {
-    let txn = db
-        .begin_read()
-        .map_err(db_error(path, "begin a read transaction"))?;
-    let meta = txn
-        .open_table(META)
-        .map_err(db_error(path, "open the meta table"))?;
-    let Some(v) = meta
-        .get(key)
-        .map_err(db_error(path, "read the meta table"))?
-    else {
-        return Ok(None);
-    };
-    let bytes = v.value();
-    let number = match bytes.len() {
-        8 => <[u8; 8]>::try_from(bytes).map(u64::from_le_bytes).ok(),
-        4 => <[u8; 4]>::try_from(bytes)
-            .map(|b| u64::from(u32::from_le_bytes(b)))
-            .ok(),
-        _ => None,
-    };
-    number
-        .map(Some)
-        .ok_or_else(|| StoreError::format(path, format!("the meta value {key:?} is damaged")))
-}
-
-pub(crate) fn read_next_channel_id(db: &Database, path: &Path) -> Result<u32, StoreError> {
-    let id = read_meta_number(db, path, META_NEXT_CHANNEL_ID)?.unwrap_or(0);
-    u32::try_from(id).map_err(|_| StoreError::format(path, "the next channel id is damaged"))
 }
 
 /// The journal frame of a batch: only what was not refused is
@@ -1402,6 +740,7 @@ impl Provider for RedbProvider {
                     provider: self.name.clone(),
                     source: self.path.clone(),
                     txn,
+                    disk: self.disk.clone(),
                 }),
         )
     }
@@ -1423,6 +762,10 @@ impl Provider for RedbProvider {
 #[cfg(test)]
 pub(crate) mod test_support {
     use super::*;
+    use crate::store::redb_schema::{
+        encode_entry, ChannelEntry, CHANNELS, META, META_NEXT_CHANNEL_ID,
+    };
+    use ::redb::ReadableTable;
 
     /// Writes a channel's counters straight into a closed provider's file,
     /// to stand a channel up at an offset no test could append its way to.

@@ -4,13 +4,14 @@
 //! apply is deterministic from the same state).
 
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use ::redb::{Database, Durability, WriteTransaction};
 
 use super::batch_encoding::decode_batch;
 use super::budget::Budget;
 use super::error::StoreError;
-use super::journal::{journal_path_for, Frame, Journal, Opened};
+use super::journal::{journal_path_for, ChainEnd, Frame, Journal, Opened};
 use super::redb::{
     apply_in, counted_bytes, db_error, load_channels, read_meta_number, read_next_channel_id,
     write_meta_u64, Applied, ChannelMap, EncodedRecords, JOURNAL_CAPACITY_BYTES, META_JOURNAL_ID,
@@ -50,8 +51,31 @@ pub(crate) fn attach_journal(db: &Database, path: &Path) -> Result<(Journal, u64
             )?;
             start_journal(db, path, &journal_path)
         }
-        Some(Opened::Ours(mut journal, frames)) => {
+        Some(Opened::Ours {
+            mut journal,
+            frames,
+            end,
+            packed,
+        }) => {
             let last = replay_frames(db, path, &frames, sequence, journal.path())?;
+            if report_end(&journal_path, &end, last) {
+                // The frames after the damage cannot be applied without
+                // the lost one; the journal keeps them for the operator.
+                drop(journal);
+                set_aside(&journal_path, "a frame in it is damaged")?;
+                return start_journal(db, path, &journal_path);
+            }
+            if packed {
+                // Its frames are durable in the file now: a format 2
+                // journal, of the same id, replaces it.
+                drop(journal);
+                let journal = Journal::create(&journal_path, id, JOURNAL_CAPACITY_BYTES)?;
+                log::info!(
+                    "{}: journal replaced by one of the current format",
+                    journal_path.display()
+                );
+                return Ok((journal, last));
+            }
             journal.reset();
             Ok((journal, last))
         }
@@ -72,11 +96,55 @@ pub(crate) fn replay_into_copy(
     let sequence = read_meta_number(db, path, META_JOURNAL_SEQUENCE)?.unwrap_or(0);
     let journal_path = journal_path_for(original);
     match Journal::open(&journal_path, id)? {
-        Some(Opened::Ours(_, frames)) => {
+        Some(Opened::Ours { frames, end, .. }) => {
             let last = replay_frames(db, path, &frames, sequence, &journal_path)?;
+            report_end(&journal_path, &end, last);
             Ok(last - sequence)
         }
         _ => Ok(0),
+    }
+}
+
+/// Frames found damaged in the middle of a journal since the process
+/// started: each one lost acknowledged batches (`saguin_journal_damaged_total`).
+static DAMAGED_JOURNALS: AtomicU64 = AtomicU64::new(0);
+
+/// How many journals were found with a damaged frame followed by later
+/// ones since start.
+pub fn damaged_journals_total() -> u64 {
+    DAMAGED_JOURNALS.load(Ordering::Relaxed)
+}
+
+/// Says what lies where a journal's chain ended, `last` being the last
+/// batch the redb file now holds. A frame that does not check out there
+/// is a torn write when nothing newer follows it: it was never
+/// acknowledged, and one line says what was dropped. A newer frame after
+/// it means an acknowledged frame was damaged: logged as an error and
+/// counted, and `true` is returned.
+fn report_end(journal_path: &Path, end: &ChainEnd, last: u64) -> bool {
+    match end.later {
+        Some((offset, sequence)) if sequence > last => {
+            DAMAGED_JOURNALS.fetch_add(1, Ordering::Relaxed);
+            log::error!(
+                "{}: the frame at offset {} is damaged, and batch {sequence} at offset {offset} was written after it: batches {} to {} were acknowledged and are lost. The batches up to {last} were applied; those after the damage cannot be applied without the lost ones, so the journal is moved aside for inspection and a new one started. Check the device: damage there is not a crash",
+                journal_path.display(),
+                end.offset,
+                last + 1,
+                sequence - 1,
+            );
+            true
+        }
+        _ => {
+            if end.dropped_bytes > 0 {
+                log::info!(
+                    "{}: a torn frame of {} bytes at offset {} dropped; it was never acknowledged",
+                    journal_path.display(),
+                    end.dropped_bytes,
+                    end.offset
+                );
+            }
+            false
+        }
     }
 }
 
@@ -244,7 +312,9 @@ fn set_aside(journal_path: &Path, why: &str) -> Result<(), StoreError> {
     aside.push(format!(".set-aside-{}", super::redb::now_ms()));
     let aside = PathBuf::from(aside);
     std::fs::rename(journal_path, &aside)
-        .map_err(|e| StoreError::io(journal_path, "move a foreign journal aside", e))?;
+        .map_err(|e| StoreError::io(journal_path, "move a journal aside", e))?;
+    // The rename is kept only once the directory is synced.
+    super::files::sync_parent(&super::disk::RealDisk, journal_path)?;
     log::warn!(
         "journal {} moved to {}: {why}",
         journal_path.display(),

@@ -20,20 +20,19 @@
 //! short has none and fails the same check as a flipped bit.
 
 use std::collections::BTreeMap;
-use std::fs::{self, File, OpenOptions};
-use std::io::{Read as _, Write as _};
-use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use super::checksum::crc32c;
+use super::disk::{Disk, OpenMode};
 use super::encoding::{
     decode_channel_state, decode_message, encode_channel_state, encode_message, DecodeError,
     Decoder, Encoder, MESSAGE_MIN_BYTES,
 };
 use super::error::StoreError;
 use super::lock::LockFile;
-use super::memory::{counted, MemoryChannel};
+use super::memory_channel::{counted, MemoryChannel};
 use super::types::{ChannelState, FIRST_OFFSET};
 use super::validate::{check_channel_name, MAX_ENTRY_KEY_BYTES, MAX_READER_BYTES};
 
@@ -94,24 +93,40 @@ pub(crate) fn max_file_bytes(max_bytes: u64) -> u64 {
     max_bytes.saturating_mul(2).saturating_add(1 << 20)
 }
 
-/// A snapshot directory and the lock that makes it this broker's.
-#[derive(Debug)]
+/// A snapshot directory, the disk it is on, and the lock that makes it
+/// this broker's.
 pub(crate) struct SnapshotDir {
     path: PathBuf,
+    disk: Arc<dyn Disk>,
     _lock: LockFile,
+}
+
+impl std::fmt::Debug for SnapshotDir {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SnapshotDir")
+            .field("path", &self.path)
+            .finish_non_exhaustive()
+    }
 }
 
 impl SnapshotDir {
     /// Checks that `path` is a directory and takes its `saguin.lock`.
-    pub(crate) fn open(path: &Path, provider: &str) -> Result<SnapshotDir, StoreError> {
-        match fs::metadata(path) {
-            Ok(m) if m.is_dir() => {}
-            Ok(_) => return Err(StoreError::format(path, "snapshot_dir is not a directory")),
+    pub(crate) fn open(
+        disk: Arc<dyn Disk>,
+        path: &Path,
+        provider: &str,
+    ) -> Result<SnapshotDir, StoreError> {
+        match disk.read_dir(path) {
+            Ok(_) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotADirectory => {
+                return Err(StoreError::format(path, "snapshot_dir is not a directory"))
+            }
             Err(e) => return Err(StoreError::io(path, "open the snapshot directory", e)),
         }
-        let lock = LockFile::acquire(&path.join(LOCK_FILE), provider)?;
+        let lock = LockFile::acquire(disk.as_ref(), &path.join(LOCK_FILE), provider)?;
         Ok(SnapshotDir {
             path: path.to_path_buf(),
+            disk,
             _lock: lock,
         })
     }
@@ -417,12 +432,13 @@ pub(crate) struct Loaded {
 
 /// Reads a file whole, refusing one larger than `max_bytes` before
 /// allocating for it.
-fn read_bounded(path: &Path, max_bytes: u64) -> Result<Vec<u8>, StoreError> {
-    let file = File::open(path).map_err(|e| StoreError::io(path, "open the snapshot", e))?;
+fn read_bounded(disk: &dyn Disk, path: &Path, max_bytes: u64) -> Result<Vec<u8>, StoreError> {
+    let file = disk
+        .open(path, OpenMode::read_only())
+        .map_err(|e| StoreError::io(path, "open the snapshot", e))?;
     let len = file
-        .metadata()
-        .map_err(|e| StoreError::io(path, "read the snapshot's size", e))?
-        .len();
+        .size_bytes()
+        .map_err(|e| StoreError::io(path, "read the snapshot's size", e))?;
     let too_large = || {
         StoreError::format(
             path,
@@ -435,21 +451,20 @@ fn read_bounded(path: &Path, max_bytes: u64) -> Result<Vec<u8>, StoreError> {
         return Err(too_large());
     }
     let len = usize::try_from(len).map_err(|_| too_large())?;
-    let mut bytes = Vec::with_capacity(len);
-    file.take(max_bytes)
-        .read_to_end(&mut bytes)
+    let mut bytes = vec![0u8; len];
+    file.read_exact_at(&mut bytes, 0)
         .map_err(|e| StoreError::io(path, "read the snapshot", e))?;
     Ok(bytes)
 }
 
 /// The channel files in a snapshot directory, by file name, sorted.
-pub(crate) fn channel_files(dir: &Path) -> Result<Vec<String>, StoreError> {
-    let entries =
-        fs::read_dir(dir).map_err(|e| StoreError::io(dir, "list the snapshot directory", e))?;
+pub(crate) fn channel_files(disk: &dyn Disk, dir: &Path) -> Result<Vec<String>, StoreError> {
+    let entries = disk
+        .read_dir(dir)
+        .map_err(|e| StoreError::io(dir, "list the snapshot directory", e))?;
     let mut names = Vec::new();
     for entry in entries {
-        let entry = entry.map_err(|e| StoreError::io(dir, "list the snapshot directory", e))?;
-        if let Some(name) = entry.file_name().to_str() {
+        if let Some(name) = entry.file_name().and_then(|n| n.to_str()) {
             if name.ends_with(CHANNEL_SUFFIX) {
                 names.push(name.to_string());
             }
@@ -462,13 +477,14 @@ pub(crate) fn channel_files(dir: &Path) -> Result<Vec<String>, StoreError> {
 /// Reads, decodes and checks one channel file, and that it is the file
 /// its channel's name gives.
 pub(crate) fn read_channel_file(
+    disk: &dyn Disk,
     dir: &Path,
     file_name: &str,
     max_file_bytes: u64,
 ) -> Result<(String, u64, MemoryChannel), StoreError> {
     let path = dir.join(file_name);
     let (name, generation, channel) =
-        read_bounded(&path, max_file_bytes).and_then(|b| decode_channel(&path, &b))?;
+        read_bounded(disk, &path, max_file_bytes).and_then(|b| decode_channel(&path, &b))?;
     if snapshot_file_name(&name).as_deref() != Ok(file_name) {
         return Err(StoreError::format(
             &path,
@@ -487,8 +503,9 @@ pub(crate) fn load(dir: &SnapshotDir, max_file_bytes: u64) -> Result<Loaded, Sto
     let mut loaded = Loaded::default();
     let mut errors = Vec::new();
     let mut generations: BTreeMap<String, u64> = BTreeMap::new();
-    for file_name in channel_files(&dir.path)? {
-        match read_channel_file(&dir.path, &file_name, max_file_bytes) {
+    let disk = dir.disk.as_ref();
+    for file_name in channel_files(disk, &dir.path)? {
+        match read_channel_file(disk, &dir.path, &file_name, max_file_bytes) {
             Ok((name, generation, channel)) => {
                 loaded.last_generation = loaded.last_generation.max(generation);
                 generations.insert(name.clone(), generation);
@@ -507,8 +524,9 @@ pub(crate) fn load(dir: &SnapshotDir, max_file_bytes: u64) -> Result<Loaded, Sto
 }
 
 fn check_manifest(dir: &SnapshotDir, generations: &BTreeMap<String, u64>, loaded: &mut Loaded) {
+    let disk = dir.disk.as_ref();
     let path = dir.path.join(MANIFEST_FILE);
-    if !path.exists() {
+    if !disk.exists(&path).unwrap_or(false) {
         if !generations.is_empty() {
             loaded.warnings.push(format!(
                 "{} is missing: which channels the last shutdown wrote cannot be checked",
@@ -517,7 +535,7 @@ fn check_manifest(dir: &SnapshotDir, generations: &BTreeMap<String, u64>, loaded
         }
         return;
     }
-    let manifest = read_bounded(&path, 64 << 20).and_then(|b| decode_manifest(&path, &b));
+    let manifest = read_bounded(disk, &path, 64 << 20).and_then(|b| decode_manifest(&path, &b));
     let (generation, listed) = match manifest {
         Ok(m) => m,
         Err(e) => {
@@ -549,51 +567,66 @@ fn check_manifest(dir: &SnapshotDir, generations: &BTreeMap<String, u64>, loaded
 /// directory (a rename is atomic only within one filesystem), synced before
 /// the rename (or a power cut could leave the name pointing at bytes still
 /// in the page cache).
-fn write_atomically(dir: &Path, file_name: &str, bytes: &[u8]) -> Result<(), StoreError> {
+fn write_atomically(
+    disk: &dyn Disk,
+    dir: &Path,
+    file_name: &str,
+    bytes: &[u8],
+) -> Result<(), StoreError> {
     let path = dir.join(file_name);
     let temp = dir.join(format!("{file_name}{TEMP_SUFFIX}"));
-    let mut file = OpenOptions::new()
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .mode(0o600)
-        .open(&temp)
+    let mode = OpenMode {
+        write: true,
+        create: true,
+        truncate: true,
+        permissions: 0o600,
+        ..OpenMode::default()
+    };
+    let file = disk
+        .open(&temp, mode)
         .map_err(|e| StoreError::io(&temp, "create the snapshot", e))?;
-    file.write_all(bytes)
+    file.write_all_at(bytes, 0)
         .map_err(|e| StoreError::io(&temp, "write the snapshot", e))?;
     file.sync_all()
         .map_err(|e| StoreError::io(&temp, "sync the snapshot", e))?;
     drop(file);
-    fs::rename(&temp, &path).map_err(|e| StoreError::io(&path, "rename the snapshot into place", e))
+    disk.rename(&temp, &path)
+        .map_err(|e| StoreError::io(&path, "rename the snapshot into place", e))
 }
 
 /// Syncs the directory, without which a renamed file's contents survive a
 /// power cut and the entry naming them need not.
-pub(crate) fn sync_dir(dir: &Path) -> Result<(), StoreError> {
-    File::open(dir)
-        .and_then(|d| d.sync_all())
+pub(crate) fn sync_dir(disk: &dyn Disk, dir: &Path) -> Result<(), StoreError> {
+    disk.sync_dir(dir)
         .map_err(|e| StoreError::io(dir, "sync the snapshot directory", e))
 }
 
 /// Writes the manifest and makes it durable.
 pub(crate) fn save_manifest<'a>(
+    disk: &dyn Disk,
     dir: &Path,
     generation: u64,
     channels: impl ExactSizeIterator<Item = &'a String>,
 ) -> Result<(), StoreError> {
-    write_atomically(dir, MANIFEST_FILE, &encode_manifest(generation, channels))?;
-    sync_dir(dir)
+    write_atomically(
+        disk,
+        dir,
+        MANIFEST_FILE,
+        &encode_manifest(generation, channels),
+    )?;
+    sync_dir(disk, dir)
 }
 
 /// Writes one channel's file in place of any earlier one.
 pub(crate) fn save_channel(
+    disk: &dyn Disk,
     dir: &Path,
     name: &str,
     channel: &MemoryChannel,
     generation: u64,
 ) -> Result<(), StoreError> {
     let file = snapshot_file_name(name).map_err(StoreError::Invalid)?;
-    write_atomically(dir, &file, &encode_channel(name, channel, generation))
+    write_atomically(disk, dir, &file, &encode_channel(name, channel, generation))
 }
 
 /// Writes the snapshot: the manifest first, made durable before any
@@ -605,14 +638,15 @@ pub(crate) fn save(
     channels: &BTreeMap<String, MemoryChannel>,
     generation: u64,
 ) -> Result<(), StoreError> {
-    save_manifest(&dir.path, generation, channels.keys())?;
+    let disk = dir.disk.as_ref();
+    save_manifest(disk, &dir.path, generation, channels.keys())?;
     let mut errors = Vec::new();
     for (name, channel) in channels {
-        if let Err(e) = save_channel(&dir.path, name, channel, generation) {
+        if let Err(e) = save_channel(disk, &dir.path, name, channel, generation) {
             errors.push(e);
         }
     }
-    if let Err(e) = sync_dir(&dir.path) {
+    if let Err(e) = sync_dir(disk, &dir.path) {
         errors.push(e);
     }
     match errors.len() {

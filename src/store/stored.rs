@@ -10,22 +10,25 @@
 //! checked - so the original is only ever read.
 
 use std::collections::BTreeMap;
-use std::fs::{self, File};
-use std::io::Read as _;
+use std::fs;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::Arc;
 
 use ::redb::{Builder, Database, ReadTransaction, ReadableDatabase, TableHandle};
 
+use super::disk::{Disk, OpenMode, RealDisk};
 use super::encoding::{message_from_bytes, message_header};
+use super::error::db_error;
 use super::error::StoreError;
+use super::files::lock_path_for;
 use super::journal::journal_path_for;
 use super::lock::LockFile;
-use super::memory::MemoryChannel;
-use super::redb::{
-    db_error, for_each_keyed, format_refusal, lock_path_for, not_a_provider, read_channel_rows,
-    ChannelEntry, ENTRIES, META, META_CREATED_AT_MS, META_CREATED_BY, META_FORMAT_VERSION,
-    POSITIONS, RECORDS, REDB_CACHE_BYTES, REDB_FORMAT_VERSION,
+use super::memory_channel::MemoryChannel;
+use super::redb_schema::{
+    for_each_keyed, format_refusal, not_a_provider, read_channel_rows, ChannelEntry, ENTRIES, META,
+    META_CREATED_AT_MS, META_CREATED_BY, META_FORMAT_VERSION, POSITIONS, RECORDS, REDB_CACHE_BYTES,
+    REDB_FORMAT_VERSION,
 };
 use super::replay::replay_into_copy;
 use super::snapshot::{
@@ -57,13 +60,19 @@ impl StoredKind {
 /// directory, a file starting with redb's magic a redb file. Anything else
 /// is refused, saying what it is and what was expected.
 pub fn stored_kind(path: &Path) -> Result<StoredKind, StoreError> {
-    let meta = fs::metadata(path).map_err(|e| StoreError::io(path, "open it", e))?;
-    if meta.is_dir() {
-        return Ok(StoredKind::Snapshots);
+    stored_kind_on(&RealDisk, path)
+}
+
+fn stored_kind_on(disk: &dyn Disk, path: &Path) -> Result<StoredKind, StoreError> {
+    match disk.read_dir(path) {
+        Ok(_) => return Ok(StoredKind::Snapshots),
+        Err(e) if e.kind() == std::io::ErrorKind::NotADirectory => {}
+        Err(e) => return Err(StoreError::io(path, "open it", e)),
     }
     let mut head = [0u8; REDB_MAGIC.len()];
-    let read = File::open(path)
-        .and_then(|mut f| f.read(&mut head))
+    let read = disk
+        .open(path, OpenMode::read_only())
+        .and_then(|f| f.read_at(&mut head, 0))
         .map_err(|e| StoreError::io(path, "read it", e))?;
     if read == head.len() && head == REDB_MAGIC {
         return Ok(StoredKind::Redb);
@@ -135,6 +144,7 @@ enum Source {
 /// A stopped broker's provider, open for reading.
 pub struct StoredProvider {
     path: PathBuf,
+    disk: Arc<dyn Disk>,
     source: Source,
     /// What the header says about the file: format, who wrote it, when.
     pub described: String,
@@ -147,33 +157,46 @@ impl StoredProvider {
     /// Opens what `path` holds for reading. Refuses a provider a running
     /// broker holds, a file of another kind or format, and a damaged one.
     pub fn open(path: &Path) -> Result<StoredProvider, StoreError> {
-        Self::open_with(path, true)
+        Self::open_with(RealDisk::shared(), path, true)
     }
 
-    /// Opens what this process has just written and still holds the
-    /// exclusive lock of, to read it back.
-    pub(crate) fn open_while_locked(path: &Path) -> Result<StoredProvider, StoreError> {
-        Self::open_with(path, false)
+    /// Opens what this process has just written on `disk` and still holds
+    /// the exclusive lock of, to read it back.
+    pub(crate) fn open_while_locked(
+        disk: Arc<dyn Disk>,
+        path: &Path,
+    ) -> Result<StoredProvider, StoreError> {
+        Self::open_with(disk, path, false)
     }
 
     /// Reads a redb file this process has just written and opened.
-    pub(crate) fn from_database(path: &Path, db: Database) -> Result<StoredProvider, StoreError> {
-        redb_provider(path, RedbCopy { db, _copy: None })
+    pub(crate) fn from_database(
+        disk: Arc<dyn Disk>,
+        path: &Path,
+        db: Database,
+    ) -> Result<StoredProvider, StoreError> {
+        redb_provider(disk, path, RedbCopy { db, _copy: None })
     }
 
-    fn open_with(path: &Path, share_lock: bool) -> Result<StoredProvider, StoreError> {
-        let kind = stored_kind(path)?;
+    fn open_with(
+        disk: Arc<dyn Disk>,
+        path: &Path,
+        share_lock: bool,
+    ) -> Result<StoredProvider, StoreError> {
+        let kind = stored_kind_on(disk.as_ref(), path)?;
         let lock_path = match kind {
             StoredKind::Snapshots => path.join(LOCK_FILE),
             StoredKind::Redb => lock_path_for(path),
         };
         let lock = match share_lock {
-            true => LockFile::share_if_present(&lock_path, &path.display().to_string())?,
+            true => {
+                LockFile::share_if_present(disk.as_ref(), &lock_path, &path.display().to_string())?
+            }
             false => None,
         };
         let mut stored = match kind {
-            StoredKind::Snapshots => open_snapshots(path)?,
-            StoredKind::Redb => open_redb(path)?,
+            StoredKind::Snapshots => open_snapshots(disk, path)?,
+            StoredKind::Redb => open_redb(disk, path)?,
         };
         stored._lock = lock;
         Ok(stored)
@@ -203,7 +226,8 @@ impl StoredProvider {
     pub(crate) fn load(&self, key: &str) -> Result<(String, MemoryChannel), StoreError> {
         match &self.source {
             Source::Snapshots { files: _ } => {
-                let (name, _, channel) = read_channel_file(&self.path, key, u64::MAX)?;
+                let (name, _, channel) =
+                    read_channel_file(self.disk.as_ref(), &self.path, key, u64::MAX)?;
                 Ok((name, channel))
             }
             Source::Redb { db, channels } => {
@@ -335,9 +359,9 @@ impl StoredProvider {
     }
 }
 
-fn open_snapshots(path: &Path) -> Result<StoredProvider, StoreError> {
-    let files = channel_files(path)?;
-    let manifest = path.join(MANIFEST_FILE).exists();
+fn open_snapshots(disk: Arc<dyn Disk>, path: &Path) -> Result<StoredProvider, StoreError> {
+    let files = channel_files(disk.as_ref(), path)?;
+    let manifest = disk.exists(&path.join(MANIFEST_FILE)).unwrap_or(false);
     if files.is_empty() && !manifest {
         return Err(StoreError::format(
             path,
@@ -352,6 +376,7 @@ fn open_snapshots(path: &Path) -> Result<StoredProvider, StoreError> {
     }
     Ok(StoredProvider {
         path: path.to_path_buf(),
+        disk,
         described: format!("memory provider snapshots, {} channel files", files.len()),
         source: Source::Snapshots { files },
         notes,
@@ -362,8 +387,8 @@ fn open_snapshots(path: &Path) -> Result<StoredProvider, StoreError> {
 /// A stopped broker's file with the journal batches it lacks applied to the
 /// copy, so a tool sees every acknowledged write; the original and its
 /// journal are only read.
-fn open_redb(path: &Path) -> Result<StoredProvider, StoreError> {
-    let copy = checked_copy(path)?;
+fn open_redb(disk: Arc<dyn Disk>, path: &Path) -> Result<StoredProvider, StoreError> {
+    let copy = checked_copy(disk.as_ref(), path)?;
     {
         let txn = copy
             .begin_read()
@@ -371,7 +396,7 @@ fn open_redb(path: &Path) -> Result<StoredProvider, StoreError> {
         read_format(&txn, path)?;
     }
     let replayed = replay_into_copy(&copy.db, path, path)?;
-    let mut stored = redb_provider(path, copy)?;
+    let mut stored = redb_provider(disk, path, copy)?;
     if replayed > 0 {
         stored.notes.push(format!(
             "{replayed} batches were read from its journal {}: the broker did not stop cleanly, and the file alone holds them only after its next start",
@@ -381,7 +406,11 @@ fn open_redb(path: &Path) -> Result<StoredProvider, StoreError> {
     Ok(stored)
 }
 
-fn redb_provider(path: &Path, db: RedbCopy) -> Result<StoredProvider, StoreError> {
+fn redb_provider(
+    disk: Arc<dyn Disk>,
+    path: &Path,
+    db: RedbCopy,
+) -> Result<StoredProvider, StoreError> {
     let txn = db
         .begin_read()
         .map_err(db_error(path, "begin a read transaction"))?;
@@ -390,6 +419,7 @@ fn redb_provider(path: &Path, db: RedbCopy) -> Result<StoredProvider, StoreError
     drop(txn);
     Ok(StoredProvider {
         path: path.to_path_buf(),
+        disk,
         source: Source::Redb { db, channels },
         described,
         notes: Vec::new(),
@@ -401,7 +431,7 @@ fn redb_provider(path: &Path, db: RedbCopy) -> Result<StoredProvider, StoreError
 /// opens a provider: recovered if its broker never closed it, and its
 /// integrity checked, which reports a damaged file as such where a
 /// read-only open would stop the process. The original is only read.
-fn checked_copy(path: &Path) -> Result<RedbCopy, StoreError> {
+fn checked_copy(disk: &dyn Disk, path: &Path) -> Result<RedbCopy, StoreError> {
     static COPIES: AtomicU32 = AtomicU32::new(0);
     let temp = std::env::temp_dir().join(format!(
         "saguin-read-{}-{}-{}.redb",
@@ -412,7 +442,7 @@ fn checked_copy(path: &Path) -> Result<RedbCopy, StoreError> {
             .unwrap_or("provider")
     ));
     let temp = TempFile(temp);
-    fs::copy(path, &temp.0).map_err(|e| {
+    copy_out(disk, path, &temp.0).map_err(|e| {
         StoreError::io(
             &temp.0,
             "copy the redb file to read it (TMPDIR needs room for the whole file)",
@@ -433,6 +463,31 @@ fn checked_copy(path: &Path) -> Result<RedbCopy, StoreError> {
         db,
         _copy: Some(temp),
     })
+}
+
+/// Copies the file at `path` on `disk` into a scratch file of the
+/// operating system's: the copy is a tool's private working file, never
+/// the provider's state, so it needs no durability.
+fn copy_out(disk: &dyn Disk, path: &Path, scratch: &Path) -> std::io::Result<()> {
+    use std::os::unix::fs::{FileExt, OpenOptionsExt};
+    let source = disk.open(path, OpenMode::read_only())?;
+    // 0600: it holds what applications published.
+    let out = fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(scratch)?;
+    let mut buf = vec![0u8; 256 << 10];
+    let mut at = 0u64;
+    loop {
+        let n = source.read_at(&mut buf, at)?;
+        if n == 0 {
+            return Ok(());
+        }
+        out.write_all_at(&buf[..n], at)?;
+        at += n as u64;
+    }
 }
 
 /// Checks the file is a Sagüin provider in the format this build reads,

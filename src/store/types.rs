@@ -375,3 +375,19 @@ pub enum Read {
         next: u64,
     },
 }
+
+/// The answer for a read that returns no records: below the floor, past
+/// next, or caught up.
+pub(crate) fn empty_read(s: ChannelState, from_offset: u64) -> Read {
+    if from_offset < s.floor {
+        Read::BelowFloor { floor: s.floor }
+    } else if from_offset > s.next {
+        Read::PastNext { next: s.next }
+    } else {
+        Read::Records(ReadBatch {
+            floor: s.floor,
+            next: s.next,
+            records: Vec::new(),
+        })
+    }
+}

@@ -81,6 +81,11 @@ pub enum SubmitError {
     Stopped,
 }
 
+/// What one queued request takes in the queue itself, before what it
+/// carries (publishes are bounded as waiting publishes, sessions by their
+/// charge).
+pub const REQUEST_BYTES: usize = std::mem::size_of::<Request>();
+
 enum Request {
     Commit {
         ticket: Ticket,

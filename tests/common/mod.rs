@@ -10,6 +10,7 @@ pub mod http;
 pub mod mosquitto;
 pub mod proxy;
 pub mod websocket;
+pub mod worst_case;
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;

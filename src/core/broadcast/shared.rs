@@ -135,6 +135,17 @@ impl SharedGroups {
         self.table.keys()
     }
 
+    /// Groups held, each named by its share name and filter.
+    pub fn len(&self) -> usize {
+        self.by_name.len()
+    }
+
+    /// Whether the group `share_name` over `filter` is held.
+    pub fn contains(&self, share_name: &str, filter: &str) -> bool {
+        self.by_name
+            .contains_key(&(Box::<str>::from(share_name), Box::<str>::from(filter)))
+    }
+
     pub fn is_empty(&self) -> bool {
         self.table.is_empty()
     }

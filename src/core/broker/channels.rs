@@ -138,7 +138,12 @@ impl Broker {
     /// What publishes waiting on storage may hold: enough for any burst a
     /// gateway's storage can absorb, and always a few of the largest.
     fn pending_publish_max_bytes(&self) -> u64 {
-        (16 * 1024 * 1024).max(4 * u64::from(self.settings.max_message_size_bytes))
+        Self::waiting_publish_max_bytes(&self.settings)
+    }
+
+    /// The bound [`Self::pending_publish_max_bytes`] applies, from settings.
+    pub fn waiting_publish_max_bytes(settings: &crate::core::Settings) -> u64 {
+        (16 * 1024 * 1024).max(4 * u64::from(settings.max_message_size_bytes))
     }
 
     pub fn handle_store_completion(

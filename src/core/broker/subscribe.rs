@@ -253,6 +253,15 @@ impl Broker {
         if is_new && session.subscriptions.len() >= self.settings.max_subscriptions as usize {
             return Err(Refusal::TooManySubscriptions);
         }
+        // Each group may hold a backlog of session_queue_bytes, so a new
+        // one past the bound is refused; joining a group held is not.
+        if let Form::Shared { share_name, filter } = form {
+            if !self.groups.contains(share_name, filter)
+                && self.groups.len() >= self.settings.max_shared_groups as usize
+            {
+                return Err(Refusal::TooManySharedGroups);
+            }
+        }
         self.authorize_filter(session_key, inner)?;
         Ok(form)
     }

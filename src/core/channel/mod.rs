@@ -80,7 +80,7 @@ pub(crate) enum StoredSend {
 pub(crate) const READ_BATCH_RECORDS: u32 = 64;
 /// Recent records a channel keeps in memory, so that live readers are
 /// served without a storage read.
-const TAIL_CACHE_BYTES: u64 = 256 * 1024;
+pub(crate) const TAIL_CACHE_BYTES: u64 = 256 * 1024;
 /// Records removed per trim write, so a sweep never holds the storage
 /// thread for long.
 pub(crate) const TRIM_BATCH_RECORDS: u32 = 1_000;

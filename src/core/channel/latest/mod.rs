@@ -107,7 +107,7 @@ pub(crate) struct Value {
 
 /// Bodies of recent values, so that live subscribers and point reads are
 /// served without a storage read. Bounded in bytes; the oldest go first.
-const CACHE_BYTES: u64 = 256 * 1024;
+pub(crate) const CACHE_BYTES: u64 = 256 * 1024;
 
 /// Values removed by one sweep write, so that a sweep never holds the
 /// storage thread for long.

@@ -1411,50 +1411,6 @@ fn a_due_job_is_offered_at_the_first_tick_at_or_after_its_due_time() {
     }
 }
 
-/// Captures the warnings logged on the calling test's own thread, so tests
-/// running beside it do not mix theirs in.
-mod captured_log {
-    use std::cell::RefCell;
-
-    thread_local! {
-        static WARNINGS: RefCell<Option<Vec<String>>> = const { RefCell::new(None) };
-    }
-
-    struct Capture;
-
-    impl log::Log for Capture {
-        fn enabled(&self, metadata: &log::Metadata) -> bool {
-            metadata.level() <= log::Level::Warn
-        }
-
-        fn log(&self, record: &log::Record) {
-            if !self.enabled(record.metadata()) {
-                return;
-            }
-            WARNINGS.with(|w| {
-                if let Some(lines) = w.borrow_mut().as_mut() {
-                    lines.push(record.args().to_string());
-                }
-            });
-        }
-
-        fn flush(&self) {}
-    }
-
-    static CAPTURE: Capture = Capture;
-
-    pub fn start() {
-        // Another test may have set it already: the same logger either way.
-        let _ = log::set_logger(&CAPTURE);
-        log::set_max_level(log::LevelFilter::Warn);
-        WARNINGS.with(|w| *w.borrow_mut() = Some(Vec::new()));
-    }
-
-    pub fn warnings() -> Vec<String> {
-        WARNINGS.with(|w| w.borrow().clone().unwrap_or_default())
-    }
-}
-
 #[test]
 fn a_dead_letter_move_that_cannot_fit_is_retried_each_tick_and_warned_of_once() {
     let provider = MemoryProvider::open("m", 4_000, 1, None).unwrap();
@@ -1468,7 +1424,7 @@ fn a_dead_letter_move_that_cannot_fit_is_retried_each_tick_and_warned_of_once() 
     }
     let worker = rig.connect("worker");
     rig.work(worker);
-    captured_log::start();
+    crate::captured_log::start();
     let poison = one_job(&mut rig, worker);
     rig.puback(worker, &poison);
     rig.answer(worker, &poison, "return");
@@ -1483,11 +1439,11 @@ fn a_dead_letter_move_that_cannot_fit_is_retried_each_tick_and_warned_of_once() 
         "{} moves tried",
         rig.shell.moves_tried - tries
     );
-    let warned = captured_log::warnings()
+    let warned = crate::captured_log::warnings()
         .into_iter()
         .filter(|w| w.contains("could not be dead-lettered"))
         .count();
-    assert_eq!(warned, 1, "{:#?}", captured_log::warnings());
+    assert_eq!(warned, 1, "{:#?}", crate::captured_log::warnings());
     // Room freed: the next retry moves it.
     rig.answer(worker, &next, "ack");
     rig.advance_to(rig.now_ms + 400);

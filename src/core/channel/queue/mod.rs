@@ -15,7 +15,7 @@
 //! into the provider's reserve, so a queue at its bound still drains.
 
 #[cfg(test)]
-mod broker_tests;
+pub(crate) mod broker_tests;
 pub mod dead_letter;
 
 use crate::core::observe::QueueCounts;

@@ -1,0 +1,139 @@
+//! A redb file opened through the disk seam: redb's `StorageBackend` over
+//! a [`DiskFile`], so every byte redb reads, writes and syncs passes the
+//! same trait the journal and the snapshots use.
+//!
+//! The backend takes no locks of its own (redb then runs in its default
+//! exclusive-writer mode): the provider's lock file, taken before the file
+//! is opened, is what keeps a second broker out.
+
+use std::fmt;
+use std::io;
+use std::path::Path;
+
+use ::redb::{Builder, Database, DatabaseError, StorageBackend};
+
+use super::disk::{Disk, DiskFile, OpenMode};
+use super::error::{db_error, StoreError};
+
+/// redb's storage: one open file.
+pub(crate) struct DiskBackend {
+    file: Box<dyn DiskFile>,
+}
+
+impl DiskBackend {
+    pub(crate) fn new(file: Box<dyn DiskFile>) -> DiskBackend {
+        DiskBackend { file }
+    }
+}
+
+impl fmt::Debug for DiskBackend {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("DiskBackend").finish_non_exhaustive()
+    }
+}
+
+impl StorageBackend for DiskBackend {
+    fn len(&self) -> Result<u64, io::Error> {
+        self.file.size_bytes()
+    }
+
+    fn read(&self, offset: u64, out: &mut [u8]) -> Result<(), io::Error> {
+        self.file.read_exact_at(out, offset)
+    }
+
+    fn set_len(&self, len: u64) -> Result<(), io::Error> {
+        self.file.set_len(len)
+    }
+
+    fn sync_data(&self) -> Result<(), io::Error> {
+        self.file.sync_data()
+    }
+
+    fn write(&self, offset: u64, data: &[u8]) -> Result<(), io::Error> {
+        self.file.write_all_at(data, offset)
+    }
+}
+
+/// What opening a redb file through the seam can fail at.
+#[derive(Debug)]
+pub(crate) enum OpenError {
+    /// The file itself could not be opened or created.
+    File(io::Error),
+    Database(DatabaseError),
+}
+
+impl OpenError {
+    /// The store's error for `action` on the file at `path`.
+    pub(crate) fn at(self, path: &Path, action: &'static str) -> StoreError {
+        match self {
+            OpenError::File(e) => StoreError::io(path, action, e),
+            OpenError::Database(e) => db_error(path, action)(e),
+        }
+    }
+}
+
+impl fmt::Display for OpenError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            OpenError::File(e) => e.fmt(f),
+            OpenError::Database(e) => e.fmt(f),
+        }
+    }
+}
+
+/// Opens (creating, 0600, when absent) the redb file at `path` on `disk`
+/// with `builder`'s settings.
+pub(crate) fn create_db(
+    disk: &dyn Disk,
+    path: &Path,
+    builder: &Builder,
+) -> Result<Database, OpenError> {
+    let mode = OpenMode {
+        create: true,
+        // Whatever the umask: the file holds what applications published.
+        permissions: 0o600,
+        ..OpenMode::read_write()
+    };
+    let file = disk.open(path, mode).map_err(OpenError::File)?;
+    builder
+        .create_with_backend(DiskBackend::new(file))
+        .map_err(OpenError::Database)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::disk::RealDisk;
+    use ::redb::{ReadableDatabase, TableDefinition};
+
+    const T: TableDefinition<u64, u64> = TableDefinition::new("t");
+
+    #[test]
+    fn a_database_on_the_seam_writes_and_reads_back_after_reopening() {
+        let dir = std::env::temp_dir().join(format!("saguin-redb-file-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("a.redb");
+        let disk = RealDisk::shared();
+        let open = || match create_db(disk.as_ref(), &path, &Builder::new()) {
+            Ok(db) => db,
+            Err(_) => panic!("open {}", path.display()),
+        };
+        let db = open();
+        let txn = db.begin_write().unwrap();
+        txn.open_table(T).unwrap().insert(7, 49).unwrap();
+        txn.commit().unwrap();
+        drop(db);
+        let mode = std::os::unix::fs::PermissionsExt::mode(
+            &std::fs::metadata(&path).unwrap().permissions(),
+        );
+        assert_eq!(mode & 0o777, 0o600);
+        let db = open();
+        let read = db.begin_read().unwrap();
+        let got = read.open_table(T).unwrap().get(7).unwrap().unwrap().value();
+        assert_eq!(got, 49);
+        drop(read);
+        drop(db);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}
