@@ -6,6 +6,7 @@
 //! - [`codec`]: the MQTT 3.1.1 and 5 wire format, pure functions over bytes;
 //! - [`config`]: the YAML configuration and its validation;
 //! - [`core`]: the broker's rules as a sans-IO state machine;
+//! - [`logging`]: the log lines' formats and the connection each is about;
 //! - [`net`]: the smol shell that connects the core to sockets and a clock;
 //! - [`ops`]: the operations listener: health, metrics and `/v1` routes;
 //! - [`store`]: storage providers (redb, memory) and the storage thread;
@@ -24,6 +25,7 @@ pub mod core;
 pub(crate) mod fast_hash;
 pub(crate) mod lock_file;
 pub(crate) mod log_limit;
+pub mod logging;
 pub mod net;
 pub mod ops;
 pub mod store;

@@ -221,7 +221,7 @@ fn main() -> ExitCode {
         }
         Command::Acl(question) => return explain_acl(question),
         Command::Run(path) => {
-            let config = match load(path) {
+            let config = match load(path.clone()) {
                 Ok(config) => config,
                 Err(code) => return code,
             };
@@ -230,8 +230,17 @@ fn main() -> ExitCode {
                 Err(code) => return code,
             };
             let level = config.broker.log_level.to_level_filter();
-            // Logs go to standard output; the init system bounds them.
-            if let Err(error) = simple_logger::SimpleLogger::new().with_level(level).init() {
+            // SIGUSR1 reads the level again from the file the broker started on.
+            let reread = path.map(|path| {
+                let reader: saguin::logging::LevelReader = std::sync::Arc::new(move || {
+                    config::load(&path)
+                        .map(|c| c.broker.log_level.to_level_filter())
+                        .map_err(|e| e.to_string())
+                });
+                reader
+            });
+            let format = config.broker.log_format;
+            if let Err(error) = saguin::logging::init(format, level, &config.broker.id, reread) {
                 eprintln!("cannot start logging: {error}");
             }
             for warning in config.broker.mqtt.warnings() {

@@ -26,6 +26,8 @@ pub struct BrokerConfig {
     pub id: String,
     /// `broker.log_level`.
     pub log_level: LogLevel,
+    /// `broker.log_format`.
+    pub log_format: LogFormat,
     /// `broker.pid_file`: an absolute path, or `None` for no pid file.
     pub pid_file: Option<PathBuf>,
     /// `broker.mqtt`.
@@ -81,6 +83,28 @@ impl LogLevel {
 impl fmt::Display for LogLevel {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.as_str())
+    }
+}
+
+/// `broker.log_format`: what a log line looks like.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LogFormat {
+    /// Readable prose, a connection's fields in brackets.
+    Text,
+    /// `key=value` pairs, values quoted where they must be.
+    Logfmt,
+    /// One JSON object a line.
+    Json,
+}
+
+impl LogFormat {
+    /// The word written in the file.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            LogFormat::Text => "text",
+            LogFormat::Logfmt => "logfmt",
+            LogFormat::Json => "json",
+        }
     }
 }
 
@@ -161,6 +185,7 @@ const BROKER_KEYS: Keys = Keys {
     supported: &[
         "id",
         "log_level",
+        "log_format",
         "pid_file",
         "mqtt",
         "limits",
@@ -198,6 +223,7 @@ pub(super) fn broker(
     };
     let id = broker_id(f, t.get("id"));
     let log_level = log_level(f, t.get("log_level"));
+    let log_format = log_format(f, t.get("log_format"));
     let pid_file = pid_file(f, t.get("pid_file"));
     let mqtt = mqtt(f, t.get("mqtt"));
     let limits = limits::parse(f, "broker.limits", t.get("limits"));
@@ -233,6 +259,7 @@ pub(super) fn broker(
         Some(BrokerConfig {
             id: id?,
             log_level: log_level?,
+            log_format: log_format?,
             pid_file: pid_file?,
             mqtt: mqtt?,
             limits: limits?,
@@ -304,6 +331,29 @@ fn log_level(f: &mut Findings, value: Option<&Value>) -> Option<LogLevel> {
         );
     }
     level
+}
+
+fn log_format(f: &mut Findings, value: Option<&Value>) -> Option<LogFormat> {
+    let Some(value) = value else {
+        return Some(LogFormat::Text);
+    };
+    let format = match value {
+        Value::String(s) => match s.as_str() {
+            "text" => Some(LogFormat::Text),
+            "logfmt" => Some(LogFormat::Logfmt),
+            "json" => Some(LogFormat::Json),
+            _ => None,
+        },
+        _ => None,
+    };
+    if format.is_none() {
+        f.value(
+            "broker.log_format",
+            value,
+            "it is one of text, logfmt or json; omit the key for text",
+        );
+    }
+    format
 }
 
 /// `Some(None)` when absent: no pid file is written.

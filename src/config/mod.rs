@@ -58,7 +58,7 @@ use std::fmt;
 use std::path::Path;
 
 pub use authentication::AuthenticationKeys;
-pub use broker::{BrokerConfig, LogLevel, MinProtocolVersion, MqttConfig};
+pub use broker::{BrokerConfig, LogFormat, LogLevel, MinProtocolVersion, MqttConfig};
 pub use channels::{ChannelConfig, ChannelKind, Start, MAX_FILTER_EXPANSIONS};
 pub use embedded::{DEFAULT_CONFIG_YAML, EMBEDDED_DATA_DIR, EMBEDDED_SOURCE};
 pub use exchanges::{Qos2Config, SessionConfig, ShareConfig};

@@ -117,6 +117,7 @@ fn document(config: &Parts<'_>) -> Value {
     let mut broker = Mapping::new();
     put(&mut broker, "id", b.id.as_str());
     put(&mut broker, "log_level", b.log_level.as_str());
+    put(&mut broker, "log_format", b.log_format.as_str());
     put(&mut broker, "pid_file", path(b.pid_file.as_deref()));
     put(&mut broker, "mqtt", mqtt(config));
     put(&mut broker, "limits", limits(config));

@@ -242,6 +242,32 @@ fn every_log_level_is_read() {
 }
 
 #[test]
+fn every_log_format_is_read_and_text_is_the_default() {
+    assert_eq!(ok("broker:\n  id: a\n").broker.log_format, LogFormat::Text);
+    for (word, format) in [
+        ("text", LogFormat::Text),
+        ("logfmt", LogFormat::Logfmt),
+        ("json", LogFormat::Json),
+    ] {
+        let c = ok(&format!("broker:\n  id: a\n  log_format: {word}\n"));
+        assert_eq!(c.broker.log_format, format);
+        assert_eq!(format.as_str(), word);
+    }
+}
+
+#[test]
+fn an_unknown_log_format_is_refused_with_the_choices() {
+    let f = only_finding("broker:\n  id: a\n  log_format: xml\n");
+    assert_contains(
+        &f,
+        &[
+            "broker.log_format \"xml\"",
+            "it is one of text, logfmt or json; omit the key for text",
+        ],
+    );
+}
+
+#[test]
 fn an_absolute_pid_file_is_read() {
     let c = ok("broker:\n  id: a\n  pid_file: /run/saguin/saguin.pid\n");
     assert_eq!(

@@ -328,6 +328,8 @@ impl Listener {
 /// A door as its accept loop serves it.
 struct Served {
     index: usize,
+    /// Its name, for the log lines of its connections.
+    name: Rc<str>,
     label: Rc<str>,
     websocket: Option<Rc<websocket::Origins>>,
     proxy_protocol: bool,
@@ -343,6 +345,7 @@ impl Served {
         };
         Served {
             index,
+            name: door.name.as_str().into(),
             label: door.label().into(),
             websocket,
             proxy_protocol,
@@ -426,9 +429,15 @@ async fn accept_loop(
         match state.broker.accept(now_ms, origin) {
             Some(key) => {
                 let outbox = state.outboxes.insert(key);
+                let scope = crate::logging::Scope {
+                    listener: door.name.clone(),
+                    remote: peer_of(&accepted),
+                    ..Default::default()
+                };
                 let socket = door::socket(&shared, key, accepted, plan);
+                let served = connection::serve(shared.clone(), socket, key, outbox);
                 executor
-                    .spawn(connection::serve(shared.clone(), socket, key, outbox))
+                    .spawn(crate::logging::Scoped::new(scope, served))
                     .detach();
             }
             None if answers_busy
@@ -448,6 +457,14 @@ async fn accept_loop(
             // No place even to say so: closed with nothing read or written.
             None => drop(accepted),
         }
+    }
+}
+
+/// The address a socket's peer has; a Unix socket's has none worth a line.
+fn peer_of(accepted: &Accepted) -> Option<String> {
+    match accepted {
+        Accepted::Tcp(stream) => stream.get_ref().peer_addr().ok().map(|a| a.to_string()),
+        Accepted::Unix(_) => None,
     }
 }
 

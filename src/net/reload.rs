@@ -11,7 +11,9 @@
 //! connections (and their handshakes) either way; what they may do from
 //! then on is what the new authorization file grants. The operations
 //! listener's operators files and its doors' certificates are re-read
-//! too, each on its own. Every other setting is read once, at startup.
+//! too, each on its own, and so is `broker.log_level` from the
+//! configuration file, first, so a reload's own lines are written at the
+//! new level. Every other setting is read once, at startup.
 
 use std::rc::Rc;
 use std::sync::Arc;
@@ -53,6 +55,27 @@ impl Reload {
     /// Re-reads what may change under a running broker and logs what it
     /// applied, and that the rest waits for a restart.
     pub(crate) async fn reload(&mut self) {
+        let level = match crate::logging::level_reader() {
+            // Off the executor, as every file below is read.
+            Some(read) => Some(smol::unblock(move || read()).await),
+            None => None,
+        };
+        match level {
+            Some(Ok(level)) => {
+                let was = log::max_level();
+                log::set_max_level(level);
+                log::info!(
+                    "received SIGUSR1: log_level was {}, is {}",
+                    was.as_str().to_ascii_lowercase(),
+                    level.as_str().to_ascii_lowercase()
+                );
+            }
+            Some(Err(error)) => log::error!(
+                "received SIGUSR1: the log level stays {}, as the configuration does not read: {error}",
+                log::max_level().as_str().to_ascii_lowercase()
+            ),
+            None => {}
+        }
         if let Some(operators) = self.operators.clone() {
             log::info!(
                 "received SIGUSR1: re-reading the operations listener's operators files and certificates"
@@ -69,8 +92,8 @@ impl Reload {
         if !passwords && !certificates && self.acl.is_none() {
             log::info!(
                 "received SIGUSR1: nothing to reload; no password file or acl_file is \
-                 configured, no door serves TLS, and every other setting is read at startup, so \
-                 a changed configuration takes effect at the next restart"
+                 configured, no door serves TLS, and every other setting but log_level is read at \
+                 startup, so a changed configuration takes effect at the next restart"
             );
             return;
         }

@@ -121,11 +121,7 @@ impl BrokerProcess {
             log_lines: Vec::new(),
         };
         let line = broker.wait_for_log("bound to");
-        broker.port = line
-            .rsplit(':')
-            .next()
-            .unwrap()
-            .trim()
+        broker.port = port_at_end(&line)
             .parse()
             .expect("a port in the listener line");
         broker
@@ -134,7 +130,7 @@ impl BrokerProcess {
     /// The port of the door named `door`, from its "bound to" log line.
     pub fn door_port(&mut self, door: &str) -> u16 {
         let line = self.wait_for_log(&format!("listener {door} bound to"));
-        line.rsplit(':').next().unwrap().trim().parse().unwrap()
+        port_at_end(&line).parse().unwrap()
     }
 
     /// Sends `signal` (`USR1`, say) to the broker.
@@ -222,6 +218,13 @@ impl Drop for BrokerProcess {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
+}
+
+/// The port a "bound to" line ends with, in any log format (a logfmt or
+/// JSON line closes its message with a quote or a brace).
+fn port_at_end(line: &str) -> &str {
+    let end = line.trim_end().trim_end_matches(['"', '}']);
+    end.rsplit(':').next().unwrap()
 }
 
 fn forward_lines(

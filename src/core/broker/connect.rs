@@ -282,6 +282,7 @@ impl Broker {
         let from = self
             .source(conn)
             .map_or_else(String::new, |source| format!(" from {source}"));
+        crate::logging::connected(&client_id, self.user_name(conn), self.source(conn));
         log::info!(
             "client {client_id} connected{from} (MQTT {}, session present: {session_present})",
             match version {
