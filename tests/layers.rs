@@ -1,7 +1,8 @@
 //! The layers point one way, read from the source as text: `codec`,
 //! `store`, `core`, `ops` and `net` never import a layer above them (least of all
-//! `config`, which builds their settings), and the modules of `config`
-//! import each other without a cycle, its reading helpers being leaves.
+//! `config`, which builds their settings); the modules of `config`
+//! import each other without a cycle, its reading helpers being leaves;
+//! and so do the modules of `store`, the disk seam at their bottom.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fs;
@@ -54,17 +55,18 @@ fn code_of(text: &str) -> String {
         .join("\n")
 }
 
-/// The text without its `#[cfg(test)] mod tests { ... }` block: tests
-/// may reach anywhere. rustfmt closes a top-level block with a lone `}`
-/// in the first column, which ends the cut.
+/// The text without its top-level `#[cfg(test)] mod name { ... }` blocks:
+/// tests may reach anywhere. rustfmt closes a top-level block with a lone
+/// `}` in the first column, which ends the cut.
 fn without_test_module(text: &str) -> String {
     let mut kept = Vec::new();
     let mut lines = text.lines().peekable();
     while let Some(line) = lines.next() {
-        let opens_tests = line.trim() == "#[cfg(test)]"
-            && lines
-                .peek()
-                .is_some_and(|next| next.trim_start().starts_with("mod tests {"));
+        let opens_tests = line == "#[cfg(test)]"
+            && lines.peek().is_some_and(|next| {
+                let item = next.strip_prefix("pub(crate) ").unwrap_or(next);
+                item.starts_with("mod ") && item.ends_with(" {")
+            });
         if opens_tests {
             for inner in lines.by_ref() {
                 if inner == "}" {
@@ -201,6 +203,17 @@ fn group_heads(group: &str) -> Vec<&str> {
 /// non-test code uses. `mod.rs` is `mod`: a child naming one of its items
 /// (`super::Config`) uses it.
 fn config_graph(files: &BTreeMap<String, String>) -> BTreeMap<String, BTreeSet<String>> {
+    module_graph("config", files)
+}
+
+/// The same graph for the modules of `src/<layer>`, given as name -> text.
+fn module_graph(
+    layer: &str,
+    files: &BTreeMap<String, String>,
+) -> BTreeMap<String, BTreeSet<String>> {
+    let in_crate = format!("crate::{layer}::");
+    let in_lib = format!("saguin::{layer}::");
+    let group_in_crate = format!("crate::{layer}::{{");
     let children: Vec<&str> = files
         .keys()
         .map(String::as_str)
@@ -229,8 +242,8 @@ fn config_graph(files: &BTreeMap<String, String>) -> BTreeMap<String, BTreeSet<S
                 continue;
             }
             let through_parent = before.ends_with("super::")
-                || before.ends_with("crate::config::")
-                || before.ends_with("saguin::config::");
+                || before.ends_with(&in_crate)
+                || before.ends_with(&in_lib);
             if through_parent && word != "super" {
                 uses.insert(module_of(word));
             }
@@ -240,7 +253,7 @@ fn config_graph(files: &BTreeMap<String, String>) -> BTreeMap<String, BTreeSet<S
                 let groups = declaration
                     .split("super::{")
                     .skip(1)
-                    .chain(declaration.split("crate::config::{").skip(1));
+                    .chain(declaration.split(group_in_crate.as_str()).skip(1));
                 for group in groups {
                     for head in group_heads(group) {
                         if head != "self" {
@@ -311,6 +324,64 @@ fn config_modules_import_each_other_without_a_cycle() {
     if let Some(cycle) = find_cycle(&graph) {
         panic!(
             "the config modules import each other in a circle: {}",
+            cycle.join(" -> ")
+        );
+    }
+}
+
+/// The modules of `src/store` that production builds hold, name -> text:
+/// `mod.rs` (the facade that re-exports, and the `Provider` trait every
+/// layer names) and the modules `mod.rs` declares under `#[cfg(test)]`
+/// are left out.
+fn store_files() -> BTreeMap<String, String> {
+    let dir = src().join("store");
+    let facade = fs::read_to_string(dir.join("mod.rs")).expect("read src/store/mod.rs");
+    let mut test_only = BTreeSet::new();
+    let mut lines = facade.lines().peekable();
+    while let Some(line) = lines.next() {
+        if line == "#[cfg(test)]" {
+            if let Some(next) = lines.peek() {
+                let item = next.strip_prefix("pub(crate) ").unwrap_or(next);
+                if let Some(name) = item.strip_prefix("mod ").and_then(|n| n.strip_suffix(';')) {
+                    test_only.insert(name.to_string());
+                }
+            }
+        }
+    }
+    let mut files = Vec::new();
+    rust_files(&dir, &mut files);
+    files
+        .into_iter()
+        .filter(|f| f.parent() == Some(dir.as_path()))
+        .map(|f| f.file_stem().unwrap().to_string_lossy().into_owned())
+        .filter(|name| name != "mod" && !test_only.contains(name))
+        .map(|name| {
+            let text =
+                fs::read_to_string(dir.join(format!("{name}.rs"))).expect("read a store file");
+            (name, text)
+        })
+        .collect()
+}
+
+#[test]
+fn store_modules_import_each_other_without_a_cycle() {
+    let mut graph = module_graph("store", &store_files());
+    for uses in graph.values_mut() {
+        uses.remove("mod");
+    }
+    // The walk is really seen: the provider reaches the journal's replay,
+    // which reaches the seam at the bottom; the test-only disk is not in it.
+    assert!(graph["redb"].contains("replay"), "{graph:?}");
+    assert!(graph["replay"].contains("journal"), "{graph:?}");
+    assert!(graph["files"].contains("disk"), "{graph:?}");
+    assert!(!graph.contains_key("sim_disk"), "{graph:?}");
+    assert!(
+        graph["disk"].is_empty(),
+        "the seam is the bottom: {graph:?}"
+    );
+    if let Some(cycle) = find_cycle(&graph) {
+        panic!(
+            "the store modules import each other in a circle: {}",
             cycle.join(" -> ")
         );
     }

@@ -145,7 +145,7 @@ impl Journal {
         drop(file);
         std::fs::rename(&temp, path)
             .map_err(|e| StoreError::io(path, "put the new journal in place", e))?;
-        super::redb::sync_journal_parent(path)?;
+        super::files::sync_parent(&super::disk::RealDisk, path)?;
         Ok(Journal {
             file: open_for_appends(path)?,
             path: path.to_path_buf(),

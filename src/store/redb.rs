@@ -36,20 +36,19 @@ use super::batch_encoding::encode_batch;
 use super::budget::Budget;
 use super::disk::{Disk, RealDisk};
 use super::encoding::{message_from_bytes, message_header};
-pub(crate) use super::error::db_error;
+use super::error::db_error;
 use super::error::StoreError;
-pub(crate) use super::files::lock_path_for;
+use super::files::lock_path_for;
 use super::files::sync_parent;
 use super::journal::Journal;
 use super::lock::LockFile;
 use super::pending::{Base, Pending, Rebuild, PENDING_MAX_AGE_MS};
 use super::redb_file::create_db;
-pub(crate) use super::redb_schema::{
-    check_format, counted_bytes, for_each_keyed, load_channels, now_ms, read_meta_number,
-    read_next_channel_id, write_meta_u64, ChannelMap, ENTRIES, JOURNAL_CAPACITY_BYTES,
-    META_JOURNAL_ID, META_JOURNAL_SEQUENCE, POSITIONS, RECORDS, REDB_CACHE_BYTES,
+use super::redb_schema::{
+    check_format, counted_bytes, for_each_keyed, load_channels, read_next_channel_id, ChannelMap,
+    ENTRIES, POSITIONS, RECORDS, REDB_CACHE_BYTES,
 };
-pub(crate) use super::redb_tables::{apply_in, Applied, EncodedRecords};
+use super::redb_tables::{apply_in, Applied, EncodedRecords};
 use super::replay::{apply_journalled, attach_journal, checkpoint_db, FrameWrites};
 use super::types::{
     empty_read, ChannelState, Outcome, Read, ReadBatch, ReadLimit, Record, Usage, Write,
@@ -111,11 +110,6 @@ pub struct RedbProvider {
     /// Tests make the next apply of an answered batch fail.
     #[cfg(test)]
     pub(crate) fail_next_apply: Cell<bool>,
-}
-
-/// The journal's directory sync, on the operating system's disk.
-pub(crate) fn sync_journal_parent(file_path: &Path) -> Result<(), StoreError> {
-    sync_parent(&RealDisk, file_path)
 }
 
 impl RedbProvider {

@@ -10,13 +10,14 @@ use ::redb::{Database, Durability, WriteTransaction};
 
 use super::batch_encoding::decode_batch;
 use super::budget::Budget;
+use super::error::db_error;
 use super::error::StoreError;
 use super::journal::{journal_path_for, ChainEnd, Frame, Journal, Opened};
-use super::redb::{
-    apply_in, counted_bytes, db_error, load_channels, read_meta_number, read_next_channel_id,
-    write_meta_u64, Applied, ChannelMap, EncodedRecords, JOURNAL_CAPACITY_BYTES, META_JOURNAL_ID,
-    META_JOURNAL_SEQUENCE,
+use super::redb_schema::{
+    counted_bytes, load_channels, now_ms, read_meta_number, read_next_channel_id, write_meta_u64,
+    ChannelMap, JOURNAL_CAPACITY_BYTES, META_JOURNAL_ID, META_JOURNAL_SEQUENCE,
 };
+use super::redb_tables::{apply_in, Applied, EncodedRecords};
 use super::types::{Outcome, Write};
 
 /// Opens (or creates) the journal of the redb file at `path`, applies the
@@ -309,7 +310,7 @@ fn set_aside(journal_path: &Path, why: &str) -> Result<(), StoreError> {
         return Ok(());
     }
     let mut aside = journal_path.as_os_str().to_owned();
-    aside.push(format!(".set-aside-{}", super::redb::now_ms()));
+    aside.push(format!(".set-aside-{}", now_ms()));
     let aside = PathBuf::from(aside);
     std::fs::rename(journal_path, &aside)
         .map_err(|e| StoreError::io(journal_path, "move a journal aside", e))?;
