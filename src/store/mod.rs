@@ -58,6 +58,8 @@ mod backup_tests;
 #[cfg(test)]
 mod conformance;
 #[cfg(test)]
+mod diskfail_tests;
+#[cfg(test)]
 mod journal_tests;
 #[cfg(test)]
 mod pending_tests;
@@ -77,7 +79,7 @@ pub use convert::{
     redb_to_snapshots, redb_to_snapshots_on, snapshots_to_redb, snapshots_to_redb_on, Converted,
 };
 pub use dirs::create_dir_all_synced;
-pub use error::StoreError;
+pub use error::{Failure, StoreError};
 pub use memory::MemoryProvider;
 pub use message_id::{MessageId, MessageIdGenerator, MAX_MESSAGE_ID_TEXT_BYTES};
 pub use open::{open_provider, open_provider_on};

@@ -20,7 +20,9 @@
 //! the only writer, and it updates them only from transactions that
 //! committed.
 
-use std::cell::{Cell, RefCell};
+#[cfg(test)]
+use std::cell::Cell;
+use std::cell::RefCell;
 use std::ops::Range;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -37,13 +39,13 @@ use super::budget::Budget;
 use super::disk::{Disk, RealDisk};
 use super::encoding::{message_from_bytes, message_header};
 use super::error::db_error;
-use super::error::StoreError;
+use super::error::{Failure, StoreError};
 use super::files::lock_path_for;
 use super::files::sync_parent;
 use super::journal::Journal;
 use super::lock::LockFile;
 use super::pending::{Base, Pending, Rebuild, PENDING_MAX_AGE_MS};
-use super::redb_file::create_db;
+use super::redb_file::{create_watched_db, IoFailures};
 use super::redb_schema::{
     check_format, counted_bytes, for_each_keyed, load_channels, read_next_channel_id, ChannelMap,
     ENTRIES, POSITIONS, RECORDS, REDB_CACHE_BYTES,
@@ -83,10 +85,15 @@ pub struct RedbProvider {
     /// Batches of appends answered and not yet applied in `pending`
     /// (`ahead.rs`); applied before anything else touches it.
     pub(crate) behind: RefCell<Option<Behind>>,
-    /// Set when acknowledged batches could not be put back into a
-    /// transaction after a failure: only a restart (the journal's replay)
-    /// brings them back, so nothing more is taken.
-    broken: Cell<bool>,
+    /// Set when the device failed an operation the provider relies on (a
+    /// sync of the journal or the file), or when acknowledged batches
+    /// could not be put back into a transaction after a failure: only a
+    /// restart (the journal's replay of what is truly on the disk) brings
+    /// the provider back, so nothing more is taken and nothing retried.
+    failure: RefCell<Option<Arc<Failure>>>,
+    /// What the redb file's operations last failed at: redb keeps only
+    /// the message.
+    file_failures: Arc<IoFailures>,
     pending_max_age: Duration,
     // Declared before the lock, so an unclean drop closes the file before
     // another broker may take it.
@@ -110,6 +117,10 @@ pub struct RedbProvider {
     /// Tests make the next apply of an answered batch fail.
     #[cfg(test)]
     pub(crate) fail_next_apply: Cell<bool>,
+    /// Tests make the next journal append fail with this OS error, as the
+    /// device would answer its `O_DSYNC` write.
+    #[cfg(test)]
+    pub(crate) fail_next_append: Option<i32>,
 }
 
 impl RedbProvider {
@@ -154,7 +165,8 @@ impl RedbProvider {
                 .set_check_integrity_on_open(true);
             b
         };
-        let db = create_db(disk.as_ref(), file_path, &builder)
+        let file_failures = Arc::<IoFailures>::default();
+        let db = create_watched_db(disk.as_ref(), file_path, &builder, file_failures.clone())
             .map_err(|e| e.at(file_path, "open the redb file"))?;
         check_format(&db, file_path)?;
         sync_parent(disk.as_ref(), file_path)?;
@@ -168,7 +180,8 @@ impl RedbProvider {
             path: file_path.to_path_buf(),
             pending: RefCell::new(None),
             behind: RefCell::new(None),
-            broken: Cell::new(false),
+            failure: RefCell::new(None),
+            file_failures,
             pending_max_age: Duration::from_millis(PENDING_MAX_AGE_MS),
             db,
             budget,
@@ -189,6 +202,8 @@ impl RedbProvider {
             redb_commits: Cell::new(0),
             #[cfg(test)]
             fail_next_apply: Cell::new(false),
+            #[cfg(test)]
+            fail_next_append: None,
         })
     }
 
@@ -222,14 +237,67 @@ impl RedbProvider {
         }
     }
 
+    /// Refuses, without touching the disk, anything asked of a provider
+    /// that has failed.
     fn unbroken(&self) -> Result<(), StoreError> {
-        if self.broken.get() {
-            return Err(StoreError::format(
-                &self.path,
-                "acknowledged batches could not be applied to the file again after a failed commit; restart the broker, which applies them again from the journal",
-            ));
+        match self.failure.borrow().as_ref() {
+            Some(failure) => Err(StoreError::Failed(Arc::clone(failure))),
+            None => Ok(()),
         }
-        Ok(())
+    }
+
+    /// Stops the provider for good (until a restart): logged once, at
+    /// ERROR, with what the operator can do.
+    fn fail(&self, path: &Path, action: impl Into<String>, cause: impl Into<String>) -> StoreError {
+        let failure = Arc::new(Failure {
+            provider: self.name.clone(),
+            path: path.to_path_buf(),
+            action: action.into(),
+            cause: cause.into(),
+        });
+        log::error!("{failure}");
+        *self.failure.borrow_mut() = Some(Arc::clone(&failure));
+        StoreError::Failed(failure)
+    }
+
+    /// What a failed redb commit of `action` comes to: when the file's
+    /// device failed it, redb refuses everything after, and the provider
+    /// stops (a full device is said so); otherwise `error` as it was, and
+    /// `None` so the caller rebuilds the transaction.
+    fn file_failure(&self, action: &str, error: &StoreError) -> Option<StoreError> {
+        let failed = self.file_failures.take()?;
+        let cause = if failed.no_space {
+            format!("the device is full ({})", failed.cause)
+        } else {
+            failed.cause
+        };
+        Some(self.fail(
+            &self.path,
+            format!("{action} (a {} of the file failed)", failed.action),
+            format!("{cause}; redb said: {error}"),
+        ))
+    }
+
+    /// What a failed journal append comes to: a full device refuses this
+    /// batch only; any other failure of the write, which is the frame's
+    /// sync, stops the provider, since the frame's blocks may be neither
+    /// old nor new and the kernel may report the loss only once.
+    fn append_failure(&self, error: StoreError) -> StoreError {
+        match error {
+            StoreError::Io {
+                path,
+                action,
+                source,
+            } if source.kind() == std::io::ErrorKind::StorageFull => {
+                StoreError::DeviceFull { path, action }
+            }
+            StoreError::Io {
+                path,
+                action,
+                source,
+            } => self.fail(&path, action, source.to_string()),
+            other => other,
+        }
     }
 
     /// After a failure inside the open transaction: a new one holding the
@@ -240,8 +308,11 @@ impl RedbProvider {
             Ok(pending) if pending.is_empty() => {}
             Ok(pending) => *self.pending.borrow_mut() = Some(pending),
             Err(e) => {
-                log::error!("{}: {e}", self.path.display());
-                self.broken.set(true);
+                self.fail(
+                    &self.path,
+                    "apply acknowledged batches again after a failed commit to",
+                    e.to_string(),
+                );
             }
         }
     }
@@ -267,6 +338,11 @@ impl RedbProvider {
             .commit(&self.path, self.journal_sequence, durability)
             .map_err(|failed| {
                 let (e, rebuild) = *failed;
+                if let Some(failed) = self.file_failure("commit batches to", &e) {
+                    // Every batch in it is in the journal, for the replay.
+                    drop(rebuild);
+                    return failed;
+                }
                 self.rebuild(rebuild);
                 e
             })
@@ -282,7 +358,8 @@ impl RedbProvider {
         }
         match self.pending.get_mut().take() {
             Some(pending) => self.commit_pending(pending, Durability::Immediate)?,
-            None => checkpoint_db(&self.db, &self.path, self.journal_sequence)?,
+            None => checkpoint_db(&self.db, &self.path, self.journal_sequence)
+                .map_err(|e| self.file_failure("checkpoint", &e).unwrap_or(e))?,
         }
         self.checkpointed();
         Ok(())
@@ -387,7 +464,9 @@ impl RedbProvider {
         // As in `commit`: a frame that may be on the disk unanswered is
         // passed by a checkpoint before anything newer is journalled.
         self.checkpoint.must = true;
-        self.journal.append(self.journal_sequence, &frame)?;
+        if let Err(e) = self.append(&frame) {
+            return Err(self.append_failure(e));
+        }
         self.checkpoint.must = false;
         self.checkpoint.since.get_or_insert_with(Instant::now);
         let behind = self
@@ -404,6 +483,19 @@ impl RedbProvider {
             writes: std::mem::take(writes),
         });
         Ok(Some(self.adopt(forecast)))
+    }
+
+    /// Appends `frame` to the journal at the current sequence.
+    fn append(&mut self, frame: &[u8]) -> Result<(), StoreError> {
+        #[cfg(test)]
+        if let Some(errno) = self.fail_next_append.take() {
+            return Err(StoreError::io(
+                self.journal.path(),
+                "write and sync a journal frame",
+                std::io::Error::from_raw_os_error(errno),
+            ));
+        }
+        self.journal.append(self.journal_sequence, frame)
     }
 
     fn checkpointed(&mut self) {
@@ -518,8 +610,14 @@ impl Provider for RedbProvider {
         // batch acknowledged must not be replayed after newer ones: the
         // next commit is a checkpoint, past its sequence.
         self.checkpoint.must = true;
-        if let Err(e) = self.journal.append(self.journal_sequence, &frame) {
-            self.rebuild(pending.abandon());
+        if let Err(e) = self.append(&frame) {
+            let e = self.append_failure(e);
+            if matches!(e, StoreError::Failed(_)) {
+                // Every acknowledged batch is in the journal, for the replay.
+                drop(pending);
+            } else {
+                self.rebuild(pending.abandon());
+            }
             return Err(e);
         }
         self.checkpoint.must = false;

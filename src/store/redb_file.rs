@@ -9,6 +9,7 @@
 use std::fmt;
 use std::io;
 use std::path::Path;
+use std::sync::{Arc, Mutex};
 
 use ::redb::{Builder, Database, DatabaseError, StorageBackend};
 
@@ -18,12 +19,44 @@ use super::error::{db_error, StoreError};
 /// redb's storage: one open file.
 pub(crate) struct DiskBackend {
     file: Box<dyn DiskFile>,
+    failures: Arc<IoFailures>,
 }
 
 impl DiskBackend {
-    pub(crate) fn new(file: Box<dyn DiskFile>) -> DiskBackend {
-        DiskBackend { file }
+    /// Notes what failed, for the provider to tell a failed sync from a
+    /// full device: redb keeps only the message, and after any failed
+    /// operation of its file refuses every later one.
+    fn noted<T>(&self, action: &'static str, result: io::Result<T>) -> io::Result<T> {
+        if let Err(e) = &result {
+            let mut last = self.failures.0.lock().unwrap_or_else(|p| p.into_inner());
+            *last = Some(IoFailure {
+                action,
+                no_space: e.kind() == io::ErrorKind::StorageFull,
+                cause: e.to_string(),
+            });
+        }
+        result
     }
+}
+
+/// The last operation on a redb file that failed, as the device answered.
+#[derive(Default)]
+pub(crate) struct IoFailures(Mutex<Option<IoFailure>>);
+
+impl IoFailures {
+    /// The failure noted since the last call, if any.
+    pub(crate) fn take(&self) -> Option<IoFailure> {
+        self.0.lock().unwrap_or_else(|p| p.into_inner()).take()
+    }
+}
+
+#[derive(Debug)]
+pub(crate) struct IoFailure {
+    /// What was being done to the file: "sync", "write".
+    pub(crate) action: &'static str,
+    /// `ENOSPC`: the device is full.
+    pub(crate) no_space: bool,
+    pub(crate) cause: String,
 }
 
 impl fmt::Debug for DiskBackend {
@@ -42,15 +75,15 @@ impl StorageBackend for DiskBackend {
     }
 
     fn set_len(&self, len: u64) -> Result<(), io::Error> {
-        self.file.set_len(len)
+        self.noted("resize", self.file.set_len(len))
     }
 
     fn sync_data(&self) -> Result<(), io::Error> {
-        self.file.sync_data()
+        self.noted("sync", self.file.sync_data())
     }
 
     fn write(&self, offset: u64, data: &[u8]) -> Result<(), io::Error> {
-        self.file.write_all_at(data, offset)
+        self.noted("write", self.file.write_all_at(data, offset))
     }
 }
 
@@ -88,6 +121,16 @@ pub(crate) fn create_db(
     path: &Path,
     builder: &Builder,
 ) -> Result<Database, OpenError> {
+    create_watched_db(disk, path, builder, Arc::default())
+}
+
+/// [`create_db`], noting each failed operation of the file in `failures`.
+pub(crate) fn create_watched_db(
+    disk: &dyn Disk,
+    path: &Path,
+    builder: &Builder,
+    failures: Arc<IoFailures>,
+) -> Result<Database, OpenError> {
     let mode = OpenMode {
         create: true,
         // Whatever the umask: the file holds what applications published.
@@ -96,7 +139,7 @@ pub(crate) fn create_db(
     };
     let file = disk.open(path, mode).map_err(OpenError::File)?;
     builder
-        .create_with_backend(DiskBackend::new(file))
+        .create_with_backend(DiskBackend { file, failures })
         .map_err(OpenError::Database)
 }
 

@@ -371,6 +371,12 @@ pub(crate) fn commit_answer(
             log::error!("a commit of one append came back as {other:?}");
             Err(Refusal::StorageUnexpected)
         }
+        // A full device is answered as a full provider (0x97): space
+        // returns, and the publisher may try again.
+        Err(error @ store::StoreError::DeviceFull { .. }) => {
+            log::warn!("storing a record failed: {error}");
+            Err(Refusal::ChannelProviderFull)
+        }
         Err(error) => {
             log::error!("storing a record failed: {error}");
             Err(Refusal::RecordNotStored)

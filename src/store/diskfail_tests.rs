@@ -1,0 +1,209 @@
+//! What a failing disk gets: a failed sync stops the provider, which then
+//! refuses everything without touching the disk, and a full device refuses
+//! only the commit it met. Either way every acknowledged record survives
+//! a power cut and a restart.
+
+use std::path::{Path, PathBuf};
+
+use super::conformance::{append, msg, TempDir};
+use super::sim_disk::{Fault, FaultKind, FaultOn, SimDisk};
+use super::*;
+
+const MAX_BYTES: u64 = 64 << 20;
+const EIO: i32 = 5;
+const ENOSPC: i32 = 28;
+
+/// A provider's directory on `disk`, durable in every parent. The same
+/// path is a real directory too, for the files not yet on the seam.
+fn durable_dir(disk: &SimDisk, dir: &Path) {
+    let sim = disk.shared();
+    sim.create_dir_all(dir, 0o700).expect("mkdir");
+    for at in dir.ancestors() {
+        sim.sync_dir(at).expect("sync the directory");
+    }
+}
+
+fn open(disk: &SimDisk, file: &Path) -> RedbProvider {
+    let mut p = RedbProvider::open_on(disk.shared(), "p", file, MAX_BYTES, 0).expect("open");
+    // Only the test decides when a checkpoint comes.
+    p.set_checkpoint_interval_ms(3_600_000);
+    p
+}
+
+fn payload(i: u64) -> Vec<u8> {
+    format!("record {i}").into_bytes()
+}
+
+fn publish(p: &mut RedbProvider, i: u64) -> Result<Vec<Outcome>, StoreError> {
+    p.commit(&[append("c", msg("t", &payload(i), i + 1))])
+}
+
+/// Commits `n` records, returning each acknowledged (offset, payload).
+fn acknowledged(p: &mut RedbProvider, n: u64) -> Vec<(u64, Vec<u8>)> {
+    (0..n)
+        .map(|i| match publish(p, i).expect("commit").as_slice() {
+            [Outcome::Appended { offset }] => (*offset, payload(i)),
+            other => panic!("expected an append, got {other:?}"),
+        })
+        .collect()
+}
+
+fn everything(p: &RedbProvider) -> Vec<(u64, Vec<u8>)> {
+    let limit = ReadLimit {
+        max_records: 1_000,
+        max_bytes: u64::MAX,
+    };
+    match p.read("c", FIRST_OFFSET, limit).expect("read") {
+        Read::Records(batch) => batch
+            .records
+            .into_iter()
+            .map(|r| (r.offset, r.message.payload.to_vec()))
+            .collect(),
+        other => panic!("expected records, got {other:?}"),
+    }
+}
+
+/// Cuts the power on a provider left running, reopens it as a restart
+/// would, and checks every acknowledged record is back, with its bytes,
+/// and that the only other record is `unacknowledged` at the next offset.
+fn cut_and_check(
+    disk: &SimDisk,
+    p: RedbProvider,
+    file: &Path,
+    seed: u64,
+    acked: &[(u64, Vec<u8>)],
+    unacknowledged: Vec<u8>,
+) {
+    drop(p);
+    disk.power_cut(seed);
+    let again = open(disk, file);
+    let held = everything(&again);
+    assert_eq!(
+        &held[..acked.len()],
+        acked,
+        "seed {seed}: acknowledged records"
+    );
+    let next = acked.last().map_or(FIRST_OFFSET, |(o, _)| o + 1);
+    for extra in &held[acked.len()..] {
+        assert_eq!(extra, &(next, unacknowledged.clone()), "seed {seed}");
+    }
+    assert!(held.len() <= acked.len() + 1, "seed {seed}: {held:?}");
+}
+
+fn failure_of(e: &StoreError) -> &Failure {
+    match e {
+        StoreError::Failed(failure) => failure,
+        other => panic!("expected a failed provider, got {other}"),
+    }
+}
+
+/// A second commit after the failure is refused with the same failure,
+/// and touches nothing on the disk; so is a read.
+fn refused_without_the_disk(disk: &SimDisk, p: &mut RedbProvider, file: &Path) {
+    let before = disk.operations();
+    let e = publish(p, 99).expect_err("refused");
+    assert_eq!(failure_of(&e).provider, "p");
+    let e = p
+        .commit_owned(vec![append("c", msg("t", b"y", 1))])
+        .map_err(|(e, _)| e)
+        .expect_err("refused");
+    failure_of(&e);
+    let limit = ReadLimit {
+        max_records: 10,
+        max_bytes: u64::MAX,
+    };
+    assert!(p.read("c", FIRST_OFFSET, limit).is_err());
+    assert!(p.checkpoint().is_err());
+    assert_eq!(
+        disk.operations(),
+        before,
+        "nothing touched {}",
+        file.display()
+    );
+}
+
+fn journal_of(file: &Path) -> PathBuf {
+    let mut name = file.as_os_str().to_owned();
+    name.push(".journal");
+    PathBuf::from(name)
+}
+
+#[test]
+fn a_failed_sync_of_the_redb_file_stops_the_provider_and_loses_nothing_acknowledged() {
+    for seed in 0..4 {
+        let dir = TempDir::new("eio-redb");
+        let file = dir.path().join("p.redb");
+        let disk = SimDisk::new();
+        durable_dir(&disk, dir.path());
+        let mut p = open(&disk, &file);
+        let acked = acknowledged(&mut p, 6);
+        // The journal's appends are writes (O_DSYNC), so the first sync of
+        // a path holding the file's name is the checkpoint's, of the file.
+        disk.inject(Fault::new("p.redb", FaultOn::Sync, 1, FaultKind::Eio));
+        p.set_checkpoint_interval_ms(0);
+        let e = publish(&mut p, 6).expect_err("the checkpoint's sync failed");
+        let failure = failure_of(&e);
+        assert_eq!(failure.path, file);
+        assert!(failure.action.contains("sync"), "{failure}");
+        assert!(e.to_string().contains("restart"), "{e}");
+        refused_without_the_disk(&disk, &mut p, &file);
+        cut_and_check(&disk, p, &file, seed, &acked, payload(6));
+    }
+}
+
+#[test]
+fn a_failed_journal_sync_stops_the_provider_and_loses_nothing_acknowledged() {
+    for (seed, owned) in [(0, false), (1, true), (2, false), (3, true)] {
+        let dir = TempDir::new("eio-journal");
+        let file = dir.path().join("p.redb");
+        let disk = SimDisk::new();
+        durable_dir(&disk, dir.path());
+        let mut p = open(&disk, &file);
+        let acked = acknowledged(&mut p, 5);
+        // The frame's write is its sync (O_DSYNC): EIO from it.
+        p.fail_next_append = Some(EIO);
+        let writes = vec![append("c", msg("t", &payload(5), 6))];
+        let e = if owned {
+            // The storage thread's way: a batch of appends answered ahead.
+            p.commit_owned(writes).map_err(|(e, _)| e)
+        } else {
+            p.commit(&writes)
+        }
+        .expect_err("the frame's sync failed");
+        assert_eq!(failure_of(&e).path, journal_of(&file));
+        refused_without_the_disk(&disk, &mut p, &file);
+        cut_and_check(&disk, p, &file, seed, &acked, payload(5));
+    }
+}
+
+#[test]
+fn a_full_device_under_the_journal_refuses_that_commit_only() {
+    for (seed, owned) in [(0, false), (1, true)] {
+        let dir = TempDir::new("enospc-journal");
+        let file = dir.path().join("p.redb");
+        let disk = SimDisk::new();
+        durable_dir(&disk, dir.path());
+        let mut p = open(&disk, &file);
+        let mut acked = acknowledged(&mut p, 3);
+        p.fail_next_append = Some(ENOSPC);
+        let writes = vec![append("c", msg("t", b"refused", 4))];
+        let e = if owned {
+            p.commit_owned(writes).map_err(|(e, _)| e)
+        } else {
+            p.commit(&writes)
+        }
+        .expect_err("no room");
+        assert!(matches!(e, StoreError::DeviceFull { .. }), "{e}");
+        assert!(e.is_device_error());
+        // Space is back: the next commit is taken, at the offset the
+        // refused one did not consume.
+        match publish(&mut p, 3).expect("taken again").as_slice() {
+            [Outcome::Appended { offset }] => acked.push((*offset, payload(3))),
+            other => panic!("{other:?}"),
+        }
+        assert_eq!(acked[3].0, acked[2].0 + 1);
+        acked.extend(acknowledged(&mut p, 2));
+        assert_eq!(everything(&p), acked);
+        cut_and_check(&disk, p, &file, seed, &acked, b"refused".to_vec());
+    }
+}
