@@ -207,3 +207,79 @@ fn a_full_device_under_the_journal_refuses_that_commit_only() {
         cut_and_check(&disk, p, &file, seed, &acked, b"refused".to_vec());
     }
 }
+
+/// `ENOSPC` on the redb file, once or until space is freed: the commit
+/// that met it, and every call until the file opens again, is refused as
+/// a full provider, nothing acknowledged is lost, and writes resume.
+#[test]
+fn a_full_device_under_the_redb_file_refuses_until_there_is_room() {
+    for (seed, sticky) in [(0, false), (1, true), (2, false), (3, true)] {
+        let dir = TempDir::new("enospc-redb");
+        let file = dir.path().join("p.redb");
+        let disk = SimDisk::new();
+        durable_dir(&disk, dir.path());
+        let mut p = open(&disk, &file);
+        p.set_room_retry_ms(0);
+        let mut acked = acknowledged(&mut p, 4);
+        // A checkpoint's commit writes only the redb file.
+        let fault = Fault::new("p.redb", FaultOn::Write, 1, FaultKind::NoSpace);
+        disk.inject(if sticky { fault.sticky() } else { fault });
+        p.set_checkpoint_interval_ms(0);
+        let e = publish(&mut p, 4).expect_err("no room");
+        assert!(
+            matches!(&e, StoreError::DeviceFull { path, .. } if path == &file),
+            "{e}"
+        );
+        if sticky {
+            let e = publish(&mut p, 4).expect_err("still no room");
+            assert!(matches!(e, StoreError::DeviceFull { .. }), "{e}");
+            let limit = ReadLimit {
+                max_records: 10,
+                max_bytes: u64::MAX,
+            };
+            assert!(matches!(
+                p.read("c", FIRST_OFFSET, limit),
+                Err(StoreError::DeviceFull { .. })
+            ));
+            disk.clear_faults();
+        }
+        p.set_checkpoint_interval_ms(3_600_000);
+        // Room again: the next commit is taken, at the offset the refused
+        // ones did not use, and everything acknowledged is served.
+        match publish(&mut p, 4).expect("room again").as_slice() {
+            [Outcome::Appended { offset }] => acked.push((*offset, payload(4))),
+            other => panic!("{other:?}"),
+        }
+        assert_eq!(acked[4].0, acked[3].0 + 1);
+        assert_eq!(everything(&p), acked);
+        cut_and_check(&disk, p, &file, seed, &acked, payload(99));
+    }
+}
+
+/// A full device is tried again while idle (the storage thread calls
+/// `checkpoint` when `checkpoint_due_in` runs out), so a reader is served
+/// again without waiting for a publish.
+#[test]
+fn a_full_device_is_tried_again_while_idle() {
+    let dir = TempDir::new("enospc-idle");
+    let file = dir.path().join("p.redb");
+    let disk = SimDisk::new();
+    durable_dir(&disk, dir.path());
+    let mut p = open(&disk, &file);
+    p.set_room_retry_ms(0);
+    let acked = acknowledged(&mut p, 2);
+    disk.inject(Fault::new("p.redb", FaultOn::Write, 1, FaultKind::NoSpace).sticky());
+    p.set_checkpoint_interval_ms(0);
+    assert!(matches!(
+        publish(&mut p, 2),
+        Err(StoreError::DeviceFull { .. })
+    ));
+    p.set_checkpoint_interval_ms(3_600_000);
+    // Still full: refused, and due again at once (the retry is 0 here).
+    let due = p.checkpoint_due_in().expect("a retry is due");
+    assert_eq!(due, std::time::Duration::ZERO);
+    assert!(matches!(p.checkpoint(), Err(StoreError::DeviceFull { .. })));
+    disk.clear_faults();
+    p.checkpoint().expect("room again");
+    assert_eq!(everything(&p), acked);
+}

@@ -64,6 +64,21 @@ use super::Provider;
 /// a crash longer and redb's unwritten pages more.
 pub const DEFAULT_CHECKPOINT_INTERVAL_MS: u32 = 1_000;
 
+/// How often a provider whose device was full tries again to open its
+/// file, which reads the file's tree: at a commit or while idle, no more
+/// often than this.
+const ROOM_RETRY_MS: u64 = 5_000;
+
+/// A device found full under the redb file: redb takes nothing more from
+/// that opening of the file, so it is opened again once there is room.
+#[derive(Debug)]
+struct FullDevice {
+    /// What the commit that met it was doing.
+    action: &'static str,
+    /// The last try to open the file again.
+    tried: Instant,
+}
+
 /// When redb was last made durable, and whether it must be next.
 #[derive(Debug)]
 struct CheckpointState {
@@ -94,6 +109,10 @@ pub struct RedbProvider {
     /// What the redb file's operations last failed at: redb keeps only
     /// the message.
     file_failures: Arc<IoFailures>,
+    /// Set while the redb file's device has no room: every call is
+    /// refused 0x97 until the file opens again.
+    full: RefCell<Option<FullDevice>>,
+    room_retry: Duration,
     pending_max_age: Duration,
     // Declared before the lock, so an unclean drop closes the file before
     // another broker may take it.
@@ -156,15 +175,9 @@ impl RedbProvider {
         reserve_bytes: u64,
     ) -> Result<RedbProvider, StoreError> {
         let lock = LockFile::acquire(disk.as_ref(), &lock_path_for(file_path), name)?;
-        let builder = {
-            let mut b = Builder::new();
-            b.set_cache_size(REDB_CACHE_BYTES)
-                // A file altered outside redb is reported as corrupt instead
-                // of trusted: the price is a read of the whole file at each
-                // start.
-                .set_check_integrity_on_open(true);
-            b
-        };
+        // A file altered outside redb is reported as corrupt instead of
+        // trusted: the price is a read of the whole file at each start.
+        let builder = builder(true);
         let file_failures = Arc::<IoFailures>::default();
         let db = create_watched_db(disk.as_ref(), file_path, &builder, file_failures.clone())
             .map_err(|e| e.at(file_path, "open the redb file"))?;
@@ -182,6 +195,8 @@ impl RedbProvider {
             behind: RefCell::new(None),
             failure: RefCell::new(None),
             file_failures,
+            full: RefCell::new(None),
+            room_retry: Duration::from_millis(ROOM_RETRY_MS),
             pending_max_age: Duration::from_millis(PENDING_MAX_AGE_MS),
             db,
             budget,
@@ -209,6 +224,12 @@ impl RedbProvider {
 
     pub fn file_path(&self) -> &Path {
         &self.path
+    }
+
+    /// Sets how often a full device is tried again; tests make it at once.
+    #[cfg(test)]
+    pub(crate) fn set_room_retry_ms(&mut self, retry_ms: u64) {
+        self.room_retry = Duration::from_millis(retry_ms);
     }
 
     /// Sets how long a batch may sit in the journal alone; tests stretch it
@@ -240,10 +261,94 @@ impl RedbProvider {
     /// Refuses, without touching the disk, anything asked of a provider
     /// that has failed.
     fn unbroken(&self) -> Result<(), StoreError> {
-        match self.failure.borrow().as_ref() {
-            Some(failure) => Err(StoreError::Failed(Arc::clone(failure))),
+        if let Some(failure) = self.failure.borrow().as_ref() {
+            return Err(StoreError::Failed(Arc::clone(failure)));
+        }
+        match self.full.borrow().as_ref() {
+            Some(full) => Err(self.device_full(full.action)),
             None => Ok(()),
         }
+    }
+
+    fn device_full(&self, action: &'static str) -> StoreError {
+        StoreError::DeviceFull {
+            path: self.path.clone(),
+            action,
+        }
+    }
+
+    /// While the redb file's device was full: opens the file again once
+    /// a retry is due, which replays the journal and checkpoints, as a
+    /// restart would. Still no room is the same refusal; any other
+    /// failure stops the provider.
+    fn regain_room(&mut self) -> Result<(), StoreError> {
+        let Some(full) = self.full.get_mut() else {
+            return Ok(());
+        };
+        let action = full.action;
+        if full.tried.elapsed() < self.room_retry {
+            return Err(self.device_full(action));
+        }
+        full.tried = Instant::now();
+        self.file_failures.take();
+        match self.reopen() {
+            Ok(()) => {
+                *self.full.get_mut() = None;
+                log::info!(
+                    "storage provider {}: there is room for {} again; writes resume",
+                    self.name,
+                    self.path.display()
+                );
+                Ok(())
+            }
+            Err(e) if no_space(&e) || self.file_failures.take().is_some_and(|f| f.no_space) => {
+                Err(self.device_full(action))
+            }
+            Err(e) => Err(self.fail(
+                &self.path,
+                "open the redb file again after its device was full",
+                e.to_string(),
+            )),
+        }
+    }
+
+    /// Opens the redb file again in place of an opening redb refuses
+    /// everything on. What the open transaction and the answered batches
+    /// held is in the journal, and comes back by its replay.
+    fn reopen(&mut self) -> Result<(), StoreError> {
+        self.pending.get_mut().take();
+        self.behind.get_mut().take();
+        // The old opening must be gone before the file is opened again;
+        // an empty database in memory holds its place meanwhile, and the
+        // provider stays refused (`full`) until the file is back.
+        let placeholder = Builder::new()
+            .create_with_backend(::redb::backends::InMemoryBackend::new())
+            .map_err(db_error(
+                &self.path,
+                "make room to open the redb file again",
+            ))?;
+        drop(std::mem::replace(&mut self.db, placeholder));
+        // Checked whole at the start; this process has been its only writer.
+        let db = create_watched_db(
+            self.disk.as_ref(),
+            &self.path,
+            &builder(false),
+            self.file_failures.clone(),
+        )
+        .map_err(|e| e.at(&self.path, "open the redb file again"))?;
+        check_format(&db, &self.path)?;
+        let (journal, journal_sequence) = attach_journal(&db, &self.path)?;
+        let next_channel_id = read_next_channel_id(&db, &self.path)?;
+        let channels = load_channels(&db, &self.path)?;
+        self.budget.used_bytes = counted_bytes(&channels);
+        self.channels = channels;
+        self.next_channel_id = next_channel_id;
+        self.journal = journal;
+        self.journal_sequence = journal_sequence;
+        self.db = db;
+        self.checkpoint.since = None;
+        self.checkpoint.must = false;
+        Ok(())
     }
 
     /// Stops the provider for good (until a restart): logged once, at
@@ -257,6 +362,7 @@ impl RedbProvider {
         });
         log::error!("{failure}");
         *self.failure.borrow_mut() = Some(Arc::clone(&failure));
+        *self.full.borrow_mut() = None;
         StoreError::Failed(failure)
     }
 
@@ -264,17 +370,26 @@ impl RedbProvider {
     /// device failed it, redb refuses everything after, and the provider
     /// stops (a full device is said so); otherwise `error` as it was, and
     /// `None` so the caller rebuilds the transaction.
-    fn file_failure(&self, action: &str, error: &StoreError) -> Option<StoreError> {
+    fn file_failure(&self, action: &'static str, error: &StoreError) -> Option<StoreError> {
         let failed = self.file_failures.take()?;
-        let cause = if failed.no_space {
-            format!("the device is full ({})", failed.cause)
-        } else {
-            failed.cause
-        };
+        if failed.no_space {
+            log::warn!(
+                "storage provider {}: the device under {} is full ({}); commits are refused (0x97) until there is room, tried again every {} s, and nothing acknowledged is lost. Free space on the device, or lower max_bytes below what it holds",
+                self.name,
+                self.path.display(),
+                failed.cause,
+                self.room_retry.as_secs()
+            );
+            *self.full.borrow_mut() = Some(FullDevice {
+                action,
+                tried: Instant::now(),
+            });
+            return Some(self.device_full(action));
+        }
         Some(self.fail(
             &self.path,
             format!("{action} (a {} of the file failed)", failed.action),
-            format!("{cause}; redb said: {error}"),
+            format!("{}; redb said: {error}", failed.cause),
         ))
     }
 
@@ -505,6 +620,24 @@ impl RedbProvider {
     }
 }
 
+/// redb's settings for the provider's file; `check` reads it whole at
+/// the open.
+fn builder(check: bool) -> Builder {
+    let mut b = Builder::new();
+    b.set_cache_size(REDB_CACHE_BYTES)
+        .set_check_integrity_on_open(check);
+    b
+}
+
+/// Whether `error` is the device's `ENOSPC`.
+fn no_space(error: &StoreError) -> bool {
+    match error {
+        StoreError::Io { source, .. } => source.kind() == std::io::ErrorKind::StorageFull,
+        StoreError::DeviceFull { .. } => true,
+        _ => false,
+    }
+}
+
 /// The journal frame of a batch: only what was not refused is
 /// journalled. A refused write changed nothing, and a replay then needs no
 /// byte bound to refuse it again.
@@ -571,6 +704,7 @@ impl Provider for RedbProvider {
     /// failure anywhere leaves the provider as it was.
     fn commit(&mut self, writes: &[Write]) -> Result<Vec<Outcome>, StoreError> {
         check_writes(writes)?;
+        self.regain_room()?;
         self.unbroken()?;
         self.catch_up()?;
         let pending = match self.pending.get_mut().take() {
@@ -647,7 +781,9 @@ impl Provider for RedbProvider {
         let behind_full = self.behind.get_mut().as_ref().is_some_and(Behind::is_full);
         let only_appends = writes.iter().all(|w| matches!(w, Write::Append { .. }));
         if !behind_full && only_appends {
-            let checked = check_writes(&writes).and_then(|()| self.unbroken());
+            let checked = check_writes(&writes)
+                .and_then(|()| self.regain_room())
+                .and_then(|()| self.unbroken());
             match checked.and_then(|()| self.commit_ahead(&mut writes)) {
                 Ok(Some(outcomes)) => return Ok(outcomes),
                 Ok(None) => {}
@@ -658,6 +794,10 @@ impl Provider for RedbProvider {
     }
 
     fn checkpoint_due_in(&self) -> Option<Duration> {
+        if let Some(full) = self.full.borrow().as_ref() {
+            // The file is tried again while idle, so reads resume too.
+            return Some(self.room_retry.saturating_sub(full.tried.elapsed()));
+        }
         if self.behind.borrow().is_some() {
             // Answered batches wait for the apply: now, if nothing is queued.
             return Some(Duration::ZERO);
@@ -675,6 +815,7 @@ impl Provider for RedbProvider {
     /// While idle: a checkpoint when one is due, otherwise the commit of
     /// the open transaction whose age ran out.
     fn checkpoint(&mut self) -> Result<(), StoreError> {
+        self.regain_room()?;
         if self.checkpoint_due() {
             return self.make_durable();
         }

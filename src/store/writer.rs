@@ -519,6 +519,12 @@ impl Worker {
                 Err(RecvTimeoutError::Disconnected) => return None,
                 Err(RecvTimeoutError::Timeout) => {
                     if let Err(e) = self.provider.checkpoint() {
+                        Counters::add(&self.counters.failed_commits, 1);
+                        if matches!(e, StoreError::DeviceFull { .. }) {
+                            // Said once by the provider; it is tried again
+                            // when its next retry is due.
+                            continue;
+                        }
                         // The records stay safe in the journal; the next
                         // commit checkpoints instead, or meets the failure.
                         if !self.note_failure(&e) {
