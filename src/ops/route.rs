@@ -862,6 +862,7 @@ mod health_tests {
             path: "/data/disk.redb.journal".into(),
             action: "write and sync a journal frame".into(),
             cause: "Input/output error (os error 5)".into(),
+            remedy: "restart".into(),
         });
         let answer = health(
             true,

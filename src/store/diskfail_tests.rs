@@ -283,3 +283,109 @@ fn a_full_device_is_tried_again_while_idle() {
     p.checkpoint().expect("room again");
     assert_eq!(everything(&p), acked);
 }
+
+fn settings(file: &Path) -> ProviderSettings {
+    ProviderSettings {
+        name: "p".into(),
+        max_bytes: MAX_BYTES,
+        kind: ProviderKind::Redb {
+            file_path: file.to_path_buf(),
+            commit: CommitPolicy::Collect,
+            checkpoint_interval_ms: DEFAULT_CHECKPOINT_INTERVAL_MS,
+        },
+        device_endurance_bytes: None,
+    }
+}
+
+/// The names in `dir` on `disk` that begin with `prefix`.
+fn named(disk: &SimDisk, dir: &Path, prefix: &str) -> Vec<PathBuf> {
+    let entries = disk.shared().read_dir(dir).expect("list");
+    entries
+        .into_iter()
+        .filter(|p| {
+            p.file_name()
+                .is_some_and(|n| n.to_string_lossy().starts_with(prefix))
+        })
+        .collect()
+}
+
+/// A redb file damaged past redb's recovery is moved aside under a name
+/// saying when and why, nothing takes its place, and the provider opens
+/// failed: it refuses writes, its storage thread's watch names it from the
+/// start, and a metric counts it.
+#[test]
+fn a_file_damaged_beyond_repair_is_moved_aside_and_its_provider_stands_failed() {
+    for damage in ["garbage", "zeros"] {
+        let dir = TempDir::new("damaged");
+        let file = dir.path().join("p.redb");
+        let disk = SimDisk::new();
+        durable_dir(&disk, dir.path());
+        let mut p = open(&disk, &file);
+        acknowledged(&mut p, 20);
+        Box::new(p).close().expect("close");
+        let sim = disk.shared();
+        let length = sim.file_len(&file).expect("length");
+        let f = sim
+            .open(&file, disk::OpenMode::read_write())
+            .expect("open the file to damage it");
+        // Zeros over it all, as a power cut on flash can leave a file; or
+        // garbage over everything after redb's header page.
+        let (bytes, at): (Vec<u8>, u64) = match damage {
+            "zeros" => (vec![0; length as usize], 0),
+            _ => ((4_096..length).map(|i| (i * 7 + 13) as u8).collect(), 4_096),
+        };
+        f.write_all_at(&bytes, at).expect("damage");
+        f.sync_data().expect("sync");
+        drop(f);
+        let before = damaged_files_total();
+        let opened = open_provider_on(disk.shared(), &settings(&file), 0);
+        let mut p = match opened {
+            Ok(p) => p,
+            Err(e) => panic!("{damage}: the broker must start: {e}"),
+        };
+        let failure = p.failure().expect("the provider stands failed");
+        assert_eq!(failure.path, file);
+        assert!(failure.cause.contains(".damaged-"), "{failure}");
+        assert!(damaged_files_total() > before);
+        assert!(!sim.exists(&file).unwrap(), "{damage}: nothing replaces it");
+        let aside = named(&disk, dir.path(), "p.redb.damaged-");
+        assert_eq!(aside.len(), 1, "{damage}");
+        assert_eq!(sim.file_len(&aside[0]).unwrap(), length);
+        let e = p
+            .commit(&[append("c", msg("t", b"x", 1))])
+            .expect_err("refused");
+        assert!(matches!(e, StoreError::Failed(_)), "{e}");
+        // The move is durable.
+        let thread = StorageThread::spawn(p, CommitPolicy::Collect, 4, |_| {}).expect("spawn");
+        assert_eq!(thread.watch().failure().expect("watched").path, file);
+        thread.shutdown().expect("shutdown");
+        disk.power_cut(0);
+        assert_eq!(named(&disk, dir.path(), "p.redb.damaged-"), aside);
+    }
+}
+
+/// A file that is not redb's at all (another program's, a path written
+/// wrong) is no damage of ours: the open fails naming it, and it stays.
+#[test]
+fn a_foreign_file_is_refused_and_left_where_it_is() {
+    let dir = TempDir::new("foreign");
+    let file = dir.path().join("p.redb");
+    let disk = SimDisk::new();
+    durable_dir(&disk, dir.path());
+    let sim = disk.shared();
+    let mode = disk::OpenMode {
+        create: true,
+        ..disk::OpenMode::read_write()
+    };
+    let f = sim.open(&file, mode).expect("create");
+    f.write_all_at(b"SQLite format 3\0 and more", 0)
+        .expect("write");
+    drop(f);
+    let e = match open_provider_on(disk.shared(), &settings(&file), 0) {
+        Ok(_) => panic!("a foreign file opened"),
+        Err(e) => e,
+    };
+    assert!(e.to_string().contains("p.redb"), "{e}");
+    assert!(sim.exists(&file).unwrap());
+    assert!(named(&disk, dir.path(), "p.redb.damaged-").is_empty());
+}

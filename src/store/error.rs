@@ -47,6 +47,8 @@ pub enum StoreError {
     /// stored; what was acknowledged before stays, and the provider takes
     /// writes again once there is room. Answered 0x97, as a full provider.
     DeviceFull { path: PathBuf, action: &'static str },
+    /// redb found the file damaged beyond what its recovery mends.
+    Damaged { path: PathBuf, detail: String },
 }
 
 /// What stopped a provider, kept for every call after it, the log line,
@@ -59,17 +61,23 @@ pub struct Failure {
     /// What was being done: "sync a journal frame", "sync the redb file".
     pub action: String,
     pub cause: String,
+    /// What it costs and what the operator can do.
+    pub remedy: String,
 }
+
+/// What a failed sync costs, and the operator's choices.
+pub(crate) const SYNC_FAILED_REMEDY: &str = "it takes no more writes and its channels refuse publishes (0x83) until the broker restarts and replays what is truly on the disk. Check the device (dmesg, its SMART or wear figures) and its free space, then restart the broker; if the file cannot be read, restore it from a backup";
 
 impl fmt::Display for Failure {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,
-            "storage provider {} has failed: cannot {} {}: {}; it takes no more writes and its channels refuse publishes (0x83) until the broker restarts and replays what is truly on the disk. Check the device (dmesg, its SMART or wear figures) and its free space, then restart the broker; if the file cannot be read, restore it from a backup",
+            "storage provider {} has failed: cannot {} {}: {}; {}",
             self.provider,
             self.action,
             self.path.display(),
-            self.cause
+            self.cause,
+            self.remedy
         )
     }
 }
@@ -158,6 +166,11 @@ impl fmt::Display for StoreError {
             }
             StoreError::Stopped => f.write_str("the storage thread has stopped"),
             StoreError::Failed(failure) => failure.fmt(f),
+            StoreError::Damaged { path, detail } => write!(
+                f,
+                "storage {}: damaged beyond repair: {detail}",
+                path.display()
+            ),
             StoreError::DeviceFull { path, action } => write!(
                 f,
                 "storage {}: cannot {action}: the device is full (ENOSPC); the commit was refused and nothing acknowledged is lost. Free space on the device (or lower max_bytes below what it can hold): writes resume by themselves",

@@ -39,7 +39,7 @@ use super::budget::Budget;
 use super::disk::{Disk, RealDisk};
 use super::encoding::{message_from_bytes, message_header};
 use super::error::db_error;
-use super::error::{Failure, StoreError};
+use super::error::{Failure, StoreError, SYNC_FAILED_REMEDY};
 use super::files::lock_path_for;
 use super::files::sync_parent;
 use super::journal::Journal;
@@ -180,7 +180,13 @@ impl RedbProvider {
         let builder = builder(true);
         let file_failures = Arc::<IoFailures>::default();
         let db = create_watched_db(disk.as_ref(), file_path, &builder, file_failures.clone())
-            .map_err(|e| e.at(file_path, "open the redb file"))?;
+            .map_err(|e| {
+                zeroed_is_damaged(
+                    disk.as_ref(),
+                    file_path,
+                    e.at(file_path, "open the redb file"),
+                )
+            })?;
         check_format(&db, file_path)?;
         sync_parent(disk.as_ref(), file_path)?;
         let (journal, journal_sequence) = attach_journal(&db, file_path)?;
@@ -359,6 +365,7 @@ impl RedbProvider {
             path: path.to_path_buf(),
             action: action.into(),
             cause: cause.into(),
+            remedy: SYNC_FAILED_REMEDY.into(),
         });
         log::error!("{failure}");
         *self.failure.borrow_mut() = Some(Arc::clone(&failure));
@@ -620,6 +627,25 @@ impl RedbProvider {
     }
 }
 
+/// A file whose first page is zeros is this provider's file damaged (a
+/// power cut on flash can leave one so), not some other program's file:
+/// any file format starts with something. `error` as it was otherwise.
+fn zeroed_is_damaged(disk: &dyn Disk, path: &Path, error: StoreError) -> StoreError {
+    let zeroed = || -> std::io::Result<bool> {
+        let file = disk.open(path, super::disk::OpenMode::read_only())?;
+        let mut head = vec![0u8; 4_096.min(file.size_bytes()? as usize)];
+        file.read_exact_at(&mut head, 0)?;
+        Ok(!head.is_empty() && head.iter().all(|&b| b == 0))
+    };
+    match error {
+        StoreError::Database { detail, .. } if zeroed().unwrap_or(false) => StoreError::Damaged {
+            path: path.to_path_buf(),
+            detail: format!("its first page is zeros ({detail})"),
+        },
+        other => other,
+    }
+}
+
 /// redb's settings for the provider's file; `check` reads it whole at
 /// the open.
 fn builder(check: bool) -> Builder {
@@ -810,6 +836,10 @@ impl Provider for RedbProvider {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
         }
+    }
+
+    fn failure(&self) -> Option<Arc<Failure>> {
+        self.failure.borrow().clone()
     }
 
     /// While idle: a checkpoint when one is due, otherwise the commit of

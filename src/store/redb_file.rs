@@ -11,7 +11,7 @@ use std::io;
 use std::path::Path;
 use std::sync::{Arc, Mutex};
 
-use ::redb::{Builder, Database, DatabaseError, StorageBackend};
+use ::redb::{Builder, Database, DatabaseError, StorageBackend, StorageError};
 
 use super::disk::{Disk, DiskFile, OpenMode};
 use super::error::{db_error, StoreError};
@@ -100,6 +100,14 @@ impl OpenError {
     pub(crate) fn at(self, path: &Path, action: &'static str) -> StoreError {
         match self {
             OpenError::File(e) => StoreError::io(path, action, e),
+            // What redb's recovery, and its check of the whole file, could
+            // not mend.
+            OpenError::Database(DatabaseError::Storage(StorageError::Corrupted(detail))) => {
+                StoreError::Damaged {
+                    path: path.to_path_buf(),
+                    detail,
+                }
+            }
             OpenError::Database(e) => db_error(path, action)(e),
         }
     }

@@ -344,6 +344,8 @@ impl StorageThread {
         counters
             .used_bytes
             .store(provider.usage().used_bytes, Ordering::Relaxed);
+        // A provider can stand failed from its start (a damaged file).
+        *counters.failure.lock().unwrap_or_else(|p| p.into_inner()) = provider.failure();
         let thread_counters = Arc::clone(&counters);
         let name = format!("saguin-storage-{}", provider.name());
         let (running_tx, running) = mpsc::sync_channel(1);

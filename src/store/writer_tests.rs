@@ -369,6 +369,7 @@ fn failed_sync() -> StoreError {
         path: "/data/m.redb.journal".into(),
         action: "write and sync a journal frame".into(),
         cause: "Input/output error (os error 5)".into(),
+        remedy: "restart".into(),
     }))
 }
 
