@@ -377,6 +377,12 @@ pub(crate) fn commit_answer(
             log::warn!("storing a record failed: {error}");
             Err(Refusal::ChannelProviderFull)
         }
+        // A failed provider said why once, at ERROR, when it failed; each
+        // publish it refuses after is counted, not logged again in full.
+        Err(error @ store::StoreError::Failed(_)) => {
+            log::debug!("storing a record failed: {error}");
+            Err(Refusal::RecordNotStored)
+        }
         Err(error) => {
             log::error!("storing a record failed: {error}");
             Err(Refusal::RecordNotStored)
