@@ -790,8 +790,10 @@ impl Provider for RedbProvider {
         if full {
             // The batch is durable already; a failed commit here is put
             // back and reported to the next read or commit.
-            if let Err(e) = self.settle() {
-                log::warn!("{}: {e}", self.path.display());
+            match self.settle() {
+                // Said when it happened.
+                Err(StoreError::Failed(_) | StoreError::DeviceFull { .. }) | Ok(()) => {}
+                Err(e) => log::warn!("{}: {e}", self.path.display()),
             }
         }
         Ok(outcomes)

@@ -704,6 +704,12 @@ impl Worker {
 
     fn commit(&mut self, batch: Batch) {
         self.commit_batch(batch);
+        // A provider can fail after answering a batch (its open
+        // transaction's commit): `/health` hears of it now, not at the
+        // next refusal.
+        if let Some(failure) = self.provider.failure() {
+            self.note_failure(&StoreError::Failed(failure));
+        }
         let used_bytes = self.provider.usage().used_bytes;
         self.counters
             .used_bytes

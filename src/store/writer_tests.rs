@@ -20,6 +20,8 @@ struct Observed {
     hold_first: Option<(Sender<()>, Receiver<()>)>,
     /// Every commit after the held one meets this answer from the device.
     failing: Option<fn() -> StoreError>,
+    /// What the provider says failed it once it has committed anything.
+    quiet_failure: Option<Arc<Failure>>,
 }
 
 impl Provider for Observed {
@@ -65,6 +67,12 @@ impl Provider for Observed {
     fn entry(&self, channel: &str, key: &str) -> Result<Option<Vec<u8>>, StoreError> {
         self.inner.entry(channel, key)
     }
+    fn failure(&self) -> Option<Arc<Failure>> {
+        // Failed after its first batch was answered, as a redb provider
+        // whose open transaction's commit fails after the journal's sync.
+        let committed = !self.batches.lock().expect("lock").is_empty();
+        self.quiet_failure.clone().filter(|_| committed)
+    }
     fn close(self: Box<Self>) -> Result<(), StoreError> {
         Box::new(self.inner).close()
     }
@@ -101,15 +109,29 @@ fn rig_observed(
     hold_first: bool,
     failing: Option<fn() -> StoreError>,
 ) -> Rig {
-    let batches = Arc::new(Mutex::new(Vec::new()));
     let (started_tx, started_rx) = mpsc::channel();
     let (release_tx, release_rx) = mpsc::channel();
     let provider = Observed {
         inner,
-        batches: Arc::clone(&batches),
+        batches: Arc::default(),
         hold_first: hold_first.then_some((started_tx, release_rx)),
         failing,
+        quiet_failure: None,
     };
+    rig_provider(
+        provider, policy, capacity, hold_first, started_rx, release_tx,
+    )
+}
+
+fn rig_provider(
+    provider: Observed,
+    policy: CommitPolicy,
+    capacity: usize,
+    hold_first: bool,
+    started_rx: Receiver<()>,
+    release_tx: Sender<()>,
+) -> Rig {
+    let batches = Arc::clone(&provider.batches);
     let (tx, completions) = mpsc::channel();
     let thread = StorageThread::spawn(Box::new(provider), policy, capacity, move |c| {
         let _ = tx.send(c);
@@ -419,6 +441,39 @@ fn a_batch_the_device_failed_is_not_retried() {
         }
         r.thread.shutdown().expect("shutdown");
     }
+}
+
+/// A provider that failed after answering a batch is named by the watch
+/// at once, not at the next refusal.
+#[test]
+fn a_failure_after_an_answered_batch_reaches_the_watch() {
+    let StoreError::Failed(failure) = failed_sync() else {
+        unreachable!()
+    };
+    // Nothing is held: the channels stand unused.
+    let (_, started_rx) = mpsc::channel();
+    let (release_tx, _) = mpsc::channel();
+    let provider = Observed {
+        inner: MemoryProvider::open("m", 1 << 20, 0, None).expect("open"),
+        batches: Arc::default(),
+        hold_first: None,
+        failing: None,
+        quiet_failure: Some(failure),
+    };
+    let r = rig_provider(
+        provider,
+        CommitPolicy::Collect,
+        4,
+        false,
+        started_rx,
+        release_tx,
+    );
+    assert!(r.thread.watch().failure().is_none());
+    r.publish(0);
+    assert!(r.committed().1.is_ok(), "the batch itself was answered");
+    let failed = r.thread.watch().failure().expect("the watch names it");
+    assert_eq!(failed.path, Path::new("/data/m.redb.journal"));
+    r.thread.shutdown().expect("shutdown");
 }
 
 #[test]
