@@ -158,7 +158,7 @@ impl RedbProvider {
             .map_err(|e| e.at(file_path, "open the redb file"))?;
         check_format(&db, file_path)?;
         sync_parent(disk.as_ref(), file_path)?;
-        let (journal, journal_sequence) = attach_journal(&db, file_path)?;
+        let (journal, journal_sequence) = attach_journal(disk.as_ref(), &db, file_path)?;
         let next_channel_id = read_next_channel_id(&db, file_path)?;
         let channels = load_channels(&db, file_path)?;
         let mut budget = Budget::new(max_bytes, reserve_bytes);

@@ -76,6 +76,9 @@ impl DiskFile for RecordingFile {
 impl Disk for Recording {
     fn open(&self, path: &Path, mode: OpenMode) -> io::Result<Box<dyn DiskFile>> {
         self.note("open", path);
+        if mode.sync_writes {
+            self.note("open_dsync", path);
+        }
         Ok(Box::new(RecordingFile {
             inner: RealDisk.open(path, mode)?,
             path: path.to_path_buf(),
@@ -139,12 +142,22 @@ fn the_redb_file_its_lock_and_its_directory_go_through_the_disk() {
         "read p.redb",
         "sync_data p.redb",
         &format!("sync_dir {}", dir_name(&dir)),
+        "open p.redb.journal-new",
+        "write p.redb.journal-new",
+        "sync_all p.redb.journal-new",
+        "rename p.redb.journal",
+        "open_dsync p.redb.journal",
+        "write p.redb.journal",
     ] {
         assert!(log.saw(call), "{call} missing from {:?}", log.calls);
     }
     Box::new(p).close().expect("close");
     let again = RedbProvider::open_on(log.disk(), "p", &file, MAX_BYTES, 0).expect("reopen");
     assert_eq!(again.channel("c").next, FIRST_OFFSET + 1);
+    assert!(
+        log.saw("read p.redb.journal"),
+        "the reopen reads the journal"
+    );
 }
 
 #[test]
