@@ -62,6 +62,8 @@ mod journal_tests;
 #[cfg(test)]
 mod pending_tests;
 #[cfg(test)]
+mod powercut_tests;
+#[cfg(test)]
 mod seam_tests;
 #[cfg(test)]
 pub(crate) mod sim_disk;
