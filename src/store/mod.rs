@@ -41,6 +41,7 @@ mod open;
 mod pending;
 mod redb;
 mod redb_file;
+mod redb_header;
 mod redb_schema;
 mod redb_tables;
 mod replay;
