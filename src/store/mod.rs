@@ -42,6 +42,7 @@ mod open;
 mod pending;
 mod redb;
 mod redb_file;
+mod redb_header;
 mod redb_schema;
 mod redb_tables;
 mod replay;
@@ -64,6 +65,8 @@ mod diskfail_tests;
 mod journal_tests;
 #[cfg(test)]
 mod pending_tests;
+#[cfg(test)]
+mod powercut_tests;
 #[cfg(test)]
 mod seam_tests;
 #[cfg(test)]

@@ -45,7 +45,7 @@ use super::files::sync_parent;
 use super::journal::Journal;
 use super::lock::LockFile;
 use super::pending::{Base, Pending, Rebuild, PENDING_MAX_AGE_MS};
-use super::redb_file::{create_watched_db, IoFailures};
+use super::redb_file::{create_provider_db, IoFailures};
 use super::redb_schema::{
     check_format, counted_bytes, for_each_keyed, load_channels, read_next_channel_id, ChannelMap,
     ENTRIES, POSITIONS, RECORDS, REDB_CACHE_BYTES,
@@ -179,17 +179,11 @@ impl RedbProvider {
         // trusted: the price is a read of the whole file at each start.
         let builder = builder(true);
         let file_failures = Arc::<IoFailures>::default();
-        let db = create_watched_db(disk.as_ref(), file_path, &builder, file_failures.clone())
-            .map_err(|e| {
-                zeroed_is_damaged(
-                    disk.as_ref(),
-                    file_path,
-                    e.at(file_path, "open the redb file"),
-                )
-            })?;
+        let db = create_provider_db(disk.as_ref(), file_path, &builder, file_failures.clone())
+            .map_err(|e| zeroed_is_damaged(disk.as_ref(), file_path, e))?;
         check_format(&db, file_path)?;
         sync_parent(disk.as_ref(), file_path)?;
-        let (journal, journal_sequence) = attach_journal(&db, file_path)?;
+        let (journal, journal_sequence) = attach_journal(disk.as_ref(), &db, file_path)?;
         let next_channel_id = read_next_channel_id(&db, file_path)?;
         let channels = load_channels(&db, file_path)?;
         let mut budget = Budget::new(max_bytes, reserve_bytes);
@@ -335,15 +329,14 @@ impl RedbProvider {
             ))?;
         drop(std::mem::replace(&mut self.db, placeholder));
         // Checked whole at the start; this process has been its only writer.
-        let db = create_watched_db(
+        let db = create_provider_db(
             self.disk.as_ref(),
             &self.path,
             &builder(false),
             self.file_failures.clone(),
-        )
-        .map_err(|e| e.at(&self.path, "open the redb file again"))?;
+        )?;
         check_format(&db, &self.path)?;
-        let (journal, journal_sequence) = attach_journal(&db, &self.path)?;
+        let (journal, journal_sequence) = attach_journal(self.disk.as_ref(), &db, &self.path)?;
         let next_channel_id = read_next_channel_id(&db, &self.path)?;
         let channels = load_channels(&db, &self.path)?;
         self.budget.used_bytes = counted_bytes(&channels);
