@@ -471,7 +471,16 @@ fn a_failure_after_an_answered_batch_reaches_the_watch() {
     assert!(r.thread.watch().failure().is_none());
     r.publish(0);
     assert!(r.committed().1.is_ok(), "the batch itself was answered");
-    let failed = r.thread.watch().failure().expect("the watch names it");
+    // The watch is set once the commit returns, just after its answer.
+    let watch = r.thread.watch();
+    let deadline = Instant::now() + WAIT;
+    let failed = loop {
+        match watch.failure() {
+            Some(failed) => break failed,
+            None if Instant::now() < deadline => std::thread::yield_now(),
+            None => panic!("the watch never named the failure"),
+        }
+    };
     assert_eq!(failed.path, Path::new("/data/m.redb.journal"));
     r.thread.shutdown().expect("shutdown");
 }
