@@ -389,3 +389,31 @@ fn a_foreign_file_is_refused_and_left_where_it_is() {
     assert!(sim.exists(&file).unwrap());
     assert!(named(&disk, dir.path(), "p.redb.damaged-").is_empty());
 }
+
+/// The journal on the simulated disk: its frame's `O_DSYNC` write, which
+/// is the frame's sync, fails with `EIO` or `ENOSPC` at the device.
+#[test]
+fn a_journal_write_the_device_fails_on_the_simulated_disk() {
+    for (seed, kind) in [(0, FaultKind::Eio), (1, FaultKind::NoSpace)] {
+        let dir = TempDir::new("journal-fault");
+        let file = dir.path().join("p.redb");
+        let disk = SimDisk::new();
+        durable_dir(&disk, dir.path());
+        let mut p = open(&disk, &file);
+        let mut acked = acknowledged(&mut p, 4);
+        disk.inject(Fault::new("p.redb.journal", FaultOn::Write, 1, kind));
+        let e = publish(&mut p, 4).expect_err("the frame's write failed");
+        if kind == FaultKind::Eio {
+            assert_eq!(failure_of(&e).path, journal_of(&file));
+            refused_without_the_disk(&disk, &mut p, &file);
+            cut_and_check(&disk, p, &file, seed, &acked, payload(4));
+            continue;
+        }
+        assert!(matches!(e, StoreError::DeviceFull { .. }), "{e}");
+        match publish(&mut p, 4).expect("room again").as_slice() {
+            [Outcome::Appended { offset }] => acked.push((*offset, payload(4))),
+            other => panic!("{other:?}"),
+        }
+        cut_and_check(&disk, p, &file, seed, &acked, payload(99));
+    }
+}
