@@ -397,6 +397,9 @@ fn mqtt(f: &mut Findings, value: Option<&Value>) -> Option<MqttConfig> {
     let trust_unchecked_user_names =
         authentication::trust_unchecked_user_names(f, t.get("trust_unchecked_user_names"));
     let acl_file = acl_file(f, t.get("acl_file"));
+    if let Some(Some(path)) = &acl_file {
+        f.named.acl_file = Some(path.clone());
+    }
     let mqtt = MqttConfig {
         doors: doors?,
         min_protocol_version: min_protocol_version?,
@@ -412,7 +415,8 @@ fn mqtt(f: &mut Findings, value: Option<&Value>) -> Option<MqttConfig> {
 }
 
 /// `broker.mqtt.acl_file`: `Some(None)` when absent. The file itself is
-/// read by [`super::acl_file::load`], against the channels.
+/// read by [`super::acl_file::load`], against the channels: at start, and
+/// by `--check-config` once the walk is over (`files::check`).
 fn acl_file(f: &mut Findings, value: Option<&Value>) -> Option<Option<PathBuf>> {
     let Some(value) = value else {
         return Some(None);
