@@ -159,7 +159,7 @@ pub(super) fn check<'a>(
         passable = false;
     }
     if passable {
-        if let Err(error) = Authentication::load(rules) {
+        for error in Authentication::load(rules).err().unwrap_or_default() {
             f.whole(error.to_string());
         }
     }

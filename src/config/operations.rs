@@ -365,8 +365,10 @@ fn operators(
     let file = absolute_file(f, path, value, "/etc/saguin/operations.passwd")?;
     match Operators::load(Path::new(&file), ROUTES) {
         Ok(operators) => Some(Some(Arc::new(operators))),
-        Err(why) => {
-            f.value(path, value, format!("the file {why}"));
+        Err(errors) => {
+            for why in errors {
+                f.value(path, value, format!("the file {why}"));
+            }
             None
         }
     }
