@@ -204,6 +204,21 @@ mod tests {
     }
 
     #[test]
+    fn a_mistake_beside_the_doors_hides_no_password_file_fault() {
+        let file = password_file("beside", &format!("nocolon\n{USERS}:x\n"));
+        let mqtt = format!(
+            "    password_file: {}\n    min_protocol_version: 4\n",
+            file.display()
+        );
+        let findings = config(&mqtt).unwrap_err().findings;
+        assert_eq!(findings.len(), 3, "{findings:#?}");
+        assert!(findings[0].starts_with("broker.mqtt.min_protocol_version 4"));
+        let at = |line: usize| format!("password file {}, line {line}: ", file.display());
+        assert!(findings[1].starts_with(&at(1)), "{findings:#?}");
+        assert!(findings[2].starts_with(&at(3)), "{findings:#?}");
+    }
+
+    #[test]
     fn unwritten_allow_anonymous_follows_the_file() {
         let file = password_file("follows", USERS);
         let f = file.display();

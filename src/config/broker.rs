@@ -400,17 +400,21 @@ fn mqtt(f: &mut Findings, value: Option<&Value>) -> Option<MqttConfig> {
     if let Some(Some(path)) = &acl_file {
         f.named.acl_file = Some(path.clone());
     }
-    let mqtt = MqttConfig {
+    // The doors' password files are read whatever else here is wrong: a
+    // mistake in another key hides no fault in them.
+    let mut mqtt = MqttConfig {
         doors: doors?,
-        min_protocol_version: min_protocol_version?,
+        min_protocol_version: MinProtocolVersion::V311,
         authentication: authentication?,
         trust_unchecked_user_names: trust_unchecked_user_names?,
-        acl_file: acl_file?,
+        acl_file: None,
     };
     let rules = mqtt.door_rules();
     authentication::check(f, &rules, mqtt.door_keys());
+    mqtt.acl_file = acl_file?;
     let acl_file = mqtt.acl_file.as_deref();
     acl_identity::check(f, acl_file, &mqtt.authentication, &rules, &mqtt.doors);
+    mqtt.min_protocol_version = min_protocol_version?;
     Some(mqtt)
 }
 
