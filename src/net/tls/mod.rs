@@ -338,3 +338,38 @@ pub fn handshake_hint(error: &std::io::Error) -> &'static str {
         ""
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_file_of_a_door_that_cannot_be_used_is_one_error() {
+        let dir = std::env::temp_dir().join(format!("saguin-tls-door-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let not_pem = dir.join("not-pem.pem");
+        std::fs::write(&not_pem, "not a certificate\n").unwrap();
+        let settings = TlsSettings {
+            door: "broker.mqtt.listen.tcp[fleet]".into(),
+            cert_file: not_pem.clone(),
+            key_file: not_pem.clone(),
+            min_version: TlsVersion::V1_2,
+            client_ca_file: Some("/nonexistent/ca.pem".into()),
+            require_certificate: true,
+        };
+        let errors = match load(&settings) {
+            Ok(_) => panic!("a door with no certificate was accepted"),
+            Err(errors) => errors,
+        };
+        let _ = std::fs::remove_dir_all(&dir);
+        let p = not_pem.display();
+        let door = "broker.mqtt.listen.tcp[fleet].tls";
+        assert_eq!(errors.len(), 3, "{errors:#?}");
+        assert!(errors[0].starts_with(&format!("{door}.cert_file {p}: holds no certificate")));
+        assert!(errors[1].starts_with(&format!("{door}.key_file {p}: holds no private key")));
+        assert!(errors[2].starts_with(&format!(
+            "{door}.client_ca_file /nonexistent/ca.pem: cannot read it: "
+        )));
+        assert!(errors[2].ends_with(READABLE), "{errors:#?}");
+    }
+}
