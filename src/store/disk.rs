@@ -326,4 +326,45 @@ mod tests {
         assert_eq!(disk.file_len(&dir.join("b")).unwrap(), 8);
         disk.remove_dir_all(&dir).unwrap();
     }
+
+    /// The flags the kernel holds for `file` (`/proc/self/fdinfo`).
+    fn kernel_flags(file: &std::fs::File) -> u32 {
+        use std::os::fd::AsRawFd;
+        let info = std::fs::read_to_string(format!("/proc/self/fdinfo/{}", file.as_raw_fd()))
+            .expect("read fdinfo");
+        let line = info
+            .lines()
+            .find_map(|l| l.strip_prefix("flags:"))
+            .expect("a flags line");
+        u32::from_str_radix(line.trim(), 8).expect("octal flags")
+    }
+
+    /// `sync_writes` is `O_DSYNC` (each write its own data sync, as the
+    /// journal relies on) and never `O_SYNC`, which would sync timestamps.
+    #[test]
+    fn sync_writes_opens_with_o_dsync_and_not_o_sync() {
+        const KERNEL_O_DSYNC: u32 = 0o10000;
+        const O_SYNC_ONLY_BIT: u32 = 0o4000000;
+        let dir = temp_dir("flags");
+        let path = dir.join("j");
+        let mode = OpenMode {
+            create: true,
+            permissions: 0o600,
+            sync_writes: true,
+            ..OpenMode::read_write()
+        };
+        let file = os_open(&path, mode, false).expect("open");
+        let flags = kernel_flags(&file);
+        assert_ne!(
+            flags & KERNEL_O_DSYNC,
+            0,
+            "writes must be synced by the write"
+        );
+        assert_eq!(
+            flags & O_SYNC_ONLY_BIT,
+            0,
+            "O_SYNC would sync timestamps too"
+        );
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
 }

@@ -41,6 +41,7 @@ mod open;
 mod pending;
 mod redb;
 mod redb_file;
+mod redb_header;
 mod redb_schema;
 mod redb_tables;
 mod replay;
@@ -61,6 +62,8 @@ mod conformance;
 mod journal_tests;
 #[cfg(test)]
 mod pending_tests;
+#[cfg(test)]
+mod powercut_tests;
 #[cfg(test)]
 mod seam_tests;
 #[cfg(test)]

@@ -43,7 +43,7 @@ use super::files::sync_parent;
 use super::journal::Journal;
 use super::lock::LockFile;
 use super::pending::{Base, Pending, Rebuild, PENDING_MAX_AGE_MS};
-use super::redb_file::create_db;
+use super::redb_file::create_provider_db;
 use super::redb_schema::{
     check_format, counted_bytes, for_each_keyed, load_channels, read_next_channel_id, ChannelMap,
     ENTRIES, POSITIONS, RECORDS, REDB_CACHE_BYTES,
@@ -154,11 +154,10 @@ impl RedbProvider {
                 .set_check_integrity_on_open(true);
             b
         };
-        let db = create_db(disk.as_ref(), file_path, &builder)
-            .map_err(|e| e.at(file_path, "open the redb file"))?;
+        let db = create_provider_db(disk.as_ref(), file_path, &builder)?;
         check_format(&db, file_path)?;
         sync_parent(disk.as_ref(), file_path)?;
-        let (journal, journal_sequence) = attach_journal(&db, file_path)?;
+        let (journal, journal_sequence) = attach_journal(disk.as_ref(), &db, file_path)?;
         let next_channel_id = read_next_channel_id(&db, file_path)?;
         let channels = load_channels(&db, file_path)?;
         let mut budget = Budget::new(max_bytes, reserve_bytes);

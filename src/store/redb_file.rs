@@ -5,24 +5,45 @@
 //! The backend takes no locks of its own (redb then runs in its default
 //! exclusive-writer mode): the provider's lock file, taken before the file
 //! is opened, is what keeps a second broker out.
+//!
+//! A provider's own file also keeps its header sector after each sync in
+//! `redb_header.rs`'s copy, and is opened with [`create_provider_db`],
+//! which puts the copy back over a header a power cut garbled.
 
 use std::fmt;
 use std::io;
 use std::path::Path;
+use std::sync::Arc;
 
 use ::redb::{Builder, Database, DatabaseError, StorageBackend};
 
 use super::disk::{Disk, DiskFile, OpenMode};
 use super::error::{db_error, StoreError};
+use super::redb_header::{looks_like_redb_header, HeaderCopy, SECTOR_BYTES};
 
 /// redb's storage: one open file.
 pub(crate) struct DiskBackend {
     file: Box<dyn DiskFile>,
+    /// Where the header sector goes after each sync: a provider's own file.
+    header_copy: Option<Arc<HeaderCopy>>,
 }
 
 impl DiskBackend {
     pub(crate) fn new(file: Box<dyn DiskFile>) -> DiskBackend {
-        DiskBackend { file }
+        DiskBackend {
+            file,
+            header_copy: None,
+        }
+    }
+}
+
+/// The file's first sector; `None` while the file is shorter.
+fn header_sector(file: &dyn DiskFile) -> io::Result<Option<[u8; SECTOR_BYTES]>> {
+    let mut sector = [0u8; SECTOR_BYTES];
+    match file.read_exact_at(&mut sector, 0) {
+        Ok(()) => Ok(Some(sector)),
+        Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => Ok(None),
+        Err(e) => Err(e),
     }
 }
 
@@ -46,7 +67,11 @@ impl StorageBackend for DiskBackend {
     }
 
     fn sync_data(&self) -> Result<(), io::Error> {
-        self.file.sync_data()
+        self.file.sync_data()?;
+        match (&self.header_copy, header_sector(self.file.as_ref())?) {
+            (Some(copy), Some(sector)) => copy.record(&sector),
+            _ => Ok(()),
+        }
     }
 
     fn write(&self, offset: u64, data: &[u8]) -> Result<(), io::Error> {
@@ -98,6 +123,70 @@ pub(crate) fn create_db(
     builder
         .create_with_backend(DiskBackend::new(file))
         .map_err(OpenError::Database)
+}
+
+fn provider_file_mode() -> OpenMode {
+    OpenMode {
+        create: true,
+        permissions: 0o600,
+        ..OpenMode::read_write()
+    }
+}
+
+/// [`create_db`] for a provider's own file: its header sector is kept
+/// after each sync, and an open that fails on a header sector that is
+/// not a redb header (torn into garbage) puts the one last synced back
+/// and tries once more. What redb
+/// then opens is its last durable commit, whose pages a commit never
+/// overwrites; the journal holds every batch after it.
+pub(crate) fn create_provider_db(
+    disk: &dyn Disk,
+    path: &Path,
+    builder: &Builder,
+) -> Result<Database, StoreError> {
+    let action = "open the redb file";
+    let fresh = !disk
+        .exists(path)
+        .map_err(|e| StoreError::io(path, "look for the redb file", e))?;
+    let copy = Arc::new(HeaderCopy::open(disk, path, fresh)?);
+    let open = || {
+        let file = disk
+            .open(path, provider_file_mode())
+            .map_err(OpenError::File)?;
+        let backend = DiskBackend {
+            file,
+            header_copy: Some(copy.clone()),
+        };
+        builder
+            .create_with_backend(backend)
+            .map_err(OpenError::Database)
+    };
+    let failed = match open() {
+        Ok(db) => return Ok(db),
+        Err(OpenError::File(e)) => return Err(StoreError::io(path, action, e)),
+        Err(OpenError::Database(e)) => e,
+    };
+    let file = disk
+        .open(path, provider_file_mode())
+        .map_err(|e| StoreError::io(path, action, e))?;
+    let on_file = header_sector(file.as_ref()).map_err(|e| StoreError::io(path, action, e))?;
+    let torn = on_file.is_some_and(|sector| !looks_like_redb_header(&sector));
+    let Some(kept) = copy
+        .newest()
+        .filter(|kept| torn && looks_like_redb_header(kept))
+    else {
+        return Err(db_error(path, action)(failed));
+    };
+    file.write_all_at(&kept, 0)
+        .and_then(|()| file.sync_data())
+        .map_err(|e| StoreError::io(path, "put the header copy back", e))?;
+    drop(file);
+    log::warn!(
+        "{}: its header could not be read ({failed}), as after a power cut during its write; the header of its last durable commit, kept in {}, was put back, and the journal's replay adds the batches after it",
+        path.display(),
+        copy.path().display()
+    );
+    open().map_err(|e| e.at(path, action))
 }
 
 #[cfg(test)]

@@ -10,8 +10,10 @@ use ::redb::{Database, Durability, WriteTransaction};
 
 use super::batch_encoding::decode_batch;
 use super::budget::Budget;
+use super::disk::Disk;
 use super::error::db_error;
 use super::error::StoreError;
+use super::files::sync_parent;
 use super::journal::{journal_path_for, ChainEnd, Frame, Journal, Opened};
 use super::redb_schema::{
     counted_bytes, load_channels, now_ms, read_meta_number, read_next_channel_id, write_meta_u64,
@@ -23,34 +25,40 @@ use super::types::{Outcome, Write};
 /// Opens (or creates) the journal of the redb file at `path`, applies the
 /// frames the file lacks, and returns the journal, emptied, with the last
 /// sequence the file holds.
-pub(crate) fn attach_journal(db: &Database, path: &Path) -> Result<(Journal, u64), StoreError> {
+pub(crate) fn attach_journal(
+    disk: &dyn Disk,
+    db: &Database,
+    path: &Path,
+) -> Result<(Journal, u64), StoreError> {
     let journal_path = journal_path_for(path);
     let Some(id) = read_meta_number(db, path, META_JOURNAL_ID)? else {
         // A file without a journal yet: new, written by an older build, a
         // backup or a conversion. Whatever journal lies beside it was some
         // other file's.
         set_aside(
+            disk,
             &journal_path,
             "the redb file beside it has no journal of its own",
         )?;
-        return start_journal(db, path, &journal_path);
+        return start_journal(disk, db, path, &journal_path);
     };
     let sequence = read_meta_number(db, path, META_JOURNAL_SEQUENCE)?.unwrap_or(0);
-    match Journal::open(&journal_path, id)? {
+    match Journal::open(disk, &journal_path, id)? {
         None => {
             log::warn!(
                 "{}: its journal {} is missing; a new one is started. Only if the broker did not stop cleanly can writes acknowledged since the last checkpoint be missing",
                 path.display(),
                 journal_path.display()
             );
-            start_journal(db, path, &journal_path)
+            start_journal(disk, db, path, &journal_path)
         }
         Some(Opened::Foreign { id: theirs }) => {
             set_aside(
+                disk,
                 &journal_path,
                 &format!("it was written for another redb file (journal {theirs:#x}, this file's is {id:#x})"),
             )?;
-            start_journal(db, path, &journal_path)
+            start_journal(disk, db, path, &journal_path)
         }
         Some(Opened::Ours {
             mut journal,
@@ -63,14 +71,14 @@ pub(crate) fn attach_journal(db: &Database, path: &Path) -> Result<(Journal, u64
                 // The frames after the damage cannot be applied without
                 // the lost one; the journal keeps them for the operator.
                 drop(journal);
-                set_aside(&journal_path, "a frame in it is damaged")?;
-                return start_journal(db, path, &journal_path);
+                set_aside(disk, &journal_path, "a frame in it is damaged")?;
+                return start_journal(disk, db, path, &journal_path);
             }
             if packed {
                 // Its frames are durable in the file now: a format 2
                 // journal, of the same id, replaces it.
                 drop(journal);
-                let journal = Journal::create(&journal_path, id, JOURNAL_CAPACITY_BYTES)?;
+                let journal = Journal::create(disk, &journal_path, id, JOURNAL_CAPACITY_BYTES)?;
                 log::info!(
                     "{}: journal replaced by one of the current format",
                     journal_path.display()
@@ -87,6 +95,7 @@ pub(crate) fn attach_journal(db: &Database, path: &Path) -> Result<(Journal, u64
 /// the journal beside `original` that it lacks, and says how many. Never
 /// writes the journal.
 pub(crate) fn replay_into_copy(
+    disk: &dyn Disk,
     db: &Database,
     path: &Path,
     original: &Path,
@@ -96,7 +105,7 @@ pub(crate) fn replay_into_copy(
     };
     let sequence = read_meta_number(db, path, META_JOURNAL_SEQUENCE)?.unwrap_or(0);
     let journal_path = journal_path_for(original);
-    match Journal::open(&journal_path, id)? {
+    match Journal::open(disk, &journal_path, id)? {
         Some(Opened::Ours { frames, end, .. }) => {
             let last = replay_frames(db, path, &frames, sequence, &journal_path)?;
             report_end(&journal_path, &end, last);
@@ -284,13 +293,14 @@ pub(crate) fn apply_journalled(
 
 /// A new journal for a file that has none, its id in the file's meta.
 fn start_journal(
+    disk: &dyn Disk,
     db: &Database,
     path: &Path,
     journal_path: &Path,
 ) -> Result<(Journal, u64), StoreError> {
     let id = new_journal_id(path);
     let sequence = read_meta_number(db, path, META_JOURNAL_SEQUENCE)?.unwrap_or(0);
-    let journal = Journal::create(journal_path, id, JOURNAL_CAPACITY_BYTES)?;
+    let journal = Journal::create(disk, journal_path, id, JOURNAL_CAPACITY_BYTES)?;
     let mut txn = db
         .begin_write()
         .map_err(db_error(path, "begin a transaction"))?;
@@ -305,17 +315,20 @@ fn start_journal(
 
 /// Renames a journal that is not this file's out of the way, keeping it:
 /// it may hold another file's acknowledged writes.
-fn set_aside(journal_path: &Path, why: &str) -> Result<(), StoreError> {
-    if !journal_path.exists() {
+fn set_aside(disk: &dyn Disk, journal_path: &Path, why: &str) -> Result<(), StoreError> {
+    let present = disk
+        .exists(journal_path)
+        .map_err(|e| StoreError::io(journal_path, "look for the journal", e))?;
+    if !present {
         return Ok(());
     }
     let mut aside = journal_path.as_os_str().to_owned();
     aside.push(format!(".set-aside-{}", now_ms()));
     let aside = PathBuf::from(aside);
-    std::fs::rename(journal_path, &aside)
+    disk.rename(journal_path, &aside)
         .map_err(|e| StoreError::io(journal_path, "move a journal aside", e))?;
     // The rename is kept only once the directory is synced.
-    super::files::sync_parent(&super::disk::RealDisk, journal_path)?;
+    sync_parent(disk, journal_path)?;
     log::warn!(
         "journal {} moved to {}: {why}",
         journal_path.display(),

@@ -76,6 +76,9 @@ impl DiskFile for RecordingFile {
 impl Disk for Recording {
     fn open(&self, path: &Path, mode: OpenMode) -> io::Result<Box<dyn DiskFile>> {
         self.note("open", path);
+        if mode.sync_writes {
+            self.note("open_dsync", path);
+        }
         Ok(Box::new(RecordingFile {
             inner: RealDisk.open(path, mode)?,
             path: path.to_path_buf(),
@@ -139,12 +142,24 @@ fn the_redb_file_its_lock_and_its_directory_go_through_the_disk() {
         "read p.redb",
         "sync_data p.redb",
         &format!("sync_dir {}", dir_name(&dir)),
+        "open p.redb.journal-new",
+        "write p.redb.journal-new",
+        "sync_all p.redb.journal-new",
+        "rename p.redb.journal",
+        "open_dsync p.redb.journal",
+        "write p.redb.journal",
+        "open_dsync p.redb.header",
+        "write p.redb.header",
     ] {
         assert!(log.saw(call), "{call} missing from {:?}", log.calls);
     }
     Box::new(p).close().expect("close");
     let again = RedbProvider::open_on(log.disk(), "p", &file, MAX_BYTES, 0).expect("reopen");
     assert_eq!(again.channel("c").next, FIRST_OFFSET + 1);
+    assert!(
+        log.saw("read p.redb.journal"),
+        "the reopen reads the journal"
+    );
 }
 
 #[test]
@@ -203,4 +218,22 @@ fn a_backup_and_a_conversion_write_through_the_providers_disk() {
     let back = dir.path().join("back.redb");
     convert::snapshots_to_redb_on(log.disk(), &snapshots, &back).expect("convert back");
     assert!(log.saw("write back.redb") && log.saw("lock back.redb.lock"));
+}
+
+/// A redb header sector a power cut turned to garbage is put back from
+/// `<file_path>.header`, on the real disk as on the simulated one.
+#[test]
+fn a_garbled_redb_header_sector_is_put_back_from_its_copy() {
+    use std::os::unix::fs::FileExt;
+    let dir = TempDir::new("seam-header");
+    let file = dir.path().join("p.redb");
+    let mut p = RedbProvider::open("p", &file, MAX_BYTES, 0).expect("open");
+    p.commit(&[append("c", msg("t", b"one", 1))])
+        .expect("commit");
+    Box::new(p).close().expect("close");
+    let raw = std::fs::OpenOptions::new().write(true).open(&file).unwrap();
+    raw.write_all_at(&[0xa5u8; 512], 0).unwrap();
+    drop(raw);
+    let again = RedbProvider::open("p", &file, MAX_BYTES, 0).expect("reopened through the copy");
+    assert_eq!(again.channel("c").next, FIRST_OFFSET + 1);
 }

@@ -395,7 +395,7 @@ fn open_redb(disk: Arc<dyn Disk>, path: &Path) -> Result<StoredProvider, StoreEr
             .map_err(db_error(path, "begin a read transaction"))?;
         read_format(&txn, path)?;
     }
-    let replayed = replay_into_copy(&copy.db, path, path)?;
+    let replayed = replay_into_copy(disk.as_ref(), &copy.db, path, path)?;
     let mut stored = redb_provider(disk, path, copy)?;
     if replayed > 0 {
         stored.notes.push(format!(
