@@ -249,8 +249,10 @@ fn main() -> ExitCode {
             let rules = config.broker.mqtt.door_rules();
             let authentication = match saguin::auth::Authentication::load(&rules) {
                 Ok(authentication) => authentication,
-                Err(error) => {
-                    log::error!("{error}");
+                Err(errors) => {
+                    for error in errors {
+                        log::error!("{error}");
+                    }
                     return ExitCode::FAILURE;
                 }
             };

@@ -328,3 +328,40 @@ fn a_first_packet_that_is_not_a_connect_is_refused_on_its_first_byte() {
     // The broker serves on.
     RawClient::connect(&broker.address(), ProtocolVersion::V5, "after").assert_alive();
 }
+
+/// A filter in the reserved `$saguin/` space that names none of the topics
+/// the broker delivers on is the client's business, not a malformed
+/// filter: 0x87, as for `$SYS`. A queue's misspelt form stays 0x8F.
+#[test]
+fn a_reserved_filter_nothing_is_delivered_on_is_not_authorized() {
+    let broker = BrokerProcess::start("");
+    let mut client = RawClient::connect(&broker.address(), ProtocolVersion::V5, "asker");
+    let filters = [
+        "$saguin/#",
+        "$saguin/sessions/+",
+        "$saguin",
+        "$saguin/queue/#",
+    ];
+    client.send(&Packet::Subscribe(Subscribe {
+        packet_id: 9,
+        properties: Properties::default(),
+        filters: filters
+            .iter()
+            .map(|f| (f.to_string(), SubscriptionOptions::default()))
+            .collect(),
+    }));
+    match client.recv() {
+        Received::Packet(Packet::Suback(suback)) => assert_eq!(
+            suback.reason_codes,
+            [
+                ReasonCode::NOT_AUTHORIZED,
+                ReasonCode::NOT_AUTHORIZED,
+                ReasonCode::NOT_AUTHORIZED,
+                ReasonCode::TOPIC_FILTER_INVALID,
+            ],
+            "{filters:?}"
+        ),
+        other => panic!("expected the SUBACK, got {other:?}"),
+    }
+    client.assert_alive();
+}

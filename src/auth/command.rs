@@ -110,11 +110,12 @@ fn checked(path: &Path, text: &str) -> Result<(), String> {
         let name = path.display().to_string();
         crate::ops::operators::Operators::parse(&name, text, crate::ops::route::ROUTES)
             .map(drop)
-            .map_err(|e| format!("{name}: {e}"))
+            .map_err(|e| format!("{name}: {}", e.join("; ")))
     } else {
-        PasswordFile::parse(path, text)
-            .map(drop)
-            .map_err(|e| e.to_string())
+        PasswordFile::parse(path, text).map(drop).map_err(|errors| {
+            let errors: Vec<String> = errors.iter().map(ToString::to_string).collect();
+            errors.join("; ")
+        })
     }
 }
 

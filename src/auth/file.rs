@@ -2,8 +2,8 @@
 //!
 //! Blank lines and lines starting with `#` are skipped; blanks around the
 //! user and the hash are dropped, as Mosquitto drops them. Everything else
-//! must read, or the whole file is refused naming the line: a file half
-//! understood would refuse devices that have the right password.
+//! must read, or the whole file is refused naming every line at fault: a
+//! file half understood would refuse devices that have the right password.
 
 use std::collections::HashMap;
 use std::fmt;
@@ -53,50 +53,72 @@ pub(super) fn entry(line: &str) -> Option<Result<(&str, &str), String>> {
     }
     let Some((user, hash)) = line.split_once(':') else {
         return Some(Err(
-            "a line is user:hash, and this one has no colon".to_string()
+            "a line is user:hash, and this one has no colon; saguin --passwd FILE add USER writes one".to_string()
         ));
     };
     let user = user.trim_matches([' ', '\t']);
     let hash = hash.trim_matches([' ', '\t']);
     if user.is_empty() {
-        return Some(Err("the user name before the colon is empty".to_string()));
+        return Some(Err(
+            "the user name before the colon is empty; write the user's name there".to_string(),
+        ));
     }
     Some(Ok((user, hash)))
 }
 
 impl PasswordFile {
-    pub fn load(path: &Path) -> Result<PasswordFile, FileError> {
-        let text = std::fs::read_to_string(path).map_err(|error| FileError {
-            path: path.to_path_buf(),
-            lines: Vec::new(),
-            why: format!("cannot be read: {error}"),
+    /// Reads the file; every line at fault is one error.
+    pub fn load(path: &Path) -> Result<PasswordFile, Vec<FileError>> {
+        let text = std::fs::read_to_string(path).map_err(|error| {
+            vec![FileError {
+                path: path.to_path_buf(),
+                lines: Vec::new(),
+                why: format!("cannot be read: {error}; name a password file the broker's user may read (saguin --passwd FILE add USER writes one)"),
+            }]
         })?;
         PasswordFile::parse(path, &text)
     }
 
-    /// Reads `text` as the contents of `path`.
-    pub fn parse(path: &Path, text: &str) -> Result<PasswordFile, FileError> {
-        let refuse = |lines: Vec<usize>, why: String| FileError {
-            path: path.to_path_buf(),
-            lines,
-            why,
+    /// Reads `text` as the contents of `path`, naming every line at fault,
+    /// not only the first, so one check finds them all.
+    pub fn parse(path: &Path, text: &str) -> Result<PasswordFile, Vec<FileError>> {
+        let mut errors = Vec::new();
+        let mut refuse = |lines: Vec<usize>, why: String| {
+            errors.push(FileError {
+                path: path.to_path_buf(),
+                lines,
+                why,
+            })
         };
         let mut users = HashMap::new();
         let mut first_line: HashMap<&str, usize> = HashMap::new();
         for (index, line) in text.lines().enumerate() {
             let number = index + 1;
-            let Some(read) = entry(line) else { continue };
-            let (user, hash) = read.map_err(|why| refuse(vec![number], why))?;
+            let (user, hash) = match entry(line) {
+                None => continue,
+                Some(Err(why)) => {
+                    refuse(vec![number], why);
+                    continue;
+                }
+                Some(Ok(read)) => read,
+            };
             if let Some(&first) = first_line.get(user) {
-                return Err(refuse(
+                refuse(
                     vec![first, number],
                     format!("user {user:?} is named twice; only one of its passwords could be the one checked, so delete one line"),
-                ));
+                );
+                continue;
             }
-            let hash = PasswordHash::parse(hash)
-                .map_err(|why| refuse(vec![number], format!("user {user:?}: {why}")))?;
             first_line.insert(user, number);
-            users.insert(user.into(), hash);
+            match PasswordHash::parse(hash) {
+                Ok(hash) => {
+                    users.insert(user.into(), hash);
+                }
+                Err(why) => refuse(vec![number], format!("user {user:?}: {why}")),
+            }
+        }
+        if !errors.is_empty() {
+            return Err(errors);
         }
         let stand_in = users.values().max_by_key(|hash| hash.cost()).cloned();
         Ok(PasswordFile {
@@ -144,8 +166,15 @@ mod tests {
 
     const SHA512_HUNTER2: &str = "$6$DssEkUY/ld4blukw$9EvI2OdZOnUSp3rG8Qjszy7fwnQxLXJGRPu9kUowxiIPjM9xRKwAAn/h8/6b8fmq77JWiZKEY/HdIpz+/DUDrQ==";
 
-    fn parse(text: &str) -> Result<PasswordFile, FileError> {
+    fn parse(text: &str) -> Result<PasswordFile, Vec<FileError>> {
         PasswordFile::parse(Path::new("/etc/p"), text)
+    }
+
+    /// The one error of a file refused for one fault.
+    fn refused(text: &str) -> FileError {
+        let mut errors = parse(text).unwrap_err();
+        assert_eq!(errors.len(), 1, "{errors:?}");
+        errors.remove(0)
     }
 
     #[test]
@@ -161,7 +190,7 @@ mod tests {
     #[test]
     fn a_user_on_two_lines_is_refused_naming_both() {
         let text = format!("bob:{SHA512_HUNTER2}\n# x\nbob:{SHA512_HUNTER2}\n");
-        let error = parse(&text).unwrap_err();
+        let error = refused(&text);
         assert_eq!(error.lines, vec![1, 3]);
         assert_eq!(
             error.to_string(),
@@ -174,17 +203,14 @@ mod tests {
         let argon = format!(
             "bob:{SHA512_HUNTER2}\neve:$argon2id$v=19$m=131072,t=1,p=1$c2FsdGZvcmV2ZQ$aGFzaA\n"
         );
-        let error = parse(&argon).unwrap_err();
+        let error = refused(&argon);
         assert_eq!(error.lines, vec![2]);
         assert!(error
             .to_string()
             .starts_with("password file /etc/p, line 2: user \"eve\": the argon2 memory m=131072 KiB is above"), "{error}");
-        assert_eq!(parse("nocolon\n").unwrap_err().lines, vec![1]);
-        assert_eq!(
-            parse(&format!(":{SHA512_HUNTER2}")).unwrap_err().lines,
-            vec![1]
-        );
-        let plain = parse("\n\ndave:letmein\n").unwrap_err();
+        assert_eq!(refused("nocolon\n").lines, vec![1]);
+        assert_eq!(refused(&format!(":{SHA512_HUNTER2}")).lines, vec![1]);
+        let plain = refused("\n\ndave:letmein\n");
         assert_eq!(plain.lines, vec![3]);
         // The refusal quotes no password.
         assert!(!plain.to_string().contains("letmein"), "{plain}");
@@ -227,10 +253,24 @@ mod tests {
 
     #[test]
     fn an_unreadable_file_names_itself() {
-        let error = PasswordFile::load(Path::new("/nonexistent/saguin.passwd")).unwrap_err();
+        let mut errors = PasswordFile::load(Path::new("/nonexistent/saguin.passwd")).unwrap_err();
+        let error = errors.remove(0);
+        assert!(errors.is_empty());
         assert!(error.lines.is_empty());
         assert!(error
             .to_string()
             .starts_with("password file /nonexistent/saguin.passwd: cannot be read"));
+        assert!(error.to_string().contains("saguin --passwd FILE add USER"));
+    }
+
+    #[test]
+    fn every_line_at_fault_is_named_in_one_reading() {
+        let text = format!(
+            "nocolon\nbob:{SHA512_HUNTER2}\n:{SHA512_HUNTER2}\nbob:{SHA512_HUNTER2}\neve:plain\ncarol:{SHA512_HUNTER2}\n"
+        );
+        let errors = parse(&text).unwrap_err();
+        let lines: Vec<Vec<usize>> = errors.iter().map(|e| e.lines.clone()).collect();
+        assert_eq!(lines, vec![vec![1], vec![3], vec![2, 4], vec![5]]);
+        assert!(errors[0].to_string().contains("no colon"), "{errors:?}");
     }
 }

@@ -85,24 +85,36 @@ impl Refusal {
 
 impl Authentication {
     /// Reads every password file the rules name. Refused whole if any file
-    /// cannot be read, or names nobody on a door that admits nobody else.
-    pub fn load(rules: &[DoorRule]) -> Result<Authentication, FileError> {
+    /// cannot be read, or names nobody on a door that admits nobody else;
+    /// every fault of every file is one error.
+    pub fn load(rules: &[DoorRule]) -> Result<Authentication, Vec<FileError>> {
         let mut files: Vec<PasswordFile> = Vec::new();
+        let mut errors = Vec::new();
+        let mut refused: Vec<&std::path::Path> = Vec::new();
         let mut door_files = Vec::with_capacity(rules.len());
         for rule in rules {
             let index = match &rule.password_file {
                 None => None,
-                Some(path) => Some(match files.iter().position(|f| &f.path == path) {
-                    Some(index) => index,
-                    None => {
-                        files.push(PasswordFile::load(path)?);
-                        files.len() - 1
-                    }
-                }),
+                // Its faults are already told, once.
+                Some(path) if refused.contains(&path.as_path()) => None,
+                Some(path) => match files.iter().position(|f| &f.path == path) {
+                    Some(index) => Some(index),
+                    None => match PasswordFile::load(path) {
+                        Ok(file) => {
+                            files.push(file);
+                            Some(files.len() - 1)
+                        }
+                        Err(file_errors) => {
+                            errors.extend(file_errors);
+                            refused.push(path);
+                            None
+                        }
+                    },
+                },
             };
             if let Some(file) = index.map(|i| &files[i]) {
                 if file.user_count() == 0 && !rule.allow_anonymous {
-                    return Err(FileError {
+                    errors.push(FileError {
                         path: file.path.clone(),
                         lines: Vec::new(),
                         why: format!(
@@ -114,6 +126,9 @@ impl Authentication {
             }
             door_files.push(index);
         }
+        if !errors.is_empty() {
+            return Err(errors);
+        }
         Ok(Authentication {
             rules: rules.to_vec(),
             files,
@@ -123,7 +138,7 @@ impl Authentication {
 
     /// The same files read again, for a reload: the old table stays in
     /// force if this fails.
-    pub fn reload(&self) -> Result<Authentication, FileError> {
+    pub fn reload(&self) -> Result<Authentication, Vec<FileError>> {
         Authentication::load(&self.rules)
     }
 

@@ -93,9 +93,32 @@ fn no_rules_admit_everybody() {
 fn an_empty_file_on_a_door_admitting_nobody_else_is_refused() {
     let dir = TempDir::new("empty");
     let file = dir.file("clients.passwd", "# nobody yet\n");
-    let error = Authentication::load(&[rule("fleet", Some(&file), false)]).unwrap_err();
-    assert!(error.why.contains("names no user"), "{error}");
+    let errors = Authentication::load(&[rule("fleet", Some(&file), false)]).unwrap_err();
+    assert_eq!(errors.len(), 1, "{errors:?}");
+    assert!(errors[0].why.contains("names no user"), "{errors:?}");
     assert!(Authentication::load(&[rule("fleet", Some(&file), true)]).is_ok());
+}
+
+#[test]
+fn every_file_s_faults_are_named_each_file_once() {
+    let dir = TempDir::new("faults");
+    let bad = dir.file("bad.passwd", "nocolon\n:x\n");
+    let missing = dir.file("gone.passwd", "");
+    std::fs::remove_file(&missing).unwrap();
+    let errors = Authentication::load(&[
+        rule("a", Some(&bad), false),
+        rule("b", Some(&missing), false),
+        rule("c", Some(&bad), false),
+    ])
+    .unwrap_err();
+    let said: Vec<(PathBuf, Vec<usize>)> = errors
+        .iter()
+        .map(|e| (e.path.clone(), e.lines.clone()))
+        .collect();
+    assert_eq!(
+        said,
+        vec![(bad.clone(), vec![1]), (bad, vec![2]), (missing, vec![])]
+    );
 }
 
 #[test]
@@ -114,8 +137,9 @@ fn a_reload_reads_the_same_files_again_or_nothing() {
         Verdict::Authenticated
     );
     dir.file("clients.passwd", "carol:broken\n");
-    let error = reloaded.reload().unwrap_err();
-    assert_eq!(error.lines, vec![1]);
+    let errors = reloaded.reload().unwrap_err();
+    assert_eq!(errors.len(), 1, "{errors:?}");
+    assert_eq!(errors[0].lines, vec![1]);
     // What was loaded is untouched by a failed reload.
     assert_eq!(
         reloaded.check(0, Some("carol"), Some(b"hunter2")),

@@ -44,9 +44,14 @@ pub fn load(path: &Path, channels: &[ChannelConfig]) -> Result<Acl, AclFileError
         Ok(text) => parse(&text, &file, channels),
         Err(e) => Err(AclFileError {
             file,
-            findings: vec![format!("the file cannot be read: {e}")],
+            findings: vec![unreadable(&e)],
         }),
     }
+}
+
+/// The finding for an acl_file that cannot be read.
+pub(super) fn unreadable(e: &std::io::Error) -> String {
+    format!("the file cannot be read: {e}; name the authorization file the broker's user may read, or remove broker.mqtt.acl_file to let every client do anything")
 }
 
 /// Checks acl_file text; `source` names it.
@@ -726,7 +731,7 @@ impl Reader<'_> {
                 },
                 "publish_bytes" => {
                     let parsed = match value {
-                        Value::String(s) => super::parse_size_bytes(s).ok(),
+                        Value::String(s) => super::units::parse_size_bytes(s).ok(),
                         Value::Number(n) => n.as_u64(),
                         _ => None,
                     };

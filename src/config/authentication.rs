@@ -159,7 +159,7 @@ pub(super) fn check<'a>(
         passable = false;
     }
     if passable {
-        if let Err(error) = Authentication::load(rules) {
+        for error in Authentication::load(rules).err().unwrap_or_default() {
             f.whole(error.to_string());
         }
     }
@@ -201,6 +201,21 @@ mod tests {
             allow_anonymous,
             trusts_unchecked_names: false,
         }
+    }
+
+    #[test]
+    fn a_mistake_beside_the_doors_hides_no_password_file_fault() {
+        let file = password_file("beside", &format!("nocolon\n{USERS}:x\n"));
+        let mqtt = format!(
+            "    password_file: {}\n    min_protocol_version: 4\n",
+            file.display()
+        );
+        let findings = config(&mqtt).unwrap_err().findings;
+        assert_eq!(findings.len(), 3, "{findings:#?}");
+        assert!(findings[0].starts_with("broker.mqtt.min_protocol_version 4"));
+        let at = |line: usize| format!("password file {}, line {line}: ", file.display());
+        assert!(findings[1].starts_with(&at(1)), "{findings:#?}");
+        assert!(findings[2].starts_with(&at(3)), "{findings:#?}");
     }
 
     #[test]

@@ -116,7 +116,12 @@ fn bridge(f: &mut Findings, name: &str, block: &Value) -> Option<BridgeSettings>
     let username = text(f, &path, &t, "username");
     let password = text(f, &path, &t, "password");
     let peer = peer.map(|mut peer| {
+        let before = f.len();
         peer.tls = peer_tls(f, &path, &t, peer.tls.is_some());
+        if let (Some(tls), true) = (&peer.tls, f.len() == before) {
+            let named = (name.to_string(), peer.host.clone(), tls.clone());
+            f.named.bridge_tls.push(named);
+        }
         peer
     });
     let session_expiry_s = session_expiry(f, &path, t.get("session_expiry"));

@@ -397,22 +397,30 @@ fn mqtt(f: &mut Findings, value: Option<&Value>) -> Option<MqttConfig> {
     let trust_unchecked_user_names =
         authentication::trust_unchecked_user_names(f, t.get("trust_unchecked_user_names"));
     let acl_file = acl_file(f, t.get("acl_file"));
-    let mqtt = MqttConfig {
+    if let Some(Some(path)) = &acl_file {
+        f.named.acl_file = Some(path.clone());
+    }
+    // The doors' password files are read whatever else here is wrong: a
+    // mistake in another key hides no fault in them.
+    let mut mqtt = MqttConfig {
         doors: doors?,
-        min_protocol_version: min_protocol_version?,
+        min_protocol_version: MinProtocolVersion::V311,
         authentication: authentication?,
         trust_unchecked_user_names: trust_unchecked_user_names?,
-        acl_file: acl_file?,
+        acl_file: None,
     };
     let rules = mqtt.door_rules();
     authentication::check(f, &rules, mqtt.door_keys());
+    mqtt.acl_file = acl_file?;
     let acl_file = mqtt.acl_file.as_deref();
     acl_identity::check(f, acl_file, &mqtt.authentication, &rules, &mqtt.doors);
+    mqtt.min_protocol_version = min_protocol_version?;
     Some(mqtt)
 }
 
 /// `broker.mqtt.acl_file`: `Some(None)` when absent. The file itself is
-/// read by [`super::acl_file::load`], against the channels.
+/// read by [`super::acl_file::load`], against the channels: at start, and
+/// by `--check-config` once the walk is over (`files::check`).
 fn acl_file(f: &mut Findings, value: Option<&Value>) -> Option<Option<PathBuf>> {
     let Some(value) = value else {
         return Some(None);

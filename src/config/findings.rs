@@ -3,9 +3,16 @@
 //! that write those lines.
 //!
 //! Each step of the walk reports into [`Findings`] and carries on, so one
-//! run names every mistake in the file.
+//! run names every mistake in the file. The walk also notes there the
+//! files whose contents are read once it is over ([`NamedFiles`]), so a
+//! mistake in one block hides no fault in a file another block names.
+
+use std::path::PathBuf;
 
 use serde_yaml::Value;
+
+use crate::bridge::PeerTls;
+use crate::net::tls::TlsSettings;
 
 /// The mistakes found so far, each already written as one finding.
 #[derive(Debug, Default)]
@@ -15,6 +22,20 @@ pub(super) struct Findings {
     /// begins with; `None` for the configuration file itself, which the
     /// report names once at its head.
     file: Option<String>,
+    /// Each file named in a block whose own keys read, whatever the rest.
+    pub(super) named: NamedFiles,
+}
+
+/// The files the walk leaves to `files::check`: certificates, keys and
+/// authorities, and the acl_file. (Password and operators files are read
+/// during the walk.)
+#[derive(Debug, Default)]
+pub(super) struct NamedFiles {
+    /// Each MQTT door's `tls` block.
+    pub(super) door_tls: Vec<TlsSettings>,
+    /// Each `tls://` or `wss://` bridge: its name, its peer's host, its files.
+    pub(super) bridge_tls: Vec<(String, String, PeerTls)>,
+    pub(super) acl_file: Option<PathBuf>,
 }
 
 impl Findings {

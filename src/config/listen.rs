@@ -355,6 +355,9 @@ fn door(
                     super::tls::parse(f, &format!("{path}.tls"), v, label).map(Some)
                 }
             };
+            if let Some(Some(settings)) = &tls {
+                f.named.door_tls.push(settings.clone());
+            }
             let origins = match kind {
                 "ws" => origins(f, path, &t),
                 _ => Some(Origins::default()),

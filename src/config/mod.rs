@@ -33,6 +33,7 @@ mod broker;
 mod channels;
 mod embedded;
 mod exchanges;
+mod files;
 mod findings;
 mod include;
 mod latest;
@@ -134,11 +135,25 @@ impl std::error::Error for ConfigError {}
 ///
 /// Findings name the file as `path` was given, so an operator sees the
 /// name they typed. An `!include` in it resolves against its directory.
+/// Password and operators files are read too; certificates, keys and the
+/// acl_file are left to whoever uses them, or to [`check`].
 pub fn load(path: &Path) -> Result<Config, ConfigError> {
+    read(path, false)
+}
+
+/// [`load`], and every certificate, key, authority and acl_file the
+/// configuration names read and checked as well, even where the YAML has
+/// mistakes: `--check-config`, which reports every fault of every file in
+/// one run.
+pub fn check(path: &Path) -> Result<Config, ConfigError> {
+    read(path, true)
+}
+
+fn read(path: &Path, read_files: bool) -> Result<Config, ConfigError> {
     let file = path.display().to_string();
     let base = path.parent().unwrap_or(Path::new(""));
     match std::fs::read_to_string(path) {
-        Ok(text) => parse_with_base(&text, &file, Some(base)),
+        Ok(text) => parse_text(&text, &file, Some(base), read_files),
         Err(e) => Err(ConfigError {
             file,
             findings: vec![format!("the file cannot be read: {e}")],
@@ -163,8 +178,17 @@ pub fn parse_with_base(
     source: &str,
     base: Option<&Path>,
 ) -> Result<Config, ConfigError> {
+    parse_text(text, source, base, false)
+}
+
+fn parse_text(
+    text: &str,
+    source: &str,
+    base: Option<&Path>,
+    read_files: bool,
+) -> Result<Config, ConfigError> {
     match serde_yaml::from_str(text) {
-        Ok(root) => parse_tree(root, source, base),
+        Ok(root) => parse_tree(root, source, base, read_files),
         Err(e) => Err(ConfigError {
             file: source.to_string(),
             findings: vec![findings::syntax_finding(&e)],
@@ -172,11 +196,13 @@ pub fn parse_with_base(
     }
 }
 
-/// [`parse_with_base`] for a tree already read from its text.
+/// [`parse_with_base`] for a tree already read from its text; with
+/// `read_files`, as [`check`] reads it.
 pub(super) fn parse_tree(
     mut root: serde_yaml::Value,
     source: &str,
     base: Option<&Path>,
+    read_files: bool,
 ) -> Result<Config, ConfigError> {
     let refuse = |findings: Vec<String>| ConfigError {
         file: source.to_string(),
@@ -188,7 +214,7 @@ pub(super) fn parse_tree(
         )]));
     }
     let origin = include::Origin { source, base };
-    match parse::root(&root, &origin) {
+    match parse::root(&root, &origin, read_files) {
         Ok((broker, channels, bridges)) => Ok(Config {
             broker,
             channels,
@@ -206,7 +232,7 @@ pub(super) fn parse_tree(
 ///
 /// Only if `config/saguin.yaml` is invalid, which a unit test rules out.
 pub fn default_config_in(working_dir: &Path) -> Config {
-    match parse_tree(embedded::tree_in(working_dir), EMBEDDED_SOURCE, None) {
+    match parse_tree(embedded::tree_in(working_dir), EMBEDDED_SOURCE, None, false) {
         Ok(config) => config,
         Err(e) => panic!("the shipped default configuration is invalid: {e}"),
     }

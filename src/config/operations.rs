@@ -323,14 +323,17 @@ fn door_tls(f: &mut Findings, path: &str, value: &Value) -> Option<ops::DoorTls>
             }),
             config: loaded.config,
             read_again: Arc::new(move || {
-                let loaded = crate::net::tls::load(&settings)?;
+                let loaded = crate::net::tls::load(&settings).map_err(|e| e.join("; "))?;
                 let now_unix_s = crate::net::tls::now_unix_s();
                 crate::net::tls::log_expiry(&settings, &loaded.leaf, now_unix_s);
                 Ok(loaded.config)
             }),
         }),
-        Err(why) => {
-            f.key(&tls_path, &why);
+        Err(errors) => {
+            // Each names the door's key and its file.
+            for error in errors {
+                f.whole(error);
+            }
             None
         }
     }
@@ -362,8 +365,10 @@ fn operators(
     let file = absolute_file(f, path, value, "/etc/saguin/operations.passwd")?;
     match Operators::load(Path::new(&file), ROUTES) {
         Ok(operators) => Some(Some(Arc::new(operators))),
-        Err(why) => {
-            f.value(path, value, format!("the file {why}"));
+        Err(errors) => {
+            for why in errors {
+                f.value(path, value, format!("the file {why}"));
+            }
             None
         }
     }

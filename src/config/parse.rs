@@ -6,6 +6,7 @@ use serde_yaml::Value;
 use super::bridges;
 use super::broker::{broker, BrokerConfig};
 use super::channels::{self, ChannelConfig};
+use super::files;
 use super::findings::Findings;
 use super::include::Origin;
 use super::table::{table, Keys};
@@ -23,8 +24,13 @@ const ROOT_KEYS: Keys = Keys {
 };
 
 /// Walks the whole tree and returns the broker's configuration and its
-/// channels, or every finding.
-pub(super) fn root(value: &Value, origin: &Origin<'_>) -> Result<Parsed, Vec<String>> {
+/// channels, or every finding. With `read_files`, the certificates, keys
+/// and acl_file it names are read too, whatever the walk found.
+pub(super) fn root(
+    value: &Value,
+    origin: &Origin<'_>,
+    read_files: bool,
+) -> Result<Parsed, Vec<String>> {
     let mut f = Findings::default();
     // An empty file reads as an empty mapping, and is refused for its
     // missing broker.id like any other file without one.
@@ -32,6 +38,9 @@ pub(super) fn root(value: &Value, origin: &Origin<'_>) -> Result<Parsed, Vec<Str
         let (broker, scope) = broker(&mut f, t.get("broker").unwrap_or(&Value::Null), origin);
         let channels = channels::parse(&mut f, t.get("channels"), &scope, origin);
         let bridges = bridges::parse(&mut f, t.get("bridges"));
+        if read_files {
+            files::check(&mut f, channels.as_deref());
+        }
         Some((broker?, channels?, bridges?))
     });
     match parsed {

@@ -893,20 +893,27 @@ fn an_operations_door_s_tls_is_read_at_the_check_with_its_client_authorities() {
     let door = |tls: &str| {
         format!("broker:\n  id: a\n  operations:\n    listen:\n      tcp:\n        address: 127.0.0.1:0\n        tls:\n{tls}")
     };
-    let missing = only_finding(&door(
+    // Each file that cannot be read is its own finding, naming its key.
+    let missing = findings(&door(
         "          cert_file: /nonexistent/ops.pem\n          key_file: /nonexistent/ops-key.pem\n",
     ));
+    assert_eq!(missing.len(), 2, "{missing:#?}");
     assert_contains(
-        &missing,
-        &["broker.operations.listen.tcp.tls", "/nonexistent/ops.pem"],
+        &missing[0],
+        &["broker.operations.listen.tcp.tls.cert_file /nonexistent/ops.pem: cannot read it"],
+    );
+    assert_contains(
+        &missing[1],
+        &["broker.operations.listen.tcp.tls.key_file /nonexistent/ops-key.pem: cannot read it"],
     );
     // The client authorities are read as the certificate is.
-    let authorities = only_finding(&door(
+    let authorities = findings(&door(
         "          cert_file: /nonexistent/ops.pem\n          key_file: /nonexistent/ops-key.pem\n          client_ca_file: /nonexistent/ca.pem\n",
-    ));
+    ))
+    .join("\n");
     assert_contains(
         &authorities,
-        &["broker.operations.listen.tcp.tls", "/nonexistent/ops.pem"],
+        &["broker.operations.listen.tcp.tls.client_ca_file /nonexistent/ca.pem: cannot read it"],
     );
     assert!(!authorities.contains("not supported"), "{authorities}");
 }

@@ -184,7 +184,7 @@ refusals! {
     WildcardPartLevel = (TOPIC_FILTER_INVALID, Suback, "a wildcard takes less than a whole level"),
     FilterTooDeep = (TOPIC_FILTER_INVALID, Suback, "filter deeper than limits.max_topic_levels"),
     FilterSysTree = (NOT_AUTHORIZED, Suback, "this broker publishes nothing under $SYS"),
-    FilterReserved = (TOPIC_FILTER_INVALID, Suback, "nothing is delivered on that $saguin/ topic"),
+    FilterReserved = (NOT_AUTHORIZED, Suback, "nothing is delivered on that $saguin/ topic"),
     SliceNotACall = (IMPLEMENTATION_SPECIFIC_ERROR, Suback, "saguin-filter is not a call: its form is topic_hash(<partitions>, <index>)"),
     SliceUnknownFunction = (IMPLEMENTATION_SPECIFIC_ERROR, Suback, "saguin-filter names a function this broker does not have: the only one is topic_hash(<partitions>, <index>), in lower case"),
     SliceArgumentCount = (IMPLEMENTATION_SPECIFIC_ERROR, Suback, "saguin-filter's topic_hash takes two arguments: topic_hash(<partitions>, <index>)"),

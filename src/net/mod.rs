@@ -404,11 +404,12 @@ async fn accept_loop(
             }
         };
         let plan = door.plan(tls_doors.current(door.index));
-        // A Unix socket's peer is known now; a proxy's client, once its
-        // header is read.
+        // A socket's peer is known now (a Unix socket's is the process at
+        // its far end); a proxy's client, once its header is read.
         let source = match &accepted {
-            Accepted::Unix(stream) if !plan.proxy_protocol => door::unix_peer(stream.get_ref()),
-            _ => None,
+            _ if plan.proxy_protocol => None,
+            Accepted::Unix(stream) => door::unix_peer(stream.get_ref()),
+            Accepted::Tcp(_) => peer_of(&accepted).map(String::into_boxed_str),
         };
         // Server Busy is said only where a CONNECT would be read next: not
         // before a TLS handshake (one it would cost for a connection that

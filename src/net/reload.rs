@@ -108,8 +108,8 @@ impl Reload {
         })
         .await;
         let mut errors = Vec::new();
-        if let Some(Err(error)) = &table {
-            errors.push(error.to_string());
+        if let Some(Err(file_errors)) = &table {
+            errors.extend(file_errors.iter().map(ToString::to_string));
         }
         if let Some(Err(tls_errors)) = &read {
             errors.extend(tls_errors.iter().cloned());

@@ -142,43 +142,57 @@ pub enum Check {
 
 impl Operators {
     /// Reads and checks the file; `routes` are the paths this listener
-    /// serves, which every scope must reach at least one of.
-    pub fn load(path: &Path, routes: &[&str]) -> Result<Operators, String> {
-        let size = std::fs::metadata(path)
-            .map_err(|e| format!("cannot be read: {e}"))?
-            .len();
+    /// serves, which every scope must reach at least one of. Every line at
+    /// fault is one error.
+    pub fn load(path: &Path, routes: &[&str]) -> Result<Operators, Vec<String>> {
+        let unreadable = |e: std::io::Error| {
+            vec![format!("cannot be read: {e}; name an operators file the broker's user may read (saguin --passwd FILE add USER writes one)")]
+        };
+        let size = std::fs::metadata(path).map_err(unreadable)?.len();
         if size > MAX_FILE_BYTES {
-            return Err(format!(
+            return Err(vec![format!(
                 "is {size} bytes, and an operators file is read only up to {MAX_FILE_BYTES}"
-            ));
+            )]);
         }
-        let text = std::fs::read_to_string(path).map_err(|e| format!("cannot be read: {e}"))?;
+        let text = std::fs::read_to_string(path).map_err(unreadable)?;
         Operators::parse(&path.display().to_string(), &text, routes)
     }
 
     /// [`Operators::load`] for text already read.
-    pub fn parse(path: &str, text: &str, routes: &[&str]) -> Result<Operators, String> {
+    pub fn parse(path: &str, text: &str, routes: &[&str]) -> Result<Operators, Vec<String>> {
         let mut list: Vec<Operator> = Vec::new();
+        let mut errors = Vec::new();
         for (index, line) in text.lines().enumerate() {
             let at = index + 1;
             let line = line.trim_end_matches('\r');
             if line.trim().is_empty() || line.starts_with('#') {
                 continue;
             }
-            let operator = parse_line(line, routes).map_err(|why| format!("line {at}: {why}"))?;
+            let operator = match parse_line(line, routes) {
+                Ok(operator) => operator,
+                Err(why) => {
+                    errors.push(format!("line {at}: {why}"));
+                    continue;
+                }
+            };
             if list.iter().any(|o| o.name == operator.name) {
-                return Err(format!(
-                    "line {at}: {:?} is named twice; one line per operator",
+                errors.push(format!(
+                    "line {at}: {:?} is named twice; one line per operator, so delete one",
                     operator.name
                 ));
+                continue;
             }
             if list.len() == MAX_OPERATORS {
-                return Err(format!("names more than {MAX_OPERATORS} operators"));
+                errors.push(format!("names more than {MAX_OPERATORS} operators"));
+                break;
             }
             list.push(operator);
         }
-        if list.is_empty() {
-            return Err("names nobody, so nobody could read this listener; add an operator with saguin --passwd, or remove the key".to_string());
+        if list.is_empty() && errors.is_empty() {
+            errors.push("names nobody, so nobody could read this listener; add an operator with saguin --passwd, or remove the key".to_string());
+        }
+        if !errors.is_empty() {
+            return Err(errors);
         }
         let costliest = (0..list.len())
             .max_by_key(|&i| iterations(&list[i].hash))
@@ -283,7 +297,8 @@ impl Reloadable {
     /// changes nothing - it may be half saved - and the reason is returned.
     pub fn reload(&self, routes: &[&str]) -> Result<Arc<Operators>, String> {
         let path = self.current().path.clone();
-        let fresh = Arc::new(Operators::load(Path::new(&path), routes)?);
+        let fresh = Operators::load(Path::new(&path), routes).map_err(|e| e.join("; "))?;
+        let fresh = Arc::new(fresh);
         match self.0.write() {
             Ok(mut guard) => *guard = Arc::clone(&fresh),
             Err(poisoned) => *poisoned.into_inner() = Arc::clone(&fresh),
@@ -468,8 +483,18 @@ mod tests {
         ];
         for (text, expected) in cases {
             let e = Operators::parse("f", text, ROUTES).unwrap_err();
-            assert!(e.contains(expected), "{text:?}: {e}");
+            assert_eq!(e.len(), 1, "{text:?}: {e:?}");
+            assert!(e[0].contains(expected), "{text:?}: {e:?}");
         }
+    }
+
+    #[test]
+    fn every_line_at_fault_is_named_in_one_reading() {
+        let good = hash_line("a", "pw", SALT);
+        let text = format!("x\n{good}\nb:plain\n{good}\n{good}:metrics\n");
+        let e = Operators::parse("f", &text, ROUTES).unwrap_err();
+        let lines: Vec<&str> = e.iter().map(|e| e.split(':').next().unwrap()).collect();
+        assert_eq!(lines, ["line 1", "line 3", "line 4", "line 5"], "{e:?}");
     }
 
     #[test]

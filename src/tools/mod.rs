@@ -202,18 +202,12 @@ fn migrate_command(conf: &Path, out: &Path) -> ExitCode {
     }
 }
 
-/// What `--check-config` asks of a configuration file: that it loads, its
-/// acl_file with it, and every door's and bridge's certificates read as a
-/// start would read them. The warnings are for a door beside an acl_file
+/// What `--check-config` asks of a configuration file: that it loads, and
+/// that every file it names reads as a start would read it, every fault
+/// in any of them reported at once ([`crate::config::check`]). The warnings are for a door beside an acl_file
 /// that nothing identifies clients on.
 pub fn check_config(path: &Path) -> Result<(Config, Vec<String>), String> {
-    let config = crate::config::load(path).map_err(|e| e.to_string())?;
-    if let Some(acl) = &config.broker.mqtt.acl_file {
-        crate::config::acl_file::load(acl, &config.channels).map_err(|e| e.to_string())?;
-    }
-    let tls = config.broker.mqtt.doors.iter().map(|d| d.tls.clone());
-    crate::net::load_tls(tls.collect()).map_err(|e| e.to_string())?;
-    crate::net::load_bridge_tls(&config.bridges).map_err(|e| e.to_string())?;
+    let config = crate::config::check(path).map_err(|e| e.to_string())?;
     let warnings = config.broker.mqtt.warnings();
     Ok((config, warnings))
 }

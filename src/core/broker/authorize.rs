@@ -23,6 +23,11 @@ use crate::core::channel::queue::rules::response_name;
 use crate::core::message::Message;
 use crate::core::refusal::Refusal;
 use crate::core::{Broker, Key, Transport};
+use crate::log_limit::{limited, LogLimit};
+
+/// A rule granting nothing to a name: written at each CONNECT under it.
+pub(crate) static GRANT_WITHHELD: LogLimit =
+    LogLimit::new("a rule grants a user nothing", log::Level::Warn, 10, 60_000);
 
 /// The broker's own topic space, answered by its own rules.
 const RESERVED: &str = "$saguin/";
@@ -146,6 +151,7 @@ impl Broker {
         &self,
         connect: &Connect,
         user: Option<&str>,
+        now_ms: u64,
     ) -> Result<Admitted, Refusal> {
         let user: Box<str> = user.unwrap_or("").into();
         let Some(acl) = &self.authorization.acl else {
@@ -163,7 +169,8 @@ impl Broker {
         // An empty id is asked as written: one the broker assigns would
         // otherwise slip past a pattern.
         if !acl.admits_client_id(&user, &connect.client_id) {
-            log::warn!(
+            // The refusal's own line follows, through its limit.
+            log::debug!(
                 "refusing client id {:?} under user {user:?}: the acl_file's client_ids for that name do not admit it",
                 connect.client_id
             );
@@ -171,7 +178,9 @@ impl Broker {
         }
         let grants = Grants::compile(acl, &user, &connect.client_id, &Channels(&self.channels));
         for (role, rule, marker) in grants.withheld() {
-            log::warn!(
+            limited!(
+                GRANT_WITHHELD,
+                now_ms,
                 "user {user:?} (client {:?}) is granted nothing by rule {rule} of role {role}: the name {marker} would put in holds +, # or /",
                 connect.client_id
             );

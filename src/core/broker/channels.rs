@@ -218,7 +218,10 @@ impl Broker {
             (Pending::Position { reader }, Answer::Position(result)) => {
                 self.position_loaded(reader, result, now_ms, out)
             }
-            (Pending::Positions, Answer::Committed(result)) => {
+            (Pending::Positions { writes }, Answer::Committed(result)) => {
+                if result.is_ok() {
+                    log::debug!("{writes} consumer positions stored");
+                }
                 if let Err(error) = result {
                     log::warn!(
                         "consumer positions were not stored: {error}; they are written again"
@@ -235,6 +238,9 @@ impl Broker {
                 }
             }
             (Pending::CloseAfterPositions { conn }, Answer::Committed(result)) => {
+                if result.is_ok() {
+                    log::debug!("consumer positions stored before a close");
+                }
                 if let Err(error) = result {
                     log::warn!(
                         "consumer positions were not stored before a close: {error}; they are written again"
@@ -984,7 +990,8 @@ impl Broker {
                         writes: chunk.to_vec(),
                     },
                 ) {
-                    self.pending.insert(ticket, Pending::Positions);
+                    let writes = chunk.len();
+                    self.pending.insert(ticket, Pending::Positions { writes });
                 } else {
                     self.mark_all_readers_dirty();
                 }
@@ -1080,6 +1087,12 @@ impl Broker {
                 continue;
             }
             let channel = &self.channels[reader.channel].settings;
+            log::debug!(
+                "storing the position of {} in {}: offset {}",
+                session.client_id,
+                channel.name,
+                reader.position()
+            );
             by_provider
                 .entry(channel.provider)
                 .or_default()
@@ -1147,7 +1160,8 @@ impl Broker {
                     writes: vec![write],
                 },
             ) {
-                self.pending.insert(ticket, Pending::Positions);
+                self.pending
+                    .insert(ticket, Pending::Positions { writes: 1 });
             }
         }
     }

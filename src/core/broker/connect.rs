@@ -15,6 +15,12 @@ use crate::core::message::{shared_properties, Delivery, Message};
 use crate::core::observe::WillCause;
 use crate::core::session::{OutboundStage, Session};
 use crate::core::{Active, Broker, Key, Transport, TOPIC_ALIAS_MAXIMUM};
+use crate::log_limit::{limited, LogLimit};
+
+/// A refused CONNECT: a client retrying a wrong password in a loop would
+/// otherwise write a line per attempt.
+pub(crate) static CONNECT_REFUSED: LogLimit =
+    LogLimit::new("refusing CONNECT", log::Level::Warn, 10, 10_000);
 
 pub(super) fn has_control_character(text: &str) -> bool {
     text.chars()
@@ -103,7 +109,7 @@ impl Broker {
             .and_then(|()| self.admit_connect(&connect))
             .and_then(|()| self.admit_bridge_client_id(conn, &connect))
             .and_then(|()| self.authenticate(conn, &connect, now_ms))
-            .and_then(|()| self.authorize_connect(&connect, self.user_name(conn)));
+            .and_then(|()| self.authorize_connect(&connect, self.user_name(conn), now_ms));
         let admitted = match admitted {
             Ok(admitted) => admitted,
             Err(refusal) => {
@@ -185,7 +191,9 @@ impl Broker {
         // touched, and told nothing (MQTT-3.1.2-24).
         let client_max_packet_size = connect.properties.maximum_packet_size.unwrap_or(u32::MAX);
         let Some(mut connack) = fitted_connack(connack, version, client_max_packet_size) else {
-            log::warn!(
+            limited!(
+                CONNECT_REFUSED,
+                now_ms,
                 "refusing CONNECT from client id {client_id:?}: its Maximum Packet Size of {client_max_packet_size} bytes is smaller than the CONNACK it must be sent"
             );
             let named = (client_id.as_str(), connect.username.as_deref());
@@ -365,7 +373,11 @@ impl Broker {
         now_ms: u64,
         out: &mut impl Transport,
     ) {
-        log::warn!("refusing CONNECT from client id {client_id:?}: {refusal}");
+        limited!(
+            CONNECT_REFUSED,
+            now_ms,
+            "refusing CONNECT from client id {client_id:?}: {refusal}"
+        );
         let named = (client_id, connect.username.as_deref());
         self.connection_refused(conn, Some(named), refusal.into(), now_ms);
         let problem_information = connect.properties.request_problem_information != Some(0);

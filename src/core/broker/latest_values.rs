@@ -113,6 +113,12 @@ impl Broker {
             received_at_ms: labelled.received_at_unix_ms,
             deleted: labelled.payload.is_empty(),
         };
+        if value.deleted {
+            log::debug!(
+                "the value of {topic:?} in {} is deleted, at offset {offset}",
+                ch.settings.name
+            );
+        }
         let replaced = latest.values.insert(Rc::clone(&topic), value);
         latest.by_offset.insert(offset, Rc::clone(&topic));
         latest.cache.insert(offset, Rc::clone(&labelled));

@@ -32,8 +32,12 @@ pub(crate) mod subscribe;
 
 /// The lines a client can make the handlers repeat, each bounded by a
 /// limit of its own; the tick reports what each left out.
-pub(crate) static LIMITED_LINES: [&crate::log_limit::LogLimit; 3] = [
+pub(crate) static LIMITED_LINES: [&crate::log_limit::LogLimit; 7] = [
     &subscribe::SUBSCRIPTION_REFUSED,
     &inbound::PUBLISH_REFUSED,
     &authenticate::NAME_NOT_IDENTITY,
+    &connect::CONNECT_REFUSED,
+    &authorize::GRANT_WITHHELD,
+    &queue_work::RESPONSE_IGNORED,
+    &queue_work::DEAD_LETTERED,
 ];

@@ -19,8 +19,19 @@ use crate::core::refusal::Refusal;
 use crate::core::session::{InFlight, OutboundStage};
 use crate::core::StoreRequest;
 use crate::core::{Broker, Key, Transport};
+use crate::log_limit::{limited, LogLimit};
 use crate::store::{self, Answer, MessageId, Outcome, Read, ReadLimit, Write};
 use std::rc::Rc;
+
+/// A worker's response the broker cannot act on: a worker stuck on a
+/// superseded delivery would otherwise write a line per message.
+pub(crate) static RESPONSE_IGNORED: LogLimit =
+    LogLimit::new("ignoring a queue response", log::Level::Warn, 10, 10_000);
+
+/// Jobs moved to a dead-letter channel: each is one an operator acts on,
+/// but a queue nothing succeeds at moves them as fast as they arrive.
+pub(crate) static DEAD_LETTERED: LogLimit =
+    LogLimit::new("a job is dead-lettered", log::Level::Warn, 10, 10_000);
 
 impl Broker {
     fn queue_name(&self, q: usize) -> &str {
@@ -592,6 +603,10 @@ impl Broker {
             },
         );
         out.send(conn, ProtocolVersion::V5, &packet, false);
+        log::debug!(
+            "job {offset} of {name} offered to {} as delivery {delivery}, attempt {attempt}",
+            session.client_id
+        );
         self.stats.deliveries_sent += 1;
         self.queues.on_wire.insert((worker, packet_id));
         let queue = &mut self.queues.list[q];
@@ -651,6 +666,10 @@ impl Broker {
                             since_ms: now_ms,
                             deadline_ms: now_ms + timeout_ms,
                         };
+                        log::debug!(
+                            "job {offset} of {} leased for {timeout_ms} ms",
+                            self.queue_name(q)
+                        );
                         self.count_attempt(q, offset, out);
                     }
                 }
@@ -766,7 +785,7 @@ impl Broker {
             _ => None,
         };
         let Some(ack) = outcome else {
-            log::info!("ignoring a response from {client_id} on {name}: its payload is neither ack nor return");
+            limited!(RESPONSE_IGNORED, now_ms, "ignoring a response from {client_id} on {name}: its payload is neither ack nor return");
             return Ok(());
         };
         let id = publish
@@ -776,7 +795,7 @@ impl Broker {
             .and_then(DeliveryId::decode)
             .filter(|id| id.run == self.queues.run);
         let Some(id) = id else {
-            log::info!("ignoring a response from {client_id} on {name}: its Correlation Data names no delivery");
+            limited!(RESPONSE_IGNORED, now_ms, "ignoring a response from {client_id} on {name}: its Correlation Data names no delivery");
             return Ok(());
         };
         let job = self.queues.list[q].jobs.get(&id.offset).copied();
@@ -792,11 +811,13 @@ impl Broker {
             _ => None,
         });
         let Some((worker, unacknowledged)) = holder else {
-            log::info!("ignoring a response from {client_id} on {name}: delivery {} of job {} is not the job's current one", id.delivery, id.offset);
+            limited!(RESPONSE_IGNORED, now_ms, "ignoring a response from {client_id} on {name}: delivery {} of job {} is not the job's current one", id.delivery, id.offset);
             return Ok(());
         };
         if worker != session_key {
-            log::info!(
+            limited!(
+                RESPONSE_IGNORED,
+                now_ms,
                 "ignoring a response from {client_id} on {name}: job {} is held by another session",
                 id.offset
             );
@@ -842,6 +863,9 @@ impl Broker {
             let attempts = self.queues.list[q].jobs[&offset].attempts;
             self.count_release(q, attempts, |c| &mut c.returned);
             let gap = self.gap_ms(q, attempts);
+            log::debug!(
+                "job {offset} of {name} returned by {client_id} after attempt {attempts}; offered again in {gap} ms"
+            );
             self.set_available(q, offset, available_at_ms(now_ms, gap));
         }
         // An answer offers that worker its next job at once.
@@ -985,6 +1009,10 @@ impl Broker {
             (QueuePending::Resolve { queue, offset }, Answer::Committed(result)) => {
                 match result.as_deref() {
                     Ok([Outcome::Removed { floor, .. }, ..]) => {
+                        log::debug!(
+                            "job {offset} of {} acknowledged and deleted",
+                            self.queue_name(queue)
+                        );
                         self.forget_job(queue, offset, *floor);
                     }
                     other => {
@@ -1013,7 +1041,9 @@ impl Broker {
                             floor,
                         }, ..],
                     ) => {
-                        log::info!(
+                        limited!(
+                            DEAD_LETTERED,
+                            now_ms,
                             "job {offset} of {} is dead-lettered: {}",
                             self.queue_name(queue),
                             reason.as_str()

@@ -226,6 +226,10 @@ impl Broker {
         let (session, channel, offset) = sought;
         match result.as_deref() {
             Ok([Outcome::PositionSet]) => {
+                log::debug!(
+                    "a seek moved a consumer of {} to offset {offset}, stored",
+                    self.channels[channel].settings.name
+                );
                 self.restart_reader_at(session, channel, offset);
                 self.answer_seek(reply, channel, Ok(offset), now_ms, out);
                 // The records from the new place follow the reply.

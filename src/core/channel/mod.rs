@@ -292,7 +292,10 @@ pub(crate) enum Pending {
     Position {
         reader: Key,
     },
-    Positions,
+    /// Moved positions being stored: how many, for the debug line.
+    Positions {
+        writes: usize,
+    },
     /// Stored positions dropped as their session ended or began: written
     /// again while they are still owed when the commit fails.
     PositionDrops {

@@ -62,13 +62,27 @@ pub struct Loaded {
     pub leaf: x509::Facts,
 }
 
-/// Reads a door's files and builds what its handshakes run on. The error
-/// names the door, the file and what to do.
-pub fn load(settings: &TlsSettings) -> Result<Loaded, String> {
+/// Reads a door's files and builds what its handshakes run on. Every file
+/// that cannot be used is one error, naming the door, the file and what to
+/// do, so a check reports them all at once.
+pub fn load(settings: &TlsSettings) -> Result<Loaded, Vec<String>> {
     let door = &settings.door;
     let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let chain = read_certificates(door, "cert_file", &settings.cert_file)?;
-    let key = read_key(door, &settings.key_file)?;
+    let chain = read_certificates(door, "cert_file", &settings.cert_file);
+    let key = read_key(door, &settings.key_file);
+    let roots = settings
+        .client_ca_file
+        .as_ref()
+        .map(|path| authorities(door, path));
+    let (chain, key, roots) = match (chain, key, roots.transpose()) {
+        (Ok(chain), Ok(key), Ok(roots)) => (chain, key, roots),
+        (chain, key, roots) => {
+            return Err([chain.err(), key.err(), roots.err()]
+                .into_iter()
+                .flatten()
+                .collect())
+        }
+    };
     let leaf = x509::read(&chain[0]);
     let versions: &[&rustls::SupportedProtocolVersion] = match settings.min_version {
         TlsVersion::V1_2 => &[&rustls::version::TLS13, &rustls::version::TLS12],
@@ -76,19 +90,13 @@ pub fn load(settings: &TlsSettings) -> Result<Loaded, String> {
     };
     let builder = ServerConfig::builder_with_provider(provider.clone())
         .with_protocol_versions(versions)
-        .map_err(|error| format!("{door}.tls: the TLS library refuses its versions: {error}"))?;
-    let builder = match &settings.client_ca_file {
-        None => builder.with_no_client_auth(),
-        Some(path) => {
-            let mut roots = RootCertStore::empty();
-            for certificate in read_certificates(door, "client_ca_file", path)? {
-                roots.add(certificate).map_err(|error| {
-                    format!(
-                        "{door}.tls.client_ca_file {}: a certificate in it cannot serve as an authority: {error}",
-                        path.display()
-                    )
-                })?;
-            }
+        .map_err(|error| {
+            vec![format!(
+                "{door}.tls: the TLS library refuses its versions: {error}"
+            )]
+        })?;
+    let builder = match (roots, &settings.client_ca_file) {
+        (Some(roots), Some(path)) => {
             let verifier = WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider);
             let verifier = if settings.require_certificate {
                 verifier
@@ -96,13 +104,14 @@ pub fn load(settings: &TlsSettings) -> Result<Loaded, String> {
                 verifier.allow_unauthenticated()
             };
             let verifier = verifier.build().map_err(|error| {
-                format!(
+                vec![format!(
                     "{door}.tls.client_ca_file {}: cannot verify client certificates with it: {error}",
                     path.display()
-                )
+                )]
             })?;
             builder.with_client_cert_verifier(verifier)
         }
+        _ => builder.with_no_client_auth(),
     };
     let config = builder.with_single_cert(chain, key).map_err(|error| {
         let why = match error {
@@ -111,16 +120,30 @@ pub fn load(settings: &TlsSettings) -> Result<Loaded, String> {
             }
             other => format!("the TLS library cannot use it: {other}"),
         };
-        format!(
+        vec![format!(
             "{door}.tls.key_file {}: {why}, cert_file {}",
             settings.key_file.display(),
             settings.cert_file.display()
-        )
+        )]
     })?;
     Ok(Loaded {
         config: Arc::new(config),
         leaf,
     })
+}
+
+/// The authorities in the door's `client_ca_file` at `path`.
+fn authorities(door: &str, path: &Path) -> Result<RootCertStore, String> {
+    let mut roots = RootCertStore::empty();
+    for certificate in read_certificates(door, "client_ca_file", path)? {
+        roots.add(certificate).map_err(|error| {
+            format!(
+                "{door}.tls.client_ca_file {}: a certificate in it cannot serve as an authority: {error}",
+                path.display()
+            )
+        })?;
+    }
+    Ok(roots)
 }
 
 /// Logs when a door's certificate stops being valid, at `warn` once it has.
@@ -156,15 +179,18 @@ fn read_key(door: &str, path: &Path) -> Result<PrivateKeyDer<'static>, String> {
 fn read_pem(what: &str, path: &Path) -> Result<Vec<u8>, String> {
     let fail = |why: String| format!("{what} {}: {why}", path.display());
     let size = std::fs::metadata(path)
-        .map_err(|error| fail(format!("cannot read it: {error}")))?
+        .map_err(|error| fail(format!("cannot read it: {error}; {READABLE}")))?
         .len();
     if size > MAX_PEM_FILE_BYTES {
         return Err(fail(format!(
             "{size} bytes is larger than any PEM file this could be (at most {MAX_PEM_FILE_BYTES})"
         )));
     }
-    std::fs::read(path).map_err(|error| fail(format!("cannot read it: {error}")))
+    std::fs::read(path).map_err(|error| fail(format!("cannot read it: {error}; {READABLE}")))
 }
+
+/// What to do about a PEM file that cannot be read.
+const READABLE: &str = "give the path of a PEM file that exists and the broker's user may read";
 
 /// The certificates in the PEM file `path`, which the key `what` names.
 pub(crate) fn certificates_at(
@@ -207,9 +233,10 @@ pub struct TlsDoors {
 }
 
 impl TlsDoors {
-    /// Loads every door's files, refusing at the first that cannot be used.
+    /// Loads every door's files, refusing them all if any cannot be used,
+    /// with every fault, a line each.
     pub fn load(settings: Vec<Option<TlsSettings>>, now_unix_s: i64) -> Result<TlsDoors, String> {
-        let certificates = read_all(&settings).map_err(|mut errors| errors.remove(0))?;
+        let certificates = read_all(&settings).map_err(|errors| errors.join("\n"))?;
         certificates.log_expiry(now_unix_s);
         Ok(TlsDoors {
             settings,
@@ -261,8 +288,8 @@ impl Certificates {
     }
 }
 
-/// Reads every door's files from `settings`; every door that cannot be
-/// served is one error, and then none is returned.
+/// Reads every door's files from `settings`; every file that cannot be
+/// used is one error, and then none is returned.
 pub fn read_all(settings: &[Option<TlsSettings>]) -> Result<Certificates, Vec<String>> {
     let mut configs = Vec::with_capacity(settings.len());
     let mut errors = Vec::new();
@@ -277,7 +304,7 @@ pub fn read_all(settings: &[Option<TlsSettings>]) -> Result<Certificates, Vec<St
                 configs.push(Some(loaded.config));
                 leaves.push((door.clone(), loaded.leaf));
             }
-            Err(error) => errors.push(error),
+            Err(door_errors) => errors.extend(door_errors),
         }
     }
     if !errors.is_empty() {
@@ -309,5 +336,40 @@ pub fn handshake_hint(error: &std::io::Error) -> &'static str {
         " (the certificate is X.509 version 1, which is not accepted: reissue it with an extension, such as openssl req ... -addext extendedKeyUsage=clientAuth and openssl x509 -req ... -copy_extensions copy)"
     } else {
         ""
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_file_of_a_door_that_cannot_be_used_is_one_error() {
+        let dir = std::env::temp_dir().join(format!("saguin-tls-door-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let not_pem = dir.join("not-pem.pem");
+        std::fs::write(&not_pem, "not a certificate\n").unwrap();
+        let settings = TlsSettings {
+            door: "broker.mqtt.listen.tcp[fleet]".into(),
+            cert_file: not_pem.clone(),
+            key_file: not_pem.clone(),
+            min_version: TlsVersion::V1_2,
+            client_ca_file: Some("/nonexistent/ca.pem".into()),
+            require_certificate: true,
+        };
+        let errors = match load(&settings) {
+            Ok(_) => panic!("a door with no certificate was accepted"),
+            Err(errors) => errors,
+        };
+        let _ = std::fs::remove_dir_all(&dir);
+        let p = not_pem.display();
+        let door = "broker.mqtt.listen.tcp[fleet].tls";
+        assert_eq!(errors.len(), 3, "{errors:#?}");
+        assert!(errors[0].starts_with(&format!("{door}.cert_file {p}: holds no certificate")));
+        assert!(errors[1].starts_with(&format!("{door}.key_file {p}: holds no private key")));
+        assert!(errors[2].starts_with(&format!(
+            "{door}.client_ca_file /nonexistent/ca.pem: cannot read it: "
+        )));
+        assert!(errors[2].ends_with(READABLE), "{errors:#?}");
     }
 }

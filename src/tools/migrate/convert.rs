@@ -438,7 +438,9 @@ impl Files<'_> {
             ));
             return Ok(copy);
         }
-        let read = PasswordFile::load(source).map_err(|e| {
+        let read = PasswordFile::load(source).map_err(|mut errors| {
+            // The first fault is enough to refuse the conversion with.
+            let e = errors.remove(0);
             let plain = e.why.contains("plain-text");
             let fix = if plain {
                 "; mosquitto_passwd -U FILE hashes a file of plain passwords"
