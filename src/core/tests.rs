@@ -1614,6 +1614,31 @@ fn a_storage_failure_is_answered_0x83() {
     }
 }
 
+/// A device with no room (`ENOSPC` before `max_bytes`) is answered as a
+/// full provider, 0x97: room returns and the publisher may try again.
+#[test]
+fn a_full_device_is_answered_0x97() {
+    let mut h = Harness::new(events_channel(ChannelStart::Tail));
+    let publisher = h.connect("pub", ProtocolVersion::V5);
+    h.packet(
+        publisher,
+        Packet::Publish(publish_packet("events/a", QoS::AtLeastOnce, Some(1), b"x")),
+    );
+    let ticket = match h.stored().as_slice() {
+        [StoreRequest::Commit { ticket, .. }] => *ticket,
+        other => panic!("expected one commit, got {other:?}"),
+    };
+    let error = store::StoreError::DeviceFull {
+        path: "/data/saguin.redb".into(),
+        action: "write the redb file",
+    };
+    h.complete(ticket, Answer::Committed(Err(error)));
+    match h.out.take(publisher).as_slice() {
+        [Packet::Puback(ack)] => assert_eq!(ack.reason_code, ReasonCode::QUOTA_EXCEEDED),
+        other => panic!("expected PUBACK 0x97, got {other:?}"),
+    }
+}
+
 fn stored_record(offset: u64, topic: &str, payload: &[u8]) -> store::Record {
     store::Record {
         offset,

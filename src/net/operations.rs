@@ -77,6 +77,7 @@ pub fn start(
 
 /// Whether a restart would not help: the executor beat within
 /// [`HEALTH_STALL_MS`] of `now_ms` and every storage thread still runs.
+/// A provider whose device failed is named by `/health` itself.
 fn healthy(now_ms: u64, beat_ms: u64, watches: &[StorageWatch]) -> bool {
     let turning = now_ms.saturating_sub(beat_ms) < HEALTH_STALL_MS;
     turning && !watches.iter().any(StorageWatch::stopped)
@@ -130,6 +131,10 @@ fn providers(
                             .thread_id()
                             .and_then(crate::ops::process::thread_written_bytes)
                     })
+                },
+                failure: {
+                    let watch = watch.clone();
+                    Arc::new(move || watch.failure())
                 },
                 commits: Arc::new(move || watch.stats()),
             }

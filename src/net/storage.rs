@@ -65,9 +65,14 @@ pub fn start(settings: &mut Settings) -> io::Result<(Storage, Receiver<(usize, C
             usage.max_bytes,
             usage.reserve_bytes
         );
+        // A provider standing failed (its file damaged, moved aside) holds
+        // nothing and takes no type stamp: its channels start empty.
+        let failed = provider.failure().is_some();
         for channel in core.channels.iter_mut().filter(|c| c.provider == index) {
-            channel_load::check_type(&mut *provider, channel)
-                .map_err(|message| io::Error::new(io::ErrorKind::InvalidData, message))?;
+            if !failed {
+                channel_load::check_type(&mut *provider, channel)
+                    .map_err(|message| io::Error::new(io::ErrorKind::InvalidData, message))?;
+            }
             channel_load::load_at_start(&mut *provider, channel).map_err(to_io)?;
             log::info!(
                 "channel {} on {}: floor {}, next {}",

@@ -15,7 +15,7 @@ use crate::core::observe::{
     ChannelConsumers, LossesView, Observation, QueueView, RefusedView, SessionsView,
 };
 use crate::core::Broker;
-use crate::store::{Backups, ChannelBytesReply, CommitStats};
+use crate::store::{Backups, ChannelBytesReply, CommitStats, Failure};
 
 /// Questions waiting for the executor at once; one more is answered 503.
 pub const ASK_QUEUE: usize = 8;
@@ -142,6 +142,9 @@ pub struct Provider {
     pub written_bytes: Arc<dyn Fn() -> Option<u64> + Send + Sync>,
     /// Its `device_endurance`, in bytes.
     pub device_endurance_bytes: Option<u64>,
+    /// Why it takes no more writes, once its device failed it: what
+    /// `/health` names.
+    pub failure: Arc<dyn Fn() -> Option<Arc<Failure>> + Send + Sync>,
 }
 
 impl Provider {

@@ -759,6 +759,16 @@ fn providers(out: &mut Exposition, providers: &[Provider]) {
         crate::store::damaged_journals_total(),
     );
     out.family(
+        "saguin_storage_damaged_files_total",
+        "counter",
+        "redb files found at a start damaged beyond repair and moved aside; their providers take no writes until restored or restarted empty.",
+    );
+    out.sample(
+        "saguin_storage_damaged_files_total",
+        &[],
+        crate::store::damaged_files_total(),
+    );
+    out.family(
         "saguin_provider_publish_commit_max_records",
         "gauge",
         "The provider's publish_commit_max_records.",

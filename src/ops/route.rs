@@ -31,7 +31,7 @@ use super::link::{Ask, Link};
 use super::operators::{Check, Operators, Reloadable};
 use super::password_checks::PasswordChecks;
 use super::wear::{Wear, WearMeter};
-use super::{metrics, process, v1};
+use super::{json, metrics, process, v1};
 
 /// Every route that takes a credential, as a password file's scope names
 /// them.
@@ -300,8 +300,30 @@ impl Service {
         }
     }
 
+    /// 200 when a restart would not help; 503 when it would: the executor
+    /// or a storage thread stopped, or a provider's device failed it, and
+    /// then the failed providers and their files are named.
     fn health(&self) -> Response {
-        if (self.link.healthy)() {
+        let failed: Vec<String> = self
+            .link
+            .providers
+            .iter()
+            .filter_map(|p| {
+                let failure = (p.failure)()?;
+                Some(format!(
+                    "{{\"provider\":{},\"file\":{}}}",
+                    json::string(&p.name),
+                    json::string(&failure.path.display().to_string())
+                ))
+            })
+            .collect();
+        if !failed.is_empty() {
+            let body = format!(
+                "{{\"status\":\"unavailable\",\"failed\":[{}]}}",
+                failed.join(",")
+            );
+            Response::json(503, body)
+        } else if (self.link.healthy)() {
             Response::json(200, "{\"status\":\"ok\"}".to_string())
         } else {
             Response::json(503, "{\"status\":\"unavailable\"}".to_string())
@@ -805,5 +827,61 @@ mod tests {
         );
         assert_eq!(basic_credential("Bearer x"), None);
         assert_eq!(basic_credential("Basic !!"), None);
+    }
+}
+
+#[cfg(test)]
+mod health_tests {
+    use super::*;
+    use crate::ops::Provider;
+    use crate::store::{CommitStats, Failure};
+
+    fn provider(name: &str, failure: Option<Arc<Failure>>) -> Provider {
+        Provider {
+            name: name.into(),
+            kind: "redb",
+            max_bytes: 1 << 20,
+            publish_commit_max_records: None,
+            commits: Arc::new(CommitStats::default),
+            channel_bytes: Arc::new(|_| false),
+            written_bytes: Arc::new(|| None),
+            device_endurance_bytes: None,
+            failure: Arc::new(move || failure.clone()),
+        }
+    }
+
+    fn health(healthy: bool, providers: Vec<Provider>) -> Response {
+        let (link, _asks) = Link::new("t".into(), Arc::new(move || healthy), providers);
+        Service::new(link, Duration::from_secs(60), 1).health()
+    }
+
+    #[test]
+    fn a_provider_whose_device_failed_is_named_with_its_file() {
+        let failure = Arc::new(Failure {
+            provider: "disk".into(),
+            path: "/data/disk.redb.journal".into(),
+            action: "write and sync a journal frame".into(),
+            cause: "Input/output error (os error 5)".into(),
+            remedy: "restart".into(),
+        });
+        let answer = health(
+            true,
+            vec![provider("mem", None), provider("disk", Some(failure))],
+        );
+        assert_eq!(answer.status, 503);
+        assert_eq!(
+            String::from_utf8(answer.body).unwrap(),
+            r#"{"status":"unavailable","failed":[{"provider":"disk","file":"/data/disk.redb.journal"}]}"#
+        );
+        let answer = health(true, vec![provider("mem", None)]);
+        assert_eq!(
+            (answer.status, answer.body),
+            (200, br#"{"status":"ok"}"#.to_vec())
+        );
+        let answer = health(false, vec![provider("mem", None)]);
+        assert_eq!(
+            (answer.status, answer.body),
+            (503, br#"{"status":"unavailable"}"#.to_vec())
+        );
     }
 }

@@ -6,6 +6,7 @@
 use std::fmt;
 use std::io;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 #[derive(Debug)]
 pub enum StoreError {
@@ -36,6 +37,49 @@ pub enum StoreError {
     Several(Vec<StoreError>),
     /// The storage thread has stopped.
     Stopped,
+    /// The provider takes no more writes: its device failed an operation
+    /// whose success the store relies on (a sync), so what it holds on the
+    /// disk is known only to a restart's replay. Every later call gets the
+    /// same failure back without touching the disk.
+    Failed(Arc<Failure>),
+    /// The device had no room (`ENOSPC`) for what `action` wrote, before
+    /// the provider reached its `max_bytes`. Nothing of the commit was
+    /// stored; what was acknowledged before stays, and the provider takes
+    /// writes again once there is room. Answered 0x97, as a full provider.
+    DeviceFull { path: PathBuf, action: &'static str },
+    /// redb found the file damaged beyond what its recovery mends.
+    Damaged { path: PathBuf, detail: String },
+}
+
+/// What stopped a provider, kept for every call after it, the log line,
+/// `/health` and the storage thread's watch.
+#[derive(Debug)]
+pub struct Failure {
+    pub provider: String,
+    /// The file whose operation failed.
+    pub path: PathBuf,
+    /// What was being done: "sync a journal frame", "sync the redb file".
+    pub action: String,
+    pub cause: String,
+    /// What it costs and what the operator can do.
+    pub remedy: String,
+}
+
+/// What a failed sync costs, and the operator's choices.
+pub(crate) const SYNC_FAILED_REMEDY: &str = "it takes no more writes and its channels refuse publishes (0x83) until the broker restarts and replays what is truly on the disk. Check the device (dmesg, its SMART or wear figures) and its free space, then restart the broker; if the file cannot be read, restore it from a backup";
+
+impl fmt::Display for Failure {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "storage provider {} has failed: cannot {} {}: {}; {}",
+            self.provider,
+            self.action,
+            self.path.display(),
+            self.cause,
+            self.remedy
+        )
+    }
 }
 
 impl StoreError {
@@ -44,6 +88,25 @@ impl StoreError {
             path: path.into(),
             action,
             source,
+        }
+    }
+
+    /// Whether the whole commit met the device's answer, not one of its
+    /// writes: each request of the batch would meet it again alone.
+    pub fn is_device_error(&self) -> bool {
+        matches!(self, StoreError::Failed(_) | StoreError::DeviceFull { .. })
+    }
+
+    /// The same answer for another request of a failed batch; `None` for
+    /// an error that is one request's own.
+    pub(crate) fn for_another(&self) -> Option<StoreError> {
+        match self {
+            StoreError::Failed(failure) => Some(StoreError::Failed(Arc::clone(failure))),
+            StoreError::DeviceFull { path, action } => Some(StoreError::DeviceFull {
+                path: path.clone(),
+                action,
+            }),
+            _ => None,
         }
     }
 
@@ -102,6 +165,17 @@ impl fmt::Display for StoreError {
                 Ok(())
             }
             StoreError::Stopped => f.write_str("the storage thread has stopped"),
+            StoreError::Failed(failure) => failure.fmt(f),
+            StoreError::Damaged { path, detail } => write!(
+                f,
+                "storage {}: damaged beyond repair: {detail}",
+                path.display()
+            ),
+            StoreError::DeviceFull { path, action } => write!(
+                f,
+                "storage {}: cannot {action}: the device is full (ENOSPC); the commit was refused and nothing acknowledged is lost. Free space on the device (or lower max_bytes below what it can hold): writes resume by themselves",
+                path.display()
+            ),
         }
     }
 }

@@ -31,6 +31,7 @@ mod dirs;
 pub mod disk;
 pub(crate) mod encoding;
 mod error;
+mod failed;
 mod files;
 mod journal;
 mod lock;
@@ -59,6 +60,8 @@ mod backup_tests;
 #[cfg(test)]
 mod conformance;
 #[cfg(test)]
+mod diskfail_tests;
+#[cfg(test)]
 mod journal_tests;
 #[cfg(test)]
 mod pending_tests;
@@ -80,7 +83,8 @@ pub use convert::{
     redb_to_snapshots, redb_to_snapshots_on, snapshots_to_redb, snapshots_to_redb_on, Converted,
 };
 pub use dirs::create_dir_all_synced;
-pub use error::StoreError;
+pub use error::{Failure, StoreError};
+pub use failed::damaged_files_total;
 pub use memory::MemoryProvider;
 pub use message_id::{MessageId, MessageIdGenerator, MAX_MESSAGE_ID_TEXT_BYTES};
 pub use open::{open_provider, open_provider_on};
@@ -191,6 +195,12 @@ pub trait Provider: Send {
     /// thread when [`Provider::checkpoint_due_in`] runs out while idle.
     fn checkpoint(&mut self) -> Result<(), StoreError> {
         Ok(())
+    }
+
+    /// Why the provider takes no more writes, once its device failed it
+    /// or its file was found damaged beyond repair; `None` while it works.
+    fn failure(&self) -> Option<std::sync::Arc<Failure>> {
+        None
     }
 
     /// A graceful close: a memory provider writes its snapshot, a redb

@@ -4,6 +4,7 @@ use std::sync::Arc;
 
 use super::disk::{Disk, RealDisk};
 use super::error::StoreError;
+use super::failed::set_aside_damaged;
 use super::memory::MemoryProvider;
 use super::redb::RedbProvider;
 use super::settings::{ProviderKind, ProviderSettings};
@@ -33,13 +34,28 @@ pub fn open_provider_on(
             checkpoint_interval_ms,
             ..
         } => {
-            let mut provider = RedbProvider::open_on(
-                disk,
+            let opened = RedbProvider::open_on(
+                disk.clone(),
                 &settings.name,
                 file_path,
                 settings.max_bytes,
                 reserve_bytes,
-            )?;
+            );
+            let mut provider = match opened {
+                Ok(provider) => provider,
+                // The broker starts, and the provider stands failed.
+                Err(StoreError::Damaged { path, detail }) if path == *file_path => {
+                    let failed = set_aside_damaged(
+                        disk,
+                        &settings.name,
+                        file_path,
+                        &detail,
+                        settings.max_bytes,
+                    )?;
+                    return Ok(Box::new(failed));
+                }
+                Err(e) => return Err(e),
+            };
             provider.set_checkpoint_interval_ms(u64::from(*checkpoint_interval_ms));
             Ok(Box::new(provider))
         }

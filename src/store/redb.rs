@@ -20,7 +20,9 @@
 //! the only writer, and it updates them only from transactions that
 //! committed.
 
-use std::cell::{Cell, RefCell};
+#[cfg(test)]
+use std::cell::Cell;
+use std::cell::RefCell;
 use std::ops::Range;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -37,13 +39,13 @@ use super::budget::Budget;
 use super::disk::{Disk, RealDisk};
 use super::encoding::{message_from_bytes, message_header};
 use super::error::db_error;
-use super::error::StoreError;
+use super::error::{Failure, StoreError, SYNC_FAILED_REMEDY};
 use super::files::lock_path_for;
 use super::files::sync_parent;
 use super::journal::Journal;
 use super::lock::LockFile;
 use super::pending::{Base, Pending, Rebuild, PENDING_MAX_AGE_MS};
-use super::redb_file::create_provider_db;
+use super::redb_file::{create_provider_db, IoFailures};
 use super::redb_schema::{
     check_format, counted_bytes, for_each_keyed, load_channels, read_next_channel_id, ChannelMap,
     ENTRIES, POSITIONS, RECORDS, REDB_CACHE_BYTES,
@@ -61,6 +63,21 @@ use super::Provider;
 /// Longer writes fewer redb pages per record, and makes the replay after
 /// a crash longer and redb's unwritten pages more.
 pub const DEFAULT_CHECKPOINT_INTERVAL_MS: u32 = 1_000;
+
+/// How often a provider whose device was full tries again to open its
+/// file, which reads the file's tree: at a commit or while idle, no more
+/// often than this.
+const ROOM_RETRY_MS: u64 = 5_000;
+
+/// A device found full under the redb file: redb takes nothing more from
+/// that opening of the file, so it is opened again once there is room.
+#[derive(Debug)]
+struct FullDevice {
+    /// What the commit that met it was doing.
+    action: &'static str,
+    /// The last try to open the file again.
+    tried: Instant,
+}
 
 /// When redb was last made durable, and whether it must be next.
 #[derive(Debug)]
@@ -83,10 +100,19 @@ pub struct RedbProvider {
     /// Batches of appends answered and not yet applied in `pending`
     /// (`ahead.rs`); applied before anything else touches it.
     pub(crate) behind: RefCell<Option<Behind>>,
-    /// Set when acknowledged batches could not be put back into a
-    /// transaction after a failure: only a restart (the journal's replay)
-    /// brings them back, so nothing more is taken.
-    broken: Cell<bool>,
+    /// Set when the device failed an operation the provider relies on (a
+    /// sync of the journal or the file), or when acknowledged batches
+    /// could not be put back into a transaction after a failure: only a
+    /// restart (the journal's replay of what is truly on the disk) brings
+    /// the provider back, so nothing more is taken and nothing retried.
+    failure: RefCell<Option<Arc<Failure>>>,
+    /// What the redb file's operations last failed at: redb keeps only
+    /// the message.
+    file_failures: Arc<IoFailures>,
+    /// Set while the redb file's device has no room: every call is
+    /// refused 0x97 until the file opens again.
+    full: RefCell<Option<FullDevice>>,
+    room_retry: Duration,
     pending_max_age: Duration,
     // Declared before the lock, so an unclean drop closes the file before
     // another broker may take it.
@@ -110,6 +136,10 @@ pub struct RedbProvider {
     /// Tests make the next apply of an answered batch fail.
     #[cfg(test)]
     pub(crate) fail_next_apply: Cell<bool>,
+    /// Tests make the next journal append fail with this OS error, as the
+    /// device would answer its `O_DSYNC` write.
+    #[cfg(test)]
+    pub(crate) fail_next_append: Option<i32>,
 }
 
 impl RedbProvider {
@@ -145,16 +175,12 @@ impl RedbProvider {
         reserve_bytes: u64,
     ) -> Result<RedbProvider, StoreError> {
         let lock = LockFile::acquire(disk.as_ref(), &lock_path_for(file_path), name)?;
-        let builder = {
-            let mut b = Builder::new();
-            b.set_cache_size(REDB_CACHE_BYTES)
-                // A file altered outside redb is reported as corrupt instead
-                // of trusted: the price is a read of the whole file at each
-                // start.
-                .set_check_integrity_on_open(true);
-            b
-        };
-        let db = create_provider_db(disk.as_ref(), file_path, &builder)?;
+        // A file altered outside redb is reported as corrupt instead of
+        // trusted: the price is a read of the whole file at each start.
+        let builder = builder(true);
+        let file_failures = Arc::<IoFailures>::default();
+        let db = create_provider_db(disk.as_ref(), file_path, &builder, file_failures.clone())
+            .map_err(|e| zeroed_is_damaged(disk.as_ref(), file_path, e))?;
         check_format(&db, file_path)?;
         sync_parent(disk.as_ref(), file_path)?;
         let (journal, journal_sequence) = attach_journal(disk.as_ref(), &db, file_path)?;
@@ -167,7 +193,10 @@ impl RedbProvider {
             path: file_path.to_path_buf(),
             pending: RefCell::new(None),
             behind: RefCell::new(None),
-            broken: Cell::new(false),
+            failure: RefCell::new(None),
+            file_failures,
+            full: RefCell::new(None),
+            room_retry: Duration::from_millis(ROOM_RETRY_MS),
             pending_max_age: Duration::from_millis(PENDING_MAX_AGE_MS),
             db,
             budget,
@@ -188,11 +217,19 @@ impl RedbProvider {
             redb_commits: Cell::new(0),
             #[cfg(test)]
             fail_next_apply: Cell::new(false),
+            #[cfg(test)]
+            fail_next_append: None,
         })
     }
 
     pub fn file_path(&self) -> &Path {
         &self.path
+    }
+
+    /// Sets how often a full device is tried again; tests make it at once.
+    #[cfg(test)]
+    pub(crate) fn set_room_retry_ms(&mut self, retry_ms: u64) {
+        self.room_retry = Duration::from_millis(retry_ms);
     }
 
     /// Sets how long a batch may sit in the journal alone; tests stretch it
@@ -221,14 +258,161 @@ impl RedbProvider {
         }
     }
 
+    /// Refuses, without touching the disk, anything asked of a provider
+    /// that has failed.
     fn unbroken(&self) -> Result<(), StoreError> {
-        if self.broken.get() {
-            return Err(StoreError::format(
-                &self.path,
-                "acknowledged batches could not be applied to the file again after a failed commit; restart the broker, which applies them again from the journal",
-            ));
+        if let Some(failure) = self.failure.borrow().as_ref() {
+            return Err(StoreError::Failed(Arc::clone(failure)));
         }
+        match self.full.borrow().as_ref() {
+            Some(full) => Err(self.device_full(full.action)),
+            None => Ok(()),
+        }
+    }
+
+    fn device_full(&self, action: &'static str) -> StoreError {
+        StoreError::DeviceFull {
+            path: self.path.clone(),
+            action,
+        }
+    }
+
+    /// While the redb file's device was full: opens the file again once
+    /// a retry is due, which replays the journal and checkpoints, as a
+    /// restart would. Still no room is the same refusal; any other
+    /// failure stops the provider.
+    fn regain_room(&mut self) -> Result<(), StoreError> {
+        let Some(full) = self.full.get_mut() else {
+            return Ok(());
+        };
+        let action = full.action;
+        if full.tried.elapsed() < self.room_retry {
+            return Err(self.device_full(action));
+        }
+        full.tried = Instant::now();
+        self.file_failures.take();
+        match self.reopen() {
+            Ok(()) => {
+                *self.full.get_mut() = None;
+                log::info!(
+                    "storage provider {}: there is room for {} again; writes resume",
+                    self.name,
+                    self.path.display()
+                );
+                Ok(())
+            }
+            Err(e) if no_space(&e) || self.file_failures.take().is_some_and(|f| f.no_space) => {
+                Err(self.device_full(action))
+            }
+            Err(e) => Err(self.fail(
+                &self.path,
+                "open the redb file again after its device was full",
+                e.to_string(),
+            )),
+        }
+    }
+
+    /// Opens the redb file again in place of an opening redb refuses
+    /// everything on. What the open transaction and the answered batches
+    /// held is in the journal, and comes back by its replay.
+    fn reopen(&mut self) -> Result<(), StoreError> {
+        self.pending.get_mut().take();
+        self.behind.get_mut().take();
+        // The old opening must be gone before the file is opened again;
+        // an empty database in memory holds its place meanwhile, and the
+        // provider stays refused (`full`) until the file is back.
+        let placeholder = Builder::new()
+            .create_with_backend(::redb::backends::InMemoryBackend::new())
+            .map_err(db_error(
+                &self.path,
+                "make room to open the redb file again",
+            ))?;
+        drop(std::mem::replace(&mut self.db, placeholder));
+        // Checked whole at the start; this process has been its only writer.
+        let db = create_provider_db(
+            self.disk.as_ref(),
+            &self.path,
+            &builder(false),
+            self.file_failures.clone(),
+        )?;
+        check_format(&db, &self.path)?;
+        let (journal, journal_sequence) = attach_journal(self.disk.as_ref(), &db, &self.path)?;
+        let next_channel_id = read_next_channel_id(&db, &self.path)?;
+        let channels = load_channels(&db, &self.path)?;
+        self.budget.used_bytes = counted_bytes(&channels);
+        self.channels = channels;
+        self.next_channel_id = next_channel_id;
+        self.journal = journal;
+        self.journal_sequence = journal_sequence;
+        self.db = db;
+        self.checkpoint.since = None;
+        self.checkpoint.must = false;
         Ok(())
+    }
+
+    /// Stops the provider for good (until a restart): logged once, at
+    /// ERROR, with what the operator can do.
+    fn fail(&self, path: &Path, action: impl Into<String>, cause: impl Into<String>) -> StoreError {
+        let failure = Arc::new(Failure {
+            provider: self.name.clone(),
+            path: path.to_path_buf(),
+            action: action.into(),
+            cause: cause.into(),
+            remedy: SYNC_FAILED_REMEDY.into(),
+        });
+        log::error!("{failure}");
+        *self.failure.borrow_mut() = Some(Arc::clone(&failure));
+        *self.full.borrow_mut() = None;
+        StoreError::Failed(failure)
+    }
+
+    /// What a failed redb commit of `action` comes to: when the file's
+    /// device failed it, redb refuses everything after, and the provider
+    /// stops (a full device is said so); otherwise `error` as it was, and
+    /// `None` so the caller rebuilds the transaction.
+    fn file_failure(&self, action: &'static str, error: &StoreError) -> Option<StoreError> {
+        let failed = self.file_failures.take()?;
+        if failed.no_space {
+            log::warn!(
+                "storage provider {}: the device under {} is full ({}); commits are refused (0x97) until there is room, tried again every {} s, and nothing acknowledged is lost. Free space on the device, or lower max_bytes below what it holds",
+                self.name,
+                self.path.display(),
+                failed.cause,
+                self.room_retry.as_secs()
+            );
+            *self.full.borrow_mut() = Some(FullDevice {
+                action,
+                tried: Instant::now(),
+            });
+            return Some(self.device_full(action));
+        }
+        Some(self.fail(
+            &self.path,
+            format!("{action} (a {} of the file failed)", failed.action),
+            format!("{}; redb said: {error}", failed.cause),
+        ))
+    }
+
+    /// What a failed journal append comes to: a full device refuses this
+    /// batch only; any other failure of the write, which is the frame's
+    /// sync, stops the provider, since the frame's blocks may be neither
+    /// old nor new and the kernel may report the loss only once.
+    fn append_failure(&self, error: StoreError) -> StoreError {
+        match error {
+            StoreError::Io {
+                path,
+                action,
+                source,
+            } if source.kind() == std::io::ErrorKind::StorageFull => {
+                StoreError::DeviceFull { path, action }
+            }
+            StoreError::Io {
+                path,
+                action,
+                source,
+            } => self.fail(&path, action, source.to_string()),
+            other => other,
+        }
     }
 
     /// After a failure inside the open transaction: a new one holding the
@@ -239,8 +423,11 @@ impl RedbProvider {
             Ok(pending) if pending.is_empty() => {}
             Ok(pending) => *self.pending.borrow_mut() = Some(pending),
             Err(e) => {
-                log::error!("{}: {e}", self.path.display());
-                self.broken.set(true);
+                self.fail(
+                    &self.path,
+                    "apply acknowledged batches again after a failed commit to",
+                    e.to_string(),
+                );
             }
         }
     }
@@ -266,6 +453,11 @@ impl RedbProvider {
             .commit(&self.path, self.journal_sequence, durability)
             .map_err(|failed| {
                 let (e, rebuild) = *failed;
+                if let Some(failed) = self.file_failure("commit batches to", &e) {
+                    // Every batch in it is in the journal, for the replay.
+                    drop(rebuild);
+                    return failed;
+                }
                 self.rebuild(rebuild);
                 e
             })
@@ -281,7 +473,8 @@ impl RedbProvider {
         }
         match self.pending.get_mut().take() {
             Some(pending) => self.commit_pending(pending, Durability::Immediate)?,
-            None => checkpoint_db(&self.db, &self.path, self.journal_sequence)?,
+            None => checkpoint_db(&self.db, &self.path, self.journal_sequence)
+                .map_err(|e| self.file_failure("checkpoint", &e).unwrap_or(e))?,
         }
         self.checkpointed();
         Ok(())
@@ -386,7 +579,9 @@ impl RedbProvider {
         // As in `commit`: a frame that may be on the disk unanswered is
         // passed by a checkpoint before anything newer is journalled.
         self.checkpoint.must = true;
-        self.journal.append(self.journal_sequence, &frame)?;
+        if let Err(e) = self.append(&frame) {
+            return Err(self.append_failure(e));
+        }
         self.checkpoint.must = false;
         self.checkpoint.since.get_or_insert_with(Instant::now);
         let behind = self
@@ -405,10 +600,60 @@ impl RedbProvider {
         Ok(Some(self.adopt(forecast)))
     }
 
+    /// Appends `frame` to the journal at the current sequence.
+    fn append(&mut self, frame: &[u8]) -> Result<(), StoreError> {
+        #[cfg(test)]
+        if let Some(errno) = self.fail_next_append.take() {
+            return Err(StoreError::io(
+                self.journal.path(),
+                "write and sync a journal frame",
+                std::io::Error::from_raw_os_error(errno),
+            ));
+        }
+        self.journal.append(self.journal_sequence, frame)
+    }
+
     fn checkpointed(&mut self) {
         self.journal.reset();
         self.checkpoint.since = None;
         self.checkpoint.must = false;
+    }
+}
+
+/// A file whose first page is zeros is this provider's file damaged (a
+/// power cut on flash can leave one so), not some other program's file:
+/// any file format starts with something. `error` as it was otherwise.
+fn zeroed_is_damaged(disk: &dyn Disk, path: &Path, error: StoreError) -> StoreError {
+    let zeroed = || -> std::io::Result<bool> {
+        let file = disk.open(path, super::disk::OpenMode::read_only())?;
+        let mut head = vec![0u8; 4_096.min(file.size_bytes()? as usize)];
+        file.read_exact_at(&mut head, 0)?;
+        Ok(!head.is_empty() && head.iter().all(|&b| b == 0))
+    };
+    match error {
+        StoreError::Database { detail, .. } if zeroed().unwrap_or(false) => StoreError::Damaged {
+            path: path.to_path_buf(),
+            detail: format!("its first page is zeros ({detail})"),
+        },
+        other => other,
+    }
+}
+
+/// redb's settings for the provider's file; `check` reads it whole at
+/// the open.
+fn builder(check: bool) -> Builder {
+    let mut b = Builder::new();
+    b.set_cache_size(REDB_CACHE_BYTES)
+        .set_check_integrity_on_open(check);
+    b
+}
+
+/// Whether `error` is the device's `ENOSPC`.
+fn no_space(error: &StoreError) -> bool {
+    match error {
+        StoreError::Io { source, .. } => source.kind() == std::io::ErrorKind::StorageFull,
+        StoreError::DeviceFull { .. } => true,
+        _ => false,
     }
 }
 
@@ -478,6 +723,7 @@ impl Provider for RedbProvider {
     /// failure anywhere leaves the provider as it was.
     fn commit(&mut self, writes: &[Write]) -> Result<Vec<Outcome>, StoreError> {
         check_writes(writes)?;
+        self.regain_room()?;
         self.unbroken()?;
         self.catch_up()?;
         let pending = match self.pending.get_mut().take() {
@@ -517,8 +763,14 @@ impl Provider for RedbProvider {
         // batch acknowledged must not be replayed after newer ones: the
         // next commit is a checkpoint, past its sequence.
         self.checkpoint.must = true;
-        if let Err(e) = self.journal.append(self.journal_sequence, &frame) {
-            self.rebuild(pending.abandon());
+        if let Err(e) = self.append(&frame) {
+            let e = self.append_failure(e);
+            if matches!(e, StoreError::Failed(_)) {
+                // Every acknowledged batch is in the journal, for the replay.
+                drop(pending);
+            } else {
+                self.rebuild(pending.abandon());
+            }
             return Err(e);
         }
         self.checkpoint.must = false;
@@ -531,8 +783,10 @@ impl Provider for RedbProvider {
         if full {
             // The batch is durable already; a failed commit here is put
             // back and reported to the next read or commit.
-            if let Err(e) = self.settle() {
-                log::warn!("{}: {e}", self.path.display());
+            match self.settle() {
+                // Said when it happened.
+                Err(StoreError::Failed(_) | StoreError::DeviceFull { .. }) | Ok(()) => {}
+                Err(e) => log::warn!("{}: {e}", self.path.display()),
             }
         }
         Ok(outcomes)
@@ -548,7 +802,9 @@ impl Provider for RedbProvider {
         let behind_full = self.behind.get_mut().as_ref().is_some_and(Behind::is_full);
         let only_appends = writes.iter().all(|w| matches!(w, Write::Append { .. }));
         if !behind_full && only_appends {
-            let checked = check_writes(&writes).and_then(|()| self.unbroken());
+            let checked = check_writes(&writes)
+                .and_then(|()| self.regain_room())
+                .and_then(|()| self.unbroken());
             match checked.and_then(|()| self.commit_ahead(&mut writes)) {
                 Ok(Some(outcomes)) => return Ok(outcomes),
                 Ok(None) => {}
@@ -559,6 +815,10 @@ impl Provider for RedbProvider {
     }
 
     fn checkpoint_due_in(&self) -> Option<Duration> {
+        if let Some(full) = self.full.borrow().as_ref() {
+            // The file is tried again while idle, so reads resume too.
+            return Some(self.room_retry.saturating_sub(full.tried.elapsed()));
+        }
         if self.behind.borrow().is_some() {
             // Answered batches wait for the apply: now, if nothing is queued.
             return Some(Duration::ZERO);
@@ -573,9 +833,14 @@ impl Provider for RedbProvider {
         }
     }
 
+    fn failure(&self) -> Option<Arc<Failure>> {
+        self.failure.borrow().clone()
+    }
+
     /// While idle: a checkpoint when one is due, otherwise the commit of
     /// the open transaction whose age ran out.
     fn checkpoint(&mut self) -> Result<(), StoreError> {
+        self.regain_room()?;
         if self.checkpoint_due() {
             return self.make_durable();
         }

@@ -13,9 +13,9 @@
 use std::fmt;
 use std::io;
 use std::path::Path;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
-use ::redb::{Builder, Database, DatabaseError, StorageBackend};
+use ::redb::{Builder, Database, DatabaseError, StorageBackend, StorageError};
 
 use super::disk::{Disk, DiskFile, OpenMode};
 use super::error::{db_error, StoreError};
@@ -24,16 +24,25 @@ use super::redb_header::{looks_like_redb_header, HeaderCopy, SECTOR_BYTES};
 /// redb's storage: one open file.
 pub(crate) struct DiskBackend {
     file: Box<dyn DiskFile>,
+    failures: Arc<IoFailures>,
     /// Where the header sector goes after each sync: a provider's own file.
     header_copy: Option<Arc<HeaderCopy>>,
 }
 
 impl DiskBackend {
-    pub(crate) fn new(file: Box<dyn DiskFile>) -> DiskBackend {
-        DiskBackend {
-            file,
-            header_copy: None,
+    /// Notes what failed, for the provider to tell a failed sync from a
+    /// full device: redb keeps only the message, and after any failed
+    /// operation of its file refuses every later one.
+    fn noted<T>(&self, action: &'static str, result: io::Result<T>) -> io::Result<T> {
+        if let Err(e) = &result {
+            let mut last = self.failures.0.lock().unwrap_or_else(|p| p.into_inner());
+            *last = Some(IoFailure {
+                action,
+                no_space: e.kind() == io::ErrorKind::StorageFull,
+                cause: e.to_string(),
+            });
         }
+        result
     }
 }
 
@@ -45,6 +54,26 @@ fn header_sector(file: &dyn DiskFile) -> io::Result<Option<[u8; SECTOR_BYTES]>> 
         Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => Ok(None),
         Err(e) => Err(e),
     }
+}
+
+/// The last operation on a redb file that failed, as the device answered.
+#[derive(Default)]
+pub(crate) struct IoFailures(Mutex<Option<IoFailure>>);
+
+impl IoFailures {
+    /// The failure noted since the last call, if any.
+    pub(crate) fn take(&self) -> Option<IoFailure> {
+        self.0.lock().unwrap_or_else(|p| p.into_inner()).take()
+    }
+}
+
+#[derive(Debug)]
+pub(crate) struct IoFailure {
+    /// What was being done to the file: "sync", "write".
+    pub(crate) action: &'static str,
+    /// `ENOSPC`: the device is full.
+    pub(crate) no_space: bool,
+    pub(crate) cause: String,
 }
 
 impl fmt::Debug for DiskBackend {
@@ -63,11 +92,11 @@ impl StorageBackend for DiskBackend {
     }
 
     fn set_len(&self, len: u64) -> Result<(), io::Error> {
-        self.file.set_len(len)
+        self.noted("resize", self.file.set_len(len))
     }
 
     fn sync_data(&self) -> Result<(), io::Error> {
-        self.file.sync_data()?;
+        self.noted("sync", self.file.sync_data())?;
         match (&self.header_copy, header_sector(self.file.as_ref())?) {
             (Some(copy), Some(sector)) => copy.record(&sector),
             _ => Ok(()),
@@ -75,7 +104,7 @@ impl StorageBackend for DiskBackend {
     }
 
     fn write(&self, offset: u64, data: &[u8]) -> Result<(), io::Error> {
-        self.file.write_all_at(data, offset)
+        self.noted("write", self.file.write_all_at(data, offset))
     }
 }
 
@@ -92,6 +121,14 @@ impl OpenError {
     pub(crate) fn at(self, path: &Path, action: &'static str) -> StoreError {
         match self {
             OpenError::File(e) => StoreError::io(path, action, e),
+            // What redb's recovery, and its check of the whole file, could
+            // not mend.
+            OpenError::Database(DatabaseError::Storage(StorageError::Corrupted(detail))) => {
+                StoreError::Damaged {
+                    path: path.to_path_buf(),
+                    detail,
+                }
+            }
             OpenError::Database(e) => db_error(path, action)(e),
         }
     }
@@ -113,6 +150,16 @@ pub(crate) fn create_db(
     path: &Path,
     builder: &Builder,
 ) -> Result<Database, OpenError> {
+    create_watched_db(disk, path, builder, Arc::default())
+}
+
+/// [`create_db`], noting each failed operation of the file in `failures`.
+pub(crate) fn create_watched_db(
+    disk: &dyn Disk,
+    path: &Path,
+    builder: &Builder,
+    failures: Arc<IoFailures>,
+) -> Result<Database, OpenError> {
     let mode = OpenMode {
         create: true,
         // Whatever the umask: the file holds what applications published.
@@ -121,7 +168,11 @@ pub(crate) fn create_db(
     };
     let file = disk.open(path, mode).map_err(OpenError::File)?;
     builder
-        .create_with_backend(DiskBackend::new(file))
+        .create_with_backend(DiskBackend {
+            file,
+            failures,
+            header_copy: None,
+        })
         .map_err(OpenError::Database)
 }
 
@@ -139,10 +190,13 @@ fn provider_file_mode() -> OpenMode {
 /// and tries once more. What redb
 /// then opens is its last durable commit, whose pages a commit never
 /// overwrites; the journal holds every batch after it.
+///
+/// Each failed operation of the file is noted in `failures`.
 pub(crate) fn create_provider_db(
     disk: &dyn Disk,
     path: &Path,
     builder: &Builder,
+    failures: Arc<IoFailures>,
 ) -> Result<Database, StoreError> {
     let action = "open the redb file";
     let fresh = !disk
@@ -155,6 +209,7 @@ pub(crate) fn create_provider_db(
             .map_err(OpenError::File)?;
         let backend = DiskBackend {
             file,
+            failures: failures.clone(),
             header_copy: Some(copy.clone()),
         };
         builder
@@ -175,7 +230,7 @@ pub(crate) fn create_provider_db(
         .newest()
         .filter(|kept| torn && looks_like_redb_header(kept))
     else {
-        return Err(db_error(path, action)(failed));
+        return Err(OpenError::Database(failed).at(path, action));
     };
     file.write_all_at(&kept, 0)
         .and_then(|()| file.sync_data())

@@ -22,7 +22,9 @@
 //!
 //! A completion is delivered only after the commit holding its writes has
 //! returned (invariant 18). When a batch fails, its requests are committed
-//! again one by one, so one request's failure is not its neighbours'.
+//! again one by one, so one request's failure is not its neighbours' -
+//! unless the device failed it (a failed sync, a full disk): that answer
+//! is every request's, and a sync is never retried and then trusted.
 
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -32,7 +34,7 @@ use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
 
 use super::backup::{take_backup, BackupReply, SharedReply};
-use super::error::StoreError;
+use super::error::{Failure, StoreError};
 use super::settings::CommitPolicy;
 use super::types::{Outcome, Read, ReadLimit, Write};
 use super::validate::MAX_BATCH_WRITES;
@@ -170,6 +172,8 @@ struct Counters {
     /// The thread's id in `/proc/self/task`, once it runs; 0 until then,
     /// or where `/proc` does not say. What it wrote is read from there.
     thread_id: std::sync::atomic::AtomicU32,
+    /// What stopped the provider taking writes, once something has.
+    failure: std::sync::Mutex<Option<Arc<Failure>>>,
 }
 
 impl Counters {
@@ -303,6 +307,12 @@ impl StorageWatch {
     pub fn thread_id(&self) -> Option<u32> {
         Some(self.0.thread_id.load(Ordering::Relaxed)).filter(|&id| id != 0)
     }
+
+    /// Why the provider takes no more writes, once its device failed it.
+    pub fn failure(&self) -> Option<Arc<Failure>> {
+        let failure = self.0.failure.lock().unwrap_or_else(|p| p.into_inner());
+        failure.clone()
+    }
 }
 
 /// A running storage thread.
@@ -334,6 +344,8 @@ impl StorageThread {
         counters
             .used_bytes
             .store(provider.usage().used_bytes, Ordering::Relaxed);
+        // A provider can stand failed from its start (a damaged file).
+        *counters.failure.lock().unwrap_or_else(|p| p.into_inner()) = provider.failure();
         let thread_counters = Arc::clone(&counters);
         let name = format!("saguin-storage-{}", provider.name());
         let (running_tx, running) = mpsc::sync_channel(1);
@@ -509,9 +521,17 @@ impl Worker {
                 Err(RecvTimeoutError::Disconnected) => return None,
                 Err(RecvTimeoutError::Timeout) => {
                     if let Err(e) = self.provider.checkpoint() {
+                        Counters::add(&self.counters.failed_commits, 1);
+                        if matches!(e, StoreError::DeviceFull { .. }) {
+                            // Said once by the provider; it is tried again
+                            // when its next retry is due.
+                            continue;
+                        }
                         // The records stay safe in the journal; the next
-                        // commit checkpoints instead.
-                        log::warn!("storage provider {}: {e}", self.provider.name());
+                        // commit checkpoints instead, or meets the failure.
+                        if !self.note_failure(&e) {
+                            log::warn!("storage provider {}: {e}", self.provider.name());
+                        }
                         return self.rx.recv().ok();
                     }
                 }
@@ -684,6 +704,12 @@ impl Worker {
 
     fn commit(&mut self, batch: Batch) {
         self.commit_batch(batch);
+        // A provider can fail after answering a batch (its open
+        // transaction's commit): `/health` hears of it now, not at the
+        // next refusal.
+        if let Some(failure) = self.provider.failure() {
+            self.note_failure(&StoreError::Failed(failure));
+        }
         let used_bytes = self.provider.usage().used_bytes;
         self.counters
             .used_bytes
@@ -709,11 +735,25 @@ impl Worker {
                     });
                 }
             }
-            Err((e, _)) if tickets.len() == 1 => {
+            Err((e, _)) if tickets.len() == 1 || e.is_device_error() => {
+                // The device's answer is every request's: alone, each
+                // would meet it again, and a failed sync retried could
+                // succeed over writes the device already dropped.
+                self.note_failure(&e);
                 Counters::add(&self.counters.failed_commits, 1);
-                Counters::add(&self.counters.requests, 1);
+                Counters::add(&self.counters.requests, tickets.len() as u64);
+                let Some(((last, _), others)) = tickets.split_last() else {
+                    return;
+                };
+                for (ticket, _) in others {
+                    let again = e.for_another().unwrap_or(StoreError::Stopped);
+                    (self.deliver)(Completion {
+                        ticket: *ticket,
+                        answer: Answer::Committed(Err(again)),
+                    });
+                }
                 (self.deliver)(Completion {
-                    ticket: tickets[0].0,
+                    ticket: *last,
                     answer: Answer::Committed(Err(e)),
                 });
             }
@@ -726,11 +766,13 @@ impl Worker {
                 for (ticket, n) in tickets {
                     let result = self.provider.commit(&all[at..at + n]);
                     at += n;
-                    if let Ok(outcomes) = &result {
-                        self.count(outcomes, 1);
-                    } else {
-                        Counters::add(&self.counters.failed_commits, 1);
-                        Counters::add(&self.counters.requests, 1);
+                    match &result {
+                        Ok(outcomes) => self.count(outcomes, 1),
+                        Err(e) => {
+                            self.note_failure(e);
+                            Counters::add(&self.counters.failed_commits, 1);
+                            Counters::add(&self.counters.requests, 1);
+                        }
                     }
                     (self.deliver)(Completion {
                         ticket,
@@ -739,6 +781,21 @@ impl Worker {
                 }
             }
         }
+    }
+
+    /// Keeps a provider's failure where `/health` reads it; `true` when
+    /// `error` is one (the provider has logged it already).
+    fn note_failure(&self, error: &StoreError) -> bool {
+        let StoreError::Failed(failure) = error else {
+            return false;
+        };
+        let mut kept = self
+            .counters
+            .failure
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        kept.get_or_insert_with(|| Arc::clone(failure));
+        true
     }
 
     fn count(&self, outcomes: &[Outcome], requests: usize) {

@@ -1,6 +1,7 @@
 //! The storage thread: what forms a batch, what waits, what a failure
 //! costs the neighbours, and that the executor side never blocks.
 
+use std::path::Path;
 use std::sync::mpsc::{self, Receiver, Sender};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -17,6 +18,10 @@ struct Observed {
     batches: Arc<Mutex<Vec<usize>>>,
     /// (tell the test the commit started, wait for its release)
     hold_first: Option<(Sender<()>, Receiver<()>)>,
+    /// Every commit after the held one meets this answer from the device.
+    failing: Option<fn() -> StoreError>,
+    /// What the provider says failed it once it has committed anything.
+    quiet_failure: Option<Arc<Failure>>,
 }
 
 impl Provider for Observed {
@@ -33,12 +38,16 @@ impl Provider for Observed {
         self.inner.channels()
     }
     fn commit(&mut self, writes: &[Write]) -> Result<Vec<Outcome>, StoreError> {
-        if let Some((started, release)) = self.hold_first.take() {
+        let held = self.hold_first.take();
+        if let Some((started, release)) = &held {
             started.send(()).expect("the test is waiting");
             release.recv().expect("the test releases the commit");
         }
         self.batches.lock().expect("lock").push(writes.len());
-        self.inner.commit(writes)
+        match self.failing {
+            Some(device) if held.is_none() => Err(device()),
+            _ => self.inner.commit(writes),
+        }
     }
     fn read(&self, channel: &str, from: u64, limit: ReadLimit) -> Result<Read, StoreError> {
         self.inner.read(channel, from, limit)
@@ -57,6 +66,12 @@ impl Provider for Observed {
     }
     fn entry(&self, channel: &str, key: &str) -> Result<Option<Vec<u8>>, StoreError> {
         self.inner.entry(channel, key)
+    }
+    fn failure(&self) -> Option<Arc<Failure>> {
+        // Failed after its first batch was answered, as a redb provider
+        // whose open transaction's commit fails after the journal's sync.
+        let committed = !self.batches.lock().expect("lock").is_empty();
+        self.quiet_failure.clone().filter(|_| committed)
     }
     fn close(self: Box<Self>) -> Result<(), StoreError> {
         Box::new(self.inner).close()
@@ -84,14 +99,39 @@ fn rig(policy: CommitPolicy, capacity: usize, hold_first: bool) -> Rig {
 }
 
 fn rig_with(inner: MemoryProvider, policy: CommitPolicy, capacity: usize, hold_first: bool) -> Rig {
-    let batches = Arc::new(Mutex::new(Vec::new()));
+    rig_observed(inner, policy, capacity, hold_first, None)
+}
+
+fn rig_observed(
+    inner: MemoryProvider,
+    policy: CommitPolicy,
+    capacity: usize,
+    hold_first: bool,
+    failing: Option<fn() -> StoreError>,
+) -> Rig {
     let (started_tx, started_rx) = mpsc::channel();
     let (release_tx, release_rx) = mpsc::channel();
     let provider = Observed {
         inner,
-        batches: Arc::clone(&batches),
+        batches: Arc::default(),
         hold_first: hold_first.then_some((started_tx, release_rx)),
+        failing,
+        quiet_failure: None,
     };
+    rig_provider(
+        provider, policy, capacity, hold_first, started_rx, release_tx,
+    )
+}
+
+fn rig_provider(
+    provider: Observed,
+    policy: CommitPolicy,
+    capacity: usize,
+    hold_first: bool,
+    started_rx: Receiver<()>,
+    release_tx: Sender<()>,
+) -> Rig {
+    let batches = Arc::clone(&provider.batches);
     let (tx, completions) = mpsc::channel();
     let thread = StorageThread::spawn(Box::new(provider), policy, capacity, move |c| {
         let _ = tx.send(c);
@@ -342,6 +382,106 @@ fn one_request_failing_is_not_its_neighbours_failure() {
     // The batch, then the one request that fails again alone.
     assert_eq!(stats.failed_commits, 2);
     assert!(stats.used_bytes > 0, "three records are held");
+    r.thread.shutdown().expect("shutdown");
+}
+
+fn failed_sync() -> StoreError {
+    StoreError::Failed(Arc::new(Failure {
+        provider: "m".into(),
+        path: "/data/m.redb.journal".into(),
+        action: "write and sync a journal frame".into(),
+        cause: "Input/output error (os error 5)".into(),
+        remedy: "restart".into(),
+    }))
+}
+
+fn full_device() -> StoreError {
+    StoreError::DeviceFull {
+        path: "/data/m.redb".into(),
+        action: "write the redb file",
+    }
+}
+
+/// A batch the device failed is answered whole, never split and tried
+/// again request by request: after a failed sync a retry could succeed
+/// over writes the device already dropped.
+#[test]
+fn a_batch_the_device_failed_is_not_retried() {
+    for device in [failed_sync as fn() -> StoreError, full_device] {
+        let memory = MemoryProvider::open("m", 1 << 20, 0, None).expect("open");
+        let r = rig_observed(memory, CommitPolicy::Collect, 64, true, Some(device));
+        r.publish(0);
+        r.wait_until_first_commit_runs();
+        for ticket in 1..4 {
+            r.publish(ticket);
+        }
+        r.release_first_commit();
+        let mut answers: Vec<(u64, String)> = (0..4)
+            .map(|_| {
+                let (t, res) = r.committed();
+                (t, res.map_or_else(|e| e.to_string(), |_| "stored".into()))
+            })
+            .collect();
+        answers.sort();
+        assert_eq!(answers[0], (0, "stored".to_string()));
+        for (_, answer) in &answers[1..] {
+            assert_eq!(answer, &device().to_string());
+        }
+        // The held commit, then the batch of three once: no retries.
+        assert_eq!(r.batches(), vec![1, 3]);
+        let stats = r.thread.stats();
+        assert_eq!((stats.failed_batches, stats.failed_commits), (0, 1));
+        let failure = r.thread.watch().failure();
+        match device() {
+            StoreError::Failed(_) => {
+                let failure = failure.expect("the watch holds the failure");
+                assert_eq!(failure.path, Path::new("/data/m.redb.journal"));
+            }
+            _ => assert!(failure.is_none(), "a full device is no failure"),
+        }
+        r.thread.shutdown().expect("shutdown");
+    }
+}
+
+/// A provider that failed after answering a batch is named by the watch
+/// at once, not at the next refusal.
+#[test]
+fn a_failure_after_an_answered_batch_reaches_the_watch() {
+    let StoreError::Failed(failure) = failed_sync() else {
+        unreachable!()
+    };
+    // Nothing is held: the channels stand unused.
+    let (_, started_rx) = mpsc::channel();
+    let (release_tx, _) = mpsc::channel();
+    let provider = Observed {
+        inner: MemoryProvider::open("m", 1 << 20, 0, None).expect("open"),
+        batches: Arc::default(),
+        hold_first: None,
+        failing: None,
+        quiet_failure: Some(failure),
+    };
+    let r = rig_provider(
+        provider,
+        CommitPolicy::Collect,
+        4,
+        false,
+        started_rx,
+        release_tx,
+    );
+    assert!(r.thread.watch().failure().is_none());
+    r.publish(0);
+    assert!(r.committed().1.is_ok(), "the batch itself was answered");
+    // The watch is set once the commit returns, just after its answer.
+    let watch = r.thread.watch();
+    let deadline = Instant::now() + WAIT;
+    let failed = loop {
+        match watch.failure() {
+            Some(failed) => break failed,
+            None if Instant::now() < deadline => std::thread::yield_now(),
+            None => panic!("the watch never named the failure"),
+        }
+    };
+    assert_eq!(failed.path, Path::new("/data/m.redb.journal"));
     r.thread.shutdown().expect("shutdown");
 }
 

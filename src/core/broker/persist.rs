@@ -1295,6 +1295,11 @@ pub(crate) fn written(answer: Answer) -> Written {
                 Written::Stored
             }
         }
+        // A full device is a full provider to the client (0x97).
+        Answer::Committed(Err(error @ store::StoreError::DeviceFull { .. })) => {
+            log::warn!("a session record could not be stored: {error}");
+            Written::Full
+        }
         Answer::Committed(Err(error)) => {
             log::error!("a session record could not be stored: {error}");
             Written::Failed

@@ -374,6 +374,18 @@ pub(crate) fn commit_answer(
             log::error!("a commit of one append came back as {other:?}");
             Err(Refusal::StorageUnexpected)
         }
+        // A full device is answered as a full provider (0x97): space
+        // returns, and the publisher may try again.
+        Err(error @ store::StoreError::DeviceFull { .. }) => {
+            log::warn!("storing a record failed: {error}");
+            Err(Refusal::ChannelProviderFull)
+        }
+        // A failed provider said why once, at ERROR, when it failed; each
+        // publish it refuses after is counted, not logged again in full.
+        Err(error @ store::StoreError::Failed(_)) => {
+            log::debug!("storing a record failed: {error}");
+            Err(Refusal::RecordNotStored)
+        }
         Err(error) => {
             log::error!("storing a record failed: {error}");
             Err(Refusal::RecordNotStored)
