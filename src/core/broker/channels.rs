@@ -17,8 +17,14 @@ use crate::core::{Broker, Key, StoreRequest, Transport};
 use crate::store::{
     self, Answer, Completion, MessageId, Outcome, Read, ReadLimit, TrimRule, Write,
 };
+use crate::log_limit::{limited, LogLimit};
 use std::collections::{BTreeSet, HashMap, VecDeque};
 use std::rc::Rc;
+
+/// Positions not stored: retried every interval, so a provider that has
+/// stopped taking writes would otherwise repeat the line forever.
+pub(crate) static POSITIONS_NOT_STORED: LogLimit =
+    LogLimit::new("consumer positions were not stored", log::Level::Warn, 3, 60_000);
 
 impl Broker {
     pub(crate) fn next_ticket(&mut self) -> u64 {
@@ -223,7 +229,9 @@ impl Broker {
                     log::debug!("{writes} consumer positions stored");
                 }
                 if let Err(error) = result {
-                    log::warn!(
+                    limited!(
+                        POSITIONS_NOT_STORED,
+                        now_ms,
                         "consumer positions were not stored: {error}; they are written again"
                     );
                     self.mark_all_readers_dirty();
@@ -231,7 +239,9 @@ impl Broker {
             }
             (Pending::PositionDrops { drops }, Answer::Committed(result)) => {
                 if let Err(error) = result {
-                    log::warn!(
+                    limited!(
+                        POSITIONS_NOT_STORED,
+                        now_ms,
                         "stored consumer positions were not dropped: {error}; they are dropped again"
                     );
                     self.position_duties.owe(drops);
@@ -242,7 +252,9 @@ impl Broker {
                     log::debug!("consumer positions stored before a close");
                 }
                 if let Err(error) = result {
-                    log::warn!(
+                    limited!(
+                        POSITIONS_NOT_STORED,
+                        now_ms,
                         "consumer positions were not stored before a close: {error}; they are written again"
                     );
                     self.mark_all_readers_dirty();

@@ -32,7 +32,7 @@ pub(crate) mod subscribe;
 
 /// The lines a client can make the handlers repeat, each bounded by a
 /// limit of its own; the tick reports what each left out.
-pub(crate) static LIMITED_LINES: [&crate::log_limit::LogLimit; 7] = [
+pub(crate) static LIMITED_LINES: [&crate::log_limit::LogLimit; 8] = [
     &subscribe::SUBSCRIPTION_REFUSED,
     &inbound::PUBLISH_REFUSED,
     &authenticate::NAME_NOT_IDENTITY,
@@ -40,4 +40,5 @@ pub(crate) static LIMITED_LINES: [&crate::log_limit::LogLimit; 7] = [
     &authorize::GRANT_WITHHELD,
     &queue_work::RESPONSE_IGNORED,
     &queue_work::DEAD_LETTERED,
+    &channels::POSITIONS_NOT_STORED,
 ];
