@@ -56,8 +56,8 @@ usage: saguin-bench soak [...]   the soak (saguin-bench soak --help)
   --saguin-bin PATH    the broker binary (default: saguin beside this executable)
   --baseline-bin PATH  another saguin binary (an older commit's) run beside it in figures 1 to 7,
                        with the same configuration, and a new / baseline column
-  --connections N      idle connections in figure 16a (default 10000)
-  --storm-rate N       new connections a second in figure 16's 3 s storms (default 1000)";
+  --connections N      idle connections in figure 16a (default 10000; --quick: 1000)
+  --storm-rate N       new connections a second in figure 16's 3 s storms (default 1000; --quick: 300)";
 
 /// Pause between runs, so the broker has finished closing the last run's
 /// sessions before the next one starts.

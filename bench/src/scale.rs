@@ -46,8 +46,8 @@ pub struct ScalePlan {
 
 impl ScalePlan {
     /// 10,000 idle connections and a storm of 1,000 a second unless told
-    /// otherwise (`--connections`, `--storm-rate`); `--quick` sends fewer
-    /// live messages.
+    /// otherwise (`--connections`, `--storm-rate`); `--quick` makes 1,000
+    /// and 300 the defaults and sends fewer live messages.
     pub fn new(
         runs: usize,
         quick: bool,
@@ -56,9 +56,9 @@ impl ScalePlan {
     ) -> ScalePlan {
         ScalePlan {
             runs,
-            idle_connections: idle_connections.unwrap_or(10_000),
+            idle_connections: idle_connections.unwrap_or(if quick { 1_000 } else { 10_000 }),
             storm: Storm {
-                rate_per_s: storm_rate_per_s.unwrap_or(1000),
+                rate_per_s: storm_rate_per_s.unwrap_or(if quick { 300 } else { 1_000 }),
                 duration: Duration::from_secs(STORM_SECONDS),
             },
             live_messages: if quick { 5_000 } else { 20_000 },
@@ -402,6 +402,9 @@ mod tests {
     fn the_open_files_cover_the_largest_part() {
         let plan = ScalePlan::new(1, true, Some(300), Some(1000));
         assert_eq!(plan.open_files_needed(), 3000 + SPARE_FILES);
+        let plan = ScalePlan::new(1, true, None, None);
+        assert_eq!(plan.idle_connections, 1_000);
+        assert_eq!(plan.storm.connections(), 900);
         let plan = ScalePlan::new(1, false, None, None);
         assert_eq!(plan.idle_connections, 10_000);
         assert_eq!(plan.storm.connections(), 3000);
