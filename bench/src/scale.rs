@@ -5,8 +5,10 @@
 //! publisher while a libmosquitto subscriber reads it live (16d).
 
 use std::path::Path;
+use std::sync::Arc;
 use std::time::Duration;
 
+use rustls::ClientConfig;
 use saguin::codec::ProtocolVersion;
 
 use crate::brokers::{Broker, BrokerBinaries, BrokerKind, MosquittoSetup, SaguinSetup, TempDir};
@@ -100,9 +102,19 @@ fn storm_title(storm: &Storm, over: &str) -> String {
 
 /// Figure 16's rows, in order.
 pub fn run_figure(plan: &ScalePlan, binaries: &BrokerBinaries) -> Result<Vec<Row>, String> {
-    let limit = open_files::ensure(plan.open_files_needed())?;
-    println!("\n== 16. scale (open files limit {limit}, inherited by each broker)");
-    let mut rows = vec![idle_memory_row(plan, binaries)];
+    // Without the descriptors, 16a to 16c fail with the reason and its fix.
+    let blocker = match open_files::ensure(plan.open_files_needed()) {
+        Ok(limit) => {
+            println!("\n== 16. scale (open files limit {limit}, inherited by each broker)");
+            None
+        }
+        Err(reason) => {
+            println!("\n== 16. scale: 16a to 16c cannot run: {reason}");
+            Some(reason)
+        }
+    };
+    let blocker = blocker.as_deref();
+    let mut rows = vec![idle_memory_row(plan, binaries, blocker)];
     let dir = TempDir::new("scale-tls")?;
     let served = tls::make_server_certificate(dir.path())?;
     let client = tls::client_config(&served.authority)?;
@@ -110,7 +122,7 @@ pub fn run_figure(plan: &ScalePlan, binaries: &BrokerBinaries) -> Result<Vec<Row
         ("16b. plain TCP", "16b", None),
         ("16c. TLS", "16c", Some((&served, client.clone()))),
     ] {
-        rows.extend(storm_rows(plan, binaries, over, tag, tls)?);
+        rows.extend(storm_rows(plan, binaries, over, tag, tls, blocker)?);
     }
     rows.extend(live_consumer_rows(plan, binaries)?);
     Ok(rows)
@@ -118,7 +130,7 @@ pub fn run_figure(plan: &ScalePlan, binaries: &BrokerBinaries) -> Result<Vec<Row
 
 /// 16a: a fresh broker per run, its memory read idle and then with the
 /// idle clients connected.
-fn idle_memory_row(plan: &ScalePlan, binaries: &BrokerBinaries) -> Row {
+fn idle_memory_row(plan: &ScalePlan, binaries: &BrokerBinaries, blocker: Option<&str>) -> Row {
     let n = plan.idle_connections;
     let title = format!(
         "16a. per idle MQTT 5 connection at {} connections, Raspberry Pi 4 profile: (with them − before) / {}",
@@ -127,6 +139,10 @@ fn idle_memory_row(plan: &ScalePlan, binaries: &BrokerBinaries) -> Row {
     );
     println!("\n== {title}");
     let mut row = Row::new(title, Unit::Bytes, Better::Lower);
+    if let Some(reason) = blocker {
+        fail_all(std::slice::from_mut(&mut row), reason);
+        return row;
+    }
     for run in 1..=plan.runs {
         for kind in BrokerKind::BOTH {
             let prefix = format!("   run {run} {kind:<9}");
@@ -196,10 +212,8 @@ fn storm_rows(
     binaries: &BrokerBinaries,
     over: &str,
     tag: &str,
-    tls: Option<(
-        &tls::ServerCertificate,
-        std::sync::Arc<rustls::ClientConfig>,
-    )>,
+    tls: Option<(&tls::ServerCertificate, Arc<ClientConfig>)>,
+    blocker: Option<&str>,
 ) -> Result<[Row; 3], String> {
     let title = storm_title(&plan.storm, over);
     println!("\n== {title}");
@@ -220,6 +234,10 @@ fn storm_rows(
             Better::Lower,
         ),
     ];
+    if let Some(reason) = blocker {
+        fail_all(&mut rows, reason);
+        return Ok(rows);
+    }
     // Room for every storm client, the bystander and the probe.
     let max_connections = plan.storm.connections() + 100;
     let mut brokers = Vec::new();
@@ -275,7 +293,6 @@ fn storm_rows(
 /// 16d: a fresh pair of brokers each run, set up as for figure 9, a
 /// libmosquitto subscriber on the topic while the publisher runs.
 fn live_consumer_rows(plan: &ScalePlan, binaries: &BrokerBinaries) -> Result<[Row; 2], String> {
-    let clients = stock::StockClients::prepare()?;
     let title = format!(
         "16d. libmosquitto publisher ({LIVE_IN_FLIGHT} in flight) → a libmosquitto subscriber at its defaults, \
          {LIVE_PAYLOAD_BYTES} B QoS 1, fresh broker (saguin: durable append; mosquitto: not durable)"
@@ -293,6 +310,14 @@ fn live_consumer_rows(plan: &ScalePlan, binaries: &BrokerBinaries) -> Result<[Ro
             Better::Lower,
         ),
     ];
+    let clients = match stock::StockClients::prepare() {
+        Ok(clients) => clients,
+        Err(reason) => {
+            println!("   FAILED: {reason}");
+            fail_all(&mut rows, &reason);
+            return Ok(rows);
+        }
+    };
     for run in 1..=plan.runs {
         for kind in BrokerKind::BOTH {
             let prefix = format!("   run {run} {kind:<9}");
@@ -322,6 +347,15 @@ fn live_consumer_rows(plan: &ScalePlan, binaries: &BrokerBinaries) -> Result<[Ro
         }
     }
     Ok(rows)
+}
+
+/// Records `reason` as the one failed run of each broker in `rows`.
+fn fail_all(rows: &mut [Row], reason: &str) {
+    for row in rows {
+        for kind in BrokerKind::BOTH {
+            row.push(kind, Sample::Failed(reason.to_string()));
+        }
+    }
 }
 
 /// How figure 16 is taken, for BENCHMARKS.md.
@@ -389,6 +423,29 @@ mod tests {
         assert!(config.contains("max_connect_rate: none"), "{config}");
         assert!(config.contains("file_path: /tmp/x/saguin.redb"), "{config}");
         assert!(config.contains("address: 127.0.0.1:0"), "{config}");
+    }
+
+    #[test]
+    fn without_the_descriptors_the_parts_fail_with_the_reason_and_start_nothing() {
+        let plan = ScalePlan::new(2, true, Some(300), Some(100));
+        let nowhere = BrokerBinaries {
+            saguin: "/nonexistent/saguin".into(),
+            mosquitto: "/nonexistent/mosquitto".into(),
+            baseline: None,
+        };
+        let reason = "the hard limit is 1024";
+        let mut rows = vec![idle_memory_row(&plan, &nowhere, Some(reason))];
+        rows.extend(
+            storm_rows(&plan, &nowhere, "16b", "16b", None, Some(reason))
+                .expect("no broker is started"),
+        );
+        for row in &rows {
+            assert!(row.median_cell(BrokerKind::Saguin).contains("FAILED"));
+        }
+        // One failed run of each broker for each of the four rows.
+        let failures = report::failure_lines(&rows);
+        assert_eq!(failures.len(), 8, "{failures:?}");
+        assert!(failures.iter().all(|line| line.ends_with(reason)));
     }
 
     #[test]
