@@ -363,7 +363,7 @@ pub fn method_notes(plan: &ScalePlan) -> String {
     let n = |count: f64| report::with_thousands(count);
     format!(
         "- Scale (figure 16), a fresh broker or pair for each part, alternating runs. The bench \
-         raises its soft open files limit to {files} first (setrlimit, within the hard limit), and \
+         makes its soft open files limit at least {files} first (setrlimit, within the hard limit), and \
          each broker it starts inherits it. 16a: resident memory (VmRSS) of a fresh broker a \
          second after it answers, and again a second after {idle} idle MQTT 5 clients (keepalive \
          600 s, clean start, one TCP connection each, made one after another by the bench) have \
