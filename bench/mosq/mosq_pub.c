@@ -7,7 +7,10 @@
  * Publishes COUNT QoS 1 messages to TOPIC on 127.0.0.1:PORT, keeping at
  * most AHEAD published and not yet acknowledged (libmosquitto itself puts
  * at most 20 of them on the wire; AHEAD 1 is a sensor waiting for each
- * PUBACK). Prints `elapsed_us N` once every PUBACK has arrived.
+ * PUBACK). Each payload of 8 bytes or more starts with the CLOCK_MONOTONIC
+ * time in microseconds (a double) at which it was handed to the library,
+ * for mosq_sub's end-to-end latency. Prints `elapsed_us N` once every
+ * PUBACK has arrived.
  */
 #include <mosquitto.h>
 #include <pthread.h>
@@ -88,6 +91,10 @@ int main(int argc, char **argv)
 		while (sent - acked >= ahead)
 			pthread_cond_wait(&changed, &lock);
 		pthread_mutex_unlock(&lock);
+		if (size >= (int)sizeof(double)) {
+			double stamp = now_us();
+			memcpy(payload, &stamp, sizeof stamp);
+		}
 		if (mosquitto_publish(m, NULL, topic, size, payload, 1, false) != MOSQ_ERR_SUCCESS) {
 			fprintf(stderr, "publish %ld failed\n", sent);
 			return 1;

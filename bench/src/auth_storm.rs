@@ -21,7 +21,7 @@ pub const ARGON2ID_STORM_CONNECTS: usize = 100;
 /// Threads sending them, each one CONNECT after another.
 pub const STORM_THREADS: usize = 4;
 /// The bystander publishes once per period, waiting for each PUBACK.
-const BYSTANDER_PERIOD: Duration = Duration::from_millis(2);
+pub(crate) const BYSTANDER_PERIOD: Duration = Duration::from_millis(2);
 const PUBACK_TIMEOUT: Duration = Duration::from_secs(10);
 
 const OPTIONS: ClientOptions = ClientOptions {
@@ -103,7 +103,11 @@ fn refuse_each(address: SocketAddr, label: &str, count: usize) -> Result<(), Str
 
 /// Publishes at QoS 1 every period until the storm is over, returning each
 /// PUBACK's round trip in microseconds.
-fn publish_until(mut client: Client, topic: &str, over: &AtomicBool) -> Result<Vec<u64>, String> {
+pub(crate) fn publish_until(
+    mut client: Client,
+    topic: &str,
+    over: &AtomicBool,
+) -> Result<Vec<u64>, String> {
     let mut latencies_us = Vec::new();
     let mut packet_id: u16 = 0;
     while !over.load(Ordering::Relaxed) {

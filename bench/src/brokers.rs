@@ -43,6 +43,19 @@ broker:
     session_queue_bytes: 64MiB
 ";
 
+/// `max_connections` in [`SAGUIN_CONFIG_YAML`].
+const BENCH_MAX_CONNECTIONS: usize = 2000;
+
+/// A saguin configuration made from [`SAGUIN_CONFIG_YAML`] with its
+/// `max_connections` set to `max_connections`.
+fn with_max_connections(config: &str, max_connections: usize) -> String {
+    config.replacen(
+        &format!("    max_connections: {BENCH_MAX_CONNECTIONS}\n"),
+        &format!("    max_connections: {max_connections}\n"),
+        1,
+    )
+}
+
 /// How saguin is set up: as for figures 1 to 5, or with `durable/#`
 /// claimed by an append channel on a redb file in the broker's own
 /// temporary directory (figure 6).
@@ -557,18 +570,39 @@ impl Broker {
         served: &ServerCertificate,
         client: Arc<ClientConfig>,
     ) -> Result<Broker, String> {
+        let tls = Some((served, client));
+        Broker::start_admitting(kind, binaries, BENCH_MAX_CONNECTIONS, tls)
+    }
+
+    /// `kind` set up as for figures 1 to 5, or as for figure 13 when `tls`
+    /// is given, with saguin admitting `max_connections` clients (figure
+    /// 16's storm); mosquitto admits any number (`max_connections -1`).
+    pub fn start_admitting(
+        kind: BrokerKind,
+        binaries: &BrokerBinaries,
+        max_connections: usize,
+        tls: Option<(&ServerCertificate, Arc<ClientConfig>)>,
+    ) -> Result<Broker, String> {
         let dir = TempDir::new(kind.name())?;
         let (config, port) = match kind {
-            BrokerKind::Saguin | BrokerKind::Baseline => (saguin_tls_config(served), None),
+            BrokerKind::Saguin | BrokerKind::Baseline => {
+                let config = match &tls {
+                    Some((served, _)) => saguin_tls_config(served),
+                    None => SAGUIN_CONFIG_YAML.to_string(),
+                };
+                (with_max_connections(&config, max_connections), None)
+            }
             BrokerKind::Mosquitto => {
                 let port = free_loopback_port()?;
                 let mut config = mosquitto_config(port, MosquittoSetup::Bench, &dir.0);
-                config.push_str(&mosquitto_tls_lines(served));
+                if let Some((served, _)) = &tls {
+                    config.push_str(&mosquitto_tls_lines(served));
+                }
                 (config, Some(port))
             }
         };
         let access = Access {
-            tls: Some(client),
+            tls: tls.map(|(_, client)| client),
             ..Access::default()
         };
         Broker::launch(kind, binaries, dir, &config, (port, None), access)
@@ -761,12 +795,7 @@ impl Broker {
     pub fn rss_bytes(&self) -> Result<u64, String> {
         let path = format!("/proc/{}/status", self.pid());
         let status = fs::read_to_string(&path).map_err(|e| format!("read {path}: {e}"))?;
-        let kib: u64 = status
-            .lines()
-            .find_map(|line| line.strip_prefix("VmRSS:"))
-            .and_then(|rest| rest.trim().trim_end_matches("kB").trim().parse().ok())
-            .ok_or_else(|| format!("no VmRSS line in {path}"))?;
-        Ok(kib * 1024)
+        vm_rss_bytes(&status).ok_or_else(|| format!("no VmRSS line in {path}"))
     }
 
     /// Bytes the broker has caused to be written to the storage device so
@@ -846,6 +875,15 @@ impl Drop for Broker {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
+}
+
+/// The `VmRSS:` line of a /proc/PID/status text, in bytes.
+pub fn vm_rss_bytes(status: &str) -> Option<u64> {
+    let kib: u64 = status
+        .lines()
+        .find_map(|line| line.strip_prefix("VmRSS:"))
+        .and_then(|rest| rest.trim().strip_suffix("kB")?.trim().parse().ok())?;
+    Some(kib * 1024)
 }
 
 /// Output goes to a file, never a pipe: an undrained pipe would stall the
@@ -933,4 +971,33 @@ fn listening_port(pid: u32, except: Option<u16>) -> Option<u16> {
             .ok()
             .filter(|port| Some(*port) != except)
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_resident_size_is_read_from_a_status_text() {
+        let status = "Name:\tsaguin\nVmPeak:\t  20000 kB\nVmRSS:\t    6144 kB\nThreads:\t3\n";
+        assert_eq!(vm_rss_bytes(status), Some(6144 * 1024));
+        assert_eq!(vm_rss_bytes("Name:\tsaguin\n"), None);
+        assert_eq!(vm_rss_bytes("VmRSS:\t6144 pages\n"), None);
+    }
+
+    #[test]
+    fn a_storm_broker_admits_the_connections_it_is_given() {
+        let config = with_max_connections(SAGUIN_CONFIG_YAML, 12_000);
+        assert!(config.contains("    max_connections: 12000\n"), "{config}");
+        assert!(!config.contains("max_connections: 2000"), "{config}");
+        let served = ServerCertificate {
+            authority: PathBuf::from("/ca.pem"),
+            cert: PathBuf::from("/cert.pem"),
+            key: PathBuf::from("/key.pem"),
+        };
+        let tls = with_max_connections(&saguin_tls_config(&served), 12_000);
+        assert!(
+            tls.contains("    max_connections: 12000\n") && tls.contains("cert_file: /cert.pem")
+        );
+    }
 }

@@ -16,12 +16,15 @@ mod footprint;
 mod handshakes;
 mod load;
 mod machine;
+mod open_files;
 mod queue;
 mod report;
+mod scale;
 mod scrape;
 mod soak;
 mod startup;
 mod stock;
+mod storm;
 mod tls;
 mod worst_case;
 
@@ -45,13 +48,16 @@ const USAGE: &str = "\
 usage: saguin-bench soak [...]   the soak (saguin-bench soak --help)
        saguin-bench worst-case --board FILE [--scale F]   the memory driver on a board profile
        saguin-bench [--quick] [--write FILE] [--only LIST] [--saguin-bin PATH] [--baseline-bin PATH]
+                    [--connections N] [--storm-rate N]
   --quick              fewer messages and a 3 s latency run (a smoke test, not for BENCHMARKS.md)
   --write FILE         also write the report to FILE (BENCHMARKS.md)
-  --only LIST          comma-separated figures to run: 1,2,3,4,5,6,7,8,9,11,12,13,14,15,footprint
+  --only LIST          comma-separated figures to run: 1,2,3,4,5,6,7,8,9,11,12,13,14,15,16,footprint
                        (default: all; 9 is figures 9 and 10)
   --saguin-bin PATH    the broker binary (default: saguin beside this executable)
   --baseline-bin PATH  another saguin binary (an older commit's) run beside it in figures 1 to 7,
-                       with the same configuration, and a new / baseline column";
+                       with the same configuration, and a new / baseline column
+  --connections N      idle connections in figure 16a (default 10000; --quick: 1000)
+  --storm-rate N       new connections a second in figure 16's 3 s storms (default 1000; --quick: 300)";
 
 /// Pause between runs, so the broker has finished closing the last run's
 /// sessions before the next one starts.
@@ -79,11 +85,12 @@ enum Figure {
     Tls,
     Operations,
     Doors,
+    Scale,
     Footprint,
 }
 
 impl Figure {
-    const ALL: [Figure; 15] = [
+    const ALL: [Figure; 16] = [
         Figure::Qos0,
         Figure::Qos1,
         Figure::FanOut,
@@ -98,6 +105,7 @@ impl Figure {
         Figure::Tls,
         Figure::Operations,
         Figure::Doors,
+        Figure::Scale,
         Figure::Footprint,
     ];
 
@@ -121,6 +129,7 @@ impl Figure {
             Figure::Tls => "13",
             Figure::Operations => "14",
             Figure::Doors => "15",
+            Figure::Scale => "16",
             Figure::Footprint => "footprint",
         }
     }
@@ -132,6 +141,10 @@ struct Options {
     figures: Vec<Figure>,
     saguin_bin: Option<PathBuf>,
     baseline_bin: Option<PathBuf>,
+    /// Figure 16a's idle connections, where given.
+    idle_connections: Option<usize>,
+    /// Figure 16's storm rate, where given.
+    storm_rate_per_s: Option<u32>,
 }
 
 fn parse_args(args: &[String]) -> Result<Options, String> {
@@ -141,6 +154,8 @@ fn parse_args(args: &[String]) -> Result<Options, String> {
         figures: Figure::ALL.to_vec(),
         saguin_bin: None,
         baseline_bin: None,
+        idle_connections: None,
+        storm_rate_per_s: None,
     };
     let mut args = args.iter();
     while let Some(arg) = args.next() {
@@ -154,6 +169,13 @@ fn parse_args(args: &[String]) -> Result<Options, String> {
             "--write" => options.write_path = Some(value("--write")?.into()),
             "--saguin-bin" => options.saguin_bin = Some(value("--saguin-bin")?.into()),
             "--baseline-bin" => options.baseline_bin = Some(value("--baseline-bin")?.into()),
+            "--connections" => options.idle_connections = Some(positive(&value("--connections")?)?),
+            "--storm-rate" => {
+                let rate = positive(&value("--storm-rate")?)?;
+                options.storm_rate_per_s = Some(
+                    u32::try_from(rate).map_err(|_| format!("--storm-rate {rate}: too large"))?,
+                )
+            }
             "--only" => {
                 options.figures = value("--only")?
                     .split(',')
@@ -164,6 +186,14 @@ fn parse_args(args: &[String]) -> Result<Options, String> {
         }
     }
     Ok(options)
+}
+
+/// A count above zero, from a flag's value.
+fn positive(value: &str) -> Result<usize, String> {
+    match value.parse::<usize>() {
+        Ok(n) if n > 0 => Ok(n),
+        _ => Err(format!("{value:?}: give a whole number above 0")),
+    }
 }
 
 /// How much each figure sends; `--quick` is a smoke test of the harness.
@@ -190,13 +220,23 @@ struct Plan {
     bridge_backlog_records: u64,
     /// Connections made in one run of figure 13's handshake rate.
     handshakes: usize,
+    /// Figure 16.
+    scale: scale::ScalePlan,
 }
 
 impl Plan {
-    fn new(quick: bool) -> Plan {
+    fn new(options: &Options) -> Plan {
+        let quick = options.quick;
+        let runs_per_broker = if quick { 3 } else { 5 };
+        let scale = scale::ScalePlan::new(
+            runs_per_broker,
+            quick,
+            options.idle_connections,
+            options.storm_rate_per_s,
+        );
         if quick {
             Plan {
-                runs_per_broker: 3,
+                runs_per_broker,
                 qos0_messages: 20_000,
                 qos1_messages: 20_000,
                 fan_out_publishes: 5_000,
@@ -210,10 +250,11 @@ impl Plan {
                 quick,
                 bridge_backlog_records: 10_000,
                 handshakes: 400,
+                scale,
             }
         } else {
             Plan {
-                runs_per_broker: 5,
+                runs_per_broker,
                 qos0_messages: 200_000,
                 qos1_messages: 200_000,
                 fan_out_publishes: 50_000,
@@ -227,6 +268,7 @@ impl Plan {
                 quick,
                 bridge_backlog_records: 100_000,
                 handshakes: 2_000,
+                scale,
             }
         }
     }
@@ -252,6 +294,7 @@ impl Plan {
             | Figure::Tls
             | Figure::Operations
             | Figure::Doors
+            | Figure::Scale
             | Figure::Footprint => return None,
         };
         Some(Throughput {
@@ -311,6 +354,7 @@ fn figure_label(figure: Figure) -> &'static str {
         | Figure::Tls
         | Figure::Operations
         | Figure::Doors
+        | Figure::Scale
         | Figure::Footprint => "",
     }
 }
@@ -345,7 +389,7 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    let plan = Plan::new(options.quick);
+    let plan = Plan::new(&options);
     let started_at = machine::utc_now();
     let load_before = machine::load_average_1min();
     let mut results = Results {
@@ -512,6 +556,11 @@ fn run_traffic_figures(
     }
     if wanted(Figure::Doors) {
         run_doors_figure(plan, binaries, ticks_per_s, results)?;
+    }
+    if wanted(Figure::Scale) {
+        results
+            .figures
+            .extend(scale::run_figure(&plan.scale, binaries)?);
     }
     Ok(())
 }
@@ -1430,10 +1479,12 @@ fn method_notes(plan: &Plan) -> String {
          <path>`). 15c and 15d: resident memory of a fresh broker idle and with {idle} idle \
          clients connected over WebSocket (15c) and over TCP (15d), in the same runs, as the \
          footprint's memory figure takes it.\n\
-         {stock}",
+         {stock}\
+         {scale}",
         handshakes = report::with_thousands(plan.handshakes as f64),
         handshake_threads = handshakes::THREADS,
         stock = stock::method_notes(&stock::StockPlan::new(plan.runs_per_broker, plan.quick)),
+        scale = scale::method_notes(&plan.scale),
         scrape_clients = report::with_thousands(scrape::SCRAPE_CLIENTS as f64),
         scrape_channels = scrape::SCRAPE_CHANNELS,
         idle = report::with_thousands(IDLE_CLIENTS as f64),

@@ -7,7 +7,7 @@
 //! keeps its default of 20 QoS 1 messages in flight.
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::process::{Command, Stdio};
 
 use crate::brokers::{Broker, BrokerBinaries, BrokerKind, MosquittoSetup, SaguinSetup, TempDir};
 use crate::report::{Better, Row, Sample, Unit};
@@ -48,11 +48,64 @@ fn figure(output: &str, name: &str) -> Result<f64, String> {
         .ok_or_else(|| format!("no `{name}` in the client's output: {output:?}"))
 }
 
+/// Compiles `bench/mosq/NAME.c` against libmosquitto into `dir`; fails,
+/// naming the package, if the compiler or the library's headers are
+/// missing.
+fn compile(dir: &Path, name: &str) -> Result<PathBuf, String> {
+    let program = dir.join(name);
+    let source = bench_dir().join(format!("mosq/{name}.c"));
+    let compiled = Command::new("cc")
+        .arg("-O2")
+        .arg("-o")
+        .arg(&program)
+        .arg(&source)
+        .args(["-lmosquitto", "-lpthread"])
+        .output()
+        .map_err(|e| format!("run cc: {e} (apt-get install gcc libmosquitto-dev)"))?;
+    if !compiled.status.success() {
+        return Err(format!(
+            "cannot compile {} (apt-get install libmosquitto-dev): {}",
+            source.display(),
+            String::from_utf8_lossy(&compiled.stderr).trim()
+        ));
+    }
+    Ok(program)
+}
+
+/// What the live consumer of figure 16d saw.
+#[derive(Clone, Copy, Debug)]
+pub struct Consumed {
+    /// Messages delivered per second, from the first message's send stamp
+    /// to the last arrival.
+    pub per_s: f64,
+    pub p50_us: f64,
+    pub p99_us: f64,
+}
+
+impl Consumed {
+    /// From `mosq_sub`'s output, which must account for `count` messages.
+    fn from_output(output: &str, count: u64) -> Result<Consumed, String> {
+        let received = figure(output, "received")?;
+        if received < count as f64 {
+            return Err(format!(
+                "the subscriber took {received} of {count} messages"
+            ));
+        }
+        let span_us = figure(output, "span_us")?;
+        Ok(Consumed {
+            per_s: received / (span_us.max(1.0) / 1e6),
+            p50_us: figure(output, "p50_us")?,
+            p99_us: figure(output, "p99_us")?,
+        })
+    }
+}
+
 /// The stock clients, ready to run.
 pub struct StockClients {
     python: PathBuf,
     mosq_pub: PathBuf,
-    /// Holds the compiled publisher.
+    mosq_sub: PathBuf,
+    /// Holds the compiled programs.
     _dir: TempDir,
 }
 
@@ -61,28 +114,66 @@ impl StockClients {
     /// the compiler or the library's headers are missing.
     pub fn prepare() -> Result<StockClients, String> {
         let dir = TempDir::new("stock-clients")?;
-        let mosq_pub = dir.path().join("mosq_pub");
-        let source = bench_dir().join("mosq/mosq_pub.c");
-        let compiled = Command::new("cc")
-            .arg("-O2")
-            .arg("-o")
-            .arg(&mosq_pub)
-            .arg(&source)
-            .args(["-lmosquitto", "-lpthread"])
-            .output()
-            .map_err(|e| format!("run cc: {e} (apt-get install gcc libmosquitto-dev)"))?;
-        if !compiled.status.success() {
-            return Err(format!(
-                "cannot compile {} (apt-get install libmosquitto-dev): {}",
-                source.display(),
-                String::from_utf8_lossy(&compiled.stderr).trim()
-            ));
-        }
         Ok(StockClients {
             python: PathBuf::from("python3"),
-            mosq_pub,
+            mosq_pub: compile(dir.path(), "mosq_pub")?,
+            mosq_sub: compile(dir.path(), "mosq_sub")?,
             _dir: dir,
         })
+    }
+
+    /// A libmosquitto subscriber at its defaults on `topic` while one
+    /// libmosquitto publisher sends it `count` 64-byte QoS 1 messages, at
+    /// most `ahead` unacknowledged (figure 16d).
+    pub fn live_consumer(
+        &self,
+        broker: &Broker,
+        topic: &str,
+        count: u64,
+        ahead: u64,
+    ) -> Result<Consumed, String> {
+        use std::io::{BufRead, BufReader, Read};
+        let port = broker.address.port().to_string();
+        let mut subscriber = Command::new(&self.mosq_sub)
+            .args([&port, topic, &count.to_string()])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .map_err(|e| format!("run {}: {e}", self.mosq_sub.display()))?;
+        let mut output = BufReader::new(subscriber.stdout.take().expect("piped"));
+        // The subscriber gives up by itself when its SUBACK or its
+        // messages stop coming, so these reads end.
+        let mut first = String::new();
+        let _ = output.read_line(&mut first);
+        let published = if first.trim() == "subscribed" {
+            let args = [
+                port,
+                topic.to_string(),
+                count.to_string(),
+                ahead.to_string(),
+            ];
+            run(&self.mosq_pub, &args).map(drop)
+        } else {
+            Ok(())
+        };
+        let mut rest = String::new();
+        let _ = output.read_to_string(&mut rest);
+        let mut errors = String::new();
+        if let Some(mut stderr) = subscriber.stderr.take() {
+            let _ = stderr.read_to_string(&mut errors);
+        }
+        let status = subscriber
+            .wait()
+            .map_err(|e| format!("wait for {}: {e}", self.mosq_sub.display()))?;
+        published?;
+        if !status.success() || first.trim() != "subscribed" {
+            return Err(format!(
+                "{} {topic}: {}",
+                self.mosq_sub.display(),
+                errors.trim()
+            ));
+        }
+        Consumed::from_output(&rest, count)
     }
 
     fn paho(&self, broker: &Broker, figure_args: &[&str]) -> Result<String, String> {
@@ -430,4 +521,20 @@ pub fn method_notes(plan: &StockPlan) -> String {
         in_flight = WEAR_IN_FLIGHT,
         cycles = n(plan.session_cycles),
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_live_consumer_s_figures_are_read_from_its_output() {
+        let output = "received 20000\nspan_us 500000\np50_us 537\np99_us 1200\n";
+        let consumed = Consumed::from_output(output, 20_000).unwrap();
+        assert_eq!(consumed.per_s, 40_000.0);
+        assert_eq!((consumed.p50_us, consumed.p99_us), (537.0, 1200.0));
+        let short = Consumed::from_output("received 10\nspan_us 5\np50_us 1\np99_us 1\n", 20);
+        assert!(short.is_err_and(|e| e.contains("10 of 20")));
+        assert!(Consumed::from_output("received 20\n", 20).is_err());
+    }
 }

@@ -5,7 +5,7 @@
 //! and writes the "## Worst case in memory" section.
 
 #[path = "../../tests/common/worst_case.rs"]
-mod driver;
+pub(crate) mod driver;
 
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
