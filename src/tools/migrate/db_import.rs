@@ -153,7 +153,7 @@ pub(super) fn plan(db: &Db, now_ms: u64, ids: &mut MessageIdGenerator) -> Import
     ));
 
     let (mut sessions_expired, mut sessions_long) = (0, 0);
-    let (mut incoming, mut qos0, mut owed_expired) = (0, 0, 0);
+    let (mut incoming, mut qos0, mut owed_expired, mut received) = (0, 0, 0, 0);
     // The owed messages by mosquitto's id, its publication order, and
     // the sessions owed each.
     let mut owed_to: BTreeMap<u64, Vec<String>> = BTreeMap::new();
@@ -173,17 +173,22 @@ pub(super) fn plan(db: &Db, now_ms: u64, ids: &mut MessageIdGenerator) -> Import
             value: record(client, now_ms).to_bytes(),
             use_reserve: false,
         });
-        for &(id, qos, outgoing) in &client.messages {
-            let message = &db.messages[&id];
-            if !outgoing {
+        for o in &client.messages {
+            let message = &db.messages[&o.message];
+            if !o.outgoing {
                 incoming += 1;
-            } else if qos == 0 || message.qos == 0 {
+            } else if o.received {
+                received += 1;
+            } else if o.qos == 0 || message.qos == 0 {
                 qos0 += 1;
             } else if message.expiry_unix_s != 0 && message.expiry_unix_s <= now_s {
                 owed_expired += 1;
             } else {
                 owed += 1;
-                owed_to.entry(id).or_default().push(client.id.clone());
+                owed_to
+                    .entry(o.message)
+                    .or_default()
+                    .push(client.id.clone());
             }
         }
     }
@@ -211,6 +216,7 @@ pub(super) fn plan(db: &Db, now_ms: u64, ids: &mut MessageIdGenerator) -> Import
                 ("QoS 0, which is never queued here", qos0),
                 ("past their message expiry", owed_expired),
                 ("QoS 2 publishes received and not yet released by their publisher, which sends them again", incoming),
+                ("QoS 2 deliveries the client had already received (its PUBREC came), whose release only was owed", received),
             ],
         ),
     ));
@@ -352,6 +358,7 @@ mod tests {
             .queued("keeper", 4, 2)
             .queued("keeper", 5, 0)
             .queued("gone", 3, 1)
+            .delivery("other", 3, 2, 9)
             .retain(1)
             .retain(2);
         mosquitto_db::read(&b.bytes).unwrap()

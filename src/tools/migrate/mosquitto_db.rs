@@ -61,10 +61,25 @@ pub struct Client {
     /// Unix seconds the session expires at; 0 for never.
     pub expiry_unix_s: i64,
     pub subscriptions: Vec<Subscription>,
-    /// Ids of the messages it was owed (outgoing) or holds unreleased
-    /// (incoming QoS 2), with their QoS and whether outgoing.
-    pub messages: Vec<(u64, u8, bool)>,
+    pub messages: Vec<Owed>,
 }
+
+/// A message a session was owed (outgoing), or holds unreleased (an
+/// incoming QoS 2 publish).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Owed {
+    /// The stored message's id.
+    pub message: u64,
+    pub qos: u8,
+    pub outgoing: bool,
+    /// An outgoing QoS 2 delivery whose PUBREC came: the client has it,
+    /// and only its release was owed.
+    pub received: bool,
+}
+
+/// mosquitto's delivery states of a QoS 2 message past its PUBREC.
+const RESEND_PUBREL: u8 = 6;
+const WAIT_FOR_PUBCOMP: u8 = 9;
 
 /// What a `mosquitto.db` holds.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -201,12 +216,15 @@ pub fn read(bytes: &[u8]) -> Result<Db, String> {
         }
     }
     for client in &db.clients {
-        if let Some((id, _, _)) = client
+        if let Some(owed) = client
             .messages
             .iter()
-            .find(|(id, _, _)| !db.messages.contains_key(id))
+            .find(|o| !db.messages.contains_key(&o.message))
         {
-            return Err(format!("a CLIENT_MSG chunk of client {:?} names message {id}, which no MSG_STORE chunk holds", client.id));
+            return Err(format!(
+                "a CLIENT_MSG chunk of client {:?} names message {}, which no MSG_STORE chunk holds",
+                client.id, owed.message
+            ));
         }
     }
     Ok(db)
@@ -342,15 +360,18 @@ fn read_client_message(
     let _mid = chunk.u16("the packet id")?;
     let id_len = chunk.u16("the client id length")?;
     let qos = chunk.u8("the QoS")?;
-    let _state = chunk.u8("the delivery state")?;
+    let state = chunk.u8("the delivery state")?;
     let _retain_dup = chunk.u8("the retain and dup flags")?;
     let direction = chunk.u8("the direction")?;
     let id = chunk.text(id_len, "the client id")?;
     // What follows is the delivery's Subscription Identifier: the
     // subscription gives it again at delivery here.
-    client_of(db, clients, id)
-        .messages
-        .push((message, qos, direction == 1));
+    client_of(db, clients, id).messages.push(Owed {
+        message,
+        qos,
+        outgoing: direction == 1,
+        received: state == RESEND_PUBREL || state == WAIT_FOR_PUBCOMP,
+    });
     Ok(())
 }
 
@@ -462,10 +483,15 @@ pub(crate) mod tests {
         }
 
         pub fn queued(&mut self, id: &str, message: u64, qos: u8) -> &mut Builder {
+            self.delivery(id, message, qos, 11)
+        }
+
+        /// A delivery in mosquitto's `state` (11: queued).
+        pub fn delivery(&mut self, id: &str, message: u64, qos: u8, state: u8) -> &mut Builder {
             let mut b = self.host(message).to_vec();
             b.extend(1u16.to_be_bytes());
             b.extend((id.len() as u16).to_be_bytes());
-            b.extend([qos, 11, 0, 1]);
+            b.extend([qos, state, 0, 1]);
             b.extend(id.as_bytes());
             self.chunk(CLIENT_MSG, &b)
         }
@@ -507,7 +533,12 @@ pub(crate) mod tests {
                         options: 0x04,
                         identifier: 9,
                     }],
-                    messages: vec![(2, 1, true)],
+                    messages: vec![Owed {
+                        message: 2,
+                        qos: 1,
+                        outgoing: true,
+                        received: false,
+                    }],
                 }],
                 "format {version}, big-endian {big}"
             );
