@@ -566,6 +566,19 @@ pub(crate) mod tests {
     }
 
     #[test]
+    fn no_changed_byte_makes_the_reader_panic() {
+        let whole = sample(6, false);
+        for at in 0..whole.len() {
+            for value in [0x00, 0x01, 0x7f, 0x80, 0xff] {
+                let mut changed = whole.clone();
+                changed[at] = value;
+                // Read or refused, never a panic or a runaway allocation.
+                let _ = read(&changed);
+            }
+        }
+    }
+
+    #[test]
     fn a_corrupt_file_names_the_byte_and_what_is_wrong() {
         let mut other = sample(6, false);
         other[22] = 4;
