@@ -6,6 +6,7 @@
 //! The provider's file is new: the import refuses one that exists, and a
 //! failure removes what it wrote, so a migration that fails leaves none.
 
+use std::collections::BTreeMap;
 use std::fs;
 use std::path::{Path, PathBuf};
 
@@ -126,7 +127,7 @@ pub(super) fn plan(db: &Db, now_ms: u64, ids: &mut MessageIdGenerator) -> Import
     let mut import = Import::default();
     let mut behind = [0; 3];
     for id in &db.retained {
-        let message = db.message(*id).expect("the reader checked it");
+        let message = &db.messages[id];
         match left_behind(&message.topic, message.expiry_unix_s, now_s) {
             Some(why) => behind[why] += 1,
             None => import.entries.push(Write::PutEntry {
@@ -155,7 +156,7 @@ pub(super) fn plan(db: &Db, now_ms: u64, ids: &mut MessageIdGenerator) -> Import
     let (mut incoming, mut qos0, mut owed_expired, mut received) = (0, 0, 0, 0);
     // The owed messages by mosquitto's id, its publication order, and
     // the sessions owed each.
-    let mut owed_to: Vec<(u64, &str)> = Vec::new();
+    let mut owed_to: BTreeMap<u64, Vec<String>> = BTreeMap::new();
     let mut owed = 0;
     for client in &db.clients {
         if client.expiry_unix_s != 0 && client.expiry_unix_s <= now_s {
@@ -173,7 +174,7 @@ pub(super) fn plan(db: &Db, now_ms: u64, ids: &mut MessageIdGenerator) -> Import
             use_reserve: false,
         });
         for o in &client.messages {
-            let message = db.message(o.message).expect("the reader checked it");
+            let message = &db.messages[&o.message];
             if !o.outgoing {
                 incoming += 1;
             } else if o.received {
@@ -184,24 +185,17 @@ pub(super) fn plan(db: &Db, now_ms: u64, ids: &mut MessageIdGenerator) -> Import
                 owed_expired += 1;
             } else {
                 owed += 1;
-                owed_to.push((o.message, &client.id));
+                owed_to
+                    .entry(o.message)
+                    .or_default()
+                    .push(client.id.clone());
             }
         }
     }
-    // Stable: the sessions owed one message stay in the file's order.
-    owed_to.sort_by_key(|(id, _)| *id);
-    let mut last_id = None;
-    for (id, owner) in owed_to {
-        match import.appends.last_mut() {
-            Some((_, owners)) if last_id == Some(id) => owners.push(owner.to_string()),
-            _ => {
-                let message = db.message(id).expect("the reader checked it");
-                let record = stored(message, now_ms, false, ids);
-                import.appends.push((record, vec![owner.to_string()]));
-            }
-        }
-        last_id = Some(id);
-    }
+    import.appends = owed_to
+        .into_iter()
+        .map(|(id, owners)| (stored(&db.messages[&id], now_ms, false, ids), owners))
+        .collect();
     import.notes.push((
         "persistent sessions",
         counted(
@@ -311,13 +305,12 @@ fn write_new(import: Import, name: &str, redb: &Path, max_bytes: u64) -> Result<
         .collect();
     let offsets = commit(&appends)?;
     // Each session's cursor: the first message it is owed.
-    let mut cursors: Vec<(&str, u64)> = Vec::new();
+    let mut cursors: BTreeMap<&str, u64> = BTreeMap::new();
     for (offset, owners) in offsets.iter().zip(&owners) {
-        cursors.extend(owners.iter().map(|owner| (owner.as_str(), *offset)));
+        for owner in owners {
+            cursors.entry(owner).or_insert(*offset);
+        }
     }
-    // Stable, so each session's first (lowest) offset is the one kept.
-    cursors.sort_by_key(|(owner, _)| *owner);
-    cursors.dedup_by_key(|(owner, _)| *owner);
     let mut writes = import.entries;
     writes.extend(
         cursors

@@ -14,7 +14,7 @@
 //! Every length is checked against what is left of its chunk, and every
 //! chunk's against the file; a fault names the byte offset and the chunk.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 
 use crate::codec::{decode_publish_properties, Properties};
 
@@ -85,22 +85,13 @@ const WAIT_FOR_PUBCOMP: u8 = 9;
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Db {
     pub version: u32,
-    /// Every stored message with mosquitto's id, in id order (the
-    /// publication order); see [`Db::message`].
-    pub messages: Vec<(u64, StoredMessage)>,
+    /// Every stored message, by mosquitto's id (its publication order).
+    pub messages: BTreeMap<u64, StoredMessage>,
     /// The retained values' message ids, in the file's order.
     pub retained: Vec<u64>,
     pub clients: Vec<Client>,
     /// Chunks of a type this reader does not know, skipped.
     pub unknown_chunks: u64,
-}
-
-impl Db {
-    /// The stored message of mosquitto's id `id`.
-    pub fn message(&self, id: u64) -> Option<&StoredMessage> {
-        let at = self.messages.binary_search_by_key(&id, |(i, _)| *i).ok()?;
-        Some(&self.messages[at].1)
-    }
 }
 
 /// One chunk's bytes, read from the front.
@@ -217,12 +208,8 @@ pub fn read(bytes: &[u8]) -> Result<Db, String> {
         done.map_err(|why| format!("at byte {at}, chunk type {kind}: {why}"))?;
         at = start + len;
     }
-    db.messages.sort_by_key(|(id, _)| *id);
-    if let Some(pair) = db.messages.windows(2).find(|w| w[0].0 == w[1].0) {
-        return Err(format!("message id {} is stored twice", pair[0].0));
-    }
     for id in &db.retained {
-        if db.message(*id).is_none() {
+        if !db.messages.contains_key(id) {
             return Err(format!(
                 "a RETAIN chunk names message {id}, which no MSG_STORE chunk holds"
             ));
@@ -232,7 +219,7 @@ pub fn read(bytes: &[u8]) -> Result<Db, String> {
         if let Some(owed) = client
             .messages
             .iter()
-            .find(|o| db.message(o.message).is_none())
+            .find(|o| !db.messages.contains_key(&o.message))
         {
             return Err(format!(
                 "a CLIENT_MSG chunk of client {:?} names message {}, which no MSG_STORE chunk holds",
@@ -289,7 +276,9 @@ fn read_message(chunk: &mut Chunk, db: &mut Db) -> Result<(), String> {
         expiry_unix_s,
         properties,
     };
-    db.messages.push((id, message));
+    if db.messages.insert(id, message).is_some() {
+        return Err(format!("message id {id} is stored twice"));
+    }
     Ok(())
 }
 
@@ -527,9 +516,9 @@ pub(crate) mod tests {
         for (version, big) in [(6, false), (6, true), (5, false)] {
             let db = read(&sample(version, big)).unwrap();
             assert_eq!(db.retained, vec![1]);
-            assert_eq!(db.message(1).unwrap().topic, "state/lamp");
-            assert_eq!(db.message(1).unwrap().payload, b"on");
-            let props = &db.message(2).unwrap().properties;
+            assert_eq!(db.messages[&1].topic, "state/lamp");
+            assert_eq!(db.messages[&1].payload, b"on");
+            let props = &db.messages[&2].properties;
             assert_eq!(props.content_type.as_deref(), Some("t"));
             assert_eq!(props.user_properties, vec![("k".into(), "v".into())]);
             assert_eq!(
