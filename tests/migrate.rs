@@ -11,7 +11,8 @@ use std::process::{Command, Output, Stdio};
 use common::certs::Authority;
 use common::free_port;
 use common::mosquitto::{have_mosquitto, Mosquitto};
-use common::{check_config, BrokerProcess, TempDir};
+use common::{check_config, connect_packet, BrokerProcess, RawClient, Received, TempDir};
+use saguin::codec::{Packet, ProtocolVersion, PubAck};
 
 fn migrate(conf: &Path, out: &Path) -> Output {
     Command::new(env!("CARGO_BIN_EXE_saguin"))
@@ -273,7 +274,7 @@ fn listeners_tls_bridges_and_included_files_as_the_manual_writes_them() {
         "{report}"
     );
     assert!(
-        about(&report, &conf, 18).contains("mosquitto.db's contents are not read"),
+        about(&report, &conf, 18).contains("what mosquitto.db holds is carried into it"),
         "{report}"
     );
     assert!(
@@ -457,7 +458,9 @@ fn a_mosquitto_deployment_answers_alike_before_and_after_the_migration() {
         port
     };
     let before = session(port, &mut restart);
-    drop(mosquitto);
+    // Stopped as a service manager stops it, so that its database holds
+    // what it ended with: the migration carries that over.
+    mosquitto.take().unwrap().stop();
 
     let out = d.join("migrated");
     let report = migrated(
@@ -473,7 +476,7 @@ fn a_mosquitto_deployment_answers_alike_before_and_after_the_migration() {
         .unwrap()
         .replace(&format!("127.0.0.1:{port}"), "127.0.0.1:0");
     // The mosquitto run's own database stays where it was; this broker
-    // starts with its own file beside it.
+    // starts with its own file beside it, holding what mosquitto's held.
     assert!(
         config.contains(&format!("file_path: \"{}/saguin.redb\"", data.display())),
         "{config}"
@@ -495,4 +498,160 @@ fn a_mosquitto_deployment_answers_alike_before_and_after_the_migration() {
     assert_eq!(before[5], (true, "state/boiler on\n".to_string()));
     assert_eq!(before[6], (true, "jobs/1 while-away\n".to_string()));
     assert!(!before[3].0 && !before[4].0, "{before:?}");
+}
+
+/// The next PUBLISH `client` is sent, acknowledged.
+fn next_publish(client: &mut RawClient) -> (String, Vec<u8>) {
+    match client.recv() {
+        Received::Packet(Packet::Publish(publish)) => {
+            if let Some(packet_id) = publish.packet_id {
+                client.send(&Packet::Puback(PubAck {
+                    packet_id,
+                    ..PubAck::default()
+                }));
+            }
+            (publish.topic, publish.payload)
+        }
+        other => panic!("expected a PUBLISH, got {other:?}"),
+    }
+}
+
+#[test]
+fn what_mosquitto_kept_in_its_database_carries_over() {
+    let test = "what_mosquitto_kept_in_its_database_carries_over";
+    if !have_mosquitto(test) || !common::have_mosquitto_clients(test) {
+        return;
+    }
+    let dir = TempDir::new("migrate-db");
+    let d = dir.path();
+    let data = d.join("data");
+    std::fs::create_dir(&data).unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&data, std::fs::Permissions::from_mode(0o777)).unwrap();
+    let port = free_port();
+    let conf = format!(
+        "listener {port} 127.0.0.1\nallow_anonymous true\npersistence true\npersistence_location {}/\n",
+        data.display()
+    );
+    let mosquitto = Mosquitto::start(d, &conf, port);
+    // A durable session that subscribes and leaves, a retained value with
+    // an MQTT 5 property, and a message owed to the session while away.
+    let durable = ["-c", "-i", "durable", "-q", "1", "-t", "dev/+/cmd", "-E"];
+    assert!(client("mosquitto_sub", port, &durable).0);
+    let retained = [
+        "-V",
+        "5",
+        "-q",
+        "1",
+        "-r",
+        "-t",
+        "state/lamp",
+        "-m",
+        "on",
+        "-D",
+        "publish",
+        "content-type",
+        "text/plain",
+    ];
+    assert!(client("mosquitto_pub", port, &retained).0);
+    let owed = ["-q", "1", "-t", "dev/7/cmd", "-m", "while-away"];
+    assert!(client("mosquitto_pub", port, &owed).0);
+    // SIGTERM: mosquitto writes its database as it stops.
+    mosquitto.stop();
+    let db = data.join("mosquitto.db");
+    assert!(db.exists(), "mosquitto wrote no database");
+
+    let out = d.join("migrated");
+    let conf_path = d.join("mosquitto.conf");
+    let report = migrated(&conf_path, &out, &[&conf_path]);
+    for line in [
+        "retained values: 1 carried",
+        "persistent sessions: 1 carried",
+        "queued messages: 1 carried",
+    ] {
+        assert!(
+            report.contains(&format!("{}: {line} (", db.display())),
+            "{line}:\n{report}"
+        );
+    }
+    assert!(data.join("saguin.redb").exists());
+    let config = std::fs::read_to_string(out.join("saguin.yaml"))
+        .unwrap()
+        .replace(&format!("127.0.0.1:{port}"), "127.0.0.1:0");
+    let saguin = BrokerProcess::start_with_config(&out, &config);
+    let port = saguin.port;
+
+    // A new subscriber is sent the retained value, its property kept.
+    let (ok, got) = client(
+        "mosquitto_sub",
+        port,
+        &[
+            "-V", "5", "-t", "state/#", "-C", "1", "-W", "10", "-F", "%t %p %C",
+        ],
+    );
+    assert_eq!((ok, got.as_str()), (true, "state/lamp on text/plain\n"));
+
+    // The durable client finds its session, is sent what it was owed, and
+    // a new publish reaches it through the subscription it made under
+    // mosquitto, without subscribing again.
+    let mut durable = RawClient::open(&saguin.address(), ProtocolVersion::V311);
+    let mut connect = connect_packet(ProtocolVersion::V311, "durable");
+    connect.clean_start = false;
+    durable.send(&Packet::Connect(Box::new(connect)));
+    match durable.recv() {
+        Received::Packet(Packet::Connack(connack)) => {
+            assert_eq!(connack.reason_code.0, 0);
+            assert!(connack.session_present, "the session was not carried");
+        }
+        other => panic!("expected a CONNACK, got {other:?}"),
+    }
+    assert_eq!(
+        next_publish(&mut durable),
+        ("dev/7/cmd".to_string(), b"while-away".to_vec())
+    );
+    let fresh = ["-q", "1", "-t", "dev/9/cmd", "-m", "after"];
+    assert!(client("mosquitto_pub", port, &fresh).0);
+    assert_eq!(
+        next_publish(&mut durable),
+        ("dev/9/cmd".to_string(), b"after".to_vec())
+    );
+}
+
+#[test]
+fn a_damaged_mosquitto_database_fails_the_migration_and_nothing_is_written() {
+    let dir = TempDir::new("migrate-bad-db");
+    let d = dir.path();
+    let conf = d.join("mosquitto.conf");
+    std::fs::write(
+        &conf,
+        format!(
+            "listener 1883\nallow_anonymous true\npersistence true\npersistence_location {}/\n",
+            d.display()
+        ),
+    )
+    .unwrap();
+    let db = d.join("mosquitto.db");
+    // mosquitto's magic and format 6, then a chunk longer than the file.
+    let mut bytes = b"\x00\xb5\x00mosquitto db\x00\x00\x00\x00\x00\x00\x00\x06".to_vec();
+    bytes.extend([0, 0, 0, 2, 0, 0, 1, 0, 1, 2, 3]);
+    std::fs::write(&db, &bytes).unwrap();
+    let out = d.join("migrated");
+    let output = migrate(&conf, &out);
+    assert_eq!(output.status.code(), Some(2));
+    let said = text(&output.stderr);
+    assert!(
+        said.contains(&format!(
+            "{}: at byte 23: chunk type 2 says 256 bytes",
+            db.canonicalize().unwrap().display()
+        )),
+        "{said}"
+    );
+    assert!(!out.exists());
+    assert!(!d.join("saguin.redb").exists());
+    // Another format is refused by its number.
+    bytes[22] = 7;
+    std::fs::write(&db, &bytes).unwrap();
+    let said = text(&migrate(&conf, &out).stderr);
+    assert!(said.contains("is mosquitto persistence format 7"), "{said}");
+    assert!(!out.exists() && !d.join("saguin.redb").exists());
 }

@@ -10,6 +10,17 @@ use super::topic::{filter_form_error, is_valid_topic_name};
 use super::wire::{parse_varint, Reader};
 use super::{DecodeError, FixedHeader, Properties, ReasonCode};
 
+/// A PUBLISH's property block, its Property Length first, filling `bytes`
+/// exactly: how a stored publish keeps its properties (mosquitto.db).
+pub fn decode_publish_properties(bytes: &[u8]) -> Result<Properties, DecodeError> {
+    let mut reader = Reader::new(bytes);
+    let properties = read_properties(&mut reader, Place::Publish)?;
+    match reader.is_empty() {
+        true => Ok(properties),
+        false => Err(DecodeError::malformed("bytes after the property block")),
+    }
+}
+
 /// Reads the fixed header at the start of `buf`.
 ///
 /// Returns `Ok(None)` while `buf` does not yet hold the whole header. The

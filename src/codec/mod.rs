@@ -24,7 +24,10 @@ mod tests;
 pub mod topic;
 mod wire;
 
-pub use decode::{decode_first_header, decode_fixed_header, decode_packet, peek_connect_version};
+pub use decode::{
+    decode_first_header, decode_fixed_header, decode_packet, decode_publish_properties,
+    peek_connect_version,
+};
 pub use encode::{encode, encoded_len};
 pub use packet::*;
 pub use properties::Properties;

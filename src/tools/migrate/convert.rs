@@ -25,7 +25,21 @@ pub struct Plan {
     /// Each file's name in the directory, and its text.
     pub files: Vec<(String, String)>,
     pub report: Report,
+    /// With persistence on: where mosquitto kept its data, and the redb
+    /// provider's file that takes it.
+    pub persistence: Option<Kept>,
 }
+
+/// mosquitto's persistence file and the provider the migration names.
+pub struct Kept {
+    pub mosquitto_db: PathBuf,
+    pub redb: PathBuf,
+}
+
+/// The migrated provider's name and bound.
+pub const PROVIDER_NAME: &str = "local";
+/// `256MiB`, as [`storage`] writes it.
+pub const PROVIDER_MAX_BYTES: u64 = 256 * 1024 * 1024;
 
 /// Everything read, by where mosquitto applies it.
 struct Model {
@@ -244,12 +258,22 @@ pub fn plan(conf: &Path, dir: &Path, written_at: &str, host: &str) -> Result<Pla
     if !limits.is_empty() {
         put(&mut broker, "limits", limits);
     }
-    if let Some(location) = persistence
+    let kept = persistence
         .as_ref()
         .and_then(|p: &Persistence| p.on.then_some(&p.location))
-    {
-        storage(&mut broker, location);
-    }
+        .map(|location| {
+            storage(&mut broker, location);
+            let db_name = model
+                .global
+                .iter()
+                .rev()
+                .find(|l| l.key == "persistence_file")
+                .map_or("mosquitto.db".to_string(), |l| l.value());
+            Kept {
+                mosquitto_db: location.join(db_name),
+                redb: location.join("saguin.redb"),
+            }
+        });
     let mut root = Mapping::new();
     put(&mut root, "broker", broker);
     if !model.bridges.is_empty() {
@@ -293,6 +317,7 @@ pub fn plan(conf: &Path, dir: &Path, written_at: &str, host: &str) -> Result<Pla
     Ok(Plan {
         files: written,
         report: conf_report,
+        persistence: kept,
     })
 }
 
@@ -612,7 +637,7 @@ fn global(
         "persistence" => {
             state.on = boolean(line)?;
             match state.on {
-                true => format!("became broker.storage: a redb provider {} keeping sessions and retained messages (broker.session.storage and broker.retained.storage), every acknowledged write on disk before its acknowledgement; mosquitto.db's contents are not read, so retained messages and sessions held by mosquitto stay behind", state.location.join("saguin.redb").display()),
+                true => format!("became broker.storage: a redb provider {} keeping sessions and retained messages (broker.session.storage and broker.retained.storage), every acknowledged write on disk before its acknowledgement; what mosquitto.db holds is carried into it (the lines about that file below)", state.location.join("saguin.redb").display()),
                 false => "carried: sessions and retained messages live in memory until the broker stops".into(),
             }
         }
@@ -620,7 +645,7 @@ fn global(
             let note = listeners::absolute(base, line).1;
             format!("the redb provider's file is saguin.redb in it{}; the broker's user must be able to write there, and a file in a mosquitto package's directory goes if that package is purged", note.unwrap_or_default())
         }
-        "persistence_file" => "not carried: the redb provider's file is saguin.redb".into(),
+        "persistence_file" => "read: the file mosquitto's data is carried from; the redb provider's file is saguin.redb".into(),
         "autosave_interval" | "autosave_on_changes" => "not carried: every write is made durable before it is acknowledged, so there is nothing to save at intervals".into(),
         "max_keepalive" => {
             put(limits, "max_keepalive", format!("{}s", number()?));
@@ -757,7 +782,7 @@ fn storage(broker: &mut Mapping, location: &Path) {
     );
     put(&mut local, "max_bytes", "256MiB");
     let mut providers = Mapping::new();
-    put(&mut providers, "local", local);
+    put(&mut providers, PROVIDER_NAME, local);
     let mut storage = Mapping::new();
     put(&mut storage, "default", "local");
     put(&mut storage, "default_retention_period", "7d");
@@ -766,7 +791,7 @@ fn storage(broker: &mut Mapping, location: &Path) {
     put(broker, "storage", storage);
     for block in ["session", "retained"] {
         let mut keeps = Mapping::new();
-        put(&mut keeps, "storage", "local");
+        put(&mut keeps, "storage", PROVIDER_NAME);
         put(broker, block, keeps);
     }
 }

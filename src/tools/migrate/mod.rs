@@ -17,7 +17,9 @@ pub mod acl;
 mod bridges;
 mod conf;
 mod convert;
+mod db_import;
 mod listeners;
+pub mod mosquitto_db;
 pub mod report;
 
 use std::fmt;
@@ -122,7 +124,8 @@ pub fn run(conf: &Path, out: &Path) -> Result<Report, Failure> {
                 format!("cannot be made beside the destination: {e}"),
             )
         })?;
-    let done = stage(conf, &staging, &out, &written_at, &host).and_then(|report| {
+    let mut imported = None;
+    let done = stage(conf, &staging, &out, &written_at, &host, &mut imported).and_then(|report| {
         fs::rename(&staging, &out)
             .and_then(|()| fs::File::open(parent)?.sync_all())
             .map_err(|e| Failure::at(&out, None, format!("cannot be put in place: {e}")))?;
@@ -130,6 +133,9 @@ pub fn run(conf: &Path, out: &Path) -> Result<Report, Failure> {
     });
     if done.is_err() {
         let _ = fs::remove_dir_all(&staging);
+        if let Some(redb) = imported {
+            db_import::remove(&redb);
+        }
     }
     done
 }
@@ -142,6 +148,7 @@ fn stage(
     out: &Path,
     written_at: &str,
     host: &str,
+    imported: &mut Option<PathBuf>,
 ) -> Result<Report, Failure> {
     let trial = convert::plan(conf, staging, written_at, host)?;
     write_files(staging, &trial.files)?;
@@ -162,10 +169,63 @@ fn stage(
         plan.report
             .note_file(&out.join(CONFIG_FILE), "warning", warning);
     }
+    if let Some(kept) = &plan.persistence {
+        *imported = import_db(kept, &mut plan.report)?;
+    }
     let mut files = plan.files;
     files.push((REPORT_FILE.to_string(), plan.report.text()));
     write_files(staging, &files)?;
     Ok(plan.report)
+}
+
+/// Carries what `mosquitto.db` holds into the provider's new file, with a
+/// report line for each kind of thing; returns the file when one was made.
+fn import_db(kept: &convert::Kept, report: &mut Report) -> Result<Option<PathBuf>, Failure> {
+    let path = &kept.mosquitto_db;
+    let size = match fs::metadata(path) {
+        Ok(meta) => meta.len(),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {
+            report.note_file(
+                path,
+                "mosquitto.db",
+                "not found: mosquitto kept no retained value or session to carry",
+            );
+            return Ok(None);
+        }
+        Err(e) => return Err(Failure::at(path, None, format!("cannot be read: {e}"))),
+    };
+    if size > mosquitto_db::MAX_DB_BYTES {
+        return Err(Failure::at(path, None, format!("is {size} bytes, more than the migrated provider's {} hold; move it aside to migrate without its data", mosquitto_db::MAX_DB_BYTES)));
+    }
+    let bytes =
+        fs::read(path).map_err(|e| Failure::at(path, None, format!("cannot be read: {e}")))?;
+    let db = mosquitto_db::read(&bytes).map_err(|why| {
+        Failure::at(
+            path,
+            None,
+            format!("{why}; nothing was written (move the file aside to migrate without its data)"),
+        )
+    })?;
+    let now_ms = now_unix_ms();
+    let import = db_import::plan(
+        &db,
+        now_ms,
+        &mut crate::store::MessageIdGenerator::from_entropy(),
+    );
+    for (what, outcome) in &import.notes {
+        report.note_file(path, *what, outcome.clone());
+    }
+    if import.is_empty() {
+        return Ok(None);
+    }
+    db_import::write(
+        import,
+        convert::PROVIDER_NAME,
+        &kept.redb,
+        convert::PROVIDER_MAX_BYTES,
+    )?;
+    report.note_file(&kept.redb, "written", format!("the redb provider {}, holding what mosquitto.db carried; owned by the user who ran the migration: give it to the broker's user (chown saguin) before starting the broker", convert::PROVIDER_NAME));
+    Ok(Some(kept.redb.clone()))
 }
 
 fn write_files(dir: &Path, files: &[(String, String)]) -> Result<(), Failure> {
@@ -236,12 +296,15 @@ fn absolute_out(out: &Path) -> Result<PathBuf, Failure> {
     Ok(parent.join(name))
 }
 
+fn now_unix_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
+}
+
 /// The time now, as RFC 3339 UTC.
 fn now() -> String {
-    let unix_ms = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as u64);
-    crate::ops::json::timestamp(Some(unix_ms))
+    crate::ops::json::timestamp(Some(now_unix_ms()))
         .trim_matches('"')
         .to_string()
 }
