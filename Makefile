@@ -7,6 +7,7 @@
 #   make bench            this broker against mosquitto, side by side; writes BENCHMARKS.md
 #   make soak HOURS=1     a gateway's mix on the Pi Zero 2 W profile for HOURS (any length); CSV, plot, pass/fail
 #   make lint             rustfmt check + clippy with warnings denied
+#   make powercut SEEDS=N the store's power-cut simulation over N seeds (release)
 #   make test-cross       library tests for armv7 and aarch64, run under qemu-user
 #   make release-armv7    stripped release binary for armv7-unknown-linux-gnueabihf
 #   make release-aarch64  stripped release binary for aarch64-unknown-linux-gnu
@@ -64,7 +65,7 @@ export AR_armv7_unknown_linux_gnueabihf ?= $(ARMV7_PREFIX)-ar
 export CC_aarch64_unknown_linux_gnu ?= $(AARCH64_PREFIX)-gcc
 export AR_aarch64_unknown_linux_gnu ?= $(AARCH64_PREFIX)-ar
 
-.PHONY: bench soak build run test test-interop lint test-cross test-armv7 test-aarch64 \
+.PHONY: bench soak build run test test-interop lint powercut test-cross test-armv7 test-aarch64 \
         release-armv7 release-aarch64 help
 
 help:
@@ -123,6 +124,12 @@ test-interop:
 	PYTHONDONTWRITEBYTECODE=1 python3 -m pytest -q -p no:cacheprovider tests/interop
 
 # Both checks always run; the target fails if either does.
+# The store's power-cut simulation (src/store/powercut_tests.rs) over seeds
+# 0..SEEDS, in release mode; a failing seed prints how to replay it.
+SEEDS ?= 5000
+powercut:
+	SAGUIN_POWERCUT_SEEDS=$(SEEDS) $(CARGO) test --release --lib powercut -- --nocapture
+
 lint:
 	@rc=0; \
 	echo "$(CARGO) fmt --all --check"; $(CARGO) fmt --all --check || rc=1; \
