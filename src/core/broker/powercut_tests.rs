@@ -45,7 +45,7 @@ macro_rules! trace {
 }
 
 /// Seeds a plain `cargo test` runs: a few seconds in debug on 2 cores.
-const DEFAULT_SEEDS: u64 = 40;
+const DEFAULT_SEEDS: u64 = 64;
 const FILE: &str = "/data/core.redb";
 const MAX_BYTES: u64 = 64 << 20;
 const START_UNIX_MS: u64 = 1_700_000_000_000;
