@@ -1324,6 +1324,7 @@ struct Run {
     answers: (usize, usize),
     jobs_handed_out: usize,
     cut: CutReport,
+    recovery_cut: Option<CutReport>,
     operations: (u64, u64),
 }
 
@@ -1341,6 +1342,7 @@ struct Tally {
     returns_answered: usize,
     jobs_handed_out: usize,
     garbled_sectors: u64,
+    recovery_cuts: u64,
 }
 
 impl Tally {
@@ -1356,6 +1358,7 @@ impl Tally {
         self.returns_answered += run.answers.1;
         self.jobs_handed_out += run.jobs_handed_out;
         self.garbled_sectors += u64::from(run.cut.garbled.is_some());
+        self.recovery_cuts += u64::from(run.recovery_cut.is_some());
     }
 }
 
@@ -1391,7 +1394,17 @@ fn run_seed(seed: u64, faults: &[Fault]) -> Result<Run, String> {
     drop(m);
     let cut = disk.power_cut(w.rng.next_u64());
     disk.clear_faults();
-    let context = format!("the power went in step {died_in:?} of {steps}; the cut {cut:?}");
+    // One seed in four cuts again while the restart recovers and loads.
+    let recovery_cut = if w.rng.chance(1, 4) {
+        disk.stop_after(1 + w.rng.below(400));
+        drop(Machine::start(&disk, now_ms));
+        Some(disk.power_cut(w.rng.next_u64()))
+    } else {
+        None
+    };
+    let context = format!(
+        "the power went in step {died_in:?} of {steps}; the cut {cut:?}, the restart's cut {recovery_cut:?}"
+    );
     let mut m =
         Machine::start(&disk, now_ms).map_err(|e| format!("the restart: {e} ({context})"))?;
     w.after_restart = true;
@@ -1427,6 +1440,7 @@ fn run_seed(seed: u64, faults: &[Fault]) -> Result<Run, String> {
         ),
         jobs_handed_out: w.job_offsets.len(),
         cut,
+        recovery_cut,
         operations: disk.operations(),
     })
 }
