@@ -363,6 +363,9 @@ struct Client {
     /// A CONNACK 0x00 came for a session that outlives its connection:
     /// from then on the session must survive any cut.
     session_acknowledged: bool,
+    /// A CONNECT with Clean Start sent (MQTT 5), its CONNACK not yet come:
+    /// the session stored may be the old one or the new, empty one.
+    clean_connecting: bool,
     subscriptions: BTreeSet<String>,
     /// A SUBSCRIBE (true) or UNSUBSCRIBE (false) not yet answered.
     changing: Option<(Vec<String>, bool)>,
@@ -489,7 +492,7 @@ fn connect_packet(client: &Client) -> Packet {
         } else {
             ProtocolVersion::V311
         },
-        clean_start: false,
+        clean_start: client.clean_connecting,
         keep_alive_s: 0,
         client_id: client.id.clone(),
         will: None,
@@ -587,7 +590,20 @@ fn receive(w: &mut World, c: usize, packet: Packet) -> Result<(), String> {
             if connack.reason_code != ReasonCode::SUCCESS {
                 return Err(format!("{who}: CONNACK {:?}", connack.reason_code));
             }
-            if client.session_acknowledged && !connack.session_present {
+            if client.clean_connecting {
+                // The old session ended: its subscriptions, positions and
+                // holds went with it, and a held publish is never stored.
+                client.clean_connecting = false;
+                client.subscriptions.clear();
+                client.events_seen.clear();
+                client.promised_position = None;
+                for (_, tag) in std::mem::take(&mut client.held) {
+                    w.sent[tag].outcome = Outcome::Refused;
+                }
+                if connack.session_present {
+                    return Err(format!("{who}: Clean Start answered Session Present 1"));
+                }
+            } else if client.session_acknowledged && !connack.session_present {
                 return Err(format!("{who}: an acknowledged session came back as new"));
             }
             client.session_acknowledged = true;
@@ -740,6 +756,8 @@ fn step(m: &mut Machine, w: &mut World) -> Result<(), String> {
             .accept(m.now_ms, Origin::default())
             .ok_or("the broker took no connection")?;
         w.clients[c].conn = Some(conn);
+        // An MQTT 5 client starts afresh now and then, ending its session.
+        w.clients[c].clean_connecting = w.clients[c].v5 && w.rng.chance(1, 10);
         let connect = connect_packet(&w.clients[c]);
         return send(m, w, c, connect);
     };
@@ -979,7 +997,9 @@ fn check_stored(m: &Machine, w: &World) -> Result<(), String> {
     for client in &w.clients {
         let stored = p.entry(SESSIONS_SPACE, &client.id).map_err(read)?;
         let Some(bytes) = stored else {
-            if client.session_acknowledged {
+            // A Clean Start ends the old session before the new one is
+            // stored: neither is there when the cut comes between.
+            if client.session_acknowledged && !client.clean_connecting {
                 return Err(format!("{}: its acknowledged session is gone", client.id));
             }
             continue;
@@ -998,7 +1018,8 @@ fn check_stored(m: &Machine, w: &World) -> Result<(), String> {
                 }
             }
         }
-        if filters != client.subscriptions && filters != new {
+        let fresh = client.clean_connecting && filters.is_empty();
+        if filters != client.subscriptions && filters != new && !fresh {
             return Err(format!(
                 "{}: subscriptions {filters:?} after the cut, acknowledged {:?}",
                 client.id, client.subscriptions
@@ -1012,7 +1033,7 @@ fn check_stored(m: &Machine, w: &World) -> Result<(), String> {
 
     // Stored positions: at least what a clean close promised, and never
     // past a record the consumer did not acknowledge.
-    for client in &w.clients {
+    for client in w.clients.iter().filter(|c| !c.clean_connecting) {
         let position = p.position(APPENDS, &client.id).map_err(read)?;
         if let (Some(promised), Some(stored)) = (client.promised_position, position) {
             if stored < promised {
@@ -1173,6 +1194,20 @@ fn check_served(m: &mut Machine, w: &mut World) -> Result<(), String> {
         .iter()
         .map(|c| m.provider.position(APPENDS, &c.id).ok().flatten())
         .collect();
+    // A Clean Start the cut left unanswered may have ended the session
+    // or not: its holds may be gone, and what it is served is not known.
+    let mut unknown = BTreeSet::new();
+    for c in 0..CLIENTS {
+        let client = &mut w.clients[c];
+        if std::mem::take(&mut client.clean_connecting) {
+            unknown.insert(c);
+            // Neither session may be there, and then it answers as new.
+            client.session_acknowledged = false;
+            for (_, tag) in std::mem::take(&mut client.held) {
+                w.sent[tag].outcome = Outcome::InDoubt;
+            }
+        }
+    }
     for c in 0..CLIENTS {
         let client = &mut w.clients[c];
         client.events_seen.clear();
@@ -1281,7 +1316,7 @@ fn check_served(m: &mut Machine, w: &mut World) -> Result<(), String> {
     check_log(w, &events, true)?;
     for (c, position) in positions.into_iter().enumerate() {
         let client = &w.clients[c];
-        if !client.subscriptions.contains("events/#") {
+        if !client.subscriptions.contains("events/#") || unknown.contains(&c) {
             continue;
         }
         let from = position.unwrap_or(1);
