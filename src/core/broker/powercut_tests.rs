@@ -5,9 +5,11 @@
 //! Session Expiry and 3.1.1 sessions with clean session 0 - connect,
 //! subscribe, unsubscribe, publish at QoS 1 and 2 into an `append`, a
 //! `latest` and a `queue` channel and to retained broadcast topics, read
-//! and acknowledge what they are sent, answer jobs, leave and come back.
-//! The power is cut at a seeded moment, mostly inside a storage operation;
-//! a fresh broker then starts on what the disk kept, as a restart does,
+//! and acknowledge what they are sent, answer jobs, leave and come back
+//! (MQTT 5 ones now and then with Clean Start). The power is cut at a
+//! seeded moment, mostly inside a storage operation, and one seed in four
+//! again during the restart's recovery; a fresh broker then starts on
+//! what the disk kept, as a restart does,
 //! and everything the clients were told must hold: a CONNACK, a SUBACK or
 //! UNSUBACK, a PUBACK or PUBCOMP 0x00, a PUBREC 0x00, a job answer's
 //! PUBACK, the close of a clean DISCONNECT.
