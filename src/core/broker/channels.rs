@@ -1314,9 +1314,26 @@ impl Broker {
 
     /// Removes `filter` from the session's readers; a reader left with no
     /// filter stops, keeping its stored position for a later subscription.
-    pub(crate) fn unsubscribe_channels(&mut self, session_key: Key, filter: &str) {
+    /// A reader the unsubscribe leaves without filters goes; the position
+    /// it moved since the last write is stored first, so a later
+    /// subscription resumes there instead of serving acknowledged records
+    /// again (found by the core power-cut simulation, seed 424).
+    pub(crate) fn unsubscribe_channels(
+        &mut self,
+        session_key: Key,
+        filter: &str,
+        out: &mut impl Transport,
+    ) {
         self.unsubscribe_latest(session_key, filter);
         let readers = self.readers_of(session_key);
+        let emptied = readers.iter().any(|&key| {
+            self.readers
+                .get(key)
+                .is_some_and(|r| r.dirty && r.filters.iter().all(|f| *f.filter == *filter))
+        });
+        if emptied {
+            self.commit_positions(Some(session_key), out);
+        }
         for key in readers {
             let Some(reader) = self.readers.get_mut(key) else {
                 continue;

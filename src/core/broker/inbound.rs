@@ -85,13 +85,16 @@ impl Broker {
             return;
         }
         if Self::is_queue_response_topic(&publish.topic) {
+            let puback = slot.map(|slot| (conn, slot));
             let answer = match qos {
                 QoS::ExactlyOnce => Err(Refusal::QueueResponseAtQos2),
-                _ => self.handle_queue_response(session_key, &publish, now_ms, out),
+                _ => self.handle_queue_response(session_key, &publish, puback, now_ms, out),
             };
             match (answer, slot) {
-                (Ok(()), Some(slot)) => self.complete_puback(conn, slot, Ok(()), now_ms, out),
-                (Ok(()), None) => {}
+                // Answered when the job's removal is committed.
+                (Ok(true), _) => {}
+                (Ok(false), Some(slot)) => self.complete_puback(conn, slot, Ok(()), now_ms, out),
+                (Ok(false), None) => {}
                 (Err(refusal), slot) => self.refuse_publish(
                     conn,
                     &publish.topic,

@@ -22,6 +22,8 @@ pub(crate) mod persist;
 #[cfg(test)]
 mod persist_tests;
 mod point_read;
+#[cfg(test)]
+mod powercut_tests;
 mod queue_work;
 mod replies;
 pub(crate) mod retained_writes;

@@ -762,14 +762,18 @@ impl Broker {
     /// Correlation Data names the job's current delivery and the session
     /// answering is the one holding it; anything else is ignored and logged,
     /// and the lease runs out as it would have. `Err` when the topic names
-    /// no queue.
+    /// no queue; `Ok(true)` when an `ack` took `puback` (the answer's
+    /// connection and PUBACK slot), to answer once the job's removal is
+    /// committed, so a worker told its ack arrived never finds the job
+    /// offered again after a power cut.
     pub(crate) fn handle_queue_response(
         &mut self,
         session_key: Key,
         publish: &Publish,
+        puback: Option<(Key, u64)>,
         now_ms: u64,
         out: &mut impl Transport,
-    ) -> Result<(), Refusal> {
+    ) -> Result<bool, Refusal> {
         let name = rules::response_name(&publish.topic).unwrap_or_default();
         let Some(q) = self.queue_by_name(name) else {
             return Err(Refusal::ResponseNamesNoQueue);
@@ -786,7 +790,7 @@ impl Broker {
         };
         let Some(ack) = outcome else {
             limited!(RESPONSE_IGNORED, now_ms, "ignoring a response from {client_id} on {name}: its payload is neither ack nor return");
-            return Ok(());
+            return Ok(false);
         };
         let id = publish
             .properties
@@ -796,7 +800,7 @@ impl Broker {
             .filter(|id| id.run == self.queues.run);
         let Some(id) = id else {
             limited!(RESPONSE_IGNORED, now_ms, "ignoring a response from {client_id} on {name}: its Correlation Data names no delivery");
-            return Ok(());
+            return Ok(false);
         };
         let job = self.queues.list[q].jobs.get(&id.offset).copied();
         let holder = job.and_then(|job| match job.state {
@@ -812,7 +816,7 @@ impl Broker {
         });
         let Some((worker, unacknowledged)) = holder else {
             limited!(RESPONSE_IGNORED, now_ms, "ignoring a response from {client_id} on {name}: delivery {} of job {} is not the job's current one", id.delivery, id.offset);
-            return Ok(());
+            return Ok(false);
         };
         if worker != session_key {
             limited!(
@@ -821,7 +825,7 @@ impl Broker {
                 "ignoring a response from {client_id} on {name}: job {} is held by another session",
                 id.offset
             );
-            return Ok(());
+            return Ok(false);
         }
         let offset = id.offset;
         self.queues.list[q].held.remove(&session_key);
@@ -836,6 +840,7 @@ impl Broker {
             self.count_attempt(q, offset, out);
         }
         let queue = &mut self.queues.list[q];
+        let mut deferred = false;
         if ack {
             queue.jobs.get_mut(&offset).expect("found above").state = JobState::Resolving;
             let name = name.to_string();
@@ -849,8 +854,14 @@ impl Broker {
                     key: attempts_key(offset),
                 },
             ];
-            if self.queue_commit(q, writes, QueuePending::Resolve { queue: q, offset }, out) {
+            let pending = QueuePending::Resolve {
+                queue: q,
+                offset,
+                puback,
+            };
+            if self.queue_commit(q, writes, pending, out) {
                 self.queues.list[q].counted.acknowledged += 1;
+                deferred = puback.is_some();
             } else {
                 // Storage is behind: the job is offered again rather than
                 // lost; its worker's answer cannot be kept now.
@@ -870,7 +881,7 @@ impl Broker {
         }
         // An answer offers that worker its next job at once.
         self.offer_to_worker(session_key, now_ms, out);
-        Ok(())
+        Ok(deferred)
     }
 
     // ---- dead letters ----------------------------------------------------
@@ -1006,7 +1017,19 @@ impl Broker {
                 }
                 self.service_queue(queue, now_ms, out);
             }
-            (QueuePending::Resolve { queue, offset }, Answer::Committed(result)) => {
+            (
+                QueuePending::Resolve {
+                    queue,
+                    offset,
+                    puback,
+                },
+                Answer::Committed(result),
+            ) => {
+                // A success either way: a worker is not told whether its
+                // answer counted, only once the broker is done with it.
+                if let Some((conn, slot)) = puback {
+                    self.complete_puback(conn, slot, Ok(()), now_ms, out);
+                }
                 match result.as_deref() {
                     Ok([Outcome::Removed { floor, .. }, ..]) => {
                         log::debug!(

@@ -423,7 +423,7 @@ impl Broker {
                         Some(group) => self.leave_group(group, session_key),
                         None => {
                             self.index.remove(filter, Target::Session(session_key));
-                            self.unsubscribe_channels(session_key, filter);
+                            self.unsubscribe_channels(session_key, filter, out);
                             self.queue_unsubscribed(session_key, filter);
                         }
                     }

@@ -1514,3 +1514,41 @@ fn a_dead_letter_is_received_when_it_is_filed() {
         "received {received}, published {published_unix_ms}"
     );
 }
+
+/// Core power-cut seed 825: a worker's `ack` was PUBACKed before the job's
+/// removal was committed, so a cut in between brought back, and offered
+/// again, a job whose worker had been told its answer arrived. The PUBACK
+/// now waits for the removal's commit.
+#[test]
+fn an_acks_puback_waits_for_the_jobs_removal() {
+    let mut rig = Rig::new(queue_settings(5, Backoff::None, 0));
+    let worker = rig.connect("worker");
+    assert_eq!(rig.work(worker), ReasonCode::GRANTED_QOS_1);
+    let publisher = rig.connect("publisher");
+    assert_eq!(
+        rig.publish(publisher, "jobs/a", b"job"),
+        ReasonCode::SUCCESS
+    );
+    let job = rig.jobs(worker).pop().expect("a job");
+    rig.puback(worker, &job);
+    rig.shell.slow = true;
+    let mut answer = Publish {
+        qos: QoS::AtLeastOnce,
+        topic: RESPONSE.into(),
+        packet_id: Some(7),
+        payload: b"ack".to_vec(),
+        ..Publish::default()
+    };
+    answer.properties.correlation_data = job.properties.correlation_data.clone();
+    rig.packet(worker, Packet::Publish(answer));
+    let acked = |rig: &mut Rig| {
+        rig.take(worker)
+            .iter()
+            .any(|p| matches!(p, Packet::Puback(a) if a.packet_id == 7))
+    };
+    assert!(!acked(&mut rig), "PUBACKed before the removal was stored");
+    rig.answer_slow_commits();
+    assert!(acked(&mut rig), "PUBACKed once the removal is stored");
+    let state = Provider::channel(&rig.shell.provider, QUEUE);
+    assert_eq!(state.record_count, 0, "the job is gone");
+}

@@ -186,6 +186,9 @@ pub(crate) enum QueuePending {
     Resolve {
         queue: usize,
         offset: u64,
+        /// The connection and PUBACK slot of the `ack` answer, answered
+        /// once the removal is committed.
+        puback: Option<(Key, u64)>,
     },
     /// The move into the dead-letter channel; the letter is kept to serve
     /// that channel's readers once it is stored.
