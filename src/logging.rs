@@ -53,60 +53,81 @@ pub(crate) fn level_reader() -> Option<LevelReader> {
 }
 
 /// The connection a line is about; fields learnt later stay `None` until
-/// then (the client id and user arrive with its CONNECT).
+/// then (the client id and user arrive with its CONNECT). Each field is
+/// shared with the core's own copy rather than copied (rfcs/0003,
+/// "Per-connection memory").
 #[derive(Debug, Default, Clone)]
 pub struct Scope {
     pub listener: Rc<str>,
-    pub remote: Option<String>,
-    pub client_id: Option<String>,
-    pub user: Option<String>,
+    pub remote: Option<Rc<str>>,
+    pub client_id: Option<Rc<str>>,
+    pub user: Option<Rc<str>>,
 }
 
 thread_local! {
-    static CURRENT: RefCell<Option<Rc<RefCell<Scope>>>> = const { RefCell::new(None) };
+    /// The scope of the task being polled, moved in for the poll and back
+    /// out after it: no allocation or count of its own.
+    static CURRENT: RefCell<Option<Scope>> = const { RefCell::new(None) };
 }
 
 /// The connection being served has been admitted as `client_id` (and
 /// `user`), from `source` where its door learnt one: its lines from here
 /// on say so. Called by the core as it admits a connection; outside a
 /// connection's task (a unit test, a bridge) it does nothing.
-pub(crate) fn connected(client_id: &str, user: Option<&str>, source: Option<&str>) {
+pub(crate) fn connected(client_id: &Rc<str>, user: Option<&Rc<str>>, source: Option<&Rc<str>>) {
     CURRENT.with(|current| {
-        if let Some(scope) = &*current.borrow() {
-            let mut scope = scope.borrow_mut();
-            scope.client_id = Some(client_id.to_string());
-            scope.user = user.map(str::to_string);
+        if let Some(scope) = &mut *current.borrow_mut() {
+            scope.client_id = Some(Rc::clone(client_id));
+            scope.user = user.cloned();
             if let Some(source) = source {
-                scope.remote = Some(source.to_string());
+                scope.remote = Some(Rc::clone(source));
             }
         }
     });
 }
 
-/// A connection's task, with its [`Scope`] in force while it runs.
+/// A connection's task, with its [`Scope`] in force while it runs. Both
+/// are held inline, in the task's own allocation.
 pub struct Scoped<F> {
-    scope: Rc<RefCell<Scope>>,
-    inner: Pin<Box<F>>,
+    /// `None` only while a poll has it in [`CURRENT`].
+    scope: Option<Scope>,
+    inner: F,
 }
 
-impl<F: Future> Scoped<F> {
+impl<F: Future + Unpin> Scoped<F> {
     pub fn new(scope: Scope, inner: F) -> Self {
         Scoped {
-            scope: Rc::new(RefCell::new(scope)),
-            inner: Box::pin(inner),
+            scope: Some(scope),
+            inner,
         }
     }
 }
 
-impl<F: Future> Future for Scoped<F> {
+/// Puts the scope it was made with back into its task when the poll
+/// ends, by return or by unwinding, and the outer one into [`CURRENT`].
+struct Lent<'a> {
+    home: &'a mut Option<Scope>,
+    outer: Option<Scope>,
+}
+
+impl Drop for Lent<'_> {
+    fn drop(&mut self) {
+        *self.home = CURRENT.with(|c| c.replace(self.outer.take()));
+    }
+}
+
+impl<F: Future + Unpin> Future for Scoped<F> {
     type Output = F::Output;
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<F::Output> {
         let this = self.get_mut();
-        let before = CURRENT.with(|c| c.replace(Some(this.scope.clone())));
-        let polled = this.inner.as_mut().poll(cx);
-        CURRENT.with(|c| *c.borrow_mut() = before);
-        polled
+        let mine = this.scope.take();
+        let outer = CURRENT.with(|c| c.replace(mine));
+        let _lent = Lent {
+            home: &mut this.scope,
+            outer,
+        };
+        Pin::new(&mut this.inner).poll(cx)
     }
 }
 
@@ -124,14 +145,16 @@ impl log::Log for Logger {
         if !self.enabled(record.metadata()) {
             return;
         }
-        let scope = CURRENT.with(|c| c.borrow().as_ref().map(|s| s.borrow().clone()));
-        let line = render(
-            self.format,
-            &self.broker_id,
-            now_unix_ms(),
-            record,
-            scope.as_ref(),
-        );
+        let line = CURRENT.with(|c| {
+            let scope = c.borrow();
+            render(
+                self.format,
+                &self.broker_id,
+                now_unix_ms(),
+                record,
+                scope.as_ref(),
+            )
+        });
         // A closed standard output must not stop the broker.
         let _ = std::io::stdout().lock().write_all(line.as_bytes());
     }
@@ -267,6 +290,73 @@ mod tests {
             client_id: Some("pump 7".into()),
             user: None,
         }
+    }
+
+    /// The listener of the scope in force now, if any.
+    fn listener_now() -> Option<String> {
+        CURRENT.with(|c| c.borrow().as_ref().map(|s| s.listener.to_string()))
+    }
+
+    fn poll_once<F: Future + Unpin>(future: &mut F) -> Poll<F::Output> {
+        let waker = std::task::Waker::noop();
+        Pin::new(future).poll(&mut Context::from_waker(waker))
+    }
+
+    #[test]
+    fn a_scope_is_in_force_only_while_its_task_is_polled_and_keeps_what_it_learnt() {
+        let mut polls = 0;
+        let mut task = Scoped::new(
+            Scope {
+                listener: "tcp".into(),
+                ..Scope::default()
+            },
+            std::future::poll_fn(|_| {
+                polls += 1;
+                assert_eq!(listener_now().as_deref(), Some("tcp"));
+                if polls == 1 {
+                    connected(&"pump 7".into(), None, Some(&"10.0.0.9:4000".into()));
+                    return Poll::Pending;
+                }
+                let scope = CURRENT.with(|c| c.borrow().clone()).expect("in force");
+                Poll::Ready((scope.client_id, scope.remote))
+            }),
+        );
+        assert!(poll_once(&mut task).is_pending());
+        assert_eq!(listener_now(), None);
+        let Poll::Ready((client_id, remote)) = poll_once(&mut task) else {
+            panic!("second poll finishes");
+        };
+        assert_eq!(client_id.as_deref(), Some("pump 7"));
+        assert_eq!(remote.as_deref(), Some("10.0.0.9:4000"));
+        assert_eq!(listener_now(), None);
+    }
+
+    #[test]
+    fn a_task_polled_inside_another_gives_the_outer_scope_back() {
+        let inner = Scoped::new(
+            Scope {
+                listener: "inner".into(),
+                ..Scope::default()
+            },
+            std::future::poll_fn(|_| Poll::Ready(listener_now())),
+        );
+        let mut inner = Some(inner);
+        let mut outer = Scoped::new(
+            Scope {
+                listener: "outer".into(),
+                ..Scope::default()
+            },
+            std::future::poll_fn(move |_| {
+                let seen = poll_once(inner.as_mut().expect("polled once"));
+                Poll::Ready((seen, listener_now()))
+            }),
+        );
+        let Poll::Ready((seen, after)) = poll_once(&mut outer) else {
+            panic!("finishes at once");
+        };
+        assert_eq!(seen, Poll::Ready(Some("inner".to_string())));
+        assert_eq!(after.as_deref(), Some("outer"));
+        assert_eq!(listener_now(), None);
     }
 
     #[test]

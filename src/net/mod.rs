@@ -406,10 +406,13 @@ async fn accept_loop(
         let plan = door.plan(tls_doors.current(door.index));
         // A socket's peer is known now (a Unix socket's is the process at
         // its far end); a proxy's client, once its header is read.
+        // A TCP peer's address, made once: the core's copy (for
+        // `/v1/operations/sessions`) and the log scope's are one string.
+        let peer = peer_of(&accepted);
         let source = match &accepted {
             _ if plan.proxy_protocol => None,
             Accepted::Unix(stream) => door::unix_peer(stream.get_ref()),
-            Accepted::Tcp(_) => peer_of(&accepted).map(String::into_boxed_str),
+            Accepted::Tcp(_) => peer.clone(),
         };
         // Server Busy is said only where a CONNECT would be read next: not
         // before a TLS handshake (one it would cost for a connection that
@@ -432,7 +435,7 @@ async fn accept_loop(
                 let outbox = state.outboxes.insert(key);
                 let scope = crate::logging::Scope {
                     listener: door.name.clone(),
-                    remote: peer_of(&accepted),
+                    remote: peer,
                     ..Default::default()
                 };
                 let socket = door::socket(&shared, key, accepted, plan);
@@ -462,9 +465,13 @@ async fn accept_loop(
 }
 
 /// The address a socket's peer has; a Unix socket's has none worth a line.
-fn peer_of(accepted: &Accepted) -> Option<String> {
+fn peer_of(accepted: &Accepted) -> Option<Rc<str>> {
     match accepted {
-        Accepted::Tcp(stream) => stream.get_ref().peer_addr().ok().map(|a| a.to_string()),
+        Accepted::Tcp(stream) => stream
+            .get_ref()
+            .peer_addr()
+            .ok()
+            .map(|a| a.to_string().into()),
         Accepted::Unix(_) => None,
     }
 }

@@ -7,6 +7,8 @@
 //! is who the client is, whatever user name the CONNECT carries, and no
 //! password file is asked (see `authenticate.rs`).
 
+use std::rc::Rc;
+
 use super::connect::has_control_character;
 use crate::core::refusal::Refusal;
 use crate::core::{Broker, Key};
@@ -22,14 +24,14 @@ impl Broker {
 
     /// Records where connection `conn` really comes from, as its door
     /// learnt it: the client a proxy speaks for, or a Unix socket's peer.
-    pub fn introduced_from(&mut self, conn: Key, source: Box<str>) {
+    pub fn introduced_from(&mut self, conn: Key, source: Rc<str>) {
         if let Some(connection) = self.connections.get_mut(conn) {
             connection.origin.introduction_mut().source = Some(source);
         }
     }
 
     /// Where connection `conn` comes from, when its door learnt that.
-    pub fn source(&self, conn: Key) -> Option<&str> {
+    pub fn source(&self, conn: Key) -> Option<&Rc<str>> {
         self.connections.get(conn)?.origin.source()
     }
 

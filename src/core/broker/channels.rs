@@ -14,17 +14,21 @@ use crate::core::message::{
 };
 use crate::core::refusal::Refusal;
 use crate::core::{Broker, Key, StoreRequest, Transport};
+use crate::log_limit::{limited, LogLimit};
 use crate::store::{
     self, Answer, Completion, MessageId, Outcome, Read, ReadLimit, TrimRule, Write,
 };
-use crate::log_limit::{limited, LogLimit};
 use std::collections::{BTreeSet, HashMap, VecDeque};
 use std::rc::Rc;
 
 /// Positions not stored: retried every interval, so a provider that has
 /// stopped taking writes would otherwise repeat the line forever.
-pub(crate) static POSITIONS_NOT_STORED: LogLimit =
-    LogLimit::new("consumer positions were not stored", log::Level::Warn, 3, 60_000);
+pub(crate) static POSITIONS_NOT_STORED: LogLimit = LogLimit::new(
+    "consumer positions were not stored",
+    log::Level::Warn,
+    3,
+    60_000,
+);
 
 impl Broker {
     pub(crate) fn next_ticket(&mut self) -> u64 {

@@ -1,5 +1,7 @@
 //! What the network shell knows of a connection before its CONNECT.
 
+use std::rc::Rc;
+
 /// Where a connection came in, handed to [`crate::core::Broker::accept`].
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Origin {
@@ -20,8 +22,9 @@ pub struct Introduction {
     pub certificate_user: Option<Box<str>>,
     /// Where it really comes from, where its socket does not say: the
     /// client a proxy speaks for, or the process at the far end of a
-    /// Unix socket. For logs and `/v1/operations/sessions`.
-    pub source: Option<Box<str>>,
+    /// Unix socket, or a plain TCP socket's peer. For logs and
+    /// `/v1/operations/sessions`; shared with the connection's log scope.
+    pub source: Option<Rc<str>>,
 }
 
 impl Origin {
@@ -31,8 +34,8 @@ impl Origin {
     }
 
     /// Where it comes from, when its door learnt that.
-    pub fn source(&self) -> Option<&str> {
-        self.introduction.as_ref()?.source.as_deref()
+    pub fn source(&self) -> Option<&Rc<str>> {
+        self.introduction.as_ref()?.source.as_ref()
     }
 
     /// The introduction, made empty if there is none yet.
