@@ -29,7 +29,7 @@ use smol::stream::StreamExt;
 use smol::Async;
 
 use crate::auth::Authentication;
-use crate::core::{Broker, Introduction, Origin};
+use crate::core::{Broker, Origin};
 use door::Accepted;
 use outbox::Outboxes;
 pub use settings::{door_label, Door, Listen, Settings};
@@ -423,12 +423,8 @@ async fn accept_loop(
         let now_ms = state.now_ms();
         let origin = Origin {
             door: door.index,
-            introduction: source.map(|source| {
-                Box::new(Introduction {
-                    certificate_user: None,
-                    source: Some(source),
-                })
-            }),
+            source,
+            introduction: None,
         };
         match state.broker.accept(now_ms, origin) {
             Some(key) => {

@@ -26,7 +26,7 @@ impl Broker {
     /// learnt it: the client a proxy speaks for, or a Unix socket's peer.
     pub fn introduced_from(&mut self, conn: Key, source: Rc<str>) {
         if let Some(connection) = self.connections.get_mut(conn) {
-            connection.origin.introduction_mut().source = Some(source);
+            connection.origin.source = Some(source);
         }
     }
 

@@ -7,24 +7,25 @@ use std::rc::Rc;
 pub struct Origin {
     /// Index of the MQTT door (listener) it arrived on, in configuration order.
     pub door: usize,
+    /// Where it comes from: a plain TCP socket's peer, the client a proxy
+    /// speaks for, or the process at the far end of a Unix socket. For
+    /// logs and `/v1/operations/sessions`; the one string is shared with
+    /// the connection's log scope. Inline, as nearly every connection has
+    /// one: a box for it would cost a second allocation each.
+    pub source: Option<Rc<str>>,
     /// What only some doors learn of a connection, behind one pointer:
-    /// every connection entry holds the field, and a plain TCP
-    /// connection leaves it empty.
+    /// every connection entry holds the field, and a connection without
+    /// a verified certificate leaves it empty.
     pub introduction: Option<Box<Introduction>>,
 }
 
-/// What a door learnt of a connection beyond its socket.
+/// What a door learnt of a connection beyond its socket and its source.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Introduction {
     /// The user name a verified client certificate gives it: one this
     /// broker's TLS handshake verified, or one a proxy in front verified
     /// and named in its PROXY header.
     pub certificate_user: Option<Box<str>>,
-    /// Where it really comes from, where its socket does not say: the
-    /// client a proxy speaks for, or the process at the far end of a
-    /// Unix socket, or a plain TCP socket's peer. For logs and
-    /// `/v1/operations/sessions`; shared with the connection's log scope.
-    pub source: Option<Rc<str>>,
 }
 
 impl Origin {
@@ -35,7 +36,7 @@ impl Origin {
 
     /// Where it comes from, when its door learnt that.
     pub fn source(&self) -> Option<&Rc<str>> {
-        self.introduction.as_ref()?.source.as_ref()
+        self.source.as_ref()
     }
 
     /// The introduction, made empty if there is none yet.
