@@ -2,21 +2,18 @@
 //! connection each one is about, and the level SIGUSR1 reads again.
 //!
 //! A line written while a connection's task runs carries that
-//! connection's listener, remote address, client id and user. The task is
-//! wrapped in a [`Scoped`] future that puts its [`Scope`] in a
-//! thread-local for the length of each poll, so every line written on its
-//! behalf (by the shell or by the core it drives) is tagged without each
-//! call site passing the fields. The executor is single-threaded, so a
+//! connection's listener, remote address, client id and user. The task
+//! [`enter`]s its [`Scope`], made from what the core keeps of the
+//! connection, into a thread-local for the length of each poll, so every
+//! line written on its behalf (by the shell or by the core it drives) is
+//! tagged without each call site passing the fields. The executor is single-threaded, so a
 //! thread-local is exactly "the connection being served now".
 
 use std::cell::RefCell;
 use std::fmt::Write as _;
-use std::future::Future;
 use std::io::Write as _;
-use std::pin::Pin;
 use std::rc::Rc;
 use std::sync::{Arc, OnceLock};
-use std::task::{Context, Poll};
 
 use crate::config::LogFormat;
 
@@ -54,8 +51,8 @@ pub(crate) fn level_reader() -> Option<LevelReader> {
 
 /// The connection a line is about; fields learnt later stay `None` until
 /// then (the client id and user arrive with its CONNECT). Each field is
-/// shared with the core's own copy rather than copied (rfcs/0003,
-/// "Per-connection memory").
+/// the core's own `Rc<str>`, not a copy (rfcs/0003, "Per-connection
+/// memory").
 #[derive(Debug, Default, Clone)]
 pub struct Scope {
     pub listener: Rc<str>,
@@ -65,8 +62,7 @@ pub struct Scope {
 }
 
 thread_local! {
-    /// The scope of the task being polled, moved in for the poll and back
-    /// out after it: no allocation or count of its own.
+    /// The scope of the task being polled.
     static CURRENT: RefCell<Option<Scope>> = const { RefCell::new(None) };
 }
 
@@ -86,48 +82,25 @@ pub(crate) fn connected(client_id: &Rc<str>, user: Option<&Rc<str>>, source: Opt
     });
 }
 
-/// A connection's task, with its [`Scope`] in force while it runs. Both
-/// are held inline, in the task's own allocation.
-pub struct Scoped<F> {
-    /// `None` only while a poll has it in [`CURRENT`].
-    scope: Option<Scope>,
-    inner: F,
-}
-
-impl<F: Future + Unpin> Scoped<F> {
-    pub fn new(scope: Scope, inner: F) -> Self {
-        Scoped {
-            scope: Some(scope),
-            inner,
-        }
+/// Puts `scope` in force until the guard is dropped, when the one in
+/// force before it is back. A connection's future enters its scope for
+/// the length of each poll, made then from what the core keeps of it, so
+/// an idle connection carries no copy of its own.
+pub fn enter(scope: Option<Scope>) -> Entered {
+    Entered {
+        outer: CURRENT.with(|c| c.replace(scope)),
     }
 }
 
-/// Puts the scope it was made with back into its task when the poll
-/// ends, by return or by unwinding, and the outer one into [`CURRENT`].
-struct Lent<'a> {
-    home: &'a mut Option<Scope>,
+/// The scope entered, in force while this lives (see [`enter`]).
+pub struct Entered {
     outer: Option<Scope>,
 }
 
-impl Drop for Lent<'_> {
+impl Drop for Entered {
     fn drop(&mut self) {
-        *self.home = CURRENT.with(|c| c.replace(self.outer.take()));
-    }
-}
-
-impl<F: Future + Unpin> Future for Scoped<F> {
-    type Output = F::Output;
-
-    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<F::Output> {
-        let this = self.get_mut();
-        let mine = this.scope.take();
-        let outer = CURRENT.with(|c| c.replace(mine));
-        let _lent = Lent {
-            home: &mut this.scope,
-            outer,
-        };
-        Pin::new(&mut this.inner).poll(cx)
+        let left = CURRENT.with(|c| c.replace(self.outer.take()));
+        drop(left);
     }
 }
 
@@ -297,66 +270,37 @@ mod tests {
         CURRENT.with(|c| c.borrow().as_ref().map(|s| s.listener.to_string()))
     }
 
-    fn poll_once<F: Future + Unpin>(future: &mut F) -> Poll<F::Output> {
-        let waker = std::task::Waker::noop();
-        Pin::new(future).poll(&mut Context::from_waker(waker))
+    fn listener(name: &str) -> Option<Scope> {
+        Some(Scope {
+            listener: name.into(),
+            ..Scope::default()
+        })
     }
 
     #[test]
-    fn a_scope_is_in_force_only_while_its_task_is_polled_and_keeps_what_it_learnt() {
-        let mut polls = 0;
-        let mut task = Scoped::new(
-            Scope {
-                listener: "tcp".into(),
-                ..Scope::default()
-            },
-            std::future::poll_fn(|_| {
-                polls += 1;
-                assert_eq!(listener_now().as_deref(), Some("tcp"));
-                if polls == 1 {
-                    connected(&"pump 7".into(), None, Some(&"10.0.0.9:4000".into()));
-                    return Poll::Pending;
-                }
-                let scope = CURRENT.with(|c| c.borrow().clone()).expect("in force");
-                Poll::Ready((scope.client_id, scope.remote))
-            }),
-        );
-        assert!(poll_once(&mut task).is_pending());
+    fn a_scope_is_in_force_while_entered_and_learns_who_connected() {
+        {
+            let _entered = enter(listener("tcp"));
+            assert_eq!(listener_now().as_deref(), Some("tcp"));
+            connected(&"pump 7".into(), None, Some(&"10.0.0.9:4000".into()));
+            let scope = CURRENT.with(|c| c.borrow().clone()).expect("in force");
+            assert_eq!(scope.client_id.as_deref(), Some("pump 7"));
+            assert_eq!(scope.remote.as_deref(), Some("10.0.0.9:4000"));
+        }
         assert_eq!(listener_now(), None);
-        let Poll::Ready((client_id, remote)) = poll_once(&mut task) else {
-            panic!("second poll finishes");
-        };
-        assert_eq!(client_id.as_deref(), Some("pump 7"));
-        assert_eq!(remote.as_deref(), Some("10.0.0.9:4000"));
+        // Outside any scope, nothing to tell.
+        connected(&"pump 8".into(), None, None);
         assert_eq!(listener_now(), None);
     }
 
     #[test]
-    fn a_task_polled_inside_another_gives_the_outer_scope_back() {
-        let inner = Scoped::new(
-            Scope {
-                listener: "inner".into(),
-                ..Scope::default()
-            },
-            std::future::poll_fn(|_| Poll::Ready(listener_now())),
-        );
-        let mut inner = Some(inner);
-        let mut outer = Scoped::new(
-            Scope {
-                listener: "outer".into(),
-                ..Scope::default()
-            },
-            std::future::poll_fn(move |_| {
-                let seen = poll_once(inner.as_mut().expect("polled once"));
-                Poll::Ready((seen, listener_now()))
-            }),
-        );
-        let Poll::Ready((seen, after)) = poll_once(&mut outer) else {
-            panic!("finishes at once");
-        };
-        assert_eq!(seen, Poll::Ready(Some("inner".to_string())));
-        assert_eq!(after.as_deref(), Some("outer"));
-        assert_eq!(listener_now(), None);
+    fn a_scope_entered_inside_another_gives_the_outer_one_back() {
+        let _outer = enter(listener("outer"));
+        {
+            let _inner = enter(listener("inner"));
+            assert_eq!(listener_now().as_deref(), Some("inner"));
+        }
+        assert_eq!(listener_now().as_deref(), Some("outer"));
     }
 
     #[test]

@@ -30,6 +30,27 @@ impl Broker {
         }
     }
 
+    /// What a log line written on connection `conn`'s behalf names: its
+    /// door (by `door_names`, indexed as the doors are) and source, and
+    /// once it is admitted its client id and user. Each is the `Rc<str>`
+    /// kept here, so making it copies no string.
+    pub fn log_scope(&self, conn: Key, door_names: &[Rc<str>]) -> Option<crate::logging::Scope> {
+        let connection = self.connections.get(conn)?;
+        let session = connection
+            .active
+            .as_ref()
+            .and_then(|a| self.sessions.get(a.session));
+        Some(crate::logging::Scope {
+            listener: door_names
+                .get(connection.origin.door)
+                .cloned()
+                .unwrap_or_default(),
+            remote: connection.origin.source.clone(),
+            client_id: session.map(|s| Rc::clone(&s.client_id)),
+            user: session.and(connection.user.clone()),
+        })
+    }
+
     /// Where connection `conn` comes from, when its door learnt that.
     pub fn source(&self, conn: Key) -> Option<&Rc<str>> {
         self.connections.get(conn)?.origin.source()
