@@ -16,6 +16,7 @@ use std::rc::Rc;
 use std::sync::{Arc, OnceLock};
 
 use crate::config::LogFormat;
+use crate::core::Source;
 
 /// Reads the configured level again, for SIGUSR1; the caller knows the
 /// file, so the shell reads none of its own.
@@ -56,7 +57,7 @@ pub(crate) fn level_reader() -> Option<LevelReader> {
 #[derive(Debug, Default, Clone)]
 pub struct Scope {
     pub listener: Rc<str>,
-    pub remote: Option<Rc<str>>,
+    pub remote: Option<Source>,
     pub client_id: Option<Rc<str>>,
     pub user: Option<Rc<str>>,
 }
@@ -70,13 +71,13 @@ thread_local! {
 /// `user`), from `source` where its door learnt one: its lines from here
 /// on say so. Called by the core as it admits a connection; outside a
 /// connection's task (a unit test, a bridge) it does nothing.
-pub(crate) fn connected(client_id: &Rc<str>, user: Option<&Rc<str>>, source: Option<&Rc<str>>) {
+pub(crate) fn connected(client_id: &Rc<str>, user: Option<&Rc<str>>, source: Option<&Source>) {
     CURRENT.with(|current| {
         if let Some(scope) = &mut *current.borrow_mut() {
             scope.client_id = Some(Rc::clone(client_id));
             scope.user = user.cloned();
             if let Some(source) = source {
-                scope.remote = Some(Rc::clone(source));
+                scope.remote = Some(source.clone());
             }
         }
     });
@@ -153,13 +154,15 @@ fn render(
 ) -> String {
     let time = timestamp(unix_ms);
     let message = record.args().to_string();
+    // The remote is kept as an address: written as text only here.
+    let remote = scope.and_then(|s| s.remote.as_ref()).map(Source::to_string);
     let mut fields: Vec<(&str, &str)> = Vec::with_capacity(6);
     if let Some(scope) = scope {
         fields.push(("listener", &scope.listener));
         for (key, value) in [
-            ("remote", &scope.remote),
-            ("client_id", &scope.client_id),
-            ("user", &scope.user),
+            ("remote", remote.as_deref()),
+            ("client_id", scope.client_id.as_deref()),
+            ("user", scope.user.as_deref()),
         ] {
             if let Some(value) = value {
                 fields.push((key, value));
@@ -259,7 +262,7 @@ mod tests {
     fn scope() -> Scope {
         Scope {
             listener: "tcp".into(),
-            remote: Some("127.0.0.1:5000".into()),
+            remote: Some(Source::Peer("127.0.0.1:5000".parse().expect("an address"))),
             client_id: Some("pump 7".into()),
             user: None,
         }
@@ -282,10 +285,11 @@ mod tests {
         {
             let _entered = enter(listener("tcp"));
             assert_eq!(listener_now().as_deref(), Some("tcp"));
-            connected(&"pump 7".into(), None, Some(&"10.0.0.9:4000".into()));
+            let peer = Source::Peer("10.0.0.9:4000".parse().expect("an address"));
+            connected(&"pump 7".into(), None, Some(&peer));
             let scope = CURRENT.with(|c| c.borrow().clone()).expect("in force");
             assert_eq!(scope.client_id.as_deref(), Some("pump 7"));
-            assert_eq!(scope.remote.as_deref(), Some("10.0.0.9:4000"));
+            assert_eq!(scope.remote, Some(peer));
         }
         assert_eq!(listener_now(), None);
         // Outside any scope, nothing to tell.

@@ -283,7 +283,7 @@ async fn read_proxy_header(mut stream: Async<UnixStream>, door: Rc<str>) -> Opti
         stream: Box::new(stream),
         learnt: Learnt {
             certified,
-            source: header.source.map(|a| a.to_string().into()),
+            source: header.source.map(crate::core::Source::Peer),
         },
     })
 }

@@ -29,7 +29,7 @@ use smol::stream::StreamExt;
 use smol::Async;
 
 use crate::auth::Authentication;
-use crate::core::{Broker, Origin};
+use crate::core::{Broker, Origin, Source};
 use door::Accepted;
 use outbox::Outboxes;
 pub use settings::{door_label, Door, Listen, Settings};
@@ -413,7 +413,7 @@ async fn accept_loop(
         // its far end); a proxy's client, once its header is read.
         let source = match &accepted {
             _ if plan.proxy_protocol => None,
-            Accepted::Unix(stream) => door::unix_peer(stream.get_ref()),
+            Accepted::Unix(stream) => door::unix_peer(stream.get_ref()).map(Source::Named),
             Accepted::Tcp(_) => peer_of(&accepted),
         };
         // Server Busy is said only where a CONNECT would be read next: not
@@ -456,13 +456,9 @@ async fn accept_loop(
 }
 
 /// The address a socket's peer has; a Unix socket's has none worth a line.
-fn peer_of(accepted: &Accepted) -> Option<Rc<str>> {
+fn peer_of(accepted: &Accepted) -> Option<Source> {
     match accepted {
-        Accepted::Tcp(stream) => stream
-            .get_ref()
-            .peer_addr()
-            .ok()
-            .map(|a| a.to_string().into()),
+        Accepted::Tcp(stream) => stream.get_ref().peer_addr().ok().map(Source::Peer),
         Accepted::Unix(_) => None,
     }
 }

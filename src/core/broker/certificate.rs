@@ -11,7 +11,7 @@ use std::rc::Rc;
 
 use super::connect::has_control_character;
 use crate::core::refusal::Refusal;
-use crate::core::{Broker, Key};
+use crate::core::{Broker, Key, Source};
 
 impl Broker {
     /// Records the name connection `conn`'s verified client certificate
@@ -24,7 +24,7 @@ impl Broker {
 
     /// Records where connection `conn` really comes from, as its door
     /// learnt it: the client a proxy speaks for, or a Unix socket's peer.
-    pub fn introduced_from(&mut self, conn: Key, source: Rc<str>) {
+    pub fn introduced_from(&mut self, conn: Key, source: Source) {
         if let Some(connection) = self.connections.get_mut(conn) {
             connection.origin.source = Some(source);
         }
@@ -52,7 +52,7 @@ impl Broker {
     }
 
     /// Where connection `conn` comes from, when its door learnt that.
-    pub fn source(&self, conn: Key) -> Option<&Rc<str>> {
+    pub fn source(&self, conn: Key) -> Option<&Source> {
         self.connections.get(conn)?.origin.source()
     }
 
