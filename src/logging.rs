@@ -2,23 +2,21 @@
 //! connection each one is about, and the level SIGUSR1 reads again.
 //!
 //! A line written while a connection's task runs carries that
-//! connection's listener, remote address, client id and user. The task is
-//! wrapped in a [`Scoped`] future that puts its [`Scope`] in a
-//! thread-local for the length of each poll, so every line written on its
-//! behalf (by the shell or by the core it drives) is tagged without each
-//! call site passing the fields. The executor is single-threaded, so a
+//! connection's listener, remote address, client id and user. The task
+//! [`enter`]s its [`Scope`], made from what the core keeps of the
+//! connection, into a thread-local for the length of each poll, so every
+//! line written on its behalf (by the shell or by the core it drives) is
+//! tagged without each call site passing the fields. The executor is single-threaded, so a
 //! thread-local is exactly "the connection being served now".
 
 use std::cell::RefCell;
 use std::fmt::Write as _;
-use std::future::Future;
 use std::io::Write as _;
-use std::pin::Pin;
 use std::rc::Rc;
 use std::sync::{Arc, OnceLock};
-use std::task::{Context, Poll};
 
 use crate::config::LogFormat;
+use crate::core::Source;
 
 /// Reads the configured level again, for SIGUSR1; the caller knows the
 /// file, so the shell reads none of its own.
@@ -53,60 +51,57 @@ pub(crate) fn level_reader() -> Option<LevelReader> {
 }
 
 /// The connection a line is about; fields learnt later stay `None` until
-/// then (the client id and user arrive with its CONNECT).
+/// then (the client id and user arrive with its CONNECT). Each field is
+/// the core's own `Rc<str>`, not a copy (rfcs/0003, "Per-connection
+/// memory").
 #[derive(Debug, Default, Clone)]
 pub struct Scope {
     pub listener: Rc<str>,
-    pub remote: Option<String>,
-    pub client_id: Option<String>,
-    pub user: Option<String>,
+    pub remote: Option<Source>,
+    pub client_id: Option<Rc<str>>,
+    pub user: Option<Rc<str>>,
 }
 
 thread_local! {
-    static CURRENT: RefCell<Option<Rc<RefCell<Scope>>>> = const { RefCell::new(None) };
+    /// The scope of the task being polled.
+    static CURRENT: RefCell<Option<Scope>> = const { RefCell::new(None) };
 }
 
 /// The connection being served has been admitted as `client_id` (and
 /// `user`), from `source` where its door learnt one: its lines from here
 /// on say so. Called by the core as it admits a connection; outside a
 /// connection's task (a unit test, a bridge) it does nothing.
-pub(crate) fn connected(client_id: &str, user: Option<&str>, source: Option<&str>) {
+pub(crate) fn connected(client_id: &Rc<str>, user: Option<&Rc<str>>, source: Option<&Source>) {
     CURRENT.with(|current| {
-        if let Some(scope) = &*current.borrow() {
-            let mut scope = scope.borrow_mut();
-            scope.client_id = Some(client_id.to_string());
-            scope.user = user.map(str::to_string);
+        if let Some(scope) = &mut *current.borrow_mut() {
+            scope.client_id = Some(Rc::clone(client_id));
+            scope.user = user.cloned();
             if let Some(source) = source {
-                scope.remote = Some(source.to_string());
+                scope.remote = Some(source.clone());
             }
         }
     });
 }
 
-/// A connection's task, with its [`Scope`] in force while it runs.
-pub struct Scoped<F> {
-    scope: Rc<RefCell<Scope>>,
-    inner: Pin<Box<F>>,
-}
-
-impl<F: Future> Scoped<F> {
-    pub fn new(scope: Scope, inner: F) -> Self {
-        Scoped {
-            scope: Rc::new(RefCell::new(scope)),
-            inner: Box::pin(inner),
-        }
+/// Puts `scope` in force until the guard is dropped, when the one in
+/// force before it is back. A connection's future enters its scope for
+/// the length of each poll, made then from what the core keeps of it, so
+/// an idle connection carries no copy of its own.
+pub fn enter(scope: Option<Scope>) -> Entered {
+    Entered {
+        outer: CURRENT.with(|c| c.replace(scope)),
     }
 }
 
-impl<F: Future> Future for Scoped<F> {
-    type Output = F::Output;
+/// The scope entered, in force while this lives (see [`enter`]).
+pub struct Entered {
+    outer: Option<Scope>,
+}
 
-    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<F::Output> {
-        let this = self.get_mut();
-        let before = CURRENT.with(|c| c.replace(Some(this.scope.clone())));
-        let polled = this.inner.as_mut().poll(cx);
-        CURRENT.with(|c| *c.borrow_mut() = before);
-        polled
+impl Drop for Entered {
+    fn drop(&mut self) {
+        let left = CURRENT.with(|c| c.replace(self.outer.take()));
+        drop(left);
     }
 }
 
@@ -124,14 +119,16 @@ impl log::Log for Logger {
         if !self.enabled(record.metadata()) {
             return;
         }
-        let scope = CURRENT.with(|c| c.borrow().as_ref().map(|s| s.borrow().clone()));
-        let line = render(
-            self.format,
-            &self.broker_id,
-            now_unix_ms(),
-            record,
-            scope.as_ref(),
-        );
+        let line = CURRENT.with(|c| {
+            let scope = c.borrow();
+            render(
+                self.format,
+                &self.broker_id,
+                now_unix_ms(),
+                record,
+                scope.as_ref(),
+            )
+        });
         // A closed standard output must not stop the broker.
         let _ = std::io::stdout().lock().write_all(line.as_bytes());
     }
@@ -157,13 +154,15 @@ fn render(
 ) -> String {
     let time = timestamp(unix_ms);
     let message = record.args().to_string();
+    // The remote is kept as an address: written as text only here.
+    let remote = scope.and_then(|s| s.remote.as_ref()).map(Source::to_string);
     let mut fields: Vec<(&str, &str)> = Vec::with_capacity(6);
     if let Some(scope) = scope {
         fields.push(("listener", &scope.listener));
         for (key, value) in [
-            ("remote", &scope.remote),
-            ("client_id", &scope.client_id),
-            ("user", &scope.user),
+            ("remote", remote.as_deref()),
+            ("client_id", scope.client_id.as_deref()),
+            ("user", scope.user.as_deref()),
         ] {
             if let Some(value) = value {
                 fields.push((key, value));
@@ -263,10 +262,49 @@ mod tests {
     fn scope() -> Scope {
         Scope {
             listener: "tcp".into(),
-            remote: Some("127.0.0.1:5000".into()),
+            remote: Some(Source::Peer("127.0.0.1:5000".parse().expect("an address"))),
             client_id: Some("pump 7".into()),
             user: None,
         }
+    }
+
+    /// The listener of the scope in force now, if any.
+    fn listener_now() -> Option<String> {
+        CURRENT.with(|c| c.borrow().as_ref().map(|s| s.listener.to_string()))
+    }
+
+    fn listener(name: &str) -> Option<Scope> {
+        Some(Scope {
+            listener: name.into(),
+            ..Scope::default()
+        })
+    }
+
+    #[test]
+    fn a_scope_is_in_force_while_entered_and_learns_who_connected() {
+        {
+            let _entered = enter(listener("tcp"));
+            assert_eq!(listener_now().as_deref(), Some("tcp"));
+            let peer = Source::Peer("10.0.0.9:4000".parse().expect("an address"));
+            connected(&"pump 7".into(), None, Some(&peer));
+            let scope = CURRENT.with(|c| c.borrow().clone()).expect("in force");
+            assert_eq!(scope.client_id.as_deref(), Some("pump 7"));
+            assert_eq!(scope.remote, Some(peer));
+        }
+        assert_eq!(listener_now(), None);
+        // Outside any scope, nothing to tell.
+        connected(&"pump 8".into(), None, None);
+        assert_eq!(listener_now(), None);
+    }
+
+    #[test]
+    fn a_scope_entered_inside_another_gives_the_outer_one_back() {
+        let _outer = enter(listener("outer"));
+        {
+            let _inner = enter(listener("inner"));
+            assert_eq!(listener_now().as_deref(), Some("inner"));
+        }
+        assert_eq!(listener_now().as_deref(), Some("outer"));
     }
 
     #[test]

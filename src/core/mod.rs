@@ -50,7 +50,7 @@ pub use channel::{ChannelSettings, ChannelStart};
 pub use channel::queue::dead_letter;
 pub use channel::queue::rules as queue_rules;
 pub use channel::{claims, latest, load as channel_load, queue};
-pub use connection::origin::{Introduction, Origin};
+pub use connection::origin::{Introduction, Origin, Source};
 use connection::{Active, Connection};
 pub use refusal::Refusal;
 pub use session::table::ClientIdKey;

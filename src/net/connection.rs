@@ -199,6 +199,8 @@ impl Future for Connection {
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
         let this = self.get_mut();
+        // The lines written while it polls name this connection.
+        let _scope = crate::logging::enter(this.shared.borrow().log_scope(this.key));
         // Packets the core queues while this poll runs are written by it:
         // no need to be woken for them.
         this.outbox.borrow_mut().forget_waker();

@@ -283,14 +283,14 @@ async fn read_proxy_header(mut stream: Async<UnixStream>, door: Rc<str>) -> Opti
         stream: Box::new(stream),
         learnt: Learnt {
             certified,
-            source: header.source.map(|a| a.to_string().into_boxed_str()),
+            source: header.source.map(crate::core::Source::Peer),
         },
     })
 }
 
 /// Who is at the far end of a Unix socket, as the kernel says: for the
 /// connection's source, in logs and `/v1/operations/sessions`.
-pub fn unix_peer(stream: &UnixStream) -> Option<Box<str>> {
+pub fn unix_peer(stream: &UnixStream) -> Option<Rc<str>> {
     let credentials = rustix::net::sockopt::socket_peercred(stream).ok()?;
     Some(
         format!(
@@ -298,6 +298,6 @@ pub fn unix_peer(stream: &UnixStream) -> Option<Box<str>> {
             credentials.uid.as_raw(),
             credentials.pid.as_raw_nonzero()
         )
-        .into_boxed_str(),
+        .into(),
     )
 }

@@ -29,7 +29,7 @@ use smol::stream::StreamExt;
 use smol::Async;
 
 use crate::auth::Authentication;
-use crate::core::{Broker, Introduction, Origin};
+use crate::core::{Broker, Origin, Source};
 use door::Accepted;
 use outbox::Outboxes;
 pub use settings::{door_label, Door, Listen, Settings};
@@ -57,6 +57,8 @@ pub struct Shared {
     /// `limits.write_timeout`, the same for every connection: read by a
     /// connection only when a write stalls, so its future does not carry it.
     write_timeout_ms: Option<u64>,
+    /// Each door's name by its index, for its connections' log lines.
+    door_names: Vec<Rc<str>>,
 }
 
 pub type SharedRef = Rc<RefCell<Shared>>;
@@ -64,6 +66,11 @@ pub type SharedRef = Rc<RefCell<Shared>>;
 impl Shared {
     pub fn now_ms(&self) -> u64 {
         self.started.elapsed().as_millis() as u64
+    }
+
+    /// What the log lines written for connection `key` name now.
+    pub fn log_scope(&self, key: crate::core::Key) -> Option<crate::logging::Scope> {
+        self.broker.log_scope(key, &self.door_names)
     }
 }
 
@@ -189,6 +196,7 @@ async fn serve(
         started: Instant::now(),
         overflow_in_use: 0,
         write_timeout_ms: shell.write_timeout_ms,
+        door_names: shell.doors.iter().map(|d| d.name.as_str().into()).collect(),
     }));
     {
         // Before any client is accepted: sessions come back, and those
@@ -328,8 +336,6 @@ impl Listener {
 /// A door as its accept loop serves it.
 struct Served {
     index: usize,
-    /// Its name, for the log lines of its connections.
-    name: Rc<str>,
     label: Rc<str>,
     websocket: Option<Rc<websocket::Origins>>,
     proxy_protocol: bool,
@@ -345,7 +351,6 @@ impl Served {
         };
         Served {
             index,
-            name: door.name.as_str().into(),
             label: door.label().into(),
             websocket,
             proxy_protocol,
@@ -408,8 +413,8 @@ async fn accept_loop(
         // its far end); a proxy's client, once its header is read.
         let source = match &accepted {
             _ if plan.proxy_protocol => None,
-            Accepted::Unix(stream) => door::unix_peer(stream.get_ref()),
-            Accepted::Tcp(_) => peer_of(&accepted).map(String::into_boxed_str),
+            Accepted::Unix(stream) => door::unix_peer(stream.get_ref()).map(Source::Named),
+            Accepted::Tcp(_) => peer_of(&accepted),
         };
         // Server Busy is said only where a CONNECT would be read next: not
         // before a TLS handshake (one it would cost for a connection that
@@ -420,26 +425,15 @@ async fn accept_loop(
         let now_ms = state.now_ms();
         let origin = Origin {
             door: door.index,
-            introduction: source.map(|source| {
-                Box::new(Introduction {
-                    certificate_user: None,
-                    source: Some(source),
-                })
-            }),
+            source,
+            introduction: None,
         };
         match state.broker.accept(now_ms, origin) {
             Some(key) => {
                 let outbox = state.outboxes.insert(key);
-                let scope = crate::logging::Scope {
-                    listener: door.name.clone(),
-                    remote: peer_of(&accepted),
-                    ..Default::default()
-                };
                 let socket = door::socket(&shared, key, accepted, plan);
                 let served = connection::serve(shared.clone(), socket, key, outbox);
-                executor
-                    .spawn(crate::logging::Scoped::new(scope, served))
-                    .detach();
+                executor.spawn(served).detach();
             }
             None if answers_busy
                 && state.overflow_in_use
@@ -462,9 +456,9 @@ async fn accept_loop(
 }
 
 /// The address a socket's peer has; a Unix socket's has none worth a line.
-fn peer_of(accepted: &Accepted) -> Option<String> {
+fn peer_of(accepted: &Accepted) -> Option<Source> {
     match accepted {
-        Accepted::Tcp(stream) => stream.get_ref().peer_addr().ok().map(|a| a.to_string()),
+        Accepted::Tcp(stream) => stream.get_ref().peer_addr().ok().map(Source::Peer),
         Accepted::Unix(_) => None,
     }
 }

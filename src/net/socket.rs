@@ -101,7 +101,7 @@ pub struct Learnt {
     /// broker's handshake, or by the proxy in front).
     pub certified: Option<Box<str>>,
     /// Where the client really comes from, where the socket does not say.
-    pub source: Option<Box<str>>,
+    pub source: Option<crate::core::Source>,
 }
 
 /// A connection's opening under way. It runs in the connection's slot, so

@@ -4,6 +4,7 @@
 //! The credential table is handed in whole and swapped whole on a reload;
 //! connections already admitted are not asked again.
 
+use std::rc::Rc;
 use std::sync::Arc;
 
 use crate::auth::{Authentication, Verdict};
@@ -94,7 +95,7 @@ impl Broker {
                 Err(Refusal::BadCredentials)
             }
             Verdict::Authenticated | Verdict::Unchecked | Verdict::Anonymous => {
-                connection.user = user.map(Box::from);
+                connection.user = user.map(Rc::from);
                 Ok(())
             }
             Verdict::NameIgnored => {

@@ -7,9 +7,11 @@
 //! is who the client is, whatever user name the CONNECT carries, and no
 //! password file is asked (see `authenticate.rs`).
 
+use std::rc::Rc;
+
 use super::connect::has_control_character;
 use crate::core::refusal::Refusal;
-use crate::core::{Broker, Key};
+use crate::core::{Broker, Key, Source};
 
 impl Broker {
     /// Records the name connection `conn`'s verified client certificate
@@ -22,14 +24,35 @@ impl Broker {
 
     /// Records where connection `conn` really comes from, as its door
     /// learnt it: the client a proxy speaks for, or a Unix socket's peer.
-    pub fn introduced_from(&mut self, conn: Key, source: Box<str>) {
+    pub fn introduced_from(&mut self, conn: Key, source: Source) {
         if let Some(connection) = self.connections.get_mut(conn) {
-            connection.origin.introduction_mut().source = Some(source);
+            connection.origin.source = Some(source);
         }
     }
 
+    /// What a log line written on connection `conn`'s behalf names: its
+    /// door (by `door_names`, indexed as the doors are) and source, and
+    /// once it is admitted its client id and user. Each is the `Rc<str>`
+    /// kept here, so making it copies no string.
+    pub fn log_scope(&self, conn: Key, door_names: &[Rc<str>]) -> Option<crate::logging::Scope> {
+        let connection = self.connections.get(conn)?;
+        let session = connection
+            .active
+            .as_ref()
+            .and_then(|a| self.sessions.get(a.session));
+        Some(crate::logging::Scope {
+            listener: door_names
+                .get(connection.origin.door)
+                .cloned()
+                .unwrap_or_default(),
+            remote: connection.origin.source.clone(),
+            client_id: session.map(|s| Rc::clone(&s.client_id)),
+            user: session.and(connection.user.clone()),
+        })
+    }
+
     /// Where connection `conn` comes from, when its door learnt that.
-    pub fn source(&self, conn: Key) -> Option<&str> {
+    pub fn source(&self, conn: Key) -> Option<&Source> {
         self.connections.get(conn)?.origin.source()
     }
 

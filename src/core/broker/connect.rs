@@ -290,7 +290,10 @@ impl Broker {
         let from = self
             .source(conn)
             .map_or_else(String::new, |source| format!(" from {source}"));
-        crate::logging::connected(&client_id, self.user_name(conn), self.source(conn));
+        if let Some(connection) = self.connections.get(conn) {
+            let user = connection.user.as_ref();
+            crate::logging::connected(&client_id, user, connection.origin.source());
+        }
         log::info!(
             "client {client_id} connected{from} (MQTT {}, session present: {session_present})",
             match version {

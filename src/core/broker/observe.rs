@@ -273,7 +273,7 @@ impl Broker {
                 subscriptions: session.subscriptions.len() as u64,
                 remote: connection
                     .and_then(|c| c.origin.source())
-                    .map(str::to_string),
+                    .map(|source| source.to_string()),
                 user: connection.and_then(|c| c.user.as_deref().map(str::to_string)),
                 door: connection.filter(|c| !c.bridge).map(|c| c.origin.door),
                 bridge: connection.is_some_and(|c| c.bridge),
