@@ -124,11 +124,15 @@ test-interop:
 	PYTHONDONTWRITEBYTECODE=1 python3 -m pytest -q -p no:cacheprovider tests/interop
 
 # Both checks always run; the target fails if either does.
-# The store's power-cut simulation (src/store/powercut_tests.rs) over seeds
-# 0..SEEDS, in release mode; a failing seed prints how to replay it.
+# The power-cut simulations in release mode: the store's
+# (src/store/powercut_tests.rs) over seeds 0..SEEDS, and the broker core's
+# (src/core/broker/powercut_tests.rs) over 0..CORE_SEEDS; a failing seed
+# prints how to replay it.
 SEEDS ?= 5000
+CORE_SEEDS ?= 1000
 powercut:
-	SAGUIN_POWERCUT_SEEDS=$(SEEDS) $(CARGO) test --release --lib powercut -- --nocapture
+	SAGUIN_POWERCUT_SEEDS=$(SEEDS) SAGUIN_CORECUT_SEEDS=$(CORE_SEEDS) \
+	  $(CARGO) test --release --lib powercut -- --nocapture
 
 lint:
 	@rc=0; \
