@@ -826,19 +826,26 @@ impl Broker {
             return StoredSend::Expired;
         };
         let packet_id = (delivery.qos != QoS::AtMostOnce).then_some(1);
-        let packet = Packet::Publish(outgoing_publish(&delivery, packet_id, remaining_expiry_s));
-        if encoded_len(&packet, version) > max_packet_size as usize {
-            return StoredSend::TooLarge { conn, delivery };
+        // A client that set no Maximum Packet Size takes any packet, so a
+        // QoS 1 or 2 record is not built here only to be measured: `pump`
+        // builds the one that is sent.
+        let limited = max_packet_size != u32::MAX;
+        if limited || delivery.qos == QoS::AtMostOnce {
+            let packet =
+                Packet::Publish(outgoing_publish(&delivery, packet_id, remaining_expiry_s));
+            if limited && encoded_len(&packet, version) > max_packet_size as usize {
+                return StoredSend::TooLarge { conn, delivery };
+            }
+            if delivery.qos == QoS::AtMostOnce {
+                let sent = out.send(conn, version, &packet, true);
+                if sent {
+                    self.stats.deliveries_sent += 1;
+                }
+                return StoredSend::Sent(sent);
+            }
         }
-        if delivery.qos != QoS::AtMostOnce {
-            self.deliver(session_key, delivery, now_ms, out);
-            return StoredSend::Queued;
-        }
-        let sent = out.send(conn, version, &packet, true);
-        if sent {
-            self.stats.deliveries_sent += 1;
-        }
-        StoredSend::Sent(sent)
+        self.deliver(session_key, delivery, now_ms, out);
+        StoredSend::Queued
     }
 
     fn request_read(&mut self, reader_key: Key, out: &mut impl Transport) {
