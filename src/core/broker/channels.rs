@@ -8,7 +8,7 @@ use crate::codec::{encoded_len, Disconnect, Packet, QoS, RetainHandling};
 use crate::core::broadcast::topic_index::Target;
 use crate::core::channel::positions::OwedDrop;
 use crate::core::channel::*;
-use crate::core::message::outgoing_publish;
+use crate::core::message::outgoing_publish_for;
 use crate::core::message::{
     from_stored, labelled, publisher_id, to_stored, with_channel, Delivery, Message,
 };
@@ -389,6 +389,11 @@ impl Broker {
 
     /// Whether any shared group's filter matches `topic`.
     fn topic_has_groups(&self, topic: &str) -> bool {
+        // A group's filter is in the index exactly while the group exists,
+        // so with none there is no walk to make for every record.
+        if self.groups.is_empty() {
+            return false;
+        }
         let mut found = false;
         self.index.for_each_match(topic, |subscriber| {
             found |= matches!(subscriber.target, Target::Group(_));
@@ -826,19 +831,30 @@ impl Broker {
             return StoredSend::Expired;
         };
         let packet_id = (delivery.qos != QoS::AtMostOnce).then_some(1);
-        let packet = Packet::Publish(outgoing_publish(&delivery, packet_id, remaining_expiry_s));
-        if encoded_len(&packet, version) > max_packet_size as usize {
-            return StoredSend::TooLarge { conn, delivery };
+        // A client that set no Maximum Packet Size takes any packet, so a
+        // QoS 1 or 2 record is not built here only to be measured: `pump`
+        // builds the one that is sent.
+        let limited = max_packet_size != u32::MAX;
+        if limited || delivery.qos == QoS::AtMostOnce {
+            let packet = Packet::Publish(outgoing_publish_for(
+                version,
+                &delivery,
+                packet_id,
+                remaining_expiry_s,
+            ));
+            if limited && encoded_len(&packet, version) > max_packet_size as usize {
+                return StoredSend::TooLarge { conn, delivery };
+            }
+            if delivery.qos == QoS::AtMostOnce {
+                let sent = out.send(conn, version, &packet, true);
+                if sent {
+                    self.stats.deliveries_sent += 1;
+                }
+                return StoredSend::Sent(sent);
+            }
         }
-        if delivery.qos != QoS::AtMostOnce {
-            self.deliver(session_key, delivery, now_ms, out);
-            return StoredSend::Queued;
-        }
-        let sent = out.send(conn, version, &packet, true);
-        if sent {
-            self.stats.deliveries_sent += 1;
-        }
-        StoredSend::Sent(sent)
+        self.deliver(session_key, delivery, now_ms, out);
+        StoredSend::Queued
     }
 
     fn request_read(&mut self, reader_key: Key, out: &mut impl Transport) {
