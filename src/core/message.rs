@@ -3,7 +3,7 @@
 
 use std::rc::Rc;
 
-use crate::codec::{Properties, ProtocolVersion, Publish, QoS};
+use crate::codec::{Properties, Publish, QoS};
 use crate::core::slab::Key;
 use crate::store::{self, MessageId};
 
@@ -112,34 +112,16 @@ pub(crate) fn outgoing_publish(
     packet_id: Option<u16>,
     remaining_expiry_s: Option<u32>,
 ) -> Publish {
-    outgoing_publish_for(ProtocolVersion::V5, delivery, packet_id, remaining_expiry_s)
-}
-
-/// [`outgoing_publish`] for a connection speaking `version`. An MQTT 3.1.1
-/// PUBLISH carries no properties, so none are copied into it: a channel
-/// record's are its labels, eight strings a copy.
-pub(crate) fn outgoing_publish_for(
-    version: ProtocolVersion,
-    delivery: &Delivery,
-    packet_id: Option<u16>,
-    remaining_expiry_s: Option<u32>,
-) -> Publish {
     let message = &delivery.message;
-    let properties = match version {
-        ProtocolVersion::V311 => Properties::default(),
-        ProtocolVersion::V5 => {
-            let mut properties = Properties::clone(&message.properties);
-            properties.subscription_identifiers = delivery.subscription_ids.clone();
-            let from_channel = delivery.reader.is_some() || delivery.latest.is_some();
-            match remaining_expiry_s {
-                Some(left_s) => properties.message_expiry_interval_s = Some(left_s),
-                // A channel's record whose expiry ran out goes without it.
-                None if from_channel => properties.message_expiry_interval_s = None,
-                None => {}
-            }
-            properties
-        }
-    };
+    let mut properties = Properties::clone(&message.properties);
+    properties.subscription_identifiers = delivery.subscription_ids.clone();
+    let from_channel = delivery.reader.is_some() || delivery.latest.is_some();
+    match remaining_expiry_s {
+        Some(left_s) => properties.message_expiry_interval_s = Some(left_s),
+        // A channel's record whose expiry ran out goes without it.
+        None if from_channel => properties.message_expiry_interval_s = None,
+        None => {}
+    }
     Publish {
         dup: false,
         qos: delivery.qos,
@@ -255,53 +237,6 @@ pub(crate) fn with_channel(message: &Rc<Message>, channel: &str) -> Rc<Message> 
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    /// A labelled record's PUBLISH to an MQTT 3.1.1 client is built without
-    /// its labels and is byte for byte the one built with them; to MQTT 5
-    /// the labels go.
-    #[test]
-    fn a_publish_for_mqtt_3_copies_no_properties_and_encodes_the_same() {
-        let record = Message {
-            topic: "durable/a".into(),
-            payload: b"reading".to_vec(),
-            qos: QoS::AtLeastOnce,
-            retain: false,
-            properties: shared_properties(Properties::default()),
-            received_at_unix_ms: 1_700_000_000_000,
-            publisher: None,
-        };
-        let id = MessageId::from_publisher("a-record");
-        let delivery = Delivery {
-            message: Rc::new(labelled(record, &id, 7)),
-            qos: QoS::AtLeastOnce,
-            retain: false,
-            subscription_ids: Vec::new(),
-            group: None,
-            reader: None,
-            latest: None,
-        };
-        let v3 = outgoing_publish_for(ProtocolVersion::V311, &delivery, Some(3), None);
-        let full = outgoing_publish(&delivery, Some(3), None);
-        assert_eq!(v3.properties, Properties::default());
-        assert!(full
-            .properties
-            .user_properties
-            .iter()
-            .any(|(name, _)| name == "saguin-offset"));
-        let wire = |publish: Publish, version| {
-            let mut bytes = Vec::new();
-            crate::codec::encode(&crate::codec::Packet::Publish(publish), version, &mut bytes);
-            bytes
-        };
-        assert_eq!(
-            wire(v3, ProtocolVersion::V311),
-            wire(full.clone(), ProtocolVersion::V311)
-        );
-        assert_ne!(
-            wire(full.clone(), ProtocolVersion::V5),
-            wire(full, ProtocolVersion::V311)
-        );
-    }
 
     /// Every session, cached tail and waiting publish holds messages; the
     /// struct of all properties (328 bytes) stays out of them.

@@ -8,7 +8,7 @@ use crate::codec::{encoded_len, Disconnect, Packet, QoS, RetainHandling};
 use crate::core::broadcast::topic_index::Target;
 use crate::core::channel::positions::OwedDrop;
 use crate::core::channel::*;
-use crate::core::message::outgoing_publish_for;
+use crate::core::message::outgoing_publish;
 use crate::core::message::{
     from_stored, labelled, publisher_id, to_stored, with_channel, Delivery, Message,
 };
@@ -836,12 +836,8 @@ impl Broker {
         // builds the one that is sent.
         let limited = max_packet_size != u32::MAX;
         if limited || delivery.qos == QoS::AtMostOnce {
-            let packet = Packet::Publish(outgoing_publish_for(
-                version,
-                &delivery,
-                packet_id,
-                remaining_expiry_s,
-            ));
+            let packet =
+                Packet::Publish(outgoing_publish(&delivery, packet_id, remaining_expiry_s));
             if limited && encoded_len(&packet, version) > max_packet_size as usize {
                 return StoredSend::TooLarge { conn, delivery };
             }

@@ -6,7 +6,7 @@ use std::rc::Rc;
 use crate::codec::{encoded_len, Packet, QoS};
 use crate::core::broadcast::topic_index::{Matched, Target};
 use crate::core::channel::release_reader_mark;
-use crate::core::message::{outgoing_publish_for, Delivery, Message};
+use crate::core::message::{outgoing_publish, Delivery, Message};
 use crate::core::partition::topic_hash;
 use crate::core::session::{InFlight, OutboundStage};
 use crate::core::{Broker, Key, Transport};
@@ -202,8 +202,7 @@ impl Broker {
                 continue;
             };
             let packet_id = traffic.allocate_packet_id();
-            let packet = Packet::Publish(outgoing_publish_for(
-                version,
+            let packet = Packet::Publish(outgoing_publish(
                 &delivery,
                 Some(packet_id),
                 remaining_expiry_s,
@@ -324,12 +323,7 @@ impl Broker {
             self.stats.deliveries_expired += 1;
             return;
         };
-        let packet = Packet::Publish(outgoing_publish_for(
-            version,
-            delivery,
-            packet_id,
-            remaining_expiry_s,
-        ));
+        let packet = Packet::Publish(outgoing_publish(delivery, packet_id, remaining_expiry_s));
         if max_packet_size != u32::MAX && encoded_len(&packet, version) > max_packet_size as usize {
             self.stats.deliveries_too_large += 1;
             return;
