@@ -20,7 +20,9 @@ use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::Arc;
 
-use super::sim_disk::{CutReport, Fault, FaultKind, FaultOn, SimDisk, SimRng, TornSector};
+use super::sim_disk::{
+    env_u64, on_threads, CutReport, Fault, FaultKind, FaultOn, SimDisk, SimRng, TornSector,
+};
 use super::*;
 
 /// Seeds a plain `cargo test` runs: a few seconds in debug on 2 cores.
@@ -449,35 +451,19 @@ fn run_seed(seed: u64, faults: &[Fault]) -> Result<Run, String> {
     })
 }
 
-fn env_u64(name: &str) -> Option<u64> {
-    std::env::var(name).ok().map(|v| {
-        v.trim()
-            .parse()
-            .unwrap_or_else(|_| panic!("{name}={v}: give a whole number"))
-    })
-}
-
 /// Runs `seeds` on the two cores, panicking at the first that fails with
 /// its number and how to replay it.
 fn run_seeds(seeds: std::ops::Range<u64>) {
     let threads = 2u64;
     let tally = std::sync::Mutex::new(Tally::default());
     let started = std::time::Instant::now();
-    std::thread::scope(|s| {
-        for t in 0..threads {
-            let seeds = seeds.clone();
-            let tally = &tally;
-            s.spawn(move || {
-                for seed in seeds.filter(|n| n % threads == t) {
-                    match run_seed(seed, &[]) {
-                        Ok(run) => tally.lock().unwrap().add(&run),
-                        Err(lost) => panic!(
-                            "power-cut seed {seed}: {lost}. Replay it with SAGUIN_POWERCUT_SEED={seed} cargo test --lib powercut"
-                        ),
-                    }
-                }
-            });
-        }
+    on_threads(seeds.clone(), threads, |seed| {
+        match run_seed(seed, &[]) {
+        Ok(run) => tally.lock().unwrap().add(&run),
+        Err(lost) => panic!(
+            "power-cut seed {seed}: {lost}. Replay it with SAGUIN_POWERCUT_SEED={seed} cargo test --lib powercut"
+        ),
+    }
     });
     println!(
         "power-cut seeds {seeds:?} held in {:.1} s: {:?}",

@@ -932,3 +932,24 @@ impl Disk for SimDisk {
         }
     }
 }
+
+/// A whole number from the environment variable `name`, for a simulation's
+/// seed or seed count; a value that is not one stops the test naming it.
+pub fn env_u64(name: &str) -> Option<u64> {
+    std::env::var(name).ok().map(|v| {
+        v.trim()
+            .parse()
+            .unwrap_or_else(|_| panic!("{name}={v}: give a whole number"))
+    })
+}
+
+/// Runs `run` for every seed in `seeds`, split over `threads` threads by
+/// seed number, so a seed runs on the same thread whatever the count.
+pub fn on_threads(seeds: std::ops::Range<u64>, threads: u64, run: impl Fn(u64) + Sync) {
+    std::thread::scope(|s| {
+        for t in 0..threads {
+            let (seeds, run) = (seeds.clone(), &run);
+            s.spawn(move || seeds.filter(|n| n % threads == t).for_each(run));
+        }
+    });
+}

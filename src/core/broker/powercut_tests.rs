@@ -27,7 +27,9 @@ use crate::core::queue::{parse_attempts, QueueSettings};
 use crate::core::queue_rules::Backoff;
 use crate::core::session::record::SessionRecord;
 use crate::core::*;
-use crate::store::sim_disk::{CutReport, Fault, FaultKind, FaultOn, SimDisk, SimRng, TornSector};
+use crate::store::sim_disk::{
+    env_u64, on_threads, CutReport, Fault, FaultKind, FaultOn, SimDisk, SimRng, TornSector,
+};
 use crate::store::{
     Answer, Completion, Provider, Read, ReadLimit, Record, RedbProvider, StoreError, Ticket,
 };
@@ -1482,14 +1484,6 @@ fn run_seed(seed: u64, faults: &[Fault]) -> Result<Run, String> {
     })
 }
 
-fn env_u64(name: &str) -> Option<u64> {
-    std::env::var(name).ok().map(|v| {
-        v.trim()
-            .parse()
-            .unwrap_or_else(|_| panic!("{name}={v}: give a whole number"))
-    })
-}
-
 #[test]
 fn corecut_loses_nothing_a_client_was_told() {
     if env_u64("SAGUIN_CORECUT_SEED").is_some() {
@@ -1499,20 +1493,13 @@ fn corecut_loses_nothing_a_client_was_told() {
     let threads = 2u64;
     let started = std::time::Instant::now();
     let tally = std::sync::Mutex::new(Tally::default());
-    std::thread::scope(|s| {
-        for t in 0..threads {
-            let tally = &tally;
-            s.spawn(move || {
-                for seed in (0..seeds).filter(|n| n % threads == t) {
-                    match run_seed(seed, &[]) {
-                        Ok(run) => tally.lock().unwrap().add(&run),
-                        Err(lost) => panic!(
-                            "core power-cut seed {seed}: {lost}. Replay it with SAGUIN_CORECUT_SEED={seed} cargo test --lib corecut"
-                        ),
-                    }
-                }
-            });
-        }
+    on_threads(0..seeds, threads, |seed| {
+        match run_seed(seed, &[]) {
+        Ok(run) => tally.lock().unwrap().add(&run),
+        Err(lost) => panic!(
+            "core power-cut seed {seed}: {lost}. Replay it with SAGUIN_CORECUT_SEED={seed} cargo test --lib corecut"
+        ),
+    }
     });
     println!(
         "core power-cut seeds 0..{seeds} held in {:.1} s: {:?}",
